@@ -1,0 +1,217 @@
+// Package sessions owns the registry of live sessions (SSH consoles, SSH exec
+// commands, HTTP console streams) and is how access changes reach them: a
+// cut cancels every session of a node that authenticated before the change
+// and waits until each has ended.
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kinds of session.
+const (
+	KindConsole     = "console"
+	KindExec        = "exec"
+	KindHTTPConsole = "http-console"
+)
+
+// ErrTooMany is returned by Start when a per-node or per-source limit is reached.
+var ErrTooMany = errors.New("too many sessions")
+
+// ErrShutdown is the cause given to sessions ended by a daemon shutdown.
+var ErrShutdown = errors.New("obmd is shutting down")
+
+// RevokedError is the cause given to sessions cut by an access change. Its
+// text is shown to the user as is, so it never carries secrets.
+type RevokedError struct {
+	Node string
+	Why  string // "token rotated", "token revoked", "key removed", "node deleted", "node changed", "kicked by admin"
+}
+
+func (e *RevokedError) Error() string {
+	return fmt.Sprintf("access to %s was revoked (%s)", e.Node, e.Why)
+}
+
+// Info describes a live session. Epoch is the node's access epoch at
+// authentication.
+type Info struct {
+	ID      string    `json:"id"`
+	Node    string    `json:"node"`
+	Kind    string    `json:"kind"`
+	User    string    `json:"user"`   // auth method and identity, e.g. "key SHA256:..." or "token"
+	Remote  string    `json:"remote"` // client address
+	Started time.Time `json:"started"`
+	Epoch   int64     `json:"-"`
+}
+
+// Config bounds sessions; zero means unlimited.
+type Config struct {
+	MaxPerNode   int
+	MaxPerSource int // keyed by the remote address without port
+	// CutWait bounds how long Cut waits for cancelled sessions to finish
+	// (default 2 s). A session that does not end in time is logged by the
+	// caller; it has been cancelled regardless.
+	CutWait time.Duration
+}
+
+// Registry is safe for concurrent use. The zero value is not; use New.
+type Registry struct {
+	cfg    Config
+	nextID atomic.Uint64
+
+	mu       sync.Mutex
+	byID     map[string]*entry
+	perNode  map[string]int
+	perSrc   map[string]int
+	shutdown bool
+}
+
+type entry struct {
+	info   Info
+	src    string
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed by the end func, once
+}
+
+// New returns an empty registry.
+func New(cfg Config) *Registry {
+	if cfg.CutWait <= 0 {
+		cfg.CutWait = 2 * time.Second
+	}
+	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[string]int{}}
+}
+
+// Start registers a session described by info (ID and Started are filled in).
+// The returned context is cancelled, with a cause the session shows its user,
+// when the session is cut; end must be called exactly once when the session
+// has finished (it is what Cut waits for). src is the client address used for
+// the per-source limit.
+func (r *Registry) Start(parent context.Context, info Info, src string) (ctx context.Context, _ Info, end func(), err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.shutdown {
+		return nil, Info{}, nil, ErrShutdown
+	}
+	if r.cfg.MaxPerNode > 0 && r.perNode[info.Node] >= r.cfg.MaxPerNode {
+		return nil, Info{}, nil, fmt.Errorf("%w on node %s (limit %d)", ErrTooMany, info.Node, r.cfg.MaxPerNode)
+	}
+	if r.cfg.MaxPerSource > 0 && r.perSrc[src] >= r.cfg.MaxPerSource {
+		return nil, Info{}, nil, fmt.Errorf("%w from your address (limit %d)", ErrTooMany, r.cfg.MaxPerSource)
+	}
+	info.ID = strconv.FormatUint(r.nextID.Add(1), 10)
+	info.Started = time.Now()
+	ctx, cancel := context.WithCancelCause(parent)
+	e := &entry{info: info, src: src, cancel: cancel, done: make(chan struct{})}
+	r.byID[info.ID] = e
+	r.perNode[info.Node]++
+	r.perSrc[src]++
+	var once sync.Once
+	end = func() {
+		once.Do(func() {
+			r.mu.Lock()
+			delete(r.byID, info.ID)
+			if r.perNode[info.Node]--; r.perNode[info.Node] <= 0 {
+				delete(r.perNode, info.Node)
+			}
+			if r.perSrc[src]--; r.perSrc[src] <= 0 {
+				delete(r.perSrc, src)
+			}
+			r.mu.Unlock()
+			cancel(context.Canceled)
+			close(e.done)
+		})
+	}
+	return ctx, info, end, nil
+}
+
+// Cut cancels every session of node whose epoch is below epoch (epoch <= 0
+// cuts them all) with cause, then waits until they have ended or the
+// configured bound passes. It returns how many were cut and how many had not
+// ended in time.
+func (r *Registry) Cut(node string, epoch int64, cause error) (cut, late int) {
+	return r.cutWhere(func(e *entry) bool {
+		return e.info.Node == node && (epoch <= 0 || e.info.Epoch < epoch)
+	}, cause)
+}
+
+// Kick cuts one session by ID; it reports whether the session existed.
+func (r *Registry) Kick(id string, cause error) bool {
+	n, _ := r.cutWhere(func(e *entry) bool { return e.info.ID == id }, cause)
+	return n > 0
+}
+
+// Shutdown refuses new sessions and cuts every live one with ErrShutdown.
+func (r *Registry) Shutdown() (cut, late int) {
+	r.mu.Lock()
+	r.shutdown = true
+	r.mu.Unlock()
+	return r.cutWhere(func(*entry) bool { return true }, ErrShutdown)
+}
+
+func (r *Registry) cutWhere(match func(*entry) bool, cause error) (cut, late int) {
+	r.mu.Lock()
+	var victims []*entry
+	for _, e := range r.byID {
+		if match(e) {
+			victims = append(victims, e)
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range victims {
+		e.cancel(cause)
+	}
+	deadline := time.NewTimer(r.cfg.CutWait)
+	defer deadline.Stop()
+	for _, e := range victims {
+		select {
+		case <-e.done:
+		case <-deadline.C:
+			// Count the rest without waiting any longer.
+			for _, v := range victims {
+				select {
+				case <-v.done:
+				default:
+					late++
+				}
+			}
+			return len(victims), late
+		}
+	}
+	return len(victims), 0
+}
+
+// List returns the live sessions of node (all nodes if node is ""), oldest first.
+func (r *Registry) List(node string) []Info {
+	r.mu.Lock()
+	out := make([]Info, 0, len(r.byID))
+	for _, e := range r.byID {
+		if node == "" || e.info.Node == node {
+			out = append(out, e.info)
+		}
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, _ := strconv.ParseUint(out[i].ID, 10, 64)
+		b, _ := strconv.ParseUint(out[j].ID, 10, 64)
+		return a < b
+	})
+	return out
+}
+
+// Count returns the number of live sessions by kind.
+func (r *Registry) Count() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range r.byID {
+		out[e.info.Kind]++
+	}
+	return out
+}

@@ -1,0 +1,93 @@
+package sol
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// Errors that callers branch on. Drivers wrap them (errors.Is works).
+var (
+	// ErrBadBootDevice: the driver does not know the requested boot device.
+	ErrBadBootDevice = errors.New("unsupported boot device")
+	// ErrNotSupported: the driver cannot do this operation at all.
+	ErrNotSupported = errors.New("operation not supported by this driver")
+	// ErrPayloadActive: the BMC reports that SOL is already active on another
+	// session (IPMI completion code 0x80). The Manager deactivates and retries.
+	ErrPayloadActive = errors.New("SOL payload already active on another session")
+)
+
+// Power states returned by BMC.PowerStatus. The mock driver returns its own
+// fixed string ("Mock Status"), as obmd's mock did.
+const (
+	PowerOn  = "on"
+	PowerOff = "off"
+)
+
+// Boot devices understood by the IPMI drivers. The mock driver accepts its own
+// ("A", "B"), as obmd's mock did.
+const (
+	BootPXE   = "pxe"
+	BootDisk  = "disk"
+	BootBIOS  = "bios"
+	BootCDROM = "cdrom"
+	BootNone  = "none"
+)
+
+// BMC is one node's baseboard management controller, as a driver reaches it.
+// Every method honours ctx (cancellation and deadline) and is safe for
+// concurrent use; serialising power operations is the caller's job.
+type BMC interface {
+	// PowerStatus returns PowerOn or PowerOff (or a driver-specific string).
+	PowerStatus(ctx context.Context) (string, error)
+	PowerOn(ctx context.Context) error
+	// PowerOff cuts power, or asks the OS to shut down when soft is true.
+	PowerOff(ctx context.Context, soft bool) error
+	// PowerCycle turns power off then on again.
+	PowerCycle(ctx context.Context) error
+	// PowerReset is a hard reset (power stays on).
+	PowerReset(ctx context.Context) error
+	// SetBootDevice selects the next boot device (every boot if persistent).
+	// An unknown device is ErrBadBootDevice.
+	SetBootDevice(ctx context.Context, dev string, persistent bool) error
+	// OpenConsole activates SOL and returns the live console. An already
+	// active payload is ErrPayloadActive (wrapped).
+	OpenConsole(ctx context.Context) (Console, error)
+	// DeactivateConsole frees a SOL payload left active by someone else (a
+	// killed client), so that OpenConsole can succeed.
+	DeactivateConsole(ctx context.Context) error
+}
+
+// Console is one active SOL session. Read returns bytes from the node's
+// serial port; Write sends bytes to it (already batched by the caller; a
+// driver may split them further). Read returns an error (io.EOF or other)
+// when the link is lost. Close deactivates SOL and must unblock a pending
+// Read; it is called exactly once, by the Link goroutine that owns it.
+type Console interface {
+	io.Reader
+	io.Writer
+	// Break sends a serial break (RFC 4335 break request, OpenSSH ~B).
+	Break(ctx context.Context) error
+	Close() error
+}
+
+// Info is how to reach a node's BMC: what an administrator registers. The JSON
+// names are obmd's ("addr", "user", "pass") plus optional extras.
+type Info struct {
+	Addr string `json:"addr"`
+	// Port is the RMCP+ UDP port; 0 means 623.
+	Port int    `json:"port,omitempty"`
+	User string `json:"user"`
+	Pass string `json:"pass"`
+	// Cipher is the IPMI cipher suite; -1 or absent means the driver default (3).
+	Cipher *int `json:"cipher,omitempty"`
+	// Interface is the ipmitool interface; empty means "lanplus".
+	Interface string `json:"interface,omitempty"`
+}
+
+// Resolver finds the BMC of a node by label (from the database, with its
+// credentials unsealed). The Manager resolves again on every reconnect, so a
+// changed BMC address takes effect without a restart.
+type Resolver interface {
+	Resolve(ctx context.Context, label string) (BMC, error)
+}
