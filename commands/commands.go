@@ -3,6 +3,58 @@
 // operations per node, bounding each call, auditing each action) and renders
 // the result as a line a person reads or one JSON object, with an exit code.
 // It knows nothing of SSH or SQL.
+//
+// # Flow
+//
+// A transport calls Split on the exec request line, Parse on the words, and
+// then either handles console itself (it is interactive) or calls
+// Runner.Run, which prints and returns the exit code. Parse errors go
+// through WriteError, so they print like every other error. The HTTP API
+// calls Runner.Do and maps errors: ErrBusy to 409, a *UsageError or
+// sol.ErrBadBootDevice to 400, anything else to 500.
+//
+// # Text output (stdout, stable)
+//
+//	power-status                node-17: power on            (mock: "node-17: power Mock Status")
+//	power-on                    node-17: powered on
+//	power-off                   node-17: powered off
+//	power-off --soft            node-17: soft power-off requested
+//	power-cycle                 node-17: power cycled
+//	power-cycle --force         node-17: reset
+//	power-reset                 node-17: reset
+//	bootdev pxe                 node-17: next boot from pxe
+//	bootdev pxe --persistent    node-17: next boot from pxe (persistent)
+//	console-log [--lines N]     the scrollback bytes as the node sent them, untouched
+//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none)
+//	version                     the version string
+//	help [COMMAND]              the usage text
+//
+// The node label and any text from a driver are printed with control
+// characters escaped (\x1b, \u009b, ...).
+//
+// # JSON output (--json: one object and a newline on stdout, stable)
+//
+// Every object has "node" (string), "command" (the command name) and "ok"
+// (bool). Then, on success:
+//
+//	power-status    "power": "on"|"off"|driver string
+//	bootdev         "bootdev": "pxe", "persistent": bool
+//	console-log     "log": the scrollback as a string (invalid UTF-8 becomes U+FFFD)
+//	sessions        "sessions": [{"id","kind","user","remote","started" (RFC 3339),"writer" (omitted if false)}]
+//	version         "version": string
+//	help            "help": the usage text
+//	power-on, power-off, power-cycle, power-reset: nothing more
+//
+// For example {"node":"node-17","command":"power-status","ok":true,"power":"on"}
+// and {"node":"node-17","command":"power-on","ok":true}.
+//
+// # Errors
+//
+// On failure stderr gets "obmd: " and a one-line message (plus the usage for
+// a usage error); with --json, stdout also gets
+// {"node":"node-17","command":"power-on","ok":false,"error":"..."}; the
+// exit code is the same either way (ExitCode). "command" is "" when the
+// command name itself was not understood.
 package commands
 
 import (
@@ -23,11 +75,21 @@ const (
 var (
 	ErrBusy       = errors.New("another power operation on this node is in flight")
 	ErrNotAllowed = errors.New("not allowed")
+	// ErrTimeout: the BMC did not answer within Config.Timeout. The error
+	// returned also wraps the driver's own error (usually
+	// context.DeadlineExceeded).
+	ErrTimeout = errors.New("BMC did not answer in time")
 )
 
 // UsageError is a parse or argument error; its text is safe to show (no raw
-// control characters).
-type UsageError struct{ Msg string }
+// control characters, one line).
+type UsageError struct {
+	Msg string
+	// Command is the command whose synopsis helps the user ("" when the
+	// command itself is unknown or the line could not be split: then the
+	// whole usage helps). WriteError prints it after Msg.
+	Command string
+}
 
 func (e *UsageError) Error() string { return e.Msg }
 
@@ -56,6 +118,7 @@ type Command struct {
 	Persistent bool   // bootdev --persistent
 	Lines      int    // console-log --lines N (0 = all)
 	ReadOnly   bool   // console --read-only
+	Topic      string // help COMMAND, or COMMAND --help: the command to describe ("" = all)
 }
 
 // Request says who runs a command where; it feeds audit records and logs.
@@ -66,7 +129,9 @@ type Request struct {
 	Session string // session id, for logs
 }
 
-// Result is the typed outcome of a command, rendered by Render.
+// Result is the typed outcome of a command, rendered by Render. Its JSON form
+// is its MarshalJSON method's (a fixed set of fields per command; see the
+// package documentation), not the field tags.
 type Result struct {
 	Node     string        `json:"node"`
 	Command  string        `json:"command"`
@@ -74,9 +139,12 @@ type Result struct {
 	Bootdev  string        `json:"bootdev,omitempty"` // bootdev
 	Persist  bool          `json:"persistent,omitempty"`
 	Took     time.Duration `json:"-"`
-	Text     string        `json:"-"` // help, version, console-log, sessions: the text body
+	Text     string        `json:"-"` // the text rendering: a line for power ops; the body for help, version, console-log, sessions
 	Sessions []SessionInfo `json:"sessions,omitempty"`
 	Version  string        `json:"version,omitempty"`
+	// Error is the failure, safe to show; set only on results that render an
+	// error (WriteError). Empty means the command succeeded ("ok": true).
+	Error string `json:"error,omitempty"`
 }
 
 // SessionInfo is one live session, as `sessions` lists it.

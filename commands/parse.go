@@ -1,0 +1,197 @@
+package commands
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/obmd/obmd/sol"
+)
+
+// MaxLines bounds console-log --lines.
+const MaxLines = 100000
+
+// spec describes one command for help text and parsing.
+type spec struct {
+	name     string
+	synopsis string // arguments and flags after the name, without --json
+	summary  string // one short line for Usage
+	detail   string // what the flags mean, for CommandUsage ("" if none)
+}
+
+// specs lists every command in help order. A function, not a package
+// variable, so that nothing package-level is mutable.
+func specs() []spec {
+	return []spec{
+		{CmdConsole, "[--read-only]", "attach to the serial console (the default)",
+			"--read-only: watch without ever taking the write side."},
+		{CmdConsoleLog, "[--lines N]", "print this tenancy's console scrollback",
+			"--lines N: only the last N lines (1 to 100000)."},
+		{CmdPowerStatus, "", "print the power state", ""},
+		{CmdPowerOn, "", "power on", ""},
+		{CmdPowerOff, "[--soft]", "power off (--soft: ask the OS to shut down)",
+			"--soft: ask the OS to shut down (ACPI) instead of cutting power."},
+		{CmdPowerCycle, "[--force]", "power off, then on (--force: hard reset)",
+			"--force: hard reset instead of power off and on."},
+		{CmdPowerReset, "", "hard reset (power stays on)", ""},
+		{CmdBootdev, "DEVICE [--persistent]", "next boot device: pxe|disk|bios|cdrom|none",
+			"DEVICE: pxe, disk, bios, cdrom or none.\n--persistent: every boot, not only the next one."},
+		{CmdSessions, "", "list the live sessions on this node", ""},
+		{CmdHelp, "[COMMAND]", "print this help, or one command's", ""},
+		{CmdVersion, "", "print the obmd version", ""},
+	}
+}
+
+func lookup(name string) (spec, bool) {
+	for _, s := range specs() {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return spec{}, false
+}
+
+func (s spec) command() string {
+	if s.synopsis == "" {
+		return s.name
+	}
+	return s.name + " " + s.synopsis
+}
+
+// Usage is the help text: one line per command, then the common flag and
+// the exit codes. Lines fit 80 columns; it ends with a newline.
+func Usage() string {
+	var b strings.Builder
+	b.WriteString("usage: ssh NODE@HOST [COMMAND [ARGS...]] [--json]\n\n")
+	width := 0
+	for _, s := range specs() {
+		width = max(width, len(s.command()))
+	}
+	for _, s := range specs() {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, s.command(), s.summary)
+	}
+	b.WriteString("\n--json on any command prints one JSON object on stdout.\n")
+	b.WriteString("Exit codes: 0 done, 1 operation failed, 2 usage error, 3 not allowed,\n")
+	b.WriteString("4 busy (another power operation on this node is in flight).\n")
+	return b.String()
+}
+
+// CommandUsage is the help text of one command (Usage for "" or an unknown
+// name). It ends with a newline.
+func CommandUsage(name string) string {
+	s, ok := lookup(name)
+	if !ok {
+		return Usage()
+	}
+	text := "usage: " + s.command() + " [--json]\n  " + s.summary + "\n"
+	if s.detail != "" {
+		text += "  " + strings.ReplaceAll(s.detail, "\n", "\n  ") + "\n"
+	}
+	return text
+}
+
+// Parse turns argv (from Split) into a Command. Empty argv is console.
+// --json is accepted anywhere after the command name; -h or --help after a
+// command asks for that command's help (Name CmdHelp, Topic the command).
+// Flags take the forms shown by Usage; --lines also takes --lines=N.
+//
+// Errors are *UsageError with one safe line. On error the returned Command
+// still carries what could be parsed (Name when known, JSON when --json was
+// given) so that the error can be rendered in the form the user asked for.
+func Parse(argv []string) (Command, error) {
+	if len(argv) == 0 {
+		return Command{Name: CmdConsole}, nil
+	}
+	var cmd Command
+	for _, a := range argv[1:] {
+		if a == "--json" {
+			cmd.JSON = true
+		}
+	}
+	name := argv[0]
+	if name == "-h" || name == "--help" {
+		name = CmdHelp
+	}
+	if _, ok := lookup(name); !ok {
+		if name == "--json" {
+			return cmd, &UsageError{Msg: `--json must follow a command; try "help"`}
+		}
+		return cmd, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(name))}
+	}
+	cmd.Name = name
+	args := argv[1:]
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--json":
+		case a == "-h" || a == "--help":
+			return Command{Name: CmdHelp, Topic: name, JSON: cmd.JSON}, nil
+		case name == CmdPowerOff && a == "--soft":
+			cmd.Soft = true
+		case name == CmdPowerCycle && a == "--force":
+			cmd.Force = true
+		case name == CmdBootdev && a == "--persistent":
+			cmd.Persistent = true
+		case name == CmdConsole && a == "--read-only":
+			cmd.ReadOnly = true
+		case name == CmdConsoleLog && (a == "--lines" || strings.HasPrefix(a, "--lines=")):
+			val, ok := strings.CutPrefix(a, "--lines=")
+			if !ok {
+				if i+1 == len(args) {
+					return cmd, usagef(name, "--lines needs a number")
+				}
+				i++
+				val = args[i]
+			}
+			n, err := parseLines(val)
+			if err != nil {
+				return cmd, err
+			}
+			cmd.Lines = n
+		case strings.HasPrefix(a, "-") && a != "-":
+			return cmd, usagef(name, "%s: unknown flag %s; try \"help %s\"", name, quote(a), name)
+		case name == CmdBootdev && cmd.Device == "":
+			dev, err := parseBootDevice(a)
+			if err != nil {
+				return cmd, err
+			}
+			cmd.Device = dev
+		case name == CmdHelp && cmd.Topic == "":
+			if _, ok := lookup(a); !ok {
+				return cmd, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(a))}
+			}
+			cmd.Topic = a
+		default:
+			return cmd, usagef(name, "%s: unexpected argument %s", name, quote(a))
+		}
+	}
+	if name == CmdBootdev && cmd.Device == "" {
+		return cmd, usagef(name, "bootdev needs a device: pxe, disk, bios, cdrom or none")
+	}
+	return cmd, nil
+}
+
+func usagef(name, format string, args ...any) *UsageError {
+	return &UsageError{Msg: fmt.Sprintf(format, args...), Command: name}
+}
+
+func parseLines(val string) (int, error) {
+	bad := usagef(CmdConsoleLog, "--lines wants a number from 1 to %d, not %s", MaxLines, quote(val))
+	if val == "" || len(val) > 6 || strings.Trim(val, "0123456789") != "" {
+		return 0, bad
+	}
+	n, err := strconv.Atoi(val)
+	if err != nil || n < 1 || n > MaxLines {
+		return 0, bad
+	}
+	return n, nil
+}
+
+// parseBootDevice accepts the devices of the IPMI drivers, in any case.
+func parseBootDevice(a string) (string, error) {
+	switch dev := strings.ToLower(a); dev {
+	case sol.BootPXE, sol.BootDisk, sol.BootBIOS, sol.BootCDROM, sol.BootNone:
+		return dev, nil
+	}
+	return "", usagef(CmdBootdev, "bootdev: unknown device %s; want pxe, disk, bios, cdrom or none", quote(a))
+}
