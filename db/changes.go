@@ -1,0 +1,80 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// defaultLimit is the default and maximum page of ChangesSince and
+// AuditEvents.
+const defaultLimit = 1000
+
+// recordChange allocates the next access epoch for label and records the
+// change, inside tx. It must be the first statement of the transaction: the
+// UPDATE takes access_seq's row lock until commit, which serialises every
+// access change (so epochs commit in order and a poller never skips one) and
+// keeps a single lock order (access_seq, then node rows), so two changes
+// cannot deadlock. A rolled-back transaction gives its epoch back.
+func (s *Store) recordChange(ctx context.Context, tx *sql.Tx, label string) (int64, error) {
+	if _, err := tx.ExecContext(ctx, `UPDATE access_seq SET epoch = epoch + 1 WHERE id = 1`); err != nil {
+		return 0, fmt.Errorf("next epoch: %w", err)
+	}
+	var epoch int64
+	if err := tx.QueryRowContext(ctx, `SELECT epoch FROM access_seq WHERE id = 1`).Scan(&epoch); err != nil {
+		return 0, fmt.Errorf("next epoch: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO access_changes (epoch, node, at) VALUES (?, ?, ?)`,
+		epoch, label, toMillis(s.now())); err != nil {
+		return 0, fmt.Errorf("record change %d: %w", epoch, err)
+	}
+	return epoch, nil
+}
+
+// setEpoch points label's node at epoch; ErrNotFound if there is no such node.
+func setEpoch(ctx context.Context, tx *sql.Tx, label string, epoch int64) error {
+	res, err := tx.ExecContext(ctx, `UPDATE nodes SET access_epoch = ? WHERE label = ?`, epoch, label)
+	if err != nil {
+		return err
+	}
+	return mustAffect(res)
+}
+
+// ChangesSince returns access changes with Epoch > after, oldest first, at
+// most limit (default 1000).
+//
+// Epochs are global: a replica keeps the highest epoch it has seen and polls
+// with it. A change whose node no longer exists is a deletion.
+func (s *Store) ChangesSince(ctx context.Context, after int64, limit int) ([]Change, error) {
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	rows, err := s.r.QueryContext(ctx,
+		`SELECT epoch, node FROM access_changes WHERE epoch > ? ORDER BY epoch LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("changes since %d: %w", after, err)
+	}
+	defer rows.Close()
+	var out []Change
+	for rows.Next() {
+		var c Change
+		if err := rows.Scan(&c.Epoch, &c.Node); err != nil {
+			return nil, fmt.Errorf("changes since %d: %w", after, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("changes since %d: %w", after, err)
+	}
+	return out, nil
+}
+
+// LatestChange returns the highest epoch recorded (0 if none).
+func (s *Store) LatestChange(ctx context.Context) (int64, error) {
+	var epoch int64
+	if err := s.r.QueryRowContext(ctx, `SELECT epoch FROM access_seq WHERE id = 1`).Scan(&epoch); err != nil {
+		return 0, fmt.Errorf("latest change: %w", err)
+	}
+	return epoch, nil
+}

@@ -1,0 +1,99 @@
+// Package dbtest gives tests a fresh, private database to open with db.Open:
+// SQLite in t.TempDir() always, and MariaDB/MySQL when OBMD_TEST_MYSQL_DSN
+// is set (a scratch database created for the test and dropped after it).
+//
+// It does not import db, so db's own tests can use it too.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Environment variables read by this package.
+const (
+	// MySQLEnv holds mysql://user:pass@tcp(host:port)/dbname; the user
+	// must be allowed to create and drop databases (dbname is not used).
+	MySQLEnv = "OBMD_TEST_MYSQL_DSN"
+	// RequireEnv set to 1 turns a skip for a missing MySQLEnv into a failure.
+	RequireEnv = "OBMD_REQUIRE_INTEGRATION"
+)
+
+// Engine is one database engine tests can run against.
+type Engine struct {
+	Name string // "sqlite" or "mysql"
+	// DSN returns the DSN of an empty database for t, removed when t ends.
+	// It skips t (fails it under OBMD_REQUIRE_INTEGRATION=1) when the engine
+	// is not available.
+	DSN func(t testing.TB) string
+}
+
+// Engines lists SQLite and MySQL, for table-driven store tests.
+func Engines() []Engine {
+	return []Engine{{Name: "sqlite", DSN: SQLiteDSN}, {Name: "mysql", DSN: MySQLDSN}}
+}
+
+// SQLiteDSN returns the path of a new SQLite database in t.TempDir().
+func SQLiteDSN(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(t.TempDir(), "obmd.db")
+}
+
+// MySQLDSN creates a database named obmd_test_<random> on the server of
+// OBMD_TEST_MYSQL_DSN, drops it when t ends, and returns its mysql:// DSN.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	raw := os.Getenv(MySQLEnv)
+	if raw == "" {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("%s is not set and %s=1", MySQLEnv, RequireEnv)
+		}
+		t.Skipf("%s is not set", MySQLEnv)
+	}
+	cfg, err := mysql.ParseDSN(strings.TrimPrefix(raw, "mysql://"))
+	if err != nil {
+		t.Fatalf("parse %s: %v", MySQLEnv, err)
+	}
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("random database name: %v", err)
+	}
+	name := "obmd_test_" + hex.EncodeToString(b[:])
+
+	server := cfg.Clone()
+	server.DBName = ""
+	if server.Timeout == 0 {
+		server.Timeout = 5 * time.Second
+	}
+	conn, err := mysql.NewConnector(server)
+	if err != nil {
+		t.Fatalf("configure %s: %v", MySQLEnv, err)
+	}
+	admin := sql.OpenDB(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+		_ = admin.Close()
+		t.Fatalf("create scratch database on %s: %v", cfg.Addr, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
+			t.Errorf("drop scratch database %s: %v", name, err)
+		}
+		_ = admin.Close()
+	})
+
+	cfg.DBName = name
+	return "mysql://" + cfg.FormatDSN()
+}

@@ -1,0 +1,172 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// CreateNode inserts n (Epoch and timestamps are assigned and returned).
+// ErrExists if the label is taken.
+//
+// Creation records an access change, so a node deleted and created again
+// gets an epoch it never had before.
+func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
+	if err := checkLen("label", n.Label, MaxLabelLen); err != nil {
+		return Node{}, fmt.Errorf("create node: %w", err)
+	}
+	if err := checkLen("type", n.Type, MaxTypeLen); err != nil {
+		return Node{}, fmt.Errorf("create node %s: %w", n.Label, err)
+	}
+	if n.InfoSealed == nil {
+		n.InfoSealed = []byte{} // the column is NOT NULL
+	}
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		epoch, err := s.recordChange(ctx, tx, n.Label)
+		if err != nil {
+			return err
+		}
+		n.Epoch = epoch
+		n.CreatedAt = s.stamp()
+		n.UpdatedAt = n.CreatedAt
+		_, err = tx.ExecContext(ctx,
+			`INSERT INTO nodes (label, type, info_sealed, access_epoch, created_at, updated_at)
+			 VALUES (?, ?, ?, ?, ?, ?)`,
+			n.Label, n.Type, n.InfoSealed, n.Epoch, toMillis(n.CreatedAt), toMillis(n.UpdatedAt))
+		if isDuplicate(err) {
+			return ErrExists
+		}
+		return err
+	})
+	if err != nil {
+		return Node{}, fmt.Errorf("create node %s: %w", n.Label, err)
+	}
+	return n, nil
+}
+
+const nodeColumns = `label, type, info_sealed, access_epoch, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanNode(r scanner) (Node, error) {
+	var (
+		n                Node
+		created, updated int64
+	)
+	if err := r.Scan(&n.Label, &n.Type, &n.InfoSealed, &n.Epoch, &created, &updated); err != nil {
+		return Node{}, err
+	}
+	n.CreatedAt, n.UpdatedAt = fromMillis(created), fromMillis(updated)
+	return n, nil
+}
+
+// Node returns one node; ErrNotFound.
+func (s *Store) Node(ctx context.Context, label string) (Node, error) {
+	n, err := scanNode(s.r.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
+	if err != nil {
+		return Node{}, fmt.Errorf("get node %s: %w", label, notFound(err))
+	}
+	return n, nil
+}
+
+// Nodes returns every node ordered by label (byte order on both engines).
+func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY label`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []Node
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateNodeInfo replaces type and sealed info and moves the epoch; ErrNotFound.
+func (s *Store) UpdateNodeInfo(ctx context.Context, label, typ string, sealed []byte) (Node, error) {
+	if err := checkLen("type", typ, MaxTypeLen); err != nil {
+		return Node{}, fmt.Errorf("update node %s: %w", label, err)
+	}
+	if sealed == nil {
+		sealed = []byte{}
+	}
+	var n Node
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		epoch, err := s.recordChange(ctx, tx, label)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx,
+			`UPDATE nodes SET type = ?, info_sealed = ?, access_epoch = ?, updated_at = ? WHERE label = ?`,
+			typ, sealed, epoch, toMillis(s.stamp()), label)
+		if err != nil {
+			return err
+		}
+		if err := mustAffect(res); err != nil {
+			return err
+		}
+		n, err = scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
+		return err
+	})
+	if err != nil {
+		return Node{}, fmt.Errorf("update node %s: %w", label, err)
+	}
+	return n, nil
+}
+
+// DeleteNode removes the node with its token and keys and records the
+// change; returns the change's epoch. ErrNotFound if absent.
+func (s *Store) DeleteNode(ctx context.Context, label string) (int64, error) {
+	var epoch int64
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if epoch, err = s.recordChange(ctx, tx, label); err != nil {
+			return err
+		}
+		// Token and keys go with it: ON DELETE CASCADE.
+		res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE label = ?`, label)
+		if err != nil {
+			return err
+		}
+		return mustAffect(res)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete node %s: %w", label, err)
+	}
+	return epoch, nil
+}
+
+// Epoch returns the node's current epoch; ErrNotFound.
+func (s *Store) Epoch(ctx context.Context, label string) (int64, error) {
+	var epoch int64
+	err := s.r.QueryRowContext(ctx, `SELECT access_epoch FROM nodes WHERE label = ?`, label).Scan(&epoch)
+	if err != nil {
+		return 0, fmt.Errorf("get epoch of %s: %w", label, notFound(err))
+	}
+	return epoch, nil
+}
+
+// errNoNode distinguishes a missing node from a missing key inside a
+// transaction; both surface as ErrNotFound.
+var errNoNode = fmt.Errorf("no such node: %w", ErrNotFound)
+
+// nodeExists returns errNoNode unless label exists, reading through q.
+func nodeExists(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, label string) error {
+	var one int
+	err := q.QueryRowContext(ctx, `SELECT 1 FROM nodes WHERE label = ?`, label).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errNoNode
+	}
+	return err
+}

@@ -1,0 +1,237 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/sirupsen/logrus"
+)
+
+// Dialect names returned by Store.Dialect.
+const (
+	DialectSQLite = "sqlite"
+	DialectMySQL  = "mysql"
+)
+
+const mysqlScheme = "mysql://"
+
+// Store is obmd's persistent state. Safe for concurrent use.
+//
+// On SQLite, w is a pool of exactly one connection, so writers queue in
+// database/sql instead of racing for SQLite's write lock (no SQLITE_BUSY
+// between goroutines of one process), and r is a pool of read-only
+// connections that WAL lets read while a write is in progress. On MySQL,
+// w and r are the same pool.
+type Store struct {
+	dialect string
+	w       *sql.DB
+	r       *sql.DB
+	log     logrus.FieldLogger
+	now     func() time.Time // tests replace it
+}
+
+// Open connects to dsn: a SQLite file path (or "file:..." URI), or
+// "mysql://user:pass@tcp(host:port)/dbname[?params]". SQLite gets WAL and a
+// busy timeout; MySQL gets parseTime. It pings but does not migrate.
+//
+// SQLite defaults (each kept if the DSN sets it): busy_timeout 5 s, foreign
+// keys on, WAL, synchronous FULL (an acknowledged revocation survives a power
+// loss), BEGIN IMMEDIATE. A new database file is created with mode 0600.
+// MySQL defaults: parseTime, a 5 s dial timeout, clientFoundRows. Errors
+// never contain the DSN's password.
+func Open(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
+	if log == nil {
+		return nil, errors.New("open database: nil logger")
+	}
+	if strings.TrimSpace(dsn) == "" {
+		return nil, errors.New("open database: empty DSN")
+	}
+	if strings.HasPrefix(dsn, mysqlScheme) {
+		return openMySQL(ctx, strings.TrimPrefix(dsn, mysqlScheme), log)
+	}
+	return openSQLite(ctx, dsn, log)
+}
+
+func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, redact(fmt.Errorf("parse mysql DSN: %w", err), passwordOf(dsn))
+	}
+	if cfg.DBName == "" {
+		return nil, errors.New("parse mysql DSN: no database name (want mysql://user:pass@tcp(host:port)/dbname)")
+	}
+	cfg.ParseTime = true
+	cfg.ClientFoundRows = true // RowsAffected counts matched rows, as on SQLite
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, redact(fmt.Errorf("configure mysql: %w", err), cfg.Passwd)
+	}
+	pool := sql.OpenDB(conn)
+	pool.SetMaxOpenConns(16)
+	pool.SetMaxIdleConns(8)
+	// Below the idle timeouts of common proxies and of wait_timeout.
+	pool.SetConnMaxLifetime(3 * time.Minute)
+	pool.SetConnMaxIdleTime(time.Minute)
+	if err := pool.PingContext(ctx); err != nil {
+		_ = pool.Close() // the ping error is the one worth returning
+		return nil, redact(fmt.Errorf("ping mysql %s/%s: %w", cfg.Addr, cfg.DBName, err), cfg.Passwd)
+	}
+	log.WithFields(logrus.Fields{"dialect": DialectMySQL, "addr": cfg.Addr, "database": cfg.DBName}).Info("db_open")
+	return &Store{dialect: DialectMySQL, w: pool, r: pool, log: log, now: time.Now}, nil
+}
+
+// passwordOf extracts the password from a DSN that mysql.ParseDSN rejected,
+// so that its error can still be redacted: user:pass@... up to the last '@'.
+func passwordOf(dsn string) string {
+	at := strings.LastIndex(dsn, "@")
+	if at < 0 {
+		return ""
+	}
+	userinfo := dsn[:at]
+	if i := strings.Index(userinfo, ":"); i >= 0 {
+		return userinfo[i+1:]
+	}
+	return ""
+}
+
+// redact returns err, or a plain error with pass masked if err's text
+// contains it. The chain is dropped in that case: an unwrapped cause would
+// still print the password.
+func redact(err error, pass string) error {
+	if err == nil || pass == "" || !strings.Contains(err.Error(), pass) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pass, "xxxxx"))
+}
+
+func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
+	base, query, _ := strings.Cut(dsn, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return nil, fmt.Errorf("parse sqlite DSN: %w", err)
+	}
+	memory := base == ":memory:" || strings.HasPrefix(base, "file::memory:") || q.Get("mode") == "memory"
+	if !memory && !strings.HasPrefix(base, "file:") {
+		if err := createPrivate(base); err != nil {
+			return nil, err
+		}
+	}
+	addPragma(q, "busy_timeout", "5000")
+	addPragma(q, "foreign_keys", "1")
+	if !memory {
+		addPragma(q, "journal_mode", "WAL")
+	}
+	addPragma(q, "synchronous", "FULL")
+	if q.Get("_txlock") == "" {
+		q.Set("_txlock", "immediate")
+	}
+
+	w, err := sql.Open("sqlite", base+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", base, err)
+	}
+	// One writer connection: see Store. Kept open forever, which is also
+	// what keeps a :memory: database alive.
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := w.PingContext(ctx); err != nil {
+		_ = w.Close() // the ping error is the one worth returning
+		return nil, fmt.Errorf("open sqlite %s: %w", base, err)
+	}
+	s := &Store{dialect: DialectSQLite, w: w, r: w, log: log, now: time.Now}
+	if !memory {
+		// Each :memory: connection would be a database of its own, so
+		// memory stores read through the writer.
+		rq := cloneValues(q)
+		rq.Add("_pragma", "query_only(1)")
+		r, err := sql.Open("sqlite", base+"?"+rq.Encode())
+		if err != nil {
+			_ = w.Close()
+			return nil, fmt.Errorf("open sqlite %s: %w", base, err)
+		}
+		n := max(4, runtime.GOMAXPROCS(0))
+		r.SetMaxOpenConns(n)
+		r.SetMaxIdleConns(n)
+		if err := r.PingContext(ctx); err != nil {
+			_ = r.Close()
+			_ = w.Close()
+			return nil, fmt.Errorf("open sqlite %s: %w", base, err)
+		}
+		s.r = r
+	}
+	log.WithFields(logrus.Fields{"dialect": DialectSQLite, "path": base}).Info("db_open")
+	return s, nil
+}
+
+// addPragma adds "_pragma=name(value)" unless the DSN already sets name.
+func addPragma(q url.Values, name, value string) {
+	for _, p := range q["_pragma"] {
+		p = strings.ToLower(strings.TrimSpace(p))
+		if strings.HasPrefix(p, name+"(") || strings.HasPrefix(p, name+"=") || p == name {
+			return
+		}
+	}
+	q.Add("_pragma", name+"("+value+")")
+}
+
+func cloneValues(q url.Values) url.Values {
+	c := make(url.Values, len(q))
+	for k, v := range q {
+		c[k] = append([]string(nil), v...)
+	}
+	return c
+}
+
+// createPrivate creates path with mode 0600 if it does not exist, so token
+// hashes and sealed BMC info are not world-readable; SQLite gives its -wal
+// and -shm files the same mode.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create sqlite database: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("create sqlite database: %w", err)
+	}
+	return nil
+}
+
+// Dialect is "sqlite" or "mysql".
+func (s *Store) Dialect() string { return s.dialect }
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.r.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping %s: %w", s.dialect, err)
+	}
+	return nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	var errs []error
+	if s.r != s.w {
+		errs = append(errs, s.r.Close())
+	}
+	errs = append(errs, s.w.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close %s: %w", s.dialect, err)
+	}
+	return nil
+}

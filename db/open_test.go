@@ -1,0 +1,193 @@
+package db
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/obmd/obmd/db/dbtest"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+)
+
+func TestOpenRejects(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	tests := []struct {
+		name string
+		dsn  string
+		log  logrus.FieldLogger
+	}{
+		{"empty", "", log},
+		{"nil logger", "x.db", nil},
+		{"mysql without database", "mysql://u:p@tcp(127.0.0.1:1)/", log},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if s, err := Open(ctx, tt.dsn, tt.log); err == nil {
+				_ = s.Close()
+				t.Errorf("got nil error, want one")
+			}
+		})
+	}
+}
+
+// TestOpenHidesPassword checks the password of a MySQL DSN reaches neither
+// errors nor log lines, for a malformed DSN, an unreachable server and a
+// successful open.
+func TestOpenHidesPassword(t *testing.T) {
+	ctx := context.Background()
+	const pass = "Pw-d0-not-LEAK"
+	tests := []struct {
+		name string
+		dsn  string
+	}{
+		{"unreachable", "mysql://obmd:" + pass + "@tcp(127.0.0.1:1)/obmd"},
+		{"malformed address", "mysql://obmd:" + pass + "@tcp(127.0.0.1:1/obmd"},
+		{"bad parameter", "mysql://obmd:" + pass + "@tcp(127.0.0.1:1)/obmd?parseTime=maybe"},
+		{"password in parameter", "mysql://obmd:" + pass + "@tcp(127.0.0.1:1)/obmd?timeout=" + pass},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			log, hook := logtest.NewNullLogger()
+			s, err := Open(ctx, tt.dsn, log)
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("open: got nil error, want one")
+			}
+			if strings.Contains(err.Error(), pass) {
+				t.Errorf("error shows the password: %v", err)
+			}
+			for _, e := range hook.AllEntries() {
+				if line, _ := e.String(); strings.Contains(line, pass) {
+					t.Errorf("log shows the password: %s", line)
+				}
+			}
+		})
+	}
+
+	t.Run("successful open", func(t *testing.T) {
+		dsn := dbtest.MySQLDSN(t)
+		log, hook := logtest.NewNullLogger()
+		log.SetLevel(logrus.DebugLevel)
+		s, err := Open(ctx, dsn, log)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		defer s.Close()
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+		secret := passwordOf(strings.TrimPrefix(dsn, mysqlScheme))
+		if secret == "" {
+			t.Skip("the test DSN has no password")
+		}
+		if len(hook.AllEntries()) == 0 {
+			t.Errorf("no log line, want db_open")
+		}
+		for _, e := range hook.AllEntries() {
+			if line, _ := e.String(); strings.Contains(line, secret) {
+				t.Errorf("log shows the password: %s", line)
+			}
+		}
+	})
+}
+
+func TestSQLiteSetup(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	path := filepath.Join(t.TempDir(), "obmd.db")
+	s, err := Open(ctx, path+"?_pragma=busy_timeout(7000)", log)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Mode().Perm(); got != 0o600 {
+		t.Errorf("database file mode: got %v, want 0600", got)
+	}
+	pragmas := []struct {
+		name string
+		want string
+	}{
+		{"journal_mode", "wal"},
+		{"foreign_keys", "1"},
+		{"busy_timeout", "7000"}, // the DSN's own value wins
+		{"synchronous", "2"},     // FULL
+	}
+	for _, p := range pragmas {
+		for _, pool := range []struct {
+			name string
+			q    func() (string, error)
+		}{
+			{"writer", func() (v string, err error) { err = s.w.QueryRowContext(ctx, "PRAGMA "+p.name).Scan(&v); return }},
+			{"reader", func() (v string, err error) { err = s.r.QueryRowContext(ctx, "PRAGMA "+p.name).Scan(&v); return }},
+		} {
+			got, err := pool.q()
+			if err != nil {
+				t.Fatalf("%s: pragma %s: %v", pool.name, p.name, err)
+			}
+			if !strings.EqualFold(got, p.want) {
+				t.Errorf("%s: pragma %s: got %s, want %s", pool.name, p.name, got, p.want)
+			}
+		}
+	}
+	if _, err := s.r.ExecContext(ctx, `DELETE FROM nodes`); err == nil {
+		t.Errorf("write through the reader pool: got nil error, want query_only refusal")
+	}
+}
+
+func TestSQLiteMemory(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	s, err := Open(ctx, ":memory:", log)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if _, err := s.CreateNode(ctx, Node{Label: "n1", Type: "mock"}); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if _, err := s.Node(ctx, "n1"); err != nil {
+		t.Errorf("get: got %v, want nil", err)
+	}
+}
+
+func TestSQLiteFileURIAndSchemaVersion(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	path := filepath.Join(t.TempDir(), "uri.db")
+	s, err := Open(ctx, "file:"+path+"?mode=rwc", log)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer s.Close()
+	cur, latest, err := s.SchemaVersion(ctx)
+	if err != nil || cur != 0 || latest < 1 {
+		t.Fatalf("schema version before migrating: got %d, %d, %v, want 0, >= 1, nil", cur, latest, err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if cur, latest, err = s.SchemaVersion(ctx); err != nil || cur != latest {
+		t.Errorf("schema version after migrating: got %d, %d, %v, want equal", cur, latest, err)
+	}
+	var mode string
+	if err := s.r.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal mode: got %q, %v, want wal", mode, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("database file: %v", err)
+	}
+}

@@ -1,0 +1,140 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// txAttempts bounds retries of a transaction that MySQL chose as a deadlock
+// victim; the whole transaction is rolled back then, so running fn again is
+// safe.
+const txAttempts = 3
+
+// withTx runs fn in a write transaction and commits it, or rolls it back if
+// fn fails. fn must use only tx (on SQLite the writer pool holds a single
+// connection, which tx owns) and must be safe to run again.
+func (s *Store) withTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	var err error
+	for range txAttempts {
+		err = s.tryTx(ctx, fn)
+		if !isDeadlock(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback() // fn's error is the cause; a failed rollback is discarded with the connection
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// isDuplicate reports a primary-key or unique violation.
+func isDuplicate(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062 // ER_DUP_ENTRY
+}
+
+// isMissingParent reports a foreign-key violation on insert: the node is gone.
+func isMissingParent(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1452 || me.Number == 1216) // ER_NO_REFERENCED_ROW(_2)
+}
+
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213 // ER_LOCK_DEADLOCK
+}
+
+// notFound maps sql.ErrNoRows to ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// mustAffect returns ErrNotFound when res changed no row.
+func mustAffect(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Times are stored as unix milliseconds, UTC, on both engines.
+
+func toMillis(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// stamp is now as it will read back from the database.
+func (s *Store) stamp() time.Time { return fromMillis(toMillis(s.now())) }
+
+// Column limits, in bytes (labels and fingerprints are VARBINARY on MySQL;
+// the type column counts characters, so a type within these bytes fits).
+const (
+	// MaxLabelLen is the longest node label the store accepts.
+	MaxLabelLen = 80
+	// MaxTypeLen is the longest node type the store accepts.
+	MaxTypeLen = 32
+	// MaxFingerprintLen is the longest key fingerprint the store accepts.
+	MaxFingerprintLen = 100
+)
+
+func checkLen(what, v string, max int) error {
+	if v == "" {
+		return fmt.Errorf("empty %s", what)
+	}
+	if len(v) > max {
+		return fmt.Errorf("%s longer than %d bytes", what, max)
+	}
+	return nil
+}
+
+// clip makes v storable in a column of max bytes: valid UTF-8 (MySQL's
+// utf8mb4 rejects anything else) cut at a rune boundary. Audit fields come
+// from the network (an SSH user name is any string) and must never make an
+// audit write fail.
+func clip(v string, max int) string {
+	v = strings.ToValidUTF8(v, "\uFFFD")
+	if len(v) <= max {
+		return v
+	}
+	v = v[:max]
+	for len(v) > 0 && !utf8.ValidString(v) {
+		v = v[:len(v)-1]
+	}
+	return v
+}
