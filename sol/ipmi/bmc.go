@@ -1,0 +1,322 @@
+// Package ipmi is the native IPMI v2.0 (RMCP+, "lanplus") BMC driver, built
+// on github.com/bougou/go-ipmi: power and boot-device operations each over
+// one short RMCP+ session, and a serial-over-LAN console with its own
+// session whose input is batched into full SOL packets.
+//
+// go-ipmi does the session work (RAKP, keys, encryption, IPMI commands); this
+// package owns the UDP socket (demuxConn) and runs the SOL packet protocol
+// itself (IPMI v2.0 section 15): sequence numbers, acknowledgements and
+// accepted-character counts, retransmission, keepalive probes.
+package ipmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/bougou/go-ipmi/pkg/client"
+	"github.com/bougou/go-ipmi/pkg/command/chassis"
+	"github.com/bougou/go-ipmi/pkg/rmcpplus"
+	"github.com/bougou/go-ipmi/pkg/types"
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/sol"
+)
+
+// Config tunes the driver. Zero values take the defaults.
+type Config struct {
+	// CallTimeout bounds one operation: a power or boot-device operation
+	// (connect, command, close), OpenConsole, DeactivateConsole, and each
+	// IPMI exchange inside a console session. Default 10 s.
+	CallTimeout time.Duration
+	// Keepalive is how long an open console may receive nothing before it
+	// probes the BMC (and checks that the SOL payload is still its own).
+	// Default 5 s.
+	Keepalive time.Duration
+	// AttemptTimeout is how long to wait for one IPMI response before
+	// resending the request (within CallTimeout). Default 1 s, as ipmitool.
+	AttemptTimeout time.Duration
+	// Retransmit is how long to wait for the BMC to acknowledge a SOL packet
+	// before resending it; after 6 resends the console fails. Default 500 ms.
+	Retransmit time.Duration
+}
+
+// Defaults for Config.
+const (
+	DefaultCallTimeout    = 10 * time.Second
+	DefaultKeepalive      = 5 * time.Second
+	DefaultAttemptTimeout = time.Second
+	DefaultRetransmit     = 500 * time.Millisecond
+	// DefaultPort is the RMCP+ UDP port.
+	DefaultPort = 623
+	// DefaultCipher is cipher suite 3: RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128.
+	DefaultCipher = 3
+)
+
+// lanRetries is how many times go-ipmi resends a request that got no answer
+// (ipmitool's lanplus default). The operation's context bounds the total.
+const lanRetries = 4
+
+// BMC is one node's BMC reached over RMCP+. It is safe for concurrent use:
+// every operation runs its own session.
+type BMC struct {
+	label  string
+	addr   string // host name or IP address
+	port   int
+	user   string
+	pass   string // never logged, never in an error
+	cipher int
+	cfg    Config
+	log    logrus.FieldLogger
+}
+
+var _ sol.BMC = (*BMC)(nil)
+
+// New validates info and returns the driver for the node label. It does no
+// I/O. info needs Addr, User and Pass; Port 0 means 623; a nil or -1 Cipher
+// means suite 3; Interface must be empty or "lanplus".
+func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC, error) {
+	if info.Addr == "" {
+		return nil, errors.New("new IPMI driver: BMC address is required")
+	}
+	if info.User == "" {
+		return nil, errors.New("new IPMI driver: BMC user is required")
+	}
+	if len(info.User) > rmcpplus.MaxUserNameLength {
+		return nil, fmt.Errorf("new IPMI driver: BMC user name longer than %d characters", rmcpplus.MaxUserNameLength)
+	}
+	if info.Pass == "" {
+		return nil, errors.New("new IPMI driver: BMC password is required")
+	}
+	if len(info.Pass) > 20 {
+		return nil, errors.New("new IPMI driver: BMC password longer than 20 characters")
+	}
+	port := info.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	if port < 0 || port > 65535 {
+		return nil, fmt.Errorf("new IPMI driver: bad BMC port %d", info.Port)
+	}
+	cipher := DefaultCipher
+	if info.Cipher != nil && *info.Cipher != -1 {
+		cipher = *info.Cipher
+	}
+	if !supportedCipher(cipher) {
+		return nil, fmt.Errorf("new IPMI driver: unsupported cipher suite %d", cipher)
+	}
+	if info.Interface != "" && info.Interface != "lanplus" {
+		return nil, fmt.Errorf("new IPMI driver: interface %q not supported (only lanplus)", info.Interface)
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.Keepalive <= 0 {
+		cfg.Keepalive = DefaultKeepalive
+	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if cfg.Retransmit <= 0 {
+		cfg.Retransmit = DefaultRetransmit
+	}
+	if log == nil {
+		return nil, errors.New("new IPMI driver: logger is required")
+	}
+	return &BMC{
+		label:  label,
+		addr:   info.Addr,
+		port:   port,
+		user:   info.User,
+		pass:   info.Pass,
+		cipher: cipher,
+		cfg:    cfg,
+		log:    log.WithFields(logrus.Fields{"node": label, "driver": "ipmi"}),
+	}, nil
+}
+
+// supportedCipher: the suites go-ipmi implements (0-3 and 6-8, 11-12, 15-17
+// use algorithms it knows; the RC4 ones are left out).
+func supportedCipher(c int) bool {
+	switch c {
+	case 0, 1, 2, 3, 6, 7, 8, 11, 12, 15, 16, 17:
+		return true
+	}
+	return false
+}
+
+// aesCipher reports whether the suite encrypts with AES-CBC-128.
+func aesCipher(c int) bool { return c == 3 || c == 8 || c == 12 || c == 17 }
+
+// PowerStatus returns sol.PowerOn or sol.PowerOff.
+func (b *BMC) PowerStatus(ctx context.Context) (string, error) {
+	state := sol.PowerOff
+	err := b.do(ctx, "power status", func(ctx context.Context, c *client.Client) error {
+		st, err := c.GetChassisStatus(ctx)
+		if err != nil {
+			return err
+		}
+		if st.PowerIsOn {
+			state = sol.PowerOn
+		}
+		return nil
+	})
+	return state, err
+}
+
+// PowerOn powers the node up.
+func (b *BMC) PowerOn(ctx context.Context) error {
+	return b.chassis(ctx, "power on", chassis.ChassisControlPowerUp)
+}
+
+// PowerOff powers the node down, or asks its OS for an ACPI soft shutdown
+// when soft is true.
+func (b *BMC) PowerOff(ctx context.Context, soft bool) error {
+	if soft {
+		return b.chassis(ctx, "soft power off", chassis.ChassisControlSoftShutdown)
+	}
+	return b.chassis(ctx, "power off", chassis.ChassisControlPowerDown)
+}
+
+// PowerCycle turns the node off and on again. A BMC that refuses to cycle a
+// machine that is off (completion code 0xD5) gets a plain power on instead.
+func (b *BMC) PowerCycle(ctx context.Context) error {
+	return b.do(ctx, "power cycle", func(ctx context.Context, c *client.Client) error {
+		_, err := c.ChassisControl(ctx, chassis.ChassisControlPowerCycle)
+		if cc, ok := completionCode(err); !ok || cc != 0xd5 {
+			return err
+		}
+		st, serr := c.GetChassisStatus(ctx)
+		if serr != nil || st.PowerIsOn {
+			return err
+		}
+		_, err = c.ChassisControl(ctx, chassis.ChassisControlPowerUp)
+		return err
+	})
+}
+
+// PowerReset hard-resets the node.
+func (b *BMC) PowerReset(ctx context.Context) error {
+	return b.chassis(ctx, "power reset", chassis.ChassisControlHardReset)
+}
+
+func (b *BMC) chassis(ctx context.Context, op string, ctl chassis.ChassisControl) error {
+	return b.do(ctx, op, func(ctx context.Context, c *client.Client) error {
+		_, err := c.ChassisControl(ctx, ctl)
+		return err
+	})
+}
+
+// bootDevices maps obmd's names to IPMI boot device selectors.
+var bootDevices = map[string]types.BootDeviceSelector{
+	sol.BootPXE:   types.BootDeviceSelectorForcePXE,
+	sol.BootDisk:  types.BootDeviceSelectorForceHardDrive,
+	sol.BootBIOS:  types.BootDeviceSelectorForceBIOSSetup,
+	sol.BootCDROM: types.BootDeviceSelectorForceCDROM,
+	sol.BootNone:  types.BootDeviceSelectorNoOverride,
+}
+
+// SetBootDevice sets the boot flags for the next boot (every boot if
+// persistent). Unknown devices are sol.ErrBadBootDevice, before any I/O.
+func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) error {
+	sel, ok := bootDevices[dev]
+	if !ok {
+		return fmt.Errorf("set boot device of %s to %q: %w", b.label, dev, sol.ErrBadBootDevice)
+	}
+	return b.do(ctx, "set boot device", func(ctx context.Context, c *client.Client) error {
+		return c.SetBootDevice(ctx, sel, types.BIOSBootTypeLegacy, persistent)
+	})
+}
+
+// do runs fn in a fresh session bounded by ctx and CallTimeout, then closes
+// the session.
+func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *client.Client) error) error {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	log := b.log.WithField("op", op)
+	start := time.Now()
+	s, err := b.dial(ctx)
+	if err != nil {
+		log.WithError(err).Debug("ipmi_connect_failed")
+		return fmt.Errorf("%s %s: %w", op, b.label, err)
+	}
+	err = fn(ctx, s.c)
+	s.close(ctx)
+	if err != nil {
+		log.WithError(err).Debug("ipmi_op_failed")
+		return fmt.Errorf("%s %s: %w", op, b.label, err)
+	}
+	log.WithField("took_ms", time.Since(start).Milliseconds()).Debug("ipmi_op_done")
+	return nil
+}
+
+// session is one established RMCP+ session and the socket it runs on.
+type session struct {
+	c *client.Client
+	d *dialer
+}
+
+// dial resolves the BMC's address and opens a session, all under ctx.
+func (b *BMC) dial(ctx context.Context) (*session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("connect to BMC: %w", err)
+	}
+	ip, err := resolve(ctx, b.addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect to BMC: %w", err)
+	}
+	d := &dialer{raddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(b.port))), aes: aesCipher(b.cipher)}
+	c, err := client.NewClient(ip.String(), b.port, b.user, b.pass)
+	if err != nil {
+		return nil, fmt.Errorf("connect to BMC: %w", err)
+	}
+	c.WithCipherSuiteID(types.CipherSuiteID(b.cipher)).
+		WithMaxPrivilegeLevel(types.PrivilegeLevelAdministrator).
+		WithTimeout(b.cfg.AttemptTimeout).
+		WithRetry(lanRetries).
+		WithUDPProxy(d)
+	if err := c.Connect(ctx); err != nil {
+		// The session may be half open at the BMC; it times out there.
+		d.close()
+		return nil, fmt.Errorf("connect to BMC %s: %w", net.JoinHostPort(b.addr, strconv.Itoa(b.port)), err)
+	}
+	return &session{c: c, d: d}, nil
+}
+
+// close ends the session politely if ctx allows (Close Session), then
+// closes the socket. If ctx is already done it closes the socket first, so
+// that no go-ipmi goroutine stays blocked on a read until its deadline.
+func (s *session) close(ctx context.Context) {
+	if ctx.Err() != nil {
+		s.d.close()
+	}
+	s.c.Close(ctx) // stops go-ipmi's keepalive goroutine; errors do not matter here
+	s.d.close()
+}
+
+// resolve returns the BMC's IP address; host names are looked up under ctx.
+func resolve(ctx context.Context, host string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap(), nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("resolve %s: no address", host)
+	}
+	return ips[0].Unmap(), nil
+}
+
+// completionCode extracts the IPMI completion code from a go-ipmi error.
+func completionCode(err error) (uint8, bool) {
+	if re, ok := types.IsResponseError(err); ok {
+		return uint8(re.CompletionCode()), true
+	}
+	return 0, false
+}

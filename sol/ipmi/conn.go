@@ -1,0 +1,265 @@
+package ipmi
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// demuxConn is the UDP socket of one RMCP+ session. go-ipmi dials it through
+// our proxy.Dialer (client.WithUDPProxy), so we own the socket: we can close
+// it to abort go-ipmi's pending reads at once, and its reader goroutine
+// splits what the BMC sends in two queues:
+//
+//   - SOL payload packets go to sol, read by the console's owner goroutine
+//     (go-ipmi's own SOL matching would drop output that arrives while it
+//     waits for an acknowledgement);
+//   - everything else goes to ipmi, which Read serves to go-ipmi's exchanges
+//     (session setup, commands, its 30 s session keepalive).
+//
+// Ownership: the reader goroutine is started by dial and ends when the
+// socket is closed; Close closes the socket and waits for it. Neither queue
+// is ever closed: consumers also select on done.
+type demuxConn struct {
+	udp *net.UDPConn
+	aes bool // the cipher suite encrypts with AES-CBC-128: sanity-check lengths
+
+	sol  chan packet // SOL datagrams (or socket errors) for the console
+	ipmi chan packet // other datagrams (or socket errors) for go-ipmi
+
+	done    chan struct{} // closed when the reader goroutine has exited
+	readErr error         // why the reader exited; read after done
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close
+
+	mu       sync.Mutex
+	deadline time.Time // read deadline for go-ipmi's Reads
+	dropped  int       // datagrams dropped because a queue was full
+}
+
+// packet is one datagram, or a socket error (ICMP port unreachable: the
+// BMC's IPMI service is gone).
+type packet struct {
+	data []byte
+	err  error
+}
+
+// Queue sizes: the BMC keeps at most one SOL data packet in flight (plus
+// acknowledgements), and go-ipmi waits for one response at a time, so these
+// only overflow on a flood; overflow drops, and the BMC retransmits.
+const (
+	solQueue  = 64
+	ipmiQueue = 16
+	// maxDatagram is larger than any RMCP+ packet (255 characters of SOL
+	// data plus headers, padding and trailer fit in 400 bytes).
+	maxDatagram = 2048
+)
+
+// dialer is the proxy.Dialer handed to go-ipmi. It dials once, to the
+// address resolved beforehand under the caller's context (go-ipmi's Dial
+// takes no context).
+type dialer struct {
+	raddr *net.UDPAddr
+	aes   bool
+
+	mu   sync.Mutex
+	conn *demuxConn
+	shut bool
+}
+
+// Dial implements proxy.Dialer. go-ipmi calls it on its first exchange.
+func (d *dialer) Dial(network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shut || d.conn != nil {
+		return nil, errors.New("dial BMC: session socket already used")
+	}
+	udp, err := net.DialUDP("udp", nil, d.raddr)
+	if err != nil {
+		return nil, fmt.Errorf("dial BMC: %w", err)
+	}
+	c := &demuxConn{
+		udp:    udp,
+		aes:    d.aes,
+		sol:    make(chan packet, solQueue),
+		ipmi:   make(chan packet, ipmiQueue),
+		done:   make(chan struct{}),
+		closed: make(chan struct{}),
+	}
+	go c.readLoop() // ends when Close closes udp; Close waits for it
+	d.conn = c
+	return c, nil
+}
+
+// get returns the dialed connection, or nil if go-ipmi never dialed.
+func (d *dialer) get() *demuxConn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conn
+}
+
+// close closes the socket (if any) and forbids further dials. Idempotent.
+func (d *dialer) close() {
+	d.mu.Lock()
+	d.shut = true
+	c := d.conn
+	d.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+func (c *demuxConn) readLoop() {
+	defer close(c.done)
+	for {
+		buf := make([]byte, maxDatagram)
+		n, err := c.udp.Read(buf)
+		if err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				// The socket stays usable; tell both consumers.
+				c.push(c.sol, packet{err: err})
+				c.push(c.ipmi, packet{err: err})
+				continue
+			}
+			c.readErr = err
+			return
+		}
+		p := buf[:n]
+		if !c.sane(p) {
+			c.countDrop()
+			continue
+		}
+		if isSOL(p) {
+			c.push(c.sol, packet{data: p})
+		} else {
+			c.push(c.ipmi, packet{data: p})
+		}
+	}
+}
+
+func (c *demuxConn) push(q chan packet, p packet) {
+	select {
+	case q <- p:
+	default:
+		c.countDrop()
+	}
+}
+
+func (c *demuxConn) countDrop() {
+	c.mu.Lock()
+	c.dropped++
+	c.mu.Unlock()
+}
+
+// isSOL reports whether p is an RMCP (class IPMI) packet in RMCP+ format
+// (auth type 6) carrying the SOL payload type.
+func isSOL(p []byte) bool {
+	return len(p) > 5 && p[3] == 0x07 && p[4] == 0x06 && p[5]&0x3f == 0x01
+}
+
+// sane drops datagrams that would make go-ipmi panic while decrypting: an
+// AES-CBC payload must hold a 16-byte IV plus whole 16-byte blocks. (go-ipmi
+// does not check the integrity code of what it receives; a datagram that
+// passes this check but was forged still reaches it.)
+func (c *demuxConn) sane(p []byte) bool {
+	if len(p) < 5 || p[3] != 0x07 || p[4] != 0x06 {
+		return true // ASF, IPMI v1.5: go-ipmi's unpacking checks lengths
+	}
+	if len(p) < 16 {
+		return false
+	}
+	encrypted := p[5]&0x80 != 0
+	if p[5]&0x3f == 0x02 { // OEM explicit payload: longer header, not ours
+		return false
+	}
+	length := int(p[14]) | int(p[15])<<8
+	if 16+length > len(p) {
+		return false
+	}
+	if encrypted && c.aes && (length < 32 || length%16 != 0) {
+		return false
+	}
+	return true
+}
+
+// Read serves go-ipmi: the next non-SOL datagram, honouring the read
+// deadline with a net.Error whose Timeout() is true (go-ipmi retries on it).
+func (c *demuxConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	dl := c.deadline
+	c.mu.Unlock()
+	var timeout <-chan time.Time
+	if !dl.IsZero() {
+		d := time.Until(dl)
+		if d <= 0 {
+			return 0, c.timeoutErr()
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case p := <-c.ipmi:
+		if p.err != nil {
+			return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: p.err}
+		}
+		return copy(b, p.data), nil
+	case <-timeout:
+		return 0, c.timeoutErr()
+	case <-c.closed:
+		return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: net.ErrClosed}
+	case <-c.done:
+		return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: c.readErr}
+	}
+}
+
+func (c *demuxConn) timeoutErr() error {
+	return &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: os.ErrDeadlineExceeded}
+}
+
+// Write sends one datagram. UDP sockets are safe for concurrent writes, so
+// go-ipmi and the console's owner goroutine both write directly.
+func (c *demuxConn) Write(b []byte) (int, error) { return c.udp.Write(b) }
+
+// Close closes the socket, which ends the reader goroutine and any pending
+// Read, and waits for the reader. Idempotent.
+func (c *demuxConn) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.udp.Close()
+	})
+	<-c.done
+	return nil
+}
+
+// Dropped returns how many datagrams were dropped (full queue or malformed).
+func (c *demuxConn) Dropped() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped
+}
+
+// LocalAddr implements net.Conn.
+func (c *demuxConn) LocalAddr() net.Addr { return c.udp.LocalAddr() }
+
+// RemoteAddr implements net.Conn.
+func (c *demuxConn) RemoteAddr() net.Addr { return c.udp.RemoteAddr() }
+
+// SetDeadline implements net.Conn (only the read deadline matters).
+func (c *demuxConn) SetDeadline(t time.Time) error { return c.SetReadDeadline(t) }
+
+// SetReadDeadline implements net.Conn for go-ipmi's Reads.
+func (c *demuxConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return nil
+}
+
+// SetWriteDeadline implements net.Conn; UDP writes do not block.
+func (c *demuxConn) SetWriteDeadline(time.Time) error { return nil }

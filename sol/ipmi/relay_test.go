@@ -1,0 +1,124 @@
+package ipmi
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// relay is a UDP forwarder between the driver and ipmi_sim that can drop
+// datagrams at random or go silent (a BMC that vanished without an ICMP
+// error), to exercise retransmission and link-loss detection.
+type relay struct {
+	pc     net.PacketConn // the port the driver talks to
+	target *net.UDPAddr   // ipmi_sim
+
+	silent atomic.Bool
+
+	mu    sync.Mutex
+	rng   *rand.Rand
+	loss  float64                 // probability of dropping each datagram
+	peers map[string]*net.UDPConn // driver address -> socket towards the sim
+	wg    sync.WaitGroup          // forwarding goroutines, waited by close
+}
+
+func startRelay(t *testing.T, simPort int) *relay {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("relay listen: %v", err)
+	}
+	r := &relay{
+		pc:     pc,
+		target: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: simPort},
+		rng:    rand.New(rand.NewPCG(1, 2)),
+		peers:  map[string]*net.UDPConn{},
+	}
+	r.wg.Add(1)
+	go r.fromDriver() // ends when close closes pc
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *relay) port() int { return r.pc.LocalAddr().(*net.UDPAddr).Port }
+
+func (r *relay) setLoss(p float64) {
+	r.mu.Lock()
+	r.loss = p
+	r.mu.Unlock()
+}
+
+func (r *relay) dropNow() bool {
+	if r.silent.Load() {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.loss > 0 && r.rng.Float64() < r.loss
+}
+
+func (r *relay) fromDriver() {
+	defer r.wg.Done()
+	buf := make([]byte, 4096)
+	for {
+		n, from, err := r.pc.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		up := r.peer(from)
+		if up == nil || r.dropNow() {
+			continue
+		}
+		up.Write(buf[:n])
+	}
+}
+
+// peer returns the socket towards the sim for one driver address, starting
+// its reply forwarder on first use.
+func (r *relay) peer(from net.Addr) *net.UDPConn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if up, ok := r.peers[from.String()]; ok {
+		return up
+	}
+	up, err := net.DialUDP("udp4", nil, r.target)
+	if err != nil {
+		return nil
+	}
+	r.peers[from.String()] = up
+	r.wg.Add(1)
+	go func() { // ends when close closes up
+		defer r.wg.Done()
+		buf := make([]byte, 4096)
+		for {
+			n, err := up.Read(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue // ECONNREFUSED while the sim is down
+			}
+			if r.dropNow() {
+				continue
+			}
+			r.pc.WriteTo(buf[:n], from)
+		}
+	}()
+	return up
+}
+
+func (r *relay) close() {
+	r.pc.Close()
+	r.mu.Lock()
+	for _, up := range r.peers {
+		up.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
