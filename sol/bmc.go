@@ -51,7 +51,8 @@ type BMC interface {
 	// An unknown device is ErrBadBootDevice.
 	SetBootDevice(ctx context.Context, dev string, persistent bool) error
 	// OpenConsole activates SOL and returns the live console. An already
-	// active payload is ErrPayloadActive (wrapped).
+	// active payload is ErrPayloadActive (wrapped). ctx bounds only the
+	// opening: the Console lives until its Close, not until ctx ends.
 	OpenConsole(ctx context.Context) (Console, error)
 	// DeactivateConsole frees a SOL payload left active by someone else (a
 	// killed client), so that OpenConsole can succeed.
@@ -61,8 +62,11 @@ type BMC interface {
 // Console is one active SOL session. Read returns bytes from the node's
 // serial port; Write sends bytes to it (already batched by the caller; a
 // driver may split them further). Read returns an error (io.EOF or other)
-// when the link is lost. Close deactivates SOL and must unblock a pending
-// Read; it is called exactly once, by the Link goroutine that owns it.
+// when the link is lost, including when the BMC goes silent or dead: the
+// driver runs its own keepalive, the Manager only sees Read fail. Read runs
+// concurrently with Write and Break (the Manager never overlaps those two).
+// Close deactivates SOL and must unblock a pending Read and Write; it is
+// called exactly once, by the link goroutine that owns the console.
 type Console interface {
 	io.Reader
 	io.Writer
