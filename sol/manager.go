@@ -1,51 +1,361 @@
 package sol
 
-// CONTRACT (to be implemented): the console hub.
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Errors of the console hub. Their texts are shown to users as they are.
+var (
+	// ErrReadOnly: the viewer is not the writer (Write and Break).
+	ErrReadOnly = errors.New("console is read-only for this session; take over writing first")
+	// ErrShutdown ends every viewer when the Manager closes, and refuses
+	// Attach afterwards.
+	ErrShutdown = errors.New("obmd is shutting down")
+	// ErrDetached is the cause of a viewer that closed itself.
+	ErrDetached = errors.New("console detached")
+	// ErrSlowViewer ends a viewer whose output queue overflowed when
+	// Config.DropSlow is set.
+	ErrSlowViewer = errors.New("console output overflowed: this session reads too slowly")
+	// ErrCut is the cause Cut uses when it is given none.
+	ErrCut = errors.New("console access ended")
+	// ErrLinkDown: Break while the node's console link is not established.
+	ErrLinkDown = errors.New("console link is not up")
+)
+
+// Backoff bounds the delay between attempts to (re)open a console link. The
+// delay doubles from Min up to Max; each wait is drawn from [d/2, d].
+type Backoff struct {
+	Min, Max time.Duration
+}
+
+// Config tunes the Manager. Zero fields take the documented defaults.
 //
-//	type Config struct {
-//		Scrollback  int           // bytes of scrollback per node (default 16 KiB)
-//		Linger      time.Duration // keep a link open this long after the last viewer leaves (default 2 s)
-//		QueueBytes  int           // per-viewer output queue bound (default 256 KiB); overflow -> gap
-//		DropSlow    bool          // disconnect a viewer on overflow instead of skipping ahead
-//		Keepalive   time.Duration // idle time after which the link probes the BMC (default 10 s)
-//		OpenTimeout time.Duration // bound on one OpenConsole call (default 10 s)
-//		Backoff     struct{ Min, Max time.Duration } // reconnect backoff (default 250 ms .. 10 s, with jitter)
-//		Now         func() time.Time
-//	}
-//	func NewManager(cfg Config, r Resolver, log logrus.FieldLogger) *Manager
+// There is no keepalive here: drivers detect a silent or dead BMC themselves
+// and make Console.Read fail, which the Manager treats as a lost link.
+type Config struct {
+	// Scrollback is the size of each node's scrollback ring (default 16 KiB).
+	Scrollback int
+	// Linger keeps a link open this long after its last viewer leaves
+	// (default 2 s), so a quick reconnect finds the link and its scrollback.
+	Linger time.Duration
+	// QueueBytes bounds each viewer's pending output (default 256 KiB).
+	// A viewer that falls further behind skips ahead (Chunk.Skipped), or is
+	// ended with ErrSlowViewer when DropSlow is set.
+	QueueBytes int
+	// DropSlow ends a viewer on overflow instead of skipping ahead.
+	DropSlow bool
+	// OpenTimeout bounds each step of opening a link: Resolve, OpenConsole,
+	// DeactivateConsole (default 10 s). It also bounds a Break.
+	OpenTimeout time.Duration
+	// Backoff paces reopen attempts (default 250 ms .. 10 s).
+	Backoff Backoff
+	// Now is the clock for ViewerInfo.Since (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() error {
+	if c.Scrollback < 0 || c.QueueBytes < 0 || c.Linger < 0 || c.OpenTimeout < 0 ||
+		c.Backoff.Min < 0 || c.Backoff.Max < 0 {
+		return errors.New("negative size or duration")
+	}
+	if c.Scrollback == 0 {
+		c.Scrollback = 16 << 10
+	}
+	if c.Linger == 0 {
+		c.Linger = 2 * time.Second
+	}
+	if c.QueueBytes == 0 {
+		c.QueueBytes = 256 << 10
+	}
+	if c.OpenTimeout == 0 {
+		c.OpenTimeout = 10 * time.Second
+	}
+	if c.Backoff.Min == 0 {
+		c.Backoff.Min = 250 * time.Millisecond
+	}
+	if c.Backoff.Max == 0 {
+		c.Backoff.Max = 10 * time.Second
+	}
+	if c.Backoff.Max < c.Backoff.Min {
+		return fmt.Errorf("backoff max %v below min %v", c.Backoff.Max, c.Backoff.Min)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Manager is the console hub: at most one SOL link per node, opened when the
+// first viewer attaches and closed Linger after the last one leaves, its
+// output kept in a scrollback ring and fanned out to every viewer without
+// ever waiting for one.
 //
-//	// Attach subscribes a viewer to label's console, opening the link if this
-//	// is the first viewer. ctx bounds only the attach itself.
-//	func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*Viewer, error)
-//	type AttachOptions struct {
-//		Name     string // who, for banners and `sessions` ("user@addr #id")
-//		ReadOnly bool   // never becomes writer by itself (console --read-only)
-//		Replay   bool   // first output is the scrollback (SSH: yes; HTTP: no)
-//	}
-//	// Viewers lists who is attached (for banners and the `sessions` command).
-//	func (m *Manager) Viewers(label string) []ViewerInfo
-//	// Scrollback copies the node's scrollback (console-log).
-//	func (m *Manager) Scrollback(label string) []byte
-//	// Cut ends every viewer of label with cause, wipes its scrollback and
-//	// closes the link at once (no linger). Returns after they are told.
-//	func (m *Manager) Cut(label string, cause error)
-//	// Close ends all viewers (cause ErrShutdown), deactivates all links and
-//	// waits for their goroutines, bounded by ctx.
-//	func (m *Manager) Close(ctx context.Context) error
+// Goroutines: one owner per link (open, reconnect, linger, Close of the
+// Console), which runs a reader (Read, scrollback, fan-out) and a writer
+// (coalesced input, Break) per established console and waits for both; one
+// pump per viewer (queue -> Output channel). The Manager's WaitGroup tracks
+// owners and pumps; Close waits for them.
 //
-//	type Viewer
-//	func (v *Viewer) Output() <-chan Chunk   // closed when the viewer ends
-//	func (v *Viewer) Done() <-chan struct{}
-//	func (v *Viewer) Err() error             // cause, after Done
-//	func (v *Viewer) Write(p []byte) (int, error) // to the BMC; ErrReadOnly unless writer
-//	func (v *Viewer) TakeWrite()             // become writer; previous writer gets a Notice
-//	func (v *Viewer) ReadOnly()              // give up writing
-//	func (v *Viewer) Writer() bool
-//	func (v *Viewer) Break(ctx context.Context) error
-//	func (v *Viewer) Close()                 // detach; idempotent
-//
-//	type Chunk struct {
-//		Data   []byte // console bytes, untouched
-//		Notice string // a one-line message for the viewer (stderr), e.g. "console link lost, reconnecting"
-//		Skipped int   // >0: this many bytes were dropped before Data because the viewer was slow
-//	}
+// Locks: Manager.mu, then node.mu, then Viewer.mu; none is held across BMC
+// I/O or a channel send that can block.
+type Manager struct {
+	cfg Config
+	r   Resolver
+	log logrus.FieldLogger
+	wg  sync.WaitGroup
+	st  counters
+
+	mu     sync.Mutex
+	closed bool
+	nodes  map[string]*node
+	// tails holds, per label, the done channel of the newest link owner
+	// still running (possibly retired): a new link waits for it so that two
+	// links never hold the same node's SOL payload.
+	tails map[string]chan struct{}
+}
+
+// NewManager validates cfg and returns an idle Manager. It starts nothing:
+// links open on Attach.
+func NewManager(cfg Config, r Resolver, log logrus.FieldLogger) (*Manager, error) {
+	if r == nil {
+		return nil, errors.New("new console manager: nil resolver")
+	}
+	if log == nil {
+		return nil, errors.New("new console manager: nil logger")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("new console manager: %w", err)
+	}
+	return &Manager{
+		cfg:   cfg,
+		r:     r,
+		log:   log,
+		nodes: map[string]*node{},
+		tails: map[string]chan struct{}{},
+	}, nil
+}
+
+// AttachOptions says who attaches and how.
+type AttachOptions struct {
+	// Name identifies the viewer in notices, banners and `sessions`
+	// ("user@addr #id").
+	Name string
+	// ReadOnly: never becomes writer by itself (it may still TakeWrite).
+	ReadOnly bool
+	// Replay delivers the node's scrollback first, atomically with the
+	// subscription: no byte is lost or repeated between replay and live.
+	Replay bool
+}
+
+// ViewerInfo describes an attached viewer.
+type ViewerInfo struct {
+	Name   string    `json:"name"`
+	Writer bool      `json:"writer"`
+	Since  time.Time `json:"since"`
+}
+
+// Attach subscribes a viewer to label's console, starting the link if this
+// is the first viewer. It never waits for the BMC: the link opens in the
+// background and the viewer is told (Chunk.Notice) only about failures. ctx
+// bounds only the attach itself. The viewer becomes writer if nobody writes
+// and o.ReadOnly is false. After Close it returns ErrShutdown (wrapped).
+func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*Viewer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("attach to %s: %w", label, err)
+	}
+	if label == "" {
+		return nil, errors.New("attach: empty node label")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("attach to %s: %w", label, ErrShutdown)
+	}
+	n, start := m.nodes[label], func() {}
+	if n == nil {
+		n, start = m.newNodeLocked(label)
+	}
+	v := newViewer(m, n, o.Name, m.cfg.Now())
+	m.wg.Add(1)
+	go v.pump()
+	n.mu.Lock()
+	n.addLocked(v, o)
+	n.mu.Unlock()
+	start() // after the first viewer subscribed: it sees the link's first byte
+	return v, nil
+}
+
+// Viewers lists who is attached to label, in attach order.
+func (m *Manager) Viewers(label string) []ViewerInfo {
+	m.mu.Lock()
+	n := m.nodes[label]
+	m.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]ViewerInfo, 0, len(n.viewers))
+	for _, v := range n.viewers {
+		out = append(out, ViewerInfo{Name: v.name, Writer: n.writer == v, Since: v.since})
+	}
+	return out
+}
+
+// Scrollback returns a copy of label's scrollback: what the node printed
+// since its link (or the last Cut) began, up to Config.Scrollback bytes.
+// It is empty when the node has no link.
+func (m *Manager) Scrollback(label string) []byte {
+	m.mu.Lock()
+	n := m.nodes[label]
+	m.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.retired {
+		return nil
+	}
+	return n.ring.bytes()
+}
+
+// Cut ends every viewer of label with cause (ErrCut if nil), wipes the
+// node's scrollback and closes its link at once, without linger. When it
+// returns every viewer's Done is closed and the scrollback is empty; the link
+// finishes closing in the background, and a new link for label waits until
+// it has. Output read from the old link is never shown to a later viewer.
+func (m *Manager) Cut(label string, cause error) {
+	if cause == nil {
+		cause = ErrCut
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodes[label]
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	k := len(n.viewers)
+	m.retireLocked(n, cause)
+	n.mu.Unlock()
+	n.log.WithField("viewers", k).WithError(cause).Info("console cut")
+}
+
+// Close ends every viewer with ErrShutdown, closes every link (Console.Close
+// deactivates SOL) and waits for all the Manager's goroutines, or until ctx
+// is done. Attach fails afterwards. Close may be called more than once.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if !m.closed {
+		m.closed = true
+		for _, n := range m.nodes {
+			n.mu.Lock()
+			m.retireLocked(n, ErrShutdown)
+			n.mu.Unlock()
+		}
+	}
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() { // ends when the last owner and pump have; closes done
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close console manager: %w", context.Cause(ctx))
+	}
+}
+
+// newNodeLocked creates label's node; start starts its link owner. m.mu
+// held for both.
+func (m *Manager) newNodeLocked(label string) (n *node, start func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	n = &node{
+		m:        m,
+		label:    label,
+		log:      m.log.WithField("node", label),
+		cancel:   cancel,
+		prev:     m.tails[label],
+		linkDone: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		inReady:  make(chan struct{}, 1),
+		breaks:   make(chan breakReq),
+		ring:     ring{size: m.cfg.Scrollback},
+	}
+	m.nodes[label] = n
+	m.tails[label] = n.linkDone
+	m.st.links.Add(1)
+	return n, func() {
+		m.wg.Add(1)
+		go n.run(ctx)
+	}
+}
+
+// retireLocked takes n out of service: it leaves the map, its viewers end
+// with cause, its scrollback and pending input are dropped and its link
+// owner is told to close. m.mu and n.mu held.
+func (m *Manager) retireLocked(n *node, cause error) {
+	if n.retired {
+		return
+	}
+	n.retired = true
+	if m.nodes[n.label] == n {
+		delete(m.nodes, n.label)
+	}
+	for _, v := range n.viewers {
+		v.end(cause)
+	}
+	m.st.viewers.Add(-int64(len(n.viewers)))
+	n.viewers = nil
+	n.writer = nil
+	n.ring.reset()
+	n.in = nil
+	n.cancel(cause)
+}
+
+// Stats is a snapshot of the Manager's counters (for metrics).
+type Stats struct {
+	Links      int64  // nodes with a link owner (opening, open or reconnecting)
+	LinksUp    int64  // links with an established console
+	Viewers    int64  // attached viewers
+	Opens      uint64 // consoles opened
+	OpenErrors uint64 // failed open attempts
+	Reconnects uint64 // established links lost while in use
+	BytesOut   uint64 // bytes read from BMC consoles
+	BytesIn    uint64 // bytes written to BMC consoles
+	Overflows  uint64 // viewer queue overflows
+	Skipped    uint64 // bytes slow viewers skipped
+}
+
+type counters struct {
+	links, linksUp, viewers               atomic.Int64
+	opens, openErrors, reconnects         atomic.Uint64
+	bytesOut, bytesIn, overflows, skipped atomic.Uint64
+}
+
+// Stats returns the current counters.
+func (m *Manager) Stats() Stats {
+	s := &m.st
+	return Stats{
+		Links:      s.links.Load(),
+		LinksUp:    s.linksUp.Load(),
+		Viewers:    s.viewers.Load(),
+		Opens:      s.opens.Load(),
+		OpenErrors: s.openErrors.Load(),
+		Reconnects: s.reconnects.Load(),
+		BytesOut:   s.bytesOut.Load(),
+		BytesIn:    s.bytesIn.Load(),
+		Overflows:  s.overflows.Load(),
+		Skipped:    s.skipped.Load(),
+	}
+}

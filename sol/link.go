@@ -1,0 +1,499 @@
+package sol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/sirupsen/logrus"
+)
+
+const (
+	readBuf   = 4 << 10  // one Console.Read
+	maxWrite  = 4 << 10  // one coalesced Console.Write
+	maxInput  = 64 << 10 // pending input per node; Write blocks beyond it
+	maxReason = 200      // runes of an error shown in a notice
+)
+
+// Link states, logged with the field "state".
+const (
+	stateConnecting   = "connecting"
+	stateOpen         = "open"
+	stateOpenFailed   = "open_failed"
+	stateDeactivating = "deactivating"
+	stateLost         = "lost"
+	stateClosed       = "closed"
+)
+
+// Notices sent to viewers.
+const (
+	noticeLost     = "console link lost, reconnecting"
+	noticeRestored = "console link restored"
+	noticeUp       = "console connected"
+)
+
+// node is one console: its viewers, scrollback, pending input and the link
+// owner goroutine (run). A node lives from the first Attach until it is
+// retired (linger expired, Cut, Close); a later Attach makes a new node.
+type node struct {
+	m      *Manager
+	label  string
+	log    logrus.FieldLogger
+	cancel context.CancelCauseFunc // cancels run's ctx; called by retireLocked
+	// prev is closed when the previous link of this label has fully closed
+	// (nil if none); run waits for it before opening.
+	prev     <-chan struct{}
+	linkDone chan struct{} // closed by run when it returns
+	wake     chan struct{} // cap 1: the viewer set changed (sent by anyone, drained by run)
+	inReady  chan struct{} // cap 1: input is pending (sent by Write, drained by writeLoop)
+	breaks   chan breakReq // Break requests, received by writeLoop
+
+	// lingerT is armed while the node has no viewer. Owned by run.
+	lingerT *time.Timer
+
+	mu        sync.Mutex
+	retired   bool
+	viewers   []*Viewer // attach order
+	writer    *Viewer   // nil: nobody writes
+	ring      ring
+	in        []byte        // pending input, at most maxInput
+	inDrained chan struct{} // closed (and replaced) when a full input buffer drains
+	up        bool          // a console is established
+	status    string        // current trouble notice, repeated to new viewers; "" if none
+}
+
+type breakReq struct {
+	ctx   context.Context
+	reply chan error // buffered 1
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// run owns the link: it opens the console, serves it until it is lost or
+// the node retires, and reopens it with backoff while anyone is attached.
+func (n *node) run(ctx context.Context) {
+	defer n.m.wg.Done()
+	defer n.finish()
+	if n.prev != nil {
+		select {
+		case <-n.prev:
+		case <-ctx.Done():
+			return
+		}
+	}
+	n.checkIdle()
+	b := backoff{min: n.m.cfg.Backoff.Min, max: n.m.cfg.Backoff.Max}
+	lost := false
+	for {
+		n.state(stateConnecting)
+		con, err := n.open(ctx)
+		if ctx.Err() != nil {
+			if err == nil {
+				n.closeConsole(con)
+			}
+			return
+		}
+		if err != nil {
+			n.m.st.openErrors.Add(1)
+			n.log.WithField("state", stateOpenFailed).WithError(err).Warn("console link state")
+			n.trouble("cannot open console: " + n.reason(err) + "; retrying")
+			if !n.sleep(ctx, b.next()) {
+				return
+			}
+			continue
+		}
+		n.m.st.opens.Add(1)
+		n.state(stateOpen)
+		n.setUp(true, lost)
+		lost = false
+		upAt := time.Now()
+		err = n.serve(ctx, con)
+		n.setUp(false, false)
+		if err == nil {
+			return
+		}
+		// A link that opens and drops at once keeps backing off; one that
+		// held for a while reconnects quickly.
+		if time.Since(upAt) >= n.m.cfg.Backoff.Max {
+			b.reset()
+		}
+		lost = true
+		n.m.st.reconnects.Add(1)
+		n.log.WithField("state", stateLost).WithError(err).Warn("console link state")
+		n.trouble(noticeLost)
+		if !n.sleep(ctx, b.next()) {
+			return
+		}
+	}
+}
+
+// finish runs when the owner returns: the next link of this label may open.
+func (n *node) finish() {
+	m := n.m
+	m.mu.Lock()
+	if m.tails[n.label] == n.linkDone {
+		delete(m.tails, n.label)
+	}
+	m.mu.Unlock()
+	if n.lingerT != nil {
+		n.lingerT.Stop()
+	}
+	m.st.links.Add(-1)
+	n.state(stateClosed)
+	close(n.linkDone)
+}
+
+func (n *node) state(s string) {
+	n.log.WithField("state", s).Info("console link state")
+}
+
+// open resolves the node's BMC and activates SOL. A payload left active by
+// someone else is deactivated and the open retried once at once.
+func (n *node) open(ctx context.Context) (Console, error) {
+	t := n.m.cfg.OpenTimeout
+	rctx, cancel := context.WithTimeout(ctx, t)
+	bmc, err := n.m.r.Resolve(rctx, n.label)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("resolve BMC: %w", err)
+	}
+	con, err := openConsole(ctx, bmc, t)
+	if errors.Is(err, ErrPayloadActive) {
+		n.state(stateDeactivating)
+		dctx, cancel := context.WithTimeout(ctx, t)
+		derr := bmc.DeactivateConsole(dctx)
+		cancel()
+		if derr != nil {
+			return nil, fmt.Errorf("deactivate stale SOL: %w", derr)
+		}
+		con, err = openConsole(ctx, bmc, t)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open SOL: %w", err)
+	}
+	return con, nil
+}
+
+// openConsole calls OpenConsole with its own timeout; the ctx given to the
+// driver bounds only the opening, never the console's life.
+func openConsole(ctx context.Context, bmc BMC, t time.Duration) (Console, error) {
+	octx, cancel := context.WithTimeout(ctx, t)
+	defer cancel()
+	return bmc.OpenConsole(octx)
+}
+
+func (n *node) closeConsole(con Console) {
+	if err := con.Close(); err != nil {
+		n.log.WithError(err).Debug("close console")
+	}
+}
+
+// reason turns an open error into one short line safe to show a viewer.
+// Drivers keep credentials out of their errors; addresses may appear.
+func (n *node) reason(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("BMC did not answer within %v", n.m.cfg.OpenTimeout)
+	}
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, err.Error())
+	if r := []rune(s); len(r) > maxReason {
+		s = string(r[:maxReason]) + "..."
+	}
+	return s
+}
+
+// serve runs one established console until it fails (returned error) or
+// the node retires or lingers out (nil). It alone closes con, then waits for
+// the reader and writer it started.
+func (n *node) serve(ctx context.Context, con Console) error {
+	cctx, cancel := context.WithCancel(ctx)
+	lost := make(chan error, 2) // one send each from reader and writer, never blocks
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		lost <- n.readLoop(con)
+	}()
+	go func() {
+		defer wg.Done()
+		if err := n.writeLoop(cctx, con); err != nil {
+			lost <- err
+		}
+	}()
+	err := n.watch(ctx, lost)
+	cancel()
+	n.closeConsole(con) // unblocks Read and Write
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// watch waits until the console is lost (its error), or the node retires
+// or lingers out (nil), minding the linger timer meanwhile.
+func (n *node) watch(ctx context.Context, lost <-chan error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-lost:
+			return err
+		case <-n.wake:
+			n.checkIdle()
+		case <-n.lingerC():
+			if n.lingerExpired() {
+				return nil
+			}
+		}
+	}
+}
+
+// sleep waits d while watching for retirement and linger expiry; false
+// means the owner must stop.
+func (n *node) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-n.wake:
+			n.checkIdle()
+		case <-n.lingerC():
+			if n.lingerExpired() {
+				return false
+			}
+		}
+	}
+}
+
+// checkIdle arms the linger timer when the last viewer has gone and disarms
+// it when one is back. Owner only.
+func (n *node) checkIdle() {
+	n.mu.Lock()
+	idle := len(n.viewers) == 0
+	n.mu.Unlock()
+	switch {
+	case idle && n.lingerT == nil:
+		n.lingerT = time.NewTimer(n.m.cfg.Linger)
+	case !idle && n.lingerT != nil:
+		n.lingerT.Stop()
+		n.lingerT = nil
+	}
+}
+
+func (n *node) lingerC() <-chan time.Time {
+	if n.lingerT == nil {
+		return nil
+	}
+	return n.lingerT.C
+}
+
+// lingerExpired retires the node if it still has no viewer. Owner only.
+func (n *node) lingerExpired() bool {
+	n.lingerT = nil
+	m := n.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.viewers) > 0 && !n.retired {
+		return false
+	}
+	m.retireLocked(n, ErrDetached)
+	return true
+}
+
+// readLoop reads the console and publishes until Read fails.
+func (n *node) readLoop(con Console) error {
+	buf := make([]byte, readBuf)
+	for {
+		k, err := con.Read(buf)
+		if k > 0 {
+			n.m.st.bytesOut.Add(uint64(k))
+			n.publish(buf[:k])
+		}
+		if err != nil {
+			return fmt.Errorf("read console: %w", err)
+		}
+	}
+}
+
+// writeLoop sends pending input, coalesced into writes of up to maxWrite
+// bytes, and serves Break requests in order with it, until ctx is done.
+func (n *node) writeLoop(ctx context.Context, con Console) error {
+	buf := make([]byte, 0, maxWrite)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case req := <-n.breaks:
+			bctx, cancel := context.WithCancel(req.ctx)
+			stop := context.AfterFunc(ctx, cancel)
+			req.reply <- con.Break(bctx)
+			stop()
+			cancel()
+		case <-n.inReady:
+			buf = n.takeInput(buf[:0])
+			if len(buf) == 0 {
+				continue
+			}
+			if _, err := con.Write(buf); err != nil {
+				return fmt.Errorf("write console: %w", err)
+			}
+			n.m.st.bytesIn.Add(uint64(len(buf)))
+		}
+	}
+}
+
+// takeInput moves up to maxWrite pending input bytes into buf.
+func (n *node) takeInput(buf []byte) []byte {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	full := len(n.in) >= maxInput
+	k := min(len(n.in), maxWrite)
+	buf = append(buf, n.in[:k]...)
+	n.in = append(n.in[:0], n.in[k:]...)
+	if len(n.in) > 0 {
+		signal(n.inReady)
+	}
+	if full && n.inDrained != nil {
+		close(n.inDrained)
+		n.inDrained = nil
+	}
+	return buf
+}
+
+// publish appends console output to the scrollback and every viewer's
+// queue. It never blocks on a viewer.
+func (n *node) publish(p []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.retired {
+		return
+	}
+	n.ring.write(p)
+	cfg := &n.m.cfg
+	var slow []*Viewer
+	for _, v := range n.viewers {
+		skipped, drop := v.push(p, cfg.QueueBytes, cfg.DropSlow)
+		if skipped > 0 || drop {
+			n.m.st.overflows.Add(1)
+			n.m.st.skipped.Add(uint64(skipped))
+		}
+		if drop {
+			slow = append(slow, v)
+		}
+	}
+	for _, v := range slow {
+		n.log.WithField("viewer", v.name).Info("slow console viewer dropped")
+		n.removeLocked(v, ErrSlowViewer)
+	}
+}
+
+// addLocked subscribes v (replaying the scrollback first if asked).
+func (n *node) addLocked(v *Viewer, o AttachOptions) {
+	n.viewers = append(n.viewers, v)
+	n.m.st.viewers.Add(1)
+	if !o.ReadOnly && n.writer == nil {
+		n.writer = v
+	}
+	if o.Replay {
+		v.push(n.ring.bytes(), n.m.cfg.QueueBytes, false)
+	}
+	if n.status != "" {
+		v.notice(n.status)
+	}
+	signal(n.wake)
+}
+
+// removeLocked unsubscribes v and ends it with cause.
+func (n *node) removeLocked(v *Viewer, cause error) {
+	for i, w := range n.viewers {
+		if w == v {
+			n.viewers = append(n.viewers[:i], n.viewers[i+1:]...)
+			n.m.st.viewers.Add(-1)
+			signal(n.wake)
+			break
+		}
+	}
+	if n.writer == v {
+		n.writer = nil
+	}
+	v.end(cause)
+}
+
+// trouble tells viewers about a link problem, once per distinct message.
+func (n *node) trouble(msg string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.retired || msg == n.status {
+		return
+	}
+	n.status = msg
+	for _, v := range n.viewers {
+		v.notice(msg)
+	}
+}
+
+// setUp records whether a console is established; on the way up it tells
+// viewers that were told of trouble that the console works again.
+func (n *node) setUp(up, wasLost bool) {
+	if up {
+		n.m.st.linksUp.Add(1)
+	} else {
+		n.m.st.linksUp.Add(-1)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.up = up
+	if !up || n.status == "" {
+		return
+	}
+	n.status = ""
+	msg := noticeUp
+	if wasLost {
+		msg = noticeRestored
+	}
+	if n.retired {
+		return
+	}
+	for _, v := range n.viewers {
+		v.notice(msg)
+	}
+}
+
+// backoff is exponential with jitter: each wait is drawn from [d/2, d], d
+// doubling from min to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }

@@ -1,0 +1,315 @@
+package sol
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// maxNotices bounds the notices queued for one viewer; more are dropped.
+const maxNotices = 32
+
+// Chunk is one delivery to a viewer: console bytes or a notice, never both.
+type Chunk struct {
+	// Data is console output, untouched. The receiver owns it.
+	Data []byte
+	// Notice is a one-line message for the viewer's stderr, e.g.
+	// "console link lost, reconnecting".
+	Notice string
+	// Skipped > 0: this many console bytes were dropped just before Data
+	// because the viewer fell behind.
+	Skipped int
+}
+
+// Viewer is one subscriber of a node's console. Its methods are safe for
+// concurrent use. A viewer ends when it closes itself, when its node is cut,
+// when it is too slow with Config.DropSlow, or when the Manager closes; Err
+// then says why.
+type Viewer struct {
+	m     *Manager
+	n     *node
+	name  string
+	since time.Time
+	out   chan Chunk    // closed by pump when the viewer has ended
+	done  chan struct{} // closed by end
+	ready chan struct{} // cap 1: the queue is not empty (sent by push/notice, drained by pump)
+
+	mu     sync.Mutex
+	err    error
+	q      []Chunk // pending deliveries; adjacent console bytes are merged
+	queued int     // console bytes in q
+	notes  int     // notices in q
+}
+
+func newViewer(m *Manager, n *node, name string, since time.Time) *Viewer {
+	return &Viewer{
+		m:     m,
+		n:     n,
+		name:  name,
+		since: since,
+		out:   make(chan Chunk),
+		done:  make(chan struct{}),
+		ready: make(chan struct{}, 1),
+	}
+}
+
+// Output delivers the viewer's chunks in order. It is closed once the viewer
+// has ended; chunks still queued then are dropped.
+func (v *Viewer) Output() <-chan Chunk { return v.out }
+
+// Done is closed when the viewer ends.
+func (v *Viewer) Done() <-chan struct{} { return v.done }
+
+// Err is why the viewer ended (nil before Done is closed).
+func (v *Viewer) Err() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.err
+}
+
+// Name is the name given at Attach.
+func (v *Viewer) Name() string { return v.name }
+
+// Write queues p for the node's console; the link coalesces queued input
+// into few Console.Write calls. Only the writer may write (ErrReadOnly).
+// Write blocks while too much input is pending (a long paste into a slow or
+// reconnecting link) until it drains, the viewer stops being the writer, or
+// the viewer ends. Input is dropped if the node is cut.
+func (v *Viewer) Write(p []byte) (int, error) {
+	n := v.n
+	written := 0
+	for len(p) > 0 {
+		n.mu.Lock()
+		if err := v.Err(); err != nil {
+			n.mu.Unlock()
+			return written, err
+		}
+		if n.writer != v {
+			n.mu.Unlock()
+			return written, ErrReadOnly
+		}
+		if space := maxInput - len(n.in); space > 0 {
+			k := min(space, len(p))
+			n.in = append(n.in, p[:k]...)
+			p = p[k:]
+			written += k
+			signal(n.inReady)
+			n.mu.Unlock()
+			continue
+		}
+		if n.inDrained == nil {
+			n.inDrained = make(chan struct{})
+		}
+		drained := n.inDrained
+		n.mu.Unlock()
+		select {
+		case <-drained:
+		case <-v.done:
+		}
+	}
+	return written, nil
+}
+
+// TakeWrite makes v the writer. The previous writer, if any, gets a notice
+// and becomes read-only. It does nothing once v has ended.
+func (v *Viewer) TakeWrite() {
+	n := v.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if v.Err() != nil || n.retired {
+		return
+	}
+	prev := n.writer
+	n.writer = v
+	if prev != nil && prev != v {
+		prev.notice(v.name + " took over writing; you are read-only")
+	}
+}
+
+// ReadOnly gives up writing. Nobody writes until someone takes over.
+func (v *Viewer) ReadOnly() {
+	n := v.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.writer == v {
+		n.writer = nil
+	}
+}
+
+// Writer reports whether v is the writer.
+func (v *Viewer) Writer() bool {
+	n := v.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.writer == v
+}
+
+// Break sends a serial break on the node's console, in order with input
+// written before it. Like input, it is the writer's privilege (ErrReadOnly
+// otherwise); ErrLinkDown when no console is established. ctx bounds it, as
+// does Config.OpenTimeout.
+func (v *Viewer) Break(ctx context.Context) error {
+	n := v.n
+	n.mu.Lock()
+	err := v.Err()
+	switch {
+	case err != nil:
+	case n.writer != v:
+		err = ErrReadOnly
+	case !n.up:
+		err = ErrLinkDown
+	}
+	n.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, v.m.cfg.OpenTimeout)
+	defer cancel()
+	req := breakReq{ctx: ctx, reply: make(chan error, 1)}
+	select {
+	case n.breaks <- req:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-v.done:
+		return v.Err()
+	}
+	select {
+	case err := <-req.reply:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Replay queues the node's current scrollback for v again (the `r` escape),
+// in order with live output.
+func (v *Viewer) Replay() {
+	n := v.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.retired {
+		return
+	}
+	v.push(n.ring.bytes(), v.m.cfg.QueueBytes, false)
+}
+
+// Close detaches v (cause ErrDetached). It is idempotent; Output is closed
+// shortly after.
+func (v *Viewer) Close() {
+	n := v.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.removeLocked(v, ErrDetached)
+}
+
+// end records cause and closes done, once. Queued chunks are dropped.
+func (v *Viewer) end(cause error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.err != nil {
+		return
+	}
+	v.err = cause
+	v.q, v.queued, v.notes = nil, 0, 0
+	close(v.done)
+}
+
+// push queues console bytes without ever blocking. When they do not fit in
+// limit, either the viewer must be dropped (dropSlow: drop is true) or it
+// skips ahead: queued console bytes are discarded (notices stay), only the
+// newest limit bytes of p are kept, and the gap is reported in the next
+// chunk's Skipped. skipped counts the bytes newly discarded.
+func (v *Viewer) push(p []byte, limit int, dropSlow bool) (skipped int, drop bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.err != nil || len(p) == 0 {
+		return 0, false
+	}
+	if v.queued+len(p) <= limit {
+		v.queued += len(p)
+		if k := len(v.q); k > 0 && v.q[k-1].Notice == "" {
+			v.q[k-1].Data = append(v.q[k-1].Data, p...)
+		} else {
+			v.q = append(v.q, Chunk{Data: append([]byte(nil), p...)})
+		}
+		signal(v.ready)
+		return 0, false
+	}
+	if dropSlow {
+		return len(p), true
+	}
+	gap := 0
+	kept := v.q[:0]
+	for _, c := range v.q {
+		if c.Notice != "" {
+			kept = append(kept, c)
+			continue
+		}
+		gap += c.Skipped + len(c.Data)
+		skipped += len(c.Data)
+	}
+	clear(v.q[len(kept):])
+	v.q = kept
+	if len(p) > limit {
+		gap += len(p) - limit
+		skipped += len(p) - limit
+		p = p[len(p)-limit:]
+	}
+	v.q = append(v.q, Chunk{Data: append([]byte(nil), p...), Skipped: gap})
+	v.queued = len(p)
+	signal(v.ready)
+	return skipped, false
+}
+
+// notice queues a one-line message.
+func (v *Viewer) notice(msg string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.err != nil || v.notes >= maxNotices {
+		return
+	}
+	v.q = append(v.q, Chunk{Notice: msg})
+	v.notes++
+	signal(v.ready)
+}
+
+// take removes the first queued chunk.
+func (v *Viewer) take() (Chunk, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.err != nil || len(v.q) == 0 {
+		return Chunk{}, false
+	}
+	c := v.q[0]
+	v.q[0] = Chunk{}
+	v.q = v.q[1:]
+	if c.Notice != "" {
+		v.notes--
+	} else {
+		v.queued -= len(c.Data)
+	}
+	return c, true
+}
+
+// pump moves queued chunks to Output until the viewer ends, then closes
+// Output. Owned by the Manager's WaitGroup.
+func (v *Viewer) pump() {
+	defer v.m.wg.Done()
+	defer close(v.out)
+	for {
+		c, ok := v.take()
+		if !ok {
+			select {
+			case <-v.ready:
+				continue
+			case <-v.done:
+				return
+			}
+		}
+		select {
+		case v.out <- c:
+		case <-v.done:
+			return
+		}
+	}
+}
