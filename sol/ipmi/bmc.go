@@ -72,6 +72,10 @@ type BMC struct {
 	cipher int
 	cfg    Config
 	log    logrus.FieldLogger
+
+	// noOwnerInfo makes consoles behave as with a BMC whose Get Payload
+	// Instance Info is useless (tests of the fallback probe).
+	noOwnerInfo bool
 }
 
 var _ sol.BMC = (*BMC)(nil)

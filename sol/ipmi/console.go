@@ -123,12 +123,12 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 	info, err := s.c.GetPayloadInstanceInfo(ctx, types.PayloadTypeSOL, solInstance)
 	rtt := time.Since(start)
 	switch _, isCC := completionCode(err); {
-	case err == nil:
-		c.ownerID = info.SessionID
-	case !isCC: // no answer: give the payload back and fail
+	case err != nil && !isCC: // no answer: give the payload back and fail
 		c.deactivate(ctx)
 		s.close(ctx)
 		return nil, fmt.Errorf("open console of %s: get payload owner: %w", b.label, err)
+	case err == nil && !b.noOwnerInfo:
+		c.ownerID = info.SessionID
 	}
 	if err := c.startSeqProbe(rtt); err != nil {
 		c.deactivate(ctx)
@@ -318,7 +318,7 @@ func (c *Console) run() {
 	if errors.Is(err, errClosed) {
 		c.log.Info("sol_closed")
 	} else {
-		c.log.WithError(err).Warn("sol_link_lost")
+		c.log.WithError(err).Info("sol_link_lost")
 	}
 	c.teardown(err)
 }

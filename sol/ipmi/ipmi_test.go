@@ -250,23 +250,35 @@ func TestConsoleLinkLoss(t *testing.T) {
 // within a few keepalives, and closing it later does not end the console
 // that took the payload since.
 func TestRemoteDeactivate(t *testing.T) {
-	b, s := newSimBMC(t, fastConfig)
-	first := openConsole(t, b)
-	if err := b.DeactivateConsole(context.Background()); err != nil {
-		t.Fatalf("DeactivateConsole: %v", err)
+	for _, tc := range []struct {
+		name        string
+		noOwnerInfo bool
+	}{{"owner by session", false}, {"activation status only", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, s := newSimBMC(t, fastConfig)
+			b.noOwnerInfo = tc.noOwnerInfo
+			first := openConsole(t, b)
+			if err := b.DeactivateConsole(context.Background()); err != nil {
+				t.Fatalf("DeactivateConsole: %v", err)
+			}
+			err := waitReadErr(t, first, 5*time.Second)
+			if !strings.Contains(err.Error(), errLost.Error()) {
+				t.Errorf("Read error: got %v, want one saying %q", err, errLost)
+			}
+			second := openConsole(t, b)
+			if !tc.noOwnerInfo {
+				// The stale console knows it lost the payload: closing it
+				// must not end the new one.
+				first.Close(t)
+			}
+			if _, err := second.Console.Write([]byte("still mine\r")); err != nil {
+				t.Fatalf("Write on the second console: %v", err)
+			}
+			soltest.WaitSerial(t, s, []byte("still mine\r"), 5*time.Second)
+			s.WriteSerial([]byte("output after\r\n"))
+			second.WaitOutput(t, []byte("output after\r\n"), 5*time.Second)
+		})
 	}
-	err := waitReadErr(t, first, 5*time.Second)
-	if !strings.Contains(err.Error(), errLost.Error()) {
-		t.Errorf("Read error: got %v, want one saying %q", err, errLost)
-	}
-	second := openConsole(t, b)
-	first.Close(t)
-	if _, err := second.Console.Write([]byte("still mine\r")); err != nil {
-		t.Fatalf("Write on the second console: %v", err)
-	}
-	soltest.WaitSerial(t, s, []byte("still mine\r"), 5*time.Second)
-	s.WriteSerial([]byte("output after\r\n"))
-	second.WaitOutput(t, []byte("output after\r\n"), 5*time.Second)
 }
 
 // TestStalePayload: a client that died holding the payload (no deactivate,
@@ -370,4 +382,25 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	soltest.WaitSerial(t, s, []byte("typing meanwhile\r"), 5*time.Second)
+}
+
+// TestCycleWhenOff: cycling a machine that is off leaves it on, whether the
+// BMC cycles anyway (ipmi_sim) or refuses (completion code 0xD5).
+func TestCycleWhenOff(t *testing.T) {
+	b, s := newSimBMC(t, Config{})
+	ctx := context.Background()
+	if err := b.PowerOff(ctx, false); err != nil {
+		t.Fatalf("PowerOff: %v", err)
+	}
+	if err := b.PowerCycle(ctx); err != nil {
+		t.Fatalf("PowerCycle: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.PowerOn() {
+		if time.Now().After(deadline) {
+			t.Fatalf("machine power: got off, want on (actions %q)", s.Actions())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("actions: %q", s.Actions())
 }

@@ -56,20 +56,23 @@ type outPacket struct {
 }
 
 // seqProbe works around ipmi_sim (OpenIPMI lanserv/sol.c), which keeps the
-// sequence number of the last input packet across activations and silently
-// drops a new session's first packet if it reuses that number (it only
+// sequence number of the last input packet across activations and drops a
+// new session's first packet if it reuses that number (it only
 // re-acknowledges it). Right after activation we send an empty packet with
-// sequence number 1: ipmi_sim answers it only if 1 is that number, and then
-// data starts at 2. Other BMCs may answer any empty packet; starting at 2
-// does them no harm. Data waits for the answer at most one short window.
+// sequence number 1. OpenIPMI 2.0.33 acknowledges every empty packet and
+// records its number; older versions answer only if 1 is the recorded
+// number. Either way an answer means data must start at 2, and no answer
+// within a short window means 1 is safe. Other BMCs may answer any empty
+// packet; starting at 2 does them no harm.
 type seqProbe struct {
-	until time.Time // zero once settled
+	until time.Time // data waits for the answer until then; zero once settled
+	fresh bool      // no data sent yet: a late answer still moves the start to 2
 }
 
 // startSeqProbe sends the probe; called before the owner starts.
 func (c *Console) startSeqProbe(rtt time.Duration) error {
 	win := min(max(4*rtt, 20*time.Millisecond), 250*time.Millisecond)
-	c.seqWin.until = time.Now().Add(win)
+	c.seqWin = seqProbe{until: time.Now().Add(win), fresh: true}
 	return c.sendRaw(&types.SOLPayloadPacket{SequenceNumber: 1})
 }
 
@@ -171,6 +174,7 @@ func (c *Console) sendData(data []byte, op uint8, brk bool) error {
 	st := &c.st
 	seq := st.nextSeq
 	st.nextSeq = seq%seqSpace + 1
+	c.seqWin.fresh = false
 	st.inflight = &outPacket{seq: seq, data: data, op: op, brk: brk, sent: time.Now()}
 	st.retries = 0
 	return c.sendRaw(&types.SOLPayloadPacket{SequenceNumber: seq, ControlByte: op, CharacterData: data})
@@ -178,7 +182,8 @@ func (c *Console) sendData(data []byte, op uint8, brk bool) error {
 
 // sendBreak sends a packet with the break bit and no data. It is not
 // resent (a second break is worse than a lost one) and its answer is not
-// awaited beyond the resend interval: ipmi_sim never answers empty packets.
+// awaited beyond the resend interval: not every BMC answers an empty packet
+// (older ipmi_sim versions do not).
 func (c *Console) sendBreak() error {
 	return c.sendData(nil, opBreak, true)
 }
@@ -264,9 +269,9 @@ func (c *Console) decode(raw []byte) (pkt *types.SOLPayloadPacket, err error) {
 func (c *Console) onAck(pkt *types.SOLPayloadPacket) {
 	st := &c.st
 	ack := pkt.AckedSequenceNumber
-	if !c.seqWin.until.IsZero() && ack == 1 && st.inflight == nil {
-		// ipmi_sim's last input packet was number 1: start at 2.
-		c.seqWin.until = time.Time{}
+	if c.seqWin.fresh && ack == 1 && st.inflight == nil {
+		// The sequence probe was answered: start at 2.
+		c.seqWin = seqProbe{}
 		st.nextSeq = 2
 		return
 	}
@@ -376,13 +381,13 @@ func (c *Console) onTimer() error {
 	return nil
 }
 
-// keepalive asks the BMC who owns the SOL payload: an answer proves the
+// keepalive asks the BMC about the SOL payload: an answer proves the
 // session alive, and another owner (or none) means we lost the payload.
 // (Not Get Channel Payload Support: it crashes ipmi_sim.)
 func (c *Console) keepalive() error {
 	ctx, cancel := context.WithTimeout(c.ctx, min(c.b.cfg.CallTimeout, 2*c.b.cfg.AttemptTimeout+time.Second))
 	defer cancel()
-	info, err := c.s.c.GetPayloadInstanceInfo(ctx, types.PayloadTypeSOL, solInstance)
+	lost, err := c.probe(ctx)
 	if c.ctx.Err() != nil {
 		return context.Cause(c.ctx)
 	}
@@ -398,8 +403,26 @@ func (c *Console) keepalive() error {
 	}
 	st.probeErr = 0
 	st.lastRx = time.Now()
-	if err == nil && c.ownerID != 0 && info.SessionID != c.ownerID {
+	if lost {
 		return errLost
 	}
 	return nil
+}
+
+// probe reports whether the payload is no longer ours: by owner session if
+// the BMC told us at activation, else by whether instance 1 is active at
+// all. A completion-code error means the BMC answered but cannot tell.
+func (c *Console) probe(ctx context.Context) (lost bool, err error) {
+	if c.ownerID != 0 {
+		info, err := c.s.c.GetPayloadInstanceInfo(ctx, types.PayloadTypeSOL, solInstance)
+		if err != nil {
+			return false, err
+		}
+		return info.SessionID != c.ownerID, nil
+	}
+	st, err := c.s.c.GetPayloadActivationStatus(ctx, types.PayloadTypeSOL)
+	if err != nil {
+		return false, err
+	}
+	return !st.Instance01Activated, nil
 }
