@@ -1,0 +1,166 @@
+package ipmitool
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmisim"
+)
+
+// testConfig keeps the keepalive short so that link-loss tests are quick.
+func testConfig() Config {
+	return Config{
+		CallTimeout:      10 * time.Second,
+		Keepalive:        time.Second,
+		KeepaliveTimeout: time.Second,
+		CloseTimeout:     2 * time.Second,
+	}
+}
+
+func testLogger(t testing.TB) logrus.FieldLogger {
+	l := logrus.New()
+	l.SetLevel(logrus.DebugLevel)
+	l.Out = testWriter{t}
+	return l
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// startSim runs ipmi_sim and returns it with a driver for it.
+func startSim(t *testing.T) (*ipmisim.Sim, *BMC) {
+	t.Helper()
+	ipmisim.Require(t, "ipmitool", "ipmi_sim", "socat")
+	s := ipmisim.Start(t)
+	b, err := New("node-1", s.Info(), testConfig(), testLogger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s, b
+}
+
+// reader pumps a console's output into a buffer until Read fails.
+type reader struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	err  error
+	done chan struct{}
+}
+
+func startReader(t *testing.T, c sol.Console) *reader {
+	r := &reader{done: make(chan struct{})}
+	go func() { // owned by the test: every test waits on done (see wait)
+		defer close(r.done)
+		p := make([]byte, 4096)
+		for {
+			n, err := c.Read(p)
+			r.mu.Lock()
+			r.buf.Write(p[:n])
+			if err != nil {
+				r.err = err
+			}
+			r.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return r
+}
+
+func (r *reader) output() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Clone(r.buf.Bytes())
+}
+
+// waitOutput waits until the console output contains want.
+func (r *reader) waitOutput(t *testing.T, want []byte, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !bytes.Contains(r.output(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("console output never contained %q; got %q", want, tail(r.output(), 300))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// wait waits for Read to fail and returns its error.
+func (r *reader) wait(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(timeout):
+		t.Fatalf("Read still running after %v", timeout)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// children lists the pids of this process's ipmitool children (zombies
+// included).
+func children(t testing.TB) []int {
+	t.Helper()
+	self := os.Getpid()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var pids []int
+	for _, f := range stats {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...
+		s := string(data)
+		open, shut := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || shut < 0 {
+			continue
+		}
+		fields := strings.Fields(s[shut+1:])
+		if len(fields) < 2 || s[open+1:shut] != "ipmitool" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); ppid == self {
+			pid, _ := strconv.Atoi(strings.TrimSpace(s[:open]))
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// noChildren fails t if an ipmitool child (or zombie) is left.
+func noChildren(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		pids := children(t)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ipmitool children left: %v", pids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,181 @@
+package ipmitool
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmisim"
+)
+
+func TestNew(t *testing.T) {
+	cipher := func(c int) *int { return &c }
+	tests := []struct {
+		name    string
+		info    sol.Info
+		cfg     Config
+		wantErr bool
+		args    string
+	}{
+		{name: "defaults", info: sol.Info{Addr: "10.0.0.5", User: "root", Pass: "x"},
+			args: "-I lanplus -C 3 -H 10.0.0.5 -p 623 -U root -E -e ~ power status"},
+		{name: "explicit", info: sol.Info{Addr: "bmc.example", Port: 6230, User: "u", Pass: "x", Cipher: cipher(17)},
+			cfg:  Config{Escape: '&'},
+			args: "-I lanplus -C 17 -H bmc.example -p 6230 -U u -E -e & power status"},
+		{name: "cipher -1 is default", info: sol.Info{Addr: "h", Cipher: cipher(-1)},
+			args: "-I lanplus -C 3 -H h -p 623 -E -e ~ power status"},
+		{name: "lan has no cipher", info: sol.Info{Addr: "h", User: "u", Interface: "lan"},
+			args: "-I lan -H h -p 623 -U u -E -e ~ power status"},
+		{name: "no address", info: sol.Info{User: "u"}, wantErr: true},
+		{name: "address like a flag", info: sol.Info{Addr: "-P"}, wantErr: true},
+		{name: "address with space", info: sol.Info{Addr: "a b"}, wantErr: true},
+		{name: "bad port", info: sol.Info{Addr: "h", Port: 70000}, wantErr: true},
+		{name: "bad cipher", info: sol.Info{Addr: "h", Cipher: cipher(-2)}, wantErr: true},
+		{name: "local interface", info: sol.Info{Addr: "h", Interface: "open"}, wantErr: true},
+		{name: "escape is a command", info: sol.Info{Addr: "h"}, cfg: Config{Escape: '.'}, wantErr: true},
+		{name: "escape is CR", info: sol.Info{Addr: "h"}, cfg: Config{Escape: '\r'}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := New("n", tt.info, tt.cfg, nil)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("New: got error %v, want error %v", err, tt.wantErr)
+			}
+			if err != nil {
+				if tt.info.Pass != "" && strings.Contains(err.Error(), tt.info.Pass) {
+					t.Errorf("error %q contains the password", err)
+				}
+				return
+			}
+			if got := strings.Join(b.args("power", "status"), " "); got != tt.args {
+				t.Errorf("args: got %q, want %q", got, tt.args)
+			}
+			if env := b.env(); !slices.Contains(env, "IPMI_PASSWORD="+tt.info.Pass) || len(env) != 3 {
+				t.Errorf("env: got %d variables, want PATH, LC_ALL and IPMI_PASSWORD", len(env))
+			}
+		})
+	}
+}
+
+// TestPower runs every power and boot-device operation against ipmi_sim and
+// checks what its chassis hook recorded.
+func TestPower(t *testing.T) {
+	s, b := startSim(t)
+	ctx := context.Background()
+	status := func(want string) {
+		t.Helper()
+		got, err := b.PowerStatus(ctx)
+		if err != nil || got != want {
+			t.Fatalf("PowerStatus: got %q, %v, want %q", got, err, want)
+		}
+	}
+	status(sol.PowerOn)
+	tests := []struct {
+		name      string
+		op        func() error
+		actions   []string // recorded by the hook, in order
+		wantPower string
+	}{
+		{"off", func() error { return b.PowerOff(ctx, false) }, []string{"power 0"}, sol.PowerOff},
+		{"on", func() error { return b.PowerOn(ctx) }, []string{"power 1"}, sol.PowerOn},
+		{"soft", func() error { return b.PowerOff(ctx, true) }, []string{"shutdown 1"}, sol.PowerOff},
+		{"on again", func() error { return b.PowerOn(ctx) }, []string{"power 1"}, sol.PowerOn},
+		{"reset", func() error { return b.PowerReset(ctx) }, []string{"reset 1"}, sol.PowerOn},
+		{"cycle", func() error { return b.PowerCycle(ctx) }, []string{"power 0", "power 1"}, sol.PowerOn},
+		{"bootdev pxe", func() error { return b.SetBootDevice(ctx, sol.BootPXE, false) }, []string{"boot pxe"}, sol.PowerOn},
+		{"bootdev disk persistent", func() error { return b.SetBootDevice(ctx, sol.BootDisk, true) }, []string{"boot default"}, sol.PowerOn},
+		{"bootdev bios", func() error { return b.SetBootDevice(ctx, sol.BootBIOS, false) }, []string{"boot bios"}, sol.PowerOn},
+		{"bootdev cdrom", func() error { return b.SetBootDevice(ctx, sol.BootCDROM, false) }, []string{"boot cdrom"}, sol.PowerOn},
+		{"bootdev none", func() error { return b.SetBootDevice(ctx, sol.BootNone, true) }, []string{"boot none"}, sol.PowerOn},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(s.Actions())
+			if err := tt.op(); err != nil {
+				t.Fatalf("got error %v", err)
+			}
+			deadline := time.Now().Add(5 * time.Second) // a cycle turns on ~1 s later
+			for len(s.Actions()) < before+len(tt.actions) && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if got := s.Actions()[before:]; !slices.Equal(got, tt.actions) {
+				t.Errorf("actions: got %q, want %q", got, tt.actions)
+			}
+			status(tt.wantPower)
+		})
+	}
+	noChildren(t)
+}
+
+func TestBadBootDevice(t *testing.T) {
+	// A binary that does not exist proves that nothing is run.
+	b, err := New("n", sol.Info{Addr: "127.0.0.1"}, Config{Path: "/nonexistent/ipmitool"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"floppy", "", "PXE", "A", "disk options=persistent"} {
+		if err := b.SetBootDevice(context.Background(), dev, false); !errors.Is(err, sol.ErrBadBootDevice) {
+			t.Errorf("SetBootDevice(%q): got %v, want ErrBadBootDevice", dev, err)
+		}
+	}
+}
+
+func TestPowerErrors(t *testing.T) {
+	ipmisim.Require(t, "ipmitool", "ipmi_sim", "socat")
+	s := ipmisim.Start(t)
+	info := s.Info()
+	info.Pass = "wrong-password-77"
+	b, err := New("node-1", info, testConfig(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.PowerStatus(context.Background())
+	if err == nil {
+		t.Fatal("PowerStatus with a wrong password: got nil error")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "node-1") || !strings.Contains(msg, "RMCP+ session") || strings.Contains(msg, info.Pass) {
+		t.Errorf("error: got %q, want the node, ipmitool's first stderr line and no password", msg)
+	}
+	t.Logf("wrong password: %v", err)
+	noChildren(t)
+}
+
+// TestPowerTimeout: a BMC that never answers is bounded by ctx, and the
+// killed ipmitool is reaped.
+func TestPowerTimeout(t *testing.T) {
+	ipmisim.Require(t, "ipmitool")
+	silent, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	port := silent.LocalAddr().(*net.UDPAddr).Port
+	b, err := New("node-1", sol.Info{Addr: "127.0.0.1", Port: port, User: "u", Pass: "p"}, testConfig(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = b.PowerOn(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("PowerOn: got %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("PowerOn returned after %v, want about 300ms", d)
+	}
+	noChildren(t)
+}
+
+func TestDeactivateIdle(t *testing.T) {
+	_, b := startSim(t)
+	// Nothing active: ipmitool says "already de-activated", which is fine.
+	if err := b.DeactivateConsole(context.Background()); err != nil {
+		t.Errorf("DeactivateConsole: got %v, want nil", err)
+	}
+}
