@@ -1,0 +1,298 @@
+// Package admin owns obmd's HTTP admin API: the obmd-compatible routes HIL's
+// driver uses (node registration, token rotation, and the node-token power
+// and console routes), the /v1 JSON API for everything else (nodes, keys,
+// sessions, audit), and the /healthz and /readyz probes.
+//
+// Authentication: admin routes take HTTP basic "admin:<admin token>" and
+// answer 404 to a missing or wrong credential, so that an outsider cannot
+// tell which nodes exist. Node-token routes take the node's current token in
+// "?token=" and answer 401 to a wrong one. Query strings are never logged.
+//
+// Fingerprints in /v1 key paths contain "/" and "+" (standard base64): clients
+// should escape "/" as %2F ("DELETE /v1/nodes/n1/keys/SHA256:abc%2Fdef");
+// an unescaped "/" works too as long as the path stays canonical (no "//").
+package admin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/sirupsen/logrus"
+)
+
+// DefaultMaxBody bounds request bodies when Config.MaxBody is zero.
+const DefaultMaxBody = 64 << 10
+
+// Config configures the API.
+type Config struct {
+	// AdminToken is the secret of the "admin" basic-auth user. Required.
+	AdminToken string
+	// MaxBody bounds request bodies in bytes (default DefaultMaxBody); a
+	// larger body is answered 413.
+	MaxBody int64
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Store is the part of *db.Store the API uses.
+type Store interface {
+	Ping(ctx context.Context) error
+	CreateNode(ctx context.Context, n db.Node) (db.Node, error)
+	Node(ctx context.Context, label string) (db.Node, error)
+	Nodes(ctx context.Context) ([]db.Node, error)
+	UpdateNodeInfo(ctx context.Context, label, typ string, sealed []byte) (db.Node, error)
+	DeleteNode(ctx context.Context, label string) (int64, error)
+	SetToken(ctx context.Context, label string, h keys.TokenHash) (int64, error)
+	RevokeToken(ctx context.Context, label string) (int64, error)
+	Access(ctx context.Context, label string) (db.Access, error)
+	Epoch(ctx context.Context, label string) (int64, error)
+	AddKey(ctx context.Context, k db.Key) error
+	Keys(ctx context.Context, label string) ([]db.Key, error)
+	DeleteKey(ctx context.Context, label, fingerprint string) (int64, error)
+	Audit(ctx context.Context, e db.AuditEvent) error
+	AuditEvents(ctx context.Context, q db.AuditQuery) ([]db.AuditEvent, error)
+}
+
+// Runner runs one command on a node's BMC (commands.Runner).
+type Runner interface {
+	Do(ctx context.Context, req commands.Request, cmd commands.Command) (commands.Result, error)
+}
+
+// Consoles streams the live console output of a node to w as a read-only
+// viewer, with no banner and no scrollback, until ctx ends or the console hub
+// ends the viewer. w flushes to the client on every Write. The wiring
+// implements it over sol.Manager.
+type Consoles interface {
+	Stream(ctx context.Context, label string, w io.Writer) error
+}
+
+// Revoker ends access obtained before epoch: it cuts every live session of
+// label whose epoch is below epoch (SSH consoles, exec, HTTP console streams)
+// on this replica, wipes the node's console scrollback, and returns once they
+// have ended. why is shown to the users cut ("token rotated"). The wiring
+// implements it over sessions.Registry.Cut and sol.Manager.Cut.
+type Revoker interface {
+	Revoke(label string, epoch int64, why string)
+}
+
+// Reasons given to Revoker, shown to the users whose sessions end.
+const (
+	WhyNodeDeleted = "node deleted"
+	WhyNodeChanged = "node changed"
+	WhyTokenRotate = "token rotated"
+	WhyTokenRevoke = "token revoked"
+	WhyKeyRemoved  = "key removed"
+	WhyKicked      = "kicked by admin"
+)
+
+// API serves the admin HTTP API. Create it with New; it is safe for
+// concurrent use and owns no goroutine.
+type API struct {
+	cfg      Config
+	store    Store
+	sealer   *keys.Sealer
+	runner   Runner
+	consoles Consoles
+	revoker  Revoker
+	sessions *sessions.Registry
+	log      logrus.FieldLogger
+	mux      *http.ServeMux
+}
+
+// New validates its arguments and returns the API. It starts nothing.
+func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles Consoles, revoker Revoker, reg *sessions.Registry, log logrus.FieldLogger) (*API, error) {
+	switch {
+	case cfg.AdminToken == "":
+		return nil, errors.New("admin api: an admin token is required")
+	case cfg.MaxBody < 0:
+		return nil, errors.New("admin api: MaxBody must not be negative")
+	case store == nil || sealer == nil || runner == nil || consoles == nil || revoker == nil || reg == nil || log == nil:
+		return nil, errors.New("admin api: store, sealer, runner, consoles, revoker, sessions and log are required")
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &API{cfg: cfg, store: store, sealer: sealer, runner: runner, consoles: consoles,
+		revoker: revoker, sessions: reg, log: log, mux: http.NewServeMux()}
+	a.routes()
+	return a, nil
+}
+
+// Handler returns the API's root handler.
+func (a *API) Handler() http.Handler { return http.HandlerFunc(a.serve) }
+
+func (a *API) routes() {
+	// Probes: no authentication.
+	a.handle("GET /healthz", a.healthz)
+	a.handle("GET /readyz", a.readyz)
+
+	// obmd-compatible admin routes.
+	a.handle("PUT /node/{label}", a.admin(a.putNodeObmd))
+	a.handle("DELETE /node/{label}", a.admin(a.deleteNode))
+	a.handle("POST /node/{label}/token", a.admin(a.rotateToken))
+	a.handle("DELETE /node/{label}/token", a.admin(a.revokeToken))
+
+	// obmd-compatible node-token routes.
+	a.handle("POST /node/{label}/power_on", a.powerOn)
+	a.handle("POST /node/{label}/power_off", a.powerOff)
+	a.handle("POST /node/{label}/power_cycle", a.powerCycle)
+	a.handle("PUT /node/{label}/boot_device", a.bootDevice)
+	a.handle("GET /node/{label}/power_status", a.powerStatus)
+	a.handle("GET /node/{label}/console", a.console)
+
+	// /v1 JSON API (admin).
+	a.handle("GET /v1/nodes", a.admin(a.listNodes))
+	a.handle("GET /v1/nodes/{label}", a.admin(a.getNode))
+	a.handle("PUT /v1/nodes/{label}", a.admin(a.putNodeV1))
+	a.handle("DELETE /v1/nodes/{label}", a.admin(a.deleteNode))
+	a.handle("POST /v1/nodes/{label}/token", a.admin(a.rotateToken))
+	a.handle("DELETE /v1/nodes/{label}/token", a.admin(a.revokeToken))
+	a.handle("POST /v1/nodes/{label}/keys", a.admin(a.addKey))
+	a.handle("GET /v1/nodes/{label}/keys", a.admin(a.listKeys))
+	a.handle("DELETE /v1/nodes/{label}/keys/{fingerprint...}", a.admin(a.deleteKey))
+	a.handle("GET /v1/audit", a.admin(a.audit))
+	a.handle("GET /v1/sessions", a.admin(a.listSessions))
+	a.handle("DELETE /v1/sessions/{id}", a.admin(a.kickSession))
+
+	// Everything else, including a known path with another method, is the
+	// same 404 an unauthenticated admin request gets.
+	a.handle("/", func(w http.ResponseWriter, r *http.Request) { notFound(w) })
+}
+
+// handle registers fn for pattern, recording the pattern for the request log.
+func (a *API) handle(pattern string, fn http.HandlerFunc) {
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if rec, ok := w.(*recorder); ok {
+			rec.route = pattern
+		}
+		fn(w, r)
+	})
+}
+
+// serve is the root handler: it refuses non-canonical paths (the mux would
+// redirect them, re-sending a PUT to another node), then logs one line per
+// request with the route pattern, never the raw URL (it may carry ?token=).
+func (a *API) serve(w http.ResponseWriter, r *http.Request) {
+	start := a.cfg.Now()
+	rec := &recorder{ResponseWriter: w, route: "-"}
+	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+		writeError(rec, http.StatusBadRequest, "path is not canonical (no empty, \".\" or \"..\" segments)")
+	} else {
+		a.mux.ServeHTTP(rec, r)
+	}
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	a.log.WithFields(logrus.Fields{
+		"method":   r.Method,
+		"route":    rec.route,
+		"status":   status,
+		"duration": a.cfg.Now().Sub(start).String(),
+		"remote":   r.RemoteAddr,
+	}).Debug("http_request")
+}
+
+// admin wraps an admin handler with the basic-auth check. A missing or wrong
+// credential gets the generic 404 and an audit record.
+func (a *API) admin(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		user, pass, ok := r.BasicAuth()
+		// Compare both parts in constant time, without short-circuit.
+		okUser := keys.SecretEqual(user, "admin")
+		okPass := keys.SecretEqual(pass, a.cfg.AdminToken)
+		if !ok || !okUser || !okPass {
+			detail := "bad credential"
+			if !ok {
+				detail = "no credential"
+			}
+			route := "-"
+			if rec, isRec := w.(*recorder); isRec {
+				route = rec.route
+			}
+			a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "admin.auth", Result: "denied",
+				Detail: detail + " on " + route})
+			notFound(w)
+			return
+		}
+		fn(w, r)
+	}
+}
+
+func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok")
+}
+
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := a.store.Ping(ctx); err != nil {
+		a.log.WithError(err).Warn("readyz_ping_failed")
+		writeError(w, http.StatusServiceUnavailable, "database not reachable")
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok")
+}
+
+// auditEvent records e with the request's source; a failure is logged, not
+// returned: the operation it describes has already happened. It runs even if
+// the client has gone.
+func (a *API) auditEvent(r *http.Request, e db.AuditEvent) {
+	if e.At.IsZero() {
+		e.At = a.cfg.Now()
+	}
+	if e.Source == "" {
+		e.Source = r.RemoteAddr
+	}
+	ctx, cancel := detached(r)
+	defer cancel()
+	if err := a.store.Audit(ctx, e); err != nil {
+		a.log.WithError(err).WithFields(logrus.Fields{"action": e.Action, "node": e.Node}).Warn("audit_failed")
+		return
+	}
+	if e.Actor == "admin" && e.Result == "ok" {
+		a.log.WithFields(logrus.Fields{"action": e.Action, "node": e.Node, "detail": e.Detail, "remote": e.Source}).Info("admin_change")
+	}
+}
+
+// detached is the context for changes and their audit records: they finish
+// (within a bound) even if the client goes away halfway.
+func detached(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+}
+
+// recorder remembers the status and route for the request log. Unwrap lets
+// http.ResponseController reach the real writer (Flush, write deadlines).
+type recorder struct {
+	http.ResponseWriter
+	status int
+	route  string
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,47 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxLabel is the longest node label, in bytes.
+const MaxLabel = 80
+
+// ValidLabel reports why label cannot name a node, or nil. A label is 1 to
+// MaxLabel bytes of valid UTF-8 with no "/", no control or other
+// non-printable character (C0, DEL, C1, Unicode format characters such as
+// bidirectional overrides), no white space at either end, and is not "." or
+// "..". It is used as an SSH user name and in URL paths, so it must be
+// unambiguous in both. The error text quotes the label safely.
+func ValidLabel(label string) error {
+	switch {
+	case label == "":
+		return errors.New("label is empty")
+	case len(label) > MaxLabel:
+		return fmt.Errorf("label is %d bytes long; the limit is %d", len(label), MaxLabel)
+	case !utf8.ValidString(label):
+		return fmt.Errorf("label %s is not valid UTF-8", quote(label))
+	case label == "." || label == "..":
+		return fmt.Errorf("label %s is reserved", quote(label))
+	case strings.Contains(label, "/"):
+		return fmt.Errorf("label %s contains \"/\"", quote(label))
+	}
+	for _, r := range label {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("label %s contains a control character", quote(label))
+		}
+		if r != ' ' && !unicode.IsGraphic(r) {
+			return fmt.Errorf("label %s contains a non-printable character", quote(label))
+		}
+	}
+	first, _ := utf8.DecodeRuneInString(label)
+	last, _ := utf8.DecodeLastRuneInString(label)
+	if unicode.IsSpace(first) || unicode.IsSpace(last) {
+		return fmt.Errorf("label %s starts or ends with white space", quote(label))
+	}
+	return nil
+}

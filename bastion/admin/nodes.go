@@ -1,0 +1,314 @@
+package admin
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/sirupsen/logrus"
+)
+
+// nodeView is a node as the /v1 API shows it: never the BMC password.
+type nodeView struct {
+	Label     string    `json:"label"`
+	Type      string    `json:"type"`
+	Addr      string    `json:"addr,omitempty"`
+	Port      int       `json:"port,omitempty"` // effective port (623 unless set); none for mock
+	User      string    `json:"user,omitempty"`
+	Cipher    *int      `json:"cipher,omitempty"`
+	Interface string    `json:"interface,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// InfoError says the stored info cannot be read (a changed sealing key).
+	InfoError string `json:"info_error,omitempty"`
+	// Detail, for GET /v1/nodes/{label} only.
+	HasToken *bool `json:"has_token,omitempty"`
+	Keys     *int  `json:"keys,omitempty"`
+	Sessions *int  `json:"sessions,omitempty"`
+}
+
+func (a *API) view(n db.Node) nodeView {
+	v := nodeView{Label: n.Label, Type: n.Type, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
+	info, err := a.openInfo(n)
+	if err != nil {
+		a.log.WithError(err).WithField("node", n.Label).Warn("node_info_unreadable")
+		v.InfoError = "stored BMC info cannot be unsealed (was the sealing key changed?)"
+		return v
+	}
+	v.Addr, v.User, v.Cipher, v.Interface = info.Addr, info.User, info.Cipher, info.Interface
+	if n.Type != TypeMock {
+		v.Port = info.Port
+		if v.Port == 0 {
+			v.Port = 623
+		}
+	}
+	return v
+}
+
+// pathLabel returns the request's validated {label}, or answers 400.
+func pathLabel(w http.ResponseWriter, r *http.Request) (string, bool) {
+	l := r.PathValue("label")
+	if err := ValidLabel(l); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return "", false
+	}
+	return l, true
+}
+
+// storeError answers an unexpected store failure: the chain goes to the
+// log, the client gets a generic message.
+func (a *API) storeError(w http.ResponseWriter, r *http.Request, op string, err error) {
+	a.log.WithError(err).WithField("op", op).Error("store_failed")
+	writeError(w, http.StatusInternalServerError, "internal error ("+op+")")
+}
+
+func nodeNotFound(w http.ResponseWriter, label string) {
+	writeError(w, http.StatusNotFound, "node "+quote(label)+" not found")
+}
+
+// putNodeObmd is obmd's PUT /node/{label}: create, or accept an identical
+// re-registration; a different one is 409 (obmd answered 500).
+func (a *API) putNodeObmd(w http.ResponseWriter, r *http.Request) {
+	a.putNode(w, r, false)
+}
+
+// putNodeV1 is PUT /v1/nodes/{label}: create (201) or replace (200); a
+// replacement that changes anything cuts the node's sessions.
+func (a *API) putNodeV1(w http.ResponseWriter, r *http.Request) {
+	a.putNode(w, r, true)
+}
+
+func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return
+	}
+	data, err := a.readBody(w, r)
+	if err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	typ, info, err := decodeNodeBody(data, v1)
+	if err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	ctx, cancel := detached(r)
+	defer cancel()
+	// Two rounds at most: a create that loses a race with another create
+	// goes round again as an update.
+	for round := 0; round < 2; round++ {
+		n, err := a.store.Node(ctx, label)
+		if errors.Is(err, db.ErrNotFound) {
+			sealed, err := a.sealInfo(label, info)
+			if err != nil {
+				a.log.WithError(err).Error("seal_failed")
+				writeError(w, http.StatusInternalServerError, "internal error (seal)")
+				return
+			}
+			n, err = a.store.CreateNode(ctx, db.Node{Label: label, Type: typ, InfoSealed: sealed})
+			if errors.Is(err, db.ErrExists) {
+				continue
+			}
+			if err != nil {
+				a.storeError(w, r, "create node", err)
+				return
+			}
+			a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "node.create", Result: "ok", Detail: "type " + typ})
+			if v1 {
+				writeJSON(w, http.StatusCreated, a.view(n))
+			} else {
+				writeOK(w)
+			}
+			return
+		}
+		if err != nil {
+			a.storeError(w, r, "read node", err)
+			return
+		}
+		same, openErr := a.sameNode(n, typ, info)
+		if same {
+			if v1 {
+				writeJSON(w, http.StatusOK, a.view(n))
+			} else {
+				writeOK(w)
+			}
+			return
+		}
+		if !v1 {
+			msg := "node " + quote(label) + " already exists with a different type or info; DELETE it first, or use PUT /v1/nodes/{label} to change it"
+			if openErr != nil {
+				a.log.WithError(openErr).WithField("node", label).Warn("node_info_unreadable")
+				msg = "node " + quote(label) + " already exists and its stored info cannot be unsealed (was the sealing key changed?); DELETE it first, or use PUT /v1/nodes/{label} to replace it"
+			}
+			writeError(w, http.StatusConflict, msg)
+			return
+		}
+		a.updateNode(w, r, label, typ, info)
+		return
+	}
+	writeError(w, http.StatusConflict, "node "+quote(label)+" is being changed concurrently; try again")
+}
+
+// updateNode replaces a node's type and info (/v1) and cuts its sessions:
+// they were opened against the old BMC.
+func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ string, info sol.Info) {
+	ctx, cancel := detached(r)
+	defer cancel()
+	sealed, err := a.sealInfo(label, info)
+	if err != nil {
+		a.log.WithError(err).Error("seal_failed")
+		writeError(w, http.StatusInternalServerError, "internal error (seal)")
+		return
+	}
+	n, err := a.store.UpdateNodeInfo(ctx, label, typ, sealed)
+	if errors.Is(err, db.ErrNotFound) {
+		writeError(w, http.StatusConflict, "node "+quote(label)+" was deleted concurrently; try again")
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, "update node", err)
+		return
+	}
+	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "node.update", Result: "ok", Detail: "type " + typ})
+	a.revoke(label, n.Epoch, WhyNodeChanged)
+	writeJSON(w, http.StatusOK, a.view(n))
+}
+
+// revoke cuts the node's sessions older than epoch.
+func (a *API) revoke(label string, epoch int64, why string) {
+	a.log.WithFields(logrus.Fields{"node": label, "epoch": epoch, "why": why}).Debug("revoke")
+	a.revoker.Revoke(label, epoch, why)
+}
+
+// deleteNode deletes a node (idempotent: an unknown node is 200 too).
+func (a *API) deleteNode(w http.ResponseWriter, r *http.Request) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return
+	}
+	ctx, cancel := detached(r)
+	defer cancel()
+	epoch, err := a.store.DeleteNode(ctx, label)
+	if errors.Is(err, db.ErrNotFound) {
+		writeOK(w)
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, "delete node", err)
+		return
+	}
+	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "node.delete", Result: "ok"})
+	a.revoke(label, epoch, WhyNodeDeleted)
+	writeOK(w)
+}
+
+// tokenResponse is the body of a token rotation.
+type tokenResponse struct {
+	Token string `json:"token"`
+}
+
+// rotateToken issues a new token (shown once; only its hash is stored) and
+// cuts every session opened with the previous one before answering.
+func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return
+	}
+	tok, err := keys.NewToken()
+	if err != nil {
+		a.log.WithError(err).Error("token_generation_failed")
+		writeError(w, http.StatusInternalServerError, "internal error (token)")
+		return
+	}
+	ctx, cancel := detached(r)
+	defer cancel()
+	epoch, err := a.store.SetToken(ctx, label, keys.HashToken(tok))
+	if errors.Is(err, db.ErrNotFound) {
+		nodeNotFound(w, label)
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, "set token", err)
+		return
+	}
+	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "token.rotate", Result: "ok"})
+	a.revoke(label, epoch, WhyTokenRotate)
+	writeJSON(w, http.StatusOK, tokenResponse{Token: tok})
+}
+
+// revokeToken removes the node's token (idempotent) and cuts its sessions.
+func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return
+	}
+	ctx, cancel := detached(r)
+	defer cancel()
+	epoch, err := a.store.RevokeToken(ctx, label)
+	if errors.Is(err, db.ErrNotFound) {
+		nodeNotFound(w, label)
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, "revoke token", err)
+		return
+	}
+	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "token.revoke", Result: "ok"})
+	a.revoke(label, epoch, WhyTokenRevoke)
+	writeOK(w)
+}
+
+// listNodes is GET /v1/nodes.
+func (a *API) listNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := a.store.Nodes(r.Context())
+	if err != nil {
+		a.storeError(w, r, "list nodes", err)
+		return
+	}
+	out := struct {
+		Nodes []nodeView `json:"nodes"`
+	}{Nodes: make([]nodeView, 0, len(nodes))}
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, a.view(n))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getNode is GET /v1/nodes/{label}.
+func (a *API) getNode(w http.ResponseWriter, r *http.Request) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return
+	}
+	ctx := r.Context()
+	n, err := a.store.Node(ctx, label)
+	if errors.Is(err, db.ErrNotFound) {
+		nodeNotFound(w, label)
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, "read node", err)
+		return
+	}
+	acc, err := a.store.Access(ctx, label)
+	if err == nil {
+		var ks []db.Key
+		ks, err = a.store.Keys(ctx, label)
+		if err == nil {
+			v := a.view(n)
+			nk, ns := len(ks), len(a.sessions.List(label))
+			v.HasToken, v.Keys, v.Sessions = &acc.HasToken, &nk, &ns
+			writeJSON(w, http.StatusOK, v)
+			return
+		}
+	}
+	if errors.Is(err, db.ErrNotFound) {
+		nodeNotFound(w, label)
+		return
+	}
+	a.storeError(w, r, "read node access", err)
+}

@@ -1,0 +1,291 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/sirupsen/logrus"
+)
+
+// actorToken is the audit and command actor of node-token requests.
+const actorToken = "http:token"
+
+// grant is a node-token request that passed authentication.
+type grant struct {
+	label   string
+	epoch   int64  // the node's access epoch the token was checked at
+	session string // session ID, once registered
+}
+
+// tokenAuth checks the request's ?token= against the node's current token
+// hash in constant time. It answers 400 (bad label), 404 (unknown node) or
+// 401 (no or wrong token) itself.
+func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return grant{}, false
+	}
+	tok := r.URL.Query().Get("token")
+	acc, err := a.store.Access(r.Context(), label)
+	if errors.Is(err, db.ErrNotFound) {
+		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: "unknown node"})
+		nodeNotFound(w, label)
+		return grant{}, false
+	}
+	if err != nil {
+		a.storeError(w, r, "read node access", err)
+		return grant{}, false
+	}
+	// Hash and compare even when there is nothing to match, so that the
+	// time taken does not tell whether the node has a token.
+	match := keys.HashToken(tok).Equal(acc.Token)
+	if !acc.HasToken || tok == "" || !match {
+		detail := "bad token"
+		switch {
+		case tok == "":
+			detail = "no token given"
+		case !acc.HasToken:
+			detail = "node has no token"
+		}
+		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: detail})
+		writeError(w, http.StatusUnauthorized, "invalid token")
+		return grant{}, false
+	}
+	return grant{label: label, epoch: acc.Epoch}, true
+}
+
+// session registers the request as a live session of the node, so that an
+// access change cuts it, and then checks that the epoch did not move between
+// authentication and registration (a rotation in that window would not have
+// seen this session). The returned context is cancelled by a cut; end must
+// be called once the request is done. On failure it has answered.
+func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string) (context.Context, func(), bool) {
+	src := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(src); err == nil {
+		src = host
+	}
+	ctx, info, end, err := a.sessions.Start(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
+		Remote: r.RemoteAddr, Epoch: g.epoch}, src)
+	switch {
+	case errors.Is(err, sessions.ErrShutdown):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return nil, nil, false
+	case errors.Is(err, sessions.ErrTooMany):
+		writeError(w, http.StatusTooManyRequests, err.Error())
+		return nil, nil, false
+	case err != nil:
+		a.log.WithError(err).Error("session_start_failed")
+		writeError(w, http.StatusInternalServerError, "internal error (session)")
+		return nil, nil, false
+	}
+	epoch, err := a.store.Epoch(ctx, g.label)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		end()
+		nodeNotFound(w, g.label)
+		return nil, nil, false
+	case err != nil:
+		end()
+		a.storeError(w, r, "read node epoch", err)
+		return nil, nil, false
+	case epoch != g.epoch:
+		end()
+		writeError(w, http.StatusUnauthorized, "access to node "+quote(g.label)+" changed during authentication; try again")
+		return nil, nil, false
+	}
+	g.session = info.ID
+	return ctx, end, true
+}
+
+// run authenticates, registers a session and runs cmd, then hands the
+// result to done (which answers). Errors are answered here.
+func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.Command, done func(commands.Result)) {
+	ctx, end, valid := a.session(w, r, &g, sessions.KindExec)
+	if !valid {
+		return
+	}
+	defer end()
+	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, Source: r.RemoteAddr, Session: g.session}, cmd)
+	if err != nil {
+		a.commandError(w, r, ctx, g.label, cmd.Name, err)
+		return
+	}
+	done(res)
+}
+
+// commandError maps a command failure to a status and a safe message.
+func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.Context, label, name string, err error) {
+	log := a.log.WithError(err).WithFields(logrus.Fields{"node": label, "command": name})
+	var usage *commands.UsageError
+	var revoked *sessions.RevokedError
+	cause := context.Cause(ctx)
+	switch {
+	case ctx.Err() != nil && errors.As(cause, &revoked):
+		writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
+	case ctx.Err() != nil && errors.Is(cause, sessions.ErrShutdown):
+		writeError(w, http.StatusServiceUnavailable, cause.Error())
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads this answer.
+		log.Debug("command_abandoned")
+		writeError(w, http.StatusServiceUnavailable, "request cancelled")
+	case errors.Is(err, commands.ErrBusy):
+		writeError(w, http.StatusConflict, commands.ErrBusy.Error())
+	case errors.As(err, &usage):
+		writeError(w, http.StatusBadRequest, safeText(usage.Msg))
+	case errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):
+		writeError(w, http.StatusBadRequest, safeText(err.Error()))
+	case errors.Is(err, commands.ErrNotAllowed):
+		writeError(w, http.StatusForbidden, safeText(err.Error()))
+	case errors.Is(err, commands.ErrTimeout):
+		log.Warn("command_timeout")
+		writeError(w, http.StatusGatewayTimeout, safeText(err.Error()))
+	default:
+		// BMC error text is safe to show: drivers never put the password
+		// in it.
+		log.Warn("command_failed")
+		writeError(w, http.StatusInternalServerError, safeText(err.Error()))
+	}
+}
+
+// powerOn is obmd's POST /node/{label}/power_on: 200, empty body.
+func (a *API) powerOn(w http.ResponseWriter, r *http.Request) {
+	if g, valid := a.tokenAuth(w, r); valid {
+		a.run(w, r, g, commands.Command{Name: commands.CmdPowerOn}, func(commands.Result) { writeOK(w) })
+	}
+}
+
+// powerOff is obmd's POST /node/{label}/power_off: a hard power off.
+func (a *API) powerOff(w http.ResponseWriter, r *http.Request) {
+	if g, valid := a.tokenAuth(w, r); valid {
+		a.run(w, r, g, commands.Command{Name: commands.CmdPowerOff}, func(commands.Result) { writeOK(w) })
+	}
+}
+
+// powerCycle is obmd's POST /node/{label}/power_cycle {"force": bool}: force
+// is a hard reset, otherwise a power cycle. No body means force false.
+func (a *API) powerCycle(w http.ResponseWriter, r *http.Request) {
+	g, valid := a.tokenAuth(w, r)
+	if !valid {
+		return
+	}
+	data, err := a.readBody(w, r)
+	if err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	var body struct {
+		Force bool `json:"force"`
+	}
+	if len(data) > 0 {
+		if err := decode(data, &body, false, "body"); err != nil {
+			writeBodyError(w, err)
+			return
+		}
+	}
+	a.run(w, r, g, commands.Command{Name: commands.CmdPowerCycle, Force: body.Force}, func(commands.Result) { writeOK(w) })
+}
+
+// bootDevice is obmd's PUT /node/{label}/boot_device {"bootdev": "..."}.
+// The device is passed to the driver as is; like obmd, the choice is
+// persistent.
+func (a *API) bootDevice(w http.ResponseWriter, r *http.Request) {
+	g, valid := a.tokenAuth(w, r)
+	if !valid {
+		return
+	}
+	data, err := a.readBody(w, r)
+	if err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	var body struct {
+		Bootdev string `json:"bootdev"`
+	}
+	if err := decode(data, &body, false, "body"); err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	if body.Bootdev == "" {
+		writeError(w, http.StatusBadRequest, "field \"bootdev\" is required")
+		return
+	}
+	a.run(w, r, g, commands.Command{Name: commands.CmdBootdev, Device: body.Bootdev, Persistent: true},
+		func(commands.Result) { writeOK(w) })
+}
+
+// powerStatus is obmd's GET /node/{label}/power_status:
+// {"power_status": "<driver's string>"}.
+func (a *API) powerStatus(w http.ResponseWriter, r *http.Request) {
+	if g, valid := a.tokenAuth(w, r); valid {
+		a.run(w, r, g, commands.Command{Name: commands.CmdPowerStatus}, func(res commands.Result) {
+			writeJSON(w, http.StatusOK, struct {
+				PowerStatus string `json:"power_status"`
+			}{res.Power})
+		})
+	}
+}
+
+// console is obmd's GET /node/{label}/console: the live console output as a
+// chunked byte stream, flushed as it comes, until the client leaves or the
+// node's access changes.
+func (a *API) console(w http.ResponseWriter, r *http.Request) {
+	g, valid := a.tokenAuth(w, r)
+	if !valid {
+		return
+	}
+	ctx, end, valid := a.session(w, r, &g, sessions.KindHTTPConsole)
+	if !valid {
+		return
+	}
+	defer end()
+	a.auditEvent(r, db.AuditEvent{Node: g.label, Actor: actorToken, Action: "session.start", Result: "ok", Detail: sessions.KindHTTPConsole})
+	rc := http.NewResponseController(w)
+	// A console stream lasts as long as the client wants: lift the server's
+	// write timeout for this response (unsupported writers just keep it).
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	_ = rc.Flush()
+	err := a.consoles.Stream(ctx, g.label, flushWriter{w: w, rc: rc})
+	a.log.WithFields(logrus.Fields{"node": g.label, "remote": r.RemoteAddr, "cause": causeText(ctx)}).
+		WithError(err).Debug("http_console_ended")
+}
+
+// causeText says why ctx ended, for logs ("" while it has not).
+func causeText(ctx context.Context) string {
+	if ctx.Err() == nil {
+		return ""
+	}
+	return context.Cause(ctx).Error()
+}
+
+// flushWriter flushes every write to the client at once.
+type flushWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err != nil {
+		return n, err
+	}
+	if err := f.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return n, err
+	}
+	return n, nil
+}

@@ -1,0 +1,236 @@
+package admin
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db/dbtest"
+	"github.com/obmd/obmd/sol"
+)
+
+func TestPowerRoutes(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		e.mustNode("n1")
+		e.mustNode("n2") // no token
+		tok := e.mustToken("n1")
+		q := "?token=" + tok
+		tests := []struct {
+			name, method, path, body string
+			code                     int
+			want                     string            // exact body
+			cmd                      *commands.Command // nil: the runner is not called
+		}{
+			{"power on", "POST", "/node/n1/power_on" + q, "", 200, "", &commands.Command{Name: commands.CmdPowerOn}},
+			{"power off", "POST", "/node/n1/power_off" + q, "", 200, "", &commands.Command{Name: commands.CmdPowerOff}},
+			{"power cycle", "POST", "/node/n1/power_cycle" + q, `{"force":false}`, 200, "", &commands.Command{Name: commands.CmdPowerCycle}},
+			{"power cycle force", "POST", "/node/n1/power_cycle" + q, `{"force":true}`, 200, "", &commands.Command{Name: commands.CmdPowerCycle, Force: true}},
+			{"power cycle no body", "POST", "/node/n1/power_cycle" + q, "", 200, "", &commands.Command{Name: commands.CmdPowerCycle}},
+			{"power cycle extra field", "POST", "/node/n1/power_cycle" + q, `{"force":true,"x":1}`, 200, "", &commands.Command{Name: commands.CmdPowerCycle, Force: true}},
+			{"power cycle bad JSON", "POST", "/node/n1/power_cycle" + q, `{"force":`, 400, errJSON("body is truncated JSON"), nil},
+			{"power cycle bad force", "POST", "/node/n1/power_cycle" + q, `{"force":"yes"}`, 400, errJSON(`body: field "force": got a JSON string, want a boolean`), nil},
+			{"boot device", "PUT", "/node/n1/boot_device" + q, `{"bootdev":"A"}`, 200, "", &commands.Command{Name: commands.CmdBootdev, Device: "A", Persistent: true}},
+			{"boot device pxe", "PUT", "/node/n1/boot_device" + q, `{"bootdev":"pxe"}`, 200, "", &commands.Command{Name: commands.CmdBootdev, Device: "pxe", Persistent: true}},
+			{"boot device none given", "PUT", "/node/n1/boot_device" + q, `{}`, 400, errJSON(`field "bootdev" is required`), nil},
+			{"boot device no body", "PUT", "/node/n1/boot_device" + q, "", 400, errJSON(`body is empty; want a JSON object`), nil},
+			{"power status", "GET", "/node/n1/power_status" + q, "", 200, `{"power_status":"Mock Status"}` + "\n", &commands.Command{Name: commands.CmdPowerStatus}},
+			{"bad token", "POST", "/node/n1/power_on?token=" + tok + "x", "", 401, errJSON("invalid token"), nil},
+			{"no token", "POST", "/node/n1/power_on", "", 401, errJSON("invalid token"), nil},
+			{"empty token", "GET", "/node/n1/power_status?token=", "", 401, errJSON("invalid token"), nil},
+			{"other node's token", "GET", "/node/n2/power_status" + q, "", 401, errJSON("invalid token"), nil},
+			{"unknown node", "POST", "/node/n3/power_off" + q, "", 404, errJSON(`node "n3" not found`), nil},
+			{"bad label", "POST", "/node/a%00/power_off" + q, "", 400, errJSON(`label "a\x00" contains a control character`), nil},
+			{"console bad token", "GET", "/node/n1/console?token=nope", "", 401, errJSON("invalid token"), nil},
+			{"console unknown node", "GET", "/node/n3/console" + q, "", 404, errJSON(`node "n3" not found`), nil},
+			{"wrong method", "GET", "/node/n1/power_on" + q, "", 404, errJSON("not found"), nil},
+			{"oversized", "POST", "/node/n1/power_cycle" + q, `{"force":"` + strings.Repeat("x", DefaultMaxBody) + `"}`, 413,
+				errJSON("request body is larger than 65536 bytes"), nil},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				r := e.do(tt.method, tt.path, tt.body, noAuth)
+				if r.code != tt.code || r.body != tt.want {
+					t.Errorf("got %d %q, want %d %q", r.code, r.body, tt.code, tt.want)
+				}
+				calls := e.runner.take()
+				if tt.cmd == nil {
+					if len(calls) != 0 {
+						t.Errorf("runner calls: got %+v, want none", calls)
+					}
+					return
+				}
+				if len(calls) != 1 {
+					t.Fatalf("runner calls: got %+v, want one", calls)
+				}
+				c := calls[0]
+				if !reflect.DeepEqual(c.Cmd, *tt.cmd) {
+					t.Errorf("command: got %+v, want %+v", c.Cmd, *tt.cmd)
+				}
+				if c.Req.Node != "n1" || c.Req.Actor != "http:token" || !strings.HasPrefix(c.Req.Source, "127.0.0.1:") || c.Req.Session == "" {
+					t.Errorf("request: got %+v, want node n1, actor http:token, a source and a session", c.Req)
+				}
+				if len(c.Sessions) != 1 || c.Sessions[0].Kind != sessions.KindExec || c.Sessions[0].User != "token" || c.Sessions[0].ID != c.Req.Session {
+					t.Errorf("live sessions during the command: got %+v, want this exec session", c.Sessions)
+				}
+				if live := e.reg.List(""); len(live) != 0 {
+					t.Errorf("sessions after the request: got %+v, want none", live)
+				}
+			})
+		}
+		evs := e.auditEvents("n1")
+		if !hasAudit(evs, "http:token", "auth", "denied") {
+			t.Errorf("audit: got %+v, want a denied http:token auth", evs)
+		}
+		for _, ev := range evs {
+			if strings.Contains(ev.Detail, tok) {
+				t.Errorf("audit detail holds the token: %+v", ev)
+			}
+		}
+		if logs := e.logs.String(); strings.Contains(logs, tok) || strings.Contains(logs, "token=") {
+			t.Errorf("logs hold the token or a query string:\n%s", logs)
+		}
+		if logs := e.logs.String(); !strings.Contains(logs, `"route":"POST /node/{label}/power_on"`) {
+			t.Errorf("logs: want a request line with the route pattern")
+		}
+	})
+}
+
+func TestPowerErrors(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		e.mustNode("n1")
+		q := "?token=" + e.mustToken("n1")
+		tests := []struct {
+			name string
+			err  error
+			code int
+			want string
+		}{
+			{"busy", fmt.Errorf("power-on n1: %w", commands.ErrBusy), 409, errJSON(commands.ErrBusy.Error())},
+			{"usage", &commands.UsageError{Msg: "bootdev: unknown device \"C\""}, 400, errJSON(`bootdev: unknown device "C"`)},
+			{"bad boot device", fmt.Errorf("bootdev C on n1: %w", sol.ErrBadBootDevice), 400, errJSON("bootdev C on n1: unsupported boot device")},
+			{"timeout", fmt.Errorf("power-on n1: %w: %w", commands.ErrTimeout, context.DeadlineExceeded), 504,
+				errJSON("power-on n1: BMC did not answer in time: context deadline exceeded")},
+			{"BMC failure", errors.New("power-on n1: BMC said \x1b[31mno\x1b[0m"), 500, errJSON(`power-on n1: BMC said \x1b[31mno\x1b[0m`)},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				e.runner.set(commands.CmdPowerOn, tt.err)
+				r := e.do("POST", "/node/n1/power_on"+q, "", noAuth)
+				if r.code != tt.code || r.body != tt.want {
+					t.Errorf("got %d %q, want %d %q", r.code, r.body, tt.code, tt.want)
+				}
+			})
+		}
+	})
+}
+
+// TestRevokedMidCommand: a rotation while a command runs cancels it, and the
+// request answers 401 with the reason.
+func TestRevokedMidCommand(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		e.mustNode("n1")
+		q := "?token=" + e.mustToken("n1")
+		e.runner.block = true
+		done := make(chan resp, 1)
+		go func() { done <- e.do("POST", "/node/n1/power_cycle"+q, `{"force":true}`, noAuth) }()
+		<-e.runner.started
+		e.mustToken("n1")
+		r := <-done
+		if want := errJSON(`access to n1 was revoked (token rotated)`); r.code != 401 || r.body != want {
+			t.Errorf("got %d %q, want 401 %q", r.code, r.body, want)
+		}
+	})
+}
+
+// TestEpochMovedAfterAuth: a rotation between the token check and the
+// session registration is caught by the re-read of the epoch.
+func TestEpochMovedAfterAuth(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		var racy *racyStore
+		e := newEnv(t, eng, func(s Store) Store { racy = &racyStore{Store: s}; return racy })
+		e.mustNode("n1")
+		q := "?token=" + e.mustToken("n1")
+		for _, path := range []string{"/node/n1/power_status", "/node/n1/console"} {
+			racy.once = sync.Once{}
+			r := e.do("GET", path+q, "", noAuth)
+			if racy.err != nil {
+				t.Fatalf("injected rotation: %v", racy.err)
+			}
+			if want := errJSON(`access to node "n1" changed during authentication; try again`); r.code != 401 || r.body != want {
+				t.Errorf("%s: got %d %q, want 401 %q", path, r.code, r.body, want)
+			}
+			// The injected rotation also replaced the token.
+			q = "?token=" + e.mustToken("n1")
+		}
+		if calls := e.runner.take(); len(calls) != 0 {
+			t.Errorf("runner calls: got %+v, want none", calls)
+		}
+		if live := e.reg.List(""); len(live) != 0 {
+			t.Errorf("sessions: got %+v, want none", live)
+		}
+	})
+}
+
+func TestConsole(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		e.mustNode("n1")
+		tok := e.mustToken("n1")
+		res, err := e.srv.Client().Get(e.srv.URL + "/node/n1/console?token=" + tok)
+		if err != nil {
+			t.Fatalf("get console: %v", err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/octet-stream" ||
+			!reflect.DeepEqual(res.TransferEncoding, []string{"chunked"}) {
+			t.Fatalf("console: got %d %q %v, want 200 application/octet-stream chunked",
+				res.StatusCode, res.Header.Get("Content-Type"), res.TransferEncoding)
+		}
+		br := bufio.NewReader(res.Body)
+		for i := 0; i < 3; i++ {
+			line, err := br.ReadString('\n')
+			if want := fmt.Sprintf("line %d\n", i); err != nil || line != want {
+				t.Fatalf("line %d: got %q, %v, want %q", i, line, err, want)
+			}
+		}
+		live := e.reg.List("n1")
+		if len(live) != 1 || live[0].Kind != sessions.KindHTTPConsole {
+			t.Errorf("sessions: got %+v, want one http-console", live)
+		}
+		// Revoking the token ends the stream before the admin call returns.
+		if r := e.admin("DELETE", "/node/n1/token", ""); r.code != 200 {
+			t.Fatalf("revoke: got %d %q", r.code, r.body)
+		}
+		if live := e.reg.List("n1"); len(live) != 0 {
+			t.Errorf("sessions after revoke: got %+v, want none", live)
+		}
+		ended := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(io.Discard, br)
+			ended <- err
+		}()
+		select {
+		case err := <-ended:
+			if err != nil {
+				t.Errorf("stream end: got %v, want a clean end", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("console stream did not end after revocation")
+		}
+		if !hasAudit(e.auditEvents("n1"), "http:token", "session.start", "ok") {
+			t.Errorf("audit: want a session.start")
+		}
+	})
+}

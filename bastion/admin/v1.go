@@ -1,0 +1,225 @@
+package admin
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+)
+
+// keyView is a node key as GET /v1/nodes/{label}/keys shows it.
+type keyView struct {
+	Fingerprint string    `json:"fingerprint"`
+	Key         string    `json:"key"`
+	Comment     string    `json:"comment"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// addKey is POST /v1/nodes/{label}/keys {"key": "<authorized_keys line>"}.
+func (a *API) addKey(w http.ResponseWriter, r *http.Request) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return
+	}
+	data, err := a.readBody(w, r)
+	if err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	var body struct {
+		Key string `json:"key"`
+	}
+	if err := decode(data, &body, true, "body"); err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	ak, err := keys.ParseAuthorizedKey(body.Key)
+	if err != nil {
+		// keys' errors are fixed texts that never echo the line.
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := detached(r)
+	defer cancel()
+	err = a.store.AddKey(ctx, db.Key{Node: label, Fingerprint: ak.Fingerprint, Line: ak.Line, Comment: ak.Comment})
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		nodeNotFound(w, label)
+		return
+	case errors.Is(err, db.ErrExists):
+		writeError(w, http.StatusConflict, "key "+ak.Fingerprint+" is already registered on node "+quote(label))
+		return
+	case err != nil:
+		a.storeError(w, r, "add key", err)
+		return
+	}
+	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "key.add", Result: "ok", Detail: ak.Fingerprint})
+	writeJSON(w, http.StatusCreated, struct {
+		Fingerprint string `json:"fingerprint"`
+	}{ak.Fingerprint})
+}
+
+// listKeys is GET /v1/nodes/{label}/keys.
+func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return
+	}
+	ks, err := a.store.Keys(r.Context(), label)
+	if errors.Is(err, db.ErrNotFound) {
+		nodeNotFound(w, label)
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, "list keys", err)
+		return
+	}
+	out := struct {
+		Keys []keyView `json:"keys"`
+	}{Keys: make([]keyView, 0, len(ks))}
+	for _, k := range ks {
+		out.Keys = append(out.Keys, keyView{Fingerprint: k.Fingerprint, Key: k.Line, Comment: k.Comment, CreatedAt: k.CreatedAt.UTC()})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// deleteKey is DELETE /v1/nodes/{label}/keys/{fingerprint...}; the
+// fingerprint's "/" may be escaped (%2F) or not.
+func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
+	label, valid := pathLabel(w, r)
+	if !valid {
+		return
+	}
+	fp := r.PathValue("fingerprint")
+	if fp == "" || len(fp) > 128 || strings.IndexFunc(fp, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) >= 0 {
+		writeError(w, http.StatusBadRequest, "fingerprint "+quote(fp)+" is not valid (want SHA256:..., with \"/\" escaped as %2F)")
+		return
+	}
+	ctx, cancel := detached(r)
+	defer cancel()
+	epoch, err := a.store.DeleteKey(ctx, label, fp)
+	if errors.Is(err, db.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "no key "+quote(fp)+" on node "+quote(label))
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, "delete key", err)
+		return
+	}
+	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "key.remove", Result: "ok", Detail: fp})
+	a.revoke(label, epoch, WhyKeyRemoved)
+	writeOK(w)
+}
+
+// auditView is an audit event as GET /v1/audit shows it.
+type auditView struct {
+	ID     int64     `json:"id"`
+	At     time.Time `json:"at"`
+	Node   string    `json:"node,omitempty"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Source string    `json:"source,omitempty"`
+	Result string    `json:"result"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// maxAuditLimit is the store's bound on one audit query.
+const maxAuditLimit = 1000
+
+// audit is GET /v1/audit?node=&since=&limit=; since is RFC 3339 or unix
+// seconds, limit 1..1000 (default 1000).
+func (a *API) audit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var aq db.AuditQuery
+	if node := q.Get("node"); node != "" {
+		if err := ValidLabel(node); err != nil {
+			writeError(w, http.StatusBadRequest, "node: "+err.Error())
+			return
+		}
+		aq.Node = node
+	}
+	if s := q.Get("since"); s != "" {
+		since, err := parseSince(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "since "+quote(s)+" is not RFC 3339 or unix seconds")
+			return
+		}
+		aq.Since = since
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxAuditLimit {
+			writeError(w, http.StatusBadRequest, "limit "+quote(s)+" is not a number from 1 to 1000")
+			return
+		}
+		aq.Limit = n
+	}
+	events, err := a.store.AuditEvents(r.Context(), aq)
+	if err != nil {
+		a.storeError(w, r, "read audit", err)
+		return
+	}
+	out := struct {
+		Events []auditView `json:"events"`
+	}{Events: make([]auditView, 0, len(events))}
+	for _, e := range events {
+		out.Events = append(out.Events, auditView{ID: e.ID, At: e.At.UTC(), Node: e.Node, Actor: e.Actor,
+			Action: e.Action, Source: e.Source, Result: e.Result, Detail: e.Detail})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func parseSince(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
+
+// listSessions is GET /v1/sessions?node=.
+func (a *API) listSessions(w http.ResponseWriter, r *http.Request) {
+	node := r.URL.Query().Get("node")
+	if node != "" {
+		if err := ValidLabel(node); err != nil {
+			writeError(w, http.StatusBadRequest, "node: "+err.Error())
+			return
+		}
+	}
+	list := a.sessions.List(node)
+	if list == nil {
+		list = []sessions.Info{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Sessions []sessions.Info `json:"sessions"`
+	}{list})
+}
+
+// kickSession is DELETE /v1/sessions/{id}: the session ends with "kicked
+// by admin"; the answer comes once it has ended (or the cut bound passed).
+func (a *API) kickSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var node string
+	found := false
+	for _, s := range a.sessions.List("") {
+		if s.ID == id {
+			node, found = s.Node, true
+			break
+		}
+	}
+	if !found || !a.sessions.Kick(id, &sessions.RevokedError{Node: node, Why: WhyKicked}) {
+		writeError(w, http.StatusNotFound, "no session "+quote(id))
+		return
+	}
+	a.auditEvent(r, db.AuditEvent{Node: node, Actor: "admin", Action: "session.kick", Result: "ok", Detail: "session " + id})
+	writeOK(w)
+}
