@@ -241,20 +241,17 @@ func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) er
 func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *client.Client) error) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
-	log := b.log.WithField("op", op)
 	start := time.Now()
 	s, err := b.dial(ctx)
 	if err != nil {
-		log.WithError(err).Debug("ipmi_connect_failed")
 		return fmt.Errorf("%s %s: %w", op, b.label, err)
 	}
 	err = fn(ctx, s.c)
 	s.close(ctx)
 	if err != nil {
-		log.WithError(err).Debug("ipmi_op_failed")
 		return fmt.Errorf("%s %s: %w", op, b.label, err)
 	}
-	log.WithField("took_ms", time.Since(start).Milliseconds()).Debug("ipmi_op_done")
+	b.log.WithFields(logrus.Fields{"op": op, "took_ms": time.Since(start).Milliseconds()}).Debug("ipmi_op_done")
 	return nil
 }
 
