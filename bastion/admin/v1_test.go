@@ -97,7 +97,7 @@ func TestV1Nodes(t *testing.T) {
 		}
 
 		e.mustNode("m1")
-		tok := e.mustToken("n1")
+		e.mustToken("n1") // has_token
 		line, _ := testKey(t, 1, "", "me@laptop")
 		if r := e.admin("POST", "/v1/nodes/n1/keys", `{"key":"`+line+`"}`); r.code != 201 {
 			t.Fatalf("add key: got %d %q", r.code, r.body)
@@ -135,7 +135,6 @@ func TestV1Nodes(t *testing.T) {
 		if r := e.admin("GET", "/v1/nodes/a%7Fb", ""); r.code != 400 {
 			t.Errorf("get bad label: got %d %q, want 400", r.code, r.body)
 		}
-		_ = tok
 	})
 }
 
