@@ -11,14 +11,14 @@ import (
 type LimitConfig struct {
 	// PerSource failures within Window lock the source address out of
 	// every node for Lockout (default 5 in 1 min, locked 1 min).
-	PerSource int
+	PerSource int `yaml:"per_source"`
 	// PerNode failures within Window, from any sources, put the node under
 	// attack for Lockout: while it is, a source that has failed on it even
 	// once is refused, so a distributed guesser gets one try per address,
 	// and addresses that never failed are not slowed (default 20).
-	PerNode int
-	Window  time.Duration
-	Lockout time.Duration
+	PerNode int           `yaml:"per_node"`
+	Window  time.Duration `yaml:"window"`
+	Lockout time.Duration `yaml:"lockout"`
 }
 
 func (c *LimitConfig) defaults() {

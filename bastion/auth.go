@@ -1,0 +1,145 @@
+package bastion
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gliderlabs/ssh"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+)
+
+type (
+	connKey  struct{} // net.Conn of the connection, set by connected
+	authKey  struct{} // *authInfo, set on successful authentication
+	chansKey struct{} // *int32 count of session channels, set on the first one
+)
+
+// authInfo is what a successful authentication established.
+type authInfo struct {
+	Method string // "password", "keyboard-interactive", "publickey"
+	User   string // "token" or "key SHA256:..."
+	Epoch  int64  // node access epoch read with the credential
+}
+
+func authFrom(ctx ssh.Context) *authInfo {
+	a, _ := ctx.Value(authKey{}).(*authInfo)
+	return a
+}
+
+func (s *Server) password(ctx ssh.Context, pass string) bool {
+	return s.checkToken(ctx, "password", pass)
+}
+
+func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteractiveChallenge) bool {
+	answers, err := ask("", "", []string{"Password (node token): "}, []bool{false})
+	if err != nil || len(answers) != 1 {
+		return false
+	}
+	return s.checkToken(ctx, "keyboard-interactive", answers[0])
+}
+
+// checkToken authenticates ctx.User() with a token. An unknown node, a node
+// without a token and a wrong token do the same work (one query, one hash,
+// one constant-time compare) and take at least FailDelay, so the client
+// cannot tell them apart.
+func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
+	start := s.cfg.Now()
+	label, src := ctx.User(), remoteHost(ctx.RemoteAddr())
+	if ok, which := s.lim.allow(src, label); !ok {
+		s.denied(ctx, method, "rate limited ("+which+")")
+		s.waitFrom(start)
+		return false
+	}
+	acc, err := s.store.Access(ctx, label)
+	if err != nil && !errors.Is(err, db.ErrNotFound) {
+		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
+		s.denied(ctx, method, "database unavailable")
+		s.waitFrom(start)
+		return false
+	}
+	got := keys.HashToken(token)
+	match := acc.Token.Equal(got) && acc.HasToken && err == nil
+	if !match {
+		why := "wrong token"
+		switch {
+		case err != nil:
+			why = "unknown node"
+		case !acc.HasToken:
+			why = "no token issued"
+		}
+		s.lim.fail(src, label)
+		s.denied(ctx, method, why)
+		s.waitFrom(start)
+		return false
+	}
+	s.accepted(ctx, &authInfo{Method: method, User: "token", Epoch: acc.Epoch})
+	return true
+}
+
+func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
+	label, fp := ctx.User(), keys.Fingerprint(key)
+	epoch, ok, err := s.store.HasKey(ctx, label, fp)
+	switch {
+	case err != nil && !errors.Is(err, db.ErrNotFound):
+		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
+		s.denied(ctx, "publickey", "database unavailable")
+		return false
+	case err != nil || !ok:
+		s.denied(ctx, "publickey", "key "+fp+" not registered")
+		return false
+	}
+	s.accepted(ctx, &authInfo{Method: "publickey", User: "key " + fp, Epoch: epoch})
+	return true
+}
+
+func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
+	ctx.SetValue(authKey{}, a)
+	if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
+		c.SetDeadline(time.Time{}) // authenticated: no handshake bound any more
+	}
+	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + a.Method, Action: "auth",
+		Source: remoteString(ctx), Result: "ok", Detail: a.User})
+}
+
+func (s *Server) denied(ctx context.Context, method, why string) {
+	sc := ctx.(ssh.Context)
+	s.log.WithFields(map[string]any{"node": safe(sc.User()), "remote": remoteString(sc), "method": method, "reason": why}).Info("auth_denied")
+	s.audit(ctx, db.AuditEvent{Node: safe(sc.User()), Actor: "ssh:" + method, Action: "auth",
+		Source: remoteString(sc), Result: "denied", Detail: why})
+}
+
+func (s *Server) waitFrom(start time.Time) {
+	if d := s.cfg.FailDelay - s.cfg.Now().Sub(start); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+func remoteString(ctx ssh.Context) string {
+	if a := ctx.RemoteAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}
+
+// safe makes untrusted text (a user name is any string a client sends)
+// printable: control and non-UTF-8 bytes are escaped, length is bounded.
+func safe(s string) string {
+	const max = 100
+	if len(s) > max {
+		s = s[:max]
+	}
+	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
+		return s
+	}
+	q := strconv.QuoteToGraphic(s)
+	return q[1 : len(q)-1]
+}

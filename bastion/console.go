@@ -1,0 +1,167 @@
+package bastion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/sol"
+)
+
+const escapeHelp = "obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help"
+
+// console attaches the session to the node's console until the viewer
+// detaches, the client leaves, or the session is cut. Console bytes go to the
+// channel untouched (no newline rewriting); obmd's own messages go to stderr.
+// The output loop runs here; the input reader is a goroutine in c.wg that
+// ends when serve closes the channel.
+func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands.Command, stderr io.Writer) (int, error) {
+	name := fmt.Sprintf("#%s %s@%s", info.ID, strings.Fields(info.User)[0], remoteHost(c.ctx.RemoteAddr()))
+	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Name: name, ReadOnly: cmd.ReadOnly, Replay: true})
+	if err != nil {
+		c.log.WithError(err).Error("console_attach_failed")
+		fmt.Fprintf(stderr, "obmd: cannot attach to the console of %s\n", safe(c.label))
+		return commands.ExitFailed, err
+	}
+	defer v.Close()
+	say := func(msg string) { fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: %s]\r\n", msg) }
+	say(c.banner(v))
+
+	c.mu.Lock()
+	c.onBreak = func() { c.sendBreak(sctx, v) }
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.onBreak = nil
+		c.mu.Unlock()
+	}()
+
+	msgs := make(chan string, 16) // input side -> this loop; never blocks the sender
+	detach := make(chan struct{})
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.consoleInput(sctx, v, msgs, detach)
+	}()
+
+	for {
+		select {
+		case ch, ok := <-v.Output():
+			if !ok {
+				return commands.ExitFailed, v.Err()
+			}
+			if ch.Skipped > 0 {
+				say(fmt.Sprintf("%d bytes skipped: this connection is too slow", ch.Skipped))
+			}
+			if ch.Notice != "" {
+				say(ch.Notice)
+			}
+			if len(ch.Data) > 0 {
+				if _, err := c.ch.Write(ch.Data); err != nil {
+					return commands.ExitOK, nil
+				}
+			}
+		case m := <-msgs:
+			say(m)
+		case <-detach:
+			say("detached")
+			return commands.ExitOK, nil
+		case <-c.closed:
+			return commands.ExitOK, nil
+		case <-sctx.Done():
+			return commands.ExitFailed, context.Cause(sctx)
+		}
+	}
+}
+
+// banner is the line a viewer sees on attach.
+func (c *channel) banner(v *sol.Viewer) string {
+	var others []string
+	for _, o := range c.s.consoles.Viewers(c.label) {
+		if o.Name == v.Name() {
+			continue
+		}
+		if o.Writer {
+			others = append(others, o.Name+" (writing)")
+		} else {
+			others = append(others, o.Name)
+		}
+	}
+	role := "you are writing"
+	if !v.Writer() {
+		role = "you are read-only (Ctrl-E c f to write)"
+	}
+	who := "no one else attached"
+	if len(others) > 0 {
+		who = fmt.Sprintf("%d other(s): %s", len(others), strings.Join(others, ", "))
+	}
+	return fmt.Sprintf("console of %s; %s; %s; Ctrl-E c ? for help", safe(c.label), role, who)
+}
+
+// consoleInput reads the client's keystrokes, acting on escapes and sending
+// the rest to the console. It returns when the channel is closed or the
+// client sends EOF (the console keeps streaming output after an EOF, as a
+// half-closed pipe would).
+func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, msgs chan<- string, detach chan<- struct{}) {
+	tell := func(m string) {
+		select {
+		case msgs <- m:
+		default:
+		}
+	}
+	var lastHint time.Time
+	p := newEscapeParser([]byte(c.s.cfg.Escape))
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.ch.Read(buf)
+		for _, ev := range p.Feed(buf[:n]) {
+			if ev.Data != nil {
+				if _, err := v.Write(ev.Data); errors.Is(err, sol.ErrReadOnly) && time.Since(lastHint) > 5*time.Second {
+					lastHint = time.Now()
+					tell("read-only: your keys are not sent; Ctrl-E c f takes over writing")
+				}
+				continue
+			}
+			switch ev.Cmd {
+			case EscDetach:
+				close(detach)
+				return
+			case EscHelp:
+				tell(escapeHelp)
+			case EscTakeOver:
+				v.TakeWrite()
+				tell("you are writing")
+			case EscReadOnly:
+				v.ReadOnly()
+				tell("you are read-only")
+			case EscBreak:
+				c.sendBreak(sctx, v)
+			case EscReplay:
+				v.Replay()
+			default:
+				tell("unknown escape; Ctrl-E c ? for help")
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// sendBreak sends a serial break (escape b, or OpenSSH's ~B as an RFC 4335
+// break request); only the writer may.
+func (c *channel) sendBreak(ctx context.Context, v *sol.Viewer) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := v.Break(ctx); err != nil {
+		c.log.WithError(err).Info("break_failed")
+		fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: break not sent: %v]\r\n", err)
+		return
+	}
+	c.audit(ctx, "console.break", "ok", "")
+}

@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/obmd/obmd/bastion"
+)
+
+// Config is everything an operator can set. The YAML names are the config
+// file's keys; cmd/obmd maps OBMD_* variables and flags onto the same fields.
+type Config struct {
+	// SSHAddr is the SSH front door (default 127.0.0.1:2222).
+	SSHAddr string `yaml:"ssh_addr"`
+	// AdminAddr is the admin HTTP API (default 127.0.0.1:8080).
+	AdminAddr string `yaml:"admin_addr"`
+	// StateDir holds the host key, the sealing key, the generated admin
+	// token and the default SQLite database (default ./obmd-state).
+	StateDir string `yaml:"state_dir"`
+	// DB is a SQLite path or mysql://user:pass@tcp(host:port)/db (default
+	// StateDir/obmd.db).
+	DB string `yaml:"db"`
+	// AdminToken, if set, is the admin secret; otherwise it is read from
+	// StateDir/admin-token, generated there on first start.
+	AdminToken string `yaml:"admin_token"`
+	// HostKey is the SSH host key file (default StateDir/ssh_host_ed25519_key);
+	// replicas share it.
+	HostKey string `yaml:"host_key"`
+	// SealKey is the key that seals BMC passwords at rest (default
+	// StateDir/seal.key); replicas share it.
+	SealKey string `yaml:"seal_key"`
+	// TLSCert and TLSKey serve the admin API over HTTPS when both are set.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// InsecureHTTP allows plain HTTP on an admin address that is not
+	// loopback (tokens would cross the network in clear).
+	InsecureHTTP bool `yaml:"insecure_http"`
+
+	// Escape is the console escape prefix, two bytes (default Ctrl-E c).
+	Escape string `yaml:"escape"`
+	// Scrollback is the bytes of console history kept per node (default 16 KiB).
+	Scrollback int `yaml:"scrollback"`
+	// Linger keeps a console link open after its last viewer (default 2 s).
+	Linger time.Duration `yaml:"linger"`
+	// ViewerQueue bounds a viewer's pending output (default 256 KiB).
+	ViewerQueue int `yaml:"viewer_queue"`
+	// DropSlowViewers disconnects a viewer that falls behind instead of
+	// letting it skip ahead.
+	DropSlowViewers bool `yaml:"drop_slow_viewers"`
+	// MaxSessionsPerNode and MaxSessionsPerSource bound live sessions
+	// (defaults 64 and 32; negative: unlimited).
+	MaxSessionsPerNode   int `yaml:"max_sessions_per_node"`
+	MaxSessionsPerSource int `yaml:"max_sessions_per_source"`
+	// AuthLimits bound token guessing.
+	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
+	// FailDelay is the least time a failed token takes (default 300 ms).
+	FailDelay time.Duration `yaml:"fail_delay"`
+	// PowerTimeout bounds one BMC call (default 20 s).
+	PowerTimeout time.Duration `yaml:"power_timeout"`
+	// EpochPoll is how often access changes made by other replicas are
+	// looked for (default 1 s).
+	EpochPoll time.Duration `yaml:"epoch_poll"`
+	// ShutdownTimeout bounds a graceful stop (default 10 s).
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	// Demo registers node "demo" on the built-in simulator and prints a
+	// fresh token for it at start (make run).
+	Demo bool `yaml:"demo"`
+	// Version is shown by `version` and logged at start.
+	Version string `yaml:"-"`
+}
+
+// DemoNode is the label of the demo node.
+const DemoNode = "demo"
+
+// DefaultDB is the SQLite database used when none is configured.
+func DefaultDB(stateDir string) string { return filepath.Join(stateDir, "obmd.db") }
+
+// WithDefaults returns c with every unset field at its default, or an error
+// for a contradictory configuration.
+func (c Config) WithDefaults() (Config, error) {
+	err := c.setDefaults()
+	return c, err
+}
+
+func (c *Config) setDefaults() error {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.SSHAddr, "127.0.0.1:2222")
+	def(&c.AdminAddr, "127.0.0.1:8080")
+	def(&c.StateDir, "./obmd-state")
+	def(&c.DB, DefaultDB(c.StateDir))
+	def(&c.HostKey, filepath.Join(c.StateDir, "ssh_host_ed25519_key"))
+	def(&c.SealKey, filepath.Join(c.StateDir, "seal.key"))
+	def(&c.Version, "dev")
+	if c.MaxSessionsPerNode == 0 {
+		c.MaxSessionsPerNode = 64
+	}
+	if c.MaxSessionsPerSource == 0 {
+		c.MaxSessionsPerSource = 32
+	}
+	if c.EpochPoll <= 0 {
+		c.EpochPoll = time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("tls_cert and tls_key go together")
+	}
+	if c.TLSCert == "" && !c.InsecureHTTP && !loopback(c.AdminAddr) {
+		return fmt.Errorf("admin address %s is not loopback: configure tls_cert/tls_key, or set insecure_http to send tokens in clear", c.AdminAddr)
+	}
+	return nil
+}
+
+// loopback reports whether addr's host is a loopback address or localhost.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func unlimited(n int) int {
+	if n < 0 {
+		return 0
+	}
+	return n
+}

@@ -1,0 +1,330 @@
+// Package daemon assembles a running obmd from a Config: state directory and
+// keys, database (migrated), drivers, console hub, session registry, the SSH
+// front door and the admin API; it runs them until its context ends and
+// then shuts them down in order. cmd/obmd and the end-to-end tests use it.
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gliderlabs/ssh"
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/nodes"
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// Daemon is one obmd replica. Start prepares and listens; Run serves.
+type Daemon struct {
+	cfg Config
+	log logrus.FieldLogger
+
+	store    *db.Store
+	lab      *sim.Lab
+	resolver *nodes.Resolver
+	consoles *sol.Manager
+	reg      *sessions.Registry
+	revoker  *bastion.Revoker
+	ssh      *bastion.Server
+	http     *http.Server
+
+	sshL, adminL net.Listener
+	adminToken   string
+	fingerprint  string
+	demoToken    string
+}
+
+// New validates cfg; it does no I/O.
+func New(cfg Config, log logrus.FieldLogger) (*Daemon, error) {
+	if log == nil {
+		return nil, errors.New("daemon: nil logger")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &Daemon{cfg: cfg, log: log}, nil
+}
+
+// Start loads or creates keys, opens and migrates the database, builds every
+// part and opens both listeners. On error, whatever was opened is closed.
+func (d *Daemon) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			d.closeAll()
+		}
+	}()
+	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	hostKey, err := keys.LoadOrCreateHostKey(d.cfg.HostKey)
+	if err != nil {
+		return err
+	}
+	d.fingerprint = keys.Fingerprint(hostKey.PublicKey())
+	sealer, err := keys.LoadOrCreateSealer(d.cfg.SealKey)
+	if err != nil {
+		return err
+	}
+	d.adminToken = d.cfg.AdminToken
+	tokenFile := filepath.Join(d.cfg.StateDir, "admin-token")
+	if d.adminToken == "" {
+		var created bool
+		d.adminToken, created, err = keys.LoadOrCreateSecret(tokenFile)
+		if err != nil {
+			return err
+		}
+		if created {
+			// Shown once, on the terminal of whoever started obmd; never logged.
+			fmt.Fprintf(os.Stderr, "obmd: generated the admin token: %s\n      (stored in %s; use it as HTTP basic admin:<token>)\n", d.adminToken, tokenFile)
+		}
+	}
+
+	d.store, err = db.Open(ctx, d.cfg.DB, d.log)
+	if err != nil {
+		return err
+	}
+	if err := d.store.Migrate(ctx); err != nil {
+		return err
+	}
+
+	d.lab = sim.NewLab()
+	d.resolver, err = nodes.New(nodes.Config{}, d.store, sealer, d.lab, d.log)
+	if err != nil {
+		return err
+	}
+	d.consoles, err = sol.NewManager(sol.Config{Scrollback: d.cfg.Scrollback, Linger: d.cfg.Linger,
+		QueueBytes: d.cfg.ViewerQueue, DropSlow: d.cfg.DropSlowViewers}, d.resolver, d.log.WithField("part", "sol"))
+	if err != nil {
+		return fmt.Errorf("console hub: %w", err)
+	}
+	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
+		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
+	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.log)
+	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version},
+		d.resolver.ForCommands(), d.consoles, bastion.NewSessionList(d.reg, d.consoles), auditor{d.store, d.log}, d.log)
+	if err != nil {
+		return fmt.Errorf("command runner: %w", err)
+	}
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken}, d.store, sealer, runner,
+		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
+	if err != nil {
+		return err
+	}
+	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
+		Limits: d.cfg.AuthLimits, FailDelay: d.cfg.FailDelay, Version: d.cfg.Version},
+		d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
+	if err != nil {
+		return err
+	}
+	d.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: nil, BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+
+	if d.cfg.Demo {
+		if err := d.registerDemo(ctx, sealer); err != nil {
+			return err
+		}
+	}
+	if d.sshL, err = net.Listen("tcp", d.cfg.SSHAddr); err != nil {
+		return fmt.Errorf("listen for SSH: %w", err)
+	}
+	if d.adminL, err = net.Listen("tcp", d.cfg.AdminAddr); err != nil {
+		return fmt.Errorf("listen for admin HTTP: %w", err)
+	}
+	if d.cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("admin TLS: %w", err)
+		}
+		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	d.log.WithFields(logrus.Fields{
+		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
+		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, tokenFile),
+		"version": d.cfg.Version,
+	}).Info("obmd_listening")
+	return nil
+}
+
+func adminTokenSource(cfg Config, file string) string {
+	if cfg.AdminToken != "" {
+		return "(from configuration)"
+	}
+	return file
+}
+
+// registerDemo makes sure node "demo" exists on the simulator and gives it a
+// fresh token (only hashes are stored, so the old one cannot be shown).
+func (d *Daemon) registerDemo(ctx context.Context, sealer *keys.Sealer) error {
+	if _, err := d.store.Node(ctx, DemoNode); errors.Is(err, db.ErrNotFound) {
+		plain, _ := json.Marshal(sol.Info{Addr: "simulator"})
+		sealed, err := sealer.Seal(plain, DemoNode)
+		if err != nil {
+			return err
+		}
+		if _, err := d.store.CreateNode(ctx, db.Node{Label: DemoNode, Type: nodes.TypeSim, InfoSealed: sealed}); err != nil {
+			return fmt.Errorf("register demo node: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("register demo node: %w", err)
+	}
+	token, err := keys.NewToken()
+	if err != nil {
+		return err
+	}
+	if _, err := d.store.SetToken(ctx, DemoNode, keys.HashToken(token)); err != nil {
+		return fmt.Errorf("demo token: %w", err)
+	}
+	d.demoToken = token
+	return nil
+}
+
+// SSHAddr, AdminAddr, AdminToken, DemoToken and HostKeyFingerprint describe
+// a started daemon.
+func (d *Daemon) SSHAddr() string            { return d.sshL.Addr().String() }
+func (d *Daemon) AdminAddr() string          { return d.adminL.Addr().String() }
+func (d *Daemon) AdminToken() string         { return d.adminToken }
+func (d *Daemon) DemoToken() string          { return d.demoToken }
+func (d *Daemon) HostKeyFingerprint() string { return d.fingerprint }
+
+// Lab is the simulator holding "sim" and "mock" nodes' state (tests).
+func (d *Daemon) Lab() *sim.Lab { return d.lab }
+
+// Run serves until ctx ends, then shuts down: new sessions are refused,
+// live ones are told and cut, console links are deactivated, listeners and
+// connections are closed, and the database is closed, within
+// ShutdownTimeout. It returns nil after a clean stop.
+func (d *Daemon) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := d.ssh.Serve(d.sshL); !errors.Is(err, ssh.ErrServerClosed) {
+			return fmt.Errorf("ssh: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := d.http.Serve(d.adminL); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("admin http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return d.watchChanges(gctx) })
+	g.Go(func() error {
+		<-gctx.Done()
+		return d.shutdown()
+	})
+	return g.Wait()
+}
+
+func (d *Daemon) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	defer cancel()
+	d.log.Info("obmd_stopping")
+	cut, late := d.reg.Shutdown()
+	var errs []error
+	if err := d.consoles.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close consoles: %w", err))
+	}
+	if err := d.ssh.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop ssh: %w", err))
+	}
+	if err := d.http.Shutdown(ctx); err != nil {
+		d.http.Close()
+	}
+	if err := d.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close database: %w", err))
+	}
+	d.log.WithFields(logrus.Fields{"sessions_cut": cut, "sessions_late": late}).Info("obmd_stopped")
+	return errors.Join(errs...)
+}
+
+// closeAll releases what a failed Start opened.
+func (d *Daemon) closeAll() {
+	for _, l := range []net.Listener{d.sshL, d.adminL} {
+		if l != nil {
+			l.Close()
+		}
+	}
+	if d.consoles != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d.consoles.Close(ctx)
+		cancel()
+	}
+	if d.store != nil {
+		d.store.Close()
+	}
+}
+
+// watchChanges applies access changes made elsewhere (another replica, or
+// obmctl against another replica) to this replica's sessions. Changes made
+// here were applied by the admin call already; Revoker skips them.
+func (d *Daemon) watchChanges(ctx context.Context) error {
+	cursor, err := d.store.LatestChange(ctx)
+	if err != nil {
+		return fmt.Errorf("read access changes: %w", err)
+	}
+	t := time.NewTicker(d.cfg.EpochPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		changes, err := d.store.ChangesSince(ctx, cursor, 1000)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.WithError(err).Warn("access_poll_failed")
+			}
+			continue
+		}
+		for _, c := range changes {
+			d.revoker.Revoke(c.Node, c.Epoch, "access changed")
+			cursor = c.Epoch
+		}
+	}
+}
+
+// auditor writes commands' audit events to the database.
+type auditor struct {
+	store *db.Store
+	log   logrus.FieldLogger
+}
+
+func (a auditor) Audit(ctx context.Context, e commands.Event) {
+	err := a.store.Audit(ctx, db.AuditEvent{Node: e.Node, Actor: e.Actor, Action: e.Action,
+		Source: e.Source, Result: e.Result, Detail: e.Detail})
+	if err != nil {
+		a.log.WithError(err).WithField("action", e.Action).Error("audit_failed")
+	}
+}
+
+// revokeAndForget also drops simulator state of deleted nodes.
+type revokeAndForget struct {
+	r   *bastion.Revoker
+	res *nodes.Resolver
+}
+
+func (v revokeAndForget) Revoke(label string, epoch int64, why string) {
+	v.r.Revoke(label, epoch, why)
+	if why == "node deleted" {
+		v.res.Forget(label)
+	}
+}

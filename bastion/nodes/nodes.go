@@ -1,0 +1,115 @@
+// Package nodes resolves a node label to a driver for its BMC: it reads the
+// node from the database, unseals its BMC info and builds the driver of its
+// type. It is where the driver types of the admin API ("ipmi", "ipmitool",
+// "mock") meet their implementations.
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
+	"github.com/obmd/obmd/sol/ipmitool"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// Driver types, as registered through the admin API.
+const (
+	TypeIPMI     = "ipmi"     // native RMCP+ (sol/ipmi)
+	TypeIPMITool = "ipmitool" // the ipmitool binary (sol/ipmitool)
+	TypeMock     = "mock"     // obmd's mock BMC (sol/sim in mock mode)
+	TypeSim      = "sim"      // the built-in simulator (sol/sim), for demos
+)
+
+// ErrNotFound is returned for a label with no node.
+var ErrNotFound = errors.New("no such node")
+
+// Store is the part of the database the resolver reads.
+type Store interface {
+	Node(ctx context.Context, label string) (db.Node, error)
+}
+
+// Config carries the drivers' settings.
+type Config struct {
+	IPMI     ipmi.Config
+	IPMITool ipmitool.Config
+}
+
+// Resolver builds BMC drivers from the database. Building is cheap (no I/O):
+// drivers connect per call, so nothing is cached and a changed BMC address
+// takes effect on the next call.
+type Resolver struct {
+	cfg    Config
+	store  Store
+	sealer *keys.Sealer
+	lab    *sim.Lab
+	log    logrus.FieldLogger
+}
+
+// New returns a Resolver. lab holds the state of simulated and mock BMCs.
+func New(cfg Config, store Store, sealer *keys.Sealer, lab *sim.Lab, log logrus.FieldLogger) (*Resolver, error) {
+	if store == nil || sealer == nil || lab == nil || log == nil {
+		return nil, errors.New("nodes: missing dependency")
+	}
+	return &Resolver{cfg: cfg, store: store, sealer: sealer, lab: lab, log: log}, nil
+}
+
+// Resolve returns the BMC of label.
+func (r *Resolver) Resolve(ctx context.Context, label string) (sol.BMC, error) {
+	n, err := r.store.Node(ctx, label)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil, fmt.Errorf("resolve %s: %w", label, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", label, err)
+	}
+	info, err := r.Info(n)
+	if err != nil {
+		return nil, err
+	}
+	log := r.log.WithField("node", label)
+	switch n.Type {
+	case TypeIPMI:
+		return ipmi.New(label, info, r.cfg.IPMI, log)
+	case TypeIPMITool:
+		return ipmitool.New(label, info, r.cfg.IPMITool, log)
+	case TypeMock:
+		return r.lab.BMC(label, sim.ModeMock), nil
+	case TypeSim:
+		return r.lab.BMC(label, sim.ModeNormal), nil
+	}
+	return nil, fmt.Errorf("resolve %s: unknown driver type %q", label, n.Type)
+}
+
+// Info unseals a node's BMC info.
+func (r *Resolver) Info(n db.Node) (sol.Info, error) {
+	plain, err := r.sealer.Open(n.InfoSealed, n.Label)
+	if err != nil {
+		return sol.Info{}, fmt.Errorf("unseal BMC info of %s: %w", n.Label, err)
+	}
+	var info sol.Info
+	if err := json.Unmarshal(plain, &info); err != nil {
+		return sol.Info{}, fmt.Errorf("decode BMC info of %s: %w", n.Label, err)
+	}
+	return info, nil
+}
+
+// Forget drops simulator state of a deleted node.
+func (r *Resolver) Forget(label string) { r.lab.Forget(label) }
+
+// ForCommands adapts the resolver to commands.Resolver.
+func (r *Resolver) ForCommands() commands.Resolver { return commandsResolver{r} }
+
+type commandsResolver struct{ r *Resolver }
+
+func (c commandsResolver) Resolve(ctx context.Context, label string) (commands.BMC, error) {
+	return c.r.Resolve(ctx, label)
+}

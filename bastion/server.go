@@ -1,0 +1,176 @@
+// Package bastion is obmd's SSH front door: it authenticates a tenant as a
+// node (user name = node label; password or keyboard-interactive = the
+// node's token; or a public key registered for the node), then serves the
+// node's console (no command) or runs one command (exec), and keeps every
+// live session in the registry through which access changes cut them.
+package bastion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/gliderlabs/ssh"
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol"
+)
+
+// Store is what the front door reads and writes in the database.
+type Store interface {
+	Access(ctx context.Context, label string) (db.Access, error)
+	HasKey(ctx context.Context, label, fingerprint string) (epoch int64, ok bool, err error)
+	Epoch(ctx context.Context, label string) (int64, error)
+	Audit(ctx context.Context, e db.AuditEvent) error
+}
+
+// Runner runs exec commands (everything but the console).
+type Runner interface {
+	Run(ctx context.Context, req commands.Request, cmd commands.Command, stdout, stderr io.Writer) int
+}
+
+// Consoles is the console hub.
+type Consoles interface {
+	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
+	Viewers(label string) []sol.ViewerInfo
+}
+
+// Config configures the front door. Zero values take the defaults noted.
+type Config struct {
+	// HostKeys sign the handshake; at least one.
+	HostKeys []gossh.Signer
+	// Escape is the console escape prefix (default "\x05c": Ctrl-E c).
+	Escape string
+	// Limits bound token guessing.
+	Limits LimitConfig
+	// FailDelay is the least time a failed password or keyboard-interactive
+	// attempt takes, so an unknown node and a wrong token answer alike and
+	// guessing is slow (default 300 ms).
+	FailDelay time.Duration
+	// HandshakeTimeout bounds a connection that has not authenticated
+	// (default 30 s).
+	HandshakeTimeout time.Duration
+	// MaxChannels bounds session channels on one connection (default 4).
+	MaxChannels int
+	// Version is the software version shown by `version`.
+	Version string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is the SSH front door. Serve runs it; Shutdown stops it.
+type Server struct {
+	cfg      Config
+	store    Store
+	runner   Runner
+	consoles Consoles
+	reg      *sessions.Registry
+	log      logrus.FieldLogger
+	lim      *limiter
+	srv      *ssh.Server
+}
+
+// New validates cfg and returns a Server; it starts nothing.
+func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *sessions.Registry, log logrus.FieldLogger) (*Server, error) {
+	if len(cfg.HostKeys) == 0 {
+		return nil, errors.New("bastion: no host key")
+	}
+	if store == nil || runner == nil || consoles == nil || reg == nil || log == nil {
+		return nil, errors.New("bastion: missing dependency")
+	}
+	if cfg.Escape == "" {
+		cfg.Escape = "\x05c"
+	}
+	if len(cfg.Escape) != 2 {
+		return nil, fmt.Errorf("bastion: escape prefix must be 2 bytes, got %d", len(cfg.Escape))
+	}
+	if cfg.FailDelay <= 0 {
+		cfg.FailDelay = 300 * time.Millisecond
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 30 * time.Second
+	}
+	if cfg.MaxChannels <= 0 {
+		cfg.MaxChannels = 4
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
+		lim: newLimiter(cfg.Limits, cfg.Now)}
+	s.srv = &ssh.Server{
+		Version:                    "obmd",
+		PasswordHandler:            s.password,
+		KeyboardInteractiveHandler: s.keyboardInteractive,
+		PublicKeyHandler:           s.publicKey,
+		ConnCallback:               s.connected,
+		ServerConfigCallback: func(ssh.Context) *gossh.ServerConfig {
+			return &gossh.ServerConfig{MaxAuthTries: 6}
+		},
+		// Only session channels; no port forwarding, no global requests,
+		// no subsystems (each request type is refused in the session).
+		ChannelHandlers: map[string]ssh.ChannelHandler{"session": s.session},
+		RequestHandlers: map[string]ssh.RequestHandler{},
+	}
+	for _, k := range cfg.HostKeys {
+		s.srv.AddHostKey(k)
+	}
+	return s, nil
+}
+
+// Serve accepts connections on l until Shutdown; it then returns
+// ssh.ErrServerClosed.
+func (s *Server) Serve(l net.Listener) error {
+	return s.srv.Serve(l)
+}
+
+// Shutdown stops accepting, tells every live session why it ends (the
+// registry cuts them: the caller does that first, so consoles and exec get
+// "obmd is shutting down"), and waits for connections to close, bounded by
+// ctx; stragglers are then closed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return s.srv.Close()
+	}
+	return err
+}
+
+// connected bounds the time a connection may spend before authenticating.
+// The deadline is lifted when authentication succeeds.
+func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
+	conn.SetDeadline(s.cfg.Now().Add(s.cfg.HandshakeTimeout))
+	ctx.SetValue(connKey{}, conn)
+	ctx.SetValue(chansKey{}, new(atomic.Int32))
+	return conn
+}
+
+// audit records e; a failure to audit is logged, never shown to the client.
+func (s *Server) audit(ctx context.Context, e db.AuditEvent) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.store.Audit(ctx, e); err != nil {
+		s.log.WithError(err).WithField("action", e.Action).Error("audit_failed")
+	}
+}
+
+// remoteHost is the address part of a remote address (the limiter's and the
+// registry's key for "source").
+func remoteHost(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}

@@ -1,0 +1,268 @@
+package bastion
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gliderlabs/ssh"
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol"
+)
+
+// channel serves one SSH "session" channel. Ownership: serve runs in the
+// goroutine gliderlabs starts per channel; it starts the request reader and,
+// through run, the console or exec goroutines (all in wg), and waits for all
+// of them before returning. serve alone closes ch.
+type channel struct {
+	s      *Server
+	ctx    ssh.Context // the connection's; done when it closes
+	a      *authInfo
+	label  string
+	remote string
+	ch     gossh.Channel
+	log    logrus.FieldLogger
+
+	pty    bool          // set by the request reader before it sends the start
+	closed chan struct{} // closed when the client closed the channel (requests ended)
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	onBreak func() // set while a console runs
+}
+
+// start is a shell or exec request.
+type start struct {
+	exec bool
+	line string
+}
+
+// session is the ChannelHandler for "session" channels.
+func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel, ctx ssh.Context) {
+	a := authFrom(ctx)
+	if a == nil {
+		nc.Reject(gossh.Prohibited, "not authenticated")
+		return
+	}
+	n, _ := ctx.Value(chansKey{}).(*atomic.Int32)
+	if n == nil || n.Add(1) > int32(s.cfg.MaxChannels) {
+		if n != nil {
+			n.Add(-1)
+		}
+		nc.Reject(gossh.ResourceShortage, fmt.Sprintf("at most %d sessions per connection", s.cfg.MaxChannels))
+		return
+	}
+	defer n.Add(-1)
+	ch, reqs, err := nc.Accept()
+	if err != nil {
+		return
+	}
+	c := &channel{s: s, ctx: ctx, a: a, label: ctx.User(), remote: remoteString(ctx), ch: ch,
+		closed: make(chan struct{})}
+	c.log = s.log.WithFields(logrus.Fields{"node": safe(c.label), "remote": c.remote, "method": a.Method})
+	c.serve(reqs)
+}
+
+func (c *channel) serve(reqs <-chan *gossh.Request) {
+	starts := make(chan start, 1)
+	readerDone := make(chan struct{})
+	go func() { // owned by serve, which waits on readerDone
+		defer close(readerDone)
+		c.requests(reqs, starts)
+	}()
+	var code int
+	var end func()
+	select {
+	case st := <-starts:
+		code, end = c.run(st)
+	case <-c.closed:
+	case <-c.ctx.Done():
+	}
+	if code >= 0 {
+		c.ch.SendRequest("exit-status", false, gossh.Marshal(struct{ Code uint32 }{uint32(code)}))
+	}
+	c.ch.Close()
+	if end != nil {
+		end() // the registry now counts this session as ended
+	}
+	c.wg.Wait()
+	<-readerDone
+}
+
+// requests answers the channel's requests until the client closes it. Only
+// pty-req, window-change, shell, exec and break are accepted; env, x11-req,
+// auth-agent-req@openssh.com, subsystem (sftp) and the rest are refused.
+func (c *channel) requests(reqs <-chan *gossh.Request, starts chan<- start) {
+	defer close(c.closed)
+	started := false
+	for req := range reqs {
+		ok := false
+		var st *start
+		switch req.Type {
+		case "pty-req":
+			ok = !started
+			if ok {
+				c.pty = true
+			}
+		case "window-change":
+			ok = true // accepted; a serial console has no window size
+		case "shell":
+			if !started {
+				st = &start{}
+			}
+		case "exec":
+			var p struct{ Command string }
+			if !started && gossh.Unmarshal(req.Payload, &p) == nil {
+				st = &start{exec: true, line: p.Command}
+			}
+		case "break":
+			c.mu.Lock()
+			f := c.onBreak
+			c.mu.Unlock()
+			if f != nil {
+				f()
+				ok = true
+			}
+		}
+		if st != nil {
+			ok, started = true, true
+		}
+		if req.WantReply {
+			req.Reply(ok, nil)
+		}
+		if st != nil {
+			starts <- *st // buffered; sent once
+		}
+	}
+}
+
+// run authorises and runs the session; it returns the exit code (-1: none to
+// send) and the registry's end func (nil if never registered).
+func (c *channel) run(st start) (code int, end func()) {
+	stdout, stderr := io.Writer(c.ch), io.Writer(c.ch.Stderr())
+	if c.pty {
+		stdout, stderr = crlfWriter{stdout}, crlfWriter{stderr}
+	}
+	cmd := commands.Command{Name: commands.CmdConsole}
+	if st.exec {
+		argv, err := commands.Split(st.line)
+		if err == nil {
+			cmd, err = commands.Parse(argv)
+		}
+		if err != nil {
+			return commands.WriteError(stdout, stderr, c.label, cmd, err), nil
+		}
+	}
+	kind := sessions.KindExec
+	if cmd.Name == commands.CmdConsole {
+		kind = sessions.KindConsole
+	}
+	sctx, info, end, err := c.s.reg.Start(c.ctx, sessions.Info{Node: c.label, Kind: kind, User: c.a.User,
+		Remote: c.remote, Epoch: c.a.Epoch}, remoteHost(c.ctx.RemoteAddr()))
+	if err != nil {
+		fmt.Fprintf(stderr, "obmd: %v\n", err)
+		return commands.ExitNotAllowed, nil
+	}
+	c.log = c.log.WithField("session", info.ID)
+	// An authentication that raced an access change must not start: the
+	// change is in the database before its cut reaches the registry, and this
+	// session is in the registry before this read.
+	if cur, err := c.s.store.Epoch(sctx, c.label); err != nil || cur != c.a.Epoch {
+		if err != nil && !errors.Is(err, db.ErrNotFound) {
+			c.log.WithError(err).Error("epoch_check_failed")
+			fmt.Fprintln(stderr, "obmd: cannot verify access right now; try again")
+			return commands.ExitFailed, end
+		}
+		fmt.Fprintf(stderr, "obmd: access to %s was revoked\n", safe(c.label))
+		return commands.ExitNotAllowed, end
+	}
+	began := c.s.cfg.Now()
+	c.log.WithField("kind", kind).Info("session_start")
+	c.audit(sctx, "session.start", "ok", kind)
+	var cause error
+	if kind == sessions.KindConsole {
+		code, cause = c.console(sctx, info, cmd, stderr)
+	} else {
+		code, cause = c.exec(sctx, info, cmd, stdout, stderr)
+	}
+	result := "ok"
+	if isCut(cause) {
+		result = "cut"
+		fmt.Fprintf(stderr, "\nobmd: %v\n", cause)
+		code = exitFor(cause)
+	}
+	took := c.s.cfg.Now().Sub(began).Round(time.Millisecond)
+	c.log.WithFields(logrus.Fields{"kind": kind, "exit": code, "took": took}).Info("session_end")
+	c.audit(sctx, "session.end", result, fmt.Sprintf("%s exit %d after %v", kind, code, took))
+	return code, end
+}
+
+// exec runs one command. If the session is cut meanwhile, it returns at once
+// with the cause (the caller tells the user and closes the channel); the
+// command's goroutine, cancelled through sctx, is waited for by serve.
+func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
+	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, Source: c.remote, Session: info.ID}
+	done := make(chan int, 1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		done <- c.s.runner.Run(sctx, req, cmd, stdout, stderr)
+	}()
+	select {
+	case code := <-done:
+		return code, context.Cause(sctx)
+	case <-sctx.Done():
+		return commands.ExitFailed, context.Cause(sctx)
+	}
+}
+
+func (c *channel) audit(ctx context.Context, action, result, detail string) {
+	c.s.audit(ctx, db.AuditEvent{Node: safe(c.label), Actor: "ssh:" + c.a.Method, Action: action,
+		Source: c.remote, Result: result, Detail: detail})
+}
+
+// isCut reports whether cause ended a session on purpose (access change,
+// admin kick, shutdown) rather than the client leaving.
+func isCut(cause error) bool {
+	var r *sessions.RevokedError
+	return errors.As(cause, &r) || errors.Is(cause, sessions.ErrShutdown) || errors.Is(cause, sol.ErrShutdown)
+}
+
+func exitFor(cause error) int {
+	var r *sessions.RevokedError
+	if errors.As(cause, &r) {
+		return commands.ExitNotAllowed
+	}
+	return commands.ExitFailed
+}
+
+// crlfWriter turns "\n" into "\r\n", as a terminal's output processing does:
+// with a PTY the client's terminal is raw.
+type crlfWriter struct{ w io.Writer }
+
+func (w crlfWriter) Write(p []byte) (int, error) {
+	if bytes.IndexByte(p, '\n') < 0 {
+		return w.w.Write(p)
+	}
+	out := make([]byte, 0, len(p)+8)
+	for i, b := range p {
+		if b == '\n' && (i == 0 || p[i-1] != '\r') {
+			out = append(out, '\r')
+		}
+		out = append(out, b)
+	}
+	if _, err := w.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/obmd/obmd/bastion/daemon"
+)
+
+// loadConfig builds the configuration: defaults (in daemon), then the YAML
+// file, then OBMD_* variables, then flags.
+func loadConfig(cmd string, args []string, getenv func(string) string) (daemon.Config, logOptions, error) {
+	var cfg daemon.Config
+	lo := logOptions{level: "info", format: "auto"}
+	fs := flag.NewFlagSet("obmd "+cmd, flag.ContinueOnError)
+	file := fs.String("config", getenv("OBMD_CONFIG"), "YAML configuration file (env OBMD_CONFIG)")
+	sshAddr := fs.String("ssh-addr", "", "SSH listen address (env OBMD_SSH_ADDR; default 127.0.0.1:2222)")
+	adminAddr := fs.String("admin-addr", "", "admin HTTP listen address (env OBMD_ADMIN_ADDR; default 127.0.0.1:8080)")
+	stateDir := fs.String("state-dir", "", "state directory: keys, admin token, default database (env OBMD_STATE_DIR; default ./obmd-state)")
+	dsn := fs.String("db", "", "SQLite path or mysql://user:pass@tcp(host:port)/db (env OBMD_DB; default STATE_DIR/obmd.db)")
+	demo := fs.Bool("demo", false, "register node \"demo\" on the built-in simulator and print its token (env OBMD_DEMO)")
+	level := fs.String("log-level", "", "debug, info, warn, error (env OBMD_LOG_LEVEL; default info)")
+	format := fs.String("log-format", "", "auto, text or json (env OBMD_LOG_FORMAT; default auto: text on a terminal)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, lo, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, lo, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *file != "" {
+		data, err := os.ReadFile(*file)
+		if err != nil {
+			return cfg, lo, fmt.Errorf("config file: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(data)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, lo, fmt.Errorf("config file %s: %w", *file, err)
+		}
+	}
+	if err := applyEnv(reflect.ValueOf(&cfg).Elem(), "OBMD_", getenv); err != nil {
+		return cfg, lo, err
+	}
+	for _, e := range []struct {
+		dst *string
+		env string
+	}{{&lo.level, "OBMD_LOG_LEVEL"}, {&lo.format, "OBMD_LOG_FORMAT"}} {
+		if v := getenv(e.env); v != "" {
+			*e.dst = v
+		}
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&cfg.SSHAddr, *sshAddr)
+	set(&cfg.AdminAddr, *adminAddr)
+	set(&cfg.StateDir, *stateDir)
+	set(&cfg.DB, *dsn)
+	set(&lo.level, *level)
+	set(&lo.format, *format)
+	if *demo {
+		cfg.Demo = true
+	}
+	return cfg, lo, nil
+}
+
+// applyEnv sets each field of v from OBMD_<YAML KEY> (nested structs:
+// OBMD_<KEY>_<SUBKEY>), e.g. OBMD_SSH_ADDR, OBMD_AUTH_LIMITS_PER_SOURCE.
+func applyEnv(v reflect.Value, prefix string, getenv func(string) string) error {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		name := prefix + strings.ToUpper(tag)
+		f := v.Field(i)
+		if f.Kind() == reflect.Struct {
+			if err := applyEnv(f, name+"_", getenv); err != nil {
+				return err
+			}
+			continue
+		}
+		raw := getenv(name)
+		if raw == "" {
+			continue
+		}
+		if err := setField(f, raw); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func setField(f reflect.Value, raw string) error {
+	switch {
+	case f.Type() == reflect.TypeOf(time.Duration(0)):
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return err
+		}
+		f.SetInt(int64(d))
+	case f.Kind() == reflect.String:
+		f.SetString(raw)
+	case f.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return err
+		}
+		f.SetBool(b)
+	case f.Kind() == reflect.Int:
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return err
+		}
+		f.SetInt(int64(n))
+	default:
+		return fmt.Errorf("cannot set a %s from the environment", f.Type())
+	}
+	return nil
+}

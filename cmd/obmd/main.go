@@ -1,0 +1,166 @@
+// Command obmd is the SSH console-and-power bastion daemon.
+//
+//	obmd serve   [flags]   run the daemon
+//	obmd migrate [flags]   apply database migrations and exit
+//	obmd version           print the version
+//
+// Configuration: defaults, then the YAML file (--config or OBMD_CONFIG), then
+// OBMD_* environment variables, then flags. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/term"
+
+	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/db"
+)
+
+// version is set at build time: -ldflags "-X main.version=..."
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "version", "--version", "-v":
+		fmt.Println("obmd", version)
+		return 0
+	case "serve", "migrate":
+	case "help", "-h", "--help":
+		fmt.Fprintln(stderr, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "obmd: unknown command %q\n%s\n", args[0], usage)
+		return 2
+	}
+	cfg, logOpts, err := loadConfig(args[0], args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "obmd: %v\n", err)
+		return 2
+	}
+	cfg.Version = version
+	log, err := newLogger(logOpts, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "obmd: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if args[0] == "migrate" {
+		return migrate(ctx, cfg, log)
+	}
+	d, err := daemon.New(cfg, log)
+	if err != nil {
+		log.WithError(err).Error("obmd_config_invalid")
+		return 2
+	}
+	if err := d.Start(ctx); err != nil {
+		log.WithError(err).Error("obmd_start_failed")
+		return 1
+	}
+	if t := d.DemoToken(); t != "" {
+		host, port := splitAddr(d.SSHAddr())
+		fmt.Fprintf(os.Stderr, "\nobmd: demo node %q is on the built-in simulator; its token (new at each start) is:\n\n    %s\n\n"+
+			"Try:\n    ssh -p %s %s@%s              (password: the token; Ctrl-E c . leaves the console)\n"+
+			"    sshpass -p %s ssh -p %s %s@%s power-status\n\n",
+			daemon.DemoNode, t, port, daemon.DemoNode, host, t, port, daemon.DemoNode, host)
+	}
+	if err := d.Run(ctx); err != nil {
+		log.WithError(err).Error("obmd_failed")
+		return 1
+	}
+	return 0
+}
+
+func migrate(ctx context.Context, cfg daemon.Config, log logrus.FieldLogger) int {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		log.WithError(err).Error("obmd_config_invalid")
+		return 2
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		log.WithError(err).Error("obmd_migrate_failed")
+		return 1
+	}
+	store, err := db.Open(ctx, cfg.DB, log)
+	if err != nil {
+		log.WithError(err).Error("obmd_migrate_failed")
+		return 1
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		log.WithError(err).Error("obmd_migrate_failed")
+		return 1
+	}
+	cur, latest, err := store.SchemaVersion(ctx)
+	if err != nil {
+		log.WithError(err).Error("obmd_migrate_failed")
+		return 1
+	}
+	log.WithFields(logrus.Fields{"version": cur, "latest": latest, "db": store.Dialect()}).Info("obmd_migrated")
+	return 0
+}
+
+type logOptions struct {
+	level, format string
+}
+
+// newLogger logs text on a terminal and JSON otherwise (format "auto").
+func newLogger(o logOptions, w io.Writer) (*logrus.Logger, error) {
+	log := logrus.New()
+	log.SetOutput(w)
+	lvl, err := logrus.ParseLevel(o.level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	log.SetLevel(lvl)
+	format := o.format
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			format = "text"
+		}
+	}
+	switch format {
+	case "json":
+		log.SetFormatter(&logrus.JSONFormatter{})
+	case "text":
+		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	default:
+		return nil, fmt.Errorf("log format %q: want auto, text or json", o.format)
+	}
+	return log, nil
+}
+
+func splitAddr(a string) (host, port string) {
+	for i := len(a) - 1; i >= 0; i-- {
+		if a[i] == ':' {
+			return a[:i], a[i+1:]
+		}
+	}
+	return a, ""
+}
+
+const usage = `usage: obmd serve [flags]     run the daemon (obmd serve -h lists flags)
+       obmd migrate [flags]   apply database migrations and exit
+       obmd version           print the version`
