@@ -6,16 +6,21 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )
 
-// Node types.
+// Node types (bastion/nodes maps them to drivers).
 const (
-	TypeIPMI     = "ipmi"     // native IPMI v2.0 driver
-	TypeIPMITool = "ipmitool" // ipmitool under a pty
-	TypeMock     = "mock"     // simulated BMC, as obmd's mock
+	TypeIPMI     = nodes.TypeIPMI     // native IPMI v2.0 driver
+	TypeIPMITool = nodes.TypeIPMITool // ipmitool under a pty
+	TypeMock     = nodes.TypeMock     // simulated BMC, as obmd's mock
+	TypeSim      = nodes.TypeSim      // the built-in simulator (demo, tests)
 )
+
+// simulated reports whether typ is a simulator type: it needs only an address.
+func simulated(typ string) bool { return typ == TypeMock || typ == TypeSim }
 
 // nodeBody is the body of PUT /node/{label} and PUT /v1/nodes/{label}.
 type nodeBody struct {
@@ -51,11 +56,11 @@ func decodeNodeBody(data []byte, strict bool) (string, sol.Info, error) {
 		return "", sol.Info{}, err
 	}
 	switch b.Type {
-	case TypeIPMI, TypeIPMITool, TypeMock:
+	case TypeIPMI, TypeIPMITool, TypeMock, TypeSim:
 	case "":
-		return "", sol.Info{}, badBody("field \"type\" is required (ipmi, ipmitool or mock)")
+		return "", sol.Info{}, badBody("field \"type\" is required (ipmi, ipmitool, mock or sim)")
 	default:
-		return "", sol.Info{}, badBody("unknown type %s (want ipmi, ipmitool or mock)", quote(b.Type))
+		return "", sol.Info{}, badBody("unknown type %s (want ipmi, ipmitool, mock or sim)", quote(b.Type))
 	}
 	if len(b.Info) == 0 || string(b.Info) == "null" {
 		return "", sol.Info{}, badBody("field \"info\" is required")
@@ -88,7 +93,7 @@ func (wi wireInfo) canonical(typ string, strict bool) (sol.Info, error) {
 	}
 	info.Addr = addr
 
-	if typ == TypeMock {
+	if simulated(typ) {
 		// The mock needs only an address; obmd's mock also carried its
 		// counter ("NumWrites"), ignored here.
 		if strict {

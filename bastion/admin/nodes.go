@@ -39,7 +39,7 @@ func (a *API) view(n db.Node) nodeView {
 		return v
 	}
 	v.Addr, v.User, v.Cipher, v.Interface = info.Addr, info.User, info.Cipher, info.Interface
-	if n.Type != TypeMock {
+	if !simulated(n.Type) {
 		v.Port = info.Port
 		if v.Port == 0 {
 			v.Port = 623
