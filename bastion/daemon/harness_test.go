@@ -1,0 +1,364 @@
+package daemon_test
+
+// The end-to-end harness: a whole obmd in this process on 127.0.0.1:0,
+// talked to through its admin HTTP API, golang.org/x/crypto/ssh, and the
+// real OpenSSH client. Every e2e test of the project lives in this package
+// so the slow ones run once.
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/db/dbtest"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmisim"
+)
+
+// syncBuffer collects log output from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// obmd is a running daemon under test.
+type obmd struct {
+	*daemon.Daemon
+	t    testing.TB
+	Cfg  daemon.Config
+	Logs *syncBuffer // everything logged, at debug level
+	http *http.Client
+
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startObmd starts a daemon on SQLite (or on the engine's DSN) with test
+// defaults (short fail delay and linger); opts adjust the config.
+func startObmd(t testing.TB, opts ...func(*daemon.Config)) *obmd {
+	t.Helper()
+	cfg := daemon.Config{
+		SSHAddr:   "127.0.0.1:0",
+		AdminAddr: "127.0.0.1:0",
+		StateDir:  t.TempDir(),
+		FailDelay: 20 * time.Millisecond,
+		Linger:    200 * time.Millisecond,
+		EpochPoll: 100 * time.Millisecond,
+		Version:   "test",
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return startWith(t, cfg)
+}
+
+// startWith starts a daemon with exactly cfg (restarts reuse a config).
+func startWith(t testing.TB, cfg daemon.Config) *obmd {
+	t.Helper()
+	logs := &syncBuffer{}
+	log := logrus.New()
+	log.SetOutput(logs)
+	log.SetLevel(logrus.DebugLevel)
+	log.SetFormatter(&logrus.JSONFormatter{})
+	d, err := daemon.New(cfg, log)
+	if err != nil {
+		t.Fatalf("daemon.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		t.Fatalf("daemon.Start: %v", err)
+	}
+	o := &obmd{Daemon: d, t: t, Cfg: cfg, Logs: logs, http: &http.Client{Timeout: 30 * time.Second},
+		cancel: cancel, done: make(chan error, 1)}
+	go func() { o.done <- d.Run(ctx) }() // waited for by stop
+	t.Cleanup(func() {
+		if err := o.stop(); err != nil {
+			t.Errorf("daemon stop: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", tailString(logs.String(), 8000))
+		}
+	})
+	return o
+}
+
+// stop shuts the daemon down and waits (idempotent).
+func (o *obmd) stop() error {
+	if o.cancel == nil {
+		return nil
+	}
+	o.cancel()
+	o.cancel = nil
+	select {
+	case err := <-o.done:
+		return err
+	case <-time.After(30 * time.Second):
+		return errors.New("daemon did not stop within 30 s")
+	}
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// onEngines runs f once per database engine (SQLite; MariaDB when
+// OBMD_TEST_MYSQL_DSN is set, required under OBMD_REQUIRE_INTEGRATION=1).
+func onEngines(t *testing.T, f func(t *testing.T, dsn string)) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) { f(t, e.DSN(t)) })
+	}
+}
+
+// ---- admin API ----
+
+// api sends an admin request (basic admin:<token>) and returns status and body.
+// body may be nil, a string/[]byte (sent as is), or a value to encode as JSON.
+func (o *obmd) api(method, path string, body any) (int, []byte) {
+	o.t.Helper()
+	return o.request(method, path, body, "admin", o.AdminToken())
+}
+
+// request sends an HTTP request to the admin port; user "" sends no auth.
+func (o *obmd) request(method, path string, body any, user, pass string) (int, []byte) {
+	o.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	case []byte:
+		r = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			o.t.Fatalf("encode body: %v", err)
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, "http://"+o.AdminAddr()+path, r)
+	if err != nil {
+		o.t.Fatalf("request %s %s: %v", method, path, err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	resp, err := o.http.Do(req)
+	if err != nil {
+		o.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		o.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp.StatusCode, data
+}
+
+// mustAPI is api that fails the test unless the status is want.
+func (o *obmd) mustAPI(want int, method, path string, body any) []byte {
+	o.t.Helper()
+	status, data := o.api(method, path, body)
+	if status != want {
+		o.t.Fatalf("%s %s: got %d %s, want %d", method, path, status, data, want)
+	}
+	return data
+}
+
+// addNode registers label with type typ and info via the obmd route.
+func (o *obmd) addNode(label, typ string, info sol.Info) {
+	o.t.Helper()
+	o.mustAPI(200, "PUT", "/node/"+url.PathEscape(label), map[string]any{"type": typ, "info": info})
+}
+
+// addSimNode registers label on the built-in simulator and returns its token.
+func (o *obmd) addSimNode(label string) string {
+	o.t.Helper()
+	o.addNode(label, "sim", sol.Info{Addr: "sim"})
+	return o.rotate(label)
+}
+
+// addIPMINode registers label on sim s with driver typ ("ipmi" or
+// "ipmitool") and returns its token.
+func (o *obmd) addIPMINode(label, typ string, s *ipmisim.Sim) string {
+	o.t.Helper()
+	o.addNode(label, typ, s.Info())
+	return o.rotate(label)
+}
+
+// rotate issues a new token for label.
+func (o *obmd) rotate(label string) string {
+	o.t.Helper()
+	var out struct{ Token string }
+	if err := json.Unmarshal(o.mustAPI(200, "POST", "/node/"+url.PathEscape(label)+"/token", nil), &out); err != nil || out.Token == "" {
+		o.t.Fatalf("rotate %s: bad answer: %v", label, err)
+	}
+	return out.Token
+}
+
+// addKey registers pub on label and returns its fingerprint.
+func (o *obmd) addKey(label string, pub gossh.PublicKey) string {
+	o.t.Helper()
+	line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pub)))
+	var out struct{ Fingerprint string }
+	data := o.mustAPI(201, "POST", "/v1/nodes/"+url.PathEscape(label)+"/keys", map[string]string{"key": line})
+	if err := json.Unmarshal(data, &out); err != nil {
+		o.t.Fatalf("add key: %v", err)
+	}
+	return out.Fingerprint
+}
+
+// ---- SSH through golang.org/x/crypto/ssh ----
+
+// dial connects as user with auth.
+func (o *obmd) dial(user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
+	return gossh.Dial("tcp", o.SSHAddr(), &gossh.ClientConfig{
+		User: user, Auth: auth, HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
+	})
+}
+
+// execResult is what one exec returned.
+type execResult struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// execGo runs cmd on user@obmd with a token (password auth) and returns its
+// output and exit status; err is a transport or authentication failure.
+func (o *obmd) execGo(user, token, cmd string) (execResult, error) {
+	c, err := o.dial(user, gossh.Password(token))
+	if err != nil {
+		return execResult{}, err
+	}
+	defer c.Close()
+	return runSession(c, cmd)
+}
+
+func runSession(c *gossh.Client, cmd string) (execResult, error) {
+	s, err := c.NewSession()
+	if err != nil {
+		return execResult{}, err
+	}
+	defer s.Close()
+	var out, errb bytes.Buffer
+	s.Stdout, s.Stderr = &out, &errb
+	err = s.Run(cmd)
+	res := execResult{Stdout: out.String(), Stderr: errb.String()}
+	var ee *gossh.ExitError
+	switch {
+	case errors.As(err, &ee):
+		res.Code = ee.ExitStatus()
+	case err != nil:
+		return res, err
+	}
+	return res, nil
+}
+
+// newKey returns a fresh ed25519 signer and the path of its OpenSSH private
+// key file (for ssh -i).
+func newKey(t testing.TB) (gossh.Signer, string) {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := gossh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := gossh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(path, pemEncode(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return signer, path
+}
+
+// ---- SSH through the real OpenSSH client ----
+
+// sshArgs are the OpenSSH client arguments for user@obmd: no user config,
+// no known_hosts, only the given auth.
+func (o *obmd) sshArgs(user string, extra ...string) []string {
+	host, port, _ := net.SplitHostPort(o.SSHAddr())
+	args := []string{"-F", "/dev/null", "-p", port,
+		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+		"-o", "ConnectTimeout=10", "-o", "BatchMode=no", "-o", "IdentitiesOnly=yes"}
+	args = append(args, extra...)
+	return append(args, user+"@"+host)
+}
+
+// openssh runs `sshpass -p TOKEN ssh ... user@obmd cmd...` (or, with token
+// "", `ssh -i key`: pass "-i", path in extra) and returns its result.
+func (o *obmd) openssh(user, token string, extra []string, cmd ...string) execResult {
+	o.t.Helper()
+	ipmisim.Require(o.t, "ssh", "sshpass")
+	var c *exec.Cmd
+	if token != "" {
+		args := append([]string{"-p", token, "ssh"}, o.sshArgs(user, append([]string{"-o", "PubkeyAuthentication=no"}, extra...)...)...)
+		c = exec.Command("sshpass", append(args, cmd...)...)
+	} else {
+		args := o.sshArgs(user, append([]string{"-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no"}, extra...)...)
+		c = exec.Command("ssh", append(args, cmd...)...)
+	}
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Start(); err != nil {
+		o.t.Fatalf("start ssh: %v", err)
+	}
+	go func() { <-ctx.Done(); c.Process.Kill() }() // ends with cancel
+	err := c.Wait()
+	res := execResult{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		res.Code = ee.ExitCode()
+	} else if err != nil {
+		o.t.Fatalf("ssh: %v", err)
+	}
+	return res
+}
+
+func (r execResult) String() string {
+	return fmt.Sprintf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+}
+
+func pemEncode(b *pem.Block) []byte { return pem.EncodeToMemory(b) }
