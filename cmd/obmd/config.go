@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"strconv"
@@ -16,10 +19,12 @@ import (
 
 // loadConfig builds the configuration: defaults (in daemon), then the YAML
 // file, then OBMD_* variables, then flags.
-func loadConfig(cmd string, args []string, getenv func(string) string) (daemon.Config, logOptions, error) {
+// Flag usage and parse errors go to out.
+func loadConfig(cmd string, args []string, getenv func(string) string, out io.Writer) (daemon.Config, logOptions, error) {
 	var cfg daemon.Config
 	lo := logOptions{level: "info", format: "auto"}
 	fs := flag.NewFlagSet("obmd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(out)
 	file := fs.String("config", getenv("OBMD_CONFIG"), "YAML configuration file (env OBMD_CONFIG)")
 	sshAddr := fs.String("ssh-addr", "", "SSH listen address (env OBMD_SSH_ADDR; default 127.0.0.1:2222)")
 	adminAddr := fs.String("admin-addr", "", "admin HTTP listen address (env OBMD_ADMIN_ADDR; default 127.0.0.1:8080)")
@@ -39,9 +44,7 @@ func loadConfig(cmd string, args []string, getenv func(string) string) (daemon.C
 		if err != nil {
 			return cfg, lo, fmt.Errorf("config file: %w", err)
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(data)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil {
+		if err := decodeYAML(data, &cfg); err != nil {
 			return cfg, lo, fmt.Errorf("config file %s: %w", *file, err)
 		}
 	}
@@ -56,21 +59,46 @@ func loadConfig(cmd string, args []string, getenv func(string) string) (daemon.C
 			*e.dst = v
 		}
 	}
-	set := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
+	// Only flags given on the command line override: --demo=false must win
+	// over OBMD_DEMO=1, and an absent flag must not reset the file's value.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "ssh-addr":
+			cfg.SSHAddr = *sshAddr
+		case "admin-addr":
+			cfg.AdminAddr = *adminAddr
+		case "state-dir":
+			cfg.StateDir = *stateDir
+		case "db":
+			cfg.DB = *dsn
+		case "demo":
+			cfg.Demo = *demo
+		case "log-level":
+			lo.level = *level
+		case "log-format":
+			lo.format = *format
 		}
-	}
-	set(&cfg.SSHAddr, *sshAddr)
-	set(&cfg.AdminAddr, *adminAddr)
-	set(&cfg.StateDir, *stateDir)
-	set(&cfg.DB, *dsn)
-	set(&lo.level, *level)
-	set(&lo.format, *format)
-	if *demo {
-		cfg.Demo = true
-	}
+	})
 	return cfg, lo, nil
+}
+
+// decodeYAML decodes one YAML document into cfg, refusing unknown keys. An
+// empty file (or one with only comments) sets nothing; a second document
+// is refused rather than silently ignored.
+func decodeYAML(data []byte, cfg *daemon.Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return errors.New("want one document, found more (a \"---\" line?)")
+	}
+	return nil
 }
 
 // applyEnv sets each field of v from OBMD_<YAML KEY> (nested structs:

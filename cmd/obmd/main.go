@@ -49,7 +49,7 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "obmd: unknown command %q\n%s\n", args[0], usage)
 		return 2
 	}
-	cfg, logOpts, err := loadConfig(args[0], args[1:], os.Getenv)
+	cfg, logOpts, err := loadConfig(args[0], args[1:], os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/obmd/obmd/bastion/daemon"
+)
+
+// fakeEnv is a getenv over a map.
+func fakeEnv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// writeYAML writes a config file and returns its path.
+func writeYAML(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "obmd.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestLoadConfigPrecedence checks defaults < YAML file < OBMD_* env < flags,
+// field by field.
+func TestLoadConfigPrecedence(t *testing.T) {
+	file := writeYAML(t, `
+ssh_addr: 127.0.0.1:1001
+admin_addr: 127.0.0.1:1002
+state_dir: /file/state
+db: /file/obmd.db
+linger: 3s
+demo: true
+auth_limits:
+  per_source: 7
+`)
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want func(c daemon.Config) daemon.Config // from the file-only config
+	}{
+		{name: "file only", want: func(c daemon.Config) daemon.Config { return c }},
+		{
+			name: "env over file",
+			env: map[string]string{"OBMD_SSH_ADDR": "127.0.0.1:2001", "OBMD_ADMIN_ADDR": "127.0.0.1:2002",
+				"OBMD_STATE_DIR": "/env/state", "OBMD_DB": "mysql://u:p@tcp(db:3306)/obmd", "OBMD_ADMIN_TOKEN": "env-admin",
+				"OBMD_LINGER": "5s", "OBMD_DEMO": "false", "OBMD_AUTH_LIMITS_PER_SOURCE": "9"},
+			want: func(c daemon.Config) daemon.Config {
+				c.SSHAddr, c.AdminAddr, c.StateDir = "127.0.0.1:2001", "127.0.0.1:2002", "/env/state"
+				c.DB, c.AdminToken, c.Linger, c.Demo = "mysql://u:p@tcp(db:3306)/obmd", "env-admin", 5*time.Second, false
+				c.AuthLimits.PerSource = 9
+				return c
+			},
+		},
+		{
+			name: "flags over env",
+			env: map[string]string{"OBMD_SSH_ADDR": "127.0.0.1:2001", "OBMD_ADMIN_ADDR": "127.0.0.1:2002",
+				"OBMD_STATE_DIR": "/env/state", "OBMD_DB": "/env/obmd.db", "OBMD_DEMO": "true"},
+			args: []string{"--ssh-addr", "127.0.0.1:3001", "--admin-addr=127.0.0.1:3002", "--state-dir", "/flag/state",
+				"--db", "/flag/obmd.db", "--demo=false"},
+			want: func(c daemon.Config) daemon.Config {
+				c.SSHAddr, c.AdminAddr, c.StateDir, c.DB, c.Demo = "127.0.0.1:3001", "127.0.0.1:3002", "/flag/state", "/flag/obmd.db", false
+				return c
+			},
+		},
+		{
+			name: "flags over file, env unset",
+			args: []string{"--state-dir", "/flag/state"},
+			want: func(c daemon.Config) daemon.Config { c.StateDir = "/flag/state"; return c },
+		},
+	}
+	base := daemon.Config{SSHAddr: "127.0.0.1:1001", AdminAddr: "127.0.0.1:1002", StateDir: "/file/state",
+		DB: "/file/obmd.db", Linger: 3 * time.Second, Demo: true}
+	base.AuthLimits.PerSource = 7
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"OBMD_CONFIG": file}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			got, _, err := loadConfig("serve", tt.args, fakeEnv(env), io.Discard)
+			if err != nil {
+				t.Fatalf("loadConfig: %v", err)
+			}
+			if want := tt.want(base); got != want {
+				t.Errorf("got %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestLoadConfigDefaults checks that nothing configured gives the documented
+// defaults once the daemon fills them in.
+func TestLoadConfigDefaults(t *testing.T) {
+	cfg, lo, err := loadConfig("serve", nil, fakeEnv(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("loadConfig: %v", err)
+	}
+	if lo != (logOptions{level: "info", format: "auto"}) {
+		t.Errorf("log options: got %+v, want info/auto", lo)
+	}
+	cfg, err = cfg.WithDefaults()
+	if err != nil {
+		t.Fatalf("WithDefaults: %v", err)
+	}
+	want := map[string][2]string{
+		"ssh_addr":   {cfg.SSHAddr, "127.0.0.1:2222"},
+		"admin_addr": {cfg.AdminAddr, "127.0.0.1:8080"},
+		"state_dir":  {cfg.StateDir, "./obmd-state"},
+		"db":         {cfg.DB, filepath.Join("obmd-state", "obmd.db")},
+		"host_key":   {cfg.HostKey, filepath.Join("obmd-state", "ssh_host_ed25519_key")},
+		"seal_key":   {cfg.SealKey, filepath.Join("obmd-state", "seal.key")},
+		"admin_tok":  {cfg.AdminToken, ""},
+	}
+	for k, v := range want {
+		if v[0] != v[1] {
+			t.Errorf("%s: got %q, want %q", k, v[0], v[1])
+		}
+	}
+	// The database and keys follow the state directory.
+	cfg, _, err = loadConfig("serve", nil, fakeEnv(map[string]string{"OBMD_STATE_DIR": "/var/lib/obmd"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ = cfg.WithDefaults(); cfg.DB != "/var/lib/obmd/obmd.db" || cfg.SealKey != "/var/lib/obmd/seal.key" {
+		t.Errorf("OBMD_STATE_DIR: got db %q, seal key %q, want them in /var/lib/obmd", cfg.DB, cfg.SealKey)
+	}
+}
+
+// TestLoadConfigLogOptions checks env and flags for logging.
+func TestLoadConfigLogOptions(t *testing.T) {
+	_, lo, err := loadConfig("serve", []string{"--log-format", "text"},
+		fakeEnv(map[string]string{"OBMD_LOG_LEVEL": "debug", "OBMD_LOG_FORMAT": "json"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (logOptions{level: "debug", format: "text"}); lo != want {
+		t.Errorf("got %+v, want %+v", lo, want)
+	}
+}
+
+// TestLoadConfigErrors checks that bad input is refused with a message that
+// names what is wrong.
+func TestLoadConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string // written to a file passed with --config when set
+		env     map[string]string
+		args    []string
+		wantErr []string // substrings of the error
+	}{
+		{name: "unknown yaml key", yaml: "ssh_addr: 127.0.0.1:1\nsssh_port: 22\n", wantErr: []string{"sssh_port", "not found"}},
+		{name: "unknown nested yaml key", yaml: "auth_limits:\n  per_sauce: 3\n", wantErr: []string{"per_sauce"}},
+		{name: "bad yaml duration", yaml: "linger: soon\n", wantErr: []string{"soon"}},
+		{name: "bad yaml int", yaml: "scrollback: lots\n", wantErr: []string{"lots"}},
+		{name: "yaml not a mapping", yaml: "- a\n- b\n", wantErr: []string{"obmd.yaml"}},
+		{name: "two yaml documents", yaml: "ssh_addr: a:1\n---\nadmin_addr: b:2\n", wantErr: []string{"one document"}},
+		{name: "missing file", args: []string{"--config", "/nonexistent/obmd.yaml"}, wantErr: []string{"/nonexistent/obmd.yaml"}},
+		{name: "bad env duration", env: map[string]string{"OBMD_SHUTDOWN_TIMEOUT": "10"}, wantErr: []string{"OBMD_SHUTDOWN_TIMEOUT", "10"}},
+		{name: "bad env bool", env: map[string]string{"OBMD_DEMO": "maybe"}, wantErr: []string{"OBMD_DEMO", "maybe"}},
+		{name: "bad env int", env: map[string]string{"OBMD_AUTH_LIMITS_PER_NODE": "x"}, wantErr: []string{"OBMD_AUTH_LIMITS_PER_NODE"}},
+		{name: "unknown flag", args: []string{"--ssh-port", "22"}, wantErr: []string{"ssh-port"}},
+		{name: "stray argument", args: []string{"now"}, wantErr: []string{`"now"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			if tt.yaml != "" {
+				env["OBMD_CONFIG"] = writeYAML(t, tt.yaml)
+			}
+			_, _, err := loadConfig("serve", tt.args, fakeEnv(env), io.Discard)
+			if err == nil {
+				t.Fatalf("got no error, want one mentioning %q", tt.wantErr)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("got error %q, want it to mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestLoadConfigEmptyFile checks that a config file with only comments is a
+// valid, empty configuration.
+func TestLoadConfigEmptyFile(t *testing.T) {
+	for _, body := range []string{"", "# nothing set yet\n"} {
+		cfg, _, err := loadConfig("serve", []string{"--config", writeYAML(t, body)}, fakeEnv(nil), io.Discard)
+		if err != nil {
+			t.Errorf("file %q: got %v, want no error", body, err)
+		}
+		if cfg != (daemon.Config{}) {
+			t.Errorf("file %q: got %+v, want the zero config", body, cfg)
+		}
+	}
+}
+
+// TestConfigPlainHTTPOffLoopback checks that plain HTTP on an admin address
+// that is not loopback is refused unless TLS or insecure_http is configured.
+func TestConfigPlainHTTPOffLoopback(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string
+	}{
+		{name: "loopback v4", env: map[string]string{"OBMD_ADMIN_ADDR": "127.0.0.1:8080"}},
+		{name: "loopback v6", env: map[string]string{"OBMD_ADMIN_ADDR": "[::1]:8080"}},
+		{name: "localhost", env: map[string]string{"OBMD_ADMIN_ADDR": "localhost:8080"}},
+		{name: "all addresses", env: map[string]string{"OBMD_ADMIN_ADDR": "0.0.0.0:8080"}, wantErr: "not loopback"},
+		{name: "empty host", env: map[string]string{"OBMD_ADMIN_ADDR": ":8080"}, wantErr: "not loopback"},
+		{name: "public address", env: map[string]string{"OBMD_ADMIN_ADDR": "192.0.2.7:8080"}, wantErr: "not loopback"},
+		{name: "insecure_http", env: map[string]string{"OBMD_ADMIN_ADDR": "0.0.0.0:8080", "OBMD_INSECURE_HTTP": "true"}},
+		{name: "tls", env: map[string]string{"OBMD_ADMIN_ADDR": "0.0.0.0:8080", "OBMD_TLS_CERT": "c.pem", "OBMD_TLS_KEY": "k.pem"}},
+		{name: "tls cert without key", env: map[string]string{"OBMD_TLS_CERT": "c.pem"}, wantErr: "tls_cert and tls_key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, _, err := loadConfig("serve", nil, fakeEnv(tt.env), io.Discard)
+			if err != nil {
+				t.Fatalf("loadConfig: %v", err)
+			}
+			_, err = cfg.WithDefaults()
+			if tt.wantErr == "" && err != nil {
+				t.Errorf("got %v, want no error", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("got %v, want an error mentioning %q", err, tt.wantErr)
+			}
+			// daemon.New applies the same check.
+			if _, nerr := daemon.New(cfg, discardLogger()); (nerr == nil) != (err == nil) {
+				t.Errorf("daemon.New: got %v, want the WithDefaults result %v", nerr, err)
+			}
+		})
+	}
+}
