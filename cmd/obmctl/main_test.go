@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion/daemon"
+)
+
+// startDaemon runs a whole obmd in-process on loopback for obmctl to talk to.
+func startDaemon(t *testing.T) *daemon.Daemon {
+	t.Helper()
+	log := logrus.New()
+	log.SetOutput(&bytes.Buffer{})
+	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: t.TempDir()}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("daemon: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("daemon did not stop")
+		}
+	})
+	return d
+}
+
+func TestObmctl(t *testing.T) {
+	d := startDaemon(t)
+	env := map[string]string{"OBMD_URL": "http://" + d.AdminAddr(), "OBMD_ADMIN_TOKEN": d.AdminToken()}
+	getenv := func(k string) string { return env[k] }
+	ctl := func(stdin string, args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(args, strings.NewReader(stdin), &out, &errb, getenv)
+		return out.String(), errb.String(), code
+	}
+	passFile := filepath.Join(t.TempDir(), "pass")
+	os.WriteFile(passFile, []byte("bmc-secret-77\n"), 0o600)
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	signer, _ := gossh.NewSignerFromKey(priv)
+	pub := string(gossh.MarshalAuthorizedKey(signer.PublicKey()))
+
+	steps := []struct {
+		name     string
+		stdin    string
+		args     []string
+		wantCode int
+		wantOut  string // substring of stdout
+		wantErr  string // substring of stderr
+	}{
+		{"add ipmi node", "", []string{"node", "add", "n1", "--type", "ipmi", "--addr", "10.0.0.5", "--user", "root", "--pass-file", passFile}, 0, "n1: registered", ""},
+		{"add sim node", "", []string{"node", "add", "n2", "--type", "sim", "--addr", "sim"}, 0, "n2: registered", ""},
+		{"password as argument refused", "", []string{"node", "add", "n3", "--addr", "x", "hunter2"}, 2, "", "never an argument"},
+		{"list", "", []string{"node", "ls"}, 0, "10.0.0.5:623", ""},
+		{"show", "", []string{"node", "show", "n1"}, 0, "token:    false", ""},
+		{"rotate", "", []string{"token", "rotate", "n1"}, 0, "", ""},
+		{"add key", pub, []string{"key", "add", "n1", "-"}, 0, "SHA256:", ""},
+		{"list keys", "", []string{"key", "ls", "n1"}, 0, "SHA256:", ""},
+		{"remove key", "", []string{"key", "rm", "n1", gossh.FingerprintSHA256(signer.PublicKey())}, 0, "removed", ""},
+		{"sessions", "", []string{"sessions"}, 0, "ID", ""},
+		{"audit", "", []string{"audit", "--node", "n1"}, 0, "token.rotate", ""},
+		{"json", "", []string{"--json", "node", "show", "n2"}, 0, `"label":"n2"`, ""},
+		{"health", "", []string{"health"}, 0, "/readyz: 200", ""},
+		{"revoke", "", []string{"token", "revoke", "n1"}, 0, "token revoked", ""},
+		{"delete", "", []string{"node", "rm", "n1"}, 0, "deleted", ""},
+		{"unknown node", "", []string{"node", "show", "nope"}, 1, "", "not found"},
+		{"unknown command", "", []string{"frob"}, 2, "", "unknown command"},
+	}
+	for _, s := range steps {
+		out, errOut, code := ctl(s.stdin, s.args...)
+		if code != s.wantCode || !strings.Contains(out, s.wantOut) || !strings.Contains(errOut, s.wantErr) {
+			t.Errorf("%s: got exit %d, stdout %q, stderr %q; want exit %d, stdout ~%q, stderr ~%q",
+				s.name, code, out, errOut, s.wantCode, s.wantOut, s.wantErr)
+		}
+		if strings.Contains(out+errOut, "bmc-secret-77") {
+			t.Errorf("%s: the BMC password was printed", s.name)
+		}
+	}
+
+	env["OBMD_ADMIN_TOKEN"] = "wrong"
+	if _, errOut, code := ctl("", "node", "ls"); code != 1 || !strings.Contains(errOut, "admin token is wrong") {
+		t.Errorf("wrong admin token: got exit %d, %q; want 1 and a hint about the token", code, errOut)
+	}
+}
