@@ -92,6 +92,28 @@ func Start(t testing.TB) *Sim {
 	return s
 }
 
+// StartProcess launches a simulator in dir (an existing, empty directory)
+// for programs that have no testing.TB, such as the benchmarks. Close ends
+// it; the caller removes dir.
+func StartProcess(dir string) (*Sim, error) {
+	if _, err := exec.LookPath("ipmi_sim"); err != nil {
+		return nil, fmt.Errorf("start ipmi_sim: %w", err)
+	}
+	if _, err := exec.LookPath("socat"); err != nil {
+		return nil, fmt.Errorf("start ipmi_sim: %w", err)
+	}
+	return start(dir)
+}
+
+// Close ends the simulator and its serial pty (for StartProcess). It
+// returns an error if ipmi_sim had died on its own.
+func (s *Sim) Close() error {
+	if died := s.stop(); died != "" {
+		return fmt.Errorf("ipmi_sim died: %s", died)
+	}
+	return nil
+}
+
 func start(dir string) (*Sim, error) {
 	b := make([]byte, 4)
 	rand.Read(b)
