@@ -103,7 +103,9 @@ func Parse(argv []string) (Command, error) {
 		return Command{Name: CmdConsole}, nil
 	}
 	var cmd Command
-	for _, a := range argv[1:] {
+	// Anywhere, even first: a script that asked for JSON gets its error as
+	// JSON too (`--json power-on` is still a usage error).
+	for _, a := range argv {
 		if a == "--json" {
 			cmd.JSON = true
 		}
