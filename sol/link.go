@@ -412,7 +412,7 @@ func (n *node) publish(p []byte) {
 func (n *node) addLocked(v *Viewer, o AttachOptions) {
 	n.viewers = append(n.viewers, v)
 	n.m.st.viewers.Add(1)
-	if !o.ReadOnly && n.writer == nil {
+	if !o.ReadOnly && !o.Relay && n.writer == nil {
 		n.writer = v
 	}
 	if o.Replay {

@@ -152,6 +152,12 @@ type AttachOptions struct {
 	// Replay delivers the node's scrollback first, atomically with the
 	// subscription: no byte is lost or repeated between replay and live.
 	Replay bool
+	// Relay marks a viewer that carries another obmd replica's console
+	// (its viewers reach this node's link through this one): it may Write
+	// and Break whether or not it is the writer, because that replica
+	// arbitrates among its own viewers (writer arbitration is per
+	// replica), and it never becomes the writer by attaching.
+	Relay bool
 }
 
 // ViewerInfo describes an attached viewer.
@@ -183,6 +189,7 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 		n, start = m.newNodeLocked(label)
 	}
 	v := newViewer(m, n, o.Name, m.cfg.Now())
+	v.relay = o.Relay
 	m.wg.Add(1)
 	go v.pump()
 	n.mu.Lock()

@@ -30,6 +30,7 @@ type Viewer struct {
 	n     *node
 	name  string
 	since time.Time
+	relay bool          // AttachOptions.Relay: writes without being the writer
 	out   chan Chunk    // closed by pump when the viewer has ended
 	done  chan struct{} // closed by end
 	ready chan struct{} // cap 1: the queue is not empty (sent by push/notice, drained by pump)
@@ -71,7 +72,8 @@ func (v *Viewer) Err() error {
 func (v *Viewer) Name() string { return v.name }
 
 // Write queues p for the node's console; the link coalesces queued input
-// into few Console.Write calls. Only the writer may write (ErrReadOnly).
+// into few Console.Write calls. Only the writer (or a relay viewer, see
+// AttachOptions.Relay) may write (ErrReadOnly).
 // Write blocks while too much input is pending (a long paste into a slow or
 // reconnecting link) until it drains, the viewer stops being the writer, or
 // the viewer ends. Input is dropped if the node is cut.
@@ -84,7 +86,7 @@ func (v *Viewer) Write(p []byte) (int, error) {
 			n.mu.Unlock()
 			return written, err
 		}
-		if n.writer != v {
+		if n.writer != v && !v.relay {
 			n.mu.Unlock()
 			return written, ErrReadOnly
 		}
@@ -154,7 +156,7 @@ func (v *Viewer) Break(ctx context.Context) error {
 	err := v.Err()
 	switch {
 	case err != nil:
-	case n.writer != v:
+	case n.writer != v && !v.relay:
 		err = ErrReadOnly
 	case !n.up:
 		err = ErrLinkDown
