@@ -46,10 +46,11 @@ type Daemon struct {
 	ssh      *bastion.Server
 	http     *http.Server
 
-	sshL, adminL net.Listener
-	adminToken   string
-	fingerprint  string
-	demoToken    string
+	sshL, adminL  net.Listener
+	adminToken    string
+	newAdminToken string // adminToken when this Start generated it
+	fingerprint   string
+	demoToken     string
 }
 
 // New validates cfg; it does no I/O.
@@ -63,14 +64,19 @@ func New(cfg Config, log logrus.FieldLogger) (*Daemon, error) {
 	return &Daemon{cfg: cfg, log: log}, nil
 }
 
-// Start loads or creates keys, opens and migrates the database, builds every
-// part and opens both listeners. On error, whatever was opened is closed.
+// Start opens both listeners, loads or creates keys, opens and migrates the
+// database and builds every part. On error, whatever was opened is closed.
+// The listeners come first, so that a taken port fails the start before
+// anything is created in the state directory.
 func (d *Daemon) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			d.closeAll()
 		}
 	}()
+	if err := d.listen(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -92,8 +98,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			return err
 		}
 		if created {
-			// Shown once, on the terminal of whoever started obmd; never logged.
-			fmt.Fprintf(os.Stderr, "obmd: generated the admin token: %s\n      (stored in %s; use it as HTTP basic admin:<token>)\n", d.adminToken, tokenFile)
+			d.newAdminToken = d.adminToken
 		}
 	}
 
@@ -142,6 +147,25 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	d.log.WithFields(logrus.Fields{
+		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
+		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, tokenFile),
+		"version": d.cfg.Version,
+	}).Info("obmd_listening")
+	return nil
+}
+
+// listen opens the SSH and admin listeners (the admin one with TLS when
+// configured). Connections wait in the backlog until Run serves them.
+func (d *Daemon) listen() error {
+	var cert tls.Certificate
+	if d.cfg.TLSCert != "" {
+		var err error
+		if cert, err = tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey); err != nil {
+			return fmt.Errorf("admin TLS: %w", err)
+		}
+	}
+	var err error
 	if d.sshL, err = net.Listen("tcp", d.cfg.SSHAddr); err != nil {
 		return fmt.Errorf("listen for SSH: %w", err)
 	}
@@ -149,17 +173,8 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("listen for admin HTTP: %w", err)
 	}
 	if d.cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey)
-		if err != nil {
-			return fmt.Errorf("admin TLS: %w", err)
-		}
 		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
-	d.log.WithFields(logrus.Fields{
-		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
-		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, tokenFile),
-		"version": d.cfg.Version,
-	}).Info("obmd_listening")
 	return nil
 }
 
@@ -203,6 +218,11 @@ func (d *Daemon) AdminAddr() string          { return d.adminL.Addr().String() }
 func (d *Daemon) AdminToken() string         { return d.adminToken }
 func (d *Daemon) DemoToken() string          { return d.demoToken }
 func (d *Daemon) HostKeyFingerprint() string { return d.fingerprint }
+
+// NewAdminToken is the admin token if Start generated it (the first start
+// on a state directory), else "": the caller shows it once to whoever
+// started obmd. It is never logged.
+func (d *Daemon) NewAdminToken() string { return d.newAdminToken }
 
 // Lab is the simulator holding "sim" and "mock" nodes' state (tests).
 func (d *Daemon) Lab() *sim.Lab { return d.lab }

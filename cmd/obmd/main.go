@@ -16,6 +16,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -63,6 +65,10 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "obmd: %v\n", err)
 		return 2
 	}
+	if cfg, err = cfg.WithDefaults(); err != nil {
+		log.WithError(err).Error("obmd_config_invalid")
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -78,9 +84,14 @@ func run(args []string, stderr io.Writer) int {
 		log.WithError(err).Error("obmd_start_failed")
 		return 1
 	}
+	if t := d.NewAdminToken(); t != "" {
+		// Shown once, to whoever started obmd; never logged.
+		fmt.Fprintf(stderr, "obmd: generated the admin token: %s\n      (stored in %s; use it as HTTP basic admin:<token>)\n",
+			t, filepath.Join(cfg.StateDir, "admin-token"))
+	}
 	if t := d.DemoToken(); t != "" {
 		host, port := splitAddr(d.SSHAddr())
-		fmt.Fprintf(os.Stderr, "\nobmd: demo node %q is on the built-in simulator; its token (new at each start) is:\n\n    %s\n\n"+
+		fmt.Fprintf(stderr, "\nobmd: demo node %q is on the built-in simulator; its token (new at each start) is:\n\n    %s\n\n"+
 			"Try:\n    ssh -p %s %s@%s              (password: the token; Ctrl-E c . leaves the console)\n"+
 			"    sshpass -p %s ssh -p %s %s@%s power-status\n\n",
 			daemon.DemoNode, t, port, daemon.DemoNode, host, t, port, daemon.DemoNode, host)
@@ -92,15 +103,14 @@ func run(args []string, stderr io.Writer) int {
 	return 0
 }
 
+// migrate applies the migrations to cfg.DB (cfg has its defaults). It
+// creates the directory of a SQLite database, and nothing for MySQL.
 func migrate(ctx context.Context, cfg daemon.Config, log logrus.FieldLogger) int {
-	cfg, err := cfg.WithDefaults()
-	if err != nil {
-		log.WithError(err).Error("obmd_config_invalid")
-		return 2
-	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		log.WithError(err).Error("obmd_migrate_failed")
-		return 1
+	if !strings.HasPrefix(cfg.DB, "mysql://") && !strings.HasPrefix(cfg.DB, "file:") {
+		if err := os.MkdirAll(filepath.Dir(cfg.DB), 0o700); err != nil {
+			log.WithError(err).Error("obmd_migrate_failed")
+			return 1
+		}
 	}
 	store, err := db.Open(ctx, cfg.DB, log)
 	if err != nil {
