@@ -54,13 +54,14 @@ func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteract
 func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	start := s.cfg.Now()
 	label, src := ctx.User(), remoteHost(ctx.RemoteAddr())
-	if ok, which := s.lim.allow(src, label); !ok {
+	if ok, which := s.lim.begin(src, label); !ok {
 		s.denied(ctx, method, "rate limited ("+which+")")
 		s.waitFrom(start)
 		return false
 	}
 	acc, err := s.store.Access(ctx, label)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
+		s.lim.end(src, label, false) // not the client's failure
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
 		s.denied(ctx, method, "database unavailable")
 		s.waitFrom(start)
@@ -76,11 +77,12 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 		case !acc.HasToken:
 			why = "no token issued"
 		}
-		s.lim.fail(src, label)
+		s.lim.end(src, label, true)
 		s.denied(ctx, method, why)
 		s.waitFrom(start)
 		return false
 	}
+	s.lim.end(src, label, false)
 	s.accepted(ctx, &authInfo{Method: method, User: "token", Epoch: acc.Epoch})
 	return true
 }

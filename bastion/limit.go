@@ -54,9 +54,10 @@ type limiter struct {
 }
 
 type counter struct {
-	start  time.Time // window start
-	n      int
-	locked time.Time // locked until
+	start   time.Time // window start
+	n       int       // failures in the window
+	pending int       // tries begun and not yet ended (sources only)
+	locked  time.Time // locked until
 }
 
 func newLimiter(cfg LimitConfig, now func() time.Time) *limiter {
@@ -64,34 +65,56 @@ func newLimiter(cfg LimitConfig, now func() time.Time) *limiter {
 	return &limiter{cfg: cfg, now: now, src: map[string]*counter{}, node: map[string]*counter{}, pairs: map[[2]string]time.Time{}}
 }
 
-// allow reports whether source may try a secret on node now, and if not,
-// which limit refused it ("source" or "node").
-func (l *limiter) allow(source, node string) (ok bool, which string) {
+// begin reports whether source may try a secret on node now, and if not,
+// which limit refused it ("source" or "node"). An allowed try holds one of
+// the source's PerSource tries until end reports how it went, so guesses
+// sent in parallel from one address get no more tries between them than
+// sequential ones would. Every allowed begin must be followed by one end.
+func (l *limiter) begin(source, node string) (ok bool, which string) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c := l.src[source]; c != nil && now.Before(c.locked) {
+	c := l.src[source]
+	if c != nil && now.Before(c.locked) {
 		return false, "source"
 	}
-	if c := l.node[node]; c != nil && now.Before(c.locked) {
+	if nc := l.node[node]; nc != nil && now.Before(nc.locked) {
 		if last, ok := l.pairs[[2]string{node, source}]; ok && now.Sub(last) < l.cfg.Window+l.cfg.Lockout {
 			return false, "node"
 		}
 	}
+	if c == nil {
+		if l.full(now) {
+			return true, "" // a very wide attack: new sources are not tracked
+		}
+		c = &counter{start: now}
+		l.src[source] = c
+	}
+	if now.Sub(c.start) >= l.cfg.Window {
+		c.start, c.n = now, 0
+	}
+	// Failures already counted lock the source (above); tries in flight
+	// count as failures to come.
+	if c.pending > 0 && c.n+c.pending >= l.cfg.PerSource {
+		return false, "source"
+	}
+	c.pending++
 	return true, ""
 }
 
-// fail records a failed attempt of source on node.
-func (l *limiter) fail(source, node string) {
+// end settles a try that begin allowed; a failed one counts against the
+// source and the node.
+func (l *limiter) end(source, node string, failed bool) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	full := len(l.src)+len(l.node)+len(l.pairs) > maxTracked
-	if full && now.Sub(l.lastSweep) >= time.Second {
-		l.sweep(now)
-		l.lastSweep = now
-		full = len(l.src)+len(l.node)+len(l.pairs) > maxTracked
+	if c := l.src[source]; c != nil && c.pending > 0 {
+		c.pending--
 	}
+	if !failed {
+		return
+	}
+	full := l.full(now)
 	// At the cap (a very wide attack), only entries already tracked keep
 	// counting, so memory stays bounded and tracked nodes still go under attack.
 	if _, ok := l.src[source]; ok || !full {
@@ -104,6 +127,21 @@ func (l *limiter) fail(source, node string) {
 		l.pairs[[2]string{node, source}] = now
 	}
 }
+
+// full reports whether the limiter tracks as much as it may, after
+// sweeping stale entries (at most once a second). l.mu held.
+func (l *limiter) full(now time.Time) bool {
+	if l.size() <= maxTracked {
+		return false
+	}
+	if now.Sub(l.lastSweep) >= time.Second {
+		l.sweep(now)
+		l.lastSweep = now
+	}
+	return l.size() > maxTracked
+}
+
+func (l *limiter) size() int { return len(l.src) + len(l.node) + len(l.pairs) }
 
 func (l *limiter) bump(m map[string]*counter, key string, limit int, now time.Time) {
 	c := m[key]
@@ -125,7 +163,7 @@ func (l *limiter) sweep(now time.Time) {
 	horizon := l.cfg.Window + l.cfg.Lockout
 	for _, m := range []map[string]*counter{l.src, l.node} {
 		for k, c := range m {
-			if now.Sub(c.start) > horizon && now.After(c.locked) {
+			if now.Sub(c.start) > horizon && now.After(c.locked) && c.pending == 0 {
 				delete(m, k)
 			}
 		}
