@@ -18,9 +18,10 @@ import (
 )
 
 type (
-	connKey  struct{} // net.Conn of the connection, set by connected
-	authKey  struct{} // *authInfo, set on successful authentication
-	chansKey struct{} // *int32 count of session channels, set on the first one
+	connKey    struct{} // net.Conn of the connection, set by connected
+	authKey    struct{} // *authInfo, set on successful authentication
+	chansKey   struct{} // *int32 count of session channels, set on the first one
+	offeredKey struct{} // map[string]int64: registered keys offered (fingerprint -> epoch), set by publicKey
 )
 
 // authInfo is what a successful authentication established.
@@ -87,6 +88,10 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	return true
 }
 
+// publicKey answers whether key is registered for the node. The client has
+// not proven it holds the key yet (OpenSSH asks about each key before it
+// signs with one), so nothing is granted here: verifiedKey does that once
+// the signature checks out.
 func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	label, fp := ctx.User(), keys.Fingerprint(key)
 	epoch, ok, err := s.store.HasKey(ctx, label, fp)
@@ -99,8 +104,26 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 		s.denied(ctx, "publickey", "key "+fp+" not registered")
 		return false
 	}
-	s.accepted(ctx, &authInfo{Method: "publickey", User: "key " + fp, Epoch: epoch})
+	offered, _ := ctx.Value(offeredKey{}).(map[string]int64)
+	if offered == nil {
+		offered = map[string]int64{}
+		ctx.SetValue(offeredKey{}, offered)
+	}
+	offered[label+" "+fp] = epoch
 	return true
+}
+
+// verifiedKey runs once the client has signed with a key that publicKey
+// accepted for the current user: the login succeeds.
+func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
+	fp := keys.Fingerprint(key)
+	offered, _ := ctx.Value(offeredKey{}).(map[string]int64)
+	epoch, ok := offered[ctx.User()+" "+fp]
+	if !ok { // cannot happen: x/crypto only verifies keys publicKey accepted
+		return errors.New("key was not accepted")
+	}
+	s.accepted(ctx, &authInfo{Method: "publickey", User: "key " + fp, Epoch: epoch})
+	return nil
 }
 
 func (s *Server) accepted(ctx ssh.Context, a *authInfo) {

@@ -112,8 +112,15 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		KeyboardInteractiveHandler: s.keyboardInteractive,
 		PublicKeyHandler:           s.publicKey,
 		ConnCallback:               s.connected,
-		ServerConfigCallback: func(ssh.Context) *gossh.ServerConfig {
-			return &gossh.ServerConfig{MaxAuthTries: 6}
+		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
+			return &gossh.ServerConfig{
+				MaxAuthTries: 6,
+				// gliderlabs wires PublicKeyCallback, which x/crypto also
+				// calls for keys the client only asks about.
+				VerifiedPublicKeyCallback: func(_ gossh.ConnMetadata, key gossh.PublicKey, perms *gossh.Permissions, _ string) (*gossh.Permissions, error) {
+					return perms, s.verifiedKey(ctx, key)
+				},
+			}
 		},
 		// Only session channels; no port forwarding, no global requests,
 		// no subsystems (each request type is refused in the session).
