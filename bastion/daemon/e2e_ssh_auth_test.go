@@ -7,6 +7,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"io"
 	"net"
 	"net/url"
 	"slices"
@@ -370,5 +371,50 @@ func TestSSHBruteForce(t *testing.T) {
 		if got := count(c.node, c.src, c.detail); got != c.want {
 			t.Errorf("audit of %s from %s with detail %q: got %d denied, want %d", c.node, c.src, c.detail, got, c.want)
 		}
+	}
+}
+
+// fdImpostor offers a registered public key but signs with another key: it
+// does not hold the registered key's private half.
+type fdImpostor struct {
+	pub  gossh.PublicKey
+	sign gossh.Signer
+}
+
+func (i fdImpostor) PublicKey() gossh.PublicKey { return i.pub }
+func (i fdImpostor) Sign(r io.Reader, data []byte) (*gossh.Signature, error) {
+	return i.sign.Sign(r, data)
+}
+
+// TestSSHKeyProof: offering a registered public key without its private
+// key neither authenticates nor is recorded as a successful login (the key
+// is only accepted once the client has signed with it).
+func TestSSHKeyProof(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	o.addSimNode("kp1")
+	owner, _ := newKey(t)
+	other, _ := newKey(t)
+	o.addKey("kp1", owner.PublicKey())
+	if c, err := o.dial("kp1", gossh.PublicKeys(fdImpostor{pub: owner.PublicKey(), sign: other})); err == nil {
+		c.Close()
+		t.Fatal("impostor authenticated")
+	}
+	for _, e := range o.fdAudit("kp1") {
+		if e.Action == "auth" && e.Result == "ok" {
+			t.Errorf("audit: got %+v, want no successful login", e)
+		}
+	}
+	if res, err := o.fdExec("kp1", "power-status", gossh.PublicKeys(owner)); err != nil || res.Code != 0 {
+		t.Errorf("owner: got %v, %v; want exit 0", res, err)
+	}
+	var ok []string
+	for _, e := range o.fdAudit("kp1") {
+		if e.Action == "auth" && e.Result == "ok" {
+			ok = append(ok, e.Actor+" "+e.Detail)
+		}
+	}
+	if len(ok) != 1 || !strings.HasPrefix(ok[0], "ssh:publickey key SHA256:") {
+		t.Errorf("successful logins audited: got %q, want the owner's only", ok)
 	}
 }
