@@ -1,0 +1,293 @@
+// Package cluster lets several obmd replicas share one database and the same
+// BMCs: it wraps the replica's BMC resolver so that, across the cluster, a
+// node has at most one SOL link and one power operation at a time.
+//
+// Consoles: the replica whose console hub opens a node's link first takes
+// the node's SOL lease (a row in the database, renewed while the link is
+// open, released when it closes) and activates SOL on the BMC. A replica
+// that finds the lease held by another connects to that replica's peer
+// server instead and relays: the holder attaches a relay viewer to its own
+// hub, so every viewer in the cluster sees the same live stream from one
+// SOL payload. When the holder dies its lease expires and the next replica
+// that needs the console takes it over (its hub reconnects on its own).
+//
+// Power: every power or boot-device operation takes the node's power lease
+// for its duration; a replica that finds it held answers commands.ErrBusy.
+//
+// Replicas authenticate each other with the SSH host key they already
+// share: the peer channel is SSH, the server proves the shared host key and
+// so does the client, and console bytes are encrypted on the wire.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol"
+)
+
+// Store is the part of the database the cluster uses: leases.
+type Store interface {
+	AcquireLease(ctx context.Context, l db.Lease, ttl time.Duration) (db.Lease, error)
+	RenewLease(ctx context.Context, node, kind, token string, ttl time.Duration) (time.Time, error)
+	ReleaseLease(ctx context.Context, node, kind, token string) error
+}
+
+// Config configures one replica's part in the cluster. Zero durations take
+// the defaults noted.
+type Config struct {
+	// ReplicaID names this replica in leases, logs and messages ("busy on
+	// replica X"); unique per running replica. Required.
+	ReplicaID string
+	// PeerAddr is where other replicas reach this replica's peer server
+	// (host:port). Required.
+	PeerAddr string
+	// HostKey is the SSH host key every replica shares; it authenticates
+	// the peer channel in both directions. Required.
+	HostKey gossh.Signer
+	// LeaseTTL is how long a lease outlives its last renewal, so how long
+	// a dead holder blocks the takeover of its consoles (default 6 s).
+	LeaseTTL time.Duration
+	// Renew is how often a held SOL lease is renewed (default LeaseTTL/3).
+	Renew time.Duration
+	// PowerHold bounds one power operation that comes without a deadline
+	// (default 1 min); the power lease lasts as long as the operation may.
+	PowerHold time.Duration
+	// DialTimeout bounds connecting to a peer (default 5 s).
+	DialTimeout time.Duration
+	// Keepalive is how often peer connections are probed; a peer that
+	// does not answer within two intervals is dropped (default 5 s).
+	Keepalive time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	switch {
+	case c.ReplicaID == "":
+		return errors.New("no replica ID")
+	case len(c.ReplicaID) > 100:
+		return errors.New("replica ID longer than 100 bytes")
+	case c.PeerAddr == "":
+		return errors.New("no peer address")
+	case c.HostKey == nil:
+		return errors.New("no host key")
+	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0:
+		return errors.New("negative duration")
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 6 * time.Second
+	}
+	if c.Renew == 0 {
+		c.Renew = c.LeaseTTL / 3
+	}
+	if c.Renew >= c.LeaseTTL {
+		return fmt.Errorf("renew interval %v must be below the lease TTL %v", c.Renew, c.LeaseTTL)
+	}
+	if c.PowerHold == 0 {
+		c.PowerHold = time.Minute
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.Keepalive == 0 {
+		c.Keepalive = 5 * time.Second
+	}
+	return nil
+}
+
+// Cluster is one replica's view of the cluster: a sol.Resolver (and, via
+// ForCommands, a commands.Resolver) whose BMCs take leases, and the record
+// of which SOL leases this replica holds (for its PeerServer).
+type Cluster struct {
+	cfg   Config
+	store Store
+	local sol.Resolver
+	log   logrus.FieldLogger
+
+	mu   sync.Mutex
+	held map[string]string // label -> token of the SOL lease this replica holds
+}
+
+// New validates cfg and returns a Cluster over local, the resolver that
+// builds this replica's real drivers. It starts nothing.
+func New(cfg Config, store Store, local sol.Resolver, log logrus.FieldLogger) (*Cluster, error) {
+	if store == nil || local == nil || log == nil {
+		return nil, errors.New("cluster: missing dependency")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	return &Cluster{cfg: cfg, store: store, local: local, log: log, held: map[string]string{}}, nil
+}
+
+// ReplicaID is this replica's ID.
+func (c *Cluster) ReplicaID() string { return c.cfg.ReplicaID }
+
+// Resolve returns label's BMC as the cluster shares it: power operations
+// take the node's power lease around the real driver's call; OpenConsole
+// opens the real console under the node's SOL lease, or relays through the
+// replica that holds it.
+func (c *Cluster) Resolve(ctx context.Context, label string) (sol.BMC, error) {
+	inner, err := c.local.Resolve(ctx, label)
+	if err != nil {
+		return nil, err
+	}
+	return &bmc{c: c, label: label, inner: inner}, nil
+}
+
+// ForCommands adapts the cluster to commands.Resolver.
+func (c *Cluster) ForCommands() commands.Resolver { return commandsResolver{c} }
+
+type commandsResolver struct{ c *Cluster }
+
+func (r commandsResolver) Resolve(ctx context.Context, label string) (commands.BMC, error) {
+	return r.c.Resolve(ctx, label)
+}
+
+// Holds reports whether this replica holds label's SOL lease (its hub has,
+// or is opening, the node's one SOL link).
+func (c *Cluster) Holds(label string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held[label] != ""
+}
+
+func (c *Cluster) hold(label, token string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held[label] = token
+}
+
+func (c *Cluster) unhold(label, token string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[label] == token {
+		delete(c.held, label)
+	}
+}
+
+// releaseSOL gives up a SOL lease. It runs on close paths, so it has its
+// own deadline and outlives the caller's context; a failure only delays a
+// takeover until the lease expires. Holds turns false only afterwards.
+func (c *Cluster) releaseSOL(label, token string) {
+	c.release(label, db.LeaseSOL, token)
+	c.unhold(label, token)
+}
+
+func (c *Cluster) release(label, kind, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DialTimeout)
+	defer cancel()
+	if err := c.store.ReleaseLease(ctx, label, kind, token); err != nil {
+		c.log.WithError(err).WithFields(logrus.Fields{"node": label, "kind": kind}).Warn("lease_release_failed")
+		return
+	}
+	c.log.WithFields(logrus.Fields{"node": label, "kind": kind}).Debug("lease_released")
+}
+
+func (c *Cluster) lease(label, kind, token string) db.Lease {
+	return db.Lease{Node: label, Kind: kind, Owner: c.cfg.ReplicaID, Token: token, Addr: c.cfg.PeerAddr}
+}
+
+// newToken returns 16 random bytes in hex: one lease acquisition.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// exclusive runs op under label's power lease. A lease held elsewhere is
+// commands.ErrBusy at once. The lease lasts as long as op may run (ctx's
+// deadline, at most PowerHold) plus LeaseTTL, so a replica that dies
+// mid-operation blocks the node no longer than that.
+func (c *Cluster) exclusive(ctx context.Context, label string, op func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.PowerHold)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	token := newToken()
+	held, err := c.store.AcquireLease(ctx, c.lease(label, db.LeasePower, token), time.Until(dl)+c.cfg.LeaseTTL)
+	if errors.Is(err, db.ErrLeaseHeld) {
+		c.log.WithFields(logrus.Fields{"node": label, "holder": held.Owner}).Info("power_busy_elsewhere")
+		return fmt.Errorf("%w (on replica %s)", commands.ErrBusy, held.Owner)
+	}
+	if err != nil {
+		return fmt.Errorf("take the power lease: %w", err)
+	}
+	defer c.release(label, db.LeasePower, token)
+	return op(ctx)
+}
+
+// bmc is a node's BMC as the cluster shares it. The console hub resolves a
+// fresh one for every open attempt, so its state covers one attempt.
+type bmc struct {
+	c     *Cluster
+	label string
+	inner sol.BMC
+
+	mu sync.Mutex
+	// pending is the SOL lease token kept after OpenConsole met an active
+	// payload: the hub then calls DeactivateConsole and OpenConsole again,
+	// both under that lease. "" when none.
+	pending string
+}
+
+func (b *bmc) PowerStatus(ctx context.Context) (string, error) { return b.inner.PowerStatus(ctx) }
+
+func (b *bmc) PowerOn(ctx context.Context) error {
+	return b.c.exclusive(ctx, b.label, b.inner.PowerOn)
+}
+
+func (b *bmc) PowerOff(ctx context.Context, soft bool) error {
+	return b.c.exclusive(ctx, b.label, func(ctx context.Context) error { return b.inner.PowerOff(ctx, soft) })
+}
+
+func (b *bmc) PowerCycle(ctx context.Context) error {
+	return b.c.exclusive(ctx, b.label, b.inner.PowerCycle)
+}
+
+func (b *bmc) PowerReset(ctx context.Context) error {
+	return b.c.exclusive(ctx, b.label, b.inner.PowerReset)
+}
+
+func (b *bmc) SetBootDevice(ctx context.Context, dev string, persistent bool) error {
+	return b.c.exclusive(ctx, b.label, func(ctx context.Context) error { return b.inner.SetBootDevice(ctx, dev, persistent) })
+}
+
+// DeactivateConsole frees a payload left active (by a holder that died),
+// only while this attempt holds the node's SOL lease: a replica without it
+// must never kill the holder's payload.
+func (b *bmc) DeactivateConsole(ctx context.Context) error {
+	b.mu.Lock()
+	token := b.pending
+	b.mu.Unlock()
+	if token == "" {
+		return fmt.Errorf("deactivate SOL of %s: this replica does not hold its SOL lease", b.label)
+	}
+	if _, err := b.c.store.RenewLease(ctx, b.label, db.LeaseSOL, token, b.c.cfg.LeaseTTL); err != nil {
+		b.drop(token)
+		return fmt.Errorf("deactivate SOL of %s: renew lease: %w", b.label, err)
+	}
+	if err := b.inner.DeactivateConsole(ctx); err != nil {
+		b.drop(token)
+		return err
+	}
+	return nil
+}
+
+// drop gives up the pending lease of a failed attempt.
+func (b *bmc) drop(token string) {
+	b.mu.Lock()
+	if b.pending == token {
+		b.pending = ""
+	}
+	b.mu.Unlock()
+	b.c.releaseSOL(b.label, token)
+}

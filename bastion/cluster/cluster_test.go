@@ -1,0 +1,342 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+func TestConfigValidates(t *testing.T) {
+	key := newHostKey(t)
+	lab := sim.NewLab()
+	store := &killableStore{}
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"complete", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", HostKey: key}, true},
+		{"no replica ID", Config{PeerAddr: "127.0.0.1:1", HostKey: key}, false},
+		{"no peer address", Config{ReplicaID: "a", HostKey: key}, false},
+		{"no host key", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1"}, false},
+		{"long replica ID", Config{ReplicaID: strings.Repeat("a", 101), PeerAddr: "x:1", HostKey: key}, false},
+		{"renew not below TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, LeaseTTL: time.Second, Renew: time.Second}, false},
+		{"negative TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, LeaseTTL: -1}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg, store, lab, quietLog())
+			if got := err == nil; got != tt.ok {
+				t.Errorf("got error %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// TestOneLinkManyReplicas: viewers of one node on three replicas share one
+// SOL payload: they all see the same output, input and breaks from any of
+// them reach the BMC, and the BMC was activated once.
+func TestOneLinkManyReplicas(t *testing.T) {
+	engines(t, func(t *testing.T, dsn string) {
+		key, lab := newHostKey(t), sim.NewLab()
+		b := lab.BMC("n1", sim.ModeNormal)
+		var rs []*replica
+		for i := range 3 {
+			rs = append(rs, startReplica(t, fmt.Sprintf("r%d", i), openStore(t, dsn), lab, key))
+		}
+		v0 := attach(t, rs[0], "n1", "alice")
+		waitFor(t, "the first link", func() bool { return rs[0].hub.Stats().LinksUp == 1 })
+		v1, v2 := attach(t, rs[1], "n1", "bob"), attach(t, rs[2], "n1", "carol")
+		rec := []*recorder{record(v0), record(v1), record(v2)}
+		seeAll(t, b, "hello-1\n", rec...)
+
+		if !rs[0].c.Holds("n1") || rs[1].c.Holds("n1") || rs[2].c.Holds("n1") {
+			t.Errorf("holders: got %v %v %v, want r0 only", rs[0].c.Holds("n1"), rs[1].c.Holds("n1"), rs[2].c.Holds("n1"))
+		}
+		if _, opens, deacts := b.ConsoleStats(); opens != 1 || deacts != 0 {
+			t.Errorf("BMC: got %d opens and %d deactivations, want 1 and 0", opens, deacts)
+		}
+		// The holder's hub lists the relays as viewers that do not write.
+		var peers int
+		for _, vi := range rs[0].hub.Viewers("n1") {
+			if strings.HasPrefix(vi.Name, "peer ") {
+				peers++
+				if vi.Writer {
+					t.Errorf("relay viewer %q is the writer", vi.Name)
+				}
+			}
+		}
+		if peers != 2 {
+			t.Errorf("relay viewers on the holder: got %d, want 2", peers)
+		}
+
+		// Each replica's writer reaches the BMC; the holder's writer is
+		// alice, yet bob (writer on r1) writes through the relay.
+		for i, v := range []*sol.Viewer{v1, v2, v0} {
+			if _, err := v.Write([]byte(fmt.Sprintf("k%d", i))); err != nil {
+				t.Fatalf("write through replica %d: %v", i, err)
+			}
+			want := fmt.Sprintf("k%d", i)
+			waitFor(t, want+" on the serial side", func() bool { return strings.Contains(string(b.Typed()), want) })
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := v2.Break(ctx); err != nil {
+			t.Errorf("break through a relay: %v", err)
+		}
+		if got := b.Breaks(); got != 1 {
+			t.Errorf("breaks: got %d, want 1", got)
+		}
+	})
+}
+
+// TestHolderLeavesLinkStays: the holder's own viewers leaving does not end
+// the link while relays use it; when the last viewer anywhere leaves, the
+// link closes and the lease is released.
+func TestHolderLeavesLinkStays(t *testing.T) {
+	key, lab := newHostKey(t), sim.NewLab()
+	b := lab.BMC("n1", sim.ModeNormal)
+	dsn := sqliteDSN(t)
+	r0, r1 := startReplica(t, "r0", openStore(t, dsn), lab, key), startReplica(t, "r1", openStore(t, dsn), lab, key)
+	v0 := attach(t, r0, "n1", "alice")
+	waitFor(t, "the link", func() bool { return r0.hub.Stats().LinksUp == 1 })
+	v1 := attach(t, r1, "n1", "bob")
+	rec1 := record(v1)
+	seeAll(t, b, "one\n", rec1)
+	v0.Close()
+	time.Sleep(300 * time.Millisecond) // more than the linger
+	seeAll(t, b, "two\n", rec1)
+	if _, opens, _ := b.ConsoleStats(); opens != 1 {
+		t.Errorf("opens: got %d, want 1", opens)
+	}
+	v1.Close()
+	if err := b.WaitConsole(ctxFor(t), false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lease to be released", func() bool { return !r0.c.Holds("n1") })
+	if _, err := openStore(t, dsn).Lease(context.Background(), "n1", db.LeaseSOL); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("lease after the last viewer left: got %v, want ErrNotFound", err)
+	}
+}
+
+// TestTakeover: when the holder dies (no renewals, no peer server, its SOL
+// payload left active), a survivor takes the lease once it expires,
+// deactivates the stale payload and serves every surviving viewer.
+func TestTakeover(t *testing.T) {
+	engines(t, func(t *testing.T, dsn string) {
+		key, lab := newHostKey(t), sim.NewLab()
+		b := lab.BMC("n1", sim.ModeNormal)
+		r0 := startReplica(t, "r0", openStore(t, dsn), lab, key)
+		r1 := startReplica(t, "r1", openStore(t, dsn), lab, key)
+		r2 := startReplica(t, "r2", openStore(t, dsn), lab, key)
+		attach(t, r0, "n1", "alice")
+		waitFor(t, "the link", func() bool { return r0.hub.Stats().LinksUp == 1 })
+		rec1, rec2 := record(attach(t, r1, "n1", "bob")), record(attach(t, r2, "n1", "carol"))
+		seeAll(t, b, "before\n", rec1, rec2)
+
+		start := time.Now()
+		r0.kill(t)
+		seeAll(t, b, "after\n", rec1, rec2)
+		t.Logf("takeover after %v (lease TTL %v)", time.Since(start).Round(time.Millisecond), testTTL)
+		if r1.c.Holds("n1") == r2.c.Holds("n1") {
+			t.Errorf("holders after takeover: r1 %v, r2 %v, want exactly one", r1.c.Holds("n1"), r2.c.Holds("n1"))
+		}
+		if _, opens, deacts := b.ConsoleStats(); opens != 2 || deacts != 1 {
+			t.Errorf("BMC: got %d opens and %d deactivations, want 2 and 1", opens, deacts)
+		}
+		for _, r := range []*recorder{rec1, rec2} {
+			if n := r.Notices(); len(n) == 0 || !strings.Contains(strings.Join(n, "|"), "console link lost") {
+				t.Errorf("notices: got %q, want the gap marked", n)
+			}
+		}
+	})
+}
+
+// TestLeaseLost: a holder whose lease is taken away (it could not renew in
+// time) closes its console; its hub reconnects and relays to the new
+// holder.
+func TestLeaseLost(t *testing.T) {
+	key, lab := newHostKey(t), sim.NewLab()
+	b := lab.BMC("n1", sim.ModeNormal)
+	dsn := sqliteDSN(t)
+	store := openStore(t, dsn)
+	r0 := startReplica(t, "r0", openStore(t, dsn), lab, key)
+	rec := record(attach(t, r0, "n1", "alice"))
+	waitFor(t, "the link", func() bool { return r0.hub.Stats().LinksUp == 1 })
+	seeAll(t, b, "one\n", rec)
+
+	// Someone takes the lease over r0's head (as after a long stall).
+	l, err := store.Lease(context.Background(), "n1", db.LeaseSOL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ReleaseLease(context.Background(), "n1", db.LeaseSOL, l.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.AcquireLease(context.Background(), db.Lease{Node: "n1", Kind: db.LeaseSOL, Owner: "thief",
+		Token: newToken(), Addr: "127.0.0.1:1"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "r0 to give up the link", func() bool { return !r0.c.Holds("n1") })
+	if err := b.WaitConsole(ctxFor(t), false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the viewer to be told", func() bool {
+		return strings.Contains(strings.Join(rec.Notices(), "|"), "console link lost")
+	})
+}
+
+// TestDeactivateNeedsLease: a replica that does not hold the SOL lease
+// never deactivates the payload (it would cut the holder's link).
+func TestDeactivateNeedsLease(t *testing.T) {
+	key, lab := newHostKey(t), sim.NewLab()
+	lab.BMC("n1", sim.ModeNormal)
+	r0 := startReplica(t, "r0", openStore(t, sqliteDSN(t)), lab, key)
+	b, err := r0.c.Resolve(context.Background(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeactivateConsole(context.Background()); err == nil {
+		t.Error("deactivate without the lease: got nil, want an error")
+	}
+	if _, _, deacts := lab.BMC("n1", sim.ModeNormal).ConsoleStats(); deacts != 0 {
+		t.Errorf("deactivations: got %d, want 0", deacts)
+	}
+}
+
+// TestPowerBusyAcrossReplicas: while a power operation runs through one
+// replica, another replica's operation on the node is ErrBusy at once;
+// afterwards it goes through. power-status is never busy.
+func TestPowerBusyAcrossReplicas(t *testing.T) {
+	engines(t, func(t *testing.T, dsn string) {
+		key, lab := newHostKey(t), sim.NewLab()
+		b := lab.BMC("n1", sim.ModeNormal)
+		r0 := startReplica(t, "r0", openStore(t, dsn), lab, key)
+		r1 := startReplica(t, "r1", openStore(t, dsn), lab, key)
+		b0, err := r0.c.ForCommands().Resolve(context.Background(), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b1, err := r1.c.ForCommands().Resolve(context.Background(), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.SetDelay(time.Second)
+		first := make(chan error, 1)
+		go func() { first <- b0.PowerCycle(context.Background()) }()
+		store := openStore(t, dsn)
+		waitFor(t, "the power lease", func() bool {
+			_, err := store.Lease(context.Background(), "n1", db.LeasePower)
+			return err == nil
+		})
+		for name, op := range map[string]func(context.Context) error{
+			"power on":  b1.PowerOn,
+			"power off": func(ctx context.Context) error { return b1.PowerOff(ctx, true) },
+			"reset":     b1.PowerReset,
+			"bootdev":   func(ctx context.Context) error { return b1.SetBootDevice(ctx, sol.BootPXE, false) },
+		} {
+			err := op(context.Background())
+			if !errors.Is(err, commands.ErrBusy) || commands.ExitCode(err) != commands.ExitBusy {
+				t.Errorf("%s while r0 cycles: got %v, want ErrBusy", name, err)
+			} else if !strings.Contains(err.Error(), "r0") {
+				t.Errorf("%s: got %q, want the holder named", name, err)
+			}
+		}
+		if _, err := b1.PowerStatus(context.Background()); err != nil {
+			t.Errorf("power status while r0 cycles: %v", err)
+		}
+		if err := <-first; err != nil {
+			t.Fatalf("power cycle: %v", err)
+		}
+		b.SetDelay(0)
+		if err := b1.PowerOn(context.Background()); err != nil {
+			t.Errorf("power on after the cycle: %v", err)
+		}
+		if _, err := store.Lease(context.Background(), "n1", db.LeasePower); !errors.Is(err, db.ErrNotFound) {
+			t.Errorf("power lease after the operations: got %v, want released", err)
+		}
+	})
+}
+
+// TestPeerAuth: only a client with the shared host key gets a console, and
+// only from a replica that holds the node's lease.
+func TestPeerAuth(t *testing.T) {
+	key, lab := newHostKey(t), sim.NewLab()
+	lab.BMC("n1", sim.ModeNormal)
+	r0 := startReplica(t, "r0", openStore(t, sqliteDSN(t)), lab, key)
+	addr := r0.l.Addr().String()
+	dial := func(k gossh.Signer, user string) (*gossh.Client, error) {
+		return gossh.Dial("tcp", addr, &gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.PublicKeys(k)},
+			HostKeyCallback: gossh.FixedHostKey(key.PublicKey()), Timeout: 5 * time.Second})
+	}
+	if c, err := dial(newHostKey(t), peerUser); err == nil {
+		c.Close()
+		t.Error("stranger's key: got a connection, want refused")
+	}
+	if c, err := dial(key, "root"); err == nil {
+		c.Close()
+		t.Error("other user: got a connection, want refused")
+	}
+	c, err := dial(key, peerUser)
+	if err != nil {
+		t.Fatalf("shared key: %v", err)
+	}
+	defer c.Close()
+	_, _, err = c.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: "n1", From: "x"}))
+	var oce *gossh.OpenChannelError
+	if !errors.As(err, &oce) || oce.Reason != gossh.Prohibited {
+		t.Errorf("console of a node r0 does not hold: got %v, want prohibited", err)
+	}
+	if _, _, err := c.OpenChannel("session", nil); err == nil {
+		t.Error("session channel: got accepted, want rejected")
+	}
+
+	// A client refuses a server that lacks the shared key.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	impostor := startImpostor(t, l, newHostKey(t))
+	_, err = r0.c.dialRelay(context.Background(), db.Lease{Owner: "imp", Addr: l.Addr().String()}, "n1")
+	if err == nil || !strings.Contains(err.Error(), "host key") {
+		t.Errorf("relay to an impostor: got %v, want a host key mismatch", err)
+	}
+	<-impostor
+}
+
+// startImpostor serves one SSH handshake with the wrong host key.
+func startImpostor(t *testing.T, l net.Listener, key gossh.Signer) <-chan struct{} {
+	done := make(chan struct{})
+	cfg := &gossh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(key)
+	go func() { // ends after one connection
+		defer close(done)
+		defer l.Close()
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		gossh.NewServerConn(conn, cfg)
+	}()
+	return done
+}
+
+func ctxFor(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func sqliteDSN(t testing.TB) string { return t.TempDir() + "/obmd.db" }

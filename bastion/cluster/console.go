@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol"
+)
+
+// OpenConsole returns the node's console through the cluster: with the SOL
+// lease, the real console (renewing the lease while it is open); without
+// it, a relay through the holder. A holder that cannot be reached (dead,
+// or not serving the node) is waited out: the attempt polls until its lease
+// expires and takes it over, bounded by ctx.
+func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
+	c := b.c
+	b.mu.Lock()
+	token := b.pending
+	b.mu.Unlock()
+	if token == "" {
+		token = newToken()
+	}
+	log := c.log.WithField("node", b.label)
+	var lastErr error
+	for {
+		held, err := c.store.AcquireLease(ctx, c.lease(b.label, db.LeaseSOL, token), c.cfg.LeaseTTL)
+		switch {
+		case err == nil:
+			return b.openHeld(ctx, token, held.ExpiresAt, log)
+		case !errors.Is(err, db.ErrLeaseHeld):
+			b.drop(token)
+			return nil, fmt.Errorf("open console of %s: %w", b.label, err)
+		}
+		switch {
+		case held.Owner == c.cfg.ReplicaID:
+			// A previous run of this replica (same ID) held it: wait.
+			lastErr = fmt.Errorf("SOL lease held by an earlier run of this replica until %s", held.ExpiresAt.Format(time.RFC3339))
+		case held.Addr == "":
+			lastErr = fmt.Errorf("SOL lease held by replica %s, which has no peer address", held.Owner)
+		default:
+			con, err := c.dialRelay(ctx, held, b.label)
+			if err == nil {
+				log.WithField("holder", held.Owner).Info("sol_relay_opened")
+				return con, nil
+			}
+			lastErr = err
+			log.WithError(err).WithField("holder", held.Owner).Debug("sol_relay_failed")
+		}
+		if err := c.pause(ctx, held.ExpiresAt); err != nil {
+			return nil, fmt.Errorf("open console of %s: %w (waiting for the SOL lease: %v)", b.label, err, lastErr)
+		}
+	}
+}
+
+// pause waits before the next attempt: a short while, or until the
+// holder's lease expires if that is sooner.
+func (c *Cluster) pause(ctx context.Context, expires time.Time) error {
+	d := min(max(c.cfg.LeaseTTL/10, 100*time.Millisecond), time.Second)
+	if until := time.Until(expires) + 10*time.Millisecond; until > 0 && until < d {
+		d = until
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// openHeld activates SOL under the lease token holds. An active payload
+// keeps the lease for the hub's deactivate-and-retry; any other failure
+// gives it up.
+func (b *bmc) openHeld(ctx context.Context, token string, expires time.Time, log logrus.FieldLogger) (sol.Console, error) {
+	c := b.c
+	c.hold(b.label, token)
+	b.mu.Lock()
+	fresh := b.pending == ""
+	b.pending = token
+	b.mu.Unlock()
+	if fresh {
+		log.Info("sol_lease_acquired")
+	}
+	con, err := b.inner.OpenConsole(ctx)
+	if errors.Is(err, sol.ErrPayloadActive) {
+		return nil, err
+	}
+	if err != nil {
+		b.drop(token)
+		return nil, err
+	}
+	b.mu.Lock()
+	b.pending = ""
+	b.mu.Unlock()
+	h := &heldConsole{Console: con, c: c, label: b.label, token: token, expires: expires, log: log,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go h.renew() // owned by h: Close stops it and waits
+	return h, nil
+}
+
+// heldConsole is the real console of a node whose SOL lease this replica
+// holds. A goroutine renews the lease while it is open; if the lease is
+// lost (taken by another replica after this one could not renew it in
+// time) the console is closed under the hub, whose Read then fails, so the
+// hub reconnects through the cluster again.
+type heldConsole struct {
+	sol.Console
+	c     *Cluster
+	label string
+	token string
+	log   logrus.FieldLogger
+
+	stop      chan struct{} // closed by Close: the renewer stops
+	done      chan struct{} // closed by the renewer when it returns
+	closeOnce sync.Once
+	closeErr  error
+
+	mu      sync.Mutex
+	expires time.Time // of the lease as last renewed; renewer only writes
+	lost    error     // why the lease was lost; nil while held
+}
+
+// Read returns the driver's bytes; after the lease was lost its error says
+// so.
+func (h *heldConsole) Read(p []byte) (int, error) {
+	n, err := h.Console.Read(p)
+	if err != nil {
+		h.mu.Lock()
+		lost := h.lost
+		h.mu.Unlock()
+		if lost != nil {
+			return n, lost
+		}
+	}
+	return n, err
+}
+
+// Close stops renewing, deactivates SOL and releases the lease.
+func (h *heldConsole) Close() error {
+	close(h.stop)
+	<-h.done
+	err := h.closeInner()
+	h.c.releaseSOL(h.label, h.token)
+	h.log.Info("sol_lease_released")
+	return err
+}
+
+func (h *heldConsole) closeInner() error {
+	h.closeOnce.Do(func() { h.closeErr = h.Console.Close() })
+	return h.closeErr
+}
+
+// renew keeps the lease while the console is open. A renewal the database
+// refuses (the token no longer holds it) loses the lease at once; failed
+// renewals (database unreachable) lose it when it expires, since another
+// replica may take it from then on.
+func (h *heldConsole) renew() {
+	defer close(h.done)
+	t := time.NewTicker(h.c.cfg.Renew)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), h.c.cfg.Renew)
+		exp, err := h.c.store.RenewLease(ctx, h.label, db.LeaseSOL, h.token, h.c.cfg.LeaseTTL)
+		cancel()
+		h.mu.Lock()
+		switch {
+		case err == nil:
+			h.expires = exp
+		case errors.Is(err, db.ErrNotFound):
+			h.lost = fmt.Errorf("SOL lease of %s lost: another replica took it", h.label)
+		case !time.Now().Before(h.expires):
+			h.lost = fmt.Errorf("SOL lease of %s expired: cannot renew it: %w", h.label, err)
+		default:
+			h.log.WithError(err).Warn("sol_lease_renew_failed")
+		}
+		lost := h.lost
+		h.mu.Unlock()
+		if lost != nil {
+			h.log.WithError(lost).Warn("sol_lease_lost")
+			h.closeInner() // unblocks the hub's Read, which then reports lost
+			return
+		}
+	}
+}

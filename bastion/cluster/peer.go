@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/sol"
+)
+
+// ErrServerClosed is returned by PeerServer.Serve after Close.
+var ErrServerClosed = errors.New("cluster: peer server closed")
+
+// Hub is the console hub the peer server attaches relay viewers to
+// (sol.Manager).
+type Hub interface {
+	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
+}
+
+// handshakeTimeout bounds a peer connection that has not authenticated.
+const handshakeTimeout = 10 * time.Second
+
+// PeerServer serves this replica's consoles to other replicas: for a node
+// whose SOL lease this replica holds, it attaches a relay viewer to the hub
+// (live output, no replay) and carries its output, input and breaks over
+// the peer connection. Only a client that proves the shared host key gets
+// in.
+type PeerServer struct {
+	c   *Cluster
+	hub Hub
+	log logrus.FieldLogger
+	cfg *gossh.ServerConfig
+
+	wg sync.WaitGroup // connection handlers and everything they start
+
+	mu     sync.Mutex
+	closed bool
+	ls     map[net.Listener]struct{}
+	conns  map[net.Conn]struct{}
+}
+
+// NewPeerServer returns the peer server of c's replica over hub. It starts
+// nothing.
+func NewPeerServer(c *Cluster, hub Hub, log logrus.FieldLogger) (*PeerServer, error) {
+	if c == nil || hub == nil || log == nil {
+		return nil, errors.New("cluster: peer server: missing dependency")
+	}
+	want := c.cfg.HostKey.PublicKey().Marshal()
+	cfg := &gossh.ServerConfig{
+		ServerVersion: "SSH-2.0-obmd-peer",
+		MaxAuthTries:  2,
+		PublicKeyCallback: func(meta gossh.ConnMetadata, key gossh.PublicKey) (*gossh.Permissions, error) {
+			if meta.User() == peerUser && subtle.ConstantTimeCompare(key.Marshal(), want) == 1 {
+				return &gossh.Permissions{}, nil
+			}
+			return nil, errors.New("not an obmd replica of this cluster")
+		},
+	}
+	cfg.AddHostKey(c.cfg.HostKey)
+	return &PeerServer{c: c, hub: hub, log: log, cfg: cfg,
+		ls: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}, nil
+}
+
+// Serve accepts peer connections on l until Close, then returns
+// ErrServerClosed.
+func (s *PeerServer) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.ls[l] = struct{}{}
+	s.mu.Unlock()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("accept peer: %w", err)
+		}
+		if !s.track(conn) {
+			conn.Close()
+			return ErrServerClosed
+		}
+		s.wg.Add(1)
+		go func() { // owned by s.wg
+			defer s.wg.Done()
+			defer s.untrack(conn)
+			s.serveConn(conn)
+		}()
+	}
+}
+
+func (s *PeerServer) track(conn net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[conn] = struct{}{}
+	return true
+}
+
+func (s *PeerServer) untrack(conn net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, conn)
+	conn.Close()
+}
+
+// Close stops the listeners, closes every peer connection (their relay
+// viewers detach) and waits for the server's goroutines.
+func (s *PeerServer) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for l := range s.ls {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// serveConn authenticates one peer connection and serves its channels
+// until it closes.
+func (s *PeerServer) serveConn(conn net.Conn) {
+	conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	sc, chans, reqs, err := gossh.NewServerConn(conn, s.cfg)
+	if err != nil {
+		s.log.WithError(err).WithField("remote", conn.RemoteAddr().String()).Info("peer_handshake_failed")
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	log := s.log.WithField("remote", conn.RemoteAddr().String())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // ends when the connection closes
+		defer wg.Done()
+		for r := range reqs {
+			if r.WantReply {
+				r.Reply(r.Type == keepaliveRequest, nil)
+			}
+		}
+	}()
+	go func() { // ends at stop or when the connection fails
+		defer wg.Done()
+		keepalive(sc, s.c.cfg.Keepalive, stop)
+	}()
+	for nc := range chans {
+		if nc.ChannelType() != consoleChannel {
+			nc.Reject(gossh.UnknownChannelType, "unknown channel type")
+			continue
+		}
+		wg.Add(1)
+		go func() { // ends when the channel does
+			defer wg.Done()
+			s.relay(nc, log)
+		}()
+	}
+	close(stop)
+	sc.Close()
+	wg.Wait()
+}
+
+// relay serves one console channel: a relay viewer of the node on this
+// replica's hub, whose output goes to the channel and to which the
+// channel's input and breaks go.
+func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
+	var req consoleOpen
+	if err := gossh.Unmarshal(nc.ExtraData(), &req); err != nil || req.Label == "" {
+		nc.Reject(gossh.ConnectionFailed, "bad console request")
+		return
+	}
+	from := printable(req.From)
+	log = log.WithFields(logrus.Fields{"node": req.Label, "peer": from})
+	if !s.c.Holds(req.Label) {
+		nc.Reject(gossh.Prohibited, "this replica does not hold the node's SOL link")
+		log.Debug("peer_relay_refused")
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	v, err := s.hub.Attach(ctx, req.Label, sol.AttachOptions{Name: "peer " + from, Relay: true})
+	if err != nil {
+		nc.Reject(gossh.ConnectionFailed, "cannot attach to the console")
+		log.WithError(err).Warn("peer_relay_attach_failed")
+		return
+	}
+	defer v.Close()
+	ch, reqs, err := nc.Accept()
+	if err != nil {
+		log.WithError(err).Info("peer_relay_accept_failed")
+		return
+	}
+	log.Info("peer_relay_started")
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // ends when the channel's input ends or the viewer ends
+		defer wg.Done()
+		defer v.Close()
+		io.Copy(viewerWriter{v}, ch)
+	}()
+	go func() { // ends when the channel closes
+		defer wg.Done()
+		for r := range reqs {
+			ok := false
+			if r.Type == breakRequest {
+				if err := v.Break(ctx); err != nil {
+					log.WithError(err).Info("peer_relay_break_failed")
+				} else {
+					ok = true
+				}
+			}
+			if r.WantReply {
+				r.Reply(ok, nil)
+			}
+		}
+	}()
+	for c := range v.Output() { // closed once the viewer has ended
+		if len(c.Data) == 0 {
+			continue
+		}
+		if _, err := ch.Write(c.Data); err != nil {
+			break
+		}
+	}
+	v.Close()
+	ch.Close() // ends the input copy and the requests loop
+	wg.Wait()
+	log.WithError(v.Err()).Info("peer_relay_ended")
+}
+
+// viewerWriter writes a viewer's input; its errors end the copy.
+type viewerWriter struct{ v *sol.Viewer }
+
+func (w viewerWriter) Write(p []byte) (int, error) { return w.v.Write(p) }
+
+// printable bounds and cleans a peer-supplied name for banners and logs.
+func printable(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if !unicode.IsGraphic(r) || r == unicode.ReplacementChar {
+			return '?'
+		}
+		return r
+	}, s)
+	if r := []rune(s); len(r) > 64 {
+		s = string(r[:64])
+	}
+	if s == "" {
+		return "?"
+	}
+	return s
+}

@@ -1,0 +1,163 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/db"
+)
+
+// The peer protocol: SSH between replicas, user peerUser, public-key auth
+// with the shared host key (and the server proves the same key). One
+// connection per relayed console, one channel of type consoleChannel whose
+// extra data is a consoleOpen. Channel data is console bytes both ways;
+// the channel request breakRequest sends a serial break; the global request
+// keepaliveRequest probes a connection.
+const (
+	peerUser         = "obmd-peer"
+	consoleChannel   = "console@obmd"
+	breakRequest     = "break@obmd"
+	keepaliveRequest = "keepalive@obmd"
+)
+
+// consoleOpen is the extra data of a consoleChannel open.
+type consoleOpen struct {
+	Label string
+	From  string // the replica ID of the relaying replica
+}
+
+// dialRelay connects to the holder's peer server and opens label's console
+// there.
+func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string) (*relayConsole, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", holder.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }) // aborts a stuck handshake
+	cc, chans, reqs, err := gossh.NewClientConn(conn, holder.Addr, &gossh.ClientConfig{
+		User:              peerUser,
+		Auth:              []gossh.AuthMethod{gossh.PublicKeys(c.cfg.HostKey)},
+		HostKeyCallback:   gossh.FixedHostKey(c.cfg.HostKey.PublicKey()),
+		HostKeyAlgorithms: []string{c.cfg.HostKey.PublicKey().Type()},
+		ClientVersion:     "SSH-2.0-obmd-peer",
+	})
+	if err != nil {
+		stop()
+		conn.Close()
+		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
+	}
+	client := gossh.NewClient(cc, chans, reqs) // its goroutines end when cc closes
+	ch, creqs, err := client.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: label, From: c.cfg.ReplicaID}))
+	if !stop() || ctx.Err() != nil {
+		err = errors.Join(err, context.Cause(ctx))
+	}
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
+	}
+	conn.SetDeadline(time.Time{})
+	r := &relayConsole{client: client, ch: ch, holder: holder.Owner, stop: make(chan struct{})}
+	r.wg.Add(2)
+	go func() { // ends when the channel closes
+		defer r.wg.Done()
+		gossh.DiscardRequests(creqs)
+	}()
+	go func() { // ends at Close or when the connection fails
+		defer r.wg.Done()
+		keepalive(client, c.cfg.Keepalive, r.stop)
+	}()
+	return r, nil
+}
+
+// relayConsole is a node's console served by the replica holding its SOL
+// lease. Read fails when the holder goes away (or stops serving it), which
+// makes this replica's hub reconnect through the cluster.
+type relayConsole struct {
+	client *gossh.Client
+	ch     gossh.Channel
+	holder string
+	stop   chan struct{} // closed by Close: the keepalive stops
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+func (r *relayConsole) Read(p []byte) (int, error) {
+	n, err := r.ch.Read(p)
+	if err != nil {
+		return n, fmt.Errorf("console relay from replica %s ended: %w", r.holder, err)
+	}
+	return n, nil
+}
+
+func (r *relayConsole) Write(p []byte) (int, error) { return r.ch.Write(p) }
+
+// Break asks the holder to send a serial break.
+func (r *relayConsole) Break(ctx context.Context) error {
+	reply := make(chan error, 1)
+	r.wg.Add(1)
+	go func() { // ends when the holder answers or the channel closes
+		defer r.wg.Done()
+		ok, err := r.ch.SendRequest(breakRequest, true, nil)
+		if err == nil && !ok {
+			err = errors.New("break refused by the holder")
+		}
+		reply <- err
+	}()
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Close ends the relay: the holder detaches its relay viewer.
+func (r *relayConsole) Close() error {
+	var err error
+	r.once.Do(func() {
+		close(r.stop)
+		r.ch.Close()
+		err = r.client.Close()
+		r.wg.Wait()
+	})
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// requester is the side of an SSH connection that sends global requests.
+type requester interface {
+	SendRequest(name string, wantReply bool, payload []byte) (bool, []byte, error)
+	Close() error
+}
+
+// keepalive probes conn every interval until stop is closed; a probe not
+// answered within two intervals closes conn, so a peer that vanished
+// without closing its connection is noticed within three intervals.
+func keepalive(conn requester, every time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		late := time.AfterFunc(2*every, func() { conn.Close() })
+		_, _, err := conn.SendRequest(keepaliveRequest, true, nil)
+		late.Stop()
+		if err != nil {
+			return
+		}
+	}
+}
