@@ -253,6 +253,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// hangupGrace is how long a stop waits for SSH clients to hang up once
+// their sessions have ended.
+const hangupGrace = time.Second
+
 func (d *Daemon) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
@@ -262,7 +266,17 @@ func (d *Daemon) shutdown() error {
 	if err := d.consoles.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close consoles: %w", err))
 	}
-	if err := d.ssh.Shutdown(ctx); err != nil {
+	// Every session has been told and has ended: SSH connections still open
+	// belong to clients that have not hung up yet (x/crypto clients, an
+	// OpenSSH control master). Give them a moment to, rather than hold the
+	// stop until the deadline; unless a session is still ending.
+	sshCtx := ctx
+	if late == 0 {
+		var cancelGrace context.CancelFunc
+		sshCtx, cancelGrace = context.WithTimeout(ctx, hangupGrace)
+		defer cancelGrace()
+	}
+	if err := d.ssh.Shutdown(sshCtx); err != nil {
 		errs = append(errs, fmt.Errorf("stop ssh: %w", err))
 	}
 	if err := d.http.Shutdown(ctx); err != nil {
