@@ -71,6 +71,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts a graceful stop; a second one, now handled
+	// by default again, ends obmd at once.
+	context.AfterFunc(ctx, stop)
 
 	if args[0] == "migrate" {
 		return migrate(ctx, cfg, log)
