@@ -215,9 +215,13 @@ func createPrivate(path string) error {
 // Dialect is "sqlite" or "mysql".
 func (s *Store) Dialect() string { return s.dialect }
 
-// Ping checks the database answers.
+// Ping checks the database answers a query on obmd's schema (readiness).
+// A protocol-level ping is not enough: MySQL answers it on a pooled
+// connection whose database has been dropped or whose grants are gone.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.r.PingContext(ctx); err != nil {
+	var one int
+	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM nodes LIMIT 1`).Scan(&one)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("ping %s: %w", s.dialect, err)
 	}
 	return nil
