@@ -22,45 +22,110 @@ type Cutter interface {
 // Revoker is the one mechanism behind every access change (token rotation
 // or revocation, key removal, node change or deletion, an admin kick, and
 // changes seen on other replicas): after the database has moved the node's
-// epoch, Revoke ends this replica's sessions that authenticated before it.
+// epoch, Revoke ends this replica's sessions that authenticated before it
+// and wipes the node's scrollback. Admit lets a session that authenticated
+// at an epoch this replica has not applied yet (the change was made on
+// another replica and the change watcher has not seen it) apply it first.
+//
+// A node's revocations run one at a time, and a call for an epoch already
+// applied returns only once that revocation has finished: so a session
+// admitted at epoch E never starts while sessions from before E, or their
+// console output, are still there, and a slow cut for an older epoch never
+// ends the viewers of a newer tenancy.
 type Revoker struct {
 	consoles Cutter
 	reg      *sessions.Registry
 	log      logrus.FieldLogger
 
-	mu      sync.Mutex
-	applied map[string]int64 // newest epoch applied per node
+	mu    sync.Mutex
+	nodes map[string]*nodeAccess
+}
+
+// nodeAccess is a node's revocation state.
+type nodeAccess struct {
+	mu      sync.Mutex // held while a revocation of the node runs
+	applied int64      // newest epoch applied; guarded by mu
 }
 
 // NewRevoker returns a Revoker over the console hub and the registry.
 func NewRevoker(consoles Cutter, reg *sessions.Registry, log logrus.FieldLogger) *Revoker {
-	return &Revoker{consoles: consoles, reg: reg, log: log, applied: map[string]int64{}}
+	return &Revoker{consoles: consoles, reg: reg, log: log, nodes: map[string]*nodeAccess{}}
 }
 
 // Revoke cuts label's sessions older than epoch with a reason the user sees
-// ("access to node-17 was revoked (token rotated)"). The scrollback is wiped
-// first, so nothing of the old tenancy can be replayed, then the sessions
-// are cut; Revoke returns once they have ended (or the registry's bound
-// passed, which is logged). An epoch already applied (the admin call applied
-// it, then the change watcher saw it) is skipped, so sessions that began
-// under the new epoch are left alone.
+// ("access to node-17 was revoked (token rotated)") and wipes the node's
+// scrollback; it returns once the sessions have ended (or the registry's
+// bound passed, which is logged). The sessions are cut first and the
+// console after, so that nothing an old session printed or attached in its
+// last moment survives in a lingering link. An epoch already applied (the
+// admin call applied it, then the change watcher saw it) is not applied
+// again: sessions that began under it are left alone.
 func (r *Revoker) Revoke(label string, epoch int64, why string) {
+	r.Begin(label)(epoch, why)
+}
+
+// Begin starts an access change of label made on this replica, before it
+// is written to the database, and returns the function that completes it:
+// end(epoch, why) then cuts as Revoke does; end(0, "") (the change failed)
+// cuts nothing. Until end is called the node's other revocations wait (the
+// change watcher, which may read the change from the database first, and
+// sessions being admitted), so the change's users are told its own reason.
+// end must be called exactly once.
+func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
+	n := r.node(label)
+	n.mu.Lock()
+	var once sync.Once
+	return func(epoch int64, why string) {
+		once.Do(func() {
+			defer n.mu.Unlock()
+			r.applyLocked(n, label, epoch, why, false)
+		})
+	}
+}
+
+// Admit is called by every session (SSH or HTTP) after it has checked that
+// the epoch it authenticated at is the node's current one, before it
+// starts: if this replica has not applied that epoch yet, Admit applies it
+// (as Revoke does) so the session never meets the previous tenancy's
+// sessions or scrollback. Otherwise it returns at once, or once a
+// revocation in progress has finished.
+func (r *Revoker) Admit(label string, epoch int64) {
+	n := r.node(label)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r.applyLocked(n, label, epoch, "access changed", true)
+}
+
+func (r *Revoker) node(label string) *nodeAccess {
 	r.mu.Lock()
-	if epoch <= r.applied[label] {
-		r.mu.Unlock()
+	defer r.mu.Unlock()
+	n := r.nodes[label]
+	if n == nil {
+		n = &nodeAccess{}
+		r.nodes[label] = n
+	}
+	return n
+}
+
+// applyLocked cuts label's sessions older than epoch and wipes its
+// console, unless epoch is already applied. n.mu held.
+func (r *Revoker) applyLocked(n *nodeAccess, label string, epoch int64, why string, admit bool) {
+	if epoch <= n.applied {
 		return
 	}
-	r.applied[label] = epoch
-	r.mu.Unlock()
+	n.applied = epoch
 	cause := &sessions.RevokedError{Node: label, Why: why}
-	r.consoles.Cut(label, cause)
 	cut, late := r.reg.Cut(label, epoch, cause)
+	r.consoles.Cut(label, cause)
 	log := r.log.WithFields(logrus.Fields{"node": safe(label), "epoch": epoch, "why": why, "cut": cut})
-	if late > 0 {
+	switch {
+	case late > 0:
 		log.WithField("late", late).Warn("sessions_slow_to_end")
-		return
+	case admit && cut == 0:
+		log.Debug("access_epoch_admitted")
+	default:
+		log.Info("access_revoked")
 	}
-	log.Info("access_revoked")
 }
 
 // SessionList answers the `sessions` command: the registry's sessions of a

@@ -24,6 +24,9 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	name := fmt.Sprintf("#%s %s@%s", info.ID, strings.Fields(info.User)[0], remoteHost(c.ctx.RemoteAddr()))
 	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Name: name, ReadOnly: cmd.ReadOnly, Replay: true})
 	if err != nil {
+		if sctx.Err() != nil { // cut before it could attach: the caller says why
+			return commands.ExitFailed, context.Cause(sctx)
+		}
 		c.log.WithError(err).Error("console_attach_failed")
 		fmt.Fprintf(stderr, "obmd: cannot attach to the console of %s\n", safe(c.label))
 		return commands.ExitFailed, err

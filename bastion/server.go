@@ -62,6 +62,9 @@ type Config struct {
 	MaxChannels int
 	// Version is the software version shown by `version`.
 	Version string
+	// Admit, if set, is called by every session once its access epoch is
+	// verified current, before it starts (Revoker.Admit).
+	Admit func(label string, epoch int64)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }

@@ -36,6 +36,13 @@ type channel struct {
 	pty    bool          // set by the request reader before it sends the start
 	closed chan struct{} // closed when the client closed the channel (requests ended)
 	wg     sync.WaitGroup
+	// cmd tracks the exec command's goroutine: serve waits for it before the
+	// registry counts the session as ended, so a cut power operation is no
+	// longer running when the admin call that cut it returns.
+	cmd sync.WaitGroup
+	// sent is closed by serve once the session's last words (reason,
+	// exit status, close) are sent; the cut watchdog waits for it.
+	sent chan struct{}
 
 	mu      sync.Mutex
 	onBreak func() // set while a console runs
@@ -68,7 +75,7 @@ func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel
 		return
 	}
 	c := &channel{s: s, ctx: ctx, a: a, label: ctx.User(), remote: remoteString(ctx), ch: ch,
-		closed: make(chan struct{})}
+		closed: make(chan struct{}), sent: make(chan struct{})}
 	c.log = s.log.WithFields(logrus.Fields{"node": safe(c.label), "remote": c.remote, "method": a.Method})
 	c.serve(reqs)
 }
@@ -92,6 +99,8 @@ func (c *channel) serve(reqs <-chan *gossh.Request) {
 		c.ch.SendRequest("exit-status", false, gossh.Marshal(struct{ Code uint32 }{uint32(code)}))
 	}
 	c.ch.Close()
+	close(c.sent)
+	c.cmd.Wait()
 	if end != nil {
 		end() // the registry now counts this session as ended
 	}
@@ -178,6 +187,10 @@ func (c *channel) run(st start) (code int, end func()) {
 	// change is in the database before its cut reaches the registry, and this
 	// session is in the registry before this read.
 	if cur, err := c.s.store.Epoch(sctx, c.label); err != nil || cur != c.a.Epoch {
+		if cause := context.Cause(sctx); sctx.Err() != nil && isCut(cause) {
+			fmt.Fprintf(stderr, "obmd: %v\n", cause) // cut while being checked
+			return exitFor(cause), end
+		}
 		if err != nil && !errors.Is(err, db.ErrNotFound) {
 			c.log.WithError(err).Error("epoch_check_failed")
 			fmt.Fprintln(stderr, "obmd: cannot verify access right now; try again")
@@ -186,6 +199,16 @@ func (c *channel) run(st start) (code int, end func()) {
 		fmt.Fprintf(stderr, "obmd: access to %s was revoked\n", safe(c.label))
 		return commands.ExitNotAllowed, end
 	}
+	// Older sessions, and their console output, are gone before this one
+	// starts, even if the change was made on another replica.
+	if c.s.cfg.Admit != nil {
+		c.s.cfg.Admit(c.label, c.a.Epoch)
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.watchCut(sctx)
+	}()
 	began := c.s.cfg.Now()
 	c.log.WithField("kind", kind).Info("session_start")
 	c.audit(sctx, "session.start", "ok", kind)
@@ -210,20 +233,80 @@ func (c *channel) run(st start) (code int, end func()) {
 // exec runs one command. If the session is cut meanwhile, it returns at once
 // with the cause (the caller tells the user and closes the channel); the
 // command's goroutine, cancelled through sctx, is waited for by serve.
+// Once cut, the command's output is dropped, so nothing follows the reason
+// the user is given.
 func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
 	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, Source: c.remote, Session: info.ID}
+	out, errOut := &gate{ctx: sctx, w: stdout}, &gate{ctx: sctx, w: stderr}
 	done := make(chan int, 1)
-	c.wg.Add(1)
+	c.cmd.Add(1)
 	go func() {
-		defer c.wg.Done()
-		done <- c.s.runner.Run(sctx, req, cmd, stdout, stderr)
+		defer c.cmd.Done()
+		done <- c.s.runner.Run(sctx, req, cmd, out, errOut)
 	}()
 	select {
 	case code := <-done:
 		return code, context.Cause(sctx)
 	case <-sctx.Done():
+		out.close()
+		errOut.close()
 		return commands.ExitFailed, context.Cause(sctx)
 	}
+}
+
+// cutGrace is how long a cut session may take to send its last words
+// before its connection is closed under it.
+const cutGrace = 250 * time.Millisecond
+
+// watchCut closes the connection of a session that was cut but cannot
+// finish: a client that stops reading blocks the session's writes (SSH flow
+// control), and would otherwise keep it alive, and in the registry, past
+// its revocation. It returns when the session has sent its last words.
+func (c *channel) watchCut(sctx context.Context) {
+	select {
+	case <-c.sent:
+		return
+	case <-sctx.Done():
+	}
+	if !isCut(context.Cause(sctx)) {
+		return
+	}
+	t := time.NewTimer(cutGrace)
+	defer t.Stop()
+	select {
+	case <-c.sent:
+	case <-t.C:
+		c.log.Warn("cut_session_stuck_closing_connection")
+		if conn, ok := c.ctx.Value(ssh.ContextKeyConn).(gossh.Conn); ok {
+			conn.Close()
+		}
+	}
+}
+
+// gate passes writes through until closed or its session's context ends
+// (a command cut mid-way reports its own cancellation: that is dropped),
+// then drops them. close waits for a write in progress, so nothing passes
+// after it returns.
+type gate struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.ctx.Err() != nil {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }
 
 func (c *channel) audit(ctx context.Context, action, result, detail string) {

@@ -39,6 +39,11 @@ type Config struct {
 	MaxBody int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Admit, if set, is called by every node-token session (power routes,
+	// HTTP console) once its access epoch is verified current, before it
+	// starts: the wiring applies, on this replica, an access change made
+	// elsewhere and not yet seen (bastion.Revoker.Admit).
+	Admit func(label string, epoch int64)
 }
 
 // Store is the part of *db.Store the API uses.
@@ -73,13 +78,18 @@ type Consoles interface {
 	Stream(ctx context.Context, label string, w io.Writer) error
 }
 
-// Revoker ends access obtained before epoch: it cuts every live session of
-// label whose epoch is below epoch (SSH consoles, exec, HTTP console streams)
-// on this replica, wipes the node's console scrollback, and returns once they
-// have ended. why is shown to the users cut ("token rotated"). The wiring
-// implements it over sessions.Registry.Cut and sol.Manager.Cut.
+// Revoker ends access obtained before an access change. Begin(label) is
+// called before the change is made in the database and end(epoch, why)
+// after: end cuts every live session of label whose epoch is below epoch
+// (SSH consoles, exec, HTTP console streams) on this replica, wipes the
+// node's console scrollback, and returns once they have ended; why is shown
+// to the users cut ("token rotated"). end(0, "") ends a change that failed.
+// Between the two, the node's other revocations wait (the change watcher
+// may see the change in the database first), so users get the change's own
+// reason. end is called exactly once. The wiring implements it over
+// sessions.Registry.Cut and sol.Manager.Cut (bastion.Revoker).
 type Revoker interface {
-	Revoke(label string, epoch int64, why string)
+	Begin(label string) (end func(epoch int64, why string))
 }
 
 // Reasons given to Revoker, shown to the users whose sessions end.

@@ -266,6 +266,14 @@ func (f *fakeRevoker) Revoke(label string, epoch int64, why string) {
 	f.reg.Cut(label, epoch, &sessions.RevokedError{Node: label, Why: why})
 }
 
+func (f *fakeRevoker) Begin(label string) func(int64, string) {
+	return func(epoch int64, why string) {
+		if epoch > 0 {
+			f.Revoke(label, epoch, why)
+		}
+	}
+}
+
 func (f *fakeRevoker) take() []revokeCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()

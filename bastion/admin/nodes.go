@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/obmd/obmd/db"
@@ -164,6 +165,8 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ stri
 		writeError(w, http.StatusInternalServerError, "internal error (seal)")
 		return
 	}
+	done := a.begin(label)
+	defer done(0, "")
 	n, err := a.store.UpdateNodeInfo(ctx, label, typ, sealed)
 	if errors.Is(err, db.ErrNotFound) {
 		writeError(w, http.StatusConflict, "node "+quote(label)+" was deleted concurrently; try again")
@@ -174,14 +177,25 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ stri
 		return
 	}
 	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "node.update", Result: "ok", Detail: "type " + typ})
-	a.revoke(label, n.Epoch, WhyNodeChanged)
+	done(n.Epoch, WhyNodeChanged)
 	writeJSON(w, http.StatusOK, a.view(n))
 }
 
-// revoke cuts the node's sessions older than epoch.
-func (a *API) revoke(label string, epoch int64, why string) {
-	a.log.WithFields(logrus.Fields{"node": label, "epoch": epoch, "why": why}).Debug("revoke")
-	a.revoker.Revoke(label, epoch, why)
+// begin starts an access change of label on this replica; done(epoch, why)
+// cuts the node's sessions older than epoch, done(0, "") (the change
+// failed) only ends the change. Only the first call of done counts, so
+// handlers defer done(0, "") and call done(epoch, why) on success.
+func (a *API) begin(label string) (done func(epoch int64, why string)) {
+	end := a.revoker.Begin(label)
+	var once sync.Once
+	return func(epoch int64, why string) {
+		once.Do(func() {
+			if epoch > 0 {
+				a.log.WithFields(logrus.Fields{"node": label, "epoch": epoch, "why": why}).Debug("revoke")
+			}
+			end(epoch, why)
+		})
+	}
 }
 
 // deleteNode deletes a node (idempotent: an unknown node is 200 too).
@@ -192,6 +206,8 @@ func (a *API) deleteNode(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
+	done := a.begin(label)
+	defer done(0, "")
 	epoch, err := a.store.DeleteNode(ctx, label)
 	if errors.Is(err, db.ErrNotFound) {
 		writeOK(w)
@@ -202,7 +218,7 @@ func (a *API) deleteNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "node.delete", Result: "ok"})
-	a.revoke(label, epoch, WhyNodeDeleted)
+	done(epoch, WhyNodeDeleted)
 	writeOK(w)
 }
 
@@ -226,6 +242,8 @@ func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
+	done := a.begin(label)
+	defer done(0, "")
 	epoch, err := a.store.SetToken(ctx, label, keys.HashToken(tok))
 	if errors.Is(err, db.ErrNotFound) {
 		nodeNotFound(w, label)
@@ -236,7 +254,7 @@ func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "token.rotate", Result: "ok"})
-	a.revoke(label, epoch, WhyTokenRotate)
+	done(epoch, WhyTokenRotate)
 	writeJSON(w, http.StatusOK, tokenResponse{Token: tok})
 }
 
@@ -248,6 +266,8 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
+	done := a.begin(label)
+	defer done(0, "")
 	epoch, err := a.store.RevokeToken(ctx, label)
 	if errors.Is(err, db.ErrNotFound) {
 		nodeNotFound(w, label)
@@ -258,7 +278,7 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "token.revoke", Result: "ok"})
-	a.revoke(label, epoch, WhyTokenRevoke)
+	done(epoch, WhyTokenRevoke)
 	writeOK(w)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/obmd/obmd/bastion/sessions"
@@ -87,7 +88,12 @@ func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind str
 		return nil, nil, false
 	}
 	epoch, err := a.store.Epoch(ctx, g.label)
+	var revoked *sessions.RevokedError
 	switch {
+	case ctx.Err() != nil && errors.As(context.Cause(ctx), &revoked):
+		end() // cut while being checked
+		writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
+		return nil, nil, false
 	case errors.Is(err, db.ErrNotFound):
 		end()
 		nodeNotFound(w, g.label)
@@ -100,6 +106,9 @@ func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind str
 		end()
 		writeError(w, http.StatusUnauthorized, "access to node "+quote(g.label)+" changed during authentication; try again")
 		return nil, nil, false
+	}
+	if a.cfg.Admit != nil {
+		a.cfg.Admit(g.label, g.epoch)
 	}
 	g.session = info.ID
 	return ctx, end, true
@@ -260,9 +269,42 @@ func (a *API) console(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = rc.Flush()
+	streamed := make(chan struct{}) // closed when Stream has returned
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned by this handler, which waits for it
+		defer wg.Done()
+		unblockWhenCut(ctx, streamed, rc)
+	}()
 	err := a.consoles.Stream(ctx, g.label, flushWriter{w: w, rc: rc})
+	close(streamed)
+	wg.Wait()
 	a.log.WithFields(logrus.Fields{"node": g.label, "remote": r.RemoteAddr, "cause": causeText(ctx)}).
 		WithError(err).Debug("http_console_ended")
+}
+
+// cutGrace is how long a cut console stream may take to end by itself.
+const cutGrace = 250 * time.Millisecond
+
+// unblockWhenCut ends a console stream that was cut but cannot end: a
+// client that stops reading blocks the stream's write (TCP flow control),
+// and would otherwise keep it alive, and in the registry, past its
+// revocation. Once ctx is done, the stream has cutGrace to return (closing
+// streamed); then the connection's write deadline is moved to now, which
+// fails the blocked write.
+func unblockWhenCut(ctx context.Context, streamed <-chan struct{}, rc *http.ResponseController) {
+	select {
+	case <-streamed:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cutGrace)
+	defer t.Stop()
+	select {
+	case <-streamed:
+	case <-t.C:
+		_ = rc.SetWriteDeadline(time.Now())
+	}
 }
 
 // causeText says why ctx ended, for logs ("" while it has not).

@@ -103,6 +103,8 @@ func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
+	done := a.begin(label)
+	defer done(0, "")
 	epoch, err := a.store.DeleteKey(ctx, label, fp)
 	if errors.Is(err, db.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no key "+quote(fp)+" on node "+quote(label))
@@ -113,7 +115,7 @@ func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "key.remove", Result: "ok", Detail: fp})
-	a.revoke(label, epoch, WhyKeyRemoved)
+	done(epoch, WhyKeyRemoved)
 	writeOK(w)
 }
 

@@ -64,8 +64,8 @@ func New(cfg Config, log logrus.FieldLogger) (*Daemon, error) {
 	return &Daemon{cfg: cfg, log: log}, nil
 }
 
-// Start opens both listeners, loads or creates keys, opens and migrates the
-// database and builds every part. On error, whatever was opened is closed.
+// Start opens both listeners, opens and migrates the database, loads or
+// creates keys and builds every part. On error, whatever was opened is closed.
 // The listeners come first, so that a taken port fails the start before
 // anything is created in the state directory.
 func (d *Daemon) Start(ctx context.Context) (err error) {
@@ -79,6 +79,15 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
+	}
+	// The database before the secrets: an unreachable database fails the
+	// start without generating an admin token nobody would see.
+	d.store, err = db.Open(ctx, d.cfg.DB, d.log)
+	if err != nil {
+		return err
+	}
+	if err := d.store.Migrate(ctx); err != nil {
+		return err
 	}
 	hostKey, err := keys.LoadOrCreateHostKey(d.cfg.HostKey)
 	if err != nil {
@@ -100,14 +109,6 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		if created {
 			d.newAdminToken = d.adminToken
 		}
-	}
-
-	d.store, err = db.Open(ctx, d.cfg.DB, d.log)
-	if err != nil {
-		return err
-	}
-	if err := d.store.Migrate(ctx); err != nil {
-		return err
 	}
 
 	d.lab = sim.NewLab()
@@ -139,8 +140,11 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	d.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: nil, BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+	// No ReadTimeout or WriteTimeout: console streams last as long as the
+	// client wants (a read deadline would cancel the request's context).
+	d.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog:    httpErrorLog(d.log.WithField("part", "admin")),
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
 
 	if d.cfg.Demo {
 		if err := d.registerDemo(ctx, sealer); err != nil {
