@@ -1,0 +1,315 @@
+package daemon_test
+
+// Helpers of the revocation, isolation, hostile-input and secrets tests
+// (e2e_revoke_test.go, e2e_hostile_test.go, e2e_secrets_test.go): sessions
+// that a test starts and then watches end, each recording when it ended.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/sol/ipmisim"
+)
+
+// rvWait bounds every wait of these tests: generous, since CI has two
+// cores and runs them under -race.
+const rvWait = 20 * time.Second
+
+// rvBuf is a byte stream a test can wait on.
+type rvBuf struct {
+	mu   sync.Mutex
+	b    []byte
+	grew chan struct{} // closed and replaced by every Write
+}
+
+func newRVBuf() *rvBuf { return &rvBuf{grew: make(chan struct{})} }
+
+func (b *rvBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b = append(b.b, p...)
+	close(b.grew)
+	b.grew = make(chan struct{})
+	return len(p), nil
+}
+
+func (b *rvBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b)
+}
+
+// waitFor waits until the stream holds want (at least n times; n 0 is 1).
+func (b *rvBuf) waitFor(t testing.TB, what, want string, n ...int) {
+	t.Helper()
+	count := 1
+	if len(n) > 0 {
+		count = n[0]
+	}
+	deadline := time.NewTimer(rvWait)
+	defer deadline.Stop()
+	for {
+		b.mu.Lock()
+		got := bytes.Count(b.b, []byte(want))
+		grew := b.grew
+		b.mu.Unlock()
+		if got >= count {
+			return
+		}
+		select {
+		case <-grew:
+		case <-deadline.C:
+			t.Fatalf("%s: %q (x%d) never came; got (tail) %q", what, want, count, tailString(b.String(), 600))
+		}
+	}
+}
+
+// rvEnd is how a session the test watches ended.
+type rvEnd struct {
+	done chan struct{} // closed when the session has ended; at and code are then set
+	at   time.Time
+	code int
+	err  error
+}
+
+func newRVEnd() *rvEnd { return &rvEnd{done: make(chan struct{})} }
+
+func (e *rvEnd) finish(code int, err error) { e.finishAt(time.Now(), code, err) }
+
+func (e *rvEnd) finishAt(at time.Time, code int, err error) {
+	e.at, e.code, e.err = at, code, err
+	close(e.done)
+}
+
+// wait returns when the session ended, failing t if it does not.
+func (e *rvEnd) wait(t testing.TB, what string) time.Time {
+	t.Helper()
+	select {
+	case <-e.done:
+		return e.at
+	case <-time.After(rvWait):
+		t.Fatalf("%s did not end", what)
+		return time.Time{}
+	}
+}
+
+func (e *rvEnd) ended() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// rvPTY is the real OpenSSH client (ssh -tt) on a pty: a person at a
+// terminal. With a token it runs under sshpass (the token in its
+// environment, not its arguments); with token "" it authenticates with
+// the key file in extra ("-i", path).
+type rvPTY struct {
+	f   *os.File
+	out *rvBuf // what ssh printed (stdout and stderr share the pty)
+	end *rvEnd
+}
+
+func (o *obmd) rvSSH(t testing.TB, user, token string, extra []string, cmd ...string) *rvPTY {
+	t.Helper()
+	ipmisim.Require(t, "ssh", "sshpass")
+	var c *exec.Cmd
+	if token != "" {
+		args := append([]string{"-e", "ssh", "-tt"}, o.sshArgs(user, append([]string{"-o", "PubkeyAuthentication=no"}, extra...)...)...)
+		c = exec.Command("sshpass", append(args, cmd...)...)
+		c.Env = append(os.Environ(), "SSHPASS="+token)
+	} else {
+		args := append([]string{"-tt"}, o.sshArgs(user, append([]string{"-o", "PasswordAuthentication=no",
+			"-o", "KbdInteractiveAuthentication=no"}, extra...)...)...)
+		c = exec.Command("ssh", append(args, cmd...)...)
+	}
+	f, err := pty.StartWithSize(c, &pty.Winsize{Rows: 24, Cols: 200})
+	if err != nil {
+		t.Fatalf("start ssh: %v", err)
+	}
+	p := &rvPTY{f: f, out: newRVBuf(), end: newRVEnd()}
+	read := make(chan struct{})
+	go func() { // ends when the pty reports EIO (ssh exited); closes read
+		defer close(read)
+		io.Copy(p.out, f)
+	}()
+	go func() { // ends when ssh exits; finishes p.end
+		err := c.Wait()
+		at := time.Now()
+		<-read
+		f.Close()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code, err = ee.ExitCode(), nil
+		}
+		p.end.finishAt(at, code, err)
+	}()
+	t.Cleanup(func() {
+		if !p.end.ended() {
+			c.Process.Kill()
+			<-p.end.done
+		}
+	})
+	return p
+}
+
+func (p *rvPTY) send(s string) { p.f.Write([]byte(s)) }
+
+// rvGo is an x/crypto/ssh session started without waiting for it.
+type rvGo struct {
+	c              *gossh.Client
+	s              *gossh.Session
+	stdin          io.WriteCloser
+	stdout, stderr *rvBuf
+	end            *rvEnd
+}
+
+// rvStart opens a session on a new connection and starts cmd ("" is the
+// console).
+func (o *obmd) rvStart(t testing.TB, user string, auth gossh.AuthMethod, cmd string) *rvGo {
+	t.Helper()
+	c, err := o.dial(user, auth)
+	if err != nil {
+		t.Fatalf("dial %s: %v", user, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatalf("new session: %v", err)
+	}
+	g := &rvGo{c: c, s: s, stdout: newRVBuf(), stderr: newRVBuf(), end: newRVEnd()}
+	s.Stdout, s.Stderr = g.stdout, g.stderr
+	if g.stdin, err = s.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if cmd == "" {
+		err = s.Shell()
+	} else {
+		err = s.Start(cmd)
+	}
+	if err != nil {
+		t.Fatalf("start %q: %v", cmd, err)
+	}
+	go func() { // ends with the session; finishes g.end
+		err := s.Wait()
+		var ee *gossh.ExitError
+		code := 0
+		if errors.As(err, &ee) {
+			code, err = ee.ExitStatus(), nil
+		}
+		g.end.finish(code, err)
+	}()
+	return g
+}
+
+// rvHTTP is a GET /node/{label}/console stream.
+type rvHTTP struct {
+	out  *rvBuf
+	end  *rvEnd
+	body io.Closer
+}
+
+// rvConsoleHTTP opens the HTTP console of label; it returns once the
+// response has begun (the stream is registered), or fails t unless the
+// status is 200.
+func (o *obmd) rvConsoleHTTP(t testing.TB, label, token string) *rvHTTP {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+o.AdminAddr()+"/node/"+url.PathEscape(label)+"/console?token="+url.QueryEscape(token), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{}).Do(req)
+	if err != nil {
+		t.Fatalf("GET console: %v", err)
+	}
+	if resp.StatusCode != 200 {
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("GET console: got %d %s, want 200", resp.StatusCode, data)
+	}
+	h := &rvHTTP{out: newRVBuf(), end: newRVEnd(), body: resp.Body}
+	go func() { // ends when the body does; finishes h.end
+		_, err := io.Copy(h.out, resp.Body)
+		h.end.finish(0, err)
+	}()
+	t.Cleanup(func() {
+		resp.Body.Close()
+		<-h.end.done
+	})
+	return h
+}
+
+// rvSession is a live session as GET /v1/sessions shows it.
+type rvSession struct {
+	ID   string `json:"id"`
+	Node string `json:"node"`
+	Kind string `json:"kind"`
+	User string `json:"user"`
+}
+
+// rvSessions lists label's live sessions.
+func (o *obmd) rvSessions(label string) []rvSession {
+	o.t.Helper()
+	var out struct{ Sessions []rvSession }
+	if err := json.Unmarshal(o.mustAPI(200, "GET", "/v1/sessions?node="+url.QueryEscape(label), nil), &out); err != nil {
+		o.t.Fatalf("sessions: %v", err)
+	}
+	return out.Sessions
+}
+
+// rvKinds is the sorted kinds of label's live sessions, joined by ",".
+func (o *obmd) rvKinds(label string) string {
+	var k []string
+	for _, s := range o.rvSessions(label) {
+		k = append(k, s.Kind)
+	}
+	sort.Strings(k)
+	return strings.Join(k, ",")
+}
+
+// rvUntil polls cond until it holds, failing t after rvWait.
+func rvUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(rvWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// rvCtx is a context bounded by rvWait.
+func rvCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), rvWait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// median of ds (0 for none).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
