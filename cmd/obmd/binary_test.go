@@ -224,6 +224,21 @@ func findLog(out, msg string) (map[string]any, bool) {
 	return nil, false
 }
 
+// checkJSONLogs fails unless every line obmd wrote is a JSON log line, but
+// for the two lines that show a newly generated admin token.
+func (p *proc) checkJSONLogs() {
+	p.t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(p.stderr.String()), "\n") {
+		if strings.HasPrefix(line, "obmd: generated the admin token: ") || strings.HasPrefix(line, "      (stored in ") {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["msg"] == nil || m["level"] == nil {
+			p.t.Errorf("obmd's stderr is not a terminal, so every log line should be JSON; got %q", line)
+		}
+	}
+}
+
 // stop sends sig and waits up to limit for the exit; it returns the exit
 // code and how long the exit took.
 func (p *proc) stop(sig syscall.Signal, limit time.Duration) (int, time.Duration) {

@@ -120,6 +120,11 @@ func TestBinaryTLS(t *testing.T) {
 		resp.Body.Close()
 		t.Errorf("client without the CA: got %d, want a certificate error", resp.StatusCode)
 	}
+	if code, _ := p.stop(syscall.SIGTERM, 15*time.Second); code != 0 {
+		t.Errorf("SIGTERM: got exit %d, want 0", code)
+	}
+	// The failed handshakes above are logged as JSON, like everything else.
+	p.checkJSONLogs()
 }
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 and returns the

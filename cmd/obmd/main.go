@@ -83,14 +83,16 @@ func run(args []string, stderr io.Writer) int {
 		log.WithError(err).Error("obmd_config_invalid")
 		return 2
 	}
-	if err := d.Start(ctx); err != nil {
-		log.WithError(err).Error("obmd_start_failed")
-		return 1
-	}
+	err = d.Start(ctx)
 	if t := d.NewAdminToken(); t != "" {
-		// Shown once, to whoever started obmd; never logged.
+		// Shown once, to whoever started obmd (even if the start failed
+		// later: it is not shown again); never logged.
 		fmt.Fprintf(stderr, "obmd: generated the admin token: %s\n      (stored in %s; use it as HTTP basic admin:<token>)\n",
 			t, filepath.Join(cfg.StateDir, "admin-token"))
+	}
+	if err != nil {
+		log.WithError(err).Error("obmd_start_failed")
+		return 1
 	}
 	if t := d.DemoToken(); t != "" {
 		host, port := splitAddr(d.SSHAddr())

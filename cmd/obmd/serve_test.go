@@ -100,6 +100,9 @@ func TestBinaryDBErrorHidesPassword(t *testing.T) {
 		if !strings.Contains(errOut, "127.0.0.1:1") {
 			t.Errorf("%s: got %q, want an error naming the database address", cmd, errOut)
 		}
+		if _, err := os.Stat(filepath.Join(state, "admin-token")); !os.IsNotExist(err) {
+			t.Errorf("%s: admin token file: got %v, want none generated when the database is unreachable", cmd, err)
+		}
 	}
 }
 
@@ -289,6 +292,7 @@ func TestBinaryHILFlow(t *testing.T) {
 		if code, took := p.stop(syscall.SIGTERM, 15*time.Second); code != 0 {
 			t.Errorf("SIGTERM: got exit %d after %v, want 0", code, took)
 		}
+		p.checkJSONLogs()
 		secrets := map[string]string{"n1 token": tok, "old bmc1 token": oldIPMITok, "bmc1 token": ipmiTok, "BMC password": bmcPass}
 		checkNoSecrets(t, "obmd's output", p.stderr.String(), secrets)
 		dump := dumpDB(t, dsn, state)
