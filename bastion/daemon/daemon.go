@@ -129,13 +129,13 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken}, d.store, sealer, runner,
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit}, d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
-		Limits: d.cfg.AuthLimits, FailDelay: d.cfg.FailDelay, Version: d.cfg.Version},
+		Limits: d.cfg.AuthLimits, FailDelay: d.cfg.FailDelay, Version: d.cfg.Version, Admit: d.revoker.Admit},
 		d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
@@ -360,9 +360,12 @@ type revokeAndForget struct {
 	res *nodes.Resolver
 }
 
-func (v revokeAndForget) Revoke(label string, epoch int64, why string) {
-	v.r.Revoke(label, epoch, why)
-	if why == "node deleted" {
-		v.res.Forget(label)
+func (v revokeAndForget) Begin(label string) func(epoch int64, why string) {
+	end := v.r.Begin(label)
+	return func(epoch int64, why string) {
+		end(epoch, why)
+		if why == admin.WhyNodeDeleted {
+			v.res.Forget(label)
+		}
 	}
 }
