@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +242,62 @@ func TestConfigPlainHTTPOffLoopback(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEveryConfigFieldFromEnv walks daemon.Config and sets each field
+// through its OBMD_* variable, so that a new field of a type applyEnv cannot
+// set (or without a yaml name) is caught here rather than by an operator.
+func TestEveryConfigFieldFromEnv(t *testing.T) {
+	env := map[string]string{}
+	var walk func(typ reflect.Type, prefix, path string)
+	walk = func(typ reflect.Type, prefix, path string) {
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if tag == "-" {
+				continue
+			}
+			if tag == "" {
+				t.Errorf("%s%s has no yaml name, so no OBMD_ variable", path, f.Name)
+				continue
+			}
+			name := prefix + strings.ToUpper(tag)
+			switch {
+			case f.Type == reflect.TypeOf(time.Duration(0)):
+				env[name] = "3s"
+			case f.Type.Kind() == reflect.Struct:
+				walk(f.Type, name+"_", path+f.Name+".")
+			case f.Type.Kind() == reflect.String:
+				env[name] = "v"
+			case f.Type.Kind() == reflect.Bool:
+				env[name] = "true"
+			case f.Type.Kind() == reflect.Int:
+				env[name] = "3"
+			default:
+				t.Errorf("%s%s (%s): OBMD_ variables cannot set a %s", path, f.Name, name, f.Type)
+			}
+		}
+	}
+	walk(reflect.TypeOf(daemon.Config{}), "OBMD_", "")
+	cfg, _, err := loadConfig("serve", nil, fakeEnv(env), io.Discard)
+	if err != nil {
+		t.Fatalf("loadConfig: %v", err)
+	}
+	var check func(v reflect.Value, path string)
+	check = func(v reflect.Value, path string) {
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Type().Field(i)
+			if f.Tag.Get("yaml") == "-" {
+				continue
+			}
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+				check(v.Field(i), path+f.Name+".")
+				continue
+			}
+			if v.Field(i).IsZero() {
+				t.Errorf("%s%s: not set from its OBMD_ variable", path, f.Name)
+			}
+		}
+	}
+	check(reflect.ValueOf(cfg), "")
 }
