@@ -65,6 +65,10 @@ type Config struct {
 	// Admit, if set, is called by every session once its access epoch is
 	// verified current, before it starts (Revoker.Admit).
 	Admit func(label string, epoch int64)
+	// Banner, if set, returns text shown to clients before they log in
+	// ("" shows none): the daemon says so when it cannot reach its
+	// database, rather than let logins fail without a reason.
+	Banner func() string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -115,6 +119,12 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		KeyboardInteractiveHandler: s.keyboardInteractive,
 		PublicKeyHandler:           s.publicKey,
 		ConnCallback:               s.connected,
+		BannerHandler: func(ssh.Context) string {
+			if cfg.Banner == nil {
+				return ""
+			}
+			return cfg.Banner()
+		},
 		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
 			return &gossh.ServerConfig{
 				MaxAuthTries: 6,

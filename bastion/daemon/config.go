@@ -67,6 +67,19 @@ type Config struct {
 	// ShutdownTimeout bounds a graceful stop (default 10 s).
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 
+	// Several replicas on one MySQL/MariaDB (docs/replicas.md). ReplicaID
+	// names this replica (default: host name and a random suffix, new at
+	// each start). PeerAddr is where this replica listens for the others
+	// (empty: single-replica mode, no leases); PeerAdvertise is the address
+	// they dial (default PeerAddr's bound address). Replicas authenticate
+	// each other with the shared host key. LeaseTTL is how long a dead
+	// replica's console links and power operations block the others
+	// (default 6 s).
+	ReplicaID     string        `yaml:"replica_id"`
+	PeerAddr      string        `yaml:"peer_addr"`
+	PeerAdvertise string        `yaml:"peer_advertise"`
+	LeaseTTL      time.Duration `yaml:"lease_ttl"`
+
 	// Demo registers node "demo" on the built-in simulator and prints a
 	// fresh token for it at start (make run).
 	Demo bool `yaml:"demo"`
@@ -111,6 +124,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
+	}
+	if err := c.replicaDefaults(); err != nil {
+		return err
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("tls_cert and tls_key go together")

@@ -45,6 +45,7 @@ type Daemon struct {
 	revoker  *bastion.Revoker
 	ssh      *bastion.Server
 	http     *http.Server
+	rep      replicas // cluster mode (replicas.go)
 
 	sshL, adminL  net.Listener
 	adminToken    string
@@ -116,16 +117,23 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	bmcs, powerBMCs, err := d.startCluster(hostKey, d.resolver, d.resolver.ForCommands())
+	if err != nil {
+		return err
+	}
 	d.consoles, err = sol.NewManager(sol.Config{Scrollback: d.cfg.Scrollback, Linger: d.cfg.Linger,
-		QueueBytes: d.cfg.ViewerQueue, DropSlow: d.cfg.DropSlowViewers}, d.resolver, d.log.WithField("part", "sol"))
+		QueueBytes: d.cfg.ViewerQueue, DropSlow: d.cfg.DropSlowViewers}, bmcs, d.log.WithField("part", "sol"))
 	if err != nil {
 		return fmt.Errorf("console hub: %w", err)
+	}
+	if err := d.startPeer(); err != nil {
+		return err
 	}
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
 		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
 	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.log)
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version},
-		d.resolver.ForCommands(), d.consoles, bastion.NewSessionList(d.reg, d.consoles), auditor{d.store, d.log}, d.log)
+		powerBMCs, d.consoles, bastion.NewSessionList(d.reg, d.consoles), auditor{d.store, d.log}, d.log)
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
@@ -135,8 +143,8 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
-		Limits: d.cfg.AuthLimits, FailDelay: d.cfg.FailDelay, Version: d.cfg.Version, Admit: d.revoker.Admit},
-		d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
+		Limits: d.cfg.AuthLimits, FailDelay: d.cfg.FailDelay, Version: d.cfg.Version, Admit: d.revoker.Admit,
+		Banner: d.loginBanner}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
 	}
@@ -154,7 +162,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	d.log.WithFields(logrus.Fields{
 		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
 		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, tokenFile),
-		"version": d.cfg.Version,
+		"version": d.cfg.Version, "replica": d.cfg.ReplicaID, "peer": d.PeerAddr(),
 	}).Info("obmd_listening")
 	return nil
 }
@@ -250,6 +258,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return d.watchChanges(gctx) })
+	g.Go(d.servePeer)
 	g.Go(func() error {
 		<-gctx.Done()
 		return d.shutdown()
@@ -286,6 +295,7 @@ func (d *Daemon) shutdown() error {
 	if err := d.http.Shutdown(ctx); err != nil {
 		d.http.Close()
 	}
+	d.closePeer() // after the consoles: their leases are released, relays told
 	if err := d.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close database: %w", err))
 	}
@@ -295,6 +305,7 @@ func (d *Daemon) shutdown() error {
 
 // closeAll releases what a failed Start opened.
 func (d *Daemon) closeAll() {
+	d.closePeer()
 	for _, l := range []net.Listener{d.sshL, d.adminL} {
 		if l != nil {
 			l.Close()
@@ -327,6 +338,7 @@ func (d *Daemon) watchChanges(ctx context.Context) error {
 		case <-t.C:
 		}
 		changes, err := d.store.ChangesSince(ctx, cursor, 1000)
+		d.dbPolled(err)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.WithError(err).Warn("access_poll_failed")
