@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -167,13 +168,14 @@ func newLogger(o logOptions, w io.Writer) (*logrus.Logger, error) {
 	return log, nil
 }
 
+// splitAddr splits a listener's address for an ssh command line: the host
+// without IPv6 brackets ("ssh demo@::1" works, "demo@[::1]" does not).
 func splitAddr(a string) (host, port string) {
-	for i := len(a) - 1; i >= 0; i-- {
-		if a[i] == ':' {
-			return a[:i], a[i+1:]
-		}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return a, ""
 	}
-	return a, ""
+	return host, port
 }
 
 const usage = `usage: obmd serve [flags]     run the daemon (obmd serve -h lists flags)

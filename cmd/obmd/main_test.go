@@ -80,3 +80,15 @@ func TestRunUsage(t *testing.T) {
 		})
 	}
 }
+
+func TestSplitAddr(t *testing.T) {
+	for _, tt := range []struct{ in, host, port string }{
+		{"127.0.0.1:2222", "127.0.0.1", "2222"},
+		{"[::1]:2222", "::1", "2222"},
+		{"localhost:22", "localhost", "22"},
+	} {
+		if h, p := splitAddr(tt.in); h != tt.host || p != tt.port {
+			t.Errorf("splitAddr(%q): got %q %q, want %q %q", tt.in, h, p, tt.host, tt.port)
+		}
+	}
+}
