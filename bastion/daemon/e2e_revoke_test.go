@@ -20,6 +20,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
 )
 
@@ -255,4 +256,163 @@ func TestRevokeRacingAuth(t *testing.T) {
 	if denied == 0 {
 		t.Errorf("got no denial of the old token after the rotation")
 	}
+}
+
+// rvMarker is a distinctive line for one test.
+func rvMarker(t *testing.T, what string) string {
+	return fmt.Sprintf("%s-%s-%d", what, strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+}
+
+// rvNewTenant checks what the next tenant (token tokB) can see of label's
+// console: its console's replay, the `r` replay escape, console-log and
+// the HTTP console hold fresh output (printed with emit, which retries
+// until it shows, since a new console link takes a moment to open) and
+// none of old.
+func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, emit func(line string)) {
+	t.Helper()
+	b := o.rvStart(t, label, gossh.Password(tokB), "")
+	b.stderr.waitFor(t, "new tenant's banner", "console of "+label)
+	fresh := rvMarker(t, "FRESH")
+	rvEmitUntil(t, "new tenant's console", b.stdout, fresh, emit)
+	if strings.Contains(b.stdout.String(), old) {
+		t.Errorf("new tenant's console replayed the old tenant's output %q", old)
+	}
+	// The replay escape sends the scrollback again: fresh shows twice.
+	b.stdin.Write([]byte("\x05cr"))
+	b.stdout.waitFor(t, "replay escape", fresh, 2)
+	if strings.Contains(b.stdout.String(), old) {
+		t.Errorf("replay escape showed the old tenant's output %q", old)
+	}
+	res, err := o.execGo(label, tokB, "console-log")
+	if err != nil || res.Code != 0 || !strings.Contains(res.Stdout, fresh) {
+		t.Errorf("console-log: got %v (%v), want exit 0 with %q", res, err, fresh)
+	}
+	if strings.Contains(res.Stdout, old) {
+		t.Errorf("console-log holds the old tenant's output %q", old)
+	}
+	web := o.rvConsoleHTTP(t, label, tokB)
+	rvEmitUntil(t, "HTTP console", web.out, rvMarker(t, "WEB"), emit)
+	if strings.Contains(web.out.String(), old) {
+		t.Errorf("HTTP console holds the old tenant's output %q", old)
+	}
+}
+
+// rvEmitUntil prints line (with emit) until out shows it.
+func rvEmitUntil(t *testing.T, what string, out *rvBuf, line string, emit func(string)) {
+	t.Helper()
+	deadline := time.Now().Add(rvWait)
+	for !strings.Contains(out.String(), line) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %q never showed; got (tail) %q", what, line, tailString(out.String(), 400))
+		}
+		emit(line)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRevokeIsolation: the tenant after a rotation sees nothing the
+// previous one saw: neither while the old tenant is still attached, nor
+// when the old tenant has just left and the link lingers with its
+// scrollback. A control without rotation shows that the same replay paths
+// do carry the scrollback to the same tenant.
+func TestRevokeIsolation(t *testing.T) {
+	o := startObmd(t, func(c *daemon.Config) { c.Linger = 5 * time.Second })
+	for _, tc := range []struct {
+		name    string
+		detach  bool // the old tenant leaves before the rotation
+		rotate  bool
+		wantOld bool
+	}{
+		{name: "attached", rotate: true},
+		{name: "lingering link", detach: true, rotate: true},
+		{name: "control without rotation", detach: true, wantOld: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			label := "iso-" + strings.ReplaceAll(tc.name, " ", "-")
+			tokA := o.addSimNode(label)
+			bmc := o.Lab().BMC(label, sim.ModeNormal)
+			a := o.rvSSH(t, label, tokA, nil)
+			a.out.waitFor(t, "old tenant's banner", "console of "+label)
+			old := rvMarker(t, "MARKER")
+			rvEmitUntil(t, "old tenant's console", a.out, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
+			if tc.detach {
+				a.send("\x05c.")
+				a.end.wait(t, "old tenant's detach")
+			}
+			tokB := tokA
+			if tc.rotate {
+				tokB = o.rotate(label)
+			}
+			if !tc.detach {
+				a.end.wait(t, "old tenant's console")
+				if !strings.Contains(a.out.String(), "access to "+label+" was revoked (token rotated)") {
+					t.Errorf("old tenant: got (tail) %q, want the reason", tailString(a.out.String(), 300))
+				}
+			}
+			if tc.wantOld {
+				res, err := o.execGo(label, tokB, "console-log")
+				if err != nil || !strings.Contains(res.Stdout, old) {
+					t.Fatalf("control: console-log got %v (%v), want the scrollback with %q", res, err, old)
+				}
+				return
+			}
+			rvNewTenant(t, o, label, tokB, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
+		})
+	}
+}
+
+// TestRevokeIsolationIPMISim is TestRevokeIsolation's first case against a
+// real BMC: OpenIPMI's ipmi_sim through the native driver, the marker
+// printed on the node's serial port.
+func TestRevokeIsolationIPMISim(t *testing.T) {
+	s := ipmisim.Start(t)
+	o := startObmd(t)
+	tokA := o.addIPMINode("iso-ipmi", "ipmi", s)
+	serial := func(l string) {
+		if err := s.WriteSerial([]byte(l + "\r\n")); err != nil {
+			t.Errorf("write serial: %v", err)
+		}
+	}
+	a := o.rvSSH(t, "iso-ipmi", tokA, nil)
+	a.out.waitFor(t, "old tenant's banner", "console of iso-ipmi")
+	old := rvMarker(t, "MARKER")
+	rvEmitUntil(t, "old tenant's console", a.out, old, serial)
+	tokB := o.rotate("iso-ipmi")
+	a.end.wait(t, "old tenant's console")
+	if !strings.Contains(a.out.String(), "access to iso-ipmi was revoked (token rotated)") {
+		t.Errorf("old tenant: got (tail) %q, want the reason", tailString(a.out.String(), 300))
+	}
+	rvNewTenant(t, o, "iso-ipmi", tokB, old, serial)
+}
+
+// TestRevokeAcrossReplicas: two replicas share a database; the token is
+// rotated through one while the old tenant is attached to the other, whose
+// change watcher is made slow. The new tenant reaching the other replica
+// first must neither meet the old tenant's session nor its scrollback: the
+// session admission applies the change there and then.
+func TestRevokeAcrossReplicas(t *testing.T) {
+	onEngines(t, func(t *testing.T, dsn string) {
+		dir := t.TempDir()
+		shared := func(c *daemon.Config) {
+			c.DB, c.SealKey, c.HostKey, c.AdminToken = dsn, dir+"/seal.key", dir+"/host_key", "replicas-admin-token"
+		}
+		r1 := startObmd(t, shared)
+		r2 := startObmd(t, shared, func(c *daemon.Config) { c.EpochPoll = time.Hour })
+		tokA := r1.addSimNode("xr")
+		bmc := r2.Lab().BMC("xr", sim.ModeNormal)
+		a := r2.rvStart(t, "xr", gossh.Password(tokA), "")
+		a.stderr.waitFor(t, "old tenant's banner on replica 2", "console of xr")
+		old := rvMarker(t, "MARKER")
+		rvEmitUntil(t, "old tenant's console", a.stdout, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
+
+		tokB := r1.rotate("xr")
+		if a.end.ended() {
+			t.Fatalf("replica 2 cut the old tenant before anything told it: the test's premise is wrong")
+		}
+		rvNewTenant(t, r2, "xr", tokB, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
+		a.end.wait(t, "old tenant's console on replica 2")
+		if got := a.stderr.String(); !strings.Contains(got, "access to xr was revoked") {
+			t.Errorf("old tenant on replica 2: got stderr %q, want the reason", got)
+		}
+	})
 }
