@@ -165,8 +165,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // connected bounds the time a connection may spend before authenticating.
-// The deadline is lifted when authentication succeeds.
+// The deadline is lifted when authentication succeeds. It also turns
+// delayed ACKs off (quickAck): they stall OpenSSH's handshake.
 func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
+	conn = quickAck(conn)
 	conn.SetDeadline(s.cfg.Now().Add(s.cfg.HandshakeTimeout))
 	ctx.SetValue(connKey{}, conn)
 	ctx.SetValue(chansKey{}, new(atomic.Int32))
