@@ -54,7 +54,7 @@ func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteract
 // cannot tell them apart.
 func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	start := s.cfg.Now()
-	label, src := ctx.User(), remoteHost(ctx.RemoteAddr())
+	label, src := ctx.User(), sourceKey(remoteHost(ctx.RemoteAddr()))
 	if ok, which := s.lim.begin(src, label); !ok {
 		s.denied(ctx, method, "rate limited ("+which+")")
 		s.waitFrom(start)
