@@ -25,7 +25,8 @@ import (
 // fdTransport runs one exec command on a node through one SSH client and
 // authentication method.
 type fdTransport struct {
-	name string
+	name   string
+	method string // the SSH authentication method it ends up using
 	// setup registers whatever credential the transport uses on label and
 	// returns the function that runs a command line there.
 	setup func(t *testing.T, o *obmd, label string) func(line string) execResult
@@ -34,24 +35,31 @@ type fdTransport struct {
 // fdTransports are every client and method a tenant may use.
 func fdTransports() []fdTransport {
 	return []fdTransport{
-		{"go-password", func(t *testing.T, o *obmd, label string) func(string) execResult {
+		{"go-password", "password", func(t *testing.T, o *obmd, label string) func(string) execResult {
 			tok := o.rotate(label)
 			return func(line string) execResult { return fdMust(t)(o.execGo(label, tok, line)) }
 		}},
-		{"go-keyboard-interactive", func(t *testing.T, o *obmd, label string) func(string) execResult {
+		{"go-keyboard-interactive", "keyboard-interactive", func(t *testing.T, o *obmd, label string) func(string) execResult {
 			tok := o.rotate(label)
 			return func(line string) execResult { return fdMust(t)(o.fdExec(label, line, fdKbd(tok))) }
 		}},
-		{"go-publickey", func(t *testing.T, o *obmd, label string) func(string) execResult {
+		{"go-publickey", "publickey", func(t *testing.T, o *obmd, label string) func(string) execResult {
 			signer, _ := newKey(t)
 			o.addKey(label, signer.PublicKey())
 			return func(line string) execResult { return fdMust(t)(o.fdExec(label, line, gossh.PublicKeys(signer))) }
 		}},
-		{"openssh-password", func(t *testing.T, o *obmd, label string) func(string) execResult {
+		// sshpass answers whichever prompt comes: OpenSSH prefers
+		// keyboard-interactive, so the plain password method is forced too.
+		{"openssh-sshpass", "keyboard-interactive", func(t *testing.T, o *obmd, label string) func(string) execResult {
 			tok := o.rotate(label)
 			return func(line string) execResult { return o.openssh(label, tok, nil, fdWords(line)...) }
 		}},
-		{"openssh-key", func(t *testing.T, o *obmd, label string) func(string) execResult {
+		{"openssh-password-method", "password", func(t *testing.T, o *obmd, label string) func(string) execResult {
+			tok := o.rotate(label)
+			only := []string{"-o", "PreferredAuthentications=password"}
+			return func(line string) execResult { return o.openssh(label, tok, only, fdWords(line)...) }
+		}},
+		{"openssh-key", "publickey", func(t *testing.T, o *obmd, label string) func(string) execResult {
 			signer, path := newKey(t)
 			o.addKey(label, signer.PublicKey())
 			return func(line string) execResult {
@@ -177,6 +185,12 @@ func TestSSHCommands(t *testing.T) {
 					if got := fdSimPower(t, bmc); got != tc.power {
 						t.Errorf("#%d %q: power got %s, want %s", i, tc.line, got, tc.power)
 					}
+				}
+			}
+			for _, e := range o.fdAudit(label) {
+				if e.Action == "auth" && e.Actor != "ssh:"+tr.method {
+					t.Errorf("audit: got a login by %s, want ssh:%s", e.Actor, tr.method)
+					break
 				}
 			}
 			if dev, persistent := bmc.BootDevice(); dev != "pxe" || !persistent {
