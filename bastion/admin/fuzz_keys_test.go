@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
@@ -72,6 +73,9 @@ func FuzzKeyBody(f *testing.F) {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		decErr := dec.Decode(&want)
+		if !utf8.Valid(body) {
+			decErr = io.ErrUnexpectedEOF
+		}
 		if decErr == nil {
 			if _, err := dec.Token(); err != io.EOF {
 				decErr = io.ErrUnexpectedEOF

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // errorBody is every error response: {"error": "..."}.
@@ -110,6 +111,11 @@ func (a *API) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // unknown object fields. where names the value in messages ("body",
 // "info"). Error texts never echo raw input.
 func decode(data []byte, v any, strict bool, where string) error {
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD and store
+	// something the client never sent.
+	if !utf8.Valid(data) {
+		return badBody("%s is not valid UTF-8", where)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if strict {
 		dec.DisallowUnknownFields()
