@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 	"time"
@@ -13,8 +14,9 @@ import (
 )
 
 // provider returns a goose provider over the embedded migrations of the
-// store's dialect. On MySQL it serialises replicas that migrate at once
-// with a named lock.
+// store's dialect. It has no goose locker: callers that touch the version
+// table hold withMigrationLock instead (goose's Up checks for pending
+// migrations, creating the version table, before it takes its own lock).
 func (s *Store) provider() (*goose.Provider, error) {
 	var (
 		dialect goose.Dialect
@@ -26,11 +28,39 @@ func (s *Store) provider() (*goose.Provider, error) {
 		dialect, fsys = goose.DialectSQLite3, migrations.SQLite()
 	case DialectMySQL:
 		dialect, fsys = goose.DialectMySQL, migrations.MySQL()
-		opts = append(opts, goose.WithSessionLocker(mysqlLocker{log: s.log}))
 	default:
 		return nil, fmt.Errorf("unknown dialect %q", s.dialect)
 	}
 	return goose.NewProvider(dialect, s.w, fsys, opts...)
+}
+
+// withMigrationLock runs fn holding the migration lock: on MySQL a named
+// lock on a connection of its own, so replicas that start at once migrate
+// one after the other; on SQLite nothing (one process owns the file).
+//
+// The lock must cover all of goose's work, not just the migrations:
+// Provider.Up first asks HasPending, which creates the version table and
+// inserts its zero row without any locker, and on MySQL that DDL commits
+// at once, so a replica racing it saw an empty version table ("missing
+// zero version migration") or none at all.
+func (s *Store) withMigrationLock(ctx context.Context, fn func() error) error {
+	if s.dialect != DialectMySQL {
+		return fn()
+	}
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("take migration lock: %w", err)
+	}
+	defer conn.Close()
+	l := mysqlLocker{log: s.log}
+	if err := l.SessionLock(ctx, conn); err != nil {
+		return err
+	}
+	ferr := fn()
+	// Closing the connection would free the lock too; unlock so the
+	// connection can go back to the pool.
+	uerr := l.SessionUnlock(context.WithoutCancel(ctx), conn)
+	return errors.Join(ferr, uerr)
 }
 
 // Migrate applies the embedded goose migrations for the store's dialect.
@@ -40,7 +70,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", s.dialect, err)
 	}
-	results, err := p.Up(ctx)
+	var results []*goose.MigrationResult
+	err = s.withMigrationLock(ctx, func() error {
+		var err error
+		results, err = p.Up(ctx)
+		return err
+	})
 	for _, r := range results {
 		if r.Error == nil {
 			s.log.WithFields(logrus.Fields{
@@ -64,7 +99,12 @@ func (s *Store) SchemaVersion(ctx context.Context) (current, latest int64, err e
 	if err != nil {
 		return 0, 0, fmt.Errorf("schema version: %w", err)
 	}
-	if current, err = p.GetDBVersion(ctx); err != nil {
+	err = s.withMigrationLock(ctx, func() error {
+		var err error
+		current, err = p.GetDBVersion(ctx)
+		return err
+	})
+	if err != nil {
 		return 0, 0, fmt.Errorf("schema version: %w", err)
 	}
 	srcs := p.ListSources()
@@ -78,8 +118,8 @@ func (s *Store) SchemaVersion(ctx context.Context) (current, latest int64, err e
 // until its context ends, logging once that it waits.
 const mysqlLockWait = 2 * time.Second
 
-// mysqlLocker is a goose session locker over MySQL's named locks, scoped
-// to the current database. A named lock dies with its connection, so a
+// mysqlLocker is the migration lock over MySQL's named locks, scoped to
+// the current database. A named lock dies with its connection, so a
 // crashed migrator never leaves it held.
 type mysqlLocker struct{ log logrus.FieldLogger }
 
