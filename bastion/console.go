@@ -119,7 +119,10 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, msgs chan<- 
 	}
 	var lastHint time.Time
 	p := newEscapeParser([]byte(c.s.cfg.Escape))
-	buf := make([]byte, 32<<10)
+	// Keystrokes are small and a paste is read in several pieces; this
+	// buffer lives as long as the viewer, so it is the viewer's largest
+	// allocation (32 KiB here made half of an idle viewer's heap).
+	buf := make([]byte, 4<<10)
 	for {
 		n, err := c.ch.Read(buf)
 		for _, ev := range p.Feed(buf[:n]) {
