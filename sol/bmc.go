@@ -75,6 +75,16 @@ type Console interface {
 	Close() error
 }
 
+// NoLinger may be implemented by a BMC whose console is not a serial line
+// that outlives its viewers but output made for them, such as the mock
+// type's counter, which starts at 0 on every new console (HIL's tests read
+// a stream and expect 0, 1, 2, ...). When NoLinger reports true, the Manager
+// closes the node's link as its last viewer leaves, without Config.Linger,
+// so the next viewer gets a new console.
+type NoLinger interface {
+	NoLinger() bool
+}
+
 // Info is how to reach a node's BMC: what an administrator registers. The JSON
 // names are obmd's ("addr", "user", "pass") plus optional extras.
 type Info struct {

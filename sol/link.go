@@ -64,6 +64,7 @@ type node struct {
 	in        []byte        // pending input, at most maxInput
 	inDrained chan struct{} // closed (and replaced) when a full input buffer drains
 	up        bool          // a console is established
+	noLinger  bool          // the BMC is NoLinger: retire as the last viewer leaves
 	status    string        // current trouble notice, repeated to new viewers; "" if none
 }
 
@@ -166,6 +167,12 @@ func (n *node) open(ctx context.Context) (Console, error) {
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("resolve BMC: %w", err)
+	}
+	if nl, ok := bmc.(NoLinger); ok && nl.NoLinger() {
+		n.mu.Lock()
+		n.noLinger = true
+		n.mu.Unlock()
+		n.checkIdle() // a timer armed meanwhile may be too long
 	}
 	con, err := openConsole(ctx, bmc, t)
 	if errors.Is(err, ErrPayloadActive) {
@@ -285,14 +292,19 @@ func (n *node) sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // checkIdle arms the linger timer when the last viewer has gone and disarms
-// it when one is back. Owner only.
+// it when one is back; a NoLinger node's timer fires at once. Owner only.
 func (n *node) checkIdle() {
 	n.mu.Lock()
-	idle := len(n.viewers) == 0
+	idle, d := len(n.viewers) == 0, n.m.cfg.Linger
+	if n.noLinger {
+		d = 0
+	}
 	n.mu.Unlock()
 	switch {
+	case idle && n.lingerT != nil && d == 0:
+		n.lingerT.Reset(0)
 	case idle && n.lingerT == nil:
-		n.lingerT = time.NewTimer(n.m.cfg.Linger)
+		n.lingerT = time.NewTimer(d)
 	case !idle && n.lingerT != nil:
 		n.lingerT.Stop()
 		n.lingerT = nil

@@ -218,6 +218,33 @@ func TestMockConsoleThroughManager(t *testing.T) {
 	}
 }
 
+// TestMockConsoleNoLinger: a NoLinger BMC (the mock type) gets a new
+// console for the next viewer even right after the last one left and with
+// a long linger, so every new stream counts from 0; its link closes as the
+// last viewer leaves.
+func TestMockConsoleNoLinger(t *testing.T) {
+	lab := sim.NewLab(sim.WithMockInterval(2 * time.Millisecond))
+	b := lab.BMC("m1", sim.ModeMock)
+	m := newManager(t, sol.Config{Linger: time.Hour}, lab)
+	for round := range 3 {
+		v := attach(t, m, "m1", "hil", sol.AttachOptions{})
+		r := record(v)
+		r.waitData(t, "\n3\n")
+		if got := r.Data(); !strings.HasPrefix(got, "0\n1\n2\n3\n") {
+			t.Errorf("round %d: got %q, want the counter from 0", round, got[:min(len(got), 40)])
+		}
+		v.Close()
+		if got := m.Viewers("m1"); len(got) != 0 {
+			t.Errorf("round %d: got viewers %v after the last one closed, want none", round, got)
+		}
+	}
+	waitConsole(t, b, false)
+	waitFor(t, "the link to go", func() bool { return m.Stats().Links == 0 })
+	if _, opens, _ := b.ConsoleStats(); opens != 3 {
+		t.Errorf("got %d console opens, want 3 (one per viewer)", opens)
+	}
+}
+
 func BenchmarkFanout(b *testing.B) {
 	for _, viewers := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("viewers=%d", viewers), func(b *testing.B) {

@@ -196,12 +196,18 @@ func (v *Viewer) Replay() {
 }
 
 // Close detaches v (cause ErrDetached). It is idempotent; Output is closed
-// shortly after.
+// shortly after. When v was the last viewer of a NoLinger node, the node is
+// retired before Close returns, so a following Attach opens a new console.
 func (v *Viewer) Close() {
-	n := v.n
+	n, m := v.n, v.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.removeLocked(v, ErrDetached)
+	if n.noLinger && len(n.viewers) == 0 {
+		m.retireLocked(n, ErrDetached)
+	}
 }
 
 // end records cause and closes done, once. Queued chunks are dropped.
