@@ -1,0 +1,383 @@
+package daemon_test
+
+// Helpers of the console end-to-end tests (e2e_console_*_test.go): the
+// real OpenSSH client under a pty, x/crypto console clients (including one
+// that never reads), and a byte stream a test can wait on.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/sol/ipmisim"
+)
+
+// Console escapes as a user types them (default prefix Ctrl-E c).
+const (
+	escDetach   = "\x05c."
+	escHelp     = "\x05c?"
+	escTakeOver = "\x05cf"
+	escReadOnly = "\x05cs"
+	escBreak    = "\x05cb"
+	escReplay   = "\x05cr"
+)
+
+// conWait bounds every wait for console traffic: generous, since CI has two
+// cores and runs these tests under -race.
+const conWait = 20 * time.Second
+
+// conBuf collects a byte stream and lets a test wait for text in it.
+type conBuf struct {
+	mu   sync.Mutex
+	b    []byte
+	grew chan struct{} // closed and replaced by every Write
+}
+
+func newConBuf() *conBuf { return &conBuf{grew: make(chan struct{})} }
+
+func (c *conBuf) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.b = append(c.b, p...)
+	close(c.grew)
+	c.grew = make(chan struct{})
+	return len(p), nil
+}
+
+func (c *conBuf) Bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.b)
+}
+
+func (c *conBuf) String() string { return string(c.Bytes()) }
+
+func (c *conBuf) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.b)
+}
+
+// find waits until want occurs at or after offset from and returns the
+// offset just past it; ok is false after timeout.
+func (c *conBuf) find(from int, want []byte, timeout time.Duration) (end int, ok bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		if from > len(c.b) {
+			from = len(c.b)
+		}
+		i := bytes.Index(c.b[from:], want)
+		grew := c.grew
+		c.mu.Unlock()
+		if i >= 0 {
+			return from + i + len(want), true
+		}
+		select {
+		case <-grew:
+		case <-deadline.C:
+			return 0, false
+		}
+	}
+}
+
+// wait is find that fails t on timeout.
+func (c *conBuf) wait(t testing.TB, what string, from int, want string) int {
+	t.Helper()
+	end, ok := c.find(from, []byte(want), conWait)
+	if !ok {
+		t.Fatalf("%s: %q never came; got (tail) %q", what, want, tailString(c.String()[min(from, c.Len()):], 600))
+	}
+	return end
+}
+
+// ---- the real OpenSSH client under a pty ----
+
+// conPTY is `ssh -tt` (through sshpass, the token in its environment) with
+// a pty for a terminal, as a person at a keyboard runs it.
+type conPTY struct {
+	t    testing.TB
+	f    *os.File // pty master: our keyboard and screen
+	out  *conBuf  // everything ssh printed (stdout and stderr share the pty)
+	pos  int      // expect's cursor in out
+	cmd  *exec.Cmd
+	done chan struct{} // closed when ssh has exited; code is then set
+	code int
+	read chan struct{} // closed when the screen reader has stopped
+}
+
+// sshPTY starts ssh -tt to user@obmd running cmd (none: the console).
+func (o *obmd) sshPTY(t testing.TB, user, token string, cmd ...string) *conPTY {
+	t.Helper()
+	ipmisim.Require(t, "ssh", "sshpass")
+	args := append([]string{"-e", "ssh", "-tt"}, o.sshArgs(user, "-o", "PubkeyAuthentication=no")...)
+	c := exec.Command("sshpass", append(args, cmd...)...)
+	c.Env = append(os.Environ(), "SSHPASS="+token)
+	f, err := pty.StartWithSize(c, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatalf("start ssh under a pty: %v", err)
+	}
+	p := &conPTY{t: t, f: f, out: newConBuf(), cmd: c, done: make(chan struct{}), read: make(chan struct{})}
+	go func() { // ends when the last process holding the pty's tty has exited (EIO)
+		defer close(p.read)
+		io.Copy(p.out, f)
+	}()
+	go func() { // reaps ssh; closes done
+		err := c.Wait()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			p.code = ee.ExitCode()
+		case err != nil:
+			p.code = -1
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			c.Process.Kill()
+			<-p.done
+		}
+		select {
+		case <-p.read:
+		case <-time.After(5 * time.Second):
+		}
+		f.Close()
+		if t.Failed() {
+			t.Logf("ssh screen (tail): %q", tailString(p.out.String(), 2000))
+		}
+	})
+	return p
+}
+
+// typeKeys sends keystrokes.
+func (p *conPTY) typeKeys(s string) {
+	p.t.Helper()
+	if _, err := p.f.Write([]byte(s)); err != nil {
+		p.t.Fatalf("type %q: %v", s, err)
+	}
+}
+
+// expect waits for want after the previous match and moves past it.
+func (p *conPTY) expect(want string) {
+	p.t.Helper()
+	p.pos = p.out.wait(p.t, "ssh screen", p.pos, want)
+}
+
+// exit waits for ssh to end and returns its exit code.
+func (p *conPTY) exit() int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(conWait):
+		p.t.Fatalf("ssh did not exit")
+		return -1
+	}
+}
+
+// ---- x/crypto consoles ----
+
+// conGo is a console session through golang.org/x/crypto/ssh.
+type conGo struct {
+	t      testing.TB
+	c      *gossh.Client
+	s      *gossh.Session
+	in     io.WriteCloser
+	out    *conBuf   // stdout: console bytes
+	errb   *conBuf   // stderr: obmd's notices
+	stdout io.Reader // for a stalled console: read only by drain
+	pos    int       // expect's cursor in out
+	epos   int       // notice's cursor in errb
+	wg     sync.WaitGroup
+}
+
+// conOpts say how a conGo attaches.
+type conOpts struct {
+	pty   bool   // request a pty first
+	cmd   string // exec this instead of asking for a shell ("console --read-only")
+	stall bool   // never read stdout until drain
+}
+
+// goConsole attaches to user's console with token.
+func (o *obmd) goConsole(t testing.TB, user, token string, opt conOpts) *conGo {
+	t.Helper()
+	c, err := o.dial(user, gossh.Password(token))
+	if err != nil {
+		t.Fatalf("dial %s: %v", user, err)
+	}
+	s, err := c.NewSession()
+	if err != nil {
+		c.Close()
+		t.Fatalf("new session: %v", err)
+	}
+	g := &conGo{t: t, c: c, s: s, out: newConBuf(), errb: newConBuf()}
+	t.Cleanup(func() {
+		s.Close()
+		c.Close()
+		g.wg.Wait()
+	})
+	if g.in, err = s.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := s.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := s.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.copy(g.errb, stderr)
+	if opt.stall {
+		g.stdout = stdout
+	} else {
+		g.copy(g.out, stdout)
+	}
+	if opt.pty {
+		if err := s.RequestPty("xterm", 24, 80, gossh.TerminalModes{}); err != nil {
+			t.Fatalf("pty-req: %v", err)
+		}
+	}
+	if opt.cmd != "" {
+		err = s.Start(opt.cmd)
+	} else {
+		err = s.Shell()
+	}
+	if err != nil {
+		t.Fatalf("start console: %v", err)
+	}
+	return g
+}
+
+// copy reads r into b until r ends; owned by g.wg.
+func (g *conGo) copy(b *conBuf, r io.Reader) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		io.Copy(b, r)
+	}()
+}
+
+// drain starts reading a stalled console's stdout.
+func (g *conGo) drain() { g.copy(g.out, g.stdout) }
+
+func (g *conGo) typeKeys(s string) {
+	g.t.Helper()
+	if _, err := g.in.Write([]byte(s)); err != nil {
+		g.t.Fatalf("type %q: %v", s, err)
+	}
+}
+
+// expect waits for want on stdout after the previous match.
+func (g *conGo) expect(want string) {
+	g.t.Helper()
+	g.pos = g.out.wait(g.t, "console output", g.pos, want)
+}
+
+// notice waits for want on stderr after the previous notice.
+func (g *conGo) notice(want string) {
+	g.t.Helper()
+	g.epos = g.errb.wait(g.t, "console notices", g.epos, want)
+}
+
+// exit waits for the session to end: its exit status, or -1 without one.
+func (g *conGo) exit() int {
+	g.t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- g.s.Wait() }() // ends when the channel closes; the cleanup closes it at the latest
+	select {
+	case err := <-done:
+		var ee *gossh.ExitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &ee):
+			return ee.ExitStatus()
+		}
+		return -1
+	case <-time.After(conWait):
+		g.t.Fatalf("console session did not end")
+		return -1
+	}
+}
+
+// ---- admin API ----
+
+// conAudit returns the actions and results of label's audit events.
+func (o *obmd) conAudit(label string) []string {
+	o.t.Helper()
+	var out struct {
+		Events []struct{ Action, Result string }
+	}
+	data := o.mustAPI(200, "GET", "/v1/audit?node="+url.QueryEscape(label)+"&limit=1000", nil)
+	if err := json.Unmarshal(data, &out); err != nil {
+		o.t.Fatalf("decode audit: %v: %s", err, data)
+	}
+	var acts []string
+	for _, e := range out.Events {
+		acts = append(acts, e.Action+" "+e.Result)
+	}
+	return acts
+}
+
+// conHTTP opens obmd's GET /node/{label}/console stream; cancel ends it.
+func (o *obmd) conHTTP(t testing.TB, label, token string) (lines *bufio.Reader, body io.Reader, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET",
+		fmt.Sprintf("http://%s/node/%s/console?token=%s", o.AdminAddr(), url.PathEscape(label), url.QueryEscape(token)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{}).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("GET console: %v", err)
+	}
+	if resp.StatusCode != 200 {
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		t.Fatalf("GET console: got %d %s, want 200", resp.StatusCode, data)
+	}
+	stop = func() {
+		cancel()
+		resp.Body.Close()
+	}
+	t.Cleanup(stop)
+	return bufio.NewReader(resp.Body), resp.Body, stop
+}
+
+// conLogLines returns the daemon's log lines that contain every one of subs.
+func (o *obmd) conLogLines(subs ...string) []string {
+	var out []string
+	for _, l := range strings.Split(o.Logs.String(), "\n") {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(l, s)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}

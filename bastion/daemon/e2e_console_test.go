@@ -1,0 +1,308 @@
+package daemon_test
+
+// End-to-end tests of interactive consoles on the built-in simulator ("sim"
+// and "mock" types): the bastion-level flow (banner, escapes, notices,
+// break, detach, no-PTY consoles, window changes, console-log, the HTTP
+// stream) through the real OpenSSH client and x/crypto. Real BMCs are in
+// e2e_console_ipmi_test.go, many viewers in e2e_console_viewers_test.go.
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// TestConsoleSimOpenSSH walks one person's session through the real
+// OpenSSH client with a PTY: banner, typing, output, every escape, ~B,
+// window change, and detach with exit 0.
+func TestConsoleSimOpenSSH(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("s1")
+	bmc := o.Lab().BMC("s1", sim.ModeNormal)
+	p := o.sshPTY(t, "s1", tok)
+	p.expect("[obmd: console of s1; you are writing; no one else attached; Ctrl-E c ? for help]")
+
+	// Keys reach the serial side; the host's answer reaches the screen.
+	p.typeKeys("echo hello-sim\r")
+	p.expect("hello-sim\r\nsim$ ")
+	if got := bmc.Typed(); !bytes.Contains(got, []byte("echo hello-sim\r")) {
+		t.Errorf("typed: got %q, want it to contain %q", got, "echo hello-sim\r")
+	}
+	bmc.Inject([]byte("kernel: printed by the host\r\n"))
+	p.expect("kernel: printed by the host\r\n")
+
+	// OpenSSH's ~B (after a newline) is an RFC 4335 break request.
+	p.typeKeys("\r~B")
+	waitUntil(t, "break from ~B", func() bool { return bmc.Breaks() == 1 })
+	// Ctrl-E c b too.
+	p.typeKeys(escBreak)
+	waitUntil(t, "break from the escape", func() bool { return bmc.Breaks() == 2 })
+
+	p.typeKeys(escHelp)
+	p.expect("[obmd: obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help]")
+	p.typeKeys(escReplay)
+	p.expect("kernel: printed by the host\r\n") // the scrollback again
+	p.typeKeys("\x05cz")
+	p.expect("[obmd: unknown escape; Ctrl-E c ? for help]")
+
+	// Read-only: keys stop reaching the node and the user is told why.
+	p.typeKeys(escReadOnly)
+	p.expect("[obmd: you are read-only]")
+	p.typeKeys("ignored-keys")
+	p.expect("[obmd: read-only: your keys are not sent; Ctrl-E c f takes over writing]")
+	p.typeKeys(escTakeOver)
+	p.expect("[obmd: you are writing]")
+
+	// A window change is accepted: the session goes on.
+	if err := pty.Setsize(p.f, &pty.Winsize{Rows: 50, Cols: 132}); err != nil {
+		t.Fatal(err)
+	}
+	p.typeKeys("echo after-resize\r")
+	p.expect("after-resize\r\nsim$ ")
+	if bytes.Contains(bmc.Typed(), []byte("ignored-keys")) {
+		t.Errorf("keys typed while read-only reached the node: %q", bmc.Typed())
+	}
+	if bytes.Contains(bmc.Typed(), []byte{0x05}) {
+		t.Errorf("escape bytes reached the node: %q", bmc.Typed())
+	}
+
+	p.typeKeys(escDetach)
+	p.expect("[obmd: detached]")
+	if code := p.exit(); code != 0 {
+		t.Errorf("ssh exit after detach: got %d, want 0", code)
+	}
+	acts := strings.Join(o.conAudit("s1"), ",")
+	if strings.Count(acts, "console.break ok") != 2 {
+		t.Errorf("audit: got %s, want two console.break ok", acts)
+	}
+}
+
+// TestConsoleBinarySafe sends every byte value both ways, with and without
+// a PTY: console bytes are never rewritten (no "\n" -> "\r\n"), and only an
+// escape sequence is taken from the input.
+func TestConsoleBinarySafe(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	for _, tc := range []struct {
+		name string
+		pty  bool
+	}{{"no pty", false}, {"pty", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			label := "bin-" + strings.ReplaceAll(tc.name, " ", "-")
+			tok := o.addSimNode(label)
+			bmc := o.Lab().BMC(label, sim.ModeNormal)
+			bmc.PowerOff(t.Context(), false) // a powered-off host does not echo
+			g := o.goConsole(t, label, tok, conOpts{pty: tc.pty})
+			g.notice("console of " + label)
+			waitUntil(t, "console open", bmc.ConsoleActive)
+
+			// Output: all 256 values, then a marker.
+			bmc.Inject(append(bytes.Clone(all), "<end>"...))
+			g.expect("<end>")
+			if got := g.out.Bytes(); !bytes.Equal(got, append(bytes.Clone(all), "<end>"...)) {
+				t.Errorf("output: got %q, want the 256 byte values then <end>", got)
+			}
+
+			// Input: all 256 values (0x05 is followed by 0x06, not 'c', so
+			// the escape parser releases it), then a split escape prefix
+			// that turns out to be data.
+			g.typeKeys(string(all))
+			g.typeKeys("\x05")
+			g.typeKeys("x\x05")
+			g.typeKeys("c")
+			g.typeKeys("z<in-end>")
+			want := append(bytes.Clone(all), "\x05x<in-end>"...)
+			waitUntil(t, "input on the serial side", func() bool { return bytes.HasSuffix(bmc.Typed(), []byte("<in-end>")) })
+			if got := bmc.Typed(); !bytes.Equal(got, want) {
+				t.Errorf("serial side: got %q, want %q", got, want)
+			}
+			g.notice("unknown escape")
+		})
+	}
+}
+
+// TestConsoleNoPTY is a console for scripts: `ssh -T` with stdin and
+// stdout as pipes. Console bytes alone go to stdout; the banner and notices
+// go to stderr; the escape still detaches, with exit 0.
+func TestConsoleNoPTY(t *testing.T) {
+	t.Parallel()
+	ipmisim.Require(t, "ssh", "sshpass")
+	o := startObmd(t)
+	tok := o.addSimNode("script")
+	bmc := o.Lab().BMC("script", sim.ModeNormal)
+	args := append([]string{"-e", "ssh", "-T"}, o.sshArgs("script", "-o", "PubkeyAuthentication=no")...)
+	c := exec.Command("sshpass", append(args, "console")...)
+	c.Env = append(os.Environ(), "SSHPASS="+tok)
+	stdin, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errb := newConBuf(), newConBuf()
+	c.Stdout, c.Stderr = out, errb
+	c.WaitDelay = 2 * time.Second // ssh (sshpass's child) may outlive a killed sshpass
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = c.Wait(); close(done) }() // reaps ssh
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			c.Process.Kill()
+			<-done
+		}
+	})
+	errb.wait(t, "stderr", 0, "[obmd: console of script; you are writing")
+	waitUntil(t, "console open", bmc.ConsoleActive)
+	fmt.Fprint(stdin, "echo from-a-script\n")
+	out.wait(t, "stdout", 0, "from-a-script\r\nsim$ ")
+	bmc.Inject([]byte("line\nwith bare LF\n"))
+	out.wait(t, "stdout", 0, "line\nwith bare LF\n")
+	fmt.Fprint(stdin, escDetach)
+	select {
+	case <-done:
+		if waitErr != nil {
+			t.Errorf("ssh -T console: got %v, want exit 0", waitErr)
+		}
+	case <-time.After(conWait):
+		t.Fatal("ssh -T console did not end after the detach escape")
+	}
+	if s := out.String(); strings.Contains(s, "obmd") || strings.Contains(s, "\r\r") {
+		t.Errorf("stdout: got %q, want console bytes only", s)
+	}
+	if s := errb.String(); !strings.Contains(s, "[obmd: detached]") {
+		t.Errorf("stderr: got %q, want the detach notice", s)
+	}
+}
+
+// TestConsoleWindowChangeAndTermType: pty-req with a terminal type and
+// window-change requests (with a reply wanted) are accepted.
+func TestConsoleWindowChangeAndTermType(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("win")
+	g := o.goConsole(t, "win", tok, conOpts{pty: true})
+	g.notice("console of win")
+	for _, size := range [][2]uint32{{132, 50}, {80, 24}, {1, 1}} {
+		payload := gossh.Marshal(struct{ Cols, Rows, Width, Height uint32 }{size[0], size[1], 0, 0})
+		ok, err := g.s.SendRequest("window-change", true, payload)
+		if err != nil || !ok {
+			t.Errorf("window-change %v: got ok %v err %v, want accepted", size, ok, err)
+		}
+	}
+	g.typeKeys("echo still-here\r")
+	g.expect("still-here")
+}
+
+// TestConsoleLog: `console-log` prints the scrollback of the node's console
+// (as the node sent it), `--lines N` its last N lines.
+func TestConsoleLog(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("logged")
+	bmc := o.Lab().BMC("logged", sim.ModeNormal)
+	g := o.goConsole(t, "logged", tok, conOpts{})
+	waitUntil(t, "console open", bmc.ConsoleActive)
+	bmc.Inject([]byte("first\r\nsecond\r\nthird\r\n"))
+	g.expect("third\r\n")
+	for _, tc := range []struct{ cmd, want string }{
+		{"console-log", "first\r\nsecond\r\nthird\r\n"},
+		{"console-log --lines 2", "second\r\nthird\r\n"},
+		{"console-log --lines=1", "third\r\n"},
+	} {
+		res, err := o.execGo("logged", tok, tc.cmd)
+		if err != nil || res.Code != 0 || res.Stdout != tc.want {
+			t.Errorf("%s: got %v (err %v), want exit 0 and %q", tc.cmd, res, err, tc.want)
+		}
+	}
+}
+
+// TestConsoleHTTPStream: obmd's GET /node/{label}/console is a read-only
+// viewer of the same console, live output only: no banner, no scrollback,
+// no notices, and its keys (none) never make it the writer.
+func TestConsoleHTTPStream(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("web")
+	bmc := o.Lab().BMC("web", sim.ModeNormal)
+	g := o.goConsole(t, "web", tok, conOpts{})
+	waitUntil(t, "console open", bmc.ConsoleActive)
+	bmc.Inject([]byte("before-the-stream\r\n"))
+	g.expect("before-the-stream")
+
+	_, body, stop := o.conHTTP(t, "web", tok)
+	got := newConBuf()
+	copied := make(chan struct{})
+	go func() { defer close(copied); io.Copy(got, body) }() // ends when stop closes the body
+	// The stream attaches after its headers: print until it shows.
+	for i := 0; ; i++ {
+		bmc.Inject(fmt.Appendf(nil, "live-%d\r\n", i))
+		if _, ok := got.find(0, []byte("live-"), 50*time.Millisecond); ok {
+			break
+		}
+		if i > 200 {
+			t.Fatalf("the HTTP stream never showed live output; got %q", got.String())
+		}
+	}
+	bmc.Inject([]byte("after-the-stream\r\n"))
+	got.wait(t, "HTTP stream", 0, "after-the-stream\r\n")
+	g.typeKeys("echo typed-by-ssh\r") // the SSH viewer still writes
+	got.wait(t, "HTTP stream", 0, "typed-by-ssh\r\nsim$ ")
+	stop()
+	<-copied
+	if s := got.String(); strings.Contains(s, "before-the-stream") || strings.Contains(s, "obmd") {
+		t.Errorf("HTTP stream: got %q, want live output only", s)
+	}
+}
+
+// TestConsoleMockHTTPCounter: the mock type's HTTP console streams
+// "0\n1\n2\n..." from 0 for every new stream, as obmd's mock did (HIL's
+// tests read the first 50 lines and expect 0..49), also right after a
+// previous stream ended.
+func TestConsoleMockHTTPCounter(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	o.addNode("node-99", "mock", sol.Info{Addr: "10.0.0.4"})
+	tok := o.rotate("node-99")
+	for stream := 0; stream < 3; stream++ {
+		lines, _, stop := o.conHTTP(t, "node-99", tok)
+		for i := 0; i < 5; i++ {
+			line, err := lines.ReadString('\n')
+			if err != nil || line != fmt.Sprintf("%d\n", i) {
+				t.Fatalf("stream %d line %d: got %q (err %v), want %q", stream, i, line, err, fmt.Sprintf("%d\n", i))
+			}
+		}
+		stop()
+	}
+}
+
+// waitUntil polls cond until it holds, or fails t.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(conWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, conWait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
