@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,6 +24,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -146,24 +149,40 @@ func TestReplicas(t *testing.T) {
 		if len(viewers) != 3 {
 			t.Skip("no viewers")
 		}
-		start := time.Now()
-		tok = a.rotate(t, "n1")
-		var worst time.Duration
-		for i, v := range viewers {
-			end := v.ended(t)
-			took := end.Sub(start)
-			t.Logf("viewer on %s ended %v after the rotation through %s", reps[i].name, took.Round(time.Millisecond), a.name)
-			if i > 0 && took > worst {
-				worst = took
-			}
-			if !strings.Contains(v.out.String(), "access to n1 was revoked") {
-				t.Errorf("viewer on %s: no reason given; screen %q", reps[i].name, tailString(v.out.String(), 400))
-			}
+		// OBMD_REPLICA_RUNS repeats the measure (for BENCHMARKS.md).
+		runs := 1
+		if n, err := strconv.Atoi(os.Getenv("OBMD_REPLICA_RUNS")); err == nil && n > 1 {
+			runs = n
 		}
-		if worst >= rpRotateGoal {
-			t.Errorf("rotation through %s ended the sessions on the other replicas after %v, want under %v", a.name, worst, rpRotateGoal)
+		var worsts []time.Duration
+		for run := range runs {
+			if run > 0 {
+				viewers = []*rpViewer{a.goViewer(t, "n1", tok), b.sshViewer(t, "n1", keyFile), c.sshViewer(t, "n1", keyFile)}
+				rpSeeAll(t, bmc, fmt.Sprintf("run-%d", run), viewers...)
+				// A random phase against the replicas' 1 s poll.
+				time.Sleep(mrand.N(time.Second))
+			}
+			start := time.Now()
+			tok = a.rotate(t, "n1")
+			var worst time.Duration
+			for i, v := range viewers {
+				took := v.ended(t).Sub(start)
+				t.Logf("viewer on %s ended %v after the rotation through %s", reps[i].name, took.Round(time.Millisecond), a.name)
+				if i > 0 && took > worst {
+					worst = took
+				}
+				if !strings.Contains(v.out.String(), "access to n1 was revoked") {
+					t.Errorf("viewer on %s: no reason given; screen %q", reps[i].name, tailString(v.out.String(), 400))
+				}
+			}
+			if worst >= rpRotateGoal {
+				t.Errorf("rotation through %s ended the sessions on the other replicas after %v, want under %v", a.name, worst, rpRotateGoal)
+			}
+			worsts = append(worsts, worst)
 		}
-		t.Logf("BENCH replicas rotate_to_end_other_replicas=%v", worst.Round(time.Millisecond))
+		slices.Sort(worsts)
+		t.Logf("BENCH replicas rotate_to_end_other_replicas runs=%d median=%v max=%v", runs,
+			worsts[len(worsts)/2].Round(time.Millisecond), worsts[len(worsts)-1].Round(time.Millisecond))
 	})
 
 	t.Run("power_busy_across_replicas", func(t *testing.T) {
@@ -570,13 +589,17 @@ func (r *rpReplica) sshViewer(t *testing.T, label, keyFile string) *rpViewer {
 	}
 	v := &rpViewer{where: r.name, out: &syncBuffer{}, in: f, done: make(chan struct{})}
 	read := make(chan struct{})
-	go func() { // ends when the pty closes
+	go func() { // ends when the pty closes (ssh has exited)
 		defer close(read)
 		io.Copy(v.out, f)
 	}()
-	go func() { // reaps ssh
+	go func() { // reaps ssh; done once its last words are read too
 		cmd.Wait()
 		v.end = time.Now()
+		select {
+		case <-read:
+		case <-time.After(5 * time.Second):
+		}
 		close(v.done)
 	}()
 	t.Cleanup(func() {
