@@ -43,9 +43,14 @@ type Revoker struct {
 
 // nodeAccess is a node's revocation state.
 type nodeAccess struct {
-	mu      sync.Mutex // held while a revocation of the node runs
-	applied int64      // newest epoch applied; guarded by mu
+	// lock is held (a value in it) while a change or revocation of the node
+	// runs; a channel, so that Admit can give up waiting when its session
+	// is cut by the revocation it waits for.
+	lock    chan struct{}
+	applied int64 // newest epoch applied; guarded by lock
 }
+
+func (n *nodeAccess) unlock() { <-n.lock }
 
 // NewRevoker returns a Revoker over the console hub and the registry.
 func NewRevoker(consoles Cutter, reg *sessions.Registry, log logrus.FieldLogger) *Revoker {
@@ -73,11 +78,11 @@ func (r *Revoker) Revoke(label string, epoch int64, why string) {
 // end must be called exactly once.
 func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 	n := r.node(label)
-	n.mu.Lock()
+	n.lock <- struct{}{}
 	var once sync.Once
 	return func(epoch int64, why string) {
 		once.Do(func() {
-			defer n.mu.Unlock()
+			defer n.unlock()
 			r.applyLocked(n, label, epoch, why, false)
 		})
 	}
@@ -88,11 +93,17 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 // starts: if this replica has not applied that epoch yet, Admit applies it
 // (as Revoke does) so the session never meets the previous tenancy's
 // sessions or scrollback. Otherwise it returns at once, or once a
-// revocation in progress has finished.
-func (r *Revoker) Admit(label string, epoch int64) {
+// revocation in progress has finished. ctx is the session's: a session cut
+// by the revocation it waits for stops waiting (the cut waits for it to
+// end), and the caller sees ctx done.
+func (r *Revoker) Admit(ctx context.Context, label string, epoch int64) {
 	n := r.node(label)
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	select {
+	case n.lock <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer n.unlock()
 	r.applyLocked(n, label, epoch, "access changed", true)
 }
 
@@ -101,14 +112,14 @@ func (r *Revoker) node(label string) *nodeAccess {
 	defer r.mu.Unlock()
 	n := r.nodes[label]
 	if n == nil {
-		n = &nodeAccess{}
+		n = &nodeAccess{lock: make(chan struct{}, 1)}
 		r.nodes[label] = n
 	}
 	return n
 }
 
 // applyLocked cuts label's sessions older than epoch and wipes its
-// console, unless epoch is already applied. n.mu held.
+// console, unless epoch is already applied. n.lock held.
 func (r *Revoker) applyLocked(n *nodeAccess, label string, epoch int64, why string, admit bool) {
 	if epoch <= n.applied {
 		return

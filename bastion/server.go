@@ -64,7 +64,7 @@ type Config struct {
 	Version string
 	// Admit, if set, is called by every session once its access epoch is
 	// verified current, before it starts (Revoker.Admit).
-	Admit func(label string, epoch int64)
+	Admit func(ctx context.Context, label string, epoch int64)
 	// Banner, if set, returns text shown to clients before they log in
 	// ("" shows none): the daemon says so when it cannot reach its
 	// database, rather than let logins fail without a reason.

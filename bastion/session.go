@@ -202,7 +202,11 @@ func (c *channel) run(st start) (code int, end func()) {
 	// Older sessions, and their console output, are gone before this one
 	// starts, even if the change was made on another replica.
 	if c.s.cfg.Admit != nil {
-		c.s.cfg.Admit(c.label, c.a.Epoch)
+		c.s.cfg.Admit(sctx, c.label, c.a.Epoch)
+		if cause := context.Cause(sctx); sctx.Err() != nil && isCut(cause) {
+			fmt.Fprintf(stderr, "obmd: %v\n", cause)
+			return exitFor(cause), end
+		}
 	}
 	c.wg.Add(1)
 	go func() {

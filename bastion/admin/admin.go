@@ -43,7 +43,7 @@ type Config struct {
 	// HTTP console) once its access epoch is verified current, before it
 	// starts: the wiring applies, on this replica, an access change made
 	// elsewhere and not yet seen (bastion.Revoker.Admit).
-	Admit func(label string, epoch int64)
+	Admit func(ctx context.Context, label string, epoch int64)
 }
 
 // Store is the part of *db.Store the API uses.

@@ -108,7 +108,12 @@ func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind str
 		return nil, nil, false
 	}
 	if a.cfg.Admit != nil {
-		a.cfg.Admit(g.label, g.epoch)
+		a.cfg.Admit(ctx, g.label, g.epoch)
+		if ctx.Err() != nil && errors.As(context.Cause(ctx), &revoked) {
+			end() // cut while waiting to be admitted
+			writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
+			return nil, nil, false
+		}
 	}
 	g.session = info.ID
 	return ctx, end, true

@@ -20,6 +20,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol/ipmisim"
@@ -189,8 +190,13 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) rvDelays {
 // its token rotates: a session that got its console (the banner) must be
 // cut with the reason; none may outlive the rotation.
 func TestRevokeRacingAuth(t *testing.T) {
-	o := startObmd(t, func(c *daemon.Config) { c.MaxSessionsPerNode, c.MaxSessionsPerSource = -1, -1 })
+	o := startObmd(t, func(c *daemon.Config) {
+		c.MaxSessionsPerNode, c.MaxSessionsPerSource = -1, -1
+		c.AuthLimits = bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20}
+	})
 	old := o.addSimNode("race")
+	first := o.rvStart(t, "race", gossh.Password(old), "")
+	first.stderr.waitFor(t, "old-token console", "console of race")
 	const workers = 6
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -249,8 +255,7 @@ func TestRevokeRacingAuth(t *testing.T) {
 			}
 		}()
 	}
-	first := o.rvStart(t, "race", gossh.Password(old), "")
-	first.stderr.waitFor(t, "old-token console", "console of race")
+	rvUntil(t, "the workers' consoles", func() bool { return len(o.rvSessions("race")) > 1 })
 	o.rotate("race")
 	first.end.wait(t, "the old-token console")
 	if got := first.stderr.String(); !strings.Contains(got, "access to race was revoked (token rotated)") {
@@ -267,6 +272,9 @@ func TestRevokeRacingAuth(t *testing.T) {
 	t.Logf("old-token consoles cut %d, refused at start %d, denied at auth %d", consoles, refused, denied)
 	if denied == 0 {
 		t.Errorf("got no denial of the old token after the rotation")
+	}
+	if strings.Contains(o.Logs.String(), "sessions_slow_to_end") {
+		t.Errorf("a cut waited for a session that could not end (logged sessions_slow_to_end)")
 	}
 }
 
