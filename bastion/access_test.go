@@ -1,0 +1,184 @@
+package bastion
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/sessions"
+)
+
+// fakeCutter records console cuts.
+type fakeCutter struct {
+	mu   sync.Mutex
+	cuts []string // "label: cause"
+	// liveAtCut is how many sessions of the label the registry still had
+	// when the console was cut.
+	liveAtCut []int
+	reg       *sessions.Registry
+}
+
+func (f *fakeCutter) Cut(label string, cause error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cuts = append(f.cuts, label+": "+cause.Error())
+	f.liveAtCut = append(f.liveAtCut, len(f.reg.List(label)))
+}
+
+func (f *fakeCutter) taken() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.cuts...)
+}
+
+func newTestRevoker() (*Revoker, *fakeCutter, *sessions.Registry) {
+	reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
+	cons := &fakeCutter{reg: reg}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	return NewRevoker(cons, reg, log), cons, reg
+}
+
+// session registers a session at epoch that ends when cut.
+func session(t *testing.T, reg *sessions.Registry, node string, epoch int64) context.Context {
+	t.Helper()
+	ctx, _, end, err := reg.Start(context.Background(), sessions.Info{Node: node, Epoch: epoch}, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); end() }()
+	return ctx
+}
+
+func TestRevokerRevoke(t *testing.T) {
+	r, cons, reg := newTestRevoker()
+	old := session(t, reg, "n1", 3)
+	cur := session(t, reg, "n1", 5)
+	r.Revoke("n1", 5, "token rotated")
+	if got := context.Cause(old); got == nil || got.Error() != "access to n1 was revoked (token rotated)" {
+		t.Errorf("old session: got cause %v, want the rotation", got)
+	}
+	if cur.Err() != nil {
+		t.Errorf("a session of the new epoch was cut")
+	}
+	if got := cons.taken(); len(got) != 1 || got[0] != "n1: access to n1 was revoked (token rotated)" {
+		t.Errorf("console cuts: got %q, want one with the reason", got)
+	}
+	if cons.liveAtCut[0] != 1 {
+		t.Errorf("the console was cut with %d sessions live, want only the new one (sessions first)", cons.liveAtCut[0])
+	}
+	// The same epoch again (the change watcher): nothing more.
+	r.Revoke("n1", 5, "access changed")
+	r.Revoke("n1", 4, "access changed")
+	if got := cons.taken(); len(got) != 1 {
+		t.Errorf("an applied epoch cut again: %q", got)
+	}
+}
+
+func TestRevokerAdmit(t *testing.T) {
+	r, cons, reg := newTestRevoker()
+	old := session(t, reg, "n1", 3)
+	// A session of epoch 7 arrives before this replica heard of the change.
+	r.Admit(context.Background(), "n1", 7)
+	if old.Err() == nil {
+		t.Errorf("admitting epoch 7 left a session of epoch 3 live")
+	}
+	if got := cons.taken(); len(got) != 1 {
+		t.Errorf("console cuts: got %q, want the scrollback wiped once", got)
+	}
+	r.Admit(context.Background(), "n1", 7)
+	r.Revoke("n1", 7, "access changed")
+	if got := cons.taken(); len(got) != 1 {
+		t.Errorf("an admitted epoch cut again: %q", got)
+	}
+}
+
+// A change made here keeps the node's lock from before its database write
+// to its cut: the change watcher, which may read the change first, waits,
+// and the users get the change's own reason.
+func TestRevokerBeginOutranksWatcher(t *testing.T) {
+	r, cons, reg := newTestRevoker()
+	old := session(t, reg, "n1", 3)
+	end := r.Begin("n1")
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		r.Revoke("n1", 4, "access changed") // the watcher saw epoch 4 in the database
+	}()
+	select {
+	case <-watched:
+		t.Fatal("the watcher's revocation ran during the change")
+	case <-time.After(50 * time.Millisecond):
+	}
+	end(4, "token rotated")
+	<-watched
+	if got := context.Cause(old); got == nil || got.Error() != "access to n1 was revoked (token rotated)" {
+		t.Errorf("got cause %v, want the change's own reason", got)
+	}
+	if got := cons.taken(); len(got) != 1 {
+		t.Errorf("console cuts: got %q, want one", got)
+	}
+	// A failed change cuts nothing and releases the node.
+	end = r.Begin("n1")
+	end(0, "")
+	end(9, "twice") // only the first call counts
+	if got := cons.taken(); len(got) != 1 {
+		t.Errorf("a failed change cut: %q", got)
+	}
+	r.Revoke("n1", 9, "access changed")
+	if got := cons.taken(); len(got) != 2 {
+		t.Errorf("the node stayed locked after a failed change: %q", got)
+	}
+}
+
+// A session waiting in Admit while a revocation that cuts it holds the
+// node's lock stops waiting, so the revocation does not wait for it in
+// vain.
+func TestRevokerAdmitCutWhileWaiting(t *testing.T) {
+	r, _, reg := newTestRevoker()
+	ctx, _, endSession, err := reg.Start(context.Background(), sessions.Info{Node: "n1", Epoch: 3}, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := r.Begin("n1")
+	admitted := make(chan struct{})
+	go func() { // the session: checked its epoch, now asks to be admitted
+		defer close(admitted)
+		r.Admit(ctx, "n1", 3)
+		endSession()
+	}()
+	time.Sleep(20 * time.Millisecond)
+	began := time.Now()
+	end(4, "token rotated") // cuts the waiting session and waits for it
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("the revocation took %v: it waited for a session stuck in Admit", took)
+	}
+	<-admitted
+	var rev *sessions.RevokedError
+	if !errors.As(context.Cause(ctx), &rev) {
+		t.Errorf("got cause %v, want the revocation", context.Cause(ctx))
+	}
+}
+
+// Revocations of different nodes do not wait for each other.
+func TestRevokerNodesIndependent(t *testing.T) {
+	r, _, _ := newTestRevoker()
+	end := r.Begin("n1")
+	defer end(0, "")
+	done := make(chan struct{})
+	go func() {
+		r.Revoke("n2", 1, "token rotated")
+		r.Admit(context.Background(), "n3", 1)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a change of n1 blocked n2 and n3")
+	}
+}

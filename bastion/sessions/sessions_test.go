@@ -1,0 +1,213 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// live is a session a test runs: it ends (calls end) a little after its
+// context is done, like a real session finishing its last writes.
+type live struct {
+	ctx   context.Context
+	info  Info
+	end   func()
+	ended atomic.Bool
+}
+
+func start(t *testing.T, r *Registry, node, src string, epoch int64) *live {
+	t.Helper()
+	ctx, info, end, err := r.Start(context.Background(), Info{Node: node, Kind: KindConsole, Epoch: epoch}, src)
+	if err != nil {
+		t.Fatalf("start %s: %v", node, err)
+	}
+	l := &live{ctx: ctx, info: info, end: end}
+	go func() { // ends with the session
+		<-ctx.Done()
+		time.Sleep(20 * time.Millisecond)
+		l.ended.Store(true)
+		end()
+	}()
+	return l
+}
+
+func TestStartAndList(t *testing.T) {
+	r := New(Config{})
+	var ids []string
+	for i := 0; i < 12; i++ {
+		l := start(t, r, fmt.Sprintf("n%d", i%2), "10.0.0.1", 1)
+		ids = append(ids, l.info.ID)
+		if l.info.Started.IsZero() {
+			t.Errorf("session %s has no start time", l.info.ID)
+		}
+	}
+	all := r.List("")
+	if len(all) != 12 {
+		t.Fatalf("List: got %d sessions, want 12", len(all))
+	}
+	for i, s := range all {
+		if s.ID != ids[i] {
+			t.Errorf("List[%d]: got ID %s, want %s (oldest first, numerically)", i, s.ID, ids[i])
+		}
+	}
+	if got := len(r.List("n1")); got != 6 {
+		t.Errorf("List(n1): got %d, want 6", got)
+	}
+	if got := r.Count()[KindConsole]; got != 12 {
+		t.Errorf("Count: got %d consoles, want 12", got)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	r := New(Config{MaxPerNode: 2, MaxPerSource: 3})
+	a := start(t, r, "n1", "10.0.0.1", 1)
+	start(t, r, "n1", "10.0.0.2", 1)
+	tests := []struct {
+		node, src string
+		want      string // "" = allowed
+	}{
+		{"n1", "10.0.0.3", "too many sessions on node n1 (limit 2)"},
+		{"n2", "10.0.0.1", ""},
+		{"n3", "10.0.0.1", ""},
+		{"n4", "10.0.0.1", "too many sessions from your address (limit 3)"},
+		{"n4", "10.0.0.4", ""},
+	}
+	for _, tt := range tests {
+		_, _, end, err := r.Start(context.Background(), Info{Node: tt.node, Kind: KindExec}, tt.src)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s from %s: got %v, want allowed", tt.node, tt.src, err)
+		case tt.want != "" && (!errors.Is(err, ErrTooMany) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s from %s: got %v, want %q", tt.node, tt.src, err, tt.want)
+		}
+		if err == nil {
+			defer end()
+		}
+	}
+	// Ending a session frees its places; end twice counts once.
+	a.end()
+	a.end()
+	_, _, end, err := r.Start(context.Background(), Info{Node: "n1"}, "10.0.0.9")
+	if err != nil {
+		t.Fatalf("after an end: got %v, want allowed", err)
+	}
+	end()
+	if _, _, _, err := r.Start(context.Background(), Info{Node: "n1"}, "10.0.0.9"); err != nil {
+		t.Errorf("end twice: got %v, want the place freed once (allowed)", err)
+	}
+}
+
+func TestCutByEpochWaits(t *testing.T) {
+	r := New(Config{CutWait: 5 * time.Second})
+	old1 := start(t, r, "n1", "a", 3)
+	old2 := start(t, r, "n1", "b", 4)
+	cur := start(t, r, "n1", "c", 5)
+	other := start(t, r, "n2", "d", 1)
+	cause := &RevokedError{Node: "n1", Why: "token rotated"}
+	cut, late := r.Cut("n1", 5, cause)
+	if cut != 2 || late != 0 {
+		t.Fatalf("Cut: got cut %d late %d, want 2 and 0", cut, late)
+	}
+	for _, l := range []*live{old1, old2} {
+		if !l.ended.Load() {
+			t.Errorf("Cut returned before session %s ended", l.info.ID)
+		}
+		if got := context.Cause(l.ctx); got != cause {
+			t.Errorf("session %s: got cause %v, want %v", l.info.ID, got, cause)
+		}
+	}
+	for _, l := range []*live{cur, other} {
+		if l.ctx.Err() != nil {
+			t.Errorf("session %s (%s, epoch %d) was cut", l.info.ID, l.info.Node, l.info.Epoch)
+		}
+	}
+	if got := cause.Error(); got != "access to n1 was revoked (token rotated)" {
+		t.Errorf("reason: got %q", got)
+	}
+	// Epoch 0 cuts every session of the node.
+	if cut, _ := r.Cut("n1", 0, cause); cut != 1 || !cur.ended.Load() {
+		t.Errorf("Cut(0): got %d cut (ended %v), want the remaining one", cut, cur.ended.Load())
+	}
+	if got := r.List("n1"); len(got) != 0 {
+		t.Errorf("after the cuts: got %v, want none", got)
+	}
+}
+
+func TestCutBound(t *testing.T) {
+	r := New(Config{CutWait: 50 * time.Millisecond})
+	_, _, end, err := r.Start(context.Background(), Info{Node: "n1", Epoch: 1}, "a") // never ends by itself
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer end()
+	start(t, r, "n1", "b", 1)
+	began := time.Now()
+	cut, late := r.Cut("n1", 2, errors.New("x"))
+	if cut != 2 || late != 1 {
+		t.Errorf("got cut %d late %d, want 2 and 1", cut, late)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("Cut took %v: the bound did not hold", took)
+	}
+}
+
+func TestKickAndShutdown(t *testing.T) {
+	r := New(Config{})
+	a := start(t, r, "n1", "a", 1)
+	b := start(t, r, "n1", "b", 1)
+	if !r.Kick(a.info.ID, &RevokedError{Node: "n1", Why: "kicked by admin"}) || !a.ended.Load() {
+		t.Errorf("Kick: want the session cut and ended")
+	}
+	if b.ctx.Err() != nil {
+		t.Errorf("Kick cut another session")
+	}
+	if r.Kick("999", nil) {
+		t.Errorf("Kick of an unknown ID: got true")
+	}
+	if cut, late := r.Shutdown(); cut != 1 || late != 0 || !errors.Is(context.Cause(b.ctx), ErrShutdown) {
+		t.Errorf("Shutdown: got cut %d late %d cause %v", cut, late, context.Cause(b.ctx))
+	}
+	if _, _, _, err := r.Start(context.Background(), Info{Node: "n1"}, "a"); !errors.Is(err, ErrShutdown) {
+		t.Errorf("Start after Shutdown: got %v, want ErrShutdown", err)
+	}
+}
+
+// A cut racing new sessions: every session of an older epoch that is
+// registered before the cut starts is cut; none of them is left live.
+func TestCutRacingStart(t *testing.T) {
+	r := New(Config{})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, _, end, err := r.Start(context.Background(), Info{Node: "n1", Epoch: 1}, "a")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				go func() { <-ctx.Done(); end() }()
+			}
+		}()
+	}
+	time.Sleep(10 * time.Millisecond)
+	r.Cut("n1", 2, errors.New("rotated"))
+	close(stop)
+	wg.Wait()
+	r.Cut("n1", 2, errors.New("rotated"))
+	if got := r.List("n1"); len(got) != 0 {
+		t.Errorf("got %d live old sessions, want none", len(got))
+	}
+}
