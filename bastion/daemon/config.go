@@ -79,6 +79,10 @@ type Config struct {
 	PeerAddr      string        `yaml:"peer_addr"`
 	PeerAdvertise string        `yaml:"peer_advertise"`
 	LeaseTTL      time.Duration `yaml:"lease_ttl"`
+	// DBGrace is how long live sessions outlast the loss of the database
+	// (new logins are refused at once): after it they are cut, as access
+	// changes can no longer reach this replica (default 30 s).
+	DBGrace time.Duration `yaml:"db_grace"`
 
 	// Demo registers node "demo" on the built-in simulator and prints a
 	// fresh token for it at start (make run).

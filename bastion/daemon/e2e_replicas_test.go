@@ -269,16 +269,23 @@ func TestReplicas(t *testing.T) {
 }
 
 // TestReplicaDatabaseLost: a replica that loses its database says so: its
-// /readyz fails and SSH logins are refused with a banner that explains why,
-// until the database is back.
+// /readyz fails and SSH logins are refused with a banner that explains why;
+// sessions already open are cut after db_grace (access changes made
+// elsewhere can no longer reach it); when the database is back, so are
+// logins.
 func TestReplicaDatabaseLost(t *testing.T) {
 	dsn := dbtest.MySQLDSN(t)
 	proxy := rpStartProxy(t, dsn)
-	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.dsn })
+	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.dsn; c.DBGrace = time.Second })
 	tok := o.addSimNode("n1")
 	if res, err := o.execGo("n1", tok, "power-status"); err != nil || res.Code != 0 {
 		t.Fatalf("before: got %v, %v", res, err)
 	}
+	r := &rpReplica{name: "in-process", listening: map[string]string{"ssh": o.SSHAddr()}}
+	v := r.goViewer(t, "n1", tok)
+	v.wait(t, "console of n1")
+
+	cut := time.Now()
 	proxy.cut(true)
 	rpUntil(t, "/readyz to fail", func() bool {
 		code, _ := o.request("GET", "/readyz", nil, "", "")
@@ -296,6 +303,12 @@ func TestReplicaDatabaseLost(t *testing.T) {
 		}
 		return strings.Contains(banner, "cannot reach its database")
 	})
+	end := v.ended(t)
+	if !strings.Contains(v.out.String(), "lost its database") {
+		t.Errorf("console cut without the reason; screen %q", tailString(v.out.String(), 400))
+	}
+	t.Logf("console cut %v after the database was lost (db_grace 1 s, epoch_poll 100 ms)", end.Sub(cut).Round(time.Millisecond))
+
 	proxy.cut(false)
 	rpUntil(t, "logins again", func() bool {
 		res, err := o.execGo("n1", tok, "power-status")

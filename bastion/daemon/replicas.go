@@ -11,9 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/cluster"
+	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
 )
@@ -34,7 +36,14 @@ type replicas struct {
 	// dbDown is set while the last look at the database (the access-change
 	// poll) failed.
 	dbDown atomic.Bool
+	// downSince is when the database stopped answering (zero while it
+	// answers). Owned by the access-change poll.
+	downSince time.Time
 }
+
+// whyDBLost is why the sessions of a replica that has not reached its
+// database for DBGrace end.
+const whyDBLost = "this obmd lost its database and cannot check access; reconnect"
 
 // replicaDefaults fills the replica settings (part of setDefaults).
 func (c *Config) replicaDefaults() error {
@@ -46,6 +55,12 @@ func (c *Config) replicaDefaults() error {
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 6 * time.Second
+	}
+	if c.DBGrace < 0 {
+		return errors.New("db_grace must not be negative")
+	}
+	if c.DBGrace == 0 {
+		c.DBGrace = 30 * time.Second
 	}
 	if c.PeerAdvertise != "" && c.PeerAddr == "" {
 		return errors.New("peer_advertise needs peer_addr")
@@ -138,8 +153,39 @@ func (d *Daemon) PeerAddr() string {
 // ReplicaID is this replica's ID.
 func (d *Daemon) ReplicaID() string { return d.cfg.ReplicaID }
 
-// dbPolled records the outcome of a look at the database.
-func (d *Daemon) dbPolled(err error) { d.rep.dbDown.Store(err != nil) }
+// dbPolled records the outcome of a look at the database (the access-change
+// poll, its only caller). While it fails, logins are refused with a banner;
+// once it has failed for DBGrace, every session is cut, since access
+// changes made through other replicas can no longer reach this one.
+func (d *Daemon) dbPolled(err error) {
+	d.rep.dbDown.Store(err != nil)
+	switch {
+	case err == nil:
+		if !d.rep.downSince.IsZero() {
+			d.log.WithField("down_for", time.Since(d.rep.downSince).Round(time.Millisecond)).Info("db_reachable_again")
+		}
+		d.rep.downSince = time.Time{}
+	case d.rep.downSince.IsZero():
+		d.rep.downSince = time.Now()
+	case time.Since(d.rep.downSince) >= d.cfg.DBGrace:
+		d.cutAll(whyDBLost)
+	}
+}
+
+// cutAll ends every live session (as revoked, with why) and wipes every
+// scrollback.
+func (d *Daemon) cutAll(why string) {
+	nodes := map[string]bool{}
+	for _, s := range d.reg.List("") {
+		nodes[s.Node] = true
+	}
+	for node := range nodes {
+		cause := &sessions.RevokedError{Node: node, Why: why}
+		d.consoles.Cut(node, cause)
+		cut, _ := d.reg.Cut(node, 0, cause)
+		d.log.WithFields(logrus.Fields{"node": node, "cut": cut}).Warn("sessions_cut_db_lost")
+	}
+}
 
 // loginBanner is the SSH banner: empty while the database answers.
 func (d *Daemon) loginBanner() string {
