@@ -8,6 +8,7 @@ package daemon_test
 // one's console.
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -435,4 +436,40 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 			t.Errorf("old tenant on replica 2: got stderr %q, want the reason", got)
 		}
 	})
+}
+
+// TestRevokeOldConnection: a connection authenticated before a change
+// stays open (its sessions were cut), but opens no new session after it.
+func TestRevokeOldConnection(t *testing.T) {
+	o := startObmd(t)
+	token := o.addSimNode("oc")
+	c, err := o.dial("oc", gossh.Password(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if res, err := runSession(c, "power-status"); err != nil || res.Code != 0 {
+		t.Fatalf("before the rotation: got %v (%v), want exit 0", res, err)
+	}
+	o.rotate("oc")
+	for _, cmd := range []string{"power-status", "console-log", ""} {
+		s, err := c.NewSession()
+		if err != nil {
+			continue // refusing the channel is fine too
+		}
+		errb := newRVBuf()
+		s.Stderr = errb
+		if cmd == "" {
+			err = s.Shell()
+			if err == nil {
+				err = s.Wait()
+			}
+		} else {
+			err = s.Run(cmd)
+		}
+		var ee *gossh.ExitError
+		if !errors.As(err, &ee) || ee.ExitStatus() != 3 || !strings.Contains(errb.String(), "access to oc was revoked") {
+			t.Errorf("%q on the old connection: got %v, stderr %q, want exit 3 and the reason", cmd, err, errb.String())
+		}
+	}
 }
