@@ -1,0 +1,141 @@
+// Command bench measures obmd side by side with what it replaces and with
+// its own limits, and writes the table into BENCHMARKS.md:
+//
+//	go run ./bench -out BENCHMARKS.md      (make bench)
+//
+// Every figure is paired with a reference measured in the same run, because
+// these machines are shared and noisy: absolute numbers drift, ratios hold.
+// Everything runs on 127.0.0.1, every loop is bounded in count and time,
+// and the whole run takes a few minutes on 2 cores. A reference that needs
+// something missing (sshd, ipmi_sim, a MariaDB DSN) is reported as "not
+// measured" with what is missing; nothing is installed. See bench/README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// benchConfig is what every section gets.
+type benchConfig struct {
+	tmp     string // scratch directory, removed at the end
+	obmdBin string // the obmd binary, built for this run
+	bareBin string // bench/baressh, built for this run
+	quick   bool   // shorter phases (a smoke run; figures are noisier)
+	log     io.Writer
+}
+
+// scale shortens d in quick mode.
+func (c benchConfig) scale(d time.Duration) time.Duration {
+	if c.quick {
+		return d / 4
+	}
+	return d
+}
+
+func (c benchConfig) logf(format string, a ...any) {
+	fmt.Fprintf(c.log, "bench: "+format+"\n", a...)
+}
+
+func main() {
+	out := flag.String("out", "BENCHMARKS.md", "file to write the table into (between the bench markers)")
+	only := flag.String("only", "", "comma-separated sections to run (1-5); default all")
+	quick := flag.Bool("quick", false, "shorter phases, for trying the bench itself (noisier figures)")
+	flag.Parse()
+	if err := run(*out, *only, *quick); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(out, only string, quick bool) error {
+	began := time.Now()
+	tmp, err := os.MkdirTemp("", "obmd-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	cfg := benchConfig{tmp: tmp, quick: quick, log: os.Stderr}
+	cfg.logf("building obmd and baressh")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	cfg.obmdBin, cfg.bareBin, err = buildBinaries(ctx, tmp)
+	cancel()
+	if err != nil {
+		return err
+	}
+	all := []struct {
+		id  string
+		run func(benchConfig) *section
+	}{{"1", connRate}, {"2", memory}, {"3", consoleBench}, {"4", isolation}, {"5", revocation}}
+	var sections []*section
+	for _, s := range all {
+		if only != "" && !strings.Contains(","+only+",", ","+s.id+",") {
+			continue
+		}
+		t := time.Now()
+		sec := s.run(cfg)
+		cfg.logf("section %s took %v", s.id, time.Since(t).Round(time.Second))
+		sections = append(sections, sec)
+	}
+	header := runHeader(out, only, quick, time.Since(began))
+	gen := render(header, sections)
+	os.Stdout.Write(gen)
+	return writeReport(out, gen)
+}
+
+// runHeader says how the table was produced and on what.
+func runHeader(out, only string, quick bool, took time.Duration) []string {
+	args := "-out " + out
+	if only != "" {
+		args += " -only " + only
+	}
+	if quick {
+		args += " -quick"
+	}
+	mysql := "set"
+	if os.Getenv("OBMD_TEST_MYSQL_DSN") == "" {
+		mysql = "not set"
+	}
+	return []string{
+		fmt.Sprintf("Produced by `go run ./bench %s` (`make bench`) on %s in %v.", args,
+			time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second)),
+		fmt.Sprintf("Machine: %s, %d CPUs, %s, %s; obmd %s; OBMD_TEST_MYSQL_DSN %s.",
+			cpuModel(), runtime.NumCPU(), kernel(), runtime.Version(), gitVersion(), mysql),
+		"",
+		"Each row pairs obmd's figure with a reference measured in the same run; the ratio is what to read " +
+			"(absolute figures drift on shared machines). Everything runs on 127.0.0.1.",
+	}
+}
+
+func cpuModel() string {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+func kernel() string {
+	data, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return runtime.GOOS
+	}
+	return "Linux " + strings.TrimSpace(string(data))
+}
+
+func gitVersion() string {
+	out, err := exec.Command("git", "describe", "--tags", "--always", "--dirty").Output()
+	if err != nil {
+		return "(unknown version)"
+	}
+	return strings.TrimSpace(string(out))
+}
