@@ -183,6 +183,11 @@ func (c *channel) run(st start) (code int, end func()) {
 		return commands.ExitNotAllowed, nil
 	}
 	c.log = c.log.WithField("session", info.ID)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.watchCut(sctx)
+	}()
 	// An authentication that raced an access change must not start: the
 	// change is in the database before its cut reaches the registry, and this
 	// session is in the registry before this read.
@@ -208,11 +213,6 @@ func (c *channel) run(st start) (code int, end func()) {
 			return exitFor(cause), end
 		}
 	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.watchCut(sctx)
-	}()
 	began := c.s.cfg.Now()
 	c.log.WithField("kind", kind).Info("session_start")
 	c.audit(sctx, "session.start", "ok", kind)
