@@ -243,7 +243,13 @@ func (c *gateConsole) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (c *gateConsole) Break(context.Context) error { return nil }
+// Break is recorded among the writes as "<break>".
+func (c *gateConsole) Break(context.Context) error {
+	c.g.mu.Lock()
+	c.g.writes = append(c.g.writes, []byte("<break>"))
+	c.g.mu.Unlock()
+	return nil
+}
 
 func (c *gateConsole) Close() error {
 	c.once.Do(func() { close(c.closed) })

@@ -357,30 +357,62 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 		case <-ctx.Done():
 			return nil
 		case req := <-n.breaks:
+			// Input written before the Break goes first (select picks at
+			// random when both are ready): "Enter, then break" must reach
+			// the node in that order (ipmitool takes a break only at a
+			// line start).
+			var err error
+			for left := n.pendingInput(); left > 0 && err == nil; {
+				buf, err = n.sendInput(con, buf[:0], left)
+				left -= len(buf)
+				if len(buf) == 0 {
+					break
+				}
+			}
+			if err != nil {
+				req.reply <- err
+				return err
+			}
 			bctx, cancel := context.WithCancel(req.ctx)
 			stop := context.AfterFunc(ctx, cancel)
 			req.reply <- con.Break(bctx)
 			stop()
 			cancel()
 		case <-n.inReady:
-			buf = n.takeInput(buf[:0])
-			if len(buf) == 0 {
-				continue
+			var err error
+			if buf, err = n.sendInput(con, buf[:0], maxWrite); err != nil {
+				return err
 			}
-			if _, err := con.Write(buf); err != nil {
-				return fmt.Errorf("write console: %w", err)
-			}
-			n.m.st.bytesIn.Add(uint64(len(buf)))
 		}
 	}
 }
 
-// takeInput moves up to maxWrite pending input bytes into buf.
-func (n *node) takeInput(buf []byte) []byte {
+// sendInput writes up to limit (at most maxWrite) pending input bytes to
+// con; it returns what it wrote.
+func (n *node) sendInput(con Console, buf []byte, limit int) ([]byte, error) {
+	buf = n.takeInput(buf, min(limit, maxWrite))
+	if len(buf) == 0 {
+		return buf, nil
+	}
+	if _, err := con.Write(buf); err != nil {
+		return buf, fmt.Errorf("write console: %w", err)
+	}
+	n.m.st.bytesIn.Add(uint64(len(buf)))
+	return buf, nil
+}
+
+func (n *node) pendingInput() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.in)
+}
+
+// takeInput moves up to limit pending input bytes into buf.
+func (n *node) takeInput(buf []byte, limit int) []byte {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	full := len(n.in) >= maxInput
-	k := min(len(n.in), maxWrite)
+	k := min(len(n.in), limit)
 	buf = append(buf, n.in[:k]...)
 	n.in = append(n.in[:0], n.in[k:]...)
 	if len(n.in) > 0 {

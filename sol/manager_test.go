@@ -397,6 +397,35 @@ func TestBreak(t *testing.T) {
 	}
 }
 
+// TestBreakAfterPendingInput: a Break goes to the console after the input
+// written before it, even when that input is still queued ("Enter, then
+// ~B" must reach the node in that order).
+func TestBreakAfterPendingInput(t *testing.T) {
+	for round := range 20 {
+		g := &gateBMC{gate: make(chan struct{})}
+		m := newManager(t, sol.Config{}, g)
+		v := attach(t, m, fmt.Sprint("n", round), "w", sol.AttachOptions{})
+		if _, err := v.Write([]byte("a")); err != nil { // held at the gate (or queued)
+			t.Fatal(err)
+		}
+		waitFor(t, "the link", func() bool { return m.Stats().LinksUp == 1 })
+		if _, err := v.Write([]byte("\r")); err != nil { // queued behind it
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- v.Break(testCtx(t)) }()
+		time.Sleep(2 * time.Millisecond) // let the Break reach the link (the race, if any, is then on)
+		close(g.gate)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if got, want := bytes.Join(g.Writes(), nil), []byte("a\r<break>"); !bytes.Equal(got, want) {
+			t.Fatalf("round %d: got %q, want %q", round, got, want)
+		}
+		v.Close()
+	}
+}
+
 func TestInputCoalesced(t *testing.T) {
 	g := &gateBMC{gate: make(chan struct{})}
 	m := newManager(t, sol.Config{}, g)
