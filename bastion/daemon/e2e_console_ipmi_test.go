@@ -1,0 +1,278 @@
+package daemon_test
+
+// End-to-end console tests against a real BMC: OpenIPMI's ipmi_sim with
+// its SOL on a pty, reached by the native driver ("ipmi") and by ipmitool
+// ("ipmitool"), through the real OpenSSH client with a PTY.
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/obmd/obmd/sol/ipmisim"
+)
+
+// conDrivers are the driver types that reach a real BMC.
+var conDrivers = []string{"ipmi", "ipmitool"}
+
+// conSync prints numbered sync lines on the serial port until seen says
+// one arrived: ipmi_sim drops serial output while no SOL session is
+// active, so this is how a test knows the link is up.
+func conSync(t testing.TB, s *ipmisim.Sim, seen func(marker string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(conWait)
+	for i := 0; ; i++ {
+		m := fmt.Sprintf("<sync-%d>", i)
+		if err := s.WriteSerial([]byte(m + "\r\n")); err != nil {
+			t.Fatalf("write serial: %v", err)
+		}
+		stop := time.Now().Add(100 * time.Millisecond)
+		for time.Now().Before(stop) {
+			if seen(m) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serial output never reached the viewer within %v", conWait)
+		}
+	}
+}
+
+// TestConsoleIPMIOpenSSH is a person's session on a real BMC, per driver:
+// serial output on the screen, keys on the serial port, a 64 KiB paste
+// intact, ~B a break, Ctrl-E c . a detach with exit 0. It logs the echo
+// latency of a keystroke and the time of the paste.
+func TestConsoleIPMIOpenSSH(t *testing.T) {
+	t.Parallel()
+	ipmisim.Require(t, "ipmitool")
+	o := startObmd(t)
+	for _, typ := range conDrivers {
+		t.Run(typ, func(t *testing.T) {
+			t.Parallel()
+			s := ipmisim.Start(t)
+			label := "real-" + typ
+			tok := o.addIPMINode(label, typ, s)
+			p := o.sshPTY(t, label, tok)
+			p.expect("[obmd: console of " + label + "; you are writing; no one else attached;")
+			conSync(t, s, func(m string) bool { return strings.Contains(p.out.String(), m) })
+			p.pos = p.out.Len()
+
+			// Serial output reaches the screen untouched.
+			if err := s.WriteSerial([]byte("BIOS: printed on the serial port\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			p.expect("BIOS: printed on the serial port\r\n")
+			// Keys reach the serial port.
+			p.typeKeys("root\r")
+			s.WaitSerial(t, []byte("root\r"), conWait)
+
+			lat := conEchoLatency(t, p, s, 20)
+			slices.Sort(lat)
+			t.Logf("%s: keystroke echo (ssh -> obmd -> BMC -> serial -> BMC -> obmd -> ssh): median %v, max %v over %d keys",
+				typ, lat[len(lat)/2].Round(100*time.Microsecond), lat[len(lat)-1].Round(100*time.Microsecond), len(lat))
+
+			// A 64 KiB paste arrives intact (ending at a line start, so the
+			// break below is possible for ipmitool too).
+			paste := conPaste(64 << 10)
+			before := len(s.Serial())
+			start := time.Now()
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { // the pty takes the paste as fast as ssh reads it
+				defer wg.Done()
+				if _, err := p.f.Write(paste); err != nil {
+					t.Errorf("paste: %v", err)
+				}
+			}()
+			deadline := time.Now().Add(60 * time.Second)
+			for len(s.Serial()) < before+len(paste) && time.Now().Before(deadline) {
+				time.Sleep(2 * time.Millisecond)
+			}
+			took := time.Since(start)
+			wg.Wait()
+			if got := s.Serial()[before:]; !bytes.Equal(got, paste) {
+				t.Fatalf("paste: got %d bytes on the serial port (differ at %d), want the %d pasted", len(got), conDiff(got, paste), len(paste))
+			}
+			t.Logf("%s: 64 KiB paste through obmd to the serial port in %v (%.0f KiB/s)",
+				typ, took.Round(time.Millisecond), 64/took.Seconds())
+
+			// ~B: OpenSSH sends an RFC 4335 break request; the driver sends
+			// a SOL break. The Enter before it, which OpenSSH sends just
+			// ahead of the request, must reach the BMC first: ipmitool takes
+			// its break command only at a line start.
+			p.typeKeys("mid-line")
+			s.WaitSerial(t, []byte("mid-line"), conWait)
+			p.typeKeys("\r~B")
+			waitUntil(t, "break audited", func() bool {
+				return slices.Contains(o.conAudit(label), "console.break ok")
+			})
+			if typ == "ipmi" {
+				// The native driver's break packet (SOL control bit 0x10).
+				if got := o.conLogLines(`"msg":"sol_tx"`, `"op":16`, label); len(got) == 0 {
+					t.Errorf("no SOL break packet in the daemon log")
+				}
+			}
+			if strings.Contains(p.out.String(), "break not sent") {
+				t.Errorf("break refused: %q", tailString(p.out.String(), 300))
+			}
+
+			// Output still flows after all that, then detach.
+			if err := s.WriteSerial([]byte("still-alive\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			p.expect("still-alive\r\n")
+			p.typeKeys(escDetach)
+			p.expect("[obmd: detached]")
+			if code := p.exit(); code != 0 {
+				t.Errorf("ssh exit after detach: got %d, want 0", code)
+			}
+		})
+	}
+}
+
+// conEchoLatency types n keys and, as a host echoing its input would,
+// writes each back to the serial port as soon as it arrives there; it
+// returns the time from keystroke to echo on the screen.
+func conEchoLatency(t testing.TB, p *conPTY, s *ipmisim.Sim, n int) []time.Duration {
+	t.Helper()
+	var out []time.Duration
+	for i := range n {
+		key := byte('a' + i%26)
+		before, from := len(s.Serial()), p.out.Len()
+		start := time.Now()
+		p.typeKeys(string([]byte{key}))
+		deadline := time.Now().Add(conWait)
+		for len(s.Serial()) <= before {
+			if time.Now().After(deadline) {
+				t.Fatalf("key %q never reached the serial port", key)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		echo := []byte{'[', key, ']'}
+		if err := s.WriteSerial(echo); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := p.out.find(from, echo, conWait); !ok {
+			t.Fatalf("echo %q never reached the screen", echo)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+// conPaste is n bytes of text in lines of 79 characters and CR, as a
+// pasted file arrives from a terminal. It contains no escape of OpenSSH
+// ("~" after a newline), of obmd (Ctrl-E) or of ipmitool ("~").
+func conPaste(n int) []byte {
+	const chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:-_=+()[]{}<>/|!@#$%^&*"
+	r := rand.New(rand.NewPCG(1, 2))
+	out := make([]byte, n)
+	for i := range out {
+		if i%80 == 79 || i == n-1 {
+			out[i] = '\r'
+		} else {
+			out[i] = chars[r.IntN(len(chars))]
+		}
+	}
+	return out
+}
+
+// conDiff is the first index where a and b differ.
+func conDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// TestConsoleIPMIRestart kills ipmi_sim under two viewers and brings it
+// back: both are told the link was lost, then restored, and output flows
+// again without anyone reconnecting.
+func TestConsoleIPMIRestart(t *testing.T) {
+	t.Parallel()
+	s := ipmisim.Start(t)
+	o := startObmd(t)
+	tok := o.addIPMINode("phoenix", "ipmi", s)
+	a := o.goConsole(t, "phoenix", tok, conOpts{})
+	b := o.goConsole(t, "phoenix", tok, conOpts{pty: true})
+	conSync(t, s, func(m string) bool {
+		return strings.Contains(a.out.String(), m) && strings.Contains(b.out.String(), m)
+	})
+	s.Kill()
+	for _, g := range []*conGo{a, b} {
+		g.notice("[obmd: console link lost, reconnecting]")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatalf("restart ipmi_sim: %v", err)
+	}
+	for _, g := range []*conGo{a, b} {
+		g.notice("[obmd: console link restored]")
+	}
+	g0 := a.out.Len()
+	conSync(t, s, func(m string) bool {
+		return strings.Contains(a.out.String()[g0:], m) && strings.Contains(b.out.String(), m)
+	})
+	a.typeKeys("after-restart\r")
+	s.WaitSerial(t, []byte("after-restart\r"), conWait)
+	if got := o.conLogLines(`"state":"lost"`, "phoenix"); len(got) == 0 {
+		t.Errorf("no link state change to lost in the daemon log")
+	}
+}
+
+// TestConsoleIPMIStalePayload: a client killed during SOL leaves the payload
+// active on the BMC (ipmi_sim holds it ~29 s); obmd deactivates it and its
+// console opens anyway.
+func TestConsoleIPMIStalePayload(t *testing.T) {
+	t.Parallel()
+	ipmisim.Require(t, "ipmitool")
+	s := ipmisim.Start(t)
+	// ipmitool sol activate needs a pty; the password goes in its
+	// environment (-E), never on its command line.
+	c := exec.Command("ipmitool", "-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", fmt.Sprint(s.Port),
+		"-U", ipmisim.User, "-E", "sol", "activate")
+	c.Env = append(os.Environ(), "IPMI_PASSWORD="+ipmisim.Pass)
+	f, err := pty.Start(c)
+	if err != nil {
+		t.Fatalf("start ipmitool: %v", err)
+	}
+	screen := newConBuf()
+	go func() { screen.Write(nil); copyQuiet(screen, f) }() // ends when ipmitool is gone
+	t.Cleanup(func() { c.Process.Kill(); c.Wait(); f.Close() })
+	screen.wait(t, "ipmitool", 0, "[SOL Session operational")
+	if err := c.Process.Kill(); err != nil { // SIGKILL: no deactivation
+		t.Fatal(err)
+	}
+	c.Wait()
+
+	o := startObmd(t)
+	tok := o.addIPMINode("stale", "ipmi", s)
+	g := o.goConsole(t, "stale", tok, conOpts{})
+	conSync(t, s, func(m string) bool { return strings.Contains(g.out.String(), m) })
+	if got := o.conLogLines(`"state":"deactivating"`, "stale"); len(got) == 0 {
+		t.Errorf("console opened without deactivating the stale payload; log: %s", tailString(o.Logs.String(), 3000))
+	}
+}
+
+// copyQuiet copies until r fails (a pty's EIO when its child is gone).
+func copyQuiet(w *conBuf, r *os.File) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		w.Write(buf[:n])
+		if err != nil {
+			return
+		}
+	}
+}
