@@ -58,13 +58,15 @@ func verdict(ok bool) string {
 	return statusMissed
 }
 
-// ratio formats a/b as "0.83x".
+// ratio formats a/b as "0.83x", or "1/56" below 0.1.
 func ratio(a, b float64) string {
-	if b == 0 {
+	if b == 0 || a == 0 {
 		return "-"
 	}
 	r := a / b
 	switch {
+	case r < 0.1:
+		return fmt.Sprintf("1/%.0f", 1/r)
 	case r >= 100:
 		return fmt.Sprintf("%.0fx", r)
 	case r >= 10:

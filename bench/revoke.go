@@ -97,7 +97,7 @@ func revocation(cfg benchConfig) *section {
 		worst = max(worst, r.client)
 	}
 	s.add(row{Measure: measure, Figure: ms(clientMany), Ref: "1 session: " + ms(clientOne), Ratio: ratio(float64(clientMany), float64(clientOne)),
-		Goal: "< 100 ms", Status: verdict(clientMany < 100*time.Millisecond && worst < 100*time.Millisecond)})
+		Goal: "< 100 ms, every round", Status: verdict(clientMany < 100*time.Millisecond && worst < 100*time.Millisecond)})
 	s.add(row{Measure: fmt.Sprintf("%d live console sessions, the admin call's own duration", sessions), Figure: ms(adminMany),
 		Ref: "1 session: " + ms(adminOne), Ratio: ratio(float64(adminMany), float64(adminOne)), Status: statusNone})
 	s.note("Where the time goes: a cut session writes its session.end audit row before its channel closes and before the registry counts it as ended, so the 100 cut sessions wait for 100 SQLite transactions, each synced to disk, one after another (1 session: %s). With that write moved off the path (an experiment on this machine, not committed: the audit row written after the session ended), the same measurement gave about 20 ms, worst 25 ms. Moving it changes the order of audit rows around a session's end, which the audit tests check, so it is left to the owners of bastion's session code.", ms(clientOne))
