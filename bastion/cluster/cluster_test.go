@@ -340,3 +340,40 @@ func ctxFor(t testing.TB) context.Context {
 }
 
 func sqliteDSN(t testing.TB) string { return t.TempDir() + "/obmd.db" }
+
+// TestHolderUnreachable: while a live lease names a holder nobody can
+// reach, opening waits (bounded by ctx) and then says whom it waited for;
+// it never opens the BMC under the holder.
+func TestHolderUnreachable(t *testing.T) {
+	key, lab := newHostKey(t), sim.NewLab()
+	b := lab.BMC("n1", sim.ModeNormal)
+	dsn := sqliteDSN(t)
+	store := openStore(t, dsn)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := dead.Addr().String()
+	dead.Close() // connections to it are refused
+	if _, err := store.AcquireLease(context.Background(), db.Lease{Node: "n1", Kind: db.LeaseSOL, Owner: "ghost",
+		Token: newToken(), Addr: addr}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r0 := startReplica(t, "r0", openStore(t, dsn), lab, key)
+	bmc, err := r0.c.Resolve(context.Background(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = bmc.OpenConsole(ctx)
+	if err == nil || !strings.Contains(err.Error(), "replica ghost") || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("open under an unreachable holder: got %v, want a wait for ghost", err)
+	}
+	if attempts, _, _ := b.ConsoleStats(); attempts != 0 {
+		t.Errorf("BMC open attempts: got %d, want 0", attempts)
+	}
+	if r0.c.Holds("n1") {
+		t.Error("r0 holds the lease, want ghost")
+	}
+}

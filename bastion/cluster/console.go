@@ -30,11 +30,17 @@ func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
 	var lastErr error
 	for {
 		held, err := c.store.AcquireLease(ctx, c.lease(b.label, db.LeaseSOL, token), c.cfg.LeaseTTL)
-		switch {
-		case err == nil:
+		if err == nil {
 			return b.openHeld(ctx, token, held.ExpiresAt, log)
-		case !errors.Is(err, db.ErrLeaseHeld):
+		}
+		// A lease this attempt held (it met an active payload) is lost.
+		b.mu.Lock()
+		pending := b.pending == token
+		b.mu.Unlock()
+		if pending {
 			b.drop(token)
+		}
+		if !errors.Is(err, db.ErrLeaseHeld) {
 			return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 		}
 		switch {
@@ -52,8 +58,11 @@ func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
 			lastErr = err
 			log.WithError(err).WithField("holder", held.Owner).Debug("sol_relay_failed")
 		}
-		if err := c.pause(ctx, held.ExpiresAt); err != nil {
-			return nil, fmt.Errorf("open console of %s: %w (waiting for the SOL lease: %v)", b.label, err, lastErr)
+		if c.pause(ctx, held.ExpiresAt) != nil {
+			// Not the context's error: the hub would read a deadline as
+			// "the BMC did not answer".
+			return nil, fmt.Errorf("open console of %s: gave up waiting for replica %s, which holds its SOL link: %w",
+				b.label, held.Owner, lastErr)
 		}
 	}
 }
