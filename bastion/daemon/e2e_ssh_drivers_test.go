@@ -146,18 +146,15 @@ func (d *fdDeadBMC) info() sol.Info {
 	return sol.Info{Addr: "127.0.0.1", Port: d.conn.LocalAddr().(*net.UDPAddr).Port, User: "admin", Pass: fdDeadPass}
 }
 
-// TestSSHDeadBMC: while a call to a BMC that never answers is in flight,
-// another node's power-status answers at once, and another power operation
-// on the dead node is refused as busy (exit 4) at once; the dead call
-// itself fails (exit 1) when the power timeout ends it.
+// TestSSHDeadBMC: while calls to BMCs that never answer are in flight (one
+// node per driver), other nodes' power-status answers at once, and another
+// power operation on a dead node is refused as busy (exit 4) at once; each
+// dead call itself fails (exit 1) when the power timeout ends it.
 func TestSSHDeadBMC(t *testing.T) {
 	t.Parallel()
-	ipmisim.Require(t, "ipmi_sim", "socat")
+	ipmisim.Require(t, "ipmi_sim", "socat", "ipmitool")
 	const powerTimeout = 3 * time.Second
 	o := startObmd(t, func(c *daemon.Config) { c.PowerTimeout = powerTimeout })
-	dead := newDeadBMC(t)
-	o.addNode("dead", "ipmi", dead.info())
-	deadTok := o.rotate("dead")
 	s := ipmisim.Start(t)
 	liveTok := o.addIPMINode("live", "ipmi", s)
 	simTok := o.addSimNode("simnode")
@@ -168,18 +165,28 @@ func TestSSHDeadBMC(t *testing.T) {
 		took time.Duration
 		at   time.Time
 	}
-	deadDone := make(chan outcome, 1)
-	start := time.Now()
-	go func() { // waited for below
-		res, err := o.execGo("dead", deadTok, "power-on")
-		deadDone <- outcome{res, err, time.Since(start), time.Now()}
-	}()
-	select {
-	case <-dead.got:
-	case o := <-deadDone:
-		t.Fatalf("dead BMC never contacted; the call returned %v, %v", o.res, o.err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("dead BMC never contacted")
+	drivers := []string{"ipmi", "ipmitool"}
+	deadTok := map[string]string{}
+	deadDone := map[string]chan outcome{}
+	for _, typ := range drivers {
+		dead := newDeadBMC(t)
+		label := "dead-" + typ
+		o.addNode(label, typ, dead.info())
+		deadTok[typ] = o.rotate(label)
+		done := make(chan outcome, 1)
+		deadDone[typ] = done
+		start := time.Now()
+		go func() { // waited for below
+			res, err := o.execGo(label, deadTok[typ], "power-on")
+			done <- outcome{res, err, time.Since(start), time.Now()}
+		}()
+		select {
+		case <-dead.got:
+		case o := <-done:
+			t.Fatalf("%s: dead BMC never contacted; the call returned %v, %v", typ, o.res, o.err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: dead BMC never contacted", typ)
+		}
 	}
 
 	var healthy []outcome
@@ -191,39 +198,38 @@ func TestSSHDeadBMC(t *testing.T) {
 		res, err := o.execGo(c.label, c.tok, "power-status")
 		healthy = append(healthy, outcome{res, err, time.Since(t0), time.Now()})
 		if err != nil || res.Code != 0 || res.Stdout != c.want {
-			t.Errorf("%s power-status during the dead call: got %v, %v; want exit 0 and %q", c.label, res, err, c.want)
+			t.Errorf("%s power-status during the dead calls: got %v, %v; want exit 0 and %q", c.label, res, err, c.want)
 		}
 	}
-	t0 := time.Now()
-	busy, err := o.execGo("dead", deadTok, "power-cycle")
-	busyTook := time.Since(t0)
-	busyAt := time.Now()
-	if err != nil || busy.Code != commands.ExitBusy || !strings.Contains(busy.Stderr, "in flight") {
-		t.Errorf("second power op on the dead node: got %v, %v; want exit 4 (busy)", busy, err)
+	var busy []outcome
+	for _, typ := range drivers {
+		t0 := time.Now()
+		res, err := o.execGo("dead-"+typ, deadTok[typ], "power-cycle")
+		busy = append(busy, outcome{res, err, time.Since(t0), time.Now()})
+		if err != nil || res.Code != commands.ExitBusy || !strings.Contains(res.Stderr, "in flight") {
+			t.Errorf("%s: second power op on the dead node: got %v, %v; want exit 4 (busy)", typ, res, err)
+		}
 	}
 
-	d := <-deadDone
-	if d.err != nil || d.res.Code != commands.ExitFailed || !strings.Contains(d.res.Stderr, "did not answer") {
-		t.Errorf("dead call: got %v, %v; want exit 1, BMC did not answer", d.res, d.err)
-	}
-	if strings.Contains(d.res.String()+o.Logs.String(), fdDeadPass) {
-		t.Errorf("the BMC password reached the client or the log")
-	}
-	t.Logf("dead call stderr: %q", d.res.Stderr)
-	for i, h := range healthy {
-		if !h.at.Before(d.at) {
-			t.Errorf("healthy call %d ended after the dead call", i)
+	for _, typ := range drivers {
+		d := <-deadDone[typ]
+		if d.err != nil || d.res.Code != commands.ExitFailed || !strings.Contains(d.res.Stderr, "did not answer") {
+			t.Errorf("%s: dead call: got %v, %v; want exit 1, BMC did not answer", typ, d.res, d.err)
 		}
-		if h.took*5 > d.took {
-			t.Errorf("healthy call %d took %v, want far below the dead call's %v", i, h.took, d.took)
+		for i, h := range append(healthy, busy...) {
+			if !h.at.Before(d.at) || h.took*5 > d.took {
+				t.Errorf("%s: call %d took %v and ended after the dead call (%v)? want a prompt answer before it ends",
+					typ, i, h.took, d.took)
+			}
 		}
+		t.Logf("%s: dead call %v, stderr %q", typ, d.took.Round(time.Millisecond), d.res.Stderr)
 	}
-	if !busyAt.Before(d.at) || busyTook*5 > d.took {
-		t.Errorf("busy answer took %v (dead call %v), want an immediate answer before the dead call ends", busyTook, d.took)
+	if strings.Contains(o.Logs.String(), fdDeadPass) {
+		t.Errorf("the BMC password reached the log")
 	}
-	t.Logf("dead call %v; healthy power-status %v (ipmi_sim) and %v (sim); busy answer %v",
-		d.took.Round(time.Millisecond), healthy[0].took.Round(time.Millisecond), healthy[1].took.Round(time.Millisecond),
-		busyTook.Round(time.Millisecond))
+	t.Logf("meanwhile: power-status %v (ipmi_sim) and %v (sim); busy answers %v and %v",
+		healthy[0].took.Round(time.Millisecond), healthy[1].took.Round(time.Millisecond),
+		busy[0].took.Round(time.Millisecond), busy[1].took.Round(time.Millisecond))
 }
 
 // TestSSHBusy: a second power operation on a node whose BMC is slow gets
