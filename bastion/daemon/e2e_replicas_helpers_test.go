@@ -1,0 +1,544 @@
+package daemon_test
+
+// Helpers of the replica tests (e2e_replicas_test.go): obmd processes,
+// console viewers through x/crypto and OpenSSH, the BMC's payload status,
+// and a TCP proxy that can cut a replica off its database.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/go-sql-driver/mysql"
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol/ipmisim"
+)
+
+// ---- replicas as processes ----
+
+// rpBuild builds cmd/obmd into t's temporary directory, with -race when
+// the tests are (so the build cache of the test binary serves most of it).
+func rpBuild(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "obmd")
+	args := []string{"build", "-o", path}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				args = append(args, "-race")
+			}
+		}
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	out, err := exec.Command(goTool, append(args, "github.com/obmd/obmd/cmd/obmd")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/obmd: %v\n%s", err, out)
+	}
+	return path
+}
+
+// rpReplica is one obmd process.
+type rpReplica struct {
+	name      string
+	cmd       *exec.Cmd
+	logs      *syncBuffer
+	listening map[string]string // fields of the obmd_listening line
+	token     string            // admin token
+	exited    chan struct{}     // closed when the process has been reaped
+	http      *http.Client
+}
+
+// rpStart runs `obmd serve` with env (plus test defaults) and waits for
+// its obmd_listening line. On failure it reports and returns nil.
+func rpStart(t *testing.T, bin, name string, env map[string]string) *rpReplica {
+	vars := map[string]string{
+		"OBMD_SSH_ADDR": "127.0.0.1:0", "OBMD_ADMIN_ADDR": "127.0.0.1:0", "OBMD_STATE_DIR": t.TempDir(),
+		"OBMD_REPLICA_ID": name, "OBMD_LOG_FORMAT": "json", "OBMD_LOG_LEVEL": "info",
+		"OBMD_FAIL_DELAY": "20ms", "OBMD_LINGER": "200ms",
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	cmd := exec.Command(bin, "serve")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OBMD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for k, v := range vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	output, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	cmd.Stderr = cmd.Stdout // the log is on stderr; stdout gets nothing
+	r := &rpReplica{name: name, cmd: cmd, logs: &syncBuffer{}, token: vars["OBMD_ADMIN_TOKEN"],
+		exited: make(chan struct{}), http: &http.Client{Timeout: 30 * time.Second}}
+	if err := cmd.Start(); err != nil {
+		t.Errorf("start %s: %v", name, err)
+		return nil
+	}
+	listening := make(chan map[string]string, 1)
+	go func() { // ends when the process's output closes
+		sc := bufio.NewScanner(output)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			r.logs.Write(append(sc.Bytes(), '\n'))
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "obmd_listening" {
+				f := map[string]string{}
+				for k, v := range m {
+					f[k] = fmt.Sprint(v)
+				}
+				listening <- f
+			}
+		}
+		io.Copy(io.Discard, output)
+	}()
+	go func() { // reaps the process; closes exited
+		cmd.Wait()
+		close(r.exited)
+	}()
+	t.Cleanup(func() {
+		r.stop(t)
+		if t.Failed() {
+			t.Logf("%s log (tail):\n%s", name, tailString(r.logs.String(), 6000))
+		}
+	})
+	select {
+	case r.listening = <-listening:
+		return r
+	case <-r.exited:
+		t.Errorf("%s exited before listening:\n%s", name, r.logs.String())
+	case <-time.After(60 * time.Second):
+		t.Errorf("%s did not listen within a minute:\n%s", name, r.logs.String())
+	}
+	return nil
+}
+
+// stop ends the process with SIGTERM (SIGKILL after 20 s).
+func (r *rpReplica) stop(t testing.TB) {
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(20 * time.Second):
+		t.Errorf("%s did not stop within 20 s of SIGTERM", r.name)
+		r.cmd.Process.Kill()
+		<-r.exited
+	}
+}
+
+// kill ends the process with SIGKILL, as a crashed host would.
+func (r *rpReplica) kill(t testing.TB) {
+	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s: %v", r.name, err)
+	}
+	<-r.exited
+}
+
+// count counts log lines with message msg for node.
+func (r *rpReplica) count(msg, node string) int {
+	n := 0
+	for _, m := range r.logLines() {
+		if m["msg"] == msg && m["node"] == node {
+			n++
+		}
+	}
+	return n
+}
+
+// countState counts console link state lines of node in state s.
+func (r *rpReplica) countState(node, s string) int {
+	n := 0
+	for _, m := range r.logLines() {
+		if m["msg"] == "console link state" && m["node"] == node && m["state"] == s {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *rpReplica) logLines() []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(r.logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// request sends an admin HTTP request; user "" sends no auth.
+func (r *rpReplica) request(t testing.TB, method, path string, body any, user, pass string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, "http://"+r.listening["admin"]+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s on %s: %v", method, path, r.name, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+// api sends an admin request and fails t unless the status is want.
+func (r *rpReplica) api(t testing.TB, want int, method, path string, body any) []byte {
+	t.Helper()
+	code, data := r.request(t, method, path, body, "admin", r.token)
+	if code != want {
+		t.Fatalf("%s %s on %s: got %d %s, want %d", method, path, r.name, code, data, want)
+	}
+	return data
+}
+
+func (r *rpReplica) rotate(t testing.TB, label string) string {
+	t.Helper()
+	var out struct{ Token string }
+	if err := json.Unmarshal(r.api(t, 200, "POST", "/node/"+label+"/token", nil), &out); err != nil || out.Token == "" {
+		t.Fatalf("rotate %s: %v", label, err)
+	}
+	return out.Token
+}
+
+// exec runs one command over SSH (x/crypto, token).
+func (r *rpReplica) exec(user, token, cmd string) (execResult, error) {
+	c, err := gossh.Dial("tcp", r.listening["ssh"], &gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.Password(token)},
+		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
+	if err != nil {
+		return execResult{}, err
+	}
+	defer c.Close()
+	return runSession(c, cmd)
+}
+
+// ---- viewers ----
+
+// rpViewer is one interactive console session; out gets everything it
+// printed (stdout and stderr).
+type rpViewer struct {
+	where string
+	out   *syncBuffer
+	in    io.Writer
+	done  chan struct{} // closed when the session has ended; end is set then
+	end   time.Time
+}
+
+// goViewer attaches through x/crypto/ssh with a pty.
+func (r *rpReplica) goViewer(t *testing.T, label, token string) *rpViewer {
+	t.Helper()
+	c, err := gossh.Dial("tcp", r.listening["ssh"], &gossh.ClientConfig{User: label, Auth: []gossh.AuthMethod{gossh.Password(token)},
+		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("ssh to %s: %v", r.name, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &rpViewer{where: r.name, out: &syncBuffer{}, done: make(chan struct{})}
+	s.Stdout, s.Stderr = v.out, v.out
+	if v.in, err = s.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RequestPty("xterm", 24, 80, gossh.TerminalModes{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Shell(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // ends with the session
+		s.Wait()
+		v.end = time.Now()
+		close(v.done)
+	}()
+	return v
+}
+
+// sshViewer attaches through OpenSSH (ssh -tt under a pty, key auth).
+func (r *rpReplica) sshViewer(t *testing.T, label, keyFile string) *rpViewer {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(r.listening["ssh"])
+	cmd := exec.Command("ssh", "-tt", "-F", "/dev/null", "-p", port, "-i", keyFile,
+		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+		"-o", "IdentitiesOnly=yes", "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no",
+		label+"@"+host)
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatalf("start ssh: %v", err)
+	}
+	v := &rpViewer{where: r.name, out: &syncBuffer{}, in: f, done: make(chan struct{})}
+	read := make(chan struct{})
+	go func() { // ends when the pty closes (ssh has exited)
+		defer close(read)
+		io.Copy(v.out, f)
+	}()
+	go func() { // reaps ssh; done once its last words are read too
+		cmd.Wait()
+		v.end = time.Now()
+		select {
+		case <-read:
+		case <-time.After(5 * time.Second):
+		}
+		close(v.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-v.done:
+		default:
+			cmd.Process.Kill()
+			<-v.done
+		}
+		f.Close()
+		<-read
+	})
+	return v
+}
+
+// wait waits until the viewer has printed s.
+func (v *rpViewer) wait(t testing.TB, s string) {
+	t.Helper()
+	rpUntil(t, fmt.Sprintf("viewer on %s to show %q", v.where, s), func() bool { return strings.Contains(v.out.String(), s) })
+}
+
+func (v *rpViewer) typeKeys(t testing.TB, s string) {
+	t.Helper()
+	if _, err := v.in.Write([]byte(s)); err != nil {
+		t.Fatalf("type on %s: %v", v.where, err)
+	}
+}
+
+// ended waits for the session to end and returns when it did.
+func (v *rpViewer) ended(t testing.TB) time.Time {
+	t.Helper()
+	select {
+	case <-v.done:
+		return v.end
+	case <-time.After(30 * time.Second):
+		t.Fatalf("viewer on %s still running; screen %q", v.where, tailString(v.out.String(), 600))
+		return time.Time{}
+	}
+}
+
+// rpSeeAll prints numbered lines on the serial port until every viewer has
+// shown one (output from before a relay is up is not replayed to it).
+func rpSeeAll(t testing.TB, bmc *ipmisim.Sim, prefix string, vs ...*rpViewer) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for i := 0; ; i++ {
+		line := fmt.Sprintf("%s-%d", prefix, i)
+		if err := bmc.WriteSerial([]byte(line + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond)
+		all := true
+		for _, v := range vs {
+			all = all && strings.Contains(v.out.String(), prefix+"-")
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, v := range vs {
+				t.Logf("viewer on %s: %q", v.where, tailString(v.out.String(), 600))
+			}
+			t.Fatalf("not every viewer showed %s lines", prefix)
+		}
+	}
+}
+
+// ---- the BMC and the database ----
+
+// rpActivePayloads asks the BMC how many SOL payload instances are active
+// (Get Payload Activation Status, IPMI v2.0 24.4).
+func rpActivePayloads(t testing.TB, bmc *ipmisim.Sim) int {
+	t.Helper()
+	info := bmc.Info()
+	c := exec.Command("ipmitool", "-I", "lanplus", "-C", "3", "-H", info.Addr, "-p", fmt.Sprint(info.Port),
+		"-U", info.User, "-E", "raw", "0x06", "0x4a", "0x01")
+	c.Env = append(os.Environ(), "IPMI_PASSWORD="+info.Pass)
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ipmitool payload status: %v: %s", err, out)
+	}
+	f := strings.Fields(string(out))
+	if len(f) < 3 {
+		t.Fatalf("payload status: got %q, want capacity and two bitmap bytes", out)
+	}
+	n := 0
+	for _, h := range f[1:3] {
+		var x byte
+		if _, err := fmt.Sscanf(h, "%02x", &x); err != nil {
+			t.Fatalf("payload status %q: %v", out, err)
+		}
+		for ; x != 0; x &= x - 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// rpStore opens the replicas' database (already migrated by them).
+func rpStore(t testing.TB, dsn string) *db.Store {
+	t.Helper()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	s, err := db.Open(context.Background(), dsn, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// rpBlackHole returns a UDP port on 127.0.0.1 where nothing ever answers.
+func rpBlackHole(t testing.TB) int {
+	t.Helper()
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// rpProxy forwards TCP to the MariaDB server; cut(true) drops every
+// connection and refuses new ones until cut(false).
+type rpProxy struct {
+	dsn string
+	l   net.Listener
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func rpStartProxy(t testing.TB, dsn string) *rpProxy {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(strings.TrimPrefix(dsn, "mysql://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := cfg.Addr
+	cfg.Addr = l.Addr().String()
+	p := &rpProxy{dsn: "mysql://" + cfg.FormatDSN(), l: l, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go func() { // ends when l closes
+		defer p.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.down {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }() // ends when either side closes
+			go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		p.cut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *rpProxy) cut(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+// ---- small things ----
+
+func rpRandom(t testing.TB) string {
+	t.Helper()
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func rpUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
