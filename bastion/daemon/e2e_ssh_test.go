@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -75,14 +76,14 @@ func fdWords(line string) []string {
 	return append([]string{"--"}, strings.Fields(line)...)
 }
 
-// fdKbd answers obmd's one keyboard-interactive prompt with token.
+// fdKbd answers obmd's one keyboard-interactive prompt with token; any
+// other challenge (more prompts, an echoed one) fails the login.
 func fdKbd(token string) gossh.AuthMethod {
 	return gossh.KeyboardInteractive(func(name, instruction string, questions []string, echos []bool) ([]string, error) {
-		answers := make([]string, len(questions))
-		for i := range questions {
-			answers[i] = token
+		if len(questions) != 1 || echos[0] || !strings.Contains(questions[0], "token") {
+			return nil, fmt.Errorf("unexpected challenge %q (echo %v)", questions, echos)
 		}
-		return answers, nil
+		return []string{token}, nil
 	})
 }
 
