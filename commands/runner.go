@@ -301,11 +301,22 @@ func (r *Runner) call(ctx context.Context, node string, op powerOp) (string, err
 // bounded runs f with ctx limited to d. When that limit (not ctx's own
 // deadline or cancellation) ended a failed call, the error says so and
 // wraps ErrTimeout as well as f's error.
+//
+// The limit is judged by the clock as well as by tctx: a driver that gives
+// up at the deadline on its own timer (a socket read deadline taken from
+// ctx) may return a moment before tctx's timer marks it done.
 func bounded[T any](ctx context.Context, d time.Duration, f func(context.Context) (T, error)) (T, error) {
-	tctx, cancel := context.WithTimeout(ctx, d)
+	limit := time.Now().Add(d)
+	tctx, cancel := context.WithDeadline(ctx, limit)
 	defer cancel()
 	v, err := f(tctx)
-	if err != nil && tctx.Err() != nil && ctx.Err() == nil {
+	if err == nil || ctx.Err() != nil {
+		return v, err
+	}
+	if pd, ok := ctx.Deadline(); ok && pd.Before(limit) && !time.Now().Before(pd) {
+		return v, err // the caller's own, earlier deadline ended it
+	}
+	if tctx.Err() != nil || !time.Now().Before(limit) {
 		err = &timeoutError{after: d, err: err}
 	}
 	return v, err
