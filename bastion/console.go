@@ -56,7 +56,13 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 		select {
 		case ch, ok := <-v.Output():
 			if !ok {
-				return commands.ExitFailed, v.Err()
+				// Cuts and shutdown are told by the caller; a viewer the
+				// hub dropped for reading too slowly is told here.
+				err := v.Err()
+				if errors.Is(err, sol.ErrSlowViewer) {
+					say(err.Error())
+				}
+				return commands.ExitFailed, err
 			}
 			if ch.Skipped > 0 {
 				say(fmt.Sprintf("%d bytes skipped: this connection is too slow", ch.Skipped))

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
 )
@@ -293,4 +294,32 @@ func TestConsoleStalledViewer(t *testing.T) {
 	if got := stalled.out.Len(); got >= sent.Len() {
 		t.Errorf("stalled viewer got %d bytes, want fewer than the %d sent (it skipped)", got, sent.Len())
 	}
+}
+
+// TestConsoleDropSlowViewer: with drop_slow_viewers, a viewer that falls
+// behind is disconnected instead (exit 1) and told why, once it reads; the
+// others go on.
+func TestConsoleDropSlowViewer(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) { c.DropSlowViewers = true })
+	tok := o.addSimNode("drop")
+	bmc := o.Lab().BMC("drop", sim.ModeNormal)
+	stalled := o.goConsole(t, "drop", tok, conOpts{stall: true})
+	fast := o.goConsole(t, "drop", tok, conOpts{})
+	waitUntil(t, "console open", bmc.ConsoleActive)
+	conSyncWith(t, func(p []byte) error { bmc.Inject(p); return nil }, allSaw([]*conGo{fast}))
+	want := fast.out.Len()
+	for k := range 48 { // 6 MiB in steps of 128 KiB, each waited for
+		chunk := bytes.Repeat(fmt.Appendf(nil, "chunk %05d ", k), (128<<10)/12)
+		want += len(chunk)
+		bmc.Inject(chunk)
+		waitUntil(t, "the reading viewer's output", func() bool { return fast.out.Len() >= want })
+	}
+	stalled.drain()
+	if code := stalled.exit(); code != 1 {
+		t.Errorf("dropped viewer: got exit %d, want 1", code)
+	}
+	stalled.notice("console output overflowed: this session reads too slowly")
+	bmc.Inject([]byte("<fast-goes-on>"))
+	fast.expect("<fast-goes-on>")
 }
