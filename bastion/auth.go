@@ -55,7 +55,7 @@ func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteract
 func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	start := s.cfg.Now()
 	label, src := ctx.User(), sourceKey(remoteHost(ctx.RemoteAddr()))
-	if ok, which := s.lim.begin(src, label); !ok {
+	if ok, which := s.lim.begin(ctx, src, label); !ok {
 		s.denied(ctx, method, "rate limited ("+which+")")
 		s.waitFrom(start)
 		return false

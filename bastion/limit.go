@@ -1,6 +1,7 @@
 package bastion
 
 import (
+	"context"
 	"net"
 	"sync"
 	"time"
@@ -61,7 +62,12 @@ type limiter struct {
 	cfg LimitConfig
 	now func() time.Time
 
+	// wait bounds how long a try may wait for the source's tries in flight
+	// to settle (default 5 s).
+	wait time.Duration
+
 	mu        sync.Mutex
+	settled   chan struct{} // closed and replaced by every end
 	lastSweep time.Time
 	src       map[string]*counter
 	node      map[string]*counter
@@ -77,30 +83,61 @@ type counter struct {
 
 func newLimiter(cfg LimitConfig, now func() time.Time) *limiter {
 	cfg.defaults()
-	return &limiter{cfg: cfg, now: now, src: map[string]*counter{}, node: map[string]*counter{}, pairs: map[[2]string]time.Time{}}
+	return &limiter{cfg: cfg, now: now, wait: 5 * time.Second, settled: make(chan struct{}),
+		src: map[string]*counter{}, node: map[string]*counter{}, pairs: map[[2]string]time.Time{}}
 }
 
-// begin reports whether source may try a secret on node now, and if not,
-// which limit refused it ("source" or "node"). An allowed try holds one of
-// the source's PerSource tries until end reports how it went, so guesses
-// sent in parallel from one address get no more tries between them than
-// sequential ones would. Every allowed begin must be followed by one end.
-func (l *limiter) begin(source, node string) (ok bool, which string) {
+// begin reports whether source may try a secret on node, and if not, which
+// limit refused it ("source" or "node"). An allowed try holds one of the
+// source's PerSource tries until end reports how it went, so guesses sent
+// in parallel from one address get no more tries between them than
+// sequential ones would. A try beyond that budget waits (up to l.wait, or
+// until ctx ends) for earlier ones to settle rather than being refused:
+// correct logins settle in milliseconds and free their slot, guesses settle
+// as failures and lock the source. So many parallel logins from one address
+// (automation, a NAT) are delayed a little, never refused for being many.
+// Every allowed begin must be followed by one end.
+func (l *limiter) begin(ctx context.Context, source, node string) (ok bool, which string) {
+	var timeout <-chan time.Time
+	for {
+		l.mu.Lock()
+		ok, which, full := l.beginLocked(source, node)
+		settled := l.settled
+		l.mu.Unlock()
+		if !full {
+			return ok, which
+		}
+		if timeout == nil {
+			t := time.NewTimer(l.wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-settled:
+		case <-timeout:
+			return false, "source"
+		case <-ctx.Done():
+			return false, "source"
+		}
+	}
+}
+
+// beginLocked is one attempt of begin; full reports that the source's tries
+// in flight use its whole budget (try again once one settles). l.mu held.
+func (l *limiter) beginLocked(source, node string) (ok bool, which string, full bool) {
 	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	c := l.src[source]
 	if c != nil && now.Before(c.locked) {
-		return false, "source"
+		return false, "source", false
 	}
 	if nc := l.node[node]; nc != nil && now.Before(nc.locked) {
 		if last, ok := l.pairs[[2]string{node, source}]; ok && now.Sub(last) < l.cfg.Window+l.cfg.Lockout {
-			return false, "node"
+			return false, "node", false
 		}
 	}
 	if c == nil {
 		if l.full(now) {
-			return true, "" // a very wide attack: new sources are not tracked
+			return true, "", false // a very wide attack: new sources are not tracked
 		}
 		c = &counter{start: now}
 		l.src[source] = c
@@ -111,10 +148,10 @@ func (l *limiter) begin(source, node string) (ok bool, which string) {
 	// Failures already counted lock the source (above); tries in flight
 	// count as failures to come.
 	if c.pending > 0 && c.n+c.pending >= l.cfg.PerSource {
-		return false, "source"
+		return false, "", true
 	}
 	c.pending++
-	return true, ""
+	return true, "", false
 }
 
 // end settles a try that begin allowed; a failed one counts against the
@@ -126,6 +163,8 @@ func (l *limiter) end(source, node string, failed bool) {
 	if c := l.src[source]; c != nil && c.pending > 0 {
 		c.pending--
 	}
+	close(l.settled) // wake tries waiting for a slot
+	l.settled = make(chan struct{})
 	if !failed {
 		return
 	}

@@ -1,6 +1,7 @@
 package bastion
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ func TestLimiter(t *testing.T) {
 	l := newLimiter(LimitConfig{PerSource: 3, PerNode: 5, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 
 	for i := 0; i < 3; i++ {
-		if ok, _ := l.begin("10.0.0.1", "n1"); !ok {
+		if ok, _ := l.begin(context.Background(), "10.0.0.1", "n1"); !ok {
 			t.Fatalf("attempt %d refused before the limit", i)
 		}
 		l.end("10.0.0.1", "n1", true)
@@ -58,7 +59,7 @@ func TestLimiterMemoryBounded(t *testing.T) {
 // tryOnce begins a try and ends it as a success (a probe that changes no
 // count).
 func tryOnce(l *limiter, source, node string) (bool, string) {
-	ok, which := l.begin(source, node)
+	ok, which := l.begin(context.Background(), source, node)
 	if ok {
 		l.end(source, node, false)
 	}
@@ -67,45 +68,88 @@ func tryOnce(l *limiter, source, node string) (bool, string) {
 
 func failOnce(t *testing.T, l *limiter, source, node string) {
 	t.Helper()
-	if ok, which := l.begin(source, node); !ok {
+	if ok, which := l.begin(context.Background(), source, node); !ok {
 		t.Fatalf("%s on %s: refused by %s, want a try", source, node, which)
 	}
 	l.end(source, node, true)
 }
 
 // TestLimiterParallel: tries in flight count against the source, so a
-// burst sent at once gets PerSource tries, not one per connection.
+// burst sent at once gets PerSource tries, not one per connection; the
+// tries beyond that wait for earlier ones to settle instead of being refused.
 func TestLimiterParallel(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(LimitConfig{PerSource: 3, PerNode: 100, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
-	allowed := 0
-	for i := 0; i < 10; i++ {
-		if ok, which := l.begin("10.0.0.1", "n1"); ok {
-			allowed++
-		} else if which != "source" {
-			t.Errorf("refused by %q, want source", which)
+	l.wait = 5 * time.Second
+	bg := context.Background()
+	for i := 0; i < 3; i++ {
+		if ok, which := l.begin(bg, "10.0.0.1", "n1"); !ok {
+			t.Fatalf("try %d refused by %s, want allowed", i, which)
 		}
 	}
-	if allowed != 3 {
-		t.Fatalf("tries begun in parallel: got %d allowed, want 3", allowed)
+	// A fourth waits for a slot ...
+	type result struct {
+		ok    bool
+		which string
 	}
-	// One succeeds, two fail: a slot is free again until the third failure.
+	fourth := make(chan result, 1)
+	go func() {
+		ok, which := l.begin(bg, "10.0.0.1", "n1")
+		fourth <- result{ok, which}
+	}()
+	select {
+	case r := <-fourth:
+		t.Fatalf("fourth try in flight: got %v %q at once, want it to wait", r.ok, r.which)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// ... and proceeds when one of the three succeeds.
 	l.end("10.0.0.1", "n1", false)
-	l.end("10.0.0.1", "n1", true)
-	l.end("10.0.0.1", "n1", true)
-	failOnce(t, l, "10.0.0.1", "n1")
-	if ok, which := l.begin("10.0.0.1", "n1"); ok || which != "source" {
-		t.Errorf("after 3 failures: got %v %q, want refused by source", ok, which)
+	if r := <-fourth; !r.ok {
+		t.Fatalf("fourth try after a success: refused by %s, want allowed", r.which)
 	}
 	// Others are not slowed by that source's tries.
 	if ok, _ := tryOnce(l, "10.0.0.2", "n1"); !ok {
 		t.Errorf("another source refused")
+	}
+	// A fifth waits; the three in flight fail: the source is locked and the
+	// waiting try is refused, not let through.
+	fifth := make(chan result, 1)
+	go func() {
+		ok, which := l.begin(bg, "10.0.0.1", "n1")
+		fifth <- result{ok, which}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		l.end("10.0.0.1", "n1", true)
+	}
+	if r := <-fifth; r.ok || r.which != "source" {
+		t.Errorf("waiting try after 3 failures: got %v %q, want refused by source", r.ok, r.which)
 	}
 	// A success neither counts nor leaks a slot.
 	for i := 0; i < 10; i++ {
 		if ok, _ := tryOnce(l, "10.0.0.3", "n1"); !ok {
 			t.Fatalf("successful try %d refused", i)
 		}
+	}
+}
+
+// TestLimiterWaitBounded: a try waiting for a slot gives up at the bound,
+// or when its connection ends.
+func TestLimiterWaitBounded(t *testing.T) {
+	l := newLimiter(LimitConfig{PerSource: 1}, time.Now)
+	l.wait = 30 * time.Millisecond
+	bg := context.Background()
+	if ok, _ := l.begin(bg, "10.0.0.1", "n1"); !ok {
+		t.Fatal("first try refused")
+	}
+	if ok, which := l.begin(bg, "10.0.0.1", "n1"); ok || which != "source" {
+		t.Errorf("second try past the wait bound: got %v %q, want refused by source", ok, which)
+	}
+	l.wait = time.Minute
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if ok, _ := l.begin(ctx, "10.0.0.1", "n1"); ok {
+		t.Errorf("try of a closed connection: got allowed, want refused")
 	}
 }
 
@@ -135,7 +179,7 @@ func TestLimiterIPv6Prefix(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		failOnce(t, l, sourceKey(fmt.Sprintf("2001:db8::%d", i)), "n1")
 	}
-	if ok, which := l.begin(sourceKey("2001:db8::ffff"), "n1"); ok || which != "source" {
+	if ok, which := l.begin(context.Background(), sourceKey("2001:db8::ffff"), "n1"); ok || which != "source" {
 		t.Errorf("fourth address of the /64: got %v %q, want refused by source", ok, which)
 	}
 	if ok, _ := tryOnce(l, sourceKey("2001:db8:0:1::1"), "n1"); !ok {

@@ -418,3 +418,24 @@ func TestSSHKeyProof(t *testing.T) {
 		t.Errorf("successful logins audited: got %q, want the owner's only", ok)
 	}
 }
+
+// TestSSHParallelLogins: many correct logins at once from one address (a
+// NAT, automation) all succeed; tries beyond the per-source budget wait for
+// earlier ones instead of being refused.
+func TestSSHParallelLogins(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) {
+		c.AuthLimits = bastion.LimitConfig{PerSource: 2, PerNode: 4, Window: time.Minute, Lockout: time.Minute}
+	})
+	tok := o.addSimNode("p1")
+	const n = 16
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- o.fdTryFrom(t, "127.0.0.4", "p1", tok) }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("parallel correct login: %v, want success", err)
+		}
+	}
+}
