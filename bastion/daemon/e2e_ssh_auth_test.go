@@ -425,10 +425,10 @@ func TestSSHKeyProof(t *testing.T) {
 func TestSSHParallelLogins(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: 2, PerNode: 4, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = bastion.LimitConfig{PerSource: 1, PerNode: 4, Window: time.Minute, Lockout: time.Minute}
 	})
 	tok := o.addSimNode("p1")
-	const n = 16
+	const n = 24 // under the default 32 sessions per source
 	errs := make(chan error, n)
 	for range n {
 		go func() { errs <- o.fdTryFrom(t, "127.0.0.4", "p1", tok) }()
