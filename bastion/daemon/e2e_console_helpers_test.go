@@ -80,10 +80,10 @@ func (c *conBuf) find(from int, want []byte, timeout time.Duration) (end int, ok
 	defer deadline.Stop()
 	for {
 		c.mu.Lock()
-		if from > len(c.b) {
-			from = len(c.b)
+		i := -1
+		if from <= len(c.b) { // else wait for the stream to reach from
+			i = bytes.Index(c.b[from:], want)
 		}
-		i := bytes.Index(c.b[from:], want)
 		grew := c.grew
 		c.mu.Unlock()
 		if i >= 0 {
@@ -102,7 +102,8 @@ func (c *conBuf) wait(t testing.TB, what string, from int, want string) int {
 	t.Helper()
 	end, ok := c.find(from, []byte(want), conWait)
 	if !ok {
-		t.Fatalf("%s: %q never came; got (tail) %q", what, want, tailString(c.String()[min(from, c.Len()):], 600))
+		s := c.String()
+		t.Fatalf("%s: %q never came; got (tail) %q", what, want, tailString(s[min(from, len(s)):], 600))
 	}
 	return end
 }
