@@ -2,9 +2,13 @@ package db
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Audit column limits in bytes; longer values are cut, never refused.
@@ -20,23 +24,98 @@ const (
 // Audit appends an event (At defaults to now). Fields are made valid UTF-8
 // and cut to their column's size, so text from the network (an SSH user
 // name is any string) never makes the write fail.
+//
+// Audit returns once the event is committed. Concurrent calls share one
+// transaction (group commit): every connection writes several events and a
+// revocation ends many sessions at once, and one commit (one fsync on
+// SQLite) per event would make the audit log the daemon's bottleneck. The
+// write is bounded by auditTimeout, not by ctx, since it carries other
+// callers' events too.
 func (s *Store) Audit(ctx context.Context, e AuditEvent) error {
 	if e.At.IsZero() {
 		e.At = s.now()
 	}
-	_, err := s.w.ExecContext(ctx,
-		`INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		toMillis(e.At),
-		clip(e.Node, auditNodeLen),
-		clip(e.Actor, auditActorLen),
-		clip(e.Action, auditActionLen),
-		clip(e.Source, auditSourceLen),
-		clip(e.Result, auditResultLen),
-		clip(e.Detail, auditDetailLen))
-	if err != nil {
-		return fmt.Errorf("append audit event %s: %w", clip(e.Action, auditActionLen), err)
+	r := &auditReq{e: e, done: make(chan error, 1)}
+	q := &s.audit
+	q.mu.Lock()
+	q.pending = append(q.pending, r)
+	lead := !q.busy
+	q.busy = true
+	q.mu.Unlock()
+	if !lead {
+		// Wait for a leader to commit r, or to hand r's caller the lead.
+		// Never give up early: a handed-over lead must be taken.
+		if err := <-r.done; err != errAuditLead {
+			return err
+		}
 	}
-	return nil
+	s.flushAudit(context.WithoutCancel(ctx))
+	return <-r.done
+}
+
+// auditTimeout bounds one group commit.
+const auditTimeout = 10 * time.Second
+
+// errAuditLead tells a waiting Audit call to commit the queue itself.
+var errAuditLead = errors.New("audit: take the lead")
+
+// auditQueue is the group-commit queue of Audit. One caller at a time (the
+// leader, busy) commits everything queued, then hands the lead to the first
+// caller that queued meanwhile, so no caller commits more than two batches.
+type auditQueue struct {
+	mu      sync.Mutex
+	pending []*auditReq
+	busy    bool
+}
+
+type auditReq struct {
+	e    AuditEvent
+	done chan error // buffered: the commit's result, or errAuditLead
+}
+
+// flushAudit commits the queued events in one transaction and answers each.
+func (s *Store) flushAudit(ctx context.Context) {
+	q := &s.audit
+	q.mu.Lock()
+	batch := q.pending
+	q.pending = nil
+	q.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx,
+			`INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, r := range batch {
+			e := r.e
+			if _, err := stmt.ExecContext(ctx, toMillis(e.At), clip(e.Node, auditNodeLen), clip(e.Actor, auditActorLen),
+				clip(e.Action, auditActionLen), clip(e.Source, auditSourceLen), clip(e.Result, auditResultLen),
+				clip(e.Detail, auditDetailLen)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("append %d audit event(s): %w", len(batch), err)
+	}
+	for _, r := range batch {
+		r.done <- err
+	}
+
+	q.mu.Lock()
+	if len(q.pending) == 0 {
+		q.busy = false
+		q.mu.Unlock()
+		return
+	}
+	next := q.pending[0]
+	q.mu.Unlock()
+	next.done <- errAuditLead
 }
 
 // AuditEvents returns events matching q, oldest first.

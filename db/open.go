@@ -36,6 +36,7 @@ type Store struct {
 	r       *sql.DB
 	log     logrus.FieldLogger
 	now     func() time.Time // tests replace it
+	audit   auditQueue
 }
 
 // Open connects to dsn: a SQLite file path (or "file:..." URI), or

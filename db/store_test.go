@@ -58,7 +58,7 @@ func TestStore(t *testing.T) {
 
 // openTestStore opens and migrates dsn, with a clock that moves 1 ms per
 // reading so creation order is time order.
-func openTestStore(t *testing.T, dsn string) *Store {
+func openTestStore(t testing.TB, dsn string) *Store {
 	t.Helper()
 	ctx := context.Background()
 	log, _ := logtest.NewNullLogger()
