@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/obmd/obmd/bastion/sessions"
@@ -35,8 +36,12 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	say := func(msg string) { fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: %s]\r\n", msg) }
 	say(c.banner(v))
 
+	keys := newKeystrokes()
 	c.mu.Lock()
-	c.onBreak = func() { c.sendBreak(sctx, v) }
+	c.onBreak = func() {
+		keys.settle(breakSettleIdle, breakSettleMax)
+		c.sendBreak(sctx, v)
+	}
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -49,7 +54,7 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.consoleInput(sctx, v, msgs, detach)
+		c.consoleInput(sctx, v, keys, msgs, detach)
 	}()
 
 	for {
@@ -116,7 +121,7 @@ func (c *channel) banner(v *sol.Viewer) string {
 // the rest to the console. It returns when the channel is closed or the
 // client sends EOF (the console keeps streaming output after an EOF, as a
 // half-closed pipe would).
-func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, msgs chan<- string, detach chan<- struct{}) {
+func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, keys *keystrokes, msgs chan<- string, detach chan<- struct{}) {
 	tell := func(m string) {
 		select {
 		case msgs <- m:
@@ -129,8 +134,11 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, msgs chan<- 
 	// buffer lives as long as the viewer, so it is the viewer's largest
 	// allocation (32 KiB here made half of an idle viewer's heap).
 	buf := make([]byte, 4<<10)
+	defer keys.done()
 	for {
+		keys.reading(true)
 		n, err := c.ch.Read(buf)
+		keys.reading(false)
 		for _, ev := range p.Feed(buf[:n]) {
 			if ev.Data != nil {
 				if _, err := v.Write(ev.Data); errors.Is(err, sol.ErrReadOnly) && time.Since(lastHint) > 5*time.Second {
@@ -176,4 +184,67 @@ func (c *channel) sendBreak(ctx context.Context, v *sol.Viewer) {
 		return
 	}
 	c.audit(ctx, "console.break", "ok", "")
+}
+
+// A break request (OpenSSH's ~B) waits until the input reader has been idle
+// for breakSettleIdle, at most breakSettleMax.
+const (
+	breakSettleIdle = 10 * time.Millisecond
+	breakSettleMax  = 200 * time.Millisecond
+)
+
+// keystrokes follows the console's input reader so that a break request can
+// wait for the keystrokes sent before it. SSH delivers requests apart from
+// the data (x/crypto queues them separately), and OpenSSH sends the Enter
+// that must precede ~B as data just before the request: without waiting,
+// the break could overtake it (ipmitool then refuses a break that is not at
+// a line start). When the request arrives, that data is already in the
+// channel's buffer, where a Read returns it at once; so a reader that has
+// sat in Read for a moment has handed over everything sent before.
+type keystrokes struct {
+	mu      sync.Mutex
+	in      bool          // the reader is in Read
+	ended   bool          // the reader has returned
+	changed chan struct{} // closed and replaced at every change
+}
+
+func newKeystrokes() *keystrokes { return &keystrokes{changed: make(chan struct{})} }
+
+func (k *keystrokes) set(f func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	f()
+	close(k.changed)
+	k.changed = make(chan struct{})
+}
+
+// reading records that the reader enters (true) or leaves (false) Read.
+func (k *keystrokes) reading(in bool) { k.set(func() { k.in = in }) }
+
+// done records that the reader has returned.
+func (k *keystrokes) done() { k.set(func() { k.ended = true }) }
+
+// settle waits until the reader has stayed in one Read for idle (or has
+// ended), or until max has passed.
+func (k *keystrokes) settle(idle, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for {
+		k.mu.Lock()
+		in, ended, changed := k.in, k.ended, k.changed
+		k.mu.Unlock()
+		wait := time.Until(deadline)
+		if ended || wait <= 0 {
+			return
+		}
+		if in {
+			wait = min(wait, idle)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+			return // idle in Read, or out of time
+		}
+	}
 }

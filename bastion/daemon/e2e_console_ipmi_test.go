@@ -304,3 +304,37 @@ func copyQuiet(w *conBuf, r *os.File) {
 		}
 	}
 }
+
+// TestConsoleBreakAfterEnter: a break request right behind the keystrokes
+// that end a line (as OpenSSH sends "Enter" then ~B's request) is sent
+// after them, so ipmitool, which takes a break only at a line start, never
+// refuses it.
+func TestConsoleBreakAfterEnter(t *testing.T) {
+	t.Parallel()
+	ipmisim.Require(t, "ipmitool")
+	s := ipmisim.Start(t)
+	o := startObmd(t)
+	tok := o.addIPMINode("brk", "ipmitool", s)
+	g := o.goConsole(t, "brk", tok, conOpts{pty: true})
+	conSync(t, s, allSaw([]*conGo{g}))
+	const n = 30
+	for i := range n {
+		g.typeKeys(fmt.Sprintf("line %d\r", i))
+		if _, err := g.s.SendRequest("break", false, []byte{0, 0, 0x03, 0xe8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.WaitSerial(t, []byte(fmt.Sprintf("line %d\r", n-1)), conWait)
+	waitUntil(t, "every break audited", func() bool {
+		k := 0
+		for _, a := range o.conAudit("brk") {
+			if strings.HasPrefix(a, "console.break") {
+				k++
+			}
+		}
+		return k == n || strings.Contains(g.errb.String(), "break not sent")
+	})
+	if e := g.errb.String(); strings.Contains(e, "break not sent") {
+		t.Errorf("a break was refused: %q", tailString(e, 300))
+	}
+}
