@@ -24,28 +24,12 @@ import (
 // conDrivers are the driver types that reach a real BMC.
 var conDrivers = []string{"ipmi", "ipmitool"}
 
-// conSync prints numbered sync lines on the serial port until seen says
-// one arrived: ipmi_sim drops serial output while no SOL session is
-// active, so this is how a test knows the link is up.
+// conSync prints sync lines on the serial port until seen says one
+// arrived: ipmi_sim drops serial output while no SOL session is active, so
+// this is how a test knows the link is up.
 func conSync(t testing.TB, s *ipmisim.Sim, seen func(marker string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(conWait)
-	for i := 0; ; i++ {
-		m := fmt.Sprintf("<sync-%d>", i)
-		if err := s.WriteSerial([]byte(m + "\r\n")); err != nil {
-			t.Fatalf("write serial: %v", err)
-		}
-		stop := time.Now().Add(100 * time.Millisecond)
-		for time.Now().Before(stop) {
-			if seen(m) {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serial output never reached the viewer within %v", conWait)
-		}
-	}
+	conSyncWith(t, s.WriteSerial, seen)
 }
 
 // TestConsoleIPMIOpenSSH is a person's session on a real BMC, per driver:
@@ -336,5 +320,51 @@ func TestConsoleBreakAfterEnter(t *testing.T) {
 	})
 	if e := g.errb.String(); strings.Contains(e, "break not sent") {
 		t.Errorf("a break was refused: %q", tailString(e, 300))
+	}
+}
+
+// TestConsoleIPMIBinarySafe: every byte value passes untouched both ways
+// through a real BMC, per driver; ipmitool's own escapes typed at a line
+// start ("~." would end its session, "~B" send a break) reach the serial
+// port as plain bytes and the link stays up.
+func TestConsoleIPMIBinarySafe(t *testing.T) {
+	t.Parallel()
+	ipmisim.Require(t, "ipmitool")
+	o := startObmd(t)
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	for _, typ := range conDrivers {
+		t.Run(typ, func(t *testing.T) {
+			t.Parallel()
+			s := ipmisim.Start(t)
+			label := "bin-" + typ
+			tok := o.addIPMINode(label, typ, s)
+			g := o.goConsole(t, label, tok, conOpts{})
+			conSync(t, s, allSaw([]*conGo{g}))
+
+			from := g.out.Len()
+			want := append(bytes.Clone(all), "<end>"...)
+			if err := s.WriteSerial(want); err != nil {
+				t.Fatal(err)
+			}
+			end := g.out.wait(t, "console output", from, "<end>")
+			if got := g.out.Bytes()[from:end]; !bytes.Equal(got, want) {
+				t.Errorf("output: got %q, want the 256 byte values then <end>", got)
+			}
+
+			before := len(s.Serial())
+			in := append(bytes.Clone(all), "\r~.\r~B\r~?\n~~<in-end>"...)
+			g.typeKeys(string(in))
+			s.WaitSerial(t, []byte("<in-end>"), conWait)
+			if got := s.Serial()[before:]; !bytes.Equal(got, in) {
+				t.Errorf("serial side: got %q, want %q", got, in)
+			}
+			conSync(t, s, allSaw([]*conGo{g})) // the link is still up
+			if e := g.errb.String(); strings.Contains(e, "link lost") {
+				t.Errorf("notices: got %q, want the link never lost", e)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,12 +75,16 @@ func conHaveIPMISim(t *testing.T) bool {
 	return true
 }
 
+// conSyncSeq numbers sync markers, so that each marker is new to every
+// viewer.
+var conSyncSeq atomic.Int64
+
 // conSyncWith is conSync for any serial port.
 func conSyncWith(t testing.TB, print func([]byte) error, seen func(string) bool) {
 	t.Helper()
 	deadline := time.Now().Add(conWait)
-	for i := 0; ; i++ {
-		m := fmt.Sprintf("<sync-%d>", i)
+	for {
+		m := fmt.Sprintf("<sync-%d>", conSyncSeq.Add(1))
 		if err := print([]byte(m + "\r\n")); err != nil {
 			t.Fatal(err)
 		}
