@@ -131,12 +131,18 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
 		c.SetDeadline(time.Time{}) // authenticated: no handshake bound any more
 	}
+	if s.cfg.OnAuth != nil {
+		s.cfg.OnAuth(a.Method, "ok")
+	}
 	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + a.Method, Action: "auth",
 		Source: remoteString(ctx), Result: "ok", Detail: a.User})
 }
 
 func (s *Server) denied(ctx context.Context, method, why string) {
 	sc := ctx.(ssh.Context)
+	if s.cfg.OnAuth != nil {
+		s.cfg.OnAuth(method, "denied")
+	}
 	s.log.WithFields(map[string]any{"node": safe(sc.User()), "remote": remoteString(sc), "method": method, "reason": why}).Info("auth_denied")
 	s.audit(ctx, db.AuditEvent{Node: safe(sc.User()), Actor: "ssh:" + method, Action: "auth",
 		Source: remoteString(sc), Result: "denied", Detail: why})

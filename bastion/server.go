@@ -71,6 +71,9 @@ type Config struct {
 	Banner func() string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// OnAuth, if set, is told of every authentication attempt's method and
+	// result ("ok" or "denied"), for metrics.
+	OnAuth func(method, result string)
 }
 
 // Server is the SSH front door. Serve runs it; Shutdown stops it.

@@ -93,6 +93,9 @@ type Config struct {
 	Version string
 	// Now is the clock (durations, session ages). Nil means time.Now.
 	Now func() time.Time
+	// Observe, if set, is told of every power and boot-device operation
+	// (the audit action, its result and how long it took), for metrics.
+	Observe func(action, result string, took time.Duration)
 }
 
 // Runner runs commands for every node. It is safe for concurrent use.
@@ -255,7 +258,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	if op.exclusive {
 		if !r.acquire(req.Node) {
 			err := fmt.Errorf("%s %s: %w", op.verb, node, ErrBusy)
-			r.record(ctx, req, op.action, ResultBusy, ErrBusy.Error(), err)
+			r.record(ctx, req, op.action, ResultBusy, ErrBusy.Error(), err, 0)
 			return res, err
 		}
 		defer r.release(req.Node)
@@ -265,7 +268,11 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	res.Took = r.cfg.Now().Sub(start)
 	took := "took " + res.Took.Round(time.Millisecond).String()
 	if err != nil {
-		r.record(ctx, req, op.action, ResultError, err.Error()+"; "+took, err)
+		result := ResultError
+		if errors.Is(err, ErrBusy) { // held by another replica
+			result = ResultBusy
+		}
+		r.record(ctx, req, op.action, result, err.Error()+"; "+took, err, res.Took)
 		return res, fmt.Errorf("%s %s: %w", op.verb, node, err)
 	}
 	res.Power = power
@@ -280,7 +287,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	default:
 		res.Text = node + ": " + op.done + "\n"
 	}
-	r.record(ctx, req, op.action, ResultOK, detail, nil)
+	r.record(ctx, req, op.action, ResultOK, detail, nil, res.Took)
 	return res, nil
 }
 
@@ -350,7 +357,10 @@ func (r *Runner) release(node string) {
 // caller still returns the error: this is the record, not the handling).
 // The audit outlives a cancelled ctx (a cut session's last action is still
 // recorded) but is bounded by the timeout.
-func (r *Runner) record(ctx context.Context, req Request, action, result, detail string, err error) {
+func (r *Runner) record(ctx context.Context, req Request, action, result, detail string, err error, took time.Duration) {
+	if r.cfg.Observe != nil {
+		r.cfg.Observe(action, result, took)
+	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
 	defer cancel()
 	r.audit.Audit(actx, Event{

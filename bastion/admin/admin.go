@@ -44,6 +44,9 @@ type Config struct {
 	// starts: the wiring applies, on this replica, an access change made
 	// elsewhere and not yet seen (bastion.Revoker.Admit).
 	Admit func(ctx context.Context, label string, epoch int64)
+	// Metrics, if set, serves GET /metrics (Prometheus text format; no
+	// authentication, like the probes: it carries no node names).
+	Metrics http.Handler
 }
 
 // Store is the part of *db.Store the API uses.
@@ -145,6 +148,9 @@ func (a *API) routes() {
 	// Probes: no authentication.
 	a.handle("GET /healthz", a.healthz)
 	a.handle("GET /readyz", a.readyz)
+	if a.cfg.Metrics != nil {
+		a.handle("GET /metrics", a.cfg.Metrics.ServeHTTP)
+	}
 
 	// obmd-compatible admin routes.
 	a.handle("PUT /node/{label}", a.admin(a.putNodeObmd))

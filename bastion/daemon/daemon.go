@@ -23,6 +23,7 @@ import (
 
 	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
@@ -42,6 +43,7 @@ type Daemon struct {
 	resolver *nodes.Resolver
 	consoles *sol.Manager
 	reg      *sessions.Registry
+	metrics  *metrics.Registry
 	revoker  *bastion.Revoker
 	ssh      *bastion.Server
 	http     *http.Server
@@ -132,19 +134,21 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
 		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
 	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.log)
-	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version},
+	d.metrics = d.newMetrics()
+	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
+		Observe: d.metrics.ObservePower},
 		powerBMCs, d.consoles, bastion.NewSessionList(d.reg, d.consoles), auditor{d.store, d.log}, d.log)
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit}, d.store, sealer, runner,
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Metrics: d.metrics}, d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
 		Limits: d.cfg.AuthLimits, FailDelay: d.cfg.FailDelay, Version: d.cfg.Version, Admit: d.revoker.Admit,
-		Banner: d.loginBanner}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,95 @@
+package daemon_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// TestMetrics: /metrics (no auth, no node names) counts power operations,
+// authentication results, sessions and console traffic.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("secret-node-name")
+	if res, err := o.execGo("secret-node-name", tok, "power-off"); err != nil || res.Code != 0 {
+		t.Fatalf("power-off: %v %v", res, err)
+	}
+	if _, err := o.execGo("secret-node-name", "wrong", "power-status"); err == nil {
+		t.Fatal("wrong token authenticated")
+	}
+	c, err := o.dial("secret-node-name", gossh.Password(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := s.StdoutPipe()
+	if err := s.Shell(); err != nil {
+		t.Fatal(err)
+	}
+	bmc := o.Lab().BMC("secret-node-name", sim.ModeNormal)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := bmc.WaitConsole(ctx, true); err != nil {
+		t.Fatalf("console never opened: %v", err)
+	}
+	bmc.Inject([]byte("hello\r\n"))
+	got := make(chan bool, 1)
+	go func() { // ends when the session closes (deferred c.Close)
+		buf, seen := make([]byte, 256), ""
+		for !strings.Contains(seen, "hello") {
+			n, err := out.Read(buf)
+			if err != nil {
+				got <- false
+				return
+			}
+			seen += string(buf[:n])
+		}
+		got <- true
+	}()
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("console ended before its output arrived")
+		}
+	case <-ctx.Done():
+		t.Fatal("console output never arrived")
+	}
+
+	status, body := o.request("GET", "/metrics", nil, "", "")
+	if status != 200 {
+		t.Fatalf("GET /metrics: got %d, want 200", status)
+	}
+	m := string(body)
+	for _, want := range []string{
+		`obmd_power_operation_seconds_count{action="power.off",result="ok"} 1`,
+		`obmd_auth_attempts_total{method="password",result="ok"} 2`,
+		`obmd_sessions_open{kind="console"} 1`,
+		`obmd_console_links{state="up"} 1`,
+		`obmd_console_viewers 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, want := range []string{`obmd_auth_attempts_total{method="password",result="denied"}`, `obmd_console_bytes_total{direction="out"}`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(m, "secret-node-name") {
+		t.Errorf("/metrics names a node")
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", m)
+	}
+}

@@ -1,0 +1,34 @@
+package daemon
+
+import (
+	"github.com/obmd/obmd/bastion/metrics"
+	"github.com/obmd/obmd/bastion/sessions"
+)
+
+// newMetrics builds the registry behind GET /metrics: power and auth
+// counters are pushed by their owners; sessions and console-hub figures are
+// read at each scrape.
+func (d *Daemon) newMetrics() *metrics.Registry {
+	m := metrics.New()
+	m.Pull(func(w *metrics.Writer) {
+		counts := d.reg.Count()
+		w.Family("obmd_sessions_open", "gauge", "Live sessions by kind.")
+		for _, kind := range []string{sessions.KindConsole, sessions.KindExec, sessions.KindHTTPConsole} {
+			w.Sample("", float64(counts[kind]), "kind", kind)
+		}
+		st := d.consoles.Stats()
+		w.Family("obmd_console_links", "gauge", "BMC console links by state (up: console open; down: opening or reconnecting).")
+		w.Sample("", float64(st.LinksUp), "state", "up")
+		w.Sample("", float64(st.Links-st.LinksUp), "state", "down")
+		w.Gauge("obmd_console_viewers", "Attached console viewers.", float64(st.Viewers))
+		w.Counter("obmd_console_opens_total", "BMC consoles opened.", float64(st.Opens))
+		w.Counter("obmd_console_open_errors_total", "Failed attempts to open a BMC console.", float64(st.OpenErrors))
+		w.Counter("obmd_console_reconnects_total", "Established console links lost while in use.", float64(st.Reconnects))
+		w.Family("obmd_console_bytes_total", "counter", "Console bytes by direction (out: from the BMC; in: to it).")
+		w.Sample("", float64(st.BytesOut), "direction", "out")
+		w.Sample("", float64(st.BytesIn), "direction", "in")
+		w.Counter("obmd_console_viewer_overflows_total", "Times a slow viewer's queue overflowed.", float64(st.Overflows))
+		w.Counter("obmd_console_skipped_bytes_total", "Console bytes slow viewers skipped.", float64(st.Skipped))
+	})
+	return m
+}
