@@ -1,9 +1,9 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/obmd/obmd/db"
@@ -157,17 +157,18 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 // updateNode replaces a node's type and info (/v1) and cuts its sessions:
 // they were opened against the old BMC.
 func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ string, info sol.Info) {
-	ctx, cancel := detached(r)
-	defer cancel()
 	sealed, err := a.sealInfo(label, info)
 	if err != nil {
 		a.log.WithError(err).Error("seal_failed")
 		writeError(w, http.StatusInternalServerError, "internal error (seal)")
 		return
 	}
-	done := a.begin(label)
-	defer done(0, "")
-	n, err := a.store.UpdateNodeInfo(ctx, label, typ, sealed)
+	var n db.Node
+	err = a.changeAccess(r, label, "node.update", "type "+typ, WhyNodeChanged, func(ctx context.Context) (int64, error) {
+		var err error
+		n, err = a.store.UpdateNodeInfo(ctx, label, typ, sealed)
+		return n.Epoch, err
+	})
 	if errors.Is(err, db.ErrNotFound) {
 		writeError(w, http.StatusConflict, "node "+quote(label)+" was deleted concurrently; try again")
 		return
@@ -176,26 +177,32 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ stri
 		a.storeError(w, r, "update node", err)
 		return
 	}
-	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "node.update", Result: "ok", Detail: "type " + typ})
-	done(n.Epoch, WhyNodeChanged)
 	writeJSON(w, http.StatusOK, a.view(n))
 }
 
-// begin starts an access change of label on this replica; done(epoch, why)
-// cuts the node's sessions older than epoch, done(0, "") (the change
-// failed) only ends the change. Only the first call of done counts, so
-// handlers defer done(0, "") and call done(epoch, why) on success.
-func (a *API) begin(label string) (done func(epoch int64, why string)) {
+// changeAccess is the one path of every access change made through the
+// API (token rotation or revocation, node change or deletion, key removal):
+// under the node's revocation lock on this replica, change moves the node's
+// epoch in the database; the change is then audited and every session of
+// the node older than the new epoch is cut (with why as the reason users
+// see) before changeAccess returns, so the caller answers only after. An
+// error from change (db.ErrNotFound included) is returned as is, with
+// nothing cut. The database work is detached from the client: a client
+// that hangs up mid-change does not leave it half done.
+func (a *API) changeAccess(r *http.Request, label, action, detail, why string, change func(context.Context) (int64, error)) error {
+	ctx, cancel := detached(r)
+	defer cancel()
+	var epoch int64 // stays 0 (cut nothing) unless the change is made
 	end := a.revoker.Begin(label)
-	var once sync.Once
-	return func(epoch int64, why string) {
-		once.Do(func() {
-			if epoch > 0 {
-				a.log.WithFields(logrus.Fields{"node": label, "epoch": epoch, "why": why}).Debug("revoke")
-			}
-			end(epoch, why)
-		})
+	defer func() { end(epoch, why) }() // deferred: a panic must not keep the node locked
+	moved, err := change(ctx)
+	if err != nil {
+		return err
 	}
+	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: action, Result: "ok", Detail: detail})
+	a.log.WithFields(logrus.Fields{"node": label, "epoch": moved, "why": why}).Debug("revoke")
+	epoch = moved
+	return nil
 }
 
 // deleteNode deletes a node (idempotent: an unknown node is 200 too).
@@ -204,21 +211,13 @@ func (a *API) deleteNode(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	done := a.begin(label)
-	defer done(0, "")
-	epoch, err := a.store.DeleteNode(ctx, label)
-	if errors.Is(err, db.ErrNotFound) {
-		writeOK(w)
-		return
-	}
-	if err != nil {
+	err := a.changeAccess(r, label, "node.delete", "", WhyNodeDeleted, func(ctx context.Context) (int64, error) {
+		return a.store.DeleteNode(ctx, label)
+	})
+	if err != nil && !errors.Is(err, db.ErrNotFound) { // deleting an unknown node is done already
 		a.storeError(w, r, "delete node", err)
 		return
 	}
-	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "node.delete", Result: "ok"})
-	done(epoch, WhyNodeDeleted)
 	writeOK(w)
 }
 
@@ -240,11 +239,9 @@ func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "internal error (token)")
 		return
 	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	done := a.begin(label)
-	defer done(0, "")
-	epoch, err := a.store.SetToken(ctx, label, keys.HashToken(tok))
+	err = a.changeAccess(r, label, "token.rotate", "", WhyTokenRotate, func(ctx context.Context) (int64, error) {
+		return a.store.SetToken(ctx, label, keys.HashToken(tok))
+	})
 	if errors.Is(err, db.ErrNotFound) {
 		nodeNotFound(w, label)
 		return
@@ -253,8 +250,6 @@ func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, "set token", err)
 		return
 	}
-	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "token.rotate", Result: "ok"})
-	done(epoch, WhyTokenRotate)
 	writeJSON(w, http.StatusOK, tokenResponse{Token: tok})
 }
 
@@ -264,11 +259,9 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	done := a.begin(label)
-	defer done(0, "")
-	epoch, err := a.store.RevokeToken(ctx, label)
+	err := a.changeAccess(r, label, "token.revoke", "", WhyTokenRevoke, func(ctx context.Context) (int64, error) {
+		return a.store.RevokeToken(ctx, label)
+	})
 	if errors.Is(err, db.ErrNotFound) {
 		nodeNotFound(w, label)
 		return
@@ -277,8 +270,6 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, "revoke token", err)
 		return
 	}
-	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "token.revoke", Result: "ok"})
-	done(epoch, WhyTokenRevoke)
 	writeOK(w)
 }
 

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -101,11 +102,9 @@ func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "fingerprint "+quote(fp)+" is not valid (want SHA256:..., with \"/\" escaped as %2F)")
 		return
 	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	done := a.begin(label)
-	defer done(0, "")
-	epoch, err := a.store.DeleteKey(ctx, label, fp)
+	err := a.changeAccess(r, label, "key.remove", fp, WhyKeyRemoved, func(ctx context.Context) (int64, error) {
+		return a.store.DeleteKey(ctx, label, fp)
+	})
 	if errors.Is(err, db.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no key "+quote(fp)+" on node "+quote(label))
 		return
@@ -114,8 +113,6 @@ func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, "delete key", err)
 		return
 	}
-	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "key.remove", Result: "ok", Detail: fp})
-	done(epoch, WhyKeyRemoved)
 	writeOK(w)
 }
 
