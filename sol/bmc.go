@@ -75,14 +75,16 @@ type Console interface {
 	Close() error
 }
 
-// NoLinger may be implemented by a BMC whose console is not a serial line
-// that outlives its viewers but output made for them, such as the mock
-// type's counter, which starts at 0 on every new console (HIL's tests read
-// a stream and expect 0, 1, 2, ...). When NoLinger reports true, the Manager
-// closes the node's link as its last viewer leaves, without Config.Linger,
-// so the next viewer gets a new console.
-type NoLinger interface {
-	NoLinger() bool
+// Exclusive may be implemented by a BMC whose console belongs to one viewer
+// at a time, as obmd's mock did: its counter starts at 0 on every new
+// console, and HIL's tests read a stream and expect 0, 1, 2, ... each time.
+// When Exclusive reports true, a new viewer displaces the node's current
+// ones (they end with ErrDisplaced) and gets a new console, and the console
+// closes as its viewer leaves, without Config.Linger. So a new stream never
+// joins the previous one mid-count, even before the server has noticed that
+// the previous reader hung up.
+type Exclusive interface {
+	Exclusive() bool
 }
 
 // Info is how to reach a node's BMC: what an administrator registers. The JSON

@@ -64,7 +64,7 @@ type node struct {
 	in        []byte        // pending input, at most maxInput
 	inDrained chan struct{} // closed (and replaced) when a full input buffer drains
 	up        bool          // a console is established
-	noLinger  bool          // the BMC is NoLinger: retire as the last viewer leaves
+	exclusive bool          // the BMC is Exclusive: one viewer at a time, no linger
 	status    string        // current trouble notice, repeated to new viewers; "" if none
 }
 
@@ -168,9 +168,9 @@ func (n *node) open(ctx context.Context) (Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve BMC: %w", err)
 	}
-	if nl, ok := bmc.(NoLinger); ok && nl.NoLinger() {
+	if x, ok := bmc.(Exclusive); ok && x.Exclusive() {
 		n.mu.Lock()
-		n.noLinger = true
+		n.exclusive = true
 		n.mu.Unlock()
 		n.checkIdle() // a timer armed meanwhile may be too long
 	}
@@ -292,11 +292,11 @@ func (n *node) sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // checkIdle arms the linger timer when the last viewer has gone and disarms
-// it when one is back; a NoLinger node's timer fires at once. Owner only.
+// it when one is back; an Exclusive node's timer fires at once. Owner only.
 func (n *node) checkIdle() {
 	n.mu.Lock()
 	idle, d := len(n.viewers) == 0, n.m.cfg.Linger
-	if n.noLinger {
+	if n.exclusive {
 		d = 0
 	}
 	n.mu.Unlock()

@@ -218,11 +218,11 @@ func TestMockConsoleThroughManager(t *testing.T) {
 	}
 }
 
-// TestMockConsoleNoLinger: a NoLinger BMC (the mock type) gets a new
+// TestMockConsoleExclusive: an Exclusive BMC (the mock type) gets a new
 // console for the next viewer even right after the last one left and with
 // a long linger, so every new stream counts from 0; its link closes as the
 // last viewer leaves.
-func TestMockConsoleNoLinger(t *testing.T) {
+func TestMockConsoleExclusive(t *testing.T) {
 	lab := sim.NewLab(sim.WithMockInterval(2 * time.Millisecond))
 	b := lab.BMC("m1", sim.ModeMock)
 	m := newManager(t, sol.Config{Linger: time.Hour}, lab)
@@ -243,6 +243,36 @@ func TestMockConsoleNoLinger(t *testing.T) {
 	if _, opens, _ := b.ConsoleStats(); opens != 3 {
 		t.Errorf("got %d console opens, want 3 (one per viewer)", opens)
 	}
+}
+
+// TestMockConsoleDisplaced: a new viewer of an Exclusive console displaces
+// the current one (which ends with ErrDisplaced) and counts from 0, even
+// when the current one has not left: the server may not yet have noticed
+// that an HTTP reader hung up.
+func TestMockConsoleDisplaced(t *testing.T) {
+	lab := sim.NewLab(sim.WithMockInterval(2 * time.Millisecond))
+	lab.BMC("m1", sim.ModeMock)
+	m := newManager(t, sol.Config{Linger: time.Hour}, lab)
+	old := attach(t, m, "m1", "first", sol.AttachOptions{})
+	record(old).waitData(t, "\n3\n")
+	v := attach(t, m, "m1", "second", sol.AttachOptions{})
+	r := record(v)
+	r.waitData(t, "\n3\n")
+	if got := r.Data(); !strings.HasPrefix(got, "0\n1\n2\n3\n") {
+		t.Errorf("new reader: got %q, want the counter from 0", got[:min(len(got), 40)])
+	}
+	select {
+	case <-old.Done():
+		if !errors.Is(old.Err(), sol.ErrDisplaced) {
+			t.Errorf("displaced reader's cause: got %v, want ErrDisplaced", old.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first reader was not displaced")
+	}
+	if got := m.Viewers("m1"); len(got) != 1 || got[0].Name != "second" {
+		t.Errorf("viewers: got %v, want only the new reader", got)
+	}
+	v.Close()
 }
 
 func BenchmarkFanout(b *testing.B) {

@@ -25,6 +25,9 @@ var (
 	ErrSlowViewer = errors.New("console output overflowed: this session reads too slowly")
 	// ErrCut is the cause Cut uses when it is given none.
 	ErrCut = errors.New("console access ended")
+	// ErrDisplaced ends the viewer of an Exclusive console (the mock type)
+	// when a new viewer attaches: one reader at a time, as obmd had.
+	ErrDisplaced = errors.New("another reader opened this console (it allows one at a time)")
 	// ErrLinkDown: Break while the node's console link is not established.
 	ErrLinkDown = errors.New("console link is not up")
 )
@@ -185,6 +188,18 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 		return nil, fmt.Errorf("attach to %s: %w", label, ErrShutdown)
 	}
 	n, start := m.nodes[label], func() {}
+	if n != nil {
+		n.mu.Lock()
+		displace := n.exclusive
+		if displace {
+			m.retireLocked(n, ErrDisplaced) // one reader at a time: the new one gets a new console
+		}
+		n.mu.Unlock()
+		if displace {
+			n.log.Info("console displaced by a new reader")
+			n = nil
+		}
+	}
 	if n == nil {
 		n, start = m.newNodeLocked(label)
 	}

@@ -196,8 +196,8 @@ func (v *Viewer) Replay() {
 }
 
 // Close detaches v (cause ErrDetached). It is idempotent; Output is closed
-// shortly after. When v was the last viewer of a NoLinger node, the node is
-// retired before Close returns, so a following Attach opens a new console.
+// shortly after. When v was the last viewer of an Exclusive node, the node
+// is retired before Close returns, so a following Attach opens a new console.
 func (v *Viewer) Close() {
 	n, m := v.n, v.m
 	m.mu.Lock()
@@ -205,7 +205,7 @@ func (v *Viewer) Close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.removeLocked(v, ErrDetached)
-	if n.noLinger && len(n.viewers) == 0 {
+	if n.exclusive && len(n.viewers) == 0 {
 		m.retireLocked(n, ErrDetached)
 	}
 }

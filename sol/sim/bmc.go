@@ -59,16 +59,16 @@ func newBMC(label string, mode Mode, interval time.Duration) *BMC {
 }
 
 var (
-	_ sol.BMC      = (*BMC)(nil)
-	_ sol.NoLinger = (*BMC)(nil)
+	_ sol.BMC       = (*BMC)(nil)
+	_ sol.Exclusive = (*BMC)(nil)
 )
 
 // Mode returns the BMC's mode.
 func (b *BMC) Mode() Mode { return b.mode }
 
-// NoLinger implements sol.NoLinger: a ModeMock console counts from 0 for
+// Exclusive implements sol.Exclusive: a ModeMock console counts from 0 for
 // every new console, so its link must not outlive its viewers.
-func (b *BMC) NoLinger() bool { return b.mode == ModeMock }
+func (b *BMC) Exclusive() bool { return b.mode == ModeMock }
 
 // begin runs before every operation: it waits the configured delay (bounded
 // by ctx) and returns the injected failure, if any.
