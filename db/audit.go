@@ -82,23 +82,25 @@ func (s *Store) flushAudit(ctx context.Context) {
 	q.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
-	err := s.withTx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx,
-			`INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for _, r := range batch {
-			e := r.e
-			if _, err := stmt.ExecContext(ctx, toMillis(e.At), clip(e.Node, auditNodeLen), clip(e.Actor, auditActorLen),
-				clip(e.Action, auditActionLen), clip(e.Source, auditSourceLen), clip(e.Result, auditResultLen),
-				clip(e.Detail, auditDetailLen)); err != nil {
-				return err
+	// Prepared before the transaction: SQLite's writer pool has one
+	// connection, which the transaction would hold.
+	insert, err := s.prepared(ctx, s.w,
+		`INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	if err == nil {
+		err = s.withTx(ctx, func(tx *sql.Tx) error {
+			stmt := tx.StmtContext(ctx, insert)
+			defer stmt.Close()
+			for _, r := range batch {
+				e := r.e
+				if _, err := stmt.ExecContext(ctx, toMillis(e.At), clip(e.Node, auditNodeLen), clip(e.Actor, auditActorLen),
+					clip(e.Action, auditActionLen), clip(e.Source, auditSourceLen), clip(e.Result, auditResultLen),
+					clip(e.Detail, auditDetailLen)); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("append %d audit event(s): %w", len(batch), err)

@@ -82,7 +82,7 @@ func (s *Store) Keys(ctx context.Context, label string) ([]Key, error) {
 // node's epoch; ErrNotFound for an unknown node.
 func (s *Store) HasKey(ctx context.Context, label, fingerprint string) (epoch int64, ok bool, err error) {
 	var fp sql.NullString
-	err = s.r.QueryRowContext(ctx,
+	err = s.queryRow(ctx,
 		`SELECT n.access_epoch, k.fingerprint
 		 FROM nodes n LEFT JOIN node_keys k ON k.node = n.label AND k.fingerprint = ?
 		 WHERE n.label = ?`, fingerprint, label).Scan(&epoch, &fp)

@@ -63,7 +63,7 @@ func scanNode(r scanner) (Node, error) {
 
 // Node returns one node; ErrNotFound.
 func (s *Store) Node(ctx context.Context, label string) (Node, error) {
-	n, err := scanNode(s.r.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
+	n, err := scanNode(s.queryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
 	if err != nil {
 		return Node{}, fmt.Errorf("get node %s: %w", label, notFound(err))
 	}
@@ -148,7 +148,7 @@ func (s *Store) DeleteNode(ctx context.Context, label string) (int64, error) {
 // Epoch returns the node's current epoch; ErrNotFound.
 func (s *Store) Epoch(ctx context.Context, label string) (int64, error) {
 	var epoch int64
-	err := s.r.QueryRowContext(ctx, `SELECT access_epoch FROM nodes WHERE label = ?`, label).Scan(&epoch)
+	err := s.queryRow(ctx, `SELECT access_epoch FROM nodes WHERE label = ?`, label).Scan(&epoch)
 	if err != nil {
 		return 0, fmt.Errorf("get epoch of %s: %w", label, notFound(err))
 	}

@@ -37,6 +37,7 @@ type Store struct {
 	log     logrus.FieldLogger
 	now     func() time.Time // tests replace it
 	audit   auditQueue
+	stmts   stmtCache
 }
 
 // Open connects to dsn: a SQLite file path (or "file:..." URI), or
@@ -230,7 +231,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the pool.
 func (s *Store) Close() error {
-	var errs []error
+	errs := []error{s.closeStmts()}
 	if s.r != s.w {
 		errs = append(errs, s.r.Close())
 	}

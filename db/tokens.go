@@ -61,7 +61,7 @@ func (s *Store) Access(ctx context.Context, label string) (Access, error) {
 		a    Access
 		hash sql.NullString
 	)
-	err := s.r.QueryRowContext(ctx,
+	err := s.queryRow(ctx,
 		`SELECT n.access_epoch, t.hash
 		 FROM nodes n LEFT JOIN node_tokens t ON t.node = n.label
 		 WHERE n.label = ?`, label).Scan(&a.Epoch, &hash)
