@@ -61,10 +61,12 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 		select {
 		case ch, ok := <-v.Output():
 			if !ok {
-				// Cuts and shutdown are told by the caller; a viewer the
-				// hub dropped for reading too slowly is told here.
+				// Cuts and shutdown are told by the caller; anything else
+				// that ended the viewer (too slow a reader, displaced from a
+				// one-reader mock console) is told here: the hub's error
+				// texts are written for users.
 				err := v.Err()
-				if errors.Is(err, sol.ErrSlowViewer) {
+				if !isCut(err) {
 					say(err.Error())
 				}
 				return commands.ExitFailed, err

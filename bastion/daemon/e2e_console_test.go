@@ -306,3 +306,38 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestConsoleMockDisplaced: a mock console has one reader at a time, as
+// obmd's did; an SSH viewer displaced by a new HTTP stream is told why.
+func TestConsoleMockDisplaced(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	o.addNode("node-98", "mock", sol.Info{Addr: "10.0.0.4"})
+	tok := o.rotate("node-98")
+	c, err := o.dial("node-98", gossh.Password(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	s.Stdout, s.Stderr = &out, &out
+	if err := s.Shell(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the SSH viewer to count", func() bool { return strings.Contains(out.String(), "\n2\n") })
+	lines, _, stop := o.conHTTP(t, "node-98", tok)
+	defer stop()
+	if line, err := lines.ReadString('\n'); err != nil || line != "0\n" {
+		t.Fatalf("new HTTP stream: got %q (%v), want it to start at 0", line, err)
+	}
+	if err := s.Wait(); err == nil {
+		t.Errorf("displaced SSH viewer: exit 0, want a failure")
+	}
+	if !strings.Contains(out.String(), "another reader opened this console") {
+		t.Errorf("displaced SSH viewer: got %q, want to be told why", tailString(out.String(), 200))
+	}
+}

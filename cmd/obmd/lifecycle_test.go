@@ -179,8 +179,12 @@ func TestBinaryGracefulShutdown(t *testing.T) {
 	state := t.TempDir()
 	p := startObmd(t, map[string]string{"OBMD_SHUTDOWN_TIMEOUT": shutdownTimeout.String()}, loopbackArgs(state)...)
 	admin := p.adminToken()
+	// Two mock nodes: a mock console has one reader at a time (as obmd's),
+	// so the SSH console and the HTTP stream each get their own.
 	p.must(200, "PUT", "/node/n1", `{"type":"mock","info":{"addr":"10.0.0.4"}}`, admin)
+	p.must(200, "PUT", "/node/n2", `{"type":"mock","info":{"addr":"10.0.0.5"}}`, admin)
 	tok := rotate(p, "n1", admin)
+	tok2 := rotate(p, "n2", admin)
 
 	// An SSH console, with a PTY as OpenSSH asks for one.
 	c, err := gossh.Dial("tcp", p.SSHAddr, &gossh.ClientConfig{User: "n1", Auth: []gossh.AuthMethod{gossh.Password(tok)},
@@ -211,7 +215,7 @@ func TestBinaryGracefulShutdown(t *testing.T) {
 	// An HTTP console stream.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", p.baseURL()+"/node/n1/console?token="+url.QueryEscape(tok), nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", p.baseURL()+"/node/n2/console?token="+url.QueryEscape(tok2), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
