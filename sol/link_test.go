@@ -80,7 +80,7 @@ func TestOpenFailuresBackOff(t *testing.T) {
 	if attempts < 2 || attempts > 25 {
 		t.Errorf("got %d open attempts in 600ms, want 2..25", attempts)
 	}
-	want := "cannot open console: open SOL: sim activate SOL on n1: no route to BMC; retrying"
+	want := "cannot open console: open SOL: simulated BMC: no route to BMC; retrying"
 	if got := r.Notices(); len(got) != 1 || got[0] != want {
 		t.Errorf("got notices %q, want once %q", got, want)
 	}

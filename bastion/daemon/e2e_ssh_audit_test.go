@@ -40,7 +40,7 @@ func TestSSHAudit(t *testing.T) {
 			{"power-reset --json", "power.reset", "ok", "took ", 0},
 			{"bootdev pxe --persistent", "bootdev", "ok", "pxe (persistent); took ", 0},
 			{"version", "", "", "", 0},
-			{"power-on", "power.on", "error", "sim power on on au: BMC on fire; took ", 1},
+			{"power-on", "power.on", "error", "simulated BMC: BMC on fire; took ", 1},
 		}
 		var want []string
 		for i, st := range steps {

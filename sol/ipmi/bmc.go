@@ -229,7 +229,7 @@ var bootDevices = map[string]types.BootDeviceSelector{
 func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) error {
 	sel, ok := bootDevices[dev]
 	if !ok {
-		return fmt.Errorf("set boot device of %s to %q: %w", b.label, dev, sol.ErrBadBootDevice)
+		return fmt.Errorf("boot device %q: %w", dev, sol.ErrBadBootDevice)
 	}
 	return b.do(ctx, "set boot device", func(ctx context.Context, c *client.Client) error {
 		return c.SetBootDevice(ctx, sel, types.BIOSBootTypeLegacy, persistent)
@@ -237,19 +237,21 @@ func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) er
 }
 
 // do runs fn in a fresh session bounded by ctx and CallTimeout, then closes
-// the session.
+// the session. Errors say what failed at the IPMI level ("connect to BMC
+// ...", the BMC's answer); the caller, which asked for op on this node,
+// names both (commands: "power on node-17: ...").
 func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *client.Client) error) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
 	s, err := b.dial(ctx)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, b.label, err)
+		return err
 	}
 	err = fn(ctx, s.c)
 	s.close(ctx)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, b.label, err)
+		return fmt.Errorf("IPMI request: %w", err)
 	}
 	b.log.WithFields(logrus.Fields{"op": op, "took_ms": time.Since(start).Milliseconds()}).Debug("ipmi_op_done")
 	return nil

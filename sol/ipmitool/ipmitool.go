@@ -307,7 +307,7 @@ func firstLine(b []byte) string {
 func (b *BMC) PowerStatus(ctx context.Context) (string, error) {
 	out, err := b.run(ctx, "power", "status")
 	if err != nil {
-		return "", fmt.Errorf("power status of %s: %w", b.label, err)
+		return "", err
 	}
 	switch s := strings.TrimSpace(string(out)); s {
 	case "Chassis Power is on":
@@ -315,7 +315,7 @@ func (b *BMC) PowerStatus(ctx context.Context) (string, error) {
 	case "Chassis Power is off":
 		return sol.PowerOff, nil
 	default:
-		return "", fmt.Errorf("power status of %s: unexpected ipmitool output %q", b.label, firstLine(out))
+		return "", fmt.Errorf("unexpected ipmitool output %q", firstLine(out))
 	}
 }
 
@@ -345,7 +345,7 @@ func (b *BMC) PowerReset(ctx context.Context) error {
 
 func (b *BMC) power(ctx context.Context, op string) error {
 	if _, err := b.run(ctx, "power", op); err != nil {
-		return fmt.Errorf("power %s %s: %w", op, b.label, err)
+		return err // the caller names the operation and the node
 	}
 	return nil
 }
@@ -364,7 +364,7 @@ var bootDevices = map[string]string{
 func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) error {
 	d, ok := bootDevices[dev]
 	if !ok {
-		return fmt.Errorf("set boot device of %s to %q: %w", b.label, dev, sol.ErrBadBootDevice)
+		return fmt.Errorf("boot device %q: %w", dev, sol.ErrBadBootDevice)
 	}
 	cmd := []string{"chassis", "bootdev", d}
 	if persistent {
@@ -374,7 +374,7 @@ func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) er
 	// without boot-info acknowledge (ipmi_sim) yet exits 0: the exit code
 	// is what counts.
 	if _, err := b.run(ctx, cmd...); err != nil {
-		return fmt.Errorf("set boot device of %s to %s: %w", b.label, dev, err)
+		return err // the caller names the operation and the node
 	}
 	return nil
 }

@@ -82,14 +82,14 @@ func (b *BMC) begin(ctx context.Context, op string) error {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return fmt.Errorf("sim %s on %s: %w", op, b.label, ctx.Err())
+			return fmt.Errorf("simulated BMC: %w", ctx.Err()) // the caller names op and node
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sim %s on %s: %w", op, b.label, err)
+		return fmt.Errorf("simulated BMC: %w", err)
 	}
 	if fail != nil {
-		return fmt.Errorf("sim %s on %s: %w", op, b.label, fail)
+		return fmt.Errorf("simulated BMC: %w", fail)
 	}
 	return nil
 }
@@ -175,7 +175,7 @@ func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) er
 		}
 	}
 	if !ok {
-		return fmt.Errorf("sim set boot device %q on %s: %w", dev, b.label, sol.ErrBadBootDevice)
+		return fmt.Errorf("boot device %q: %w", dev, sol.ErrBadBootDevice)
 	}
 	action := "bootdev " + dev
 	if persistent {
