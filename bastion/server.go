@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,11 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// MaxChannels bounds session channels on one connection (default 4).
 	MaxChannels int
+	// MaxConnsPerSource bounds the open connections, authenticated or not,
+	// from one source address (an IPv6 /64 counts as one); more are closed
+	// at once (default 64; negative: no limit). The handshake timeout alone
+	// would let one address hold any number of unauthenticated connections.
+	MaxConnsPerSource int
 	// Version is the software version shown by `version`.
 	Version string
 	// Admit, if set, is called by every session once its access epoch is
@@ -86,6 +92,9 @@ type Server struct {
 	log      logrus.FieldLogger
 	lim      *limiter
 	srv      *ssh.Server
+
+	connsMu sync.Mutex
+	conns   map[string]int // open connections per source key
 }
 
 // New validates cfg and returns a Server; it starts nothing.
@@ -111,11 +120,14 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 	if cfg.MaxChannels <= 0 {
 		cfg.MaxChannels = 4
 	}
+	if cfg.MaxConnsPerSource == 0 {
+		cfg.MaxConnsPerSource = 64
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
-		lim: newLimiter(cfg.Limits, cfg.Now)}
+		lim: newLimiter(cfg.Limits, cfg.Now), conns: map[string]int{}}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",
 		PasswordHandler:            s.password,
@@ -171,7 +183,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // The deadline is lifted when authentication succeeds. It also turns
 // delayed ACKs off (quickAck): they stall OpenSSH's handshake.
 func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
-	conn = quickAck(conn)
+	src := sourceKey(remoteHost(conn.RemoteAddr()))
+	s.connsMu.Lock()
+	if s.cfg.MaxConnsPerSource > 0 && s.conns[src] >= s.cfg.MaxConnsPerSource {
+		s.connsMu.Unlock()
+		s.log.WithFields(logrus.Fields{"remote": conn.RemoteAddr().String(), "limit": s.cfg.MaxConnsPerSource}).Warn("too_many_connections")
+		return nil // gliderlabs closes it
+	}
+	s.conns[src]++
+	s.connsMu.Unlock()
+	conn = &countedConn{Conn: quickAck(conn), release: func() {
+		s.connsMu.Lock()
+		if s.conns[src]--; s.conns[src] <= 0 {
+			delete(s.conns, src)
+		}
+		s.connsMu.Unlock()
+	}}
 	conn.SetDeadline(s.cfg.Now().Add(s.cfg.HandshakeTimeout))
 	ctx.SetValue(connKey{}, conn)
 	ctx.SetValue(chansKey{}, new(atomic.Int32))
@@ -198,4 +225,17 @@ func remoteHost(a net.Addr) string {
 		return a.String()
 	}
 	return host
+}
+
+// countedConn gives back its slot in Server.conns when closed (gliderlabs
+// closes every connection it handles, once done).
+type countedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }

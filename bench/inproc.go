@@ -45,7 +45,7 @@ func startInproc(cfg benchConfig, name string) (*inproc, error) {
 	log.SetLevel(logrus.InfoLevel)
 	d, err := daemon.New(daemon.Config{
 		SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: filepath.Join(dir, "state"),
-		AdminToken: token, MaxSessionsPerNode: -1, MaxSessionsPerSource: -1, Version: "bench",
+		AdminToken: token, MaxSessionsPerNode: -1, MaxSessionsPerSource: -1, MaxConnsPerSource: -1, Version: "bench",
 		AuthLimits: bastion.LimitConfig{PerSource: benchPerSource},
 	}, log)
 	if err != nil {

@@ -247,7 +247,7 @@ func startObmdProc(bin, dir, dsn string, extra map[string]any) (*obmdProc, error
 	}
 	cfg := map[string]any{
 		"ssh_addr": "127.0.0.1:0", "admin_addr": "127.0.0.1:0", "state_dir": filepath.Join(dir, "state"),
-		"admin_token": token, "max_sessions_per_node": -1, "max_sessions_per_source": -1,
+		"admin_token": token, "max_sessions_per_node": -1, "max_sessions_per_source": -1, "max_conns_per_source": -1,
 		"auth_limits": map[string]any{"per_source": benchPerSource},
 	}
 	if dsn != "" {

@@ -55,6 +55,10 @@ type Config struct {
 	// (defaults 64 and 32; negative: unlimited).
 	MaxSessionsPerNode   int `yaml:"max_sessions_per_node"`
 	MaxSessionsPerSource int `yaml:"max_sessions_per_source"`
+	// MaxConnsPerSource bounds open SSH connections, authenticated or not,
+	// from one address (an IPv6 /64 counts as one; default 64; negative:
+	// no limit).
+	MaxConnsPerSource int `yaml:"max_conns_per_source"`
 	// AuthLimits bound token guessing.
 	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
 	// FailDelay is the least time a failed token takes (default 300 ms).

@@ -7,6 +7,7 @@ package daemon_test
 // client that stops reading cannot outlive a revocation.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -523,4 +524,51 @@ func TestHostileStuckClientsCut(t *testing.T) {
 	if !strings.Contains(o.Logs.String(), "cut_session_stuck_closing_connection") {
 		t.Errorf("the SSH session was not stuck: the test did not test anything")
 	}
+}
+
+// TestHostileConnectionFlood: one address cannot hold more than
+// max_conns_per_source connections, even unauthenticated ones; others are
+// not affected, and a freed slot can be used again.
+func TestHostileConnectionFlood(t *testing.T) {
+	t.Parallel()
+	const limit = 3
+	o := startObmd(t, func(c *daemon.Config) { c.MaxConnsPerSource = limit })
+	tok := o.addSimNode("flood")
+	banner := func(c net.Conn) (string, error) {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		return line, err
+	}
+	dialFrom := func(src string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+		c, err := d.Dial("tcp", o.SSHAddr())
+		if err != nil {
+			t.Fatalf("dial from %s: %v", src, err)
+		}
+		return c
+	}
+	var held []net.Conn
+	for i := range limit {
+		c := dialFrom("127.0.0.9")
+		defer c.Close()
+		if line, err := banner(c); err != nil || !strings.HasPrefix(line, "SSH-2.0-") {
+			t.Fatalf("connection %d: got %q (%v), want the SSH banner", i, line, err)
+		}
+		held = append(held, c) // idle: never authenticates
+	}
+	extra := dialFrom("127.0.0.9")
+	defer extra.Close()
+	if line, err := banner(extra); err == nil {
+		t.Errorf("connection over the limit: got %q, want it closed", line)
+	}
+	if err := o.fdTryFrom(t, "127.0.0.10", "flood", tok); err != nil {
+		t.Errorf("login from another address: %v, want success", err)
+	}
+	held[0].Close()
+	waitUntil(t, "a slot to be free again", func() bool {
+		c := dialFrom("127.0.0.9")
+		defer c.Close()
+		line, err := banner(c)
+		return err == nil && strings.HasPrefix(line, "SSH-2.0-")
+	})
 }
