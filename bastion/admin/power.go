@@ -190,19 +190,11 @@ func (a *API) powerCycle(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	data, err := a.readBody(w, r)
-	if err != nil {
-		writeBodyError(w, err)
-		return
-	}
 	var body struct {
 		Force bool `json:"force"`
 	}
-	if len(data) > 0 {
-		if err := decode(data, &body, false, "body"); err != nil {
-			writeBodyError(w, err)
-			return
-		}
+	if !a.readJSON(w, r, &body, false, true) {
+		return
 	}
 	a.run(w, r, g, commands.Command{Name: commands.CmdPowerCycle, Force: body.Force}, func(commands.Result) { writeOK(w) })
 }
@@ -215,16 +207,10 @@ func (a *API) bootDevice(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	data, err := a.readBody(w, r)
-	if err != nil {
-		writeBodyError(w, err)
-		return
-	}
 	var body struct {
 		Bootdev string `json:"bootdev"`
 	}
-	if err := decode(data, &body, false, "body"); err != nil {
-		writeBodyError(w, err)
+	if !a.readJSON(w, r, &body, false, false) {
 		return
 	}
 	if body.Bootdev == "" {

@@ -94,6 +94,21 @@ func writeBodyError(w http.ResponseWriter, err error) {
 }
 
 // readBody reads the whole body, at most the configured bound.
+// readJSON reads the request body into v (strict: unknown fields are an
+// error; with emptyOK an empty body leaves v as it is), answering the client
+// itself when it cannot. It reports whether the handler should go on.
+func (a *API) readJSON(w http.ResponseWriter, r *http.Request, v any, strict, emptyOK bool) bool {
+	data, err := a.readBody(w, r)
+	if err == nil && !(emptyOK && len(data) == 0) {
+		err = decode(data, v, strict, "body")
+	}
+	if err != nil {
+		writeBodyError(w, err)
+		return false
+	}
+	return true
+}
+
 func (a *API) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBody))
 	if err != nil {

@@ -28,16 +28,10 @@ func (a *API) addKey(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	data, err := a.readBody(w, r)
-	if err != nil {
-		writeBodyError(w, err)
-		return
-	}
 	var body struct {
 		Key string `json:"key"`
 	}
-	if err := decode(data, &body, true, "body"); err != nil {
-		writeBodyError(w, err)
+	if !a.readJSON(w, r, &body, true, false) {
 		return
 	}
 	ak, err := keys.ParseAuthorizedKey(body.Key)
