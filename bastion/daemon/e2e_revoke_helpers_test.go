@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,32 +29,9 @@ import (
 // cores and runs them under -race.
 const rvWait = 20 * time.Second
 
-// rvBuf is a byte stream a test can wait on.
-type rvBuf struct {
-	mu   sync.Mutex
-	b    []byte
-	grew chan struct{} // closed and replaced by every Write
-}
-
-func newRVBuf() *rvBuf { return &rvBuf{grew: make(chan struct{})} }
-
-func (b *rvBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b = append(b.b, p...)
-	close(b.grew)
-	b.grew = make(chan struct{})
-	return len(p), nil
-}
-
-func (b *rvBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.b)
-}
-
-// waitFor waits until the stream holds want (at least n times; n 0 is 1).
-func (b *rvBuf) waitFor(t testing.TB, what, want string, n ...int) {
+// waitFor waits until the stream (conBuf, in e2e_console_helpers_test.go)
+// holds want at least n times (no n: once).
+func (b *conBuf) waitFor(t testing.TB, what, want string, n ...int) {
 	t.Helper()
 	count := 1
 	if len(n) > 0 {
@@ -123,7 +99,7 @@ func (e *rvEnd) ended() bool {
 // the key file in extra ("-i", path).
 type rvPTY struct {
 	f   *os.File
-	out *rvBuf // what ssh printed (stdout and stderr share the pty)
+	out *conBuf // what ssh printed (stdout and stderr share the pty)
 	end *rvEnd
 }
 
@@ -144,7 +120,7 @@ func (o *obmd) rvSSH(t testing.TB, user, token string, extra []string, cmd ...st
 	if err != nil {
 		t.Fatalf("start ssh: %v", err)
 	}
-	p := &rvPTY{f: f, out: newRVBuf(), end: newRVEnd()}
+	p := &rvPTY{f: f, out: newConBuf(), end: newRVEnd()}
 	read := make(chan struct{})
 	go func() { // ends when the pty reports EIO (ssh exited); closes read
 		defer close(read)
@@ -178,7 +154,7 @@ type rvGo struct {
 	c              *gossh.Client
 	s              *gossh.Session
 	stdin          io.WriteCloser
-	stdout, stderr *rvBuf
+	stdout, stderr *conBuf
 	end            *rvEnd
 }
 
@@ -195,7 +171,7 @@ func (o *obmd) rvStart(t testing.TB, user string, auth gossh.AuthMethod, cmd str
 	if err != nil {
 		t.Fatalf("new session: %v", err)
 	}
-	g := &rvGo{c: c, s: s, stdout: newRVBuf(), stderr: newRVBuf(), end: newRVEnd()}
+	g := &rvGo{c: c, s: s, stdout: newConBuf(), stderr: newConBuf(), end: newRVEnd()}
 	s.Stdout, s.Stderr = g.stdout, g.stderr
 	if g.stdin, err = s.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -222,7 +198,7 @@ func (o *obmd) rvStart(t testing.TB, user string, auth gossh.AuthMethod, cmd str
 
 // rvHTTP is a GET /node/{label}/console stream.
 type rvHTTP struct {
-	out  *rvBuf
+	out  *conBuf
 	end  *rvEnd
 	body io.Closer
 }
@@ -245,7 +221,7 @@ func (o *obmd) rvConsoleHTTP(t testing.TB, label, token string) *rvHTTP {
 		resp.Body.Close()
 		t.Fatalf("GET console: got %d %s, want 200", resp.StatusCode, data)
 	}
-	h := &rvHTTP{out: newRVBuf(), end: newRVEnd(), body: resp.Body}
+	h := &rvHTTP{out: newConBuf(), end: newRVEnd(), body: resp.Body}
 	go func() { // ends when the body does; finishes h.end
 		_, err := io.Copy(h.out, resp.Body)
 		h.end.finish(0, err)

@@ -225,7 +225,7 @@ func TestRevokeRacingAuth(t *testing.T) {
 					c.Close()
 					continue
 				}
-				errb := newRVBuf()
+				errb := newConBuf()
 				s.Stderr = errb
 				s.Shell()
 				done := make(chan error, 1)
@@ -319,7 +319,7 @@ func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, emit func(line 
 }
 
 // rvEmitUntil prints line (with emit) until out shows it.
-func rvEmitUntil(t *testing.T, what string, out *rvBuf, line string, emit func(string)) {
+func rvEmitUntil(t *testing.T, what string, out *conBuf, line string, emit func(string)) {
 	t.Helper()
 	deadline := time.Now().Add(rvWait)
 	for !strings.Contains(out.String(), line) {
@@ -457,7 +457,7 @@ func TestRevokeOldConnection(t *testing.T) {
 		if err != nil {
 			continue // refusing the channel is fine too
 		}
-		errb := newRVBuf()
+		errb := newConBuf()
 		s.Stderr = errb
 		if cmd == "" {
 			err = s.Shell()
