@@ -10,11 +10,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
-	"github.com/sirupsen/logrus"
 )
 
 // FuzzKeyBody: POST /v1/nodes/{label}/keys never panics; a body it refuses
@@ -36,27 +33,11 @@ func FuzzKeyBody(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	ctx := context.Background()
-	quiet := logrus.New()
-	quiet.SetOutput(io.Discard)
-	st, err := db.Open(ctx, dbtest.SQLiteDSN(f), quiet)
-	if err != nil {
-		f.Fatalf("open store: %v", err)
-	}
-	f.Cleanup(func() { _ = st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		f.Fatalf("migrate: %v", err)
-	}
+	st, a := fuzzAPI(f)
+	h := a.Handler()
 	if _, err := st.CreateNode(ctx, db.Node{Label: "fz", Type: TypeMock, InfoSealed: []byte("x")}); err != nil {
 		f.Fatalf("create node: %v", err)
 	}
-	sealer, _ := keys.NewSealer(make([]byte, 32))
-	reg := sessions.New(sessions.Config{})
-	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10}, st, sealer, newFakeRunner(reg),
-		&fakeConsoles{}, &fakeRevoker{reg: reg}, reg, quiet)
-	if err != nil {
-		f.Fatalf("new api: %v", err)
-	}
-	h := a.Handler()
 
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest("POST", "/v1/nodes/fz/keys", bytes.NewReader(body))

@@ -37,23 +37,7 @@ func FuzzPutNodeBody(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	ctx := context.Background()
-	quiet := logrus.New()
-	quiet.SetOutput(io.Discard)
-	st, err := db.Open(ctx, dbtest.SQLiteDSN(f), quiet)
-	if err != nil {
-		f.Fatalf("open store: %v", err)
-	}
-	f.Cleanup(func() { _ = st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		f.Fatalf("migrate: %v", err)
-	}
-	sealer, _ := keys.NewSealer(make([]byte, 32))
-	reg := sessions.New(sessions.Config{})
-	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10}, st, sealer, newFakeRunner(reg),
-		&fakeConsoles{}, &fakeRevoker{reg: reg}, reg, quiet)
-	if err != nil {
-		f.Fatalf("new api: %v", err)
-	}
+	st, a := fuzzAPI(f)
 	h := a.Handler()
 
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -112,4 +96,28 @@ func FuzzValidLabel(f *testing.F) {
 			t.Fatalf("accepted %q", label)
 		}
 	})
+}
+
+// fuzzAPI is the API the fuzz targets drive: a real SQLite store (migrated,
+// in a temporary directory) behind fake runner, consoles and revoker.
+func fuzzAPI(f *testing.F) (*db.Store, *API) {
+	ctx := context.Background()
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	st, err := db.Open(ctx, dbtest.SQLiteDSN(f), quiet)
+	if err != nil {
+		f.Fatalf("open store: %v", err)
+	}
+	f.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		f.Fatalf("migrate: %v", err)
+	}
+	sealer, _ := keys.NewSealer(make([]byte, 32))
+	reg := sessions.New(sessions.Config{})
+	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10}, st, sealer, newFakeRunner(reg),
+		&fakeConsoles{}, &fakeRevoker{reg: reg}, reg, quiet)
+	if err != nil {
+		f.Fatalf("new api: %v", err)
+	}
+	return st, a
 }
