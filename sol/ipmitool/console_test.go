@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -320,20 +319,11 @@ func TestConsoleCloseMidLine(t *testing.T) {
 // answers, and leaves no process.
 func TestConsoleCancelOpen(t *testing.T) {
 	ipmisim.Require(t, "ipmitool")
-	silent, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	port := silent.LocalAddr().(*net.UDPAddr).Port
-	b, err := New("node-1", sol.Info{Addr: "127.0.0.1", Port: port, User: "u", Pass: "p"}, testConfig(), testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := silentBMC(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = b.OpenConsole(ctx)
+	_, err := b.OpenConsole(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("OpenConsole: got %v, want DeadlineExceeded", err)
 	}

@@ -2,6 +2,7 @@ package ipmitool
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -163,4 +164,26 @@ func noChildren(t testing.TB) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// silentPort is a UDP port on 127.0.0.1 that receives and never answers: a
+// BMC that is there but dead. It is closed when t ends.
+func silentPort(t *testing.T) int {
+	t.Helper()
+	silent, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	return silent.LocalAddr().(*net.UDPAddr).Port
+}
+
+// silentBMC is a driver for a BMC at silentPort.
+func silentBMC(t *testing.T) *BMC {
+	t.Helper()
+	b, err := New("node-1", sol.Info{Addr: "127.0.0.1", Port: silentPort(t), User: "u", Pass: "p"}, testConfig(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

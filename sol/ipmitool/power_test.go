@@ -3,7 +3,6 @@ package ipmitool
 import (
 	"context"
 	"errors"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -151,20 +150,11 @@ func TestPowerErrors(t *testing.T) {
 // killed ipmitool is reaped.
 func TestPowerTimeout(t *testing.T) {
 	ipmisim.Require(t, "ipmitool")
-	silent, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	port := silent.LocalAddr().(*net.UDPAddr).Port
-	b, err := New("node-1", sol.Info{Addr: "127.0.0.1", Port: port, User: "u", Pass: "p"}, testConfig(), testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := silentBMC(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err = b.PowerOn(ctx)
+	err := b.PowerOn(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("PowerOn: got %v, want DeadlineExceeded", err)
 	}
