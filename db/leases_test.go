@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/db/dbtest"
 )
 
 // TestLeases runs the lease cases against SQLite and, when
@@ -23,16 +22,7 @@ func TestLeases(t *testing.T) {
 		{"invalid", testLeaseInvalid},
 		{"concurrent_acquire_one_winner", testLeaseConcurrent},
 	}
-	for _, e := range dbtest.Engines() {
-		t.Run(e.Name, func(t *testing.T) {
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					dsn := e.DSN(t)
-					c.run(t, openTestStore(t, dsn), testEnv{dsn: dsn, engine: e})
-				})
-			}
-		})
-	}
+	runCases(t, cases)
 }
 
 // clock is a settable time shared by stores in a test.

@@ -44,6 +44,11 @@ func TestStore(t *testing.T) {
 		{"concurrent_writers", testConcurrentWriters},
 		{"no_plaintext_token", testNoPlaintextToken},
 	}
+	runCases(t, cases)
+}
+
+// runCases runs every case on every engine, each on a fresh database.
+func runCases(t *testing.T, cases []storeCase) {
 	for _, e := range dbtest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, c := range cases {
