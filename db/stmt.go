@@ -13,9 +13,15 @@ import (
 // connection on SQLite, and on MySQL every unprepared query with arguments
 // costs three round trips (prepare, execute, close) instead of one.
 // database/sql re-prepares a Stmt on each pooled connection as needed.
+//
+// mu guards m and closed only: it is never held across I/O, so a prepare
+// in progress (waiting for SQLite's single writer connection, or for a
+// MySQL dial while the server is down) never holds up the use of a
+// statement already cached.
 type stmtCache struct {
-	mu sync.Mutex
-	m  map[stmtKey]*sql.Stmt
+	mu     sync.Mutex
+	m      map[stmtKey]*sql.Stmt
+	closed bool // set by closeStmts; later prepares are closed at once
 }
 
 type stmtKey struct {
@@ -23,18 +29,38 @@ type stmtKey struct {
 	query string
 }
 
-// prepared returns the cached statement of query on db, preparing it once.
+// errStmtsClosed is returned by prepared once the store is closed.
+var errStmtsClosed = errors.New("store is closed")
+
+// prepared returns the cached statement of query on db, preparing it on
+// first use. Two callers may prepare the same query at once; the first to
+// finish is cached and the other closes its own and uses that one. A failed
+// prepare is not cached: the next call tries again.
 func (s *Store) prepared(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
 	c := &s.stmts
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	k := stmtKey{db, query}
-	if st := c.m[k]; st != nil {
+	c.mu.Lock()
+	st, closed := c.m[k], c.closed
+	c.mu.Unlock()
+	if st != nil {
 		return st, nil
+	}
+	if closed {
+		return nil, errStmtsClosed
 	}
 	st, err := db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		_ = st.Close() // the store closed while we prepared
+		return nil, errStmtsClosed
+	}
+	if won := c.m[k]; won != nil {
+		_ = st.Close() // lost the race; nothing else holds st
+		return won, nil
 	}
 	if c.m == nil {
 		c.m = map[stmtKey]*sql.Stmt{}
@@ -73,5 +99,6 @@ func (s *Store) closeStmts() error {
 		errs = append(errs, st.Close())
 	}
 	c.m = nil
+	c.closed = true
 	return errors.Join(errs...)
 }
