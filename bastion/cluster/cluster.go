@@ -239,6 +239,17 @@ type bmc struct {
 	pending string
 }
 
+var _ sol.Exclusive = (*bmc)(nil)
+
+// Exclusive passes the driver's sol.Exclusive through, so the console hub
+// keeps a mock console to one reader at a time in a cluster too. (The
+// relay viewer a holder attaches for another replica's reader is such a
+// reader: a new one anywhere displaces the current one.)
+func (b *bmc) Exclusive() bool {
+	x, ok := b.inner.(sol.Exclusive)
+	return ok && x.Exclusive()
+}
+
 func (b *bmc) PowerStatus(ctx context.Context) (string, error) { return b.inner.PowerStatus(ctx) }
 
 func (b *bmc) PowerOn(ctx context.Context) error {

@@ -377,3 +377,49 @@ func TestHolderUnreachable(t *testing.T) {
 		t.Error("r0 holds the lease, want ghost")
 	}
 }
+
+// TestMockOneReader: a mock node's console has one reader at a time
+// through the cluster as it has without one: a new viewer, on the same
+// replica or on another, displaces the current one and counts from 0.
+func TestMockOneReader(t *testing.T) {
+	key, lab := newHostKey(t), sim.NewLab(sim.WithMockInterval(10*time.Millisecond))
+	lab.BMC("m1", sim.ModeMock)
+	dsn := sqliteDSN(t)
+	r0, r1 := startReplica(t, "r0", openStore(t, dsn), lab, key), startReplica(t, "r1", openStore(t, dsn), lab, key)
+	displaced := func(v *sol.Viewer, who string) {
+		t.Helper()
+		select {
+		case <-v.Done():
+		case <-time.After(wait):
+			t.Fatalf("%s: still attached, want displaced by the new reader", who)
+		}
+		if !errors.Is(v.Err(), sol.ErrDisplaced) {
+			t.Errorf("%s: ended with %v, want ErrDisplaced", who, v.Err())
+		}
+	}
+	counts := func(r *recorder, who string) {
+		t.Helper()
+		waitFor(t, who+" to count", func() bool { return r.has("\n2\n") })
+		if got := r.String(); !strings.HasPrefix(got, "0\n1\n2\n") {
+			t.Errorf("%s: got %q, want a count from 0", who, tailString(got, 40))
+		}
+	}
+	a := attach(t, r0, "m1", "alice")
+	counts(record(a), "alice")
+	b := attach(t, r0, "m1", "bob") // same replica
+	counts(record(b), "bob")
+	displaced(a, "alice")
+	c := attach(t, r1, "m1", "carol") // another replica, through a relay
+	counts(record(c), "carol")
+	displaced(b, "bob")
+	if !r0.c.Holds("m1") || r1.c.Holds("m1") {
+		t.Errorf("holders: got r0 %v, r1 %v, want r0 only (carol reads through a relay)", r0.c.Holds("m1"), r1.c.Holds("m1"))
+	}
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
