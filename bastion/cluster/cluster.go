@@ -129,9 +129,6 @@ func New(cfg Config, store Store, local sol.Resolver, log logrus.FieldLogger) (*
 	return &Cluster{cfg: cfg, store: store, local: local, log: log, held: map[string]string{}}, nil
 }
 
-// ReplicaID is this replica's ID.
-func (c *Cluster) ReplicaID() string { return c.cfg.ReplicaID }
-
 // Resolve returns label's BMC as the cluster shares it: power operations
 // take the node's power lease around the real driver's call; OpenConsole
 // opens the real console under the node's SOL lease, or relays through the

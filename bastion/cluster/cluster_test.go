@@ -13,6 +13,7 @@ import (
 
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
 )
@@ -107,7 +108,7 @@ func TestOneLinkManyReplicas(t *testing.T) {
 func TestHolderLeavesLinkStays(t *testing.T) {
 	key, lab := newHostKey(t), sim.NewLab()
 	b := lab.BMC("n1", sim.ModeNormal)
-	dsn := sqliteDSN(t)
+	dsn := dbtest.SQLiteDSN(t)
 	r0, r1 := startReplica(t, "r0", openStore(t, dsn), lab, key), startReplica(t, "r1", openStore(t, dsn), lab, key)
 	v0 := attach(t, r0, "n1", "alice")
 	waitFor(t, "the link", func() bool { return r0.hub.Stats().LinksUp == 1 })
@@ -169,7 +170,7 @@ func TestTakeover(t *testing.T) {
 func TestLeaseLost(t *testing.T) {
 	key, lab := newHostKey(t), sim.NewLab()
 	b := lab.BMC("n1", sim.ModeNormal)
-	dsn := sqliteDSN(t)
+	dsn := dbtest.SQLiteDSN(t)
 	store := openStore(t, dsn)
 	r0 := startReplica(t, "r0", openStore(t, dsn), lab, key)
 	rec := record(attach(t, r0, "n1", "alice"))
@@ -202,7 +203,7 @@ func TestLeaseLost(t *testing.T) {
 func TestDeactivateNeedsLease(t *testing.T) {
 	key, lab := newHostKey(t), sim.NewLab()
 	lab.BMC("n1", sim.ModeNormal)
-	r0 := startReplica(t, "r0", openStore(t, sqliteDSN(t)), lab, key)
+	r0 := startReplica(t, "r0", openStore(t, dbtest.SQLiteDSN(t)), lab, key)
 	b, err := r0.c.Resolve(context.Background(), "n1")
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +275,7 @@ func TestPowerBusyAcrossReplicas(t *testing.T) {
 func TestPeerAuth(t *testing.T) {
 	key, lab := newHostKey(t), sim.NewLab()
 	lab.BMC("n1", sim.ModeNormal)
-	r0 := startReplica(t, "r0", openStore(t, sqliteDSN(t)), lab, key)
+	r0 := startReplica(t, "r0", openStore(t, dbtest.SQLiteDSN(t)), lab, key)
 	addr := r0.l.Addr().String()
 	dial := func(k gossh.Signer, user string) (*gossh.Client, error) {
 		return gossh.Dial("tcp", addr, &gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.PublicKeys(k)},
@@ -339,15 +340,13 @@ func ctxFor(t testing.TB) context.Context {
 	return ctx
 }
 
-func sqliteDSN(t testing.TB) string { return t.TempDir() + "/obmd.db" }
-
 // TestHolderUnreachable: while a live lease names a holder nobody can
 // reach, opening waits (bounded by ctx) and then says whom it waited for;
 // it never opens the BMC under the holder.
 func TestHolderUnreachable(t *testing.T) {
 	key, lab := newHostKey(t), sim.NewLab()
 	b := lab.BMC("n1", sim.ModeNormal)
-	dsn := sqliteDSN(t)
+	dsn := dbtest.SQLiteDSN(t)
 	store := openStore(t, dsn)
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -384,7 +383,7 @@ func TestHolderUnreachable(t *testing.T) {
 func TestMockOneReader(t *testing.T) {
 	key, lab := newHostKey(t), sim.NewLab(sim.WithMockInterval(10*time.Millisecond))
 	lab.BMC("m1", sim.ModeMock)
-	dsn := sqliteDSN(t)
+	dsn := dbtest.SQLiteDSN(t)
 	r0, r1 := startReplica(t, "r0", openStore(t, dsn), lab, key), startReplica(t, "r1", openStore(t, dsn), lab, key)
 	displaced := func(v *sol.Viewer, who string) {
 		t.Helper()

@@ -130,10 +130,12 @@ type heldConsole struct {
 	done      chan struct{} // closed by the renewer when it returns
 	closeOnce sync.Once
 	closeErr  error
+	// expires is when the lease runs out as last renewed: set before the
+	// renewer starts, then read and written by the renewer alone.
+	expires time.Time
 
-	mu      sync.Mutex
-	expires time.Time // of the lease as last renewed; renewer only writes
-	lost    error     // why the lease was lost; nil while held
+	mu   sync.Mutex
+	lost error // why the lease was lost; nil while held. Set by the renewer, read by Read
 }
 
 // Read returns the driver's bytes; after the lease was lost its error says
@@ -183,20 +185,21 @@ func (h *heldConsole) renew() {
 		ctx, cancel := context.WithTimeout(context.Background(), h.c.cfg.Renew)
 		exp, err := h.c.store.RenewLease(ctx, h.label, db.LeaseSOL, h.token, h.c.cfg.LeaseTTL)
 		cancel()
-		h.mu.Lock()
+		var lost error
 		switch {
 		case err == nil:
 			h.expires = exp
 		case errors.Is(err, db.ErrNotFound):
-			h.lost = fmt.Errorf("SOL lease of %s lost: another replica took it", h.label)
+			lost = fmt.Errorf("SOL lease of %s lost: another replica took it", h.label)
 		case !time.Now().Before(h.expires):
-			h.lost = fmt.Errorf("SOL lease of %s expired: cannot renew it: %w", h.label, err)
+			lost = fmt.Errorf("SOL lease of %s expired: cannot renew it: %w", h.label, err)
 		default:
 			h.log.WithError(err).Warn("sol_lease_renew_failed")
 		}
-		lost := h.lost
-		h.mu.Unlock()
 		if lost != nil {
+			h.mu.Lock()
+			h.lost = lost
+			h.mu.Unlock()
 			h.log.WithError(lost).Warn("sol_lease_lost")
 			h.closeInner() // unblocks the hub's Read, which then reports lost
 			return

@@ -150,9 +150,6 @@ func (d *Daemon) PeerAddr() string {
 	return d.rep.peerL.Addr().String()
 }
 
-// ReplicaID is this replica's ID.
-func (d *Daemon) ReplicaID() string { return d.cfg.ReplicaID }
-
 // dbPolled records the outcome of a look at the database (the access-change
 // poll, its only caller). While it fails, logins are refused with a banner;
 // once it has failed for DBGrace, every session is cut, since access
