@@ -50,7 +50,7 @@ func (s *Store) ChangesSince(ctx context.Context, after int64, limit int) ([]Cha
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	rows, err := s.r.QueryContext(ctx,
+	rows, err := s.query(ctx,
 		`SELECT epoch, node FROM access_changes WHERE epoch > ? ORDER BY epoch LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("changes since %d: %w", after, err)

@@ -88,7 +88,7 @@ func (s *Store) AcquireLease(ctx context.Context, l Lease, ttl time.Duration) (L
 	now := s.stamp()
 	l.ExpiresAt = now.Add(ttl).Truncate(time.Millisecond)
 	exp := toMillis(l.ExpiresAt)
-	res, err := s.w.ExecContext(ctx,
+	res, err := s.exec(ctx,
 		`UPDATE node_leases SET owner = ?, token = ?, peer_addr = ?, expires_at = ?
 		 WHERE node = ? AND kind = ? AND (token = ? OR expires_at <= ?)`,
 		l.Owner, l.Token, l.Addr, exp, l.Node, l.Kind, l.Token, toMillis(now))
@@ -101,7 +101,7 @@ func (s *Store) AcquireLease(ctx context.Context, l Lease, ttl time.Duration) (L
 		return Lease{}, fmt.Errorf("acquire %s lease of %s: %w", l.Kind, l.Node, err)
 	}
 	// No row matched: there is none, or a live one of someone else.
-	_, err = s.w.ExecContext(ctx,
+	_, err = s.exec(ctx,
 		`INSERT INTO node_leases (node, kind, owner, token, peer_addr, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
 		l.Node, l.Kind, l.Owner, l.Token, l.Addr, exp)
 	if err == nil {
@@ -132,7 +132,7 @@ func (s *Store) RenewLease(ctx context.Context, node, kind, token string, ttl ti
 		return time.Time{}, errors.New("renew lease: ttl must be positive")
 	}
 	exp := s.stamp().Add(ttl).Truncate(time.Millisecond)
-	res, err := s.w.ExecContext(ctx,
+	res, err := s.exec(ctx,
 		`UPDATE node_leases SET expires_at = ? WHERE node = ? AND kind = ? AND token = ?`,
 		toMillis(exp), node, kind, token)
 	if err != nil {
@@ -147,7 +147,7 @@ func (s *Store) RenewLease(ctx context.Context, node, kind, token string, ttl ti
 // ReleaseLease gives up the lease that token holds. Releasing a lease that
 // token no longer holds does nothing (idempotent).
 func (s *Store) ReleaseLease(ctx context.Context, node, kind, token string) error {
-	if _, err := s.w.ExecContext(ctx,
+	if _, err := s.exec(ctx,
 		`DELETE FROM node_leases WHERE node = ? AND kind = ? AND token = ?`, node, kind, token); err != nil {
 		return fmt.Errorf("release %s lease of %s: %w", kind, node, err)
 	}
@@ -159,7 +159,7 @@ func (s *Store) ReleaseLease(ctx context.Context, node, kind, token string) erro
 func (s *Store) Lease(ctx context.Context, node, kind string) (Lease, error) {
 	l := Lease{Node: node, Kind: kind}
 	var exp int64
-	err := s.w.QueryRowContext(ctx,
+	err := s.queryRowOn(ctx, s.w,
 		`SELECT owner, token, peer_addr, expires_at FROM node_leases WHERE node = ? AND kind = ?`,
 		node, kind).Scan(&l.Owner, &l.Token, &l.Addr, &exp)
 	if err != nil {

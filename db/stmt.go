@@ -9,7 +9,8 @@ import (
 
 // stmtCache keeps prepared statements of the queries every SSH connection
 // runs (token, key and epoch lookups, the node's driver info, the audit
-// insert). Parsing them anew each time was a tenth of obmd's CPU per
+// insert) and of those replicas run all the time (leases, the access-change
+// poll). Parsing them anew each time was a tenth of obmd's CPU per
 // connection on SQLite, and on MySQL every unprepared query with arguments
 // costs three round trips (prepare, execute, close) instead of one.
 // database/sql re-prepares a Stmt on each pooled connection as needed.
@@ -73,11 +74,41 @@ func (s *Store) prepared(ctx context.Context, db *sql.DB, query string) (*sql.St
 // A failure to prepare comes back through Row.Scan, as database/sql's own
 // QueryRowContext reports errors.
 func (s *Store) queryRow(ctx context.Context, query string, args ...any) rowScanner {
-	st, err := s.prepared(ctx, s.r, query)
+	return s.queryRowOn(ctx, s.r, query, args...)
+}
+
+// queryRowOn is queryRow on pool db. On the writer pool it must not run
+// inside a transaction: see exec.
+func (s *Store) queryRowOn(ctx context.Context, db *sql.DB, query string, args ...any) rowScanner {
+	st, err := s.prepared(ctx, db, query)
 	if err != nil {
 		return errRow{err}
 	}
 	return st.QueryRowContext(ctx, args...)
+}
+
+// query runs a read of many rows through a cached statement on the read
+// pool.
+func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.prepared(ctx, s.r, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// exec runs a write outside any transaction through a cached statement on
+// the writer pool, for the statements replicas run all the time (leases).
+// Never call it from inside withTx: on SQLite the writer pool's single
+// connection belongs to the transaction, so exec (preparing or executing)
+// would wait for it forever. In a transaction use tx.StmtContext on a
+// statement prepared beforehand, as flushAudit does.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := s.prepared(ctx, s.w, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
 }
 
 // rowScanner is *sql.Row or an error standing in for one.

@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -101,4 +102,78 @@ func TestPreparedOnce(t *testing.T) {
 	if _, err := s.prepared(ctx, s.r, `SELECT 4`); err == nil {
 		t.Errorf("prepare after close: got nil, want an error")
 	}
+}
+
+// TestHotStatementsPrepared: the statements replicas run all the time
+// (leases, the access-change poll) go through the statement cache. On MySQL
+// each unprepared statement with arguments is a prepare, an execute and a
+// close: 200 lease acquire+release pairs were 600 Com_stmt_prepare.
+func TestHotStatementsPrepared(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			s := openTestStore(t, e.DSN(t))
+			ctx := context.Background()
+			// One connection, so that MySQL's per-session counter sees
+			// every statement.
+			s.w.SetMaxOpenConns(1)
+			s.r.SetMaxOpenConns(1)
+			mustCreate(t, s, "n1")
+			round := func(i int) {
+				l := lease("n1", LeasePower, "replica-a", i)
+				if _, err := s.AcquireLease(ctx, l, time.Minute); err != nil {
+					t.Fatalf("acquire: %v", err)
+				}
+				// The INSERT lost: reads the holder.
+				if _, err := s.AcquireLease(ctx, lease("n1", LeasePower, "replica-b", i+1), time.Minute); !errors.Is(err, ErrLeaseHeld) {
+					t.Fatalf("acquire a held lease: got %v, want ErrLeaseHeld", err)
+				}
+				if _, err := s.RenewLease(ctx, "n1", LeasePower, l.Token, time.Minute); err != nil {
+					t.Fatalf("renew: %v", err)
+				}
+				if err := s.ReleaseLease(ctx, "n1", LeasePower, l.Token); err != nil {
+					t.Fatalf("release: %v", err)
+				}
+				if _, err := s.ChangesSince(ctx, 0, 10); err != nil {
+					t.Fatalf("changes: %v", err)
+				}
+			}
+			cached := func() int {
+				s.stmts.mu.Lock()
+				defer s.stmts.mu.Unlock()
+				return len(s.stmts.m)
+			}
+			before := cached()
+			round(0)
+			warm := cached()
+			if got, want := warm-before, 6; got != want {
+				t.Errorf("statements cached by a round: got %d, want %d", got, want)
+			}
+			prepares := sessionPrepares(t, s)
+			for i := 1; i <= 100; i++ {
+				round(2 * i)
+			}
+			if got := cached(); got != warm {
+				t.Errorf("statements cached after 100 more rounds: got %d, want %d", got, warm)
+			}
+			if got := sessionPrepares(t, s) - prepares; got > 0 {
+				t.Errorf("MySQL prepares in 100 rounds: got %d, want 0", got)
+			}
+		})
+	}
+}
+
+// sessionPrepares is MySQL's Com_stmt_prepare of the store's (only)
+// connection; 0 on SQLite, which has no such counter.
+func sessionPrepares(t *testing.T, s *Store) int {
+	t.Helper()
+	if s.Dialect() != DialectMySQL {
+		return 0
+	}
+	var name string
+	var n int
+	// No arguments: the text protocol, which prepares nothing itself.
+	if err := s.w.QueryRowContext(context.Background(), `SHOW SESSION STATUS LIKE 'Com_stmt_prepare'`).Scan(&name, &n); err != nil {
+		t.Fatalf("read Com_stmt_prepare: %v", err)
+	}
+	return n
 }
