@@ -28,9 +28,14 @@ const (
 // Audit returns once the event is committed. Concurrent calls share one
 // transaction (group commit): every connection writes several events and a
 // revocation ends many sessions at once, and one commit (one fsync on
-// SQLite) per event would make the audit log the daemon's bottleneck. The
-// write is bounded by auditTimeout, not by ctx, since it carries other
-// callers' events too.
+// SQLite) per event would make the audit log the daemon's bottleneck.
+//
+// Audit ignores ctx's cancellation and deadline (it keeps its values): the
+// transaction carries other callers' events too, and a cut session's last
+// action must still be recorded. What bounds it instead is auditTimeout
+// (10 s) per group commit, and an event waits for at most two: the one in
+// progress when it was queued, then the one that takes it. So Audit returns
+// within about 20 s; a deadline a caller puts on ctx shortens nothing.
 func (s *Store) Audit(ctx context.Context, e AuditEvent) error {
 	if e.At.IsZero() {
 		e.At = s.now()
@@ -53,7 +58,8 @@ func (s *Store) Audit(ctx context.Context, e AuditEvent) error {
 	return <-r.done
 }
 
-// auditTimeout bounds one group commit.
+// auditTimeout bounds one group commit (the prepare, the transaction and its
+// deadlock retries); see Audit for what it means to a caller.
 const auditTimeout = 10 * time.Second
 
 // errAuditLead tells a waiting Audit call to commit the queue itself.

@@ -2,9 +2,12 @@ package db
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/db/dbtest"
 )
 
 func testAudit(t *testing.T, s *Store, _ testEnv) {
@@ -101,5 +104,28 @@ func testTimesRoundTrip(t *testing.T, s *Store, _ testEnv) {
 	back, _ := s.Node(ctx, "n1")
 	if back.CreatedAt != n.CreatedAt || back.CreatedAt.Location() != time.UTC {
 		t.Errorf("created at: got %v, want %v in UTC", back.CreatedAt, n.CreatedAt)
+	}
+}
+
+// TestAuditIgnoresContext pins what Audit's doc promises: neither a
+// cancelled context nor one past its deadline stops the record (a cut
+// session's last action is still written); auditTimeout bounds it instead.
+func TestAuditIgnoresContext(t *testing.T) {
+	s := openTestStore(t, dbtest.SQLiteDSN(t))
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for i, ctx := range []context.Context{cancelled, expired} {
+		if err := s.Audit(ctx, AuditEvent{Node: "n1", Actor: "test", Action: "late", Result: "ok", Detail: fmt.Sprint(i)}); err != nil {
+			t.Errorf("audit %d with a dead context: got %v, want nil", i, err)
+		}
+	}
+	got, err := s.AuditEvents(context.Background(), AuditQuery{Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Errorf("events stored: got %d, want 2", len(got))
 	}
 }
