@@ -156,8 +156,6 @@ func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.C
 		writeError(w, http.StatusBadRequest, safeText(usage.Msg))
 	case errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):
 		writeError(w, http.StatusBadRequest, safeText(err.Error()))
-	case errors.Is(err, commands.ErrNotAllowed):
-		writeError(w, http.StatusForbidden, safeText(err.Error()))
 	case errors.Is(err, commands.ErrTimeout):
 		log.Warn("command_timeout")
 		writeError(w, http.StatusGatewayTimeout, safeText(err.Error()))
