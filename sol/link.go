@@ -62,7 +62,7 @@ type node struct {
 	writer    *Viewer   // nil: nobody writes
 	ring      ring
 	in        []byte        // pending input, at most maxInput
-	inDrained chan struct{} // closed (and replaced) when a full input buffer drains
+	inDrained chan struct{} // closed (and replaced) when a full input buffer drains or the writer changes
 	up        bool          // a console is established
 	exclusive bool          // the BMC is Exclusive: one viewer at a time, no linger
 	status    string        // current trouble notice, repeated to new viewers; "" if none
@@ -418,11 +418,20 @@ func (n *node) takeInput(buf []byte, limit int) []byte {
 	if len(n.in) > 0 {
 		signal(n.inReady)
 	}
-	if full && n.inDrained != nil {
+	if full {
+		n.wakeWritersLocked()
+	}
+	return buf
+}
+
+// wakeWritersLocked wakes the Writes waiting for room in a full input
+// buffer, to try again or to find they are no longer the writer. n.mu is
+// held.
+func (n *node) wakeWritersLocked() {
+	if n.inDrained != nil {
 		close(n.inDrained)
 		n.inDrained = nil
 	}
-	return buf
 }
 
 // publish appends console output to the scrollback and every viewer's

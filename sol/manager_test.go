@@ -153,6 +153,48 @@ func TestTakeWrite(t *testing.T) {
 	}
 }
 
+// TestBlockedWriteLosesWriter: a Write blocked on a full input queue (the
+// link takes nothing) returns ErrReadOnly as soon as its viewer stops being
+// the writer, not when the link drains: the bastion parses escapes on the
+// goroutine that writes, so they would be dead until then.
+func TestBlockedWriteLosesWriter(t *testing.T) {
+	tests := []struct {
+		name   string
+		demote func(w, other *sol.Viewer)
+	}{
+		{"another takes over", func(_, other *sol.Viewer) { other.TakeWrite() }},
+		{"read-only", func(w, _ *sol.Viewer) { w.ReadOnly() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &gateBMC{gate: make(chan struct{})} // never opened: the link's first Write never returns
+			m := newManager(t, sol.Config{}, g)
+			w := attach(t, m, "n1", "w", sol.AttachOptions{})
+			other := attach(t, m, "n1", "other", sol.AttachOptions{ReadOnly: true})
+			waitFor(t, "the link", func() bool { return m.Stats().LinksUp == 1 })
+			errc := make(chan error, 1)
+			go func() {
+				_, err := w.Write(make([]byte, 256<<10)) // far more than the input queue holds
+				errc <- err
+			}()
+			select {
+			case err := <-errc:
+				t.Fatalf("Write returned %v before the queue was full", err)
+			case <-time.After(50 * time.Millisecond): // blocked, as it should be
+			}
+			tt.demote(w, other)
+			select {
+			case err := <-errc:
+				if !errors.Is(err, sol.ErrReadOnly) {
+					t.Errorf("blocked Write: got %v, want %v", err, sol.ErrReadOnly)
+				}
+			case <-time.After(wait):
+				t.Fatalf("Write still blocked %v after its viewer stopped being the writer", wait)
+			}
+		})
+	}
+}
+
 func TestReadOnlyAttach(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -125,6 +125,7 @@ func (v *Viewer) TakeWrite() {
 	n.writer = v
 	if prev != nil && prev != v {
 		prev.notice(v.name + " took over writing; you are read-only")
+		n.wakeWritersLocked() // prev may be blocked in Write
 	}
 }
 
@@ -135,6 +136,7 @@ func (v *Viewer) ReadOnly() {
 	defer n.mu.Unlock()
 	if n.writer == v {
 		n.writer = nil
+		n.wakeWritersLocked() // v may be blocked in Write
 	}
 }
 
