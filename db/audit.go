@@ -72,6 +72,7 @@ type auditQueue struct {
 	mu      sync.Mutex
 	pending []*auditReq
 	busy    bool
+	flushes int // group commits begun, for tests
 }
 
 type auditReq struct {
@@ -85,6 +86,7 @@ func (s *Store) flushAudit(ctx context.Context) {
 	q.mu.Lock()
 	batch := q.pending
 	q.pending = nil
+	q.flushes++
 	q.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, auditTimeout)

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/obmd/obmd/db/dbtest"
 )
 
 // TestAuditGroupCommit: many concurrent Audit calls each return only once
-// their event is stored, and share commits.
+// their event is stored, each exactly once. TestAuditSharesCommits checks
+// that they share commits.
 func TestAuditGroupCommit(t *testing.T) {
 	for _, e := range dbtest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
@@ -57,6 +59,102 @@ func TestAuditGroupCommit(t *testing.T) {
 				}
 				seen[g.Detail] = true
 			}
+		})
+	}
+}
+
+// TestAuditSharesCommits: events queued while a commit is in progress are
+// committed together by one more commit, not one transaction each. The
+// writer is held (SQLite: the single writer connection, in a transaction;
+// MySQL: LOCK TABLES) so that the first event's commit cannot finish while
+// the others queue.
+func TestAuditSharesCommits(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			s := openTestStore(t, e.DSN(t))
+			ctx := context.Background()
+			release := holdAuditWriter(t, s)
+			defer release()
+			q := &s.audit
+			queue := func() (pending, flushes int, busy bool) {
+				q.mu.Lock()
+				defer q.mu.Unlock()
+				return len(q.pending), q.flushes, q.busy
+			}
+			waitFor := func(what string, cond func() bool) {
+				t.Helper()
+				for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("timed out waiting for %s", what)
+					}
+				}
+			}
+			const n = 32
+			errs := make(chan error, n)
+			audit := func(i int) {
+				errs <- s.Audit(ctx, AuditEvent{Node: "g2", Actor: "test", Action: "group", Result: "ok", Detail: fmt.Sprint(i)})
+			}
+			// The first event becomes a one-event commit that waits for
+			// the writer...
+			go audit(0)
+			waitFor("the first commit to start", func() bool {
+				pending, flushes, busy := queue()
+				return busy && pending == 0 && flushes == 1
+			})
+			// ...while the others queue behind it.
+			for i := 1; i < n; i++ {
+				go audit(i)
+			}
+			waitFor("the events to queue", func() bool {
+				pending, _, _ := queue()
+				return pending == n-1
+			})
+			release()
+			for range n {
+				if err := <-errs; err != nil {
+					t.Errorf("audit: %v", err)
+				}
+			}
+			if _, flushes, _ := queue(); flushes != 2 {
+				t.Errorf("commits for %d events: got %d, want 2 (the one in progress, then one for all queued meanwhile)", n, flushes)
+			}
+			got, err := s.AuditEvents(ctx, AuditQuery{Node: "g2"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != n {
+				t.Errorf("events stored: got %d, want %d", len(got), n)
+			}
+		})
+	}
+}
+
+// holdAuditWriter keeps audit inserts from committing until release (which
+// may be called more than once).
+func holdAuditWriter(t *testing.T, s *Store) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	var once sync.Once
+	if s.Dialect() == DialectSQLite {
+		tx, err := s.w.BeginTx(ctx, nil) // holds the writer pool's one connection
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { once.Do(func() { _ = tx.Rollback() }) }
+	}
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `LOCK TABLES audit_events WRITE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		once.Do(func() {
+			if _, err := conn.ExecContext(ctx, `UNLOCK TABLES`); err != nil {
+				t.Errorf("unlock tables: %v", err)
+			}
+			_ = conn.Close()
 		})
 	}
 }

@@ -82,7 +82,7 @@ func TestOpenHidesPassword(t *testing.T) {
 		}
 		secret := passwordOf(strings.TrimPrefix(dsn, mysqlScheme))
 		if secret == "" {
-			t.Skip("the test DSN has no password")
+			dbtest.Missing(t, "%s has no password to look for", dbtest.MySQLEnv)
 		}
 		if len(hook.AllEntries()) == 0 {
 			t.Errorf("no log line, want db_open")

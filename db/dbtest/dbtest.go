@@ -48,16 +48,23 @@ func SQLiteDSN(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "obmd.db")
 }
 
+// Missing skips t for want of what the message names, or fails it when
+// OBMD_REQUIRE_INTEGRATION=1 (CI), where nothing may be skipped silently.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf(format+" and "+RequireEnv+"=1", args...)
+	}
+	t.Skipf(format, args...)
+}
+
 // MySQLDSN creates a database named obmd_test_<random> on the server of
 // OBMD_TEST_MYSQL_DSN, drops it when t ends, and returns its mysql:// DSN.
 func MySQLDSN(t testing.TB) string {
 	t.Helper()
 	raw := os.Getenv(MySQLEnv)
 	if raw == "" {
-		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("%s is not set and %s=1", MySQLEnv, RequireEnv)
-		}
-		t.Skipf("%s is not set", MySQLEnv)
+		Missing(t, "%s is not set", MySQLEnv)
 	}
 	cfg, err := mysql.ParseDSN(strings.TrimPrefix(raw, "mysql://"))
 	if err != nil {
