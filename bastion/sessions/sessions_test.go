@@ -89,16 +89,28 @@ func TestLimits(t *testing.T) {
 			defer end()
 		}
 	}
-	// Ending a session frees its places; end twice counts once.
+	// Ending a session frees its places, once: end twice counts once, so
+	// the node and the source are full again after one new session each.
 	a.end()
 	a.end()
-	_, _, end, err := r.Start(context.Background(), Info{Node: "n1"}, "10.0.0.9")
-	if err != nil {
-		t.Fatalf("after an end: got %v, want allowed", err)
-	}
-	end()
-	if _, _, _, err := r.Start(context.Background(), Info{Node: "n1"}, "10.0.0.9"); err != nil {
-		t.Errorf("end twice: got %v, want the place freed once (allowed)", err)
+	for _, tt := range []struct {
+		node, src string
+		want      string // "" = allowed
+	}{
+		{"n1", "10.0.0.1", ""},
+		{"n1", "10.0.0.9", "too many sessions on node n1 (limit 2)"},
+		{"n5", "10.0.0.1", "too many sessions from your address (limit 3)"},
+	} {
+		_, _, end, err := r.Start(context.Background(), Info{Node: tt.node, Kind: KindExec}, tt.src)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("after end twice, %s from %s: got %v, want allowed", tt.node, tt.src, err)
+		case tt.want != "" && (!errors.Is(err, ErrTooMany) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("after end twice, %s from %s: got %v, want %q (a place freed twice)", tt.node, tt.src, err, tt.want)
+		}
+		if err == nil {
+			defer end()
+		}
 	}
 }
 
@@ -177,12 +189,15 @@ func TestKickAndShutdown(t *testing.T) {
 	}
 }
 
-// A cut racing new sessions: every session of an older epoch that is
-// registered before the cut starts is cut; none of them is left live.
+// A cut racing new sessions: every session of an older epoch that was
+// registered before the cut started is cut, and has ended, when Cut
+// returns.
 func TestCutRacingStart(t *testing.T) {
-	r := New(Config{})
+	r := New(Config{CutWait: 5 * time.Second})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	var mu sync.Mutex
+	var started []startedSession // guarded by mu
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func() {
@@ -193,21 +208,45 @@ func TestCutRacingStart(t *testing.T) {
 					return
 				default:
 				}
-				ctx, _, end, err := r.Start(context.Background(), Info{Node: "n1", Epoch: 1}, "a")
+				ctx, info, end, err := r.Start(context.Background(), Info{Node: "n1", Epoch: 1}, "a")
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				go func() { <-ctx.Done(); end() }()
+				mu.Lock()
+				started = append(started, startedSession{ctx, info.ID})
+				mu.Unlock()
 			}
 		}()
 	}
 	time.Sleep(10 * time.Millisecond)
-	r.Cut("n1", 2, errors.New("rotated"))
+	mu.Lock()
+	before := started // every one of these was registered before the cut began
+	mu.Unlock()
+	cut, late := r.Cut("n1", 2, errors.New("rotated"))
 	close(stop)
 	wg.Wait()
-	r.Cut("n1", 2, errors.New("rotated"))
-	if got := r.List("n1"); len(got) != 0 {
-		t.Errorf("got %d live old sessions, want none", len(got))
+	if len(before) == 0 {
+		t.Fatal("no session started before the cut")
 	}
+	if cut < len(before) || late != 0 {
+		t.Errorf("Cut: got cut %d late %d, want at least %d and 0", cut, late, len(before))
+	}
+	live := map[string]bool{}
+	for _, s := range r.List("n1") {
+		live[s.ID] = true
+	}
+	for _, s := range before {
+		if s.ctx.Err() == nil || live[s.id] {
+			t.Fatalf("session %s, registered before the cut: cancelled %v, still registered %v; want cut and ended when Cut returned",
+				s.id, s.ctx.Err() != nil, live[s.id])
+		}
+	}
+}
+
+// startedSession is a session TestCutRacingStart started.
+type startedSession struct {
+	ctx context.Context
+	id  string
 }
