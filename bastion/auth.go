@@ -1,7 +1,6 @@
 package bastion
 
 import (
-	"context"
 	"errors"
 	"net"
 	"strconv"
@@ -20,7 +19,7 @@ import (
 type (
 	connKey    struct{} // net.Conn of the connection, set by connected
 	authKey    struct{} // *authInfo, set on successful authentication
-	chansKey   struct{} // *int32 count of session channels, set on the first one
+	chansKey   struct{} // *atomic.Int32: open session channels, set by connected
 	offeredKey struct{} // map[string]int64: registered keys offered (fingerprint -> epoch), set by publicKey
 )
 
@@ -138,14 +137,13 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 		Source: remoteString(ctx), Result: "ok", Detail: a.User})
 }
 
-func (s *Server) denied(ctx context.Context, method, why string) {
-	sc := ctx.(ssh.Context)
+func (s *Server) denied(ctx ssh.Context, method, why string) {
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(method, "denied")
 	}
-	s.log.WithFields(map[string]any{"node": safe(sc.User()), "remote": remoteString(sc), "method": method, "reason": why}).Info("auth_denied")
-	s.audit(ctx, db.AuditEvent{Node: safe(sc.User()), Actor: "ssh:" + method, Action: "auth",
-		Source: remoteString(sc), Result: "denied", Detail: why})
+	s.log.WithFields(map[string]any{"node": safe(ctx.User()), "remote": remoteString(ctx), "method": method, "reason": why}).Info("auth_denied")
+	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + method, Action: "auth",
+		Source: remoteString(ctx), Result: "denied", Detail: why})
 }
 
 func (s *Server) waitFrom(start time.Time) {

@@ -61,11 +61,9 @@ func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel
 		nc.Reject(gossh.Prohibited, "not authenticated")
 		return
 	}
-	n, _ := ctx.Value(chansKey{}).(*atomic.Int32)
-	if n == nil || n.Add(1) > int32(s.cfg.MaxChannels) {
-		if n != nil {
-			n.Add(-1)
-		}
+	n := ctx.Value(chansKey{}).(*atomic.Int32) // set by connected, before any channel
+	if n.Add(1) > int32(s.cfg.MaxChannels) {
+		n.Add(-1)
 		nc.Reject(gossh.ResourceShortage, fmt.Sprintf("at most %d sessions per connection", s.cfg.MaxChannels))
 		return
 	}
