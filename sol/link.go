@@ -469,7 +469,7 @@ func (n *node) addLocked(v *Viewer, o AttachOptions) {
 		n.writer = v
 	}
 	if o.Replay {
-		v.push(n.ring.bytes(), n.m.cfg.QueueBytes, false)
+		v.pushRing(&n.ring, n.m.cfg.QueueBytes)
 	}
 	if n.status != "" {
 		v.notice(n.status)

@@ -32,12 +32,20 @@ func (r *ring) write(p []byte) {
 	}
 }
 
+// halves returns the held bytes, oldest first, as two slices of the buffer
+// (b is empty unless they wrap). They alias the ring: use them before the
+// next write.
+func (r *ring) halves() (a, b []byte) {
+	end := r.start + r.n
+	if end <= len(r.buf) {
+		return r.buf[r.start:end], nil
+	}
+	return r.buf[r.start:], r.buf[:end-len(r.buf)]
+}
+
 // bytes returns a copy of the held bytes, oldest first.
 func (r *ring) bytes() []byte {
-	out := make([]byte, r.n)
-	k := copy(out, r.buf[r.start:min(r.start+r.n, len(r.buf))])
-	copy(out[k:], r.buf)
-	return out
+	return concat(r.halves())
 }
 
 // reset forgets everything and releases the buffer.

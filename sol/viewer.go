@@ -194,7 +194,7 @@ func (v *Viewer) Replay() {
 	if n.retired {
 		return
 	}
-	v.push(n.ring.bytes(), v.m.cfg.QueueBytes, false)
+	v.pushRing(&n.ring, v.m.cfg.QueueBytes)
 }
 
 // Close detaches v (cause ErrDetached). It is idempotent; Output is closed
@@ -230,23 +230,36 @@ func (v *Viewer) end(cause error) {
 // newest limit bytes of p are kept, and the gap is reported in the next
 // chunk's Skipped. skipped counts the bytes newly discarded.
 func (v *Viewer) push(p []byte, limit int, dropSlow bool) (skipped int, drop bool) {
+	return v.push2(p, nil, limit, dropSlow)
+}
+
+// pushRing queues the scrollback held by r (node.mu is held) like push,
+// copying it once: straight from the ring into the queue.
+func (v *Viewer) pushRing(r *ring, limit int) {
+	a, b := r.halves()
+	v.push2(a, b, limit, false)
+}
+
+// push2 is push of the bytes a then b.
+func (v *Viewer) push2(a, b []byte, limit int, dropSlow bool) (skipped int, drop bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.err != nil || len(p) == 0 {
+	size := len(a) + len(b)
+	if v.err != nil || size == 0 {
 		return 0, false
 	}
-	if v.queued+len(p) <= limit {
-		v.queued += len(p)
+	if v.queued+size <= limit {
+		v.queued += size
 		if k := len(v.q); k > 0 && v.q[k-1].Notice == "" {
-			v.q[k-1].Data = append(v.q[k-1].Data, p...)
+			v.q[k-1].Data = append(append(v.q[k-1].Data, a...), b...)
 		} else {
-			v.q = append(v.q, Chunk{Data: append([]byte(nil), p...)})
+			v.q = append(v.q, Chunk{Data: concat(a, b)})
 		}
 		signal(v.ready)
 		return 0, false
 	}
 	if dropSlow {
-		return len(p), true
+		return size, true
 	}
 	gap := 0
 	kept := v.q[:0]
@@ -260,15 +273,25 @@ func (v *Viewer) push(p []byte, limit int, dropSlow bool) (skipped int, drop boo
 	}
 	clear(v.q[len(kept):])
 	v.q = kept
-	if len(p) > limit {
-		gap += len(p) - limit
-		skipped += len(p) - limit
-		p = p[len(p)-limit:]
+	if cut := size - limit; cut > 0 { // keep the newest limit bytes
+		gap += cut
+		skipped += cut
+		if cut >= len(a) {
+			a, b = nil, b[cut-len(a):]
+		} else {
+			a = a[cut:]
+		}
+		size = limit
 	}
-	v.q = append(v.q, Chunk{Data: append([]byte(nil), p...), Skipped: gap})
-	v.queued = len(p)
+	v.q = append(v.q, Chunk{Data: concat(a, b), Skipped: gap})
+	v.queued = size
 	signal(v.ready)
 	return skipped, false
+}
+
+// concat returns a new slice holding a then b.
+func concat(a, b []byte) []byte {
+	return append(append(make([]byte, 0, len(a)+len(b)), a...), b...)
 }
 
 // notice queues a one-line message.

@@ -1,6 +1,7 @@
 package ipmi
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -116,8 +117,8 @@ func (d *dialer) close() {
 
 func (c *demuxConn) readLoop() {
 	defer close(c.done)
+	buf := make([]byte, maxDatagram) // reused: each queued datagram is a clone of its n bytes
 	for {
-		buf := make([]byte, maxDatagram)
 		n, err := c.udp.Read(buf)
 		if err != nil {
 			if errors.Is(err, syscall.ECONNREFUSED) {
@@ -134,6 +135,7 @@ func (c *demuxConn) readLoop() {
 			c.countDrop()
 			continue
 		}
+		p = bytes.Clone(p)
 		if isSOL(p) {
 			c.push(c.sol, packet{data: p})
 		} else {
