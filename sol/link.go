@@ -241,7 +241,7 @@ func (n *node) serve(ctx context.Context, con Console) error {
 			lost <- err
 		}
 	}()
-	err := n.watch(ctx, lost)
+	_, err := n.watch(ctx, lost, nil) // nil when the node retires or lingers out
 	cancel()
 	n.closeConsole(con) // unblocks Read and Write
 	wg.Wait()
@@ -251,41 +251,32 @@ func (n *node) serve(ctx context.Context, con Console) error {
 	return err
 }
 
-// watch waits until the console is lost (its error), or the node retires
-// or lingers out (nil), minding the linger timer meanwhile.
-func (n *node) watch(ctx context.Context, lost <-chan error) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-lost:
-			return err
-		case <-n.wake:
-			n.checkIdle()
-		case <-n.lingerC():
-			if n.lingerExpired() {
-				return nil
-			}
-		}
-	}
-}
-
-// sleep waits d while watching for retirement and linger expiry; false
-// means the owner must stop.
+// sleep waits d; false means the node retired or lingered out meanwhile
+// and the owner must stop.
 func (n *node) sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	stop, _ := n.watch(ctx, nil, t.C)
+	return !stop
+}
+
+// watch waits for the first of: the node retiring or lingering out (stop),
+// a lost console (err), or timeout firing, minding the linger timer
+// meanwhile. A nil channel is never ready. Owner only.
+func (n *node) watch(ctx context.Context, lost <-chan error, timeout <-chan time.Time) (stop bool, err error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
+			return true, nil
+		case err := <-lost:
+			return false, err
+		case <-timeout:
+			return false, nil
 		case <-n.wake:
 			n.checkIdle()
 		case <-n.lingerC():
 			if n.lingerExpired() {
-				return false
+				return true, nil
 			}
 		}
 	}

@@ -346,17 +346,18 @@ func (c *Console) teardown(cause error) {
 }
 
 // stillOwner reports whether the BMC still lists our session as the
-// payload's owner (true if it cannot tell us).
+// payload's owner (true if it cannot tell us: no owner known, or a
+// completion code).
 func (c *Console) stillOwner(ctx context.Context) bool {
 	if c.ownerID == 0 {
 		return true
 	}
-	info, err := c.s.c.GetPayloadInstanceInfo(ctx, types.PayloadTypeSOL, solInstance)
+	lost, err := c.probe(ctx)
 	if err != nil {
 		_, isCC := completionCode(err)
 		return isCC
 	}
-	return info.SessionID == c.ownerID
+	return !lost
 }
 
 func (c *Console) deactivate(ctx context.Context) {

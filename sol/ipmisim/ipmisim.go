@@ -245,15 +245,6 @@ func (s *Sim) PowerOn() bool {
 	return strings.TrimSpace(string(data)) == "1"
 }
 
-// SetPower sets the simulated machine's power state without recording an action.
-func (s *Sim) SetPower(on bool) error {
-	v := "0\n"
-	if on {
-		v = "1\n"
-	}
-	return os.WriteFile(s.path("power"), []byte(v), 0o600)
-}
-
 // WriteSerial prints p on the node's serial port, as the host OS would.
 // ipmi_sim forwards it to the active SOL session (or drops it if none).
 func (s *Sim) WriteSerial(p []byte) error {

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -112,16 +113,12 @@ func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC,
 	}
 	if log == nil {
 		l := logrus.New()
-		l.Out = nopWriter{}
+		l.Out = io.Discard
 		log = l
 	}
 	b.log = log.WithFields(logrus.Fields{"node": label, "driver": "ipmitool"})
 	return b, nil
 }
-
-type nopWriter struct{}
-
-func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 func (c *Config) setDefaults() error {
 	if c.Path == "" {

@@ -72,7 +72,7 @@ func (b *BMC) Exclusive() bool { return b.mode == ModeMock }
 
 // begin runs before every operation: it waits the configured delay (bounded
 // by ctx) and returns the injected failure, if any.
-func (b *BMC) begin(ctx context.Context, op string) error {
+func (b *BMC) begin(ctx context.Context) error {
 	b.mu.Lock()
 	d, fail := b.delay, b.fail
 	b.mu.Unlock()
@@ -97,7 +97,7 @@ func (b *BMC) begin(ctx context.Context, op string) error {
 // PowerStatus returns sol.PowerOn or sol.PowerOff ("Mock Status" in
 // ModeMock).
 func (b *BMC) PowerStatus(ctx context.Context) (string, error) {
-	if err := b.begin(ctx, "power status"); err != nil {
+	if err := b.begin(ctx); err != nil {
 		return "", err
 	}
 	if b.mode == ModeMock {
@@ -145,7 +145,7 @@ func (b *BMC) PowerReset(ctx context.Context) error {
 }
 
 func (b *BMC) powerOp(ctx context.Context, action string, do func()) error {
-	if err := b.begin(ctx, action); err != nil {
+	if err := b.begin(ctx); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -161,7 +161,7 @@ func (b *BMC) powerOp(ctx context.Context, action string, do func()) error {
 // none in ModeNormal; "A" or "B" in ModeMock. Others are
 // sol.ErrBadBootDevice. Without persistent, the choice lasts one boot.
 func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) error {
-	if err := b.begin(ctx, "set boot device"); err != nil {
+	if err := b.begin(ctx); err != nil {
 		return err
 	}
 	ok := false
@@ -194,7 +194,7 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 	b.mu.Lock()
 	b.attempts++
 	b.mu.Unlock()
-	if err := b.begin(ctx, "activate SOL"); err != nil {
+	if err := b.begin(ctx); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
@@ -211,7 +211,7 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 // DeactivateConsole frees the SOL payload: the active console's Read fails
 // with ErrDeactivated, as when a real BMC hands the payload to someone else.
 func (b *BMC) DeactivateConsole(ctx context.Context) error {
-	if err := b.begin(ctx, "deactivate SOL"); err != nil {
+	if err := b.begin(ctx); err != nil {
 		return err
 	}
 	b.mu.Lock()
