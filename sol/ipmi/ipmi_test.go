@@ -187,25 +187,13 @@ func openConsole(t *testing.T, b sol.BMC) *soltest.Reader {
 	return soltest.Open(t, b)
 }
 
-// waitReadErr waits for the console's Read to fail.
-func waitReadErr(t *testing.T, r *soltest.Reader, within time.Duration) error {
-	t.Helper()
-	select {
-	case <-r.Done():
-		return r.Err()
-	case <-time.After(within):
-		t.Fatalf("Read still working %v after the link went away", within)
-		return nil
-	}
-}
-
 func TestConsoleLinkLoss(t *testing.T) {
 	t.Run("killed BMC", func(t *testing.T) {
 		b, s := newSimBMC(t, fastConfig)
 		r := openConsole(t, b)
 		s.Kill()
 		start := time.Now()
-		err := waitReadErr(t, r, 5*time.Second)
+		err := r.Wait(t, 5*time.Second)
 		t.Logf("Read failed after %v: %v", time.Since(start), err)
 	})
 	t.Run("silent BMC", func(t *testing.T) {
@@ -217,7 +205,7 @@ func TestConsoleLinkLoss(t *testing.T) {
 		r := openConsole(t, b)
 		rl.silent.Store(true)
 		start := time.Now()
-		err := waitReadErr(t, r, 10*time.Second)
+		err := r.Wait(t, 10*time.Second)
 		t.Logf("Read failed after %v: %v", time.Since(start), err)
 		if _, err := r.Console.Write([]byte("x")); err == nil {
 			t.Error("Write after link loss: got nil error, want one")
@@ -242,7 +230,7 @@ func TestConsoleLinkLoss(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("Write still blocked 10s after the link went silent")
 		}
-		waitReadErr(t, r, 5*time.Second)
+		r.Wait(t, 5*time.Second)
 	})
 }
 
@@ -261,7 +249,7 @@ func TestRemoteDeactivate(t *testing.T) {
 			if err := b.DeactivateConsole(context.Background()); err != nil {
 				t.Fatalf("DeactivateConsole: %v", err)
 			}
-			err := waitReadErr(t, first, 5*time.Second)
+			err := first.Wait(t, 5*time.Second)
 			if !strings.Contains(err.Error(), errLost.Error()) {
 				t.Errorf("Read error: got %v, want one saying %q", err, errLost)
 			}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/soltest"
 )
 
 // RequireEnv is the variable that turns a missing dependency from a skip
@@ -260,20 +261,11 @@ func (s *Sim) Serial() []byte {
 	return bytes.Clone(s.serial.Bytes())
 }
 
-// WaitSerial waits until the serial port has received want, or fails t.
+// WaitSerial waits until the serial port has received want, or fails t
+// (soltest.WaitSerial).
 func (s *Sim) WaitSerial(t testing.TB, want []byte, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !bytes.Contains(s.Serial(), want) {
-		if time.Now().After(deadline) {
-			got := s.Serial()
-			if len(got) > 200 {
-				got = got[len(got)-200:]
-			}
-			t.Fatalf("serial port never received %q; last bytes: %q", want, got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	soltest.WaitSerial(t, s, want, timeout)
 }
 
 func (s *Sim) readSerial() {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest"
 )
 
 func openConsole(t *testing.T, b *BMC) *Console {
@@ -34,11 +35,11 @@ func openConsole(t *testing.T, b *BMC) *Console {
 func TestConsoleBothWays(t *testing.T) {
 	s, b := startSim(t)
 	c := openConsole(t, b)
-	r := startReader(t, c)
+	r := soltest.Collect(t, c)
 
 	s.WriteSerial([]byte("Booting node-1\r\nlogin: "))
-	r.waitOutput(t, []byte("Booting node-1\r\nlogin: "), 5*time.Second)
-	if out := r.output(); bytes.Contains(out, []byte("SOL Session")) || !bytes.HasPrefix(out, []byte("Booting")) {
+	r.WaitOutput(t, []byte("Booting node-1\r\nlogin: "), 5*time.Second)
+	if out := r.Output(); bytes.Contains(out, []byte("SOL Session")) || !bytes.HasPrefix(out, []byte("Booting")) {
 		t.Errorf("output: got %q, want the serial output without ipmitool's banner", out)
 	}
 	if _, err := c.Write([]byte("root\r")); err != nil {
@@ -49,7 +50,7 @@ func TestConsoleBothWays(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	if err := r.wait(t, 5*time.Second); !errors.Is(err, ErrClosed) {
+	if err := r.Wait(t, 5*time.Second); !errors.Is(err, ErrClosed) {
 		t.Errorf("Read after Close: got %v, want ErrClosed", err)
 	}
 	if _, err := c.Write([]byte("x")); !errors.Is(err, ErrClosed) {
@@ -94,7 +95,7 @@ func TestConsolePaste(t *testing.T) {
 	s, b := startSim(t)
 	c := openConsole(t, b)
 	defer c.Close()
-	r := startReader(t, c)
+	r := soltest.Collect(t, c)
 
 	p := paste(64 << 10)
 	start := time.Now()
@@ -124,12 +125,12 @@ func TestConsolePaste(t *testing.T) {
 
 	// Still alive, both ways.
 	s.WriteSerial([]byte("still here\r\n"))
-	r.waitOutput(t, []byte("still here"), 5*time.Second)
+	r.WaitOutput(t, []byte("still here"), 5*time.Second)
 	if _, err := c.Write([]byte("\rafter\r")); err != nil {
 		t.Fatalf("Write after paste: %v", err)
 	}
 	s.WaitSerial(t, []byte("\rafter\r"), 5*time.Second)
-	if out := r.output(); bytes.Contains(out, []byte("ipmitool")) || bytes.Contains(out, []byte("escape sequences")) {
+	if out := r.Output(); bytes.Contains(out, []byte("ipmitool")) || bytes.Contains(out, []byte("escape sequences")) {
 		t.Errorf("ipmitool ran a command: output %q", tail(out, 300))
 	}
 }
@@ -139,7 +140,7 @@ func TestConsoleOutputThroughput(t *testing.T) {
 	s, b := startSim(t)
 	c := openConsole(t, b)
 	defer c.Close()
-	r := startReader(t, c)
+	r := soltest.Collect(t, c)
 	line := []byte(strings.Repeat("0123456789abcdef", 4)[:62] + "\r\n")
 	data := bytes.Repeat(line, (256<<10)/len(line))
 	start := time.Now()
@@ -147,11 +148,11 @@ func TestConsoleOutputThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for len(r.output()) < len(data) && time.Now().Before(deadline) {
+	for len(r.Output()) < len(data) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	if got := r.output(); !bytes.Equal(got, data) {
+	if got := r.Output(); !bytes.Equal(got, data) {
 		t.Fatalf("output: got %d bytes, want %d intact", len(got), len(data))
 	}
 	t.Logf("output: %d bytes in %v (%.2f MiB/s)", len(data), elapsed, float64(len(data))/(1<<20)/elapsed.Seconds())
@@ -161,7 +162,7 @@ func TestConsoleBreak(t *testing.T) {
 	s, b := startSim(t)
 	c := openConsole(t, b)
 	defer c.Close()
-	r := startReader(t, c)
+	r := soltest.Collect(t, c)
 	ctx := context.Background()
 
 	// At the start of the session ipmitool is at a line start.
@@ -189,7 +190,7 @@ func TestConsoleBreak(t *testing.T) {
 	}
 	s.WaitSerial(t, []byte("abc\r~.x\r"), 5*time.Second)
 	s.WriteSerial([]byte("after break\r\n"))
-	r.waitOutput(t, []byte("after break\r\n"), 5*time.Second)
+	r.WaitOutput(t, []byte("after break\r\n"), 5*time.Second)
 
 	// ipmi_sim turns a break into tcsendbreak on its pty, which a pty pair
 	// does not carry, so the break itself is not observable here. What is:
@@ -199,7 +200,7 @@ func TestConsoleBreak(t *testing.T) {
 	if got, want := s.Serial(), []byte("abc\r~.x\r"); !bytes.Equal(got, want) {
 		t.Errorf("serial side: got %q, want %q", got, want)
 	}
-	if out := r.output(); !bytes.Equal(out, []byte("after break\r\n")) {
+	if out := r.Output(); !bytes.Equal(out, []byte("after break\r\n")) {
 		t.Errorf("output: got %q, want only the serial output", out)
 	}
 	c.fmu.Lock()
@@ -257,13 +258,13 @@ func TestConsolePayloadActive(t *testing.T) {
 		t.Fatalf("DeactivateConsole: %v", err)
 	}
 	c2 := openConsole(t, b)
-	r := startReader(t, c2)
+	r := soltest.Collect(t, c2)
 	s.WriteSerial([]byte("ours now\r\n"))
-	r.waitOutput(t, []byte("ours now"), 5*time.Second)
+	r.WaitOutput(t, []byte("ours now"), 5*time.Second)
 	if err := c2.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	r.wait(t, 5*time.Second)
+	r.Wait(t, 5*time.Second)
 	noChildren(t)
 }
 
@@ -274,12 +275,12 @@ func TestConsoleCloseLeaks(t *testing.T) {
 	before := runtime.NumGoroutine()
 	for i := 0; i < 3; i++ {
 		c := openConsole(t, b)
-		r := startReader(t, c)
+		r := soltest.Collect(t, c)
 		time.Sleep(100 * time.Millisecond) // Read is blocked on the pty
 		if err := c.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		if err := r.wait(t, 5*time.Second); !errors.Is(err, ErrClosed) {
+		if err := r.Wait(t, 5*time.Second); !errors.Is(err, ErrClosed) {
 			t.Errorf("Read: got %v, want ErrClosed", err)
 		}
 	}
@@ -451,7 +452,7 @@ func TestConsoleOtherEscape(t *testing.T) {
 	}
 	c := openConsole(t, b)
 	defer c.Close()
-	r := startReader(t, c)
+	r := soltest.Collect(t, c)
 	in := "&.\r&B\r~.\r&&\r&?\r"
 	if _, err := c.Write([]byte(in)); err != nil {
 		t.Fatal(err)
@@ -461,8 +462,8 @@ func TestConsoleOtherEscape(t *testing.T) {
 		t.Fatalf("Break: %v", err)
 	}
 	s.WriteSerial([]byte("out\r\n"))
-	r.waitOutput(t, []byte("out\r\n"), 5*time.Second)
-	if got := r.output(); string(got) != "out\r\n" {
+	r.WaitOutput(t, []byte("out\r\n"), 5*time.Second)
+	if got := r.Output(); string(got) != "out\r\n" {
 		t.Errorf("output: got %q, want %q", got, "out\r\n")
 	}
 	if got := s.Serial(); string(got) != in {

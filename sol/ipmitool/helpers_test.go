@@ -1,13 +1,11 @@
 package ipmitool
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,66 +49,6 @@ func startSim(t *testing.T) (*ipmisim.Sim, *BMC) {
 		t.Fatalf("New: %v", err)
 	}
 	return s, b
-}
-
-// reader pumps a console's output into a buffer until Read fails.
-type reader struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	err  error
-	done chan struct{}
-}
-
-func startReader(t *testing.T, c sol.Console) *reader {
-	r := &reader{done: make(chan struct{})}
-	go func() { // owned by the test: every test waits on done (see wait)
-		defer close(r.done)
-		p := make([]byte, 4096)
-		for {
-			n, err := c.Read(p)
-			r.mu.Lock()
-			r.buf.Write(p[:n])
-			if err != nil {
-				r.err = err
-			}
-			r.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return r
-}
-
-func (r *reader) output() []byte {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return bytes.Clone(r.buf.Bytes())
-}
-
-// waitOutput waits until the console output contains want.
-func (r *reader) waitOutput(t *testing.T, want []byte, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !bytes.Contains(r.output(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("console output never contained %q; got %q", want, tail(r.output(), 300))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// wait waits for Read to fail and returns its error.
-func (r *reader) wait(t *testing.T, timeout time.Duration) error {
-	t.Helper()
-	select {
-	case <-r.done:
-	case <-time.After(timeout):
-		t.Fatalf("Read still running after %v", timeout)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
 }
 
 func tail(b []byte, n int) []byte {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/sol/soltest"
 )
 
 // TestConsoleLinkLoss: a BMC that vanishes makes Read fail within the
@@ -12,15 +14,15 @@ import (
 func TestConsoleLinkLoss(t *testing.T) {
 	s, b := startSim(t)
 	c := openConsole(t, b)
-	r := startReader(t, c)
+	r := soltest.Collect(t, c)
 	s.WriteSerial([]byte("up\r\n"))
-	r.waitOutput(t, []byte("up\r\n"), 5*time.Second)
+	r.WaitOutput(t, []byte("up\r\n"), 5*time.Second)
 
 	s.Kill()
 	start := time.Now()
 	cfg := b.cfg
 	bound := cfg.Keepalive + 2*cfg.KeepaliveTimeout
-	err := r.wait(t, bound+10*time.Second)
+	err := r.Wait(t, bound+10*time.Second)
 	elapsed := time.Since(start)
 	if !errors.Is(err, ErrLinkLost) {
 		t.Errorf("Read after the BMC died: got %v, want ErrLinkLost", err)
@@ -53,12 +55,12 @@ func TestConsoleStolen(t *testing.T) {
 	_, b := startSim(t)
 	c := openConsole(t, b)
 	defer c.Close()
-	r := startReader(t, c)
+	r := soltest.Collect(t, c)
 	if err := b.DeactivateConsole(context.Background()); err != nil {
 		t.Fatalf("DeactivateConsole: %v", err)
 	}
 	start := time.Now()
-	err := r.wait(t, 90*time.Second)
+	err := r.Wait(t, 90*time.Second)
 	if !errors.Is(err, ErrLinkLost) {
 		t.Errorf("Read after the payload was taken: got %v, want ErrLinkLost", err)
 	}
@@ -94,7 +96,7 @@ func TestConsoleIdle(t *testing.T) {
 	s, b := startSim(t)
 	c := openConsole(t, b)
 	defer c.Close()
-	r := startReader(t, c)
+	r := soltest.Collect(t, c)
 	deadline := time.Now().Add(4 * b.cfg.Keepalive)
 	for time.Now().Before(deadline) {
 		if n := len(children(t)); n != 1 {
@@ -103,5 +105,5 @@ func TestConsoleIdle(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	s.WriteSerial([]byte("still alive\r\n"))
-	r.waitOutput(t, []byte("still alive"), 5*time.Second)
+	r.WaitOutput(t, []byte("still alive"), 5*time.Second)
 }

@@ -61,56 +61,6 @@ func TestNew(t *testing.T) {
 	}
 }
 
-// TestPower runs every power and boot-device operation against ipmi_sim and
-// checks what its chassis hook recorded.
-func TestPower(t *testing.T) {
-	s, b := startSim(t)
-	ctx := context.Background()
-	status := func(want string) {
-		t.Helper()
-		got, err := b.PowerStatus(ctx)
-		if err != nil || got != want {
-			t.Fatalf("PowerStatus: got %q, %v, want %q", got, err, want)
-		}
-	}
-	status(sol.PowerOn)
-	tests := []struct {
-		name      string
-		op        func() error
-		actions   []string // recorded by the hook, in order
-		wantPower string
-	}{
-		{"off", func() error { return b.PowerOff(ctx, false) }, []string{"power 0"}, sol.PowerOff},
-		{"on", func() error { return b.PowerOn(ctx) }, []string{"power 1"}, sol.PowerOn},
-		{"soft", func() error { return b.PowerOff(ctx, true) }, []string{"shutdown 1"}, sol.PowerOff},
-		{"on again", func() error { return b.PowerOn(ctx) }, []string{"power 1"}, sol.PowerOn},
-		{"reset", func() error { return b.PowerReset(ctx) }, []string{"reset 1"}, sol.PowerOn},
-		{"cycle", func() error { return b.PowerCycle(ctx) }, []string{"power 0", "power 1"}, sol.PowerOn},
-		{"bootdev pxe", func() error { return b.SetBootDevice(ctx, sol.BootPXE, false) }, []string{"boot pxe"}, sol.PowerOn},
-		{"bootdev disk persistent", func() error { return b.SetBootDevice(ctx, sol.BootDisk, true) }, []string{"boot default"}, sol.PowerOn},
-		{"bootdev bios", func() error { return b.SetBootDevice(ctx, sol.BootBIOS, false) }, []string{"boot bios"}, sol.PowerOn},
-		{"bootdev cdrom", func() error { return b.SetBootDevice(ctx, sol.BootCDROM, false) }, []string{"boot cdrom"}, sol.PowerOn},
-		{"bootdev none", func() error { return b.SetBootDevice(ctx, sol.BootNone, true) }, []string{"boot none"}, sol.PowerOn},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			before := len(s.Actions())
-			if err := tt.op(); err != nil {
-				t.Fatalf("got error %v", err)
-			}
-			deadline := time.Now().Add(5 * time.Second) // a cycle turns on ~1 s later
-			for len(s.Actions()) < before+len(tt.actions) && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if got := s.Actions()[before:]; !slices.Equal(got, tt.actions) {
-				t.Errorf("actions: got %q, want %q", got, tt.actions)
-			}
-			status(tt.wantPower)
-		})
-	}
-	noChildren(t)
-}
-
 func TestBadBootDevice(t *testing.T) {
 	// A binary that does not exist proves that nothing is run.
 	b, err := New("n", sol.Info{Addr: "127.0.0.1"}, Config{Path: "/nonexistent/ipmitool"}, nil)
@@ -162,12 +112,4 @@ func TestPowerTimeout(t *testing.T) {
 		t.Errorf("PowerOn returned after %v, want about 300ms", d)
 	}
 	noChildren(t)
-}
-
-func TestDeactivateIdle(t *testing.T) {
-	_, b := startSim(t)
-	// Nothing active: ipmitool says "already de-activated", which is fine.
-	if err := b.DeactivateConsole(context.Background()); err != nil {
-		t.Errorf("DeactivateConsole: got %v, want nil", err)
-	}
 }

@@ -17,6 +17,7 @@ func TestConformancePower(t *testing.T) {
 		s, b := startSim(t)
 		return b, s
 	})
+	noChildren(t) // every ipmitool run was reaped
 }
 
 func TestConformanceConsole(t *testing.T) {

@@ -164,7 +164,7 @@ type Reader struct {
 
 // Open opens b's console (failing t otherwise) and starts collecting its
 // output. A t.Cleanup closes it if the test did not.
-func Open(t *testing.T, b sol.BMC) *Reader {
+func Open(t testing.TB, b sol.BMC) *Reader {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -172,6 +172,12 @@ func Open(t *testing.T, b sol.BMC) *Reader {
 	if err != nil {
 		t.Fatalf("OpenConsole: got %v, want nil", err)
 	}
+	return Collect(t, c)
+}
+
+// Collect starts collecting the output of the open console c. A t.Cleanup
+// closes it if the test did not (Console.Close must be idempotent).
+func Collect(t testing.TB, c sol.Console) *Reader {
 	r := &Reader{Console: c, done: make(chan struct{})}
 	go r.loop() // ends when Read fails; Close makes it fail
 	t.Cleanup(func() { r.Close(t) })
@@ -212,8 +218,20 @@ func (r *Reader) Err() error {
 // Done is closed when Read has returned an error.
 func (r *Reader) Done() <-chan struct{} { return r.done }
 
+// Wait waits until Read has failed and returns its error, or fails t.
+func (r *Reader) Wait(t testing.TB, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.Err()
+	case <-time.After(timeout):
+		t.Fatalf("Read still working after %v", timeout)
+		return nil
+	}
+}
+
 // WaitOutput waits until the output contains want, or fails t.
-func (r *Reader) WaitOutput(t *testing.T, want []byte, timeout time.Duration) {
+func (r *Reader) WaitOutput(t testing.TB, want []byte, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !bytes.Contains(r.Output(), want) {
@@ -226,7 +244,7 @@ func (r *Reader) WaitOutput(t *testing.T, want []byte, timeout time.Duration) {
 
 // Close closes the console once and checks that it ends the read loop
 // within a bound.
-func (r *Reader) Close(t *testing.T) {
+func (r *Reader) Close(t testing.TB) {
 	t.Helper()
 	r.closed.Do(func() {
 		start := time.Now()
@@ -247,7 +265,7 @@ func (r *Reader) Close(t *testing.T) {
 }
 
 // WaitSerial waits until the serial port has received want, or fails t.
-func WaitSerial(t *testing.T, ser SerialObserver, want []byte, timeout time.Duration) {
+func WaitSerial(t testing.TB, ser SerialObserver, want []byte, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !bytes.Contains(ser.Serial(), want) {

@@ -71,6 +71,7 @@ var powerCases = []powerCase{
 	{name: "bootdev none", run: bootdev(sol.BootNone, false), actions: []string{"boot none"}, powerOn: true},
 	{name: "bootdev pxe persistent", run: bootdev(sol.BootPXE, true), actions: []string{"boot pxe"}, powerOn: true},
 	{name: "bootdev disk persistent", run: bootdev(sol.BootDisk, true), actions: []string{"boot default"}, powerOn: true},
+	{name: "bootdev none persistent", run: bootdev(sol.BootNone, true), actions: []string{"boot none"}, powerOn: true},
 }
 
 // RunPower runs the power table. newBMC is called once per subtest and must
