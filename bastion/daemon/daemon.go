@@ -67,7 +67,7 @@ func New(cfg Config, log logrus.FieldLogger) (*Daemon, error) {
 	return &Daemon{cfg: cfg, log: log}, nil
 }
 
-// Start opens both listeners, opens and migrates the database, loads or
+// Start opens the listeners, opens and migrates the database, loads or
 // creates keys and builds every part. On error, whatever was opened is closed.
 // The listeners come first, so that a taken port fails the start before
 // anything is created in the state directory.
@@ -133,7 +133,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
 		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
-	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.log)
+	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.store, d.log)
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower},
@@ -172,7 +172,8 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 }
 
 // listen opens the SSH and admin listeners (the admin one with TLS when
-// configured). Connections wait in the backlog until Run serves them.
+// configured) and, in cluster mode, the peer listener. Connections wait in
+// the backlog until Run serves them.
 func (d *Daemon) listen() error {
 	var cert tls.Certificate
 	if d.cfg.TLSCert != "" {
@@ -190,6 +191,11 @@ func (d *Daemon) listen() error {
 	}
 	if d.cfg.TLSCert != "" {
 		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	if d.cfg.PeerAddr != "" {
+		if d.rep.peerL, err = net.Listen("tcp", d.cfg.PeerAddr); err != nil {
+			return fmt.Errorf("listen for peers: %w", err)
+		}
 	}
 	return nil
 }

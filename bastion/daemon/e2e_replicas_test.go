@@ -9,8 +9,12 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/daemon"
@@ -305,4 +310,87 @@ func TestReplicaDatabaseLost(t *testing.T) {
 	if code != http.StatusOK {
 		t.Errorf("/readyz after the database is back: got %d, want 200", code)
 	}
+}
+
+// TestReplicaPeerConfig: a peer_addr other replicas cannot dial (every
+// address, without peer_advertise) is a configuration error, found before
+// anything is created; a taken peer port fails the start before the state
+// directory is touched, as a taken SSH or admin port does.
+func TestReplicaPeerConfig(t *testing.T) {
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	base := func(state string) daemon.Config {
+		return daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: state}
+	}
+	absent := func(t *testing.T, state string) {
+		t.Helper()
+		if entries, err := os.ReadDir(state); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("state directory: got %d entries (%v), want it never created", len(entries), err)
+		}
+	}
+	for _, tc := range []struct{ addr, advertise, want string }{
+		{":0", "", "listens on every address"},
+		{"0.0.0.0:0", "", "listens on every address"},
+		{"[::]:0", "", "listens on every address"},
+		{"127.0.0.1", "", "peer_addr"},
+		{":0", "0.0.0.0:2223", "peer_advertise"},
+		{":0", "10.0.0.11:0", "peer_advertise"},
+		{":0", "10.0.0.11", "peer_advertise"},
+	} {
+		t.Run(tc.addr+" "+tc.advertise, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state")
+			cfg := base(state)
+			cfg.PeerAddr, cfg.PeerAdvertise = tc.addr, tc.advertise
+			if _, err := cfg.WithDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("WithDefaults: got %v, want an error naming %q", err, tc.want)
+			}
+			d, err := daemon.New(cfg, quiet)
+			if err == nil {
+				err := d.Start(t.Context())
+				t.Errorf("daemon.New: accepted (Start: %v), want a configuration error", err)
+				if err == nil {
+					runBriefly(d)
+				}
+			}
+			absent(t, state)
+		})
+	}
+
+	for _, ok := range [][2]string{{"127.0.0.1:0", ""}, {"localhost:2223", ""}, {":2223", "10.0.0.11:2223"}, {"[::]:2223", "obmd-2:2223"}} {
+		cfg := base(t.TempDir())
+		cfg.PeerAddr, cfg.PeerAdvertise = ok[0], ok[1]
+		if _, err := cfg.WithDefaults(); err != nil {
+			t.Errorf("peer_addr %q, peer_advertise %q: got %v, want accepted", ok[0], ok[1], err)
+		}
+	}
+
+	t.Run("peer port taken", func(t *testing.T) {
+		taken, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer taken.Close()
+		state := filepath.Join(t.TempDir(), "state")
+		cfg := base(state)
+		cfg.PeerAddr = taken.Addr().String()
+		d, err := daemon.New(cfg, quiet)
+		if err != nil {
+			t.Fatalf("daemon.New: %v", err)
+		}
+		if err := d.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "listen for peers") {
+			t.Errorf("Start: got %v, want listen for peers to fail", err)
+			if err == nil {
+				runBriefly(d)
+			}
+		}
+		absent(t, state)
+	})
+}
+
+// runBriefly runs a daemon that started when it should not have, so that
+// it stops and closes what it opened.
+func runBriefly(d *daemon.Daemon) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	d.Run(ctx)
 }

@@ -65,7 +65,35 @@ func (c *Config) replicaDefaults() error {
 	if c.PeerAdvertise != "" && c.PeerAddr == "" {
 		return errors.New("peer_advertise needs peer_addr")
 	}
+	if c.PeerAddr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.PeerAddr)
+	if err != nil {
+		return fmt.Errorf("peer_addr: %w", err)
+	}
+	if c.PeerAdvertise == "" {
+		// The others dial the bound address: it must be one they can.
+		if everyAddress(host) {
+			return fmt.Errorf("peer_addr %s listens on every address: set peer_advertise to the address other replicas dial", c.PeerAddr)
+		}
+		return nil
+	}
+	host, port, err := net.SplitHostPort(c.PeerAdvertise)
+	if err != nil {
+		return fmt.Errorf("peer_advertise: %w", err)
+	}
+	if everyAddress(host) || port == "" || port == "0" {
+		return fmt.Errorf("peer_advertise %s: want the host and port other replicas dial", c.PeerAdvertise)
+	}
 	return nil
+}
+
+// everyAddress reports whether a listen host binds every address ("",
+// 0.0.0.0, ::).
+func everyAddress(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
 }
 
 // defaultReplicaID is the host name and a random suffix: unique per run,
@@ -84,24 +112,18 @@ func defaultReplicaID() string {
 	return host + "-" + hex.EncodeToString(b[:])
 }
 
-// startCluster, in cluster mode, opens the peer listener and wraps local in
-// the cluster's resolver; otherwise it returns local as it is.
+// startCluster, in cluster mode, wraps local in the cluster's resolver
+// (the peer listener is open already: listen); otherwise it returns local
+// as it is.
 func (d *Daemon) startCluster(hostKey gossh.Signer, local sol.Resolver, forCommands commands.Resolver) (sol.Resolver, commands.Resolver, error) {
 	if d.cfg.PeerAddr == "" {
 		return local, forCommands, nil
 	}
-	l, err := net.Listen("tcp", d.cfg.PeerAddr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("listen for peers: %w", err)
-	}
-	d.rep.peerL = l
 	advertise := d.cfg.PeerAdvertise
 	if advertise == "" {
-		advertise = l.Addr().String()
-		if ip := l.Addr().(*net.TCPAddr).IP; ip.IsUnspecified() {
-			return nil, nil, fmt.Errorf("peer_addr %s listens on every address: set peer_advertise to the address other replicas dial", d.cfg.PeerAddr)
-		}
+		advertise = d.rep.peerL.Addr().String() // a specific address: replicaDefaults checked
 	}
+	var err error
 	d.rep.cluster, err = cluster.New(cluster.Config{ReplicaID: d.cfg.ReplicaID, PeerAddr: advertise, HostKey: hostKey,
 		LeaseTTL: d.cfg.LeaseTTL}, d.store, local, d.log.WithField("part", "cluster"))
 	if err != nil {
