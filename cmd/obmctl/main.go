@@ -25,6 +25,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/term"
 )
 
 func main() {
@@ -70,7 +72,7 @@ type client struct {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	err := dispatch(args, stdin, stdout, getenv)
+	err := dispatch(args, stdin, stdout, stderr, getenv)
 	if err == nil {
 		return 0
 	}
@@ -83,7 +85,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(s
 	return 1
 }
 
-func dispatch(args []string, stdin io.Reader, stdout io.Writer, getenv func(string) string) error {
+// dispatch runs one command; stderr gets prompts only (run prints errors).
+func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("obmctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	base := fs.String("url", envOr(getenv, "OBMD_URL", "http://127.0.0.1:8080"), "admin API base URL (env OBMD_URL)")
@@ -113,7 +116,7 @@ func dispatch(args []string, stdin io.Reader, stdout io.Writer, getenv func(stri
 	case cmd == "node" && sub == "show":
 		return c.nodeShow(args[1:])
 	case cmd == "node" && sub == "add":
-		return c.nodeAdd(args[1:], stdin, getenv)
+		return c.nodeAdd(args[1:], stdin, stderr, getenv)
 	case cmd == "node" && sub == "rm":
 		return c.simple("DELETE", "/v1/nodes/%s", args[1:], "deleted")
 	case cmd == "token" && sub == "rotate":
@@ -305,7 +308,7 @@ func (c *client) nodeShow(args []string) error {
 	return nil
 }
 
-func (c *client) nodeAdd(args []string, stdin io.Reader, getenv func(string) string) error {
+func (c *client) nodeAdd(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return usageErr("node add needs a label first")
 	}
@@ -327,7 +330,7 @@ func (c *client) nodeAdd(args []string, stdin io.Reader, getenv func(string) str
 	}
 	info := map[string]any{"addr": *addr}
 	if *typ == "ipmi" || *typ == "ipmitool" {
-		pass, err := bmcPassword(*passFile, stdin, getenv)
+		pass, err := bmcPassword(*passFile, stdin, stderr, getenv)
 		if err != nil {
 			return err
 		}
@@ -349,7 +352,10 @@ func (c *client) nodeAdd(args []string, stdin io.Reader, getenv func(string) str
 	return nil
 }
 
-func bmcPassword(file string, stdin io.Reader, getenv func(string) string) (string, error) {
+// bmcPassword reads the BMC password from file, else OBMD_BMC_PASS, else
+// stdin after a prompt on stderr: without echo when stdin is a terminal,
+// otherwise (a pipe, a file) its first line.
+func bmcPassword(file string, stdin io.Reader, stderr io.Writer, getenv func(string) string) (string, error) {
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -360,7 +366,15 @@ func bmcPassword(file string, stdin io.Reader, getenv func(string) string) (stri
 	if p := getenv("OBMD_BMC_PASS"); p != "" {
 		return p, nil
 	}
-	fmt.Fprint(os.Stderr, "BMC password: ")
+	fmt.Fprint(stderr, "BMC password: ")
+	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		pass, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(stderr) // the newline the terminal did not echo
+		if err != nil {
+			return "", fmt.Errorf("BMC password: %w", err)
+		}
+		return string(pass), nil
+	}
 	line, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil && line == "" {
 		return "", errors.New("BMC password: nothing read (use --pass-file or OBMD_BMC_PASS)")

@@ -72,6 +72,7 @@ func TestObmctl(t *testing.T) {
 	}{
 		{"add ipmi node", "", []string{"node", "add", "n1", "--type", "ipmi", "--addr", "10.0.0.5", "--user", "root", "--pass-file", passFile}, 0, "n1: registered", ""},
 		{"add sim node", "", []string{"node", "add", "n2", "--type", "sim", "--addr", "sim"}, 0, "n2: registered", ""},
+		{"password from a pipe", "bmc-secret-77\n", []string{"node", "add", "n4", "--type", "ipmi", "--addr", "10.0.0.6", "--user", "root"}, 0, "n4: registered", "BMC password: "},
 		{"password as argument refused", "", []string{"node", "add", "n3", "--addr", "x", "hunter2"}, 2, "", "never an argument"},
 		{"list", "", []string{"node", "ls"}, 0, "10.0.0.5:623", ""},
 		{"show", "", []string{"node", "show", "n1"}, 0, "token:    false", ""},
