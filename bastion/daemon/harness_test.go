@@ -330,31 +330,61 @@ func (o *obmd) sshArgs(user string, extra ...string) []string {
 func (o *obmd) openssh(user, token string, extra []string, cmd ...string) execResult {
 	o.t.Helper()
 	ipmisim.Require(o.t, "ssh", "sshpass")
-	var c *exec.Cmd
+	var name string
+	var args []string
 	if token != "" {
-		args := append([]string{"-p", token, "ssh"}, o.sshArgs(user, append([]string{"-o", "PubkeyAuthentication=no"}, extra...)...)...)
-		c = exec.Command("sshpass", append(args, cmd...)...)
+		name = "sshpass"
+		args = append([]string{"-p", token, "ssh"}, o.sshArgs(user, append([]string{"-o", "PubkeyAuthentication=no"}, extra...)...)...)
 	} else {
-		args := o.sshArgs(user, append([]string{"-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no"}, extra...)...)
-		c = exec.Command("ssh", append(args, cmd...)...)
+		name = "ssh"
+		args = o.sshArgs(user, append([]string{"-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no"}, extra...)...)
 	}
-	var out, errb bytes.Buffer
-	c.Stdout, c.Stderr = &out, &errb
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := c.Start(); err != nil {
-		o.t.Fatalf("start ssh: %v", err)
-	}
-	go func() { <-ctx.Done(); c.Process.Kill() }() // ends with cancel
-	err := c.Wait()
-	res := execResult{Stdout: out.String(), Stderr: errb.String()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		res.Code = ee.ExitCode()
-	} else if err != nil {
-		o.t.Fatalf("ssh: %v", err)
+	res, err := runClient(60*time.Second, name, append(args, cmd...)...)
+	if err != nil {
+		o.t.Fatalf("ssh: %v (%v)", err, res)
 	}
 	return res
+}
+
+// clientWaitDelay bounds the wait for a client's output once the client
+// has exited or been killed: ssh, sshpass's child, may outlive a killed
+// sshpass and hold the pipes.
+const clientWaitDelay = 2 * time.Second
+
+// runClient runs a client program to its end and returns its output and
+// exit code; err is a failure to run it, or that it was still running
+// after limit (it is then killed).
+func runClient(limit time.Duration, name string, args ...string) (execResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	c := exec.CommandContext(ctx, name, args...)
+	c.WaitDelay = clientWaitDelay
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	err := c.Run()
+	res := execResult{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return res, fmt.Errorf("%s still running after %v", name, limit)
+	case errors.As(err, &ee):
+		res.Code = ee.ExitCode()
+	case err != nil:
+		return res, err
+	}
+	return res, nil
+}
+
+// TestRunClientBounded: a client that outlives its limit, and whose own
+// child holds its output pipes (as ssh under sshpass does), is given up
+// on within the limit and the wait delay, not when the child ends.
+func TestRunClientBounded(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	_, err := runClient(200*time.Millisecond, "sh", "-c", "sleep 10 & sleep 10")
+	if took := time.Since(start); err == nil || took > 200*time.Millisecond+clientWaitDelay+3*time.Second {
+		t.Errorf("got %v after %v, want an error within the limit and the wait delay", err, took.Round(time.Millisecond))
+	}
 }
 
 func (r execResult) String() string {
