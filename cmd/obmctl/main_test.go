@@ -89,8 +89,35 @@ func TestObmctl(t *testing.T) {
 		{"unknown node", "", []string{"node", "show", "nope"}, 1, "", "not found"},
 		{"unknown command", "", []string{"frob"}, 2, "", "unknown command"},
 	}
+	// login authenticates over SSH as node with password.
+	login := func(node, password string) error {
+		c, err := gossh.Dial("tcp", d.SSHAddr(), &gossh.ClientConfig{User: node,
+			Auth:            []gossh.AuthMethod{gossh.Password(password)},
+			HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	// Checks of a step's stdout beyond a substring.
+	checks := map[string]func(out string){
+		// The token printed is the node's new one: it logs in, and a
+		// different one does not.
+		"rotate": func(out string) {
+			tok := strings.TrimSpace(out)
+			if err := login("n1", tok); err != nil {
+				t.Errorf("rotate: SSH login with the printed token %q: %v", tok, err)
+			}
+			if err := login("n1", tok+"x"); err == nil {
+				t.Errorf("rotate: SSH login with another token succeeded")
+			}
+		},
+	}
 	for _, s := range steps {
 		out, errOut, code := ctl(s.stdin, s.args...)
+		if check := checks[s.name]; check != nil {
+			check(out)
+		}
 		if code != s.wantCode || !strings.Contains(out, s.wantOut) || !strings.Contains(errOut, s.wantErr) {
 			t.Errorf("%s: got exit %d, stdout %q, stderr %q; want exit %d, stdout ~%q, stderr ~%q",
 				s.name, code, out, errOut, s.wantCode, s.wantOut, s.wantErr)
