@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -46,7 +47,9 @@ type Store struct {
 //
 // SQLite defaults (each kept if the DSN sets it): busy_timeout 5 s, foreign
 // keys on, WAL, synchronous FULL (an acknowledged revocation survives a power
-// loss), BEGIN IMMEDIATE. A new database file is created with mode 0600.
+// loss), BEGIN IMMEDIATE. A new database file is created with mode 0600,
+// and its directory, if missing, with mode 0700 (not for "file:" URIs,
+// which SQLite opens itself).
 // MySQL defaults: parseTime, a 5 s dial timeout, clientFoundRows. Errors
 // never contain the DSN's password.
 func Open(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
@@ -199,8 +202,12 @@ func cloneValues(q url.Values) url.Values {
 
 // createPrivate creates path with mode 0600 if it does not exist, so token
 // hashes and sealed BMC info are not world-readable; SQLite gives its -wal
-// and -shm files the same mode.
+// and -shm files the same mode. A missing directory is created 0700, as
+// obmd's state directory is.
 func createPrivate(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create sqlite database directory: %w", err)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		return nil

@@ -191,3 +191,29 @@ func TestSQLiteFileURIAndSchemaVersion(t *testing.T) {
 		t.Errorf("database file: %v", err)
 	}
 }
+
+// TestSQLiteCreatesDirectory: a SQLite path in a missing directory gets it
+// created, private (0700), like obmd's state directory; `obmd migrate` used
+// to create it itself, after guessing from the DSN that it was SQLite.
+func TestSQLiteCreatesDirectory(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	dir := filepath.Join(t.TempDir(), "state", "db")
+	s, err := Open(ctx, filepath.Join(dir, "obmd.db"), log)
+	if err != nil {
+		t.Fatalf("open in a missing directory: %v", err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode().Perm(); got != 0o700 {
+			t.Errorf("%s mode: got %v, want 0700", d, got)
+		}
+	}
+}

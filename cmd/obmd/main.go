@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -109,15 +108,10 @@ func run(args []string, stderr io.Writer) int {
 	return 0
 }
 
-// migrate applies the migrations to cfg.DB (cfg has its defaults). It
-// creates the directory of a SQLite database, and nothing for MySQL.
+// migrate applies the migrations to cfg.DB (cfg has its defaults). db.Open
+// creates the directory of a SQLite database; nothing is created for MySQL
+// (not even the state directory).
 func migrate(ctx context.Context, cfg daemon.Config, log logrus.FieldLogger) int {
-	if !strings.HasPrefix(cfg.DB, "mysql://") && !strings.HasPrefix(cfg.DB, "file:") {
-		if err := os.MkdirAll(filepath.Dir(cfg.DB), 0o700); err != nil {
-			log.WithError(err).Error("obmd_migrate_failed")
-			return 1
-		}
-	}
 	store, err := db.Open(ctx, cfg.DB, log)
 	if err != nil {
 		log.WithError(err).Error("obmd_migrate_failed")
