@@ -147,8 +147,8 @@ func (s *Store) AuditEvents(ctx context.Context, q AuditQuery) ([]AuditEvent, er
 		args = append(args, toMillis(q.Since))
 	}
 	limit := q.Limit
-	if limit <= 0 || limit > defaultLimit {
-		limit = defaultLimit
+	if limit <= 0 || limit > MaxLimit {
+		limit = MaxLimit
 	}
 	query := `SELECT id, at, node, actor, action, source, result, detail FROM audit_events`
 	if len(where) > 0 {

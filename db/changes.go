@@ -6,9 +6,9 @@ import (
 	"fmt"
 )
 
-// defaultLimit is the default and maximum page of ChangesSince and
-// AuditEvents.
-const defaultLimit = 1000
+// MaxLimit is the default and largest page of AuditEvents (AuditQuery.Limit)
+// and the default limit of ChangesSince.
+const MaxLimit = 1000
 
 // recordChange allocates the next access epoch for label and records the
 // change, inside tx. It must be the first statement of the transaction: the
@@ -48,7 +48,7 @@ func setEpoch(ctx context.Context, tx *sql.Tx, label string, epoch int64) error 
 // with it. A change whose node no longer exists is a deletion.
 func (s *Store) ChangesSince(ctx context.Context, after int64, limit int) ([]Change, error) {
 	if limit <= 0 {
-		limit = defaultLimit
+		limit = MaxLimit
 	}
 	rows, err := s.query(ctx,
 		`SELECT epoch, node FROM access_changes WHERE epoch > ? ORDER BY epoch LIMIT ?`, after, limit)

@@ -69,5 +69,5 @@ type AuditEvent struct {
 type AuditQuery struct {
 	Node  string
 	Since time.Time
-	Limit int // default and maximum 1000
+	Limit int // default and maximum MaxLimit (1000)
 }

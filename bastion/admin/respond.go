@@ -93,7 +93,6 @@ func writeBodyError(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusBadRequest, "cannot read request body")
 }
 
-// readBody reads the whole body, at most the configured bound.
 // readJSON reads the request body into v (strict: unknown fields are an
 // error; with emptyOK an empty body leaves v as it is), answering the client
 // itself when it cannot. It reports whether the handler should go on.
@@ -109,6 +108,7 @@ func (a *API) readJSON(w http.ResponseWriter, r *http.Request, v any, strict, em
 	return true
 }
 
+// readBody reads the whole body, at most the configured bound.
 func (a *API) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBody))
 	if err != nil {

@@ -122,9 +122,6 @@ type auditView struct {
 	Detail string    `json:"detail,omitempty"`
 }
 
-// maxAuditLimit is the store's bound on one audit query.
-const maxAuditLimit = 1000
-
 // audit is GET /v1/audit?node=&since=&limit=; since is RFC 3339 or unix
 // seconds, limit 1..1000 (default 1000).
 func (a *API) audit(w http.ResponseWriter, r *http.Request) {
@@ -147,8 +144,8 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) {
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxAuditLimit {
-			writeError(w, http.StatusBadRequest, "limit "+quote(s)+" is not a number from 1 to 1000")
+		if err != nil || n < 1 || n > db.MaxLimit {
+			writeError(w, http.StatusBadRequest, "limit "+quote(s)+" is not a number from 1 to "+strconv.Itoa(db.MaxLimit))
 			return
 		}
 		aq.Limit = n
