@@ -60,7 +60,8 @@ func revocation(cfg benchConfig) *section {
 			}
 			told := 0
 			for _, v := range vs {
-				if strings.Contains(v.stderr.String(), "obmd: ") {
+				// Not just "obmd: ": every banner has it.
+				if strings.Contains(v.stderr.String(), "was revoked") {
 					told++
 				}
 			}

@@ -69,7 +69,7 @@ func TestAPIRegistration(t *testing.T) {
 			want             string // in the error text
 		}{
 			{"bad JSON", "/node/b1", `{"type":`, "JSON"},
-			{"not an object", "/node/b1", `[1]`, ""},
+			{"not an object", "/node/b1", `[1]`, "want an object"},
 			{"unknown type", "/node/b1", `{"type":"redfish","info":{"addr":"x"}}`, "redfish"},
 			{"no type", "/node/b1", `{"info":{"addr":"x"}}`, "type"},
 			{"no info", "/node/b1", `{"type":"mock"}`, "info"},

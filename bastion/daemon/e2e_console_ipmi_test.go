@@ -106,9 +106,6 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 					t.Errorf("no SOL break packet in the daemon log")
 				}
 			}
-			if strings.Contains(p.out.String(), "break not sent") {
-				t.Errorf("break refused: %q", tailString(p.out.String(), 300))
-			}
 
 			// Output still flows after all that, then detach.
 			if err := s.WriteSerial([]byte("still-alive\r\n")); err != nil {

@@ -188,11 +188,19 @@ func TestSSHCommands(t *testing.T) {
 					}
 				}
 			}
+			logins := 0
 			for _, e := range o.fdAudit(label) {
-				if e.Action == "auth" && e.Actor != "ssh:"+tr.method {
+				if e.Action != "auth" {
+					continue
+				}
+				logins++
+				if e.Actor != "ssh:"+tr.method {
 					t.Errorf("audit: got a login by %s, want ssh:%s", e.Actor, tr.method)
 					break
 				}
+			}
+			if logins == 0 {
+				t.Errorf("audit: got no auth row, want the logins by ssh:%s", tr.method)
 			}
 			if dev, persistent := bmc.BootDevice(); dev != "pxe" || !persistent {
 				t.Errorf("boot device: got %s persistent=%v, want pxe persistent", dev, persistent)
