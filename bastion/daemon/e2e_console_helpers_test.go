@@ -37,10 +37,6 @@ const (
 	escReplay   = "\x05cr"
 )
 
-// conWait bounds every wait for console traffic: generous, since CI has two
-// cores and runs these tests under -race.
-const conWait = 20 * time.Second
-
 // conBuf collects a byte stream and lets a test wait for text in it.
 type conBuf struct {
 	mu   sync.Mutex
@@ -100,7 +96,7 @@ func (c *conBuf) find(from int, want []byte, timeout time.Duration) (end int, ok
 // wait is find that fails t on timeout.
 func (c *conBuf) wait(t testing.TB, what string, from int, want string) int {
 	t.Helper()
-	end, ok := c.find(from, []byte(want), conWait)
+	end, ok := c.find(from, []byte(want), e2eWait)
 	if !ok {
 		s := c.String()
 		t.Fatalf("%s: %q never came; got (tail) %q", what, want, tailString(s[min(from, len(s)):], 600))
@@ -189,7 +185,7 @@ func (p *conPTY) exit() int {
 	select {
 	case <-p.done:
 		return p.code
-	case <-time.After(conWait):
+	case <-time.After(e2eWait):
 		p.t.Fatalf("ssh did not exit")
 		return -1
 	}
@@ -315,7 +311,7 @@ func (g *conGo) exit() int {
 			return ee.ExitStatus()
 		}
 		return -1
-	case <-time.After(conWait):
+	case <-time.After(e2eWait):
 		g.t.Fatalf("console session did not end")
 		return -1
 	}

@@ -58,7 +58,7 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 			p.expect("BIOS: printed on the serial port\r\n")
 			// Keys reach the serial port.
 			p.typeKeys("root\r")
-			s.WaitSerial(t, []byte("root\r"), conWait)
+			s.WaitSerial(t, []byte("root\r"), e2eWait)
 
 			lat := conEchoLatency(t, p, s, 20)
 			slices.Sort(lat)
@@ -95,7 +95,7 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 			// ahead of the request, must reach the BMC first: ipmitool takes
 			// its break command only at a line start.
 			p.typeKeys("mid-line")
-			s.WaitSerial(t, []byte("mid-line"), conWait)
+			s.WaitSerial(t, []byte("mid-line"), e2eWait)
 			p.typeKeys("\r~B")
 			waitUntil(t, "break audited", func() bool {
 				return slices.Contains(o.conAudit(label), "console.break ok")
@@ -132,7 +132,7 @@ func conEchoLatency(t testing.TB, p *conPTY, s *ipmisim.Sim, n int) []time.Durat
 		before, from := len(s.Serial()), p.out.Len()
 		start := time.Now()
 		p.typeKeys(string([]byte{key}))
-		deadline := time.Now().Add(conWait)
+		deadline := time.Now().Add(e2eWait)
 		for len(s.Serial()) <= before {
 			if time.Now().After(deadline) {
 				t.Fatalf("key %q never reached the serial port", key)
@@ -143,7 +143,7 @@ func conEchoLatency(t testing.TB, p *conPTY, s *ipmisim.Sim, n int) []time.Durat
 		if err := s.WriteSerial(echo); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := p.out.find(from, echo, conWait); !ok {
+		if _, ok := p.out.find(from, echo, e2eWait); !ok {
 			t.Fatalf("echo %q never reached the screen", echo)
 		}
 		out = append(out, time.Since(start))
@@ -213,7 +213,7 @@ func TestConsoleIPMIRestart(t *testing.T) {
 				return strings.Contains(a.out.String()[marks[0]:], m) && strings.Contains(b.out.String()[marks[1]:], m)
 			})
 			a.typeKeys("after-restart\r")
-			s.WaitSerial(t, []byte("after-restart\r"), conWait)
+			s.WaitSerial(t, []byte("after-restart\r"), e2eWait)
 			if got := o.conLogLines(`"state":"lost"`, label); len(got) == 0 {
 				t.Errorf("no link state change to lost in the daemon log")
 			}
@@ -241,7 +241,7 @@ func TestConsoleIPMIStalePayload(t *testing.T) {
 				t.Errorf("console opened without deactivating the stale payload")
 			}
 			g.typeKeys("keys-after-recovery\r")
-			s.WaitSerial(t, []byte("keys-after-recovery\r"), conWait)
+			s.WaitSerial(t, []byte("keys-after-recovery\r"), e2eWait)
 		})
 	}
 }
@@ -305,7 +305,7 @@ func TestConsoleBreakAfterEnter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.WaitSerial(t, []byte(fmt.Sprintf("line %d\r", n-1)), conWait)
+	s.WaitSerial(t, []byte(fmt.Sprintf("line %d\r", n-1)), e2eWait)
 	waitUntil(t, "every break audited", func() bool {
 		k := 0
 		for _, a := range o.conAudit("brk") {
@@ -354,7 +354,7 @@ func TestConsoleIPMIBinarySafe(t *testing.T) {
 			before := len(s.Serial())
 			in := append(bytes.Clone(all), "\r~.\r~B\r~?\n~~<in-end>"...)
 			g.typeKeys(string(in))
-			s.WaitSerial(t, []byte("<in-end>"), conWait)
+			s.WaitSerial(t, []byte("<in-end>"), e2eWait)
 			if got := s.Serial()[before:]; !bytes.Equal(got, in) {
 				t.Errorf("serial side: got %q, want %q", got, in)
 			}

@@ -183,7 +183,7 @@ func TestConsoleNoPTY(t *testing.T) {
 		if waitErr != nil {
 			t.Errorf("ssh -T console: got %v, want exit 0", waitErr)
 		}
-	case <-time.After(conWait):
+	case <-time.After(e2eWait):
 		t.Fatal("ssh -T console did not end after the detach escape")
 	}
 	if s := out.String(); strings.Contains(s, "obmd") || strings.Contains(s, "\r\r") {
@@ -292,18 +292,6 @@ func TestConsoleMockHTTPCounter(t *testing.T) {
 			}
 		}
 		stop()
-	}
-}
-
-// waitUntil polls cond until it holds, or fails t.
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(conWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, conWait)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

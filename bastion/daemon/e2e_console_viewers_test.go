@@ -72,7 +72,7 @@ var conSyncSeq atomic.Int64
 // conSyncWith is conSync for any serial port.
 func conSyncWith(t testing.TB, print func([]byte) error, seen func(string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(conWait)
+	deadline := time.Now().Add(e2eWait)
 	for {
 		m := fmt.Sprintf("<sync-%d>", conSyncSeq.Add(1))
 		if err := print([]byte(m + "\r\n")); err != nil {
@@ -84,7 +84,7 @@ func conSyncWith(t testing.TB, print func([]byte) error, seen func(string) bool)
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serial output never reached the viewers within %v", conWait)
+			t.Fatalf("serial output never reached the viewers within %v", e2eWait)
 		}
 	}
 }
@@ -264,8 +264,8 @@ func TestConsoleStalledViewer(t *testing.T) {
 		start := time.Now()
 		bmc.Inject(chunk)
 		for i, f := range fast {
-			if _, ok := f.out.find(marks[i]+sent.Len()-len(chunk[len(chunk)-12:]), chunk[len(chunk)-12:], conWait); !ok {
-				t.Fatalf("step %d: viewer %d did not receive within %v while another viewer stalled", k, i, conWait)
+			if _, ok := f.out.find(marks[i]+sent.Len()-len(chunk[len(chunk)-12:]), chunk[len(chunk)-12:], e2eWait); !ok {
+				t.Fatalf("step %d: viewer %d did not receive within %v while another viewer stalled", k, i, e2eWait)
 			}
 		}
 		slowest = max(slowest, time.Since(start))

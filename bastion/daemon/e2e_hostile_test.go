@@ -330,7 +330,7 @@ func TestHostileSSHFeatures(t *testing.T) {
 		}
 		// Closing one frees its place (once the server has seen the close).
 		open[0].Close()
-		rvUntil(t, "a channel slot to free up", func() bool {
+		waitUntil(t, "a channel slot to free up", func() bool {
 			res, err := runSession(c, "power-status")
 			return err == nil && res.Code == 0
 		})
@@ -461,7 +461,7 @@ func TestHostileSessionLimits(t *testing.T) {
 	a.end.wait(t, "detach")
 	web.body.Close()
 	web.end.wait(t, "HTTP console")
-	rvUntil(t, "the sessions to end", func() bool { return len(o.rvSessions("n1")) == 0 })
+	waitUntil(t, "the sessions to end", func() bool { return len(o.rvSessions("n1")) == 0 })
 	if res, err := o.execGo("n1", t1, "power-status"); err != nil || res.Code != 0 {
 		t.Errorf("after the others ended: got %v (%v), want exit 0", res, err)
 	}
@@ -500,7 +500,7 @@ func TestHostileStuckClientsCut(t *testing.T) {
 	}
 	defer hc.Close()
 	fmt.Fprintf(hc, "GET /node/n1/console?token=%s HTTP/1.1\r\nHost: obmd\r\n\r\n", token)
-	rvUntil(t, "both sessions", func() bool { return o.rvKinds("n1") == "console,http-console" })
+	waitUntil(t, "both sessions", func() bool { return o.rvKinds("n1") == "console,http-console" })
 	if err := bmc.WaitConsole(rvCtx(t), true); err != nil {
 		t.Fatal(err)
 	}

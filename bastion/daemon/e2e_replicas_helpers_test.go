@@ -345,7 +345,7 @@ func (r *rpReplica) sshViewer(t *testing.T, label, keyFile string) *rpViewer {
 // wait waits until the viewer has printed s.
 func (v *rpViewer) wait(t testing.TB, s string) {
 	t.Helper()
-	rpUntil(t, fmt.Sprintf("viewer on %s to show %q", v.where, s), func() bool { return strings.Contains(v.out.String(), s) })
+	waitUntil(t, fmt.Sprintf("viewer on %s to show %q", v.where, s), func() bool { return strings.Contains(v.out.String(), s) })
 }
 
 func (v *rpViewer) typeKeys(t testing.TB, s string) {
@@ -530,15 +530,4 @@ func rpRandom(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b[:])
-}
-
-func rpUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -192,7 +192,7 @@ func TestReplicas(t *testing.T) {
 			}
 			first <- res
 		}()
-		rpUntil(t, "the power lease of nb", func() bool {
+		waitUntil(t, "the power lease of nb", func() bool {
 			_, err := st.Lease(context.Background(), "nb", db.LeasePower)
 			return err == nil
 		})
@@ -279,12 +279,12 @@ func TestReplicaDatabaseLost(t *testing.T) {
 
 	cut := time.Now()
 	proxy.cut(true)
-	rpUntil(t, "/readyz to fail", func() bool {
+	waitUntil(t, "/readyz to fail", func() bool {
 		code, _ := o.request("GET", "/readyz", nil, "", "")
 		return code == http.StatusServiceUnavailable
 	})
 	var banner string
-	rpUntil(t, "the login banner", func() bool {
+	waitUntil(t, "the login banner", func() bool {
 		banner = ""
 		c, err := gossh.Dial("tcp", o.SSHAddr(), &gossh.ClientConfig{User: "n1", Auth: []gossh.AuthMethod{gossh.Password(tok)},
 			HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
@@ -302,7 +302,7 @@ func TestReplicaDatabaseLost(t *testing.T) {
 	t.Logf("console cut %v after the database was lost (db_grace 1 s, epoch_poll 100 ms)", end.Sub(cut).Round(time.Millisecond))
 
 	proxy.cut(false)
-	rpUntil(t, "logins again", func() bool {
+	waitUntil(t, "logins again", func() bool {
 		res, err := o.execGo("n1", tok, "power-status")
 		return err == nil && res.Code == 0
 	})

@@ -25,10 +25,6 @@ import (
 	"github.com/obmd/obmd/sol/ipmisim"
 )
 
-// rvWait bounds every wait of these tests: generous, since CI has two
-// cores and runs them under -race.
-const rvWait = 20 * time.Second
-
 // waitFor waits until the stream (conBuf, in e2e_console_helpers_test.go)
 // holds want at least n times (no n: once).
 func (b *conBuf) waitFor(t testing.TB, what, want string, n ...int) {
@@ -37,7 +33,7 @@ func (b *conBuf) waitFor(t testing.TB, what, want string, n ...int) {
 	if len(n) > 0 {
 		count = n[0]
 	}
-	deadline := time.NewTimer(rvWait)
+	deadline := time.NewTimer(e2eWait)
 	defer deadline.Stop()
 	for {
 		b.mu.Lock()
@@ -78,7 +74,7 @@ func (e *rvEnd) wait(t testing.TB, what string) time.Time {
 	select {
 	case <-e.done:
 		return e.at
-	case <-time.After(rvWait):
+	case <-time.After(e2eWait):
 		t.Fatalf("%s did not end", what)
 		return time.Time{}
 	}
@@ -261,21 +257,9 @@ func (o *obmd) rvKinds(label string) string {
 	return strings.Join(k, ",")
 }
 
-// rvUntil polls cond until it holds, failing t after rvWait.
-func rvUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(rvWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// rvCtx is a context bounded by rvWait.
+// rvCtx is a context bounded by e2eWait.
 func rvCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), rvWait)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -171,7 +171,7 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) (rvDelays,
 	exStarted := time.Now()
 	ex := o.rvStart(t, label, sshAuth, "power-cycle")
 	web := o.rvConsoleHTTP(t, label, token)
-	rvUntil(t, "three live sessions", func() bool { return o.rvKinds(label) == "console,exec,http-console" })
+	waitUntil(t, "three live sessions", func() bool { return o.rvKinds(label) == "console,exec,http-console" })
 	time.Sleep(20 * time.Millisecond) // let the runner reach the BMC
 
 	start := time.Now()
@@ -259,7 +259,7 @@ func TestRevokeRacingAuth(t *testing.T) {
 				var werr error
 				select {
 				case werr = <-done:
-				case <-time.After(rvWait):
+				case <-time.After(e2eWait):
 					t.Errorf("an old-token session outlived the rotation: stderr %q", errb.String())
 					c.Close()
 					<-done
@@ -282,7 +282,7 @@ func TestRevokeRacingAuth(t *testing.T) {
 			}
 		}()
 	}
-	rvUntil(t, "the workers' consoles", func() bool { return len(o.rvSessions("race")) > 1 })
+	waitUntil(t, "the workers' consoles", func() bool { return len(o.rvSessions("race")) > 1 })
 	o.rotate("race")
 	first.end.wait(t, "the old-token console")
 	if got := first.stderr.String(); !strings.Contains(got, "access to race was revoked (token rotated)") {
@@ -347,7 +347,7 @@ func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, emit func(line 
 // rvEmitUntil prints line (with emit) until out shows it.
 func rvEmitUntil(t *testing.T, what string, out *conBuf, line string, emit func(string)) {
 	t.Helper()
-	deadline := time.Now().Add(rvWait)
+	deadline := time.Now().Add(e2eWait)
 	for !strings.Contains(out.String(), line) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %q never showed; got (tail) %q", what, line, tailString(out.String(), 400))
