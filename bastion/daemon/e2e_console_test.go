@@ -311,12 +311,12 @@ func TestConsoleMockDisplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
-	s.Stdout, s.Stderr = &out, &out
+	out := newConBuf()
+	s.Stdout, s.Stderr = out, out
 	if err := s.Shell(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the SSH viewer to count", func() bool { return strings.Contains(out.String(), "\n2\n") })
+	out.wait(t, "the SSH viewer", 0, "\n2\n")
 	lines, _, stop := o.conHTTP(t, "node-98", tok)
 	defer stop()
 	if line, err := lines.ReadString('\n'); err != nil || line != "0\n" {

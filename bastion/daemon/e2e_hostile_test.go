@@ -440,7 +440,7 @@ func TestHostileSessionLimits(t *testing.T) {
 	o := startObmd(t, func(c *daemon.Config) { c.MaxSessionsPerNode, c.MaxSessionsPerSource = 2, 3 })
 	t1, t2 := o.addSimNode("n1"), o.addSimNode("n2")
 	a := o.rvStart(t, "n1", gossh.Password(t1), "")
-	a.stderr.waitFor(t, "first console", "console of n1")
+	a.stderr.wait(t, "first console", 0, "console of n1")
 	web := o.rvConsoleHTTP(t, "n1", t1)
 	res, err := o.execGo("n1", t1, "power-status")
 	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions on node n1 (limit 2)") {
@@ -451,7 +451,7 @@ func TestHostileSessionLimits(t *testing.T) {
 		t.Errorf("third HTTP console of n1: got %d %s, want 429 and the per-node limit", status, body)
 	}
 	b := o.rvStart(t, "n2", gossh.Password(t2), "")
-	b.stderr.waitFor(t, "console of n2", "console of n2")
+	b.stderr.wait(t, "console of n2", 0, "console of n2")
 	res, err = o.execGo("n2", t2, "power-status")
 	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions from your address (limit 3)") {
 		t.Errorf("fourth session from 127.0.0.1: got %v (%v), want exit 3 and the per-source limit", res, err)

@@ -264,7 +264,7 @@ func (r *rpReplica) exec(user, token, cmd string) (execResult, error) {
 // printed (stdout and stderr).
 type rpViewer struct {
 	where string
-	out   *syncBuffer
+	out   *conBuf
 	in    io.Writer
 	done  chan struct{} // closed when the session has ended; end is set then
 	end   time.Time
@@ -283,7 +283,7 @@ func (r *rpReplica) goViewer(t *testing.T, label, token string) *rpViewer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := &rpViewer{where: r.name, out: &syncBuffer{}, done: make(chan struct{})}
+	v := &rpViewer{where: r.name, out: newConBuf(), done: make(chan struct{})}
 	s.Stdout, s.Stderr = v.out, v.out
 	if v.in, err = s.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -314,7 +314,7 @@ func (r *rpReplica) sshViewer(t *testing.T, label, keyFile string) *rpViewer {
 	if err != nil {
 		t.Fatalf("start ssh: %v", err)
 	}
-	v := &rpViewer{where: r.name, out: &syncBuffer{}, in: f, done: make(chan struct{})}
+	v := &rpViewer{where: r.name, out: newConBuf(), in: f, done: make(chan struct{})}
 	read := make(chan struct{})
 	go func() { // ends when the pty closes (ssh has exited)
 		defer close(read)
@@ -345,7 +345,7 @@ func (r *rpReplica) sshViewer(t *testing.T, label, keyFile string) *rpViewer {
 // wait waits until the viewer has printed s.
 func (v *rpViewer) wait(t testing.TB, s string) {
 	t.Helper()
-	waitUntil(t, fmt.Sprintf("viewer on %s to show %q", v.where, s), func() bool { return strings.Contains(v.out.String(), s) })
+	v.out.wait(t, "viewer on "+v.where, 0, s)
 }
 
 func (v *rpViewer) typeKeys(t testing.TB, s string) {

@@ -5,7 +5,6 @@ package daemon_test
 // that a test starts and then watches end, each recording when it ended.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,32 +23,6 @@ import (
 
 	"github.com/obmd/obmd/sol/ipmisim"
 )
-
-// waitFor waits until the stream (conBuf, in e2e_console_helpers_test.go)
-// holds want at least n times (no n: once).
-func (b *conBuf) waitFor(t testing.TB, what, want string, n ...int) {
-	t.Helper()
-	count := 1
-	if len(n) > 0 {
-		count = n[0]
-	}
-	deadline := time.NewTimer(e2eWait)
-	defer deadline.Stop()
-	for {
-		b.mu.Lock()
-		got := bytes.Count(b.b, []byte(want))
-		grew := b.grew
-		b.mu.Unlock()
-		if got >= count {
-			return
-		}
-		select {
-		case <-grew:
-		case <-deadline.C:
-			t.Fatalf("%s: %q (x%d) never came; got (tail) %q", what, want, count, tailString(b.String(), 600))
-		}
-	}
-}
 
 // rvEnd is how a session the test watches ended.
 type rvEnd struct {

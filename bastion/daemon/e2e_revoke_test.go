@@ -163,7 +163,7 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) (rvDelays,
 	}
 
 	con := o.rvSSH(t, label, sshToken, sshExtra)
-	con.out.waitFor(t, "OpenSSH console banner", "console of "+label)
+	con.out.wait(t, "OpenSSH console banner", 0, "console of "+label)
 	if err := bmc.WaitConsole(rvCtx(t), true); err != nil {
 		t.Fatalf("console link: %v", err)
 	}
@@ -223,7 +223,7 @@ func TestRevokeRacingAuth(t *testing.T) {
 	})
 	old := o.addSimNode("race")
 	first := o.rvStart(t, "race", gossh.Password(old), "")
-	first.stderr.waitFor(t, "old-token console", "console of race")
+	first.stderr.wait(t, "old-token console", 0, "console of race")
 	const workers = 6
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -318,15 +318,16 @@ func rvMarker(t *testing.T, what string) string {
 func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, emit func(line string)) {
 	t.Helper()
 	b := o.rvStart(t, label, gossh.Password(tokB), "")
-	b.stderr.waitFor(t, "new tenant's banner", "console of "+label)
+	b.stderr.wait(t, "new tenant's banner", 0, "console of "+label)
 	fresh := rvMarker(t, "FRESH")
 	rvEmitUntil(t, "new tenant's console", b.stdout, fresh, emit)
 	if strings.Contains(b.stdout.String(), old) {
 		t.Errorf("new tenant's console replayed the old tenant's output %q", old)
 	}
 	// The replay escape sends the scrollback again: fresh shows twice.
+	seen := b.stdout.wait(t, "new tenant's console", 0, fresh)
 	b.stdin.Write([]byte("\x05cr"))
-	b.stdout.waitFor(t, "replay escape", fresh, 2)
+	b.stdout.wait(t, "replay escape", seen, fresh)
 	if strings.Contains(b.stdout.String(), old) {
 		t.Errorf("replay escape showed the old tenant's output %q", old)
 	}
@@ -379,7 +380,7 @@ func TestRevokeIsolation(t *testing.T) {
 			tokA := o.addSimNode(label)
 			bmc := o.Lab().BMC(label, sim.ModeNormal)
 			a := o.rvSSH(t, label, tokA, nil)
-			a.out.waitFor(t, "old tenant's banner", "console of "+label)
+			a.out.wait(t, "old tenant's banner", 0, "console of "+label)
 			old := rvMarker(t, "MARKER")
 			rvEmitUntil(t, "old tenant's console", a.out, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
 			if tc.detach {
@@ -421,7 +422,7 @@ func TestRevokeIsolationIPMISim(t *testing.T) {
 		}
 	}
 	a := o.rvSSH(t, "iso-ipmi", tokA, nil)
-	a.out.waitFor(t, "old tenant's banner", "console of iso-ipmi")
+	a.out.wait(t, "old tenant's banner", 0, "console of iso-ipmi")
 	old := rvMarker(t, "MARKER")
 	rvEmitUntil(t, "old tenant's console", a.out, old, serial)
 	tokB := o.rotate("iso-ipmi")
@@ -448,7 +449,7 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 		tokA := r1.addSimNode("xr")
 		bmc := r2.Lab().BMC("xr", sim.ModeNormal)
 		a := r2.rvStart(t, "xr", gossh.Password(tokA), "")
-		a.stderr.waitFor(t, "old tenant's banner on replica 2", "console of xr")
+		a.stderr.wait(t, "old tenant's banner on replica 2", 0, "console of xr")
 		old := rvMarker(t, "MARKER")
 		rvEmitUntil(t, "old tenant's console", a.stdout, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
 

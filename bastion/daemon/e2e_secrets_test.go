@@ -233,7 +233,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		}
 	}
 	con := o.rvStart(t, "tool", gossh.Password(tool), "")
-	con.stderr.waitFor(t, "console banner", "console of tool")
+	con.stderr.wait(t, "console banner", 0, "console of tool")
 	web := o.rvConsoleHTTP(t, "tool", tool)
 	rvEmitUntil(t, "console through ipmitool", con.stdout, "boot-line-1", func(l string) { s.WriteSerial([]byte(l + "\r\n")) })
 	rvEmitUntil(t, "HTTP console", web.out, "boot-line-2", func(l string) { s.WriteSerial([]byte(l + "\r\n")) })
