@@ -73,8 +73,7 @@ const (
 
 // Errors callers branch on (HTTP maps them to status codes).
 var (
-	ErrBusy       = errors.New("another power operation on this node is in flight")
-	ErrNotAllowed = errors.New("not allowed")
+	ErrBusy = errors.New("another power operation on this node is in flight")
 	// ErrTimeout: the BMC did not answer within Config.Timeout. The error
 	// returned also wraps the driver's own error (usually
 	// context.DeadlineExceeded).

@@ -451,9 +451,9 @@ func cell(s string) string {
 }
 
 // ExitCode maps an error from Parse, Split or Do to an exit code: nil is
-// ExitOK; a *UsageError or sol.ErrBadBootDevice is ExitUsage;
-// ErrNotAllowed is ExitNotAllowed; ErrBusy is ExitBusy; anything else is
-// ExitFailed.
+// ExitOK; a *UsageError or sol.ErrBadBootDevice is ExitUsage; ErrBusy is
+// ExitBusy; anything else is ExitFailed. (ExitNotAllowed is the
+// transport's: nothing here refuses a command.)
 func ExitCode(err error) int {
 	var ue *UsageError
 	switch {
@@ -461,8 +461,6 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &ue), errors.Is(err, sol.ErrBadBootDevice):
 		return ExitUsage
-	case errors.Is(err, ErrNotAllowed):
-		return ExitNotAllowed
 	case errors.Is(err, ErrBusy):
 		return ExitBusy
 	default:

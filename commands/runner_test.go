@@ -420,8 +420,6 @@ func TestExitCode(t *testing.T) {
 		{&UsageError{Msg: "x"}, ExitUsage},
 		{fmt.Errorf("parse: %w", &UsageError{Msg: "x"}), ExitUsage},
 		{fmt.Errorf("bootdev: %w", sol.ErrBadBootDevice), ExitUsage},
-		{ErrNotAllowed, ExitNotAllowed},
-		{fmt.Errorf("x: %w", ErrNotAllowed), ExitNotAllowed},
 		{fmt.Errorf("power on n: %w", ErrBusy), ExitBusy},
 		{ErrTimeout, ExitFailed},
 		{context.Canceled, ExitFailed},
