@@ -1,7 +1,8 @@
 // Package nodes resolves a node label to a driver for its BMC: it reads the
 // node from the database, unseals its BMC info and builds the driver of its
 // type. It is where the driver types of the admin API ("ipmi", "ipmitool",
-// "mock") meet their implementations.
+// "mock") meet their implementations, and it owns the sealed form of a
+// node's BMC info in the database (SealInfo, OpenInfo).
 package nodes
 
 import (
@@ -71,7 +72,7 @@ func (r *Resolver) Resolve(ctx context.Context, label string) (sol.BMC, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", label, err)
 	}
-	info, err := r.Info(n)
+	info, err := OpenInfo(r.sealer, n)
 	if err != nil {
 		return nil, err
 	}
@@ -89,9 +90,24 @@ func (r *Resolver) Resolve(ctx context.Context, label string) (sol.BMC, error) {
 	return nil, fmt.Errorf("resolve %s: unknown driver type %q", label, n.Type)
 }
 
-// Info unseals a node's BMC info.
-func (r *Resolver) Info(n db.Node) (sol.Info, error) {
-	plain, err := r.sealer.Open(n.InfoSealed, n.Label)
+// SealInfo encodes a node's BMC info and seals it to the node's label, as
+// db.Node.InfoSealed holds it: the database never sees the BMC password.
+func SealInfo(sealer *keys.Sealer, label string, info sol.Info) ([]byte, error) {
+	plain, err := json.Marshal(info)
+	if err != nil {
+		return nil, fmt.Errorf("encode BMC info of %s: %w", label, err)
+	}
+	sealed, err := sealer.Seal(plain, label)
+	if err != nil {
+		return nil, fmt.Errorf("seal BMC info of %s: %w", label, err)
+	}
+	return sealed, nil
+}
+
+// OpenInfo unseals and decodes the BMC info of a stored node. It fails if
+// the info was sealed under another key or to another label.
+func OpenInfo(sealer *keys.Sealer, n db.Node) (sol.Info, error) {
+	plain, err := sealer.Open(n.InfoSealed, n.Label)
 	if err != nil {
 		return sol.Info{}, fmt.Errorf("unseal BMC info of %s: %w", n.Label, err)
 	}
