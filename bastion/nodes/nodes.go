@@ -30,9 +30,6 @@ const (
 	TypeSim      = "sim"      // the built-in simulator (sol/sim), for demos
 )
 
-// ErrNotFound is returned for a label with no node.
-var ErrNotFound = errors.New("no such node")
-
 // Store is the part of the database the resolver reads.
 type Store interface {
 	Node(ctx context.Context, label string) (db.Node, error)
@@ -66,10 +63,7 @@ func New(cfg Config, store Store, sealer *keys.Sealer, lab *sim.Lab, log logrus.
 // Resolve returns the BMC of label.
 func (r *Resolver) Resolve(ctx context.Context, label string) (sol.BMC, error) {
 	n, err := r.store.Node(ctx, label)
-	if errors.Is(err, db.ErrNotFound) {
-		return nil, fmt.Errorf("resolve %s: %w", label, ErrNotFound)
-	}
-	if err != nil {
+	if err != nil { // db.ErrNotFound for no such node
 		return nil, fmt.Errorf("resolve %s: %w", label, err)
 	}
 	info, err := OpenInfo(r.sealer, n)
