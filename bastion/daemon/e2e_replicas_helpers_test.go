@@ -17,8 +17,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,31 +33,6 @@ import (
 )
 
 // ---- replicas as processes ----
-
-// rpBuild builds cmd/obmd into t's temporary directory, with -race when
-// the tests are (so the build cache of the test binary serves most of it).
-func rpBuild(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "obmd")
-	args := []string{"build", "-o", path}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "-race" && s.Value == "true" {
-				args = append(args, "-race")
-			}
-		}
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	out, err := exec.Command(goTool, append(args, "github.com/obmd/obmd/cmd/obmd")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/obmd: %v\n%s", err, out)
-	}
-	return path
-}
 
 // rpReplica is one obmd process.
 type rpReplica struct {

@@ -51,7 +51,7 @@ func TestReplicas(t *testing.T) {
 	dsn := dbtest.MySQLDSN(t)
 	ipmisim.Require(t, "ssh", "ipmitool")
 	bmc := ipmisim.Start(t)
-	bin := rpBuild(t)
+	bin := obmdBinary(t)
 
 	shared := t.TempDir()
 	hostKey, sealKey := filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")

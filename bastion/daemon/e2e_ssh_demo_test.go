@@ -7,9 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,22 +17,6 @@ import (
 	"github.com/obmd/obmd/sol/ipmisim"
 )
 
-// fdBuildObmd builds cmd/obmd into a temporary directory (once per test
-// binary run would be nicer, but only this test needs it).
-func fdBuildObmd(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "obmd")
-	out, err := exec.Command(goBin, "build", "-o", bin, "github.com/obmd/obmd/cmd/obmd").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build cmd/obmd: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // demoLine matches the printed one-shot command.
 var demoLine = regexp.MustCompile(`(?m)^\s*sshpass -p (\S+) ssh -p (\d+) demo@(\S+) power-status\s*$`)
 
@@ -43,7 +25,7 @@ var demoLine = regexp.MustCompile(`(?m)^\s*sshpass -p (\S+) ssh -p (\d+) demo@(\
 func TestDemoCommandLine(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ssh", "sshpass")
-	bin := fdBuildObmd(t)
+	bin := obmdBinary(t)
 	cmd := exec.Command(bin, "serve", "--demo", "--ssh-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--state-dir", t.TempDir(), "--log-format", "json")
 	cmd.Env = append(os.Environ(), "OBMD_CONFIG=")
