@@ -5,7 +5,11 @@ package daemon_test
 // clients, and the obmd binary for the tests that run it as a process.
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,5 +87,104 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, e2eWait)
 		}
 		time.Sleep(pause)
+	}
+}
+
+// clientEnd is how a client the test watches ended.
+type clientEnd struct {
+	done chan struct{} // closed when the client has ended; at, code and err are then set
+	at   time.Time
+	code int
+	err  error
+}
+
+func newClientEnd() *clientEnd { return &clientEnd{done: make(chan struct{})} }
+
+func (e *clientEnd) finish(code int, err error) { e.finishAt(time.Now(), code, err) }
+
+func (e *clientEnd) finishAt(at time.Time, code int, err error) {
+	e.at, e.code, e.err = at, code, err
+	close(e.done)
+}
+
+// wait returns when the client ended, failing t if it does not.
+func (e *clientEnd) wait(t testing.TB, what string) time.Time {
+	t.Helper()
+	select {
+	case <-e.done:
+		return e.at
+	case <-time.After(e2eWait):
+		t.Fatalf("%s did not end", what)
+		return time.Time{}
+	}
+}
+
+func (e *clientEnd) ended() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// httpConsole is a GET /node/{label}/console stream; its body is copied
+// into out until it ends.
+type httpConsole struct {
+	resp *http.Response // status and headers; the body is out's
+	out  *conBuf
+	end  *clientEnd // err: the copy's (nil for a clean end of the body)
+	stop func()     // ends the stream (idempotent) and waits for the copy
+}
+
+// consoleHTTP opens label's HTTP console with token; it returns once the
+// response has begun (the stream is registered), or fails t unless the
+// status is 200. The stream ends at the latest when t does.
+func (o *obmd) consoleHTTP(t testing.TB, label, token string) *httpConsole {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET",
+		"http://"+o.AdminAddr()+"/node/"+url.PathEscape(label)+"/console?token="+url.QueryEscape(token), nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{}).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("GET console: %v", err)
+	}
+	if resp.StatusCode != 200 {
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		t.Fatalf("GET console: got %d %s, want 200", resp.StatusCode, data)
+	}
+	h := &httpConsole{resp: resp, out: newConBuf(), end: newClientEnd()}
+	go func() { // ends when the body does; finishes h.end
+		_, err := io.Copy(h.out, resp.Body)
+		h.end.finish(0, err)
+	}()
+	h.stop = func() {
+		cancel()
+		resp.Body.Close()
+		<-h.end.done
+	}
+	t.Cleanup(h.stop)
+	return h
+}
+
+// countsFrom0 fails t unless the stream's first n lines are 0, 1, ...
+// n-1: a mock console's counter from its start.
+func (h *httpConsole) countsFrom0(t testing.TB, what string, n int) {
+	t.Helper()
+	var want []byte
+	end := 0
+	for i := range n {
+		want = fmt.Appendf(want, "%d\n", i)
+		end = h.out.wait(t, what, end, "\n")
+	}
+	if got := h.out.Bytes()[:end]; string(got) != string(want) {
+		t.Fatalf("%s: got %q, want %q", what, got, want)
 	}
 }

@@ -5,10 +5,8 @@ package daemon_test
 // driver uses, the /v1 API, probes, and what survives a restart.
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -369,23 +367,9 @@ func TestAPIConsoleStream(t *testing.T) {
 	o := startObmd(t)
 	o.addNode("c1", "mock", apiMock)
 	tok := o.rotate("c1")
-	req, err := http.NewRequest("GET", "http://"+o.AdminAddr()+"/node/c1/console"+apiQ(tok), nil)
-	if err != nil {
-		t.Fatal(err)
+	web := o.consoleHTTP(t, "c1", tok)
+	if te := web.resp.TransferEncoding; len(te) == 0 || te[0] != "chunked" {
+		t.Fatalf("GET console: got transfer encoding %v, want chunked", te)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 || len(resp.TransferEncoding) == 0 || resp.TransferEncoding[0] != "chunked" {
-		t.Fatalf("GET console: got %d %v, want 200 chunked", resp.StatusCode, resp.TransferEncoding)
-	}
-	r := bufio.NewReader(resp.Body)
-	for i := range 3 {
-		line, err := r.ReadString('\n')
-		if err != nil || line != fmt.Sprintf("%d\n", i) {
-			t.Fatalf("console line %d: got %q (%v), want %q", i, line, err, fmt.Sprintf("%d\n", i))
-		}
-	}
+	web.countsFrom0(t, "console", 3)
 }

@@ -5,14 +5,10 @@ package daemon_test
 // that never reads), and a byte stream a test can wait on.
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -334,34 +330,6 @@ func (o *obmd) conAudit(label string) []string {
 		acts = append(acts, e.Action+" "+e.Result)
 	}
 	return acts
-}
-
-// conHTTP opens obmd's GET /node/{label}/console stream; cancel ends it.
-func (o *obmd) conHTTP(t testing.TB, label, token string) (lines *bufio.Reader, body io.Reader, stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, "GET",
-		fmt.Sprintf("http://%s/node/%s/console?token=%s", o.AdminAddr(), url.PathEscape(label), url.QueryEscape(token)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := (&http.Client{}).Do(req)
-	if err != nil {
-		cancel()
-		t.Fatalf("GET console: %v", err)
-	}
-	if resp.StatusCode != 200 {
-		data, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		cancel()
-		t.Fatalf("GET console: got %d %s, want 200", resp.StatusCode, data)
-	}
-	stop = func() {
-		cancel()
-		resp.Body.Close()
-	}
-	t.Cleanup(stop)
-	return bufio.NewReader(resp.Body), resp.Body, stop
 }
 
 // conLogLines returns the daemon's log lines that contain every one of subs.

@@ -9,7 +9,6 @@ package daemon_test
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -249,10 +248,8 @@ func TestConsoleHTTPStream(t *testing.T) {
 	bmc.Inject([]byte("before-the-stream\r\n"))
 	g.expect("before-the-stream")
 
-	_, body, stop := o.conHTTP(t, "web", tok)
-	got := newConBuf()
-	copied := make(chan struct{})
-	go func() { defer close(copied); io.Copy(got, body) }() // ends when stop closes the body
+	web := o.consoleHTTP(t, "web", tok)
+	got := web.out
 	// The stream attaches after its headers: print until it shows.
 	for i := 0; ; i++ {
 		bmc.Inject(fmt.Appendf(nil, "live-%d\r\n", i))
@@ -267,8 +264,7 @@ func TestConsoleHTTPStream(t *testing.T) {
 	got.wait(t, "HTTP stream", 0, "after-the-stream\r\n")
 	g.typeKeys("echo typed-by-ssh\r") // the SSH viewer still writes
 	got.wait(t, "HTTP stream", 0, "typed-by-ssh\r\nsim$ ")
-	stop()
-	<-copied
+	web.stop()
 	if s := got.String(); strings.Contains(s, "before-the-stream") || strings.Contains(s, "obmd") {
 		t.Errorf("HTTP stream: got %q, want live output only", s)
 	}
@@ -284,14 +280,9 @@ func TestConsoleMockHTTPCounter(t *testing.T) {
 	o.addNode("node-99", "mock", sol.Info{Addr: "10.0.0.4"})
 	tok := o.rotate("node-99")
 	for stream := 0; stream < 3; stream++ {
-		lines, _, stop := o.conHTTP(t, "node-99", tok)
-		for i := 0; i < 5; i++ {
-			line, err := lines.ReadString('\n')
-			if err != nil || line != fmt.Sprintf("%d\n", i) {
-				t.Fatalf("stream %d line %d: got %q (err %v), want %q", stream, i, line, err, fmt.Sprintf("%d\n", i))
-			}
-		}
-		stop()
+		web := o.consoleHTTP(t, "node-99", tok)
+		web.countsFrom0(t, fmt.Sprintf("stream %d", stream), 5)
+		web.stop()
 	}
 }
 
@@ -317,11 +308,7 @@ func TestConsoleMockDisplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.wait(t, "the SSH viewer", 0, "\n2\n")
-	lines, _, stop := o.conHTTP(t, "node-98", tok)
-	defer stop()
-	if line, err := lines.ReadString('\n'); err != nil || line != "0\n" {
-		t.Fatalf("new HTTP stream: got %q (%v), want it to start at 0", line, err)
-	}
+	o.consoleHTTP(t, "node-98", tok).countsFrom0(t, "new HTTP stream", 1)
 	if err := s.Wait(); err == nil {
 		t.Errorf("displaced SSH viewer: exit 0, want a failure")
 	}

@@ -441,7 +441,7 @@ func TestHostileSessionLimits(t *testing.T) {
 	t1, t2 := o.addSimNode("n1"), o.addSimNode("n2")
 	a := o.rvStart(t, "n1", gossh.Password(t1), "")
 	a.stderr.wait(t, "first console", 0, "console of n1")
-	web := o.rvConsoleHTTP(t, "n1", t1)
+	web := o.consoleHTTP(t, "n1", t1)
 	res, err := o.execGo("n1", t1, "power-status")
 	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions on node n1 (limit 2)") {
 		t.Errorf("third session of n1: got %v (%v), want exit 3 and the per-node limit", res, err)
@@ -459,8 +459,7 @@ func TestHostileSessionLimits(t *testing.T) {
 	// Ending one frees its place.
 	a.stdin.Write([]byte("\x05c."))
 	a.end.wait(t, "detach")
-	web.body.Close()
-	web.end.wait(t, "HTTP console")
+	web.stop()
 	waitUntil(t, "the sessions to end", func() bool { return len(o.rvSessions("n1")) == 0 })
 	if res, err := o.execGo("n1", t1, "power-status"); err != nil || res.Code != 0 {
 		t.Errorf("after the others ended: got %v (%v), want exit 0", res, err)

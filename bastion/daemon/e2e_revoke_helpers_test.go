@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -24,44 +23,6 @@ import (
 	"github.com/obmd/obmd/sol/ipmisim"
 )
 
-// rvEnd is how a session the test watches ended.
-type rvEnd struct {
-	done chan struct{} // closed when the session has ended; at and code are then set
-	at   time.Time
-	code int
-	err  error
-}
-
-func newRVEnd() *rvEnd { return &rvEnd{done: make(chan struct{})} }
-
-func (e *rvEnd) finish(code int, err error) { e.finishAt(time.Now(), code, err) }
-
-func (e *rvEnd) finishAt(at time.Time, code int, err error) {
-	e.at, e.code, e.err = at, code, err
-	close(e.done)
-}
-
-// wait returns when the session ended, failing t if it does not.
-func (e *rvEnd) wait(t testing.TB, what string) time.Time {
-	t.Helper()
-	select {
-	case <-e.done:
-		return e.at
-	case <-time.After(e2eWait):
-		t.Fatalf("%s did not end", what)
-		return time.Time{}
-	}
-}
-
-func (e *rvEnd) ended() bool {
-	select {
-	case <-e.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // rvPTY is the real OpenSSH client (ssh -tt) on a pty: a person at a
 // terminal. With a token it runs under sshpass (the token in its
 // environment, not its arguments); with token "" it authenticates with
@@ -69,7 +30,7 @@ func (e *rvEnd) ended() bool {
 type rvPTY struct {
 	f   *os.File
 	out *conBuf // what ssh printed (stdout and stderr share the pty)
-	end *rvEnd
+	end *clientEnd
 }
 
 func (o *obmd) rvSSH(t testing.TB, user, token string, extra []string, cmd ...string) *rvPTY {
@@ -89,7 +50,7 @@ func (o *obmd) rvSSH(t testing.TB, user, token string, extra []string, cmd ...st
 	if err != nil {
 		t.Fatalf("start ssh: %v", err)
 	}
-	p := &rvPTY{f: f, out: newConBuf(), end: newRVEnd()}
+	p := &rvPTY{f: f, out: newConBuf(), end: newClientEnd()}
 	read := make(chan struct{})
 	go func() { // ends when the pty reports EIO (ssh exited); closes read
 		defer close(read)
@@ -124,7 +85,7 @@ type rvGo struct {
 	s              *gossh.Session
 	stdin          io.WriteCloser
 	stdout, stderr *conBuf
-	end            *rvEnd
+	end            *clientEnd
 }
 
 // rvStart opens a session on a new connection and starts cmd ("" is the
@@ -140,7 +101,7 @@ func (o *obmd) rvStart(t testing.TB, user string, auth gossh.AuthMethod, cmd str
 	if err != nil {
 		t.Fatalf("new session: %v", err)
 	}
-	g := &rvGo{c: c, s: s, stdout: newConBuf(), stderr: newConBuf(), end: newRVEnd()}
+	g := &rvGo{c: c, s: s, stdout: newConBuf(), stderr: newConBuf(), end: newClientEnd()}
 	s.Stdout, s.Stderr = g.stdout, g.stderr
 	if g.stdin, err = s.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -163,43 +124,6 @@ func (o *obmd) rvStart(t testing.TB, user string, auth gossh.AuthMethod, cmd str
 		g.end.finish(code, err)
 	}()
 	return g
-}
-
-// rvHTTP is a GET /node/{label}/console stream.
-type rvHTTP struct {
-	out  *conBuf
-	end  *rvEnd
-	body io.Closer
-}
-
-// rvConsoleHTTP opens the HTTP console of label; it returns once the
-// response has begun (the stream is registered), or fails t unless the
-// status is 200.
-func (o *obmd) rvConsoleHTTP(t testing.TB, label, token string) *rvHTTP {
-	t.Helper()
-	req, err := http.NewRequest("GET", "http://"+o.AdminAddr()+"/node/"+url.PathEscape(label)+"/console?token="+url.QueryEscape(token), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := (&http.Client{}).Do(req)
-	if err != nil {
-		t.Fatalf("GET console: %v", err)
-	}
-	if resp.StatusCode != 200 {
-		data, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t.Fatalf("GET console: got %d %s, want 200", resp.StatusCode, data)
-	}
-	h := &rvHTTP{out: newConBuf(), end: newRVEnd(), body: resp.Body}
-	go func() { // ends when the body does; finishes h.end
-		_, err := io.Copy(h.out, resp.Body)
-		h.end.finish(0, err)
-	}()
-	t.Cleanup(func() {
-		resp.Body.Close()
-		<-h.end.done
-	})
-	return h
 }
 
 // rvSession is a live session as GET /v1/sessions shows it.

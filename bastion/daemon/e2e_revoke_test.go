@@ -170,7 +170,7 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) (rvDelays,
 	bmc.SetDelay(rvInFlight) // the power-cycle below stays in flight
 	exStarted := time.Now()
 	ex := o.rvStart(t, label, sshAuth, "power-cycle")
-	web := o.rvConsoleHTTP(t, label, token)
+	web := o.consoleHTTP(t, label, token)
 	waitUntil(t, "three live sessions", func() bool { return o.rvKinds(label) == "console,exec,http-console" })
 	time.Sleep(20 * time.Millisecond) // let the runner reach the BMC
 
@@ -338,7 +338,7 @@ func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, emit func(line 
 	if strings.Contains(res.Stdout, old) {
 		t.Errorf("console-log holds the old tenant's output %q", old)
 	}
-	web := o.rvConsoleHTTP(t, label, tokB)
+	web := o.consoleHTTP(t, label, tokB)
 	rvEmitUntil(t, "HTTP console", web.out, rvMarker(t, "WEB"), emit)
 	if strings.Contains(web.out.String(), old) {
 		t.Errorf("HTTP console holds the old tenant's output %q", old)
