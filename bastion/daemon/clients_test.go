@@ -14,9 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/sol/sim"
 )
 
 func TestMain(m *testing.M) {
@@ -87,6 +91,51 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, e2eWait)
 		}
 		time.Sleep(pause)
+	}
+}
+
+// printSeq numbers printUntilSeen's markers, so that each is new to every
+// client.
+var printSeq atomic.Int64
+
+// printUntilSeen prints markers "<prefix-N>", each new and on a line of its
+// own, with print (a node's serial port) until seen says one arrived, and
+// returns that one. Output printed while a console link or a replica's
+// relay is still opening is lost: this is how a test knows its clients
+// receive.
+func printUntilSeen(t testing.TB, print func([]byte) error, prefix string, seen func(marker string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(e2eWait)
+	for {
+		m := fmt.Sprintf("<%s-%d>", prefix, printSeq.Add(1))
+		if err := print([]byte(m + "\r\n")); err != nil {
+			t.Fatalf("print %s: %v", m, err)
+		}
+		for stop := time.Now().Add(100 * time.Millisecond); time.Now().Before(stop); time.Sleep(5 * time.Millisecond) {
+			if seen(m) {
+				return m
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s marker reached the clients within %v", prefix, e2eWait)
+		}
+	}
+}
+
+// inject is print for a simulated BMC's serial side.
+func inject(bmc *sim.BMC) func([]byte) error {
+	return func(p []byte) error { bmc.Inject(p); return nil }
+}
+
+// shows is a printUntilSeen condition: every buffer holds the marker.
+func shows(bufs ...*conBuf) func(string) bool {
+	return func(m string) bool {
+		for _, b := range bufs {
+			if !strings.Contains(b.String(), m) {
+				return false
+			}
+		}
+		return true
 	}
 }
 

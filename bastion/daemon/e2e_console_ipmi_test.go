@@ -24,14 +24,6 @@ import (
 // conDrivers are the driver types that reach a real BMC.
 var conDrivers = []string{"ipmi", "ipmitool"}
 
-// conSync prints sync lines on the serial port until seen says one
-// arrived: ipmi_sim drops serial output while no SOL session is active, so
-// this is how a test knows the link is up.
-func conSync(t testing.TB, s *ipmisim.Sim, seen func(marker string) bool) {
-	t.Helper()
-	conSyncWith(t, s.WriteSerial, seen)
-}
-
 // TestConsoleIPMIOpenSSH is a person's session on a real BMC, per driver:
 // serial output on the screen, keys on the serial port, a 64 KiB paste
 // intact, ~B a break, Ctrl-E c . a detach with exit 0. It logs the echo
@@ -48,7 +40,7 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 			tok := o.addIPMINode(label, typ, s)
 			p := o.sshPTY(t, label, tok)
 			p.expect("[obmd: console of " + label + "; you are writing; no one else attached;")
-			conSync(t, s, func(m string) bool { return strings.Contains(p.out.String(), m) })
+			printUntilSeen(t, s.WriteSerial, "sync", func(m string) bool { return strings.Contains(p.out.String(), m) })
 			p.pos = p.out.Len()
 
 			// Serial output reaches the screen untouched.
@@ -195,7 +187,7 @@ func TestConsoleIPMIRestart(t *testing.T) {
 			tok := o.addIPMINode(label, typ, s)
 			a := o.goConsole(t, label, tok, conOpts{})
 			b := o.goConsole(t, label, tok, conOpts{pty: true})
-			conSync(t, s, allSaw([]*conGo{a, b}))
+			printUntilSeen(t, s.WriteSerial, "sync", allSaw([]*conGo{a, b}))
 			s.Kill()
 			start := time.Now()
 			for _, g := range []*conGo{a, b} {
@@ -209,7 +201,7 @@ func TestConsoleIPMIRestart(t *testing.T) {
 				g.notice("[obmd: console link restored]")
 			}
 			marks := []int{a.out.Len(), b.out.Len()}
-			conSync(t, s, func(m string) bool {
+			printUntilSeen(t, s.WriteSerial, "sync", func(m string) bool {
 				return strings.Contains(a.out.String()[marks[0]:], m) && strings.Contains(b.out.String()[marks[1]:], m)
 			})
 			a.typeKeys("after-restart\r")
@@ -236,7 +228,7 @@ func TestConsoleIPMIStalePayload(t *testing.T) {
 			label := "stale-" + typ
 			tok := o.addIPMINode(label, typ, s)
 			g := o.goConsole(t, label, tok, conOpts{})
-			conSync(t, s, func(m string) bool { return strings.Contains(g.out.String(), m) })
+			printUntilSeen(t, s.WriteSerial, "sync", func(m string) bool { return strings.Contains(g.out.String(), m) })
 			if got := o.conLogLines(`"state":"deactivating"`, label); len(got) == 0 {
 				t.Errorf("console opened without deactivating the stale payload")
 			}
@@ -297,7 +289,7 @@ func TestConsoleBreakAfterEnter(t *testing.T) {
 	o := startObmd(t)
 	tok := o.addIPMINode("brk", "ipmitool", s)
 	g := o.goConsole(t, "brk", tok, conOpts{pty: true})
-	conSync(t, s, allSaw([]*conGo{g}))
+	printUntilSeen(t, s.WriteSerial, "sync", allSaw([]*conGo{g}))
 	const n = 30
 	for i := range n {
 		g.typeKeys(fmt.Sprintf("line %d\r", i))
@@ -339,7 +331,7 @@ func TestConsoleIPMIBinarySafe(t *testing.T) {
 			label := "bin-" + typ
 			tok := o.addIPMINode(label, typ, s)
 			g := o.goConsole(t, label, tok, conOpts{})
-			conSync(t, s, allSaw([]*conGo{g}))
+			printUntilSeen(t, s.WriteSerial, "sync", allSaw([]*conGo{g}))
 
 			from := g.out.Len()
 			want := append(bytes.Clone(all), "<end>"...)
@@ -358,7 +350,7 @@ func TestConsoleIPMIBinarySafe(t *testing.T) {
 			if got := s.Serial()[before:]; !bytes.Equal(got, in) {
 				t.Errorf("serial side: got %q, want %q", got, in)
 			}
-			conSync(t, s, allSaw([]*conGo{g})) // the link is still up
+			printUntilSeen(t, s.WriteSerial, "sync", allSaw([]*conGo{g})) // the link is still up
 			if e := g.errb.String(); strings.Contains(e, "link lost") {
 				t.Errorf("notices: got %q, want the link never lost", e)
 			}

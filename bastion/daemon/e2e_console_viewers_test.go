@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,7 +36,7 @@ func (n *conNode) print(t testing.TB, p []byte) {
 // sync prints markers until seen says one arrived.
 func (n *conNode) sync(t testing.TB, seen func(marker string) bool) {
 	t.Helper()
-	conSyncWith(t, n.write, seen)
+	printUntilSeen(t, n.write, "sync", seen)
 }
 
 // conBackend registers a node whose serial side a test drives.
@@ -56,7 +55,7 @@ func conBackends() []conBackend {
 			if err := bmc.PowerOff(t.Context(), false); err != nil { // a powered-off host does not echo keys
 				t.Fatal(err)
 			}
-			return &conNode{label: label, token: tok, write: func(p []byte) error { bmc.Inject(p); return nil }, typed: bmc.Typed}
+			return &conNode{label: label, token: tok, write: inject(bmc), typed: bmc.Typed}
 		}},
 		{"ipmi", func(t *testing.T, o *obmd, label string) *conNode {
 			s := ipmisim.Start(t)
@@ -65,40 +64,14 @@ func conBackends() []conBackend {
 	}
 }
 
-// conSyncSeq numbers sync markers, so that each marker is new to every
-// viewer.
-var conSyncSeq atomic.Int64
-
-// conSyncWith is conSync for any serial port.
-func conSyncWith(t testing.TB, print func([]byte) error, seen func(string) bool) {
-	t.Helper()
-	deadline := time.Now().Add(e2eWait)
-	for {
-		m := fmt.Sprintf("<sync-%d>", conSyncSeq.Add(1))
-		if err := print([]byte(m + "\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		for stop := time.Now().Add(100 * time.Millisecond); time.Now().Before(stop); time.Sleep(5 * time.Millisecond) {
-			if seen(m) {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serial output never reached the viewers within %v", e2eWait)
-		}
-	}
-}
-
-// allSaw is a sync condition: every viewer's output shows the marker.
+// allSaw is a printUntilSeen condition: every viewer's output shows the
+// marker.
 func allSaw(vs []*conGo) func(string) bool {
-	return func(m string) bool {
-		for _, v := range vs {
-			if !strings.Contains(v.out.String(), m) {
-				return false
-			}
-		}
-		return true
+	var bufs []*conBuf
+	for _, v := range vs {
+		bufs = append(bufs, v.out)
 	}
+	return shows(bufs...)
 }
 
 // TestConsoleViewers: two and ten viewers on one node see identical output;
@@ -247,7 +220,7 @@ func TestConsoleStalledViewer(t *testing.T) {
 	stalled := o.goConsole(t, "slow", tok, conOpts{stall: true})
 	fast := []*conGo{o.goConsole(t, "slow", tok, conOpts{}), o.goConsole(t, "slow", tok, conOpts{pty: true})}
 	waitUntil(t, "console open", bmc.ConsoleActive)
-	conSyncWith(t, func(p []byte) error { bmc.Inject(p); return nil }, allSaw(fast))
+	printUntilSeen(t, inject(bmc), "sync", allSaw(fast))
 	marks := make([]int, len(fast))
 	for i, f := range fast {
 		marks[i] = f.out.Len()
@@ -303,7 +276,7 @@ func TestConsoleDropSlowViewer(t *testing.T) {
 	stalled := o.goConsole(t, "drop", tok, conOpts{stall: true})
 	fast := o.goConsole(t, "drop", tok, conOpts{})
 	waitUntil(t, "console open", bmc.ConsoleActive)
-	conSyncWith(t, func(p []byte) error { bmc.Inject(p); return nil }, allSaw([]*conGo{fast}))
+	printUntilSeen(t, inject(bmc), "sync", allSaw([]*conGo{fast}))
 	want := fast.out.Len()
 	for k := range 48 { // 6 MiB in steps of 128 KiB, each waited for
 		chunk := bytes.Repeat(fmt.Appendf(nil, "chunk %05d ", k), (128<<10)/12)

@@ -233,6 +233,17 @@ func (r *rpReplica) exec(user, token, cmd string) (execResult, error) {
 
 // ---- viewers ----
 
+// rpSeeAll prints on the serial port until every viewer has shown the same
+// line (output from before a relay is up is not replayed to it).
+func rpSeeAll(t testing.TB, bmc *ipmisim.Sim, prefix string, vs ...*rpViewer) {
+	t.Helper()
+	var bufs []*conBuf
+	for _, v := range vs {
+		bufs = append(bufs, v.out)
+	}
+	printUntilSeen(t, bmc.WriteSerial, prefix, shows(bufs...))
+}
+
 // rpViewer is one interactive console session; out gets everything it
 // printed (stdout and stderr).
 type rpViewer struct {
@@ -337,33 +348,6 @@ func (v *rpViewer) ended(t testing.TB) time.Time {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("viewer on %s still running; screen %q", v.where, tailString(v.out.String(), 600))
 		return time.Time{}
-	}
-}
-
-// rpSeeAll prints numbered lines on the serial port until every viewer has
-// shown one (output from before a relay is up is not replayed to it).
-func rpSeeAll(t testing.TB, bmc *ipmisim.Sim, prefix string, vs ...*rpViewer) {
-	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for i := 0; ; i++ {
-		line := fmt.Sprintf("%s-%d", prefix, i)
-		if err := bmc.WriteSerial([]byte(line + "\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(150 * time.Millisecond)
-		all := true
-		for _, v := range vs {
-			all = all && strings.Contains(v.out.String(), prefix+"-")
-		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			for _, v := range vs {
-				t.Logf("viewer on %s: %q", v.where, tailString(v.out.String(), 600))
-			}
-			t.Fatalf("not every viewer showed %s lines", prefix)
-		}
 	}
 }
 

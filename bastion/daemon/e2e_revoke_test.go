@@ -305,26 +305,26 @@ func TestRevokeRacingAuth(t *testing.T) {
 	}
 }
 
-// rvMarker is a distinctive line for one test.
+// rvMarker is a distinctive marker prefix for one test.
 func rvMarker(t *testing.T, what string) string {
 	return fmt.Sprintf("%s-%s-%d", what, strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
 }
 
 // rvNewTenant checks what the next tenant (token tokB) can see of label's
 // console: its console's replay, the `r` replay escape, console-log and
-// the HTTP console hold fresh output (printed with emit, which retries
-// until it shows, since a new console link takes a moment to open) and
-// none of old.
-func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, emit func(line string)) {
+// the HTTP console hold fresh output (printed with print until it shows,
+// since a new console link takes a moment to open) and no marker of the
+// old tenant's (prefix old).
+func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, print func([]byte) error) {
 	t.Helper()
 	b := o.rvStart(t, label, gossh.Password(tokB), "")
 	b.stderr.wait(t, "new tenant's banner", 0, "console of "+label)
-	fresh := rvMarker(t, "FRESH")
-	rvEmitUntil(t, "new tenant's console", b.stdout, fresh, emit)
+	fresh := printUntilSeen(t, print, rvMarker(t, "FRESH"), shows(b.stdout))
 	if strings.Contains(b.stdout.String(), old) {
 		t.Errorf("new tenant's console replayed the old tenant's output %q", old)
 	}
-	// The replay escape sends the scrollback again: fresh shows twice.
+	// The replay escape sends the scrollback again: fresh (printed once)
+	// shows twice.
 	seen := b.stdout.wait(t, "new tenant's console", 0, fresh)
 	b.stdin.Write([]byte("\x05cr"))
 	b.stdout.wait(t, "replay escape", seen, fresh)
@@ -339,22 +339,9 @@ func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, emit func(line 
 		t.Errorf("console-log holds the old tenant's output %q", old)
 	}
 	web := o.consoleHTTP(t, label, tokB)
-	rvEmitUntil(t, "HTTP console", web.out, rvMarker(t, "WEB"), emit)
+	printUntilSeen(t, print, rvMarker(t, "WEB"), shows(web.out))
 	if strings.Contains(web.out.String(), old) {
 		t.Errorf("HTTP console holds the old tenant's output %q", old)
-	}
-}
-
-// rvEmitUntil prints line (with emit) until out shows it.
-func rvEmitUntil(t *testing.T, what string, out *conBuf, line string, emit func(string)) {
-	t.Helper()
-	deadline := time.Now().Add(e2eWait)
-	for !strings.Contains(out.String(), line) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %q never showed; got (tail) %q", what, line, tailString(out.String(), 400))
-		}
-		emit(line)
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -382,7 +369,7 @@ func TestRevokeIsolation(t *testing.T) {
 			a := o.rvSSH(t, label, tokA, nil)
 			a.out.wait(t, "old tenant's banner", 0, "console of "+label)
 			old := rvMarker(t, "MARKER")
-			rvEmitUntil(t, "old tenant's console", a.out, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
+			printUntilSeen(t, inject(bmc), old, shows(a.out))
 			if tc.detach {
 				a.send("\x05c.")
 				a.end.wait(t, "old tenant's detach")
@@ -404,7 +391,7 @@ func TestRevokeIsolation(t *testing.T) {
 				}
 				return
 			}
-			rvNewTenant(t, o, label, tokB, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
+			rvNewTenant(t, o, label, tokB, old, inject(bmc))
 		})
 	}
 }
@@ -416,21 +403,16 @@ func TestRevokeIsolationIPMISim(t *testing.T) {
 	s := ipmisim.Start(t)
 	o := startObmd(t)
 	tokA := o.addIPMINode("iso-ipmi", "ipmi", s)
-	serial := func(l string) {
-		if err := s.WriteSerial([]byte(l + "\r\n")); err != nil {
-			t.Errorf("write serial: %v", err)
-		}
-	}
 	a := o.rvSSH(t, "iso-ipmi", tokA, nil)
 	a.out.wait(t, "old tenant's banner", 0, "console of iso-ipmi")
 	old := rvMarker(t, "MARKER")
-	rvEmitUntil(t, "old tenant's console", a.out, old, serial)
+	printUntilSeen(t, s.WriteSerial, old, shows(a.out))
 	tokB := o.rotate("iso-ipmi")
 	a.end.wait(t, "old tenant's console")
 	if !strings.Contains(a.out.String(), "access to iso-ipmi was revoked (token rotated)") {
 		t.Errorf("old tenant: got (tail) %q, want the reason", tailString(a.out.String(), 300))
 	}
-	rvNewTenant(t, o, "iso-ipmi", tokB, old, serial)
+	rvNewTenant(t, o, "iso-ipmi", tokB, old, s.WriteSerial)
 }
 
 // TestRevokeAcrossReplicas: two replicas share a database; the token is
@@ -451,13 +433,13 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 		a := r2.rvStart(t, "xr", gossh.Password(tokA), "")
 		a.stderr.wait(t, "old tenant's banner on replica 2", 0, "console of xr")
 		old := rvMarker(t, "MARKER")
-		rvEmitUntil(t, "old tenant's console", a.stdout, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
+		printUntilSeen(t, inject(bmc), old, shows(a.stdout))
 
 		tokB := r1.rotate("xr")
 		if a.end.ended() {
 			t.Fatalf("replica 2 cut the old tenant before anything told it: the test's premise is wrong")
 		}
-		rvNewTenant(t, r2, "xr", tokB, old, func(l string) { bmc.Inject([]byte(l + "\r\n")) })
+		rvNewTenant(t, r2, "xr", tokB, old, inject(bmc))
 		a.end.wait(t, "old tenant's console on replica 2")
 		if got := a.stderr.String(); !strings.Contains(got, "access to xr was revoked") {
 			t.Errorf("old tenant on replica 2: got stderr %q, want the reason", got)

@@ -235,8 +235,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 	con := o.rvStart(t, "tool", gossh.Password(tool), "")
 	con.stderr.wait(t, "console banner", 0, "console of tool")
 	web := o.consoleHTTP(t, "tool", tool)
-	rvEmitUntil(t, "console through ipmitool", con.stdout, "boot-line-1", func(l string) { s.WriteSerial([]byte(l + "\r\n")) })
-	rvEmitUntil(t, "HTTP console", web.out, "boot-line-2", func(l string) { s.WriteSerial([]byte(l + "\r\n")) })
+	printUntilSeen(t, s.WriteSerial, "boot-line", shows(con.stdout))
+	printUntilSeen(t, s.WriteSerial, "boot-line", shows(web.out))
 	rec.add("console", con.stdout.String()+con.stderr.String(), "")
 	rec.add("HTTP console", web.out.String(), "")
 	res := o.openssh("tool", tool, nil, "power-status") // the real client, password via sshpass
