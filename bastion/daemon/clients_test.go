@@ -6,6 +6,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/sol/sim"
 )
@@ -236,4 +239,150 @@ func (h *httpConsole) countsFrom0(t testing.TB, what string, n int) {
 	if got := h.out.Bytes()[:end]; string(got) != string(want) {
 		t.Fatalf("%s: got %q, want %q", what, got, want)
 	}
+}
+
+// ---- interactive clients ----
+
+// client is what every interactive client of these tests has: keys in,
+// what it printed, how it ended.
+type client struct {
+	t   testing.TB
+	in  io.Writer  // its keyboard
+	out *conBuf    // what it printed: stdout, or everything on a pty
+	pos int        // expect's cursor in out
+	end *clientEnd // code: its exit status, -1 without one
+}
+
+// typeKeys sends keystrokes.
+func (c *client) typeKeys(s string) {
+	c.t.Helper()
+	if _, err := c.in.Write([]byte(s)); err != nil {
+		c.t.Fatalf("type %q: %v", s, err)
+	}
+}
+
+// expect waits for want in out after the previous match and moves past it.
+func (c *client) expect(want string) {
+	c.t.Helper()
+	c.pos = c.out.wait(c.t, "client output", c.pos, want)
+}
+
+// exit waits for the client to end and returns its exit status.
+func (c *client) exit() int {
+	c.t.Helper()
+	c.end.wait(c.t, "the client")
+	return c.end.code
+}
+
+// dialSSH connects to addr as user with auth (x/crypto, any host key).
+func dialSSH(addr, user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
+	return gossh.Dial("tcp", addr, &gossh.ClientConfig{
+		User: user, Auth: auth, HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
+	})
+}
+
+// conGo is a session through golang.org/x/crypto/ssh, on a connection of
+// its own: a console, or a command started without waiting for it.
+type conGo struct {
+	client
+	c      *gossh.Client
+	s      *gossh.Session
+	errb   *conBuf   // stderr: obmd's banner and notices (out itself with conOpts.merge)
+	epos   int       // notice's cursor in errb
+	stdout io.Reader // a stalled console's stdout, read only by drain
+	wg     sync.WaitGroup
+}
+
+// conOpts say how a conGo starts.
+type conOpts struct {
+	pty   bool   // request a pty first
+	cmd   string // exec this instead of asking for a shell (the console)
+	stall bool   // never read stdout until drain
+	merge bool   // stderr into out too, as a terminal shows them
+}
+
+// goSession connects to addr as user with auth and starts a session.
+func goSession(t testing.TB, addr, user string, auth gossh.AuthMethod, opt conOpts) *conGo {
+	t.Helper()
+	c, err := dialSSH(addr, user, auth)
+	if err != nil {
+		t.Fatalf("dial %s: %v", user, err)
+	}
+	s, err := c.NewSession()
+	if err != nil {
+		c.Close()
+		t.Fatalf("new session: %v", err)
+	}
+	g := &conGo{client: client{t: t, out: newConBuf(), end: newClientEnd()}, c: c, s: s, errb: newConBuf()}
+	started := false
+	t.Cleanup(func() {
+		s.Close()
+		c.Close()
+		if started {
+			<-g.end.done
+		}
+		g.wg.Wait()
+	})
+	if opt.merge {
+		g.errb = g.out
+	}
+	if g.in, err = s.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if opt.stall {
+		if g.stdout, err = s.StdoutPipe(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		s.Stdout = g.out
+	}
+	s.Stderr = g.errb
+	if opt.pty {
+		if err := s.RequestPty("xterm", 24, 80, gossh.TerminalModes{}); err != nil {
+			t.Fatalf("pty-req: %v", err)
+		}
+	}
+	if opt.cmd != "" {
+		err = s.Start(opt.cmd)
+	} else {
+		err = s.Shell()
+	}
+	if err != nil {
+		t.Fatalf("start %q: %v", opt.cmd, err)
+	}
+	started = true
+	go func() { // ends with the session (Close at the latest); finishes g.end once its output is in
+		err := s.Wait()
+		code := 0
+		var ee *gossh.ExitError
+		switch {
+		case errors.As(err, &ee):
+			code, err = ee.ExitStatus(), nil
+		case err != nil:
+			code = -1
+		}
+		g.end.finish(code, err)
+	}()
+	return g
+}
+
+// goConsole attaches to user's console on o with token.
+func (o *obmd) goConsole(t testing.TB, user, token string, opt conOpts) *conGo {
+	t.Helper()
+	return goSession(t, o.SSHAddr(), user, gossh.Password(token), opt)
+}
+
+// drain starts reading a stalled console's stdout.
+func (g *conGo) drain() {
+	g.wg.Add(1)
+	go func() { // ends when the session's stdout does
+		defer g.wg.Done()
+		io.Copy(g.out, g.stdout)
+	}()
+}
+
+// notice waits for want on stderr after the previous notice.
+func (g *conGo) notice(want string) {
+	g.t.Helper()
+	g.epos = g.errb.wait(g.t, "console notices", g.epos, want)
 }

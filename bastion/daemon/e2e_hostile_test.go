@@ -439,8 +439,8 @@ func TestHostileSSHFeatures(t *testing.T) {
 func TestHostileSessionLimits(t *testing.T) {
 	o := startObmd(t, func(c *daemon.Config) { c.MaxSessionsPerNode, c.MaxSessionsPerSource = 2, 3 })
 	t1, t2 := o.addSimNode("n1"), o.addSimNode("n2")
-	a := o.rvStart(t, "n1", gossh.Password(t1), "")
-	a.stderr.wait(t, "first console", 0, "console of n1")
+	a := o.goConsole(t, "n1", t1, conOpts{})
+	a.errb.wait(t, "first console", 0, "console of n1")
 	web := o.consoleHTTP(t, "n1", t1)
 	res, err := o.execGo("n1", t1, "power-status")
 	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions on node n1 (limit 2)") {
@@ -450,14 +450,14 @@ func TestHostileSessionLimits(t *testing.T) {
 	if status != 429 || !strings.Contains(string(body), "too many sessions on node n1") {
 		t.Errorf("third HTTP console of n1: got %d %s, want 429 and the per-node limit", status, body)
 	}
-	b := o.rvStart(t, "n2", gossh.Password(t2), "")
-	b.stderr.wait(t, "console of n2", 0, "console of n2")
+	b := o.goConsole(t, "n2", t2, conOpts{})
+	b.errb.wait(t, "console of n2", 0, "console of n2")
 	res, err = o.execGo("n2", t2, "power-status")
 	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions from your address (limit 3)") {
 		t.Errorf("fourth session from 127.0.0.1: got %v (%v), want exit 3 and the per-source limit", res, err)
 	}
 	// Ending one frees its place.
-	a.stdin.Write([]byte("\x05c."))
+	a.in.Write([]byte("\x05c."))
 	a.end.wait(t, "detach")
 	web.stop()
 	waitUntil(t, "the sessions to end", func() bool { return len(o.rvSessions("n1")) == 0 })

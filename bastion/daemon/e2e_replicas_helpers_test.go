@@ -250,40 +250,14 @@ type rpViewer struct {
 	where string
 	out   *conBuf
 	in    io.Writer
-	done  chan struct{} // closed when the session has ended; end is set then
-	end   time.Time
+	end   *clientEnd
 }
 
 // goViewer attaches through x/crypto/ssh with a pty.
 func (r *rpReplica) goViewer(t *testing.T, label, token string) *rpViewer {
 	t.Helper()
-	c, err := gossh.Dial("tcp", r.listening["ssh"], &gossh.ClientConfig{User: label, Auth: []gossh.AuthMethod{gossh.Password(token)},
-		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatalf("ssh to %s: %v", r.name, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := &rpViewer{where: r.name, out: newConBuf(), done: make(chan struct{})}
-	s.Stdout, s.Stderr = v.out, v.out
-	if v.in, err = s.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RequestPty("xterm", 24, 80, gossh.TerminalModes{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Shell(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { // ends with the session
-		s.Wait()
-		v.end = time.Now()
-		close(v.done)
-	}()
-	return v
+	g := goSession(t, r.listening["ssh"], label, gossh.Password(token), conOpts{pty: true, merge: true})
+	return &rpViewer{where: r.name, out: g.out, in: g.in, end: g.end}
 }
 
 // sshViewer attaches through OpenSSH (ssh -tt under a pty, key auth).
@@ -298,27 +272,25 @@ func (r *rpReplica) sshViewer(t *testing.T, label, keyFile string) *rpViewer {
 	if err != nil {
 		t.Fatalf("start ssh: %v", err)
 	}
-	v := &rpViewer{where: r.name, out: newConBuf(), in: f, done: make(chan struct{})}
+	v := &rpViewer{where: r.name, out: newConBuf(), in: f, end: newClientEnd()}
 	read := make(chan struct{})
 	go func() { // ends when the pty closes (ssh has exited)
 		defer close(read)
 		io.Copy(v.out, f)
 	}()
-	go func() { // reaps ssh; done once its last words are read too
-		cmd.Wait()
-		v.end = time.Now()
+	go func() { // reaps ssh; finishes v.end once its last words are read too
+		err := cmd.Wait()
+		at := time.Now()
 		select {
 		case <-read:
 		case <-time.After(5 * time.Second):
 		}
-		close(v.done)
+		v.end.finishAt(at, 0, err)
 	}()
 	t.Cleanup(func() {
-		select {
-		case <-v.done:
-		default:
+		if !v.end.ended() {
 			cmd.Process.Kill()
-			<-v.done
+			<-v.end.done
 		}
 		f.Close()
 		<-read
@@ -342,13 +314,7 @@ func (v *rpViewer) typeKeys(t testing.TB, s string) {
 // ended waits for the session to end and returns when it did.
 func (v *rpViewer) ended(t testing.TB) time.Time {
 	t.Helper()
-	select {
-	case <-v.done:
-		return v.end
-	case <-time.After(30 * time.Second):
-		t.Fatalf("viewer on %s still running; screen %q", v.where, tailString(v.out.String(), 600))
-		return time.Time{}
-	}
+	return v.end.wait(t, "viewer on "+v.where)
 }
 
 // ---- the BMC and the database ----

@@ -273,9 +273,8 @@ func TestReplicaDatabaseLost(t *testing.T) {
 	if res, err := o.execGo("n1", tok, "power-status"); err != nil || res.Code != 0 {
 		t.Fatalf("before: got %v, %v", res, err)
 	}
-	r := &rpReplica{name: "in-process", listening: map[string]string{"ssh": o.SSHAddr()}}
-	v := r.goViewer(t, "n1", tok)
-	v.wait(t, "console of n1")
+	v := goSession(t, o.SSHAddr(), "n1", gossh.Password(tok), conOpts{pty: true, merge: true})
+	v.out.wait(t, "console", 0, "console of n1")
 
 	cut := time.Now()
 	proxy.cut(true)
@@ -295,7 +294,7 @@ func TestReplicaDatabaseLost(t *testing.T) {
 		}
 		return strings.Contains(banner, "cannot reach its database")
 	})
-	end := v.ended(t)
+	end := v.end.wait(t, "console")
 	if !strings.Contains(v.out.String(), "lost its database") {
 		t.Errorf("console cut without the reason; screen %q", tailString(v.out.String(), 400))
 	}

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/creack/pty"
-	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/sol/ipmisim"
 )
@@ -78,53 +77,6 @@ func (o *obmd) rvSSH(t testing.TB, user, token string, extra []string, cmd ...st
 }
 
 func (p *rvPTY) send(s string) { p.f.Write([]byte(s)) }
-
-// rvGo is an x/crypto/ssh session started without waiting for it.
-type rvGo struct {
-	c              *gossh.Client
-	s              *gossh.Session
-	stdin          io.WriteCloser
-	stdout, stderr *conBuf
-	end            *clientEnd
-}
-
-// rvStart opens a session on a new connection and starts cmd ("" is the
-// console).
-func (o *obmd) rvStart(t testing.TB, user string, auth gossh.AuthMethod, cmd string) *rvGo {
-	t.Helper()
-	c, err := o.dial(user, auth)
-	if err != nil {
-		t.Fatalf("dial %s: %v", user, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatalf("new session: %v", err)
-	}
-	g := &rvGo{c: c, s: s, stdout: newConBuf(), stderr: newConBuf(), end: newClientEnd()}
-	s.Stdout, s.Stderr = g.stdout, g.stderr
-	if g.stdin, err = s.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if cmd == "" {
-		err = s.Shell()
-	} else {
-		err = s.Start(cmd)
-	}
-	if err != nil {
-		t.Fatalf("start %q: %v", cmd, err)
-	}
-	go func() { // ends with the session; finishes g.end
-		err := s.Wait()
-		var ee *gossh.ExitError
-		code := 0
-		if errors.As(err, &ee) {
-			code, err = ee.ExitStatus(), nil
-		}
-		g.end.finish(code, err)
-	}()
-	return g
-}
 
 // rvSession is a live session as GET /v1/sessions shows it.
 type rvSession struct {

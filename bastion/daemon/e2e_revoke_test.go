@@ -169,7 +169,7 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) (rvDelays,
 	}
 	bmc.SetDelay(rvInFlight) // the power-cycle below stays in flight
 	exStarted := time.Now()
-	ex := o.rvStart(t, label, sshAuth, "power-cycle")
+	ex := goSession(t, o.SSHAddr(), label, sshAuth, conOpts{cmd: "power-cycle"})
 	web := o.consoleHTTP(t, label, token)
 	waitUntil(t, "three live sessions", func() bool { return o.rvKinds(label) == "console,exec,http-console" })
 	time.Sleep(20 * time.Millisecond) // let the runner reach the BMC
@@ -196,7 +196,7 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) (rvDelays,
 	if con.end.code != 3 {
 		t.Errorf("OpenSSH console: got exit %d, want 3 (not allowed)", con.end.code)
 	}
-	if got := ex.stderr.String(); !strings.Contains(got, reason) || strings.Count(strings.TrimSpace(got), "\n") != 0 {
+	if got := ex.errb.String(); !strings.Contains(got, reason) || strings.Count(strings.TrimSpace(got), "\n") != 0 {
 		t.Errorf("exec stderr: got %q, want one line with %q", got, reason)
 	}
 	if ex.end.code != 3 || ex.end.err != nil {
@@ -222,8 +222,8 @@ func TestRevokeRacingAuth(t *testing.T) {
 		c.AuthLimits = bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20}
 	})
 	old := o.addSimNode("race")
-	first := o.rvStart(t, "race", gossh.Password(old), "")
-	first.stderr.wait(t, "old-token console", 0, "console of race")
+	first := o.goConsole(t, "race", old, conOpts{})
+	first.errb.wait(t, "old-token console", 0, "console of race")
 	const workers = 6
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -285,7 +285,7 @@ func TestRevokeRacingAuth(t *testing.T) {
 	waitUntil(t, "the workers' consoles", func() bool { return len(o.rvSessions("race")) > 1 })
 	o.rotate("race")
 	first.end.wait(t, "the old-token console")
-	if got := first.stderr.String(); !strings.Contains(got, "access to race was revoked (token rotated)") {
+	if got := first.errb.String(); !strings.Contains(got, "access to race was revoked (token rotated)") {
 		t.Errorf("old-token console: got stderr %q, want the reason", got)
 	}
 	// Authentication now fails for the old token; give the workers a moment
@@ -317,18 +317,18 @@ func rvMarker(t *testing.T, what string) string {
 // old tenant's (prefix old).
 func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, print func([]byte) error) {
 	t.Helper()
-	b := o.rvStart(t, label, gossh.Password(tokB), "")
-	b.stderr.wait(t, "new tenant's banner", 0, "console of "+label)
-	fresh := printUntilSeen(t, print, rvMarker(t, "FRESH"), shows(b.stdout))
-	if strings.Contains(b.stdout.String(), old) {
+	b := o.goConsole(t, label, tokB, conOpts{})
+	b.errb.wait(t, "new tenant's banner", 0, "console of "+label)
+	fresh := printUntilSeen(t, print, rvMarker(t, "FRESH"), shows(b.out))
+	if strings.Contains(b.out.String(), old) {
 		t.Errorf("new tenant's console replayed the old tenant's output %q", old)
 	}
 	// The replay escape sends the scrollback again: fresh (printed once)
 	// shows twice.
-	seen := b.stdout.wait(t, "new tenant's console", 0, fresh)
-	b.stdin.Write([]byte("\x05cr"))
-	b.stdout.wait(t, "replay escape", seen, fresh)
-	if strings.Contains(b.stdout.String(), old) {
+	seen := b.out.wait(t, "new tenant's console", 0, fresh)
+	b.in.Write([]byte("\x05cr"))
+	b.out.wait(t, "replay escape", seen, fresh)
+	if strings.Contains(b.out.String(), old) {
 		t.Errorf("replay escape showed the old tenant's output %q", old)
 	}
 	res, err := o.execGo(label, tokB, "console-log")
@@ -430,10 +430,10 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 		r2 := startObmd(t, shared, func(c *daemon.Config) { c.EpochPoll = time.Hour })
 		tokA := r1.addSimNode("xr")
 		bmc := r2.Lab().BMC("xr", sim.ModeNormal)
-		a := r2.rvStart(t, "xr", gossh.Password(tokA), "")
-		a.stderr.wait(t, "old tenant's banner on replica 2", 0, "console of xr")
+		a := r2.goConsole(t, "xr", tokA, conOpts{})
+		a.errb.wait(t, "old tenant's banner on replica 2", 0, "console of xr")
 		old := rvMarker(t, "MARKER")
-		printUntilSeen(t, inject(bmc), old, shows(a.stdout))
+		printUntilSeen(t, inject(bmc), old, shows(a.out))
 
 		tokB := r1.rotate("xr")
 		if a.end.ended() {
@@ -441,7 +441,7 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 		}
 		rvNewTenant(t, r2, "xr", tokB, old, inject(bmc))
 		a.end.wait(t, "old tenant's console on replica 2")
-		if got := a.stderr.String(); !strings.Contains(got, "access to xr was revoked") {
+		if got := a.errb.String(); !strings.Contains(got, "access to xr was revoked") {
 			t.Errorf("old tenant on replica 2: got stderr %q, want the reason", got)
 		}
 	})

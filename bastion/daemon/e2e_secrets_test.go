@@ -232,12 +232,12 @@ func TestSecretsNeverLeak(t *testing.T) {
 			t.Errorf("%s %q: got %v, want exit 0", c.user, c.line, res)
 		}
 	}
-	con := o.rvStart(t, "tool", gossh.Password(tool), "")
-	con.stderr.wait(t, "console banner", 0, "console of tool")
+	con := o.goConsole(t, "tool", tool, conOpts{})
+	con.errb.wait(t, "console banner", 0, "console of tool")
 	web := o.consoleHTTP(t, "tool", tool)
-	printUntilSeen(t, s.WriteSerial, "boot-line", shows(con.stdout))
+	printUntilSeen(t, s.WriteSerial, "boot-line", shows(con.out))
 	printUntilSeen(t, s.WriteSerial, "boot-line", shows(web.out))
-	rec.add("console", con.stdout.String()+con.stderr.String(), "")
+	rec.add("console", con.out.String()+con.errb.String(), "")
 	rec.add("HTTP console", web.out.String(), "")
 	res := o.openssh("tool", tool, nil, "power-status") // the real client, password via sshpass
 	rec.add("openssh", res.Stdout+res.Stderr, "")
@@ -266,7 +266,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	tokens = append(tokens, rec.rotate("tool"))
 	con.end.wait(t, "console")
 	web.end.wait(t, "HTTP console")
-	rec.add("cut console", con.stdout.String()+con.stderr.String(), "")
+	rec.add("cut console", con.out.String()+con.errb.String(), "")
 	seenChildren := children.finish()
 	_, audit := rec.api("GET", "/v1/audit?limit=1000", nil)
 	var events struct{ Events []map[string]any }
