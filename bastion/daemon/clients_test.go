@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,8 +22,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
 )
 
@@ -385,4 +388,82 @@ func (g *conGo) drain() {
 func (g *conGo) notice(want string) {
 	g.t.Helper()
 	g.epos = g.errb.wait(g.t, "console notices", g.epos, want)
+}
+
+// sshArgs are the OpenSSH client arguments for user@addr: no user config,
+// no known_hosts, only the given auth.
+func sshArgs(addr, user string, extra ...string) []string {
+	host, port, _ := net.SplitHostPort(addr)
+	args := []string{"-F", "/dev/null", "-p", port,
+		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+		"-o", "ConnectTimeout=10", "-o", "BatchMode=no", "-o", "IdentitiesOnly=yes"}
+	args = append(args, extra...)
+	return append(args, user+"@"+host)
+}
+
+// conPTY is the real OpenSSH client, ssh -tt, with a pty for a terminal, as
+// a person at a keyboard runs it. Its out is the screen (stdout and stderr
+// share the pty).
+type conPTY struct {
+	client
+	f *os.File // the pty master: the keyboard (in) and the screen
+}
+
+// sshPTY starts ssh -tt to user@addr running cmd (none: the console). With
+// a token it runs under sshpass, the token in its environment (not its
+// arguments); with token "" it authenticates with the key file in extra
+// ("-i", path).
+func sshPTY(t testing.TB, addr, user, token string, extra []string, cmd ...string) *conPTY {
+	t.Helper()
+	var c *exec.Cmd
+	if token != "" {
+		ipmisim.Require(t, "ssh", "sshpass")
+		args := append([]string{"-e", "ssh", "-tt"}, sshArgs(addr, user, append([]string{"-o", "PubkeyAuthentication=no"}, extra...)...)...)
+		c = exec.Command("sshpass", append(args, cmd...)...)
+		c.Env = append(os.Environ(), "SSHPASS="+token)
+	} else {
+		ipmisim.Require(t, "ssh")
+		args := append([]string{"-tt"}, sshArgs(addr, user, append([]string{"-o", "PasswordAuthentication=no",
+			"-o", "KbdInteractiveAuthentication=no"}, extra...)...)...)
+		c = exec.Command("ssh", append(args, cmd...)...)
+	}
+	f, err := pty.StartWithSize(c, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatalf("start ssh under a pty: %v", err)
+	}
+	p := &conPTY{client: client{t: t, in: f, out: newConBuf(), end: newClientEnd()}, f: f}
+	read := make(chan struct{})
+	go func() { // ends when the last process holding the pty's tty has exited (EIO), or at f.Close
+		defer close(read)
+		io.Copy(p.out, f)
+	}()
+	go func() { // reaps ssh; finishes p.end once its last words are read
+		err := c.Wait()
+		at := time.Now()
+		select {
+		case <-read:
+		case <-time.After(5 * time.Second):
+		}
+		code := 0
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			code, err = ee.ExitCode(), nil
+		case err != nil:
+			code = -1
+		}
+		p.end.finishAt(at, code, err)
+	}()
+	t.Cleanup(func() {
+		if !p.end.ended() {
+			c.Process.Kill()
+			<-p.end.done
+		}
+		f.Close()
+		<-read
+		if t.Failed() {
+			t.Logf("ssh screen (tail): %q", tailString(p.out.String(), 2000))
+		}
+	})
+	return p
 }

@@ -1,25 +1,16 @@
 package daemon_test
 
 // Helpers of the console end-to-end tests (e2e_console_*_test.go): the
-// real OpenSSH client under a pty, x/crypto console clients (including one
-// that never reads), and a byte stream a test can wait on.
+// escapes, a byte stream a test can wait on, and the daemon's log.
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/url"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/creack/pty"
-
-	"github.com/obmd/obmd/sol/ipmisim"
 )
 
 // Console escapes as a user types them (default prefix Ctrl-E c).
@@ -97,93 +88,6 @@ func (c *conBuf) wait(t testing.TB, what string, from int, want string) int {
 		t.Fatalf("%s: %q never came; got (tail) %q", what, want, tailString(s[min(from, len(s)):], 600))
 	}
 	return end
-}
-
-// ---- the real OpenSSH client under a pty ----
-
-// conPTY is `ssh -tt` (through sshpass, the token in its environment) with
-// a pty for a terminal, as a person at a keyboard runs it.
-type conPTY struct {
-	t    testing.TB
-	f    *os.File // pty master: our keyboard and screen
-	out  *conBuf  // everything ssh printed (stdout and stderr share the pty)
-	pos  int      // expect's cursor in out
-	cmd  *exec.Cmd
-	done chan struct{} // closed when ssh has exited; code is then set
-	code int
-	read chan struct{} // closed when the screen reader has stopped
-}
-
-// sshPTY starts ssh -tt to user@obmd running cmd (none: the console).
-func (o *obmd) sshPTY(t testing.TB, user, token string, cmd ...string) *conPTY {
-	t.Helper()
-	ipmisim.Require(t, "ssh", "sshpass")
-	args := append([]string{"-e", "ssh", "-tt"}, o.sshArgs(user, "-o", "PubkeyAuthentication=no")...)
-	c := exec.Command("sshpass", append(args, cmd...)...)
-	c.Env = append(os.Environ(), "SSHPASS="+token)
-	f, err := pty.StartWithSize(c, &pty.Winsize{Rows: 24, Cols: 80})
-	if err != nil {
-		t.Fatalf("start ssh under a pty: %v", err)
-	}
-	p := &conPTY{t: t, f: f, out: newConBuf(), cmd: c, done: make(chan struct{}), read: make(chan struct{})}
-	go func() { // ends when the last process holding the pty's tty has exited (EIO)
-		defer close(p.read)
-		io.Copy(p.out, f)
-	}()
-	go func() { // reaps ssh; closes done
-		err := c.Wait()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			p.code = ee.ExitCode()
-		case err != nil:
-			p.code = -1
-		}
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			c.Process.Kill()
-			<-p.done
-		}
-		select {
-		case <-p.read:
-		case <-time.After(5 * time.Second):
-		}
-		f.Close()
-		if t.Failed() {
-			t.Logf("ssh screen (tail): %q", tailString(p.out.String(), 2000))
-		}
-	})
-	return p
-}
-
-// typeKeys sends keystrokes.
-func (p *conPTY) typeKeys(s string) {
-	p.t.Helper()
-	if _, err := p.f.Write([]byte(s)); err != nil {
-		p.t.Fatalf("type %q: %v", s, err)
-	}
-}
-
-// expect waits for want after the previous match and moves past it.
-func (p *conPTY) expect(want string) {
-	p.t.Helper()
-	p.pos = p.out.wait(p.t, "ssh screen", p.pos, want)
-}
-
-// exit waits for ssh to end and returns its exit code.
-func (p *conPTY) exit() int {
-	p.t.Helper()
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(e2eWait):
-		p.t.Fatalf("ssh did not exit")
-		return -1
-	}
 }
 
 // ---- admin API ----

@@ -38,7 +38,7 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 			s := ipmisim.Start(t)
 			label := "real-" + typ
 			tok := o.addIPMINode(label, typ, s)
-			p := o.sshPTY(t, label, tok)
+			p := sshPTY(t, o.SSHAddr(), label, tok, nil)
 			p.expect("[obmd: console of " + label + "; you are writing; no one else attached;")
 			printUntilSeen(t, s.WriteSerial, "sync", func(m string) bool { return strings.Contains(p.out.String(), m) })
 			p.pos = p.out.Len()

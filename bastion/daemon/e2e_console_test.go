@@ -31,7 +31,7 @@ func TestConsoleSimOpenSSH(t *testing.T) {
 	o := startObmd(t)
 	tok := o.addSimNode("s1")
 	bmc := o.Lab().BMC("s1", sim.ModeNormal)
-	p := o.sshPTY(t, "s1", tok)
+	p := sshPTY(t, o.SSHAddr(), "s1", tok, nil)
 	p.expect("[obmd: console of s1; you are writing; no one else attached; Ctrl-E c ? for help]")
 
 	// Keys reach the serial side; the host's answer reaches the screen.
@@ -146,7 +146,7 @@ func TestConsoleNoPTY(t *testing.T) {
 	o := startObmd(t)
 	tok := o.addSimNode("script")
 	bmc := o.Lab().BMC("script", sim.ModeNormal)
-	args := append([]string{"-e", "ssh", "-T"}, o.sshArgs("script", "-o", "PubkeyAuthentication=no")...)
+	args := append([]string{"-e", "ssh", "-T"}, sshArgs(o.SSHAddr(), "script", "-o", "PubkeyAuthentication=no")...)
 	c := exec.Command("sshpass", append(args, "console")...)
 	c.Env = append(os.Environ(), "SSHPASS="+tok)
 	stdin, err := c.StdinPipe()

@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 	"github.com/go-sql-driver/mysql"
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
@@ -235,7 +234,7 @@ func (r *rpReplica) exec(user, token, cmd string) (execResult, error) {
 
 // rpSeeAll prints on the serial port until every viewer has shown the same
 // line (output from before a relay is up is not replayed to it).
-func rpSeeAll(t testing.TB, bmc *ipmisim.Sim, prefix string, vs ...*rpViewer) {
+func rpSeeAll(t testing.TB, bmc *ipmisim.Sim, prefix string, vs ...*client) {
 	t.Helper()
 	var bufs []*conBuf
 	for _, v := range vs {
@@ -244,77 +243,17 @@ func rpSeeAll(t testing.TB, bmc *ipmisim.Sim, prefix string, vs ...*rpViewer) {
 	printUntilSeen(t, bmc.WriteSerial, prefix, shows(bufs...))
 }
 
-// rpViewer is one interactive console session; out gets everything it
-// printed (stdout and stderr).
-type rpViewer struct {
-	where string
-	out   *conBuf
-	in    io.Writer
-	end   *clientEnd
-}
-
-// goViewer attaches through x/crypto/ssh with a pty.
-func (r *rpReplica) goViewer(t *testing.T, label, token string) *rpViewer {
+// goViewer attaches through x/crypto/ssh with a pty; its out holds
+// everything it printed.
+func (r *rpReplica) goViewer(t testing.TB, label, token string) *client {
 	t.Helper()
-	g := goSession(t, r.listening["ssh"], label, gossh.Password(token), conOpts{pty: true, merge: true})
-	return &rpViewer{where: r.name, out: g.out, in: g.in, end: g.end}
+	return &goSession(t, r.listening["ssh"], label, gossh.Password(token), conOpts{pty: true, merge: true}).client
 }
 
 // sshViewer attaches through OpenSSH (ssh -tt under a pty, key auth).
-func (r *rpReplica) sshViewer(t *testing.T, label, keyFile string) *rpViewer {
+func (r *rpReplica) sshViewer(t testing.TB, label, keyFile string) *client {
 	t.Helper()
-	host, port, _ := net.SplitHostPort(r.listening["ssh"])
-	cmd := exec.Command("ssh", "-tt", "-F", "/dev/null", "-p", port, "-i", keyFile,
-		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-		"-o", "IdentitiesOnly=yes", "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no",
-		label+"@"+host)
-	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
-	if err != nil {
-		t.Fatalf("start ssh: %v", err)
-	}
-	v := &rpViewer{where: r.name, out: newConBuf(), in: f, end: newClientEnd()}
-	read := make(chan struct{})
-	go func() { // ends when the pty closes (ssh has exited)
-		defer close(read)
-		io.Copy(v.out, f)
-	}()
-	go func() { // reaps ssh; finishes v.end once its last words are read too
-		err := cmd.Wait()
-		at := time.Now()
-		select {
-		case <-read:
-		case <-time.After(5 * time.Second):
-		}
-		v.end.finishAt(at, 0, err)
-	}()
-	t.Cleanup(func() {
-		if !v.end.ended() {
-			cmd.Process.Kill()
-			<-v.end.done
-		}
-		f.Close()
-		<-read
-	})
-	return v
-}
-
-// wait waits until the viewer has printed s.
-func (v *rpViewer) wait(t testing.TB, s string) {
-	t.Helper()
-	v.out.wait(t, "viewer on "+v.where, 0, s)
-}
-
-func (v *rpViewer) typeKeys(t testing.TB, s string) {
-	t.Helper()
-	if _, err := v.in.Write([]byte(s)); err != nil {
-		t.Fatalf("type on %s: %v", v.where, err)
-	}
-}
-
-// ended waits for the session to end and returns when it did.
-func (v *rpViewer) ended(t testing.TB) time.Time {
-	t.Helper()
-	return v.end.wait(t, "viewer on "+v.where)
+	return &sshPTY(t, r.listening["ssh"], label, "", []string{"-i", keyFile}).client
 }
 
 // ---- the BMC and the database ----

@@ -100,16 +100,16 @@ func TestReplicas(t *testing.T) {
 
 	// These viewers outlive the first subtest: the rotation ends them.
 	top := t
-	var viewers []*rpViewer
+	var viewers []*client
 	t.Run("same_output_one_payload", func(t *testing.T) {
-		viewers = []*rpViewer{a.goViewer(top, "n1", tok), b.sshViewer(top, "n1", keyFile), c.sshViewer(top, "n1", keyFile)}
+		viewers = []*client{a.goViewer(top, "n1", tok), b.sshViewer(top, "n1", keyFile), c.sshViewer(top, "n1", keyFile)}
 		rpSeeAll(t, bmc, "boot-1", viewers...)
 		marker := "same-stream-" + rpRandom(t)[:8]
 		if err := bmc.WriteSerial([]byte(marker + "\r\n")); err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range viewers {
-			v.wait(t, marker)
+		for i, v := range viewers {
+			v.out.wait(t, "viewer on "+reps[i].name, 0, marker)
 		}
 		if got := rpActivePayloads(t, bmc); got != 1 {
 			t.Errorf("active SOL payloads on the BMC: got %d, want 1", got)
@@ -132,7 +132,7 @@ func TestReplicas(t *testing.T) {
 		// Each replica's writer reaches the BMC, holder or not.
 		for i, v := range viewers {
 			typed := fmt.Sprintf("typed-%d-%s\r", i, rpRandom(t)[:6])
-			v.typeKeys(t, typed)
+			v.typeKeys(typed)
 			bmc.WaitSerial(t, []byte(typed), 10*time.Second)
 		}
 	})
@@ -149,7 +149,7 @@ func TestReplicas(t *testing.T) {
 		var worsts []time.Duration
 		for run := range runs {
 			if run > 0 {
-				viewers = []*rpViewer{a.goViewer(t, "n1", tok), b.sshViewer(t, "n1", keyFile), c.sshViewer(t, "n1", keyFile)}
+				viewers = []*client{a.goViewer(t, "n1", tok), b.sshViewer(t, "n1", keyFile), c.sshViewer(t, "n1", keyFile)}
 				rpSeeAll(t, bmc, fmt.Sprintf("run-%d", run), viewers...)
 				// A random phase against the replicas' 1 s poll.
 				time.Sleep(mrand.N(time.Second))
@@ -158,7 +158,7 @@ func TestReplicas(t *testing.T) {
 			tok = a.rotate(t, "n1")
 			var worst time.Duration
 			for i, v := range viewers {
-				took := v.ended(t).Sub(start)
+				took := v.end.wait(t, "viewer on "+reps[i].name).Sub(start)
 				t.Logf("viewer on %s ended %v after the rotation through %s", reps[i].name, took.Round(time.Millisecond), a.name)
 				if i > 0 && took > worst {
 					worst = took
@@ -216,19 +216,21 @@ func TestReplicas(t *testing.T) {
 	})
 
 	t.Run("holder_killed_survivor_takes_over", func(t *testing.T) {
-		viewers = []*rpViewer{a.goViewer(t, "n1", tok), b.sshViewer(t, "n1", keyFile), c.sshViewer(t, "n1", keyFile)}
+		viewers = []*client{a.goViewer(t, "n1", tok), b.sshViewer(t, "n1", keyFile), c.sshViewer(t, "n1", keyFile)}
 		rpSeeAll(t, bmc, "boot-2", viewers...)
 		l, err := st.Lease(context.Background(), "n1", db.LeaseSOL)
 		if err != nil {
 			t.Fatalf("SOL lease: %v", err)
 		}
 		var holder *rpReplica
-		var survivors []*rpViewer
+		var survivors []*client
+		var where []string // the survivors' replicas
 		for i, r := range reps {
 			if r.name == l.Owner {
 				holder = r
 			} else {
 				survivors = append(survivors, viewers[i])
+				where = append(where, r.name)
 			}
 		}
 		if holder == nil || len(survivors) != 2 {
@@ -244,7 +246,7 @@ func TestReplicas(t *testing.T) {
 		gap := time.Since(killed)
 		for i, v := range survivors {
 			if !strings.Contains(v.out.String()[marks[i]:], "console link lost") {
-				t.Errorf("survivor viewer on %s: no gap marker after the kill; screen %q", v.where, tailString(v.out.String(), 600))
+				t.Errorf("survivor viewer on %s: no gap marker after the kill; screen %q", where[i], tailString(v.out.String(), 600))
 			}
 		}
 		nl, err := st.Lease(context.Background(), "n1", db.LeaseSOL)

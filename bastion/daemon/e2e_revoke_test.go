@@ -162,7 +162,7 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) (rvDelays,
 		sshAuth, sshExtra, sshToken = gossh.PublicKeys(signer), []string{"-i", path}, ""
 	}
 
-	con := o.rvSSH(t, label, sshToken, sshExtra)
+	con := sshPTY(t, o.SSHAddr(), label, sshToken, sshExtra)
 	con.out.wait(t, "OpenSSH console banner", 0, "console of "+label)
 	if err := bmc.WaitConsole(rvCtx(t), true); err != nil {
 		t.Fatalf("console link: %v", err)
@@ -366,12 +366,12 @@ func TestRevokeIsolation(t *testing.T) {
 			label := "iso-" + strings.ReplaceAll(tc.name, " ", "-")
 			tokA := o.addSimNode(label)
 			bmc := o.Lab().BMC(label, sim.ModeNormal)
-			a := o.rvSSH(t, label, tokA, nil)
+			a := sshPTY(t, o.SSHAddr(), label, tokA, nil)
 			a.out.wait(t, "old tenant's banner", 0, "console of "+label)
 			old := rvMarker(t, "MARKER")
 			printUntilSeen(t, inject(bmc), old, shows(a.out))
 			if tc.detach {
-				a.send("\x05c.")
+				a.typeKeys(escDetach)
 				a.end.wait(t, "old tenant's detach")
 			}
 			tokB := tokA
@@ -403,7 +403,7 @@ func TestRevokeIsolationIPMISim(t *testing.T) {
 	s := ipmisim.Start(t)
 	o := startObmd(t)
 	tokA := o.addIPMINode("iso-ipmi", "ipmi", s)
-	a := o.rvSSH(t, "iso-ipmi", tokA, nil)
+	a := sshPTY(t, o.SSHAddr(), "iso-ipmi", tokA, nil)
 	a.out.wait(t, "old tenant's banner", 0, "console of iso-ipmi")
 	old := rvMarker(t, "MARKER")
 	printUntilSeen(t, s.WriteSerial, old, shows(a.out))
