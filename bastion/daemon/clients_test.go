@@ -284,6 +284,18 @@ func dialSSH(addr, user string, auth ...gossh.AuthMethod) (*gossh.Client, error)
 	})
 }
 
+// execSSH runs line on user@addr (x/crypto) on a connection of its own and
+// returns its output and exit status; err is a failure to connect, to
+// authenticate or to run it.
+func execSSH(addr, user, line string, auth ...gossh.AuthMethod) (execResult, error) {
+	c, err := dialSSH(addr, user, auth...)
+	if err != nil {
+		return execResult{}, err
+	}
+	defer c.Close()
+	return runSession(c, line)
+}
+
 // conGo is a session through golang.org/x/crypto/ssh, on a connection of
 // its own: a console, or a command started without waiting for it.
 type conGo struct {

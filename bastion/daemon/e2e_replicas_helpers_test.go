@@ -221,13 +221,7 @@ func (r *rpReplica) rotate(t testing.TB, label string) string {
 
 // exec runs one command over SSH (x/crypto, token).
 func (r *rpReplica) exec(user, token, cmd string) (execResult, error) {
-	c, err := gossh.Dial("tcp", r.listening["ssh"], &gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.Password(token)},
-		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
-	if err != nil {
-		return execResult{}, err
-	}
-	defer c.Close()
-	return runSession(c, cmd)
+	return execSSH(r.listening["ssh"], user, cmd, gossh.Password(token))
 }
 
 // ---- viewers ----

@@ -72,18 +72,13 @@ func (r *scRecorder) rotate(label string) string {
 	return out.Token
 }
 
-// exec runs line over SSH and records the output.
+// exec runs line over SSH and records the output, or the error (exit -1)
+// when the login (or the session) failed.
 func (r *scRecorder) exec(user string, auth gossh.AuthMethod, line string) execResult {
 	r.t.Helper()
-	c, err := r.o.dial(user, auth)
+	res, err := execSSH(r.o.SSHAddr(), user, line, auth)
 	if err != nil {
-		r.add("ssh "+user+" "+line, err.Error(), "")
-		return execResult{Code: -1, Stderr: err.Error()}
-	}
-	defer c.Close()
-	res, err := runSession(c, line)
-	if err != nil {
-		r.t.Errorf("exec %q on %s: %v", line, user, err)
+		res = execResult{Code: -1, Stderr: err.Error()}
 	}
 	r.add("ssh "+user+" "+line, res.Stdout+res.Stderr, "")
 	return res

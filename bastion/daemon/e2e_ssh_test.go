@@ -89,12 +89,7 @@ func fdKbd(token string) gossh.AuthMethod {
 
 // fdExec runs line on user@obmd with the given authentication.
 func (o *obmd) fdExec(user, line string, auth ...gossh.AuthMethod) (execResult, error) {
-	c, err := o.dial(user, auth...)
-	if err != nil {
-		return execResult{}, err
-	}
-	defer c.Close()
-	return runSession(c, line)
+	return execSSH(o.SSHAddr(), user, line, auth...)
 }
 
 // fdMust fails t on a transport or authentication error:
