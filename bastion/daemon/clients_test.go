@@ -5,7 +5,9 @@ package daemon_test
 // clients, and the obmd binary for the tests that run it as a process.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -478,4 +480,90 @@ func sshPTY(t testing.TB, addr, user, token string, extra []string, cmd ...strin
 		}
 	})
 	return p
+}
+
+// ---- the admin API ----
+
+// adminClient is an HTTP client of an obmd's admin API.
+type adminClient struct {
+	t     testing.TB // what fails on a transport error or an unwanted status
+	base  string     // http://host:port
+	token string     // the admin token
+	where string     // " on <replica>" in messages, or ""
+	http  *http.Client
+}
+
+func newAdminClient(t testing.TB, addr, token, where string) *adminClient {
+	return &adminClient{t: t, base: "http://" + addr, token: token, where: where, http: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// on is a copy of a that fails t (a subtest) instead.
+func (a *adminClient) on(t testing.TB) *adminClient {
+	c := *a
+	c.t = t
+	return &c
+}
+
+// request sends an HTTP request to the admin port and returns status and
+// body; user "" sends no auth. body may be nil, a string or []byte (sent as
+// is), or a value to encode as JSON.
+func (a *adminClient) request(method, path string, body any, user, pass string) (int, []byte) {
+	a.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	case []byte:
+		r = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			a.t.Fatalf("encode body: %v", err)
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, a.base+path, r)
+	if err != nil {
+		a.t.Fatalf("request %s %s: %v", method, path, err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		a.t.Fatalf("%s %s%s: %v", method, path, a.where, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.t.Fatalf("%s %s%s: read body: %v", method, path, a.where, err)
+	}
+	return resp.StatusCode, data
+}
+
+// api sends an admin request (basic admin:<token>).
+func (a *adminClient) api(method, path string, body any) (int, []byte) {
+	a.t.Helper()
+	return a.request(method, path, body, "admin", a.token)
+}
+
+// mustAPI is api that fails unless the status is want.
+func (a *adminClient) mustAPI(want int, method, path string, body any) []byte {
+	a.t.Helper()
+	status, data := a.api(method, path, body)
+	if status != want {
+		a.t.Fatalf("%s %s%s: got %d %s, want %d", method, path, a.where, status, data, want)
+	}
+	return data
+}
+
+// rotate issues a new token for label.
+func (a *adminClient) rotate(label string) string {
+	a.t.Helper()
+	var out struct{ Token string }
+	if err := json.Unmarshal(a.mustAPI(200, "POST", "/node/"+url.PathEscape(label)+"/token", nil), &out); err != nil || out.Token == "" {
+		a.t.Fatalf("rotate %s%s: bad answer: %v", label, a.where, err)
+	}
+	return out.Token
 }

@@ -6,7 +6,6 @@ package daemon_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -35,13 +33,12 @@ import (
 
 // rpReplica is one obmd process.
 type rpReplica struct {
-	name      string
-	cmd       *exec.Cmd
-	logs      *syncBuffer
-	listening map[string]string // fields of the obmd_listening line
-	token     string            // admin token
-	exited    chan struct{}     // closed when the process has been reaped
-	http      *http.Client
+	*adminClient // its admin API, failing the test that started it (on: another)
+	name         string
+	cmd          *exec.Cmd
+	logs         *syncBuffer
+	listening    map[string]string // fields of the obmd_listening line
+	exited       chan struct{}     // closed when the process has been reaped
 }
 
 // rpStart runs `obmd serve` with env (plus test defaults) and waits for
@@ -71,8 +68,7 @@ func rpStart(t *testing.T, bin, name string, env map[string]string) *rpReplica {
 		return nil
 	}
 	cmd.Stderr = cmd.Stdout // the log is on stderr; stdout gets nothing
-	r := &rpReplica{name: name, cmd: cmd, logs: &syncBuffer{}, token: vars["OBMD_ADMIN_TOKEN"],
-		exited: make(chan struct{}), http: &http.Client{Timeout: 30 * time.Second}}
+	r := &rpReplica{name: name, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		t.Errorf("start %s: %v", name, err)
 		return nil
@@ -106,6 +102,7 @@ func rpStart(t *testing.T, bin, name string, env map[string]string) *rpReplica {
 	})
 	select {
 	case r.listening = <-listening:
+		r.adminClient = newAdminClient(t, r.listening["admin"], vars["OBMD_ADMIN_TOKEN"], " on "+name)
 		return r
 	case <-r.exited:
 		t.Errorf("%s exited before listening:\n%s", name, r.logs.String())
@@ -171,52 +168,6 @@ func (r *rpReplica) logLines() []map[string]any {
 		}
 	}
 	return out
-}
-
-// request sends an admin HTTP request; user "" sends no auth.
-func (r *rpReplica) request(t testing.TB, method, path string, body any, user, pass string) (int, []byte) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, "http://"+r.listening["admin"]+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if user != "" {
-		req.SetBasicAuth(user, pass)
-	}
-	resp, err := r.http.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s on %s: %v", method, path, r.name, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, data
-}
-
-// api sends an admin request and fails t unless the status is want.
-func (r *rpReplica) api(t testing.TB, want int, method, path string, body any) []byte {
-	t.Helper()
-	code, data := r.request(t, method, path, body, "admin", r.token)
-	if code != want {
-		t.Fatalf("%s %s on %s: got %d %s, want %d", method, path, r.name, code, data, want)
-	}
-	return data
-}
-
-func (r *rpReplica) rotate(t testing.TB, label string) string {
-	t.Helper()
-	var out struct{ Token string }
-	if err := json.Unmarshal(r.api(t, 200, "POST", "/node/"+label+"/token", nil), &out); err != nil || out.Token == "" {
-		t.Fatalf("rotate %s: %v", label, err)
-	}
-	return out.Token
 }
 
 // exec runs one command over SSH (x/crypto, token).

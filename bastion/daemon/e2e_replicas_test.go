@@ -91,11 +91,11 @@ func TestReplicas(t *testing.T) {
 
 	// The node, registered through A; its key lets OpenSSH in without
 	// sshpass.
-	a.api(t, 200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
-	tok := a.rotate(t, "n1")
+	a.mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
+	tok := a.rotate("n1")
 	signer, keyFile := newKey(t)
 	line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(signer.PublicKey())))
-	b.api(t, 201, "POST", "/v1/nodes/n1/keys", map[string]string{"key": line})
+	b.mustAPI(201, "POST", "/v1/nodes/n1/keys", map[string]string{"key": line})
 	st := rpStore(t, dsn)
 
 	// These viewers outlive the first subtest: the rotation ends them.
@@ -155,7 +155,7 @@ func TestReplicas(t *testing.T) {
 				time.Sleep(mrand.N(time.Second))
 			}
 			start := time.Now()
-			tok = a.rotate(t, "n1")
+			tok = a.on(t).rotate("n1")
 			var worst time.Duration
 			for i, v := range viewers {
 				took := v.end.wait(t, "viewer on "+reps[i].name).Sub(start)
@@ -181,9 +181,9 @@ func TestReplicas(t *testing.T) {
 		// A BMC that never answers keeps a power operation in flight on
 		// B for PowerTimeout; meanwhile C's is busy at once.
 		hole, cipher := rpBlackHole(t), 3
-		a.api(t, 200, "PUT", "/node/nb", map[string]any{"type": "ipmi",
+		a.on(t).mustAPI(200, "PUT", "/node/nb", map[string]any{"type": "ipmi",
 			"info": sol.Info{Addr: "127.0.0.1", Port: hole, User: "u", Pass: "p", Cipher: &cipher}})
-		tokNB := a.rotate(t, "nb")
+		tokNB := a.on(t).rotate("nb")
 		first := make(chan execResult, 1)
 		go func() {
 			res, err := b.exec("nb", tokNB, "power-cycle")
@@ -200,7 +200,7 @@ func TestReplicas(t *testing.T) {
 		if err != nil || res.Code != 4 || !strings.Contains(res.Stderr, "rep-b") {
 			t.Errorf("power-on through %s while %s cycles: got %v, %v, want exit 4 naming rep-b", c.name, b.name, res, err)
 		}
-		code, body := a.request(t, "POST", "/node/nb/power_off?token="+url.QueryEscape(tokNB), nil, "", "")
+		code, body := a.on(t).request("POST", "/node/nb/power_off?token="+url.QueryEscape(tokNB), nil, "", "")
 		if code != http.StatusConflict {
 			t.Errorf("HTTP power_off through %s while %s cycles: got %d %s, want 409", a.name, b.name, code, body)
 		}
