@@ -102,6 +102,73 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// conBuf collects a byte stream and lets a test wait for text in it.
+type conBuf struct {
+	mu   sync.Mutex
+	b    []byte
+	grew chan struct{} // closed and replaced by every Write
+}
+
+func newConBuf() *conBuf { return &conBuf{grew: make(chan struct{})} }
+
+func (c *conBuf) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.b = append(c.b, p...)
+	close(c.grew)
+	c.grew = make(chan struct{})
+	return len(p), nil
+}
+
+func (c *conBuf) Bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.b)
+}
+
+func (c *conBuf) String() string { return string(c.Bytes()) }
+
+func (c *conBuf) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.b)
+}
+
+// find waits until want occurs at or after offset from and returns the
+// offset just past it; ok is false after timeout.
+func (c *conBuf) find(from int, want []byte, timeout time.Duration) (end int, ok bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		i := -1
+		if from <= len(c.b) { // else wait for the stream to reach from
+			i = bytes.Index(c.b[from:], want)
+		}
+		grew := c.grew
+		c.mu.Unlock()
+		if i >= 0 {
+			return from + i + len(want), true
+		}
+		select {
+		case <-grew:
+		case <-deadline.C:
+			return 0, false
+		}
+	}
+}
+
+// wait is find that fails t on timeout.
+func (c *conBuf) wait(t testing.TB, what string, from int, want string) int {
+	t.Helper()
+	end, ok := c.find(from, []byte(want), e2eWait)
+	if !ok {
+		s := c.String()
+		t.Fatalf("%s: %q never came; got (tail) %q", what, want, tailString(s[min(from, len(s)):], 600))
+	}
+	return end
+}
+
 // printSeq numbers printUntilSeen's markers, so that each is new to every
 // client.
 var printSeq atomic.Int64
