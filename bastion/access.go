@@ -2,15 +2,19 @@ package bastion
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -19,13 +23,26 @@ type Cutter interface {
 	Cut(label string, cause error)
 }
 
+// Epochs reads a node's current access epoch from the database
+// (db.ErrNotFound: no such node).
+type Epochs interface {
+	Epoch(ctx context.Context, label string) (int64, error)
+}
+
+// Reasons the Revoker gives sessions it refuses at Admit.
+const (
+	whyChanged = "access changed"
+	whyDeleted = "node deleted"
+)
+
 // Revoker is the one mechanism behind every access change (token rotation
 // or revocation, key removal, node change or deletion, an admin kick, and
 // changes seen on other replicas): after the database has moved the node's
 // epoch, Revoke ends this replica's sessions that authenticated before it
-// and wipes the node's scrollback. Admit lets a session that authenticated
-// at an epoch this replica has not applied yet (the change was made on
-// another replica and the change watcher has not seen it) apply it first.
+// and wipes the node's scrollback. Admit decides whether a session may
+// start: its epoch must still be the node's, and if this replica has not
+// applied it yet (the change was made on another replica and the change
+// watcher has not seen it), it is applied first.
 //
 // A node's revocations run one at a time, and a call for an epoch already
 // applied returns only once that revocation has finished: so a session
@@ -35,6 +52,7 @@ type Cutter interface {
 type Revoker struct {
 	consoles Cutter
 	reg      *sessions.Registry
+	epochs   Epochs
 	log      logrus.FieldLogger
 
 	mu    sync.Mutex
@@ -46,15 +64,18 @@ type nodeAccess struct {
 	// lock is held (a value in it) while a change or revocation of the node
 	// runs; a channel, so that Admit can give up waiting when its session
 	// is cut by the revocation it waits for.
-	lock    chan struct{}
-	applied int64 // newest epoch applied; guarded by lock
+	lock chan struct{}
+	// applied is the newest epoch applied: written with lock held, read
+	// without it by Admit (an epoch below it is stale whatever runs now).
+	applied atomic.Int64
 }
 
 func (n *nodeAccess) unlock() { <-n.lock }
 
-// NewRevoker returns a Revoker over the console hub and the registry.
-func NewRevoker(consoles Cutter, reg *sessions.Registry, log logrus.FieldLogger) *Revoker {
-	return &Revoker{consoles: consoles, reg: reg, log: log, nodes: map[string]*nodeAccess{}}
+// NewRevoker returns a Revoker over the console hub, the registry and the
+// database's access epochs.
+func NewRevoker(consoles Cutter, reg *sessions.Registry, epochs Epochs, log logrus.FieldLogger) *Revoker {
+	return &Revoker{consoles: consoles, reg: reg, epochs: epochs, log: log, nodes: map[string]*nodeAccess{}}
 }
 
 // Revoke cuts label's sessions older than epoch with a reason the user sees
@@ -88,23 +109,51 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 	}
 }
 
-// Admit is called by every session (SSH or HTTP) after it has checked that
-// the epoch it authenticated at is the node's current one, before it
-// starts: if this replica has not applied that epoch yet, Admit applies it
-// (as Revoke does) so the session never meets the previous tenancy's
-// sessions or scrollback. Otherwise it returns at once, or once a
-// revocation in progress has finished. ctx is the session's: a session cut
-// by the revocation it waits for stops waiting (the cut waits for it to
-// end), and the caller sees ctx done.
-func (r *Revoker) Admit(ctx context.Context, label string, epoch int64) {
+// Admit decides whether a session (SSH or HTTP) that authenticated at
+// epoch may start. The session must already be in the registry, so that
+// any change from then on cuts it; Admit checks that none came before:
+// epoch must still be the node's current one. An epoch below one this
+// replica has applied (every change made here, and every one it has seen)
+// is refused without reading the database; otherwise the database is
+// read. If this replica has not applied epoch yet (the change was made on
+// another replica and the change watcher has not seen it), Admit applies
+// it, as Revoke does, so the session never meets the previous tenancy's
+// sessions or scrollback; if a revocation of the node is in progress, it
+// waits for it.
+//
+// It returns nil (start), a *sessions.RevokedError (access changed or the
+// node was deleted since the session authenticated: it must not start),
+// context.Cause(ctx) if ctx ends meanwhile (a session cut by the
+// revocation it waits for stops waiting: the cut waits for it to end), or
+// another error: access cannot be verified now (the database did not
+// answer).
+func (r *Revoker) Admit(ctx context.Context, label string, epoch int64) error {
 	n := r.node(label)
+	if epoch < n.applied.Load() {
+		return &sessions.RevokedError{Node: label, Why: whyChanged}
+	}
+	cur, err := r.epochs.Epoch(ctx, label)
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case errors.Is(err, db.ErrNotFound):
+		return &sessions.RevokedError{Node: label, Why: whyDeleted}
+	case err != nil:
+		return fmt.Errorf("verify access to %s: %w", label, err)
+	case cur != epoch:
+		return &sessions.RevokedError{Node: label, Why: whyChanged}
+	}
 	select {
 	case n.lock <- struct{}{}:
 	case <-ctx.Done():
-		return
+		return context.Cause(ctx)
 	}
-	defer n.unlock()
-	r.applyLocked(n, label, epoch, "access changed", true)
+	r.applyLocked(n, label, epoch, whyChanged, true)
+	n.unlock()
+	if ctx.Err() != nil { // cut while being admitted
+		return context.Cause(ctx)
+	}
+	return nil
 }
 
 func (r *Revoker) node(label string) *nodeAccess {
@@ -121,10 +170,10 @@ func (r *Revoker) node(label string) *nodeAccess {
 // applyLocked cuts label's sessions older than epoch and wipes its
 // console, unless epoch is already applied. n.lock held.
 func (r *Revoker) applyLocked(n *nodeAccess, label string, epoch int64, why string, admit bool) {
-	if epoch <= n.applied {
+	if epoch <= n.applied.Load() {
 		return
 	}
-	n.applied = epoch
+	n.applied.Store(epoch)
 	cause := &sessions.RevokedError{Node: label, Why: why}
 	cut, late := r.reg.Cut(label, epoch, cause)
 	r.consoles.Cut(label, cause)

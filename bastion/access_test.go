@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
 )
 
 // fakeCutter records console cuts.
@@ -36,12 +37,48 @@ func (f *fakeCutter) taken() []string {
 	return append([]string(nil), f.cuts...)
 }
 
-func newTestRevoker() (*Revoker, *fakeCutter, *sessions.Registry) {
+// fakeEpochs is the database's access epochs: a missing label is
+// db.ErrNotFound; err, if set, fails every read.
+type fakeEpochs struct {
+	mu    sync.Mutex
+	epoch map[string]int64
+	err   error
+	reads int
+}
+
+func (f *fakeEpochs) Epoch(_ context.Context, label string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	if f.err != nil {
+		return 0, f.err
+	}
+	e, ok := f.epoch[label]
+	if !ok {
+		return 0, db.ErrNotFound
+	}
+	return e, nil
+}
+
+func (f *fakeEpochs) set(label string, epoch int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.epoch[label] = epoch
+}
+
+func (f *fakeEpochs) readCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
+}
+
+func newTestRevoker() (*Revoker, *fakeCutter, *sessions.Registry, *fakeEpochs) {
 	reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
 	cons := &fakeCutter{reg: reg}
+	epochs := &fakeEpochs{epoch: map[string]int64{}}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	return NewRevoker(cons, reg, log), cons, reg
+	return NewRevoker(cons, reg, epochs, log), cons, reg, epochs
 }
 
 // session registers a session at epoch that ends when cut.
@@ -56,7 +93,7 @@ func session(t *testing.T, reg *sessions.Registry, node string, epoch int64) con
 }
 
 func TestRevokerRevoke(t *testing.T) {
-	r, cons, reg := newTestRevoker()
+	r, cons, reg, _ := newTestRevoker()
 	old := session(t, reg, "n1", 3)
 	cur := session(t, reg, "n1", 5)
 	r.Revoke("n1", 5, "token rotated")
@@ -81,20 +118,84 @@ func TestRevokerRevoke(t *testing.T) {
 }
 
 func TestRevokerAdmit(t *testing.T) {
-	r, cons, reg := newTestRevoker()
+	r, cons, reg, epochs := newTestRevoker()
 	old := session(t, reg, "n1", 3)
 	// A session of epoch 7 arrives before this replica heard of the change.
-	r.Admit(context.Background(), "n1", 7)
+	epochs.set("n1", 7)
+	if err := r.Admit(context.Background(), "n1", 7); err != nil {
+		t.Fatalf("Admit at the current epoch: got %v, want nil", err)
+	}
 	if old.Err() == nil {
 		t.Errorf("admitting epoch 7 left a session of epoch 3 live")
 	}
 	if got := cons.taken(); len(got) != 1 {
 		t.Errorf("console cuts: got %q, want the scrollback wiped once", got)
 	}
-	r.Admit(context.Background(), "n1", 7)
+	if err := r.Admit(context.Background(), "n1", 7); err != nil {
+		t.Errorf("Admit again: got %v, want nil", err)
+	}
 	r.Revoke("n1", 7, "access changed")
 	if got := cons.taken(); len(got) != 1 {
 		t.Errorf("an admitted epoch cut again: %q", got)
+	}
+}
+
+// TestRevokerAdmitRefuses: Admit is the whole check a session passes
+// before it starts: a stale epoch, a deleted node and an unreachable
+// database each keep it from starting, each with its own error.
+func TestRevokerAdmitRefuses(t *testing.T) {
+	down := errors.New("database is down")
+	tests := []struct {
+		name    string
+		current int64 // the node's epoch in the database; 0: no such node
+		err     error // of the database read
+		epoch   int64 // the session's
+		want    string
+		revoked bool
+	}{
+		{"current", 5, nil, 5, "", false},
+		{"changed since the login", 6, nil, 5, "access to n1 was revoked (access changed)", true},
+		{"node deleted", 0, nil, 5, "access to n1 was revoked (node deleted)", true},
+		{"database down", 5, down, 5, "verify access to n1: database is down", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, cons, _, epochs := newTestRevoker()
+			if tt.current > 0 {
+				epochs.set("n1", tt.current)
+			}
+			epochs.err = tt.err
+			err := r.Admit(context.Background(), "n1", tt.epoch)
+			var rev *sessions.RevokedError
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("got %v, want nil", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want || errors.As(err, &rev) != tt.revoked):
+				t.Fatalf("got %v (revoked %v), want %q (revoked %v)", err, errors.As(err, &rev), tt.want, tt.revoked)
+			}
+			if tt.err != nil && !errors.Is(err, tt.err) {
+				t.Errorf("got %v, want it to wrap %v", err, tt.err)
+			}
+			if got := cons.taken(); tt.want != "" && len(got) != 0 {
+				t.Errorf("a refused session applied its epoch: console cuts %q", got)
+			}
+		})
+	}
+}
+
+// TestRevokerAdmitStaleNoRead: an epoch below one this replica applied (a
+// change made here) is refused without reading the database.
+func TestRevokerAdmitStaleNoRead(t *testing.T) {
+	r, _, _, epochs := newTestRevoker()
+	r.Revoke("n1", 8, "token rotated")
+	epochs.set("n1", 5) // what a lagging read would say: must not be asked
+	err := r.Admit(context.Background(), "n1", 5)
+	var rev *sessions.RevokedError
+	if !errors.As(err, &rev) {
+		t.Errorf("epoch 5 after 8 was applied: got %v, want a RevokedError", err)
+	}
+	if n := epochs.readCount(); n != 0 {
+		t.Errorf("database reads: got %d, want 0", n)
 	}
 }
 
@@ -102,7 +203,7 @@ func TestRevokerAdmit(t *testing.T) {
 // to its cut: the change watcher, which may read the change first, waits,
 // and the users get the change's own reason.
 func TestRevokerBeginOutranksWatcher(t *testing.T) {
-	r, cons, reg := newTestRevoker()
+	r, cons, reg, _ := newTestRevoker()
 	old := session(t, reg, "n1", 3)
 	end := r.Begin("n1")
 	watched := make(chan struct{})
@@ -140,16 +241,18 @@ func TestRevokerBeginOutranksWatcher(t *testing.T) {
 // node's lock stops waiting, so the revocation does not wait for it in
 // vain.
 func TestRevokerAdmitCutWhileWaiting(t *testing.T) {
-	r, _, reg := newTestRevoker()
+	r, _, reg, epochs := newTestRevoker()
 	ctx, _, endSession, err := reg.Start(context.Background(), sessions.Info{Node: "n1", Epoch: 3}, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	end := r.Begin("n1")
 	admitted := make(chan struct{})
-	go func() { // the session: checked its epoch, now asks to be admitted
+	epochs.set("n1", 3)
+	var admitErr error
+	go func() { // the session: registered, now asks to be admitted
 		defer close(admitted)
-		r.Admit(ctx, "n1", 3)
+		admitErr = r.Admit(ctx, "n1", 3)
 		endSession()
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -160,20 +263,23 @@ func TestRevokerAdmitCutWhileWaiting(t *testing.T) {
 	}
 	<-admitted
 	var rev *sessions.RevokedError
-	if !errors.As(context.Cause(ctx), &rev) {
-		t.Errorf("got cause %v, want the revocation", context.Cause(ctx))
+	if !errors.As(context.Cause(ctx), &rev) || admitErr != context.Cause(ctx) {
+		t.Errorf("got cause %v and Admit %v, want the revocation for both", context.Cause(ctx), admitErr)
 	}
 }
 
 // Revocations of different nodes do not wait for each other.
 func TestRevokerNodesIndependent(t *testing.T) {
-	r, _, _ := newTestRevoker()
+	r, _, _, epochs := newTestRevoker()
 	end := r.Begin("n1")
 	defer end(0, "")
 	done := make(chan struct{})
+	epochs.set("n3", 1)
 	go func() {
 		r.Revoke("n2", 1, "token rotated")
-		r.Admit(context.Background(), "n3", 1)
+		if err := r.Admit(context.Background(), "n3", 1); err != nil {
+			t.Errorf("Admit n3: %v", err)
+		}
 		close(done)
 	}()
 	select {

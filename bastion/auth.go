@@ -12,6 +12,7 @@ import (
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 )
@@ -53,7 +54,7 @@ func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteract
 // cannot tell them apart.
 func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	start := s.cfg.Now()
-	label, src := ctx.User(), sourceKey(remoteHost(ctx.RemoteAddr()))
+	label, src := ctx.User(), sessions.SourceKey(remoteHost(ctx.RemoteAddr()))
 	if ok, which := s.lim.begin(ctx, src, label); !ok {
 		s.denied(ctx, method, "rate limited ("+which+")")
 		s.waitFrom(start)

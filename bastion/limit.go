@@ -2,7 +2,6 @@ package bastion
 
 import (
 	"context"
-	"net"
 	"sync"
 	"time"
 )
@@ -36,20 +35,6 @@ func (c *LimitConfig) defaults() {
 	if c.Lockout <= 0 {
 		c.Lockout = time.Minute
 	}
-}
-
-// sourceKey is the limiter's name for a client host: the address itself
-// for IPv4, its /64 for IPv6 (a single host is usually given a whole /64;
-// counting its addresses one by one would give it 2^64 sets of tries).
-func sourceKey(host string) string {
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return host
-	}
-	if v4 := ip.To4(); v4 != nil {
-		return v4.String() // also for ::ffff:a.b.c.d from a dual-stack listener
-	}
-	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // maxTracked bounds the limiter's memory; past it, stale entries are swept

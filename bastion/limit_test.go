@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/bastion/sessions"
 )
 
 func TestLimiter(t *testing.T) {
@@ -153,36 +155,17 @@ func TestLimiterWaitBounded(t *testing.T) {
 	}
 }
 
-func TestSourceKey(t *testing.T) {
-	cases := []struct{ host, want string }{
-		{"192.0.2.7", "192.0.2.7"},
-		{"127.0.0.2", "127.0.0.2"},
-		{"::ffff:192.0.2.7", "192.0.2.7"}, // IPv4-mapped, from a dual-stack listener
-		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
-		{"2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"},
-		{"2001:db8:1:3::1", "2001:db8:1:3::/64"},
-		{"::1", "::/64"},
-		{"not-an-ip", "not-an-ip"},
-		{"", ""},
-	}
-	for _, c := range cases {
-		if got := sourceKey(c.host); got != c.want {
-			t.Errorf("sourceKey(%q): got %q, want %q", c.host, got, c.want)
-		}
-	}
-}
-
 // TestLimiterIPv6Prefix: addresses of one /64 share the per-source limit.
 func TestLimiterIPv6Prefix(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(LimitConfig{PerSource: 3, PerNode: 100}, func() time.Time { return now })
 	for i := 1; i <= 3; i++ {
-		failOnce(t, l, sourceKey(fmt.Sprintf("2001:db8::%d", i)), "n1")
+		failOnce(t, l, sessions.SourceKey(fmt.Sprintf("2001:db8::%d", i)), "n1")
 	}
-	if ok, which := l.begin(context.Background(), sourceKey("2001:db8::ffff"), "n1"); ok || which != "source" {
+	if ok, which := l.begin(context.Background(), sessions.SourceKey("2001:db8::ffff"), "n1"); ok || which != "source" {
 		t.Errorf("fourth address of the /64: got %v %q, want refused by source", ok, which)
 	}
-	if ok, _ := tryOnce(l, sourceKey("2001:db8:0:1::1"), "n1"); !ok {
+	if ok, _ := tryOnce(l, sessions.SourceKey("2001:db8:0:1::1"), "n1"); !ok {
 		t.Errorf("another /64 refused")
 	}
 }

@@ -29,7 +29,6 @@ import (
 type Store interface {
 	Access(ctx context.Context, label string) (db.Access, error)
 	HasKey(ctx context.Context, label, fingerprint string) (epoch int64, ok bool, err error)
-	Epoch(ctx context.Context, label string) (int64, error)
 	Audit(ctx context.Context, e db.AuditEvent) error
 }
 
@@ -68,9 +67,11 @@ type Config struct {
 	MaxConnsPerSource int
 	// Version is the software version shown by `version`.
 	Version string
-	// Admit, if set, is called by every session once its access epoch is
-	// verified current, before it starts (Revoker.Admit).
-	Admit func(ctx context.Context, label string, epoch int64)
+	// Admit is called by every session once it is in the registry, before
+	// it starts, with the access epoch its login read; the session starts
+	// only if it returns nil (Revoker.Admit, which documents the errors).
+	// Required.
+	Admit func(ctx context.Context, label string, epoch int64) error
 	// Banner, if set, returns text shown to clients before they log in
 	// ("" shows none): the daemon says so when it cannot reach its
 	// database, rather than let logins fail without a reason.
@@ -102,7 +103,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 	if len(cfg.HostKeys) == 0 {
 		return nil, errors.New("bastion: no host key")
 	}
-	if store == nil || runner == nil || consoles == nil || reg == nil || log == nil {
+	if store == nil || runner == nil || consoles == nil || reg == nil || log == nil || cfg.Admit == nil {
 		return nil, errors.New("bastion: missing dependency")
 	}
 	if cfg.Escape == "" {
@@ -183,7 +184,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // The deadline is lifted when authentication succeeds. It also turns
 // delayed ACKs off (quickAck): they stall OpenSSH's handshake.
 func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
-	src := sourceKey(remoteHost(conn.RemoteAddr()))
+	src := sessions.SourceKey(remoteHost(conn.RemoteAddr()))
 	s.connsMu.Lock()
 	if s.cfg.MaxConnsPerSource > 0 && s.conns[src] >= s.cfg.MaxConnsPerSource {
 		s.connsMu.Unlock()
@@ -214,8 +215,8 @@ func (s *Server) audit(ctx context.Context, e db.AuditEvent) {
 	}
 }
 
-// remoteHost is the address part of a remote address (the limiter's and the
-// registry's key for "source").
+// remoteHost is the address part of a remote address (what SourceKey and
+// the registry take).
 func remoteHost(a net.Addr) string {
 	if a == nil {
 		return ""

@@ -186,30 +186,20 @@ func (c *channel) run(st start) (code int, end func()) {
 		defer c.wg.Done()
 		c.watchCut(sctx)
 	}()
-	// An authentication that raced an access change must not start: the
-	// change is in the database before its cut reaches the registry, and this
-	// session is in the registry before this read.
-	if cur, err := c.s.store.Epoch(sctx, c.label); err != nil || cur != c.a.Epoch {
-		if cause := context.Cause(sctx); sctx.Err() != nil && isCut(cause) {
-			fmt.Fprintf(stderr, "obmd: %v\n", cause) // cut while being checked
-			return exitFor(cause), end
-		}
-		if err != nil && !errors.Is(err, db.ErrNotFound) {
+	// The session is in the registry: any access change from now on cuts
+	// it. Admit refuses it if one came since the login, and clears away
+	// older sessions and their console output (even if the change was made
+	// on another replica) before it starts.
+	if err := c.s.cfg.Admit(sctx, c.label, c.a.Epoch); err != nil {
+		switch {
+		case isCut(err): // refused, or cut while being admitted
+			fmt.Fprintf(stderr, "obmd: %v\n", err)
+			return exitFor(err), end
+		case sctx.Err() == nil:
 			c.log.WithError(err).Error("epoch_check_failed")
 			fmt.Fprintln(stderr, "obmd: cannot verify access right now; try again")
-			return commands.ExitFailed, end
 		}
-		fmt.Fprintf(stderr, "obmd: access to %s was revoked\n", safe(c.label))
-		return commands.ExitNotAllowed, end
-	}
-	// Older sessions, and their console output, are gone before this one
-	// starts, even if the change was made on another replica.
-	if c.s.cfg.Admit != nil {
-		c.s.cfg.Admit(sctx, c.label, c.a.Epoch)
-		if cause := context.Cause(sctx); sctx.Err() != nil && isCut(cause) {
-			fmt.Fprintf(stderr, "obmd: %v\n", cause)
-			return exitFor(cause), end
-		}
+		return commands.ExitFailed, end // or the client left
 	}
 	began := c.s.cfg.Now()
 	c.log.WithField("kind", kind).Info("session_start")

@@ -39,11 +39,14 @@ type Config struct {
 	MaxBody int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// Admit, if set, is called by every node-token session (power routes,
-	// HTTP console) once its access epoch is verified current, before it
-	// starts: the wiring applies, on this replica, an access change made
-	// elsewhere and not yet seen (bastion.Revoker.Admit).
-	Admit func(ctx context.Context, label string, epoch int64)
+	// Admit is called by every node-token session (power routes, HTTP
+	// console) once it is in the registry, before it starts, with the access
+	// epoch its token was checked at. nil lets it start; a
+	// *sessions.RevokedError means access changed since (401); ctx's cause
+	// if ctx ended; anything else, that access cannot be verified now. The
+	// wiring also applies, on this replica, an access change made elsewhere
+	// and not yet seen (bastion.Revoker.Admit). Required.
+	Admit func(ctx context.Context, label string, epoch int64) error
 	// Metrics, if set, serves GET /metrics (Prometheus text format; no
 	// authentication, like the probes: it carries no node names).
 	Metrics http.Handler
@@ -60,7 +63,6 @@ type Store interface {
 	SetToken(ctx context.Context, label string, h keys.TokenHash) (int64, error)
 	RevokeToken(ctx context.Context, label string) (int64, error)
 	Access(ctx context.Context, label string) (db.Access, error)
-	Epoch(ctx context.Context, label string) (int64, error)
 	AddKey(ctx context.Context, k db.Key) error
 	Keys(ctx context.Context, label string) ([]db.Key, error)
 	DeleteKey(ctx context.Context, label, fingerprint string) (int64, error)
@@ -124,6 +126,8 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 	switch {
 	case cfg.AdminToken == "":
 		return nil, errors.New("admin api: an admin token is required")
+	case cfg.Admit == nil:
+		return nil, errors.New("admin api: Admit is required")
 	case cfg.MaxBody < 0:
 		return nil, errors.New("admin api: MaxBody must not be negative")
 	case store == nil || sealer == nil || runner == nil || consoles == nil || revoker == nil || reg == nil || log == nil:

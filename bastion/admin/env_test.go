@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -85,7 +86,11 @@ func (e *env) start() {
 	if e.wrap != nil {
 		s = e.wrap(st)
 	}
-	e.api, err = New(Config{AdminToken: testAdminToken}, s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
+	var epochs bastion.Epochs = st
+	if ep, ok := s.(bastion.Epochs); ok { // a wrapper that injects epoch races
+		epochs = ep
+	}
+	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs)}, s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}
@@ -362,11 +367,24 @@ func (f *fakeConsoles) Stream(ctx context.Context, label string, w io.Writer) er
 	}
 }
 
+// admitOver is the wiring's Admit (bastion.Revoker) over epochs, without
+// consoles to cut.
+func admitOver(reg *sessions.Registry, epochs bastion.Epochs) func(context.Context, string, int64) error {
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	return bastion.NewRevoker(noConsoles{}, reg, epochs, quiet).Admit
+}
+
+// noConsoles is a bastion.Cutter with no console to cut.
+type noConsoles struct{}
+
+func (noConsoles) Cut(string, error) {}
+
 // racyStore moves the node's epoch (a token rotation by someone else) the
 // first time Epoch is read: the window between authentication and session
 // registration.
 type racyStore struct {
-	Store
+	*db.Store
 	once sync.Once
 	err  error // of the injected rotation
 }

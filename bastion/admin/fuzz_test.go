@@ -114,7 +114,7 @@ func fuzzAPI(f *testing.F) (*db.Store, *API) {
 	}
 	sealer, _ := keys.NewSealer(make([]byte, 32))
 	reg := sessions.New(sessions.Config{})
-	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10}, st, sealer, newFakeRunner(reg),
+	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10, Admit: admitOver(reg, st)}, st, sealer, newFakeRunner(reg),
 		&fakeConsoles{}, &fakeRevoker{reg: reg}, reg, quiet)
 	if err != nil {
 		f.Fatalf("new api: %v", err)

@@ -64,17 +64,18 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 }
 
 // session registers the request as a live session of the node, so that an
-// access change cuts it, and then checks that the epoch did not move between
-// authentication and registration (a rotation in that window would not have
-// seen this session). The returned context is cancelled by a cut; end must
-// be called once the request is done. On failure it has answered.
+// access change cuts it, and then has it admitted (Config.Admit): refused
+// if the node's access changed between authentication and registration (a
+// change in that window would not have seen this session). The returned
+// context is cancelled by a cut; end must be called once the request is
+// done. On failure it has answered.
 func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string) (context.Context, func(), bool) {
-	src := r.RemoteAddr
-	if host, _, err := net.SplitHostPort(src); err == nil {
-		src = host
+	host := r.RemoteAddr
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
 	}
 	ctx, info, end, err := a.sessions.Start(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
-		Remote: r.RemoteAddr, Epoch: g.epoch}, src)
+		Remote: r.RemoteAddr, Epoch: g.epoch}, host)
 	switch {
 	case errors.Is(err, sessions.ErrShutdown):
 		writeError(w, http.StatusServiceUnavailable, err.Error())
@@ -87,33 +88,22 @@ func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind str
 		writeError(w, http.StatusInternalServerError, "internal error (session)")
 		return nil, nil, false
 	}
-	epoch, err := a.store.Epoch(ctx, g.label)
-	var revoked *sessions.RevokedError
-	switch {
-	case ctx.Err() != nil && errors.As(context.Cause(ctx), &revoked):
-		end() // cut while being checked
-		writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
-		return nil, nil, false
-	case errors.Is(err, db.ErrNotFound):
+	if err := a.cfg.Admit(ctx, g.label, g.epoch); err != nil {
 		end()
-		nodeNotFound(w, g.label)
-		return nil, nil, false
-	case err != nil:
-		end()
-		a.storeError(w, r, "read node epoch", err)
-		return nil, nil, false
-	case epoch != g.epoch:
-		end()
-		writeError(w, http.StatusUnauthorized, "access to node "+quote(g.label)+" changed during authentication; try again")
-		return nil, nil, false
-	}
-	if a.cfg.Admit != nil {
-		a.cfg.Admit(ctx, g.label, g.epoch)
-		if ctx.Err() != nil && errors.As(context.Cause(ctx), &revoked) {
-			end() // cut while waiting to be admitted
+		var revoked *sessions.RevokedError
+		switch {
+		case ctx.Err() != nil && errors.As(context.Cause(ctx), &revoked): // cut while being admitted
 			writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
-			return nil, nil, false
+		case errors.As(err, &revoked): // changed (or deleted) since the token was checked
+			writeError(w, http.StatusUnauthorized, "access to node "+quote(g.label)+" changed during authentication; try again")
+		case errors.Is(err, sessions.ErrShutdown):
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+		case r.Context().Err() != nil:
+			writeError(w, http.StatusServiceUnavailable, "request cancelled") // nobody reads it
+		default:
+			a.storeError(w, r, "verify node access", err)
 		}
+		return nil, nil, false
 	}
 	g.session = info.ID
 	return ctx, end, true

@@ -14,6 +14,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
 )
@@ -159,7 +160,7 @@ func TestRevokedMidCommand(t *testing.T) {
 func TestEpochMovedAfterAuth(t *testing.T) {
 	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
 		var racy *racyStore
-		e := newEnv(t, eng, func(s Store) Store { racy = &racyStore{Store: s}; return racy })
+		e := newEnv(t, eng, func(s Store) Store { racy = &racyStore{Store: s.(*db.Store)}; return racy })
 		e.mustNode("n1")
 		q := "?token=" + e.mustToken("n1")
 		for _, path := range []string{"/node/n1/power_status", "/node/n1/console"} {

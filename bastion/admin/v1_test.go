@@ -383,16 +383,18 @@ func TestNew(t *testing.T) {
 	reg := sessions.New(sessions.Config{})
 	log := logrus.New()
 	var st Store = failingStore{}
+	admit := func(context.Context, string, int64) error { return nil }
 	tests := []struct {
 		name string
 		cfg  Config
 		st   Store
 		ok   bool
 	}{
-		{"ok", Config{AdminToken: "t"}, st, true},
-		{"no admin token", Config{}, st, false},
-		{"negative body", Config{AdminToken: "t", MaxBody: -1}, st, false},
-		{"no store", Config{AdminToken: "t"}, nil, false},
+		{"ok", Config{AdminToken: "t", Admit: admit}, st, true},
+		{"no admin token", Config{Admit: admit}, st, false},
+		{"negative body", Config{AdminToken: "t", MaxBody: -1, Admit: admit}, st, false},
+		{"no store", Config{AdminToken: "t", Admit: admit}, nil, false},
+		{"no admit", Config{AdminToken: "t"}, st, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -133,7 +133,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
 		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
-	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.log)
+	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.store, d.log)
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower},

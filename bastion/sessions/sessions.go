@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"sync"
@@ -54,7 +55,7 @@ type Info struct {
 // Config bounds sessions; zero means unlimited.
 type Config struct {
 	MaxPerNode   int
-	MaxPerSource int // keyed by the remote address without port
+	MaxPerSource int // per SourceKey of the client's address
 	// CutWait bounds how long Cut waits for cancelled sessions to finish
 	// (default 2 s). A session that does not end in time is logged by the
 	// caller; it has been cancelled regardless.
@@ -88,12 +89,28 @@ func New(cfg Config) *Registry {
 	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[string]int{}}
 }
 
+// SourceKey is obmd's name for the client host (an address without port)
+// in every per-source limit (sessions, connections, guessing): the address
+// itself for IPv4, its /64 for IPv6. A single host is usually given a whole
+// /64; counting its addresses one by one would give it 2^64 budgets.
+func SourceKey(host string) string {
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return host
+	}
+	if v4 := ip.To4(); v4 != nil {
+		return v4.String() // also for ::ffff:a.b.c.d from a dual-stack listener
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
 // Start registers a session described by info (ID and Started are filled in).
 // The returned context is cancelled, with a cause the session shows its user,
 // when the session is cut; end must be called exactly once when the session
-// has finished (it is what Cut waits for). src is the client address used for
-// the per-source limit.
-func (r *Registry) Start(parent context.Context, info Info, src string) (ctx context.Context, _ Info, end func(), err error) {
+// has finished (it is what Cut waits for). host is the client's address
+// without port; the per-source limit counts it by SourceKey.
+func (r *Registry) Start(parent context.Context, info Info, host string) (ctx context.Context, _ Info, end func(), err error) {
+	src := SourceKey(host)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.shutdown {

@@ -114,6 +114,42 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+func TestSourceKey(t *testing.T) {
+	cases := []struct{ host, want string }{
+		{"192.0.2.7", "192.0.2.7"},
+		{"127.0.0.2", "127.0.0.2"},
+		{"::ffff:192.0.2.7", "192.0.2.7"}, // IPv4-mapped, from a dual-stack listener
+		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"},
+		{"2001:db8:1:3::1", "2001:db8:1:3::/64"},
+		{"::1", "::/64"},
+		{"not-an-ip", "not-an-ip"},
+		{"", ""},
+	}
+	for _, c := range cases {
+		if got := SourceKey(c.host); got != c.want {
+			t.Errorf("SourceKey(%q): got %q, want %q", c.host, got, c.want)
+		}
+	}
+}
+
+// TestLimitsIPv6Prefix: addresses of one IPv6 /64 share the per-source
+// session limit, as they share the guessing and connection limits.
+func TestLimitsIPv6Prefix(t *testing.T) {
+	r := New(Config{MaxPerSource: 2})
+	start(t, r, "n1", "2001:db8::1", 1)
+	start(t, r, "n2", "2001:db8::2", 1)
+	if _, _, _, err := r.Start(context.Background(), Info{Node: "n3"}, "2001:db8::ffff"); !errors.Is(err, ErrTooMany) {
+		t.Errorf("third address of the /64: got %v, want ErrTooMany", err)
+	}
+	_, _, end, err := r.Start(context.Background(), Info{Node: "n3"}, "2001:db8:0:1::1")
+	if err != nil {
+		t.Errorf("another /64: got %v, want allowed", err)
+	} else {
+		end()
+	}
+}
+
 func TestCutByEpochWaits(t *testing.T) {
 	r := New(Config{CutWait: 5 * time.Second})
 	old1 := start(t, r, "n1", "a", 3)
