@@ -156,6 +156,39 @@ func (r *Revoker) Admit(ctx context.Context, label string, epoch int64) error {
 	return nil
 }
 
+// CutAll ends every session on this replica as revoked, telling its user
+// why, and wipes the console of every node that had one: what a replica
+// does once it can no longer see access changes (it lost its database).
+// Like a revocation, it holds the lock of each node it cuts, and cuts the
+// sessions before the consoles; the sessions of all nodes are cut in one
+// pass of the registry, so the registry's bound is waited once, not once
+// per node. It returns how many sessions were cut.
+func (r *Revoker) CutAll(why string) int {
+	nodes := map[string]bool{}
+	for _, s := range r.reg.List("") {
+		nodes[s.Node] = true
+	}
+	for label := range nodes {
+		n := r.node(label)
+		n.lock <- struct{}{}
+		defer n.unlock()
+	}
+	cut, late := r.reg.CutAll(func(node string) error { return &sessions.RevokedError{Node: node, Why: why} })
+	total := 0
+	for label, k := range cut { // also sessions started since the list
+		nodes[label] = true
+		total += k
+	}
+	for label := range nodes {
+		r.consoles.Cut(label, &sessions.RevokedError{Node: label, Why: why})
+		r.log.WithFields(logrus.Fields{"node": safe(label), "why": why, "cut": cut[label]}).Warn("access_revoked_all")
+	}
+	if late > 0 {
+		r.log.WithFields(logrus.Fields{"why": why, "late": late}).Warn("sessions_slow_to_end")
+	}
+	return total
+}
+
 func (r *Revoker) node(label string) *nodeAccess {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -3,7 +3,9 @@ package bastion
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -286,5 +288,67 @@ func TestRevokerNodesIndependent(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("a change of n1 blocked n2 and n3")
+	}
+}
+
+// TestRevokerCutAll: losing the database cuts every session, all nodes in
+// one pass of the registry (its bound waited once), sessions before
+// consoles, each node under its revocation lock.
+func TestRevokerCutAll(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	reg := sessions.New(sessions.Config{CutWait: bound})
+	cons := &fakeCutter{reg: reg}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	r := NewRevoker(cons, reg, &fakeEpochs{epoch: map[string]int64{}}, log)
+	var live []context.Context
+	for _, node := range []string{"n1", "n2", "n3"} {
+		live = append(live, session(t, reg, node, 5))
+		_, _, end, err := reg.Start(context.Background(), sessions.Info{Node: node, Epoch: 5}, "b") // never ends by itself
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer end()
+	}
+	// A change of n2 is in progress: CutAll waits for it.
+	endChange := r.Begin("n2")
+	done := make(chan int, 1)
+	began := time.Now()
+	go func() { done <- r.CutAll("db lost") }()
+	held := 4 * bound // longer than cutting the three nodes one by one would take
+	time.Sleep(held)
+	select {
+	case <-done:
+		t.Fatal("CutAll returned during a change of n2")
+	default:
+	}
+	if live[1].Err() != nil {
+		t.Errorf("a session of n2 was cut during a change of n2 (the node's lock was not taken)")
+	}
+	endChange(0, "")
+	cut := <-done
+	if took := time.Since(began); took > held+2*bound {
+		t.Errorf("CutAll took %v: want the registry's bound (%v) waited once, not once per node", took, bound)
+	}
+	if cut != 6 {
+		t.Errorf("cut: got %d, want 6", cut)
+	}
+	for i, ctx := range live {
+		if got := context.Cause(ctx); got == nil || got.Error() != fmt.Sprintf("access to n%d was revoked (db lost)", i+1) {
+			t.Errorf("session on n%d: got cause %v", i+1, got)
+		}
+	}
+	got := cons.taken()
+	slices.Sort(got)
+	if want := []string{"n1: access to n1 was revoked (db lost)", "n2: access to n2 was revoked (db lost)",
+		"n3: access to n3 was revoked (db lost)"}; !slices.Equal(got, want) {
+		t.Errorf("console cuts: got %q, want %q", got, want)
+	}
+	cons.mu.Lock()
+	defer cons.mu.Unlock()
+	for i, n := range cons.liveAtCut {
+		if n > 1 { // only the stuck session (late) may remain
+			t.Errorf("console cut %d with %d sessions live, want the sessions cut first", i, n)
+		}
 	}
 }

@@ -11,11 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/cluster"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
 )
@@ -191,18 +189,12 @@ func (d *Daemon) dbPolled(err error) {
 	}
 }
 
-// cutAll ends every live session (as revoked, with why) and wipes every
-// scrollback.
+// cutAll ends every live session (as revoked, with why) and wipes their
+// nodes' scrollback, through the Revoker: one pass over the registry, then
+// the consoles, each node under its revocation lock.
 func (d *Daemon) cutAll(why string) {
-	nodes := map[string]bool{}
-	for _, s := range d.reg.List("") {
-		nodes[s.Node] = true
-	}
-	for node := range nodes {
-		cause := &sessions.RevokedError{Node: node, Why: why}
-		d.consoles.Cut(node, cause)
-		cut, _ := d.reg.Cut(node, 0, cause)
-		d.log.WithFields(logrus.Fields{"node": node, "cut": cut}).Warn("sessions_cut_db_lost")
+	if cut := d.revoker.CutAll(why); cut > 0 {
+		d.log.WithField("cut", cut).Warn("sessions_cut_db_lost")
 	}
 }
 

@@ -153,15 +153,28 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 // configured bound passes. It returns how many were cut and how many had not
 // ended in time.
 func (r *Registry) Cut(node string, epoch int64, cause error) (cut, late int) {
-	return r.cutWhere(func(e *entry) bool {
+	victims, late := r.cutWhere(func(e *entry) bool {
 		return e.info.Node == node && (epoch <= 0 || e.info.Epoch < epoch)
-	}, cause)
+	}, func(string) error { return cause })
+	return len(victims), late
+}
+
+// CutAll cuts every live session, each with cause(its node), then waits
+// as Cut does: one bound for all of them. It returns how many sessions of
+// each node were cut, and how many sessions had not ended in time.
+func (r *Registry) CutAll(cause func(node string) error) (cut map[string]int, late int) {
+	victims, late := r.cutWhere(func(*entry) bool { return true }, cause)
+	cut = map[string]int{}
+	for _, e := range victims {
+		cut[e.info.Node]++
+	}
+	return cut, late
 }
 
 // Kick cuts one session by ID; it reports whether the session existed.
 func (r *Registry) Kick(id string, cause error) bool {
-	n, _ := r.cutWhere(func(e *entry) bool { return e.info.ID == id }, cause)
-	return n > 0
+	victims, _ := r.cutWhere(func(e *entry) bool { return e.info.ID == id }, func(string) error { return cause })
+	return len(victims) > 0
 }
 
 // Shutdown refuses new sessions and cuts every live one with ErrShutdown.
@@ -169,12 +182,15 @@ func (r *Registry) Shutdown() (cut, late int) {
 	r.mu.Lock()
 	r.shutdown = true
 	r.mu.Unlock()
-	return r.cutWhere(func(*entry) bool { return true }, ErrShutdown)
+	victims, late := r.cutWhere(func(*entry) bool { return true }, func(string) error { return ErrShutdown })
+	return len(victims), late
 }
 
-func (r *Registry) cutWhere(match func(*entry) bool, cause error) (cut, late int) {
+// cutWhere cancels every session match selects, with cause(its node), and
+// waits until they have ended or the configured bound passes. It returns
+// them and how many had not ended in time.
+func (r *Registry) cutWhere(match func(*entry) bool, cause func(node string) error) (victims []*entry, late int) {
 	r.mu.Lock()
-	var victims []*entry
 	for _, e := range r.byID {
 		if match(e) {
 			victims = append(victims, e)
@@ -182,7 +198,7 @@ func (r *Registry) cutWhere(match func(*entry) bool, cause error) (cut, late int
 	}
 	r.mu.Unlock()
 	for _, e := range victims {
-		e.cancel(cause)
+		e.cancel(cause(e.info.Node))
 	}
 	deadline := time.NewTimer(r.cfg.CutWait)
 	defer deadline.Stop()
@@ -198,10 +214,10 @@ func (r *Registry) cutWhere(match func(*entry) bool, cause error) (cut, late int
 					late++
 				}
 			}
-			return len(victims), late
+			return victims, late
 		}
 	}
-	return len(victims), 0
+	return victims, 0
 }
 
 // List returns the live sessions of node (all nodes if node is ""), oldest first.

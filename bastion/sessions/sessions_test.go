@@ -204,6 +204,39 @@ func TestCutBound(t *testing.T) {
 	}
 }
 
+// TestCutAll: every session of every node is cut with its node's cause,
+// and the bound is waited once for all of them.
+func TestCutAll(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	r := New(Config{CutWait: bound})
+	a := start(t, r, "n1", "a", 1)
+	b := start(t, r, "n2", "b", 7)
+	for _, node := range []string{"n1", "n2", "n3"} { // never end by themselves
+		_, _, end, err := r.Start(context.Background(), Info{Node: node, Epoch: 1}, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer end()
+	}
+	began := time.Now()
+	cut, late := r.CutAll(func(node string) error { return &RevokedError{Node: node, Why: "db lost"} })
+	took := time.Since(began)
+	if want := map[string]int{"n1": 2, "n2": 2, "n3": 1}; fmt.Sprint(cut) != fmt.Sprint(want) || late != 3 {
+		t.Errorf("CutAll: got cut %v late %d, want %v and 3", cut, late, want)
+	}
+	if took > 2*bound {
+		t.Errorf("CutAll took %v: want the bound (%v) waited once, not once per node", took, bound)
+	}
+	for _, l := range []*live{a, b} {
+		if got := context.Cause(l.ctx); got == nil || got.Error() != "access to "+l.info.Node+" was revoked (db lost)" {
+			t.Errorf("session on %s: got cause %v, want its node's", l.info.Node, got)
+		}
+		if !l.ended.Load() {
+			t.Errorf("session on %s: not ended when CutAll returned", l.info.Node)
+		}
+	}
+}
+
 func TestKickAndShutdown(t *testing.T) {
 	r := New(Config{})
 	a := start(t, r, "n1", "a", 1)
