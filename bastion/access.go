@@ -49,14 +49,26 @@ const (
 // admitted at epoch E never starts while sessions from before E, or their
 // console output, are still there, and a slow cut for an older epoch never
 // ends the viewers of a newer tenancy.
+//
+// Memory: a node's state is kept while it is in use and while it knows of
+// an epoch the change watcher has not passed yet (Watched); then it is
+// dropped. Epochs are global and the watcher applies them in order, so an
+// epoch at or below the watcher's mark needs no per-node memory to be
+// recognised as applied: the Revoker holds state for the nodes being
+// changed or admitted right now, not for every node it ever saw.
 type Revoker struct {
 	consoles Cutter
 	reg      *sessions.Registry
 	epochs   Epochs
 	log      logrus.FieldLogger
 
+	// watched is the change watcher's mark: every access change with an
+	// epoch at or below it has been applied on this replica. Written under
+	// mu.
+	watched atomic.Int64
+
 	mu    sync.Mutex
-	nodes map[string]*nodeAccess
+	nodes map[string]*nodeAccess // see pruneLocked
 }
 
 // nodeAccess is a node's revocation state.
@@ -68,6 +80,10 @@ type nodeAccess struct {
 	// applied is the newest epoch applied: written with lock held, read
 	// without it by Admit (an epoch below it is stale whatever runs now).
 	applied atomic.Int64
+	// users counts the calls using this state (holding or waiting for
+	// lock); guarded by Revoker.mu. State in use is never dropped, so all
+	// of them share one lock.
+	users int
 }
 
 func (n *nodeAccess) unlock() { <-n.lock }
@@ -98,11 +114,12 @@ func (r *Revoker) Revoke(label string, epoch int64, why string) {
 // sessions being admitted), so the change's users are told its own reason.
 // end must be called exactly once.
 func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
-	n := r.node(label)
+	n := r.use(label)
 	n.lock <- struct{}{}
 	var once sync.Once
 	return func(epoch int64, why string) {
 		once.Do(func() {
+			defer r.done(label, n)
 			defer n.unlock()
 			r.applyLocked(n, label, epoch, why, false)
 		})
@@ -128,7 +145,8 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 // another error: access cannot be verified now (the database did not
 // answer).
 func (r *Revoker) Admit(ctx context.Context, label string, epoch int64) error {
-	n := r.node(label)
+	n := r.use(label)
+	defer r.done(label, n)
 	if epoch < n.applied.Load() {
 		return &sessions.RevokedError{Node: label, Why: whyChanged}
 	}
@@ -169,8 +187,9 @@ func (r *Revoker) CutAll(why string) int {
 		nodes[s.Node] = true
 	}
 	for label := range nodes {
-		n := r.node(label)
+		n := r.use(label)
 		n.lock <- struct{}{}
+		defer r.done(label, n)
 		defer n.unlock()
 	}
 	cut, late := r.reg.CutAll(func(node string) error { return &sessions.RevokedError{Node: node, Why: why} })
@@ -189,7 +208,25 @@ func (r *Revoker) CutAll(why string) int {
 	return total
 }
 
-func (r *Revoker) node(label string) *nodeAccess {
+// Watched tells the Revoker that every access change up to epoch has
+// been applied on this replica: the change watcher calls it with the epoch
+// it starts from (changes before a replica starts have nothing to cut
+// there) and after each batch it applied. State that knows no newer epoch
+// is dropped.
+func (r *Revoker) Watched(epoch int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if epoch <= r.watched.Load() {
+		return
+	}
+	r.watched.Store(epoch)
+	for label, n := range r.nodes {
+		r.pruneLocked(label, n)
+	}
+}
+
+// use returns label's state, counted as in use until done.
+func (r *Revoker) use(label string) *nodeAccess {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.nodes[label]
@@ -197,13 +234,36 @@ func (r *Revoker) node(label string) *nodeAccess {
 		n = &nodeAccess{lock: make(chan struct{}, 1)}
 		r.nodes[label] = n
 	}
+	n.users++
 	return n
 }
 
+// done ends a use of label's state.
+func (r *Revoker) done(label string, n *nodeAccess) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n.users--
+	r.pruneLocked(label, n)
+}
+
+// pruneLocked drops label's state n once nobody uses it and it knows no
+// epoch above the watcher's mark: a later call for an epoch it applied is
+// then recognised by the mark (Admit and the watcher skip it), and a
+// later change is newer than both. A deleted node's state goes once the
+// watcher has passed the deletion. r.mu held.
+func (r *Revoker) pruneLocked(label string, n *nodeAccess) {
+	if n.users == 0 && n.applied.Load() <= r.watched.Load() && r.nodes[label] == n {
+		delete(r.nodes, label)
+	}
+}
+
 // applyLocked cuts label's sessions older than epoch and wipes its
-// console, unless epoch is already applied. n.lock held.
+// console, unless epoch is already applied: by this state, or, for a
+// session being admitted, by the watcher (the node's state may have been
+// dropped since; re-applying would end the viewers of the very tenancy
+// being admitted). A change made here is always applied. n.lock held.
 func (r *Revoker) applyLocked(n *nodeAccess, label string, epoch int64, why string, admit bool) {
-	if epoch <= n.applied.Load() {
+	if epoch <= n.applied.Load() || admit && epoch <= r.watched.Load() {
 		return
 	}
 	n.applied.Store(epoch)

@@ -352,3 +352,64 @@ func TestRevokerCutAll(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokerForgets: the Revoker keeps a node's state only while it is in
+// use or knows an epoch the change watcher has not passed; dropping it
+// changes nothing: the watcher's replay of a change made here, and a
+// session admitted at an epoch already applied, cut nothing.
+func TestRevokerForgets(t *testing.T) {
+	r, cons, reg, epochs := newTestRevoker()
+	tracked := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.nodes)
+	}
+	r.Watched(4) // the watcher starts
+	old := session(t, reg, "n1", 4)
+	r.Begin("n1")(5, "token rotated") // a change made here
+	r.Begin("gone")(6, "node deleted")
+	if old.Err() == nil || len(cons.taken()) != 2 {
+		t.Fatalf("the changes did not cut: session cause %v, console cuts %q", context.Cause(old), cons.taken())
+	}
+	if got := tracked(); got != 2 {
+		t.Errorf("nodes tracked before the watcher saw the changes: got %d, want 2", got)
+	}
+	// The watcher sees both changes, then marks them.
+	r.Revoke("n1", 5, "access changed")
+	r.Revoke("gone", 6, "access changed")
+	r.Watched(6)
+	if got := tracked(); got != 0 {
+		t.Errorf("nodes tracked once the watcher passed their changes: got %d, want 0", got)
+	}
+	// A session of the new tenancy with its console, then another: neither
+	// admission re-applies epoch 5.
+	epochs.set("n1", 5)
+	for i := range 2 {
+		cur := session(t, reg, "n1", 5)
+		if err := r.Admit(context.Background(), "n1", 5); err != nil || cur.Err() != nil {
+			t.Fatalf("admit %d at the current epoch: got %v, session cause %v", i, err, context.Cause(cur))
+		}
+	}
+	if got := cons.taken(); len(got) != 2 {
+		t.Errorf("console cuts: got %q, want only the two changes'", got)
+	}
+	if got := tracked(); got != 0 {
+		t.Errorf("nodes tracked after the admissions: got %d, want 0", got)
+	}
+	// State in use is kept: a change in progress still holds the watcher.
+	end := r.Begin("n1")
+	r.Watched(7)
+	watched := make(chan struct{})
+	go func() { defer close(watched); r.Revoke("n1", 8, "access changed") }()
+	select {
+	case <-watched:
+		t.Fatal("the watcher's revocation ran during the change: the node's state was dropped while in use")
+	case <-time.After(50 * time.Millisecond):
+	}
+	end(8, "token rotated")
+	<-watched
+	r.Watched(8)
+	if got := tracked(); got != 0 {
+		t.Errorf("nodes tracked at the end: got %d, want 0", got)
+	}
+}

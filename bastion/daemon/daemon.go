@@ -339,6 +339,7 @@ func (d *Daemon) watchChanges(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read access changes: %w", err)
 	}
+	d.revoker.Watched(cursor)
 	t := time.NewTicker(d.cfg.EpochPoll)
 	defer t.Stop()
 	for {
@@ -359,6 +360,7 @@ func (d *Daemon) watchChanges(ctx context.Context) error {
 			d.revoker.Revoke(c.Node, c.Epoch, "access changed")
 			cursor = c.Epoch
 		}
+		d.revoker.Watched(cursor)
 	}
 }
 
