@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gliderlabs/ssh"
+	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/sessions"
@@ -55,8 +56,8 @@ func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteract
 func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	start := s.cfg.Now()
 	label, src := ctx.User(), sessions.SourceKey(remoteHost(ctx.RemoteAddr()))
-	if ok, which := s.lim.begin(ctx, src, label); !ok {
-		s.denied(ctx, method, "rate limited ("+which+")")
+	if ok, which, first := s.lim.begin(ctx, src, label); !ok {
+		s.limited(ctx, method, which, first)
 		s.waitFrom(start)
 		return false
 	}
@@ -145,6 +146,21 @@ func (s *Server) denied(ctx ssh.Context, method, why string) {
 	s.log.WithFields(map[string]any{"node": safe(ctx.User()), "remote": remoteString(ctx), "method": method, "reason": why}).Info("auth_denied")
 	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + method, Action: "auth",
 		Source: remoteString(ctx), Result: "denied", Detail: why})
+}
+
+// limited records a try the limiter refused: the first refusal of a
+// lockout is audited as a denial; the rest are counted (the metric) and
+// logged at Debug, so a locked-out flood writes nothing to the database.
+func (s *Server) limited(ctx ssh.Context, method, which string, first bool) {
+	why := "rate limited (" + which + ")"
+	if first {
+		s.denied(ctx, method, why)
+		return
+	}
+	if s.cfg.OnAuth != nil {
+		s.cfg.OnAuth(method, "denied")
+	}
+	s.log.WithFields(logrus.Fields{"node": safe(ctx.User()), "remote": remoteString(ctx), "method": method, "reason": why}).Debug("auth_refused")
 }
 
 func (s *Server) waitFrom(start time.Time) {

@@ -64,6 +64,7 @@ type counter struct {
 	n       int       // failures in the window
 	pending int       // tries begun and not yet ended (sources only)
 	locked  time.Time // locked until
+	refused int       // tries refused during the current lockout
 }
 
 func newLimiter(cfg LimitConfig, now func() time.Time) *limiter {
@@ -73,24 +74,30 @@ func newLimiter(cfg LimitConfig, now func() time.Time) *limiter {
 }
 
 // begin reports whether source may try a secret on node, and if not, which
-// limit refused it ("source" or "node"). An allowed try holds one of the
-// source's PerSource tries until end reports how it went, so guesses sent
-// in parallel from one address get no more tries between them than
-// sequential ones would. A try beyond that budget waits (up to l.wait, or
-// until ctx ends) for earlier ones to settle rather than being refused:
-// correct logins settle in milliseconds and free their slot, guesses settle
-// as failures and lock the source. So many parallel logins from one address
-// (automation, a NAT) are delayed a little, never refused for being many.
-// Every allowed begin must be followed by one end.
-func (l *limiter) begin(ctx context.Context, source, node string) (ok bool, which string) {
+// limit refused it ("source" or "node") and whether this is the first
+// refusal of that lockout. Callers audit that one and only count the rest:
+// the failures that caused the lockout are audited already, so a flood
+// from a locked-out source costs no database writes.
+//
+// An allowed try holds one of the source's PerSource tries until end
+// reports how it went, so guesses sent in parallel from one address get no
+// more tries between them than sequential ones would. A try beyond that
+// budget waits (up to l.wait, or until ctx ends) for earlier ones to settle
+// rather than being refused: correct logins settle in milliseconds and free
+// their slot, guesses settle as failures and lock the source. So many
+// parallel logins from one address (automation, a NAT) are delayed a
+// little, never refused for being many. A try that gives up waiting is
+// refused by "source", never as a first refusal (the tries it waited for
+// are audited). Every allowed begin must be followed by one end.
+func (l *limiter) begin(ctx context.Context, source, node string) (ok bool, which string, first bool) {
 	var timeout <-chan time.Time
 	for {
 		l.mu.Lock()
-		ok, which, full := l.beginLocked(source, node)
+		ok, which, first, full := l.beginLocked(source, node)
 		settled := l.settled
 		l.mu.Unlock()
 		if !full {
-			return ok, which
+			return ok, which, first
 		}
 		if timeout == nil {
 			t := time.NewTimer(l.wait)
@@ -100,29 +107,31 @@ func (l *limiter) begin(ctx context.Context, source, node string) (ok bool, whic
 		select {
 		case <-settled:
 		case <-timeout:
-			return false, "source"
+			return false, "source", false
 		case <-ctx.Done():
-			return false, "source"
+			return false, "source", false
 		}
 	}
 }
 
 // beginLocked is one attempt of begin; full reports that the source's tries
 // in flight use its whole budget (try again once one settles). l.mu held.
-func (l *limiter) beginLocked(source, node string) (ok bool, which string, full bool) {
+func (l *limiter) beginLocked(source, node string) (ok bool, which string, first, full bool) {
 	now := l.now()
 	c := l.src[source]
 	if c != nil && now.Before(c.locked) {
-		return false, "source", false
+		c.refused++
+		return false, "source", c.refused == 1, false
 	}
 	if nc := l.node[node]; nc != nil && now.Before(nc.locked) {
 		if last, ok := l.pairs[[2]string{node, source}]; ok && now.Sub(last) < l.cfg.Window+l.cfg.Lockout {
-			return false, "node", false
+			nc.refused++
+			return false, "node", nc.refused == 1, false
 		}
 	}
 	if c == nil {
 		if l.full(now) {
-			return true, "", false // a very wide attack: new sources are not tracked
+			return true, "", false, false // a very wide attack: new sources are not tracked
 		}
 		c = &counter{start: now}
 		l.src[source] = c
@@ -133,10 +142,10 @@ func (l *limiter) beginLocked(source, node string) (ok bool, which string, full 
 	// Failures already counted lock the source (above); tries in flight
 	// count as failures to come.
 	if c.pending > 0 && c.n+c.pending >= l.cfg.PerSource {
-		return false, "", true
+		return false, "", false, true
 	}
 	c.pending++
-	return true, "", false
+	return true, "", false, false
 }
 
 // end settles a try that begin allowed; a failed one counts against the
@@ -193,6 +202,9 @@ func (l *limiter) bump(m map[string]*counter, key string, limit int, now time.Ti
 	}
 	c.n++
 	if c.n >= limit {
+		if !now.Before(c.locked) { // a new lockout, not one extended by tries that were in flight
+			c.refused = 0
+		}
 		c.locked = now.Add(l.cfg.Lockout)
 	}
 }

@@ -14,7 +14,7 @@ func TestLimiter(t *testing.T) {
 	l := newLimiter(LimitConfig{PerSource: 3, PerNode: 5, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 
 	for i := 0; i < 3; i++ {
-		if ok, _ := l.begin(context.Background(), "10.0.0.1", "n1"); !ok {
+		if ok, _, _ := l.begin(context.Background(), "10.0.0.1", "n1"); !ok {
 			t.Fatalf("attempt %d refused before the limit", i)
 		}
 		l.end("10.0.0.1", "n1", true)
@@ -45,6 +45,48 @@ func TestLimiter(t *testing.T) {
 	}
 }
 
+// TestLimiterFirstRefusal: of the tries a lockout refuses, only the first
+// is marked to be audited, once per lockout of the source and once per
+// lockout of a node under attack.
+func TestLimiterFirstRefusal(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLimiter(LimitConfig{PerSource: 2, PerNode: 3, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
+	type want struct {
+		source, node, which string
+		first               bool
+	}
+	refuse := func(steps ...want) {
+		t.Helper()
+		for i, w := range steps {
+			ok, which, first := l.begin(context.Background(), w.source, w.node)
+			if ok {
+				l.end(w.source, w.node, false)
+			}
+			if ok || which != w.which || first != w.first {
+				t.Errorf("refusal %d (%s on %s): got ok %v %q first %v, want refused by %q first %v",
+					i, w.source, w.node, ok, which, first, w.which, w.first)
+			}
+		}
+	}
+	failOnce(t, l, "10.0.0.1", "n1")
+	failOnce(t, l, "10.0.0.1", "n1")
+	refuse(want{"10.0.0.1", "n1", "source", true}, want{"10.0.0.1", "n1", "source", false},
+		want{"10.0.0.1", "n2", "source", false}, want{"10.0.0.1", "n1", "source", false})
+
+	// The next lockout of that source has its own first refusal.
+	now = now.Add(2 * time.Minute)
+	failOnce(t, l, "10.0.0.1", "n1")
+	failOnce(t, l, "10.0.0.1", "n1")
+	refuse(want{"10.0.0.1", "n2", "source", true}, want{"10.0.0.1", "n2", "source", false})
+
+	// n3 under attack: three sources failed once each.
+	for _, src := range []string{"10.0.0.2", "10.0.0.3", "10.0.0.4"} {
+		failOnce(t, l, src, "n3")
+	}
+	refuse(want{"10.0.0.2", "n3", "node", true}, want{"10.0.0.3", "n3", "node", false},
+		want{"10.0.0.2", "n3", "node", false})
+}
+
 func TestLimiterMemoryBounded(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(LimitConfig{}, func() time.Time { return now })
@@ -61,7 +103,7 @@ func TestLimiterMemoryBounded(t *testing.T) {
 // tryOnce begins a try and ends it as a success (a probe that changes no
 // count).
 func tryOnce(l *limiter, source, node string) (bool, string) {
-	ok, which := l.begin(context.Background(), source, node)
+	ok, which, _ := l.begin(context.Background(), source, node)
 	if ok {
 		l.end(source, node, false)
 	}
@@ -70,7 +112,7 @@ func tryOnce(l *limiter, source, node string) (bool, string) {
 
 func failOnce(t *testing.T, l *limiter, source, node string) {
 	t.Helper()
-	if ok, which := l.begin(context.Background(), source, node); !ok {
+	if ok, which, _ := l.begin(context.Background(), source, node); !ok {
 		t.Fatalf("%s on %s: refused by %s, want a try", source, node, which)
 	}
 	l.end(source, node, true)
@@ -85,7 +127,7 @@ func TestLimiterParallel(t *testing.T) {
 	l.wait = 5 * time.Second
 	bg := context.Background()
 	for i := 0; i < 3; i++ {
-		if ok, which := l.begin(bg, "10.0.0.1", "n1"); !ok {
+		if ok, which, _ := l.begin(bg, "10.0.0.1", "n1"); !ok {
 			t.Fatalf("try %d refused by %s, want allowed", i, which)
 		}
 	}
@@ -96,7 +138,7 @@ func TestLimiterParallel(t *testing.T) {
 	}
 	fourth := make(chan result, 1)
 	go func() {
-		ok, which := l.begin(bg, "10.0.0.1", "n1")
+		ok, which, _ := l.begin(bg, "10.0.0.1", "n1")
 		fourth <- result{ok, which}
 	}()
 	select {
@@ -117,7 +159,7 @@ func TestLimiterParallel(t *testing.T) {
 	// waiting try is refused, not let through.
 	fifth := make(chan result, 1)
 	go func() {
-		ok, which := l.begin(bg, "10.0.0.1", "n1")
+		ok, which, _ := l.begin(bg, "10.0.0.1", "n1")
 		fifth <- result{ok, which}
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -141,16 +183,16 @@ func TestLimiterWaitBounded(t *testing.T) {
 	l := newLimiter(LimitConfig{PerSource: 1}, time.Now)
 	l.wait = 30 * time.Millisecond
 	bg := context.Background()
-	if ok, _ := l.begin(bg, "10.0.0.1", "n1"); !ok {
+	if ok, _, _ := l.begin(bg, "10.0.0.1", "n1"); !ok {
 		t.Fatal("first try refused")
 	}
-	if ok, which := l.begin(bg, "10.0.0.1", "n1"); ok || which != "source" {
+	if ok, which, _ := l.begin(bg, "10.0.0.1", "n1"); ok || which != "source" {
 		t.Errorf("second try past the wait bound: got %v %q, want refused by source", ok, which)
 	}
 	l.wait = time.Minute
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	if ok, _ := l.begin(ctx, "10.0.0.1", "n1"); ok {
+	if ok, _, _ := l.begin(ctx, "10.0.0.1", "n1"); ok {
 		t.Errorf("try of a closed connection: got allowed, want refused")
 	}
 }
@@ -162,7 +204,7 @@ func TestLimiterIPv6Prefix(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		failOnce(t, l, sessions.SourceKey(fmt.Sprintf("2001:db8::%d", i)), "n1")
 	}
-	if ok, which := l.begin(context.Background(), sessions.SourceKey("2001:db8::ffff"), "n1"); ok || which != "source" {
+	if ok, which, _ := l.begin(context.Background(), sessions.SourceKey("2001:db8::ffff"), "n1"); ok || which != "source" {
 		t.Errorf("fourth address of the /64: got %v %q, want refused by source", ok, which)
 	}
 	if ok, _ := tryOnce(l, sessions.SourceKey("2001:db8:0:1::1"), "n1"); !ok {
