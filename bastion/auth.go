@@ -1,10 +1,13 @@
 package bastion
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -13,17 +16,47 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 )
 
 type (
-	connKey    struct{} // net.Conn of the connection, set by connected
-	authKey    struct{} // *authInfo, set on successful authentication
-	chansKey   struct{} // *atomic.Int32: open session channels, set by connected
-	offeredKey struct{} // map[string]int64: registered keys offered (fingerprint -> epoch), set by publicKey
+	stateKey struct{} // *connState, set by connected
+	authKey  struct{} // *authInfo, set on successful authentication
+	chansKey struct{} // *atomic.Int32: open session channels, set by connected
 )
+
+// connState is what one connection did to authenticate, so that one that
+// ends without authenticating after offering keys is recorded as one failed
+// login (connEnded), however many keys it offered: a key offer alone is no
+// failure (OpenSSH offers every key it holds). Set by connected; the auth
+// callbacks run one at a time during the handshake, but the connection may
+// be closed from another goroutine, hence mu.
+type connState struct {
+	conn   net.Conn // to lift the handshake deadline
+	remote string   // the client's address
+	src    string   // its SourceKey
+
+	mu      sync.Mutex
+	user    string           // the user name of the last key offer
+	keys    int              // public keys offered
+	offered map[string]int64 // registered keys offered: "label fingerprint" -> epoch
+	dbDown  bool             // a key lookup failed on the database
+	refused bool             // the limiter refused a key offer (recorded then)
+	// settled: nothing is left to record when the connection ends (it
+	// authenticated, or a token try was recorded).
+	settled bool
+}
+
+func stateFrom(ctx ssh.Context) *connState {
+	return ctx.Value(stateKey{}).(*connState) // set by connected, before any callback
+}
+
+func (st *connState) settle() {
+	st.mu.Lock()
+	st.settled = true
+	st.mu.Unlock()
+}
 
 // authInfo is what a successful authentication established.
 type authInfo struct {
@@ -55,7 +88,9 @@ func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteract
 // cannot tell them apart.
 func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	start := s.cfg.Now()
-	label, src := ctx.User(), sessions.SourceKey(remoteHost(ctx.RemoteAddr()))
+	st := stateFrom(ctx)
+	st.settle() // every outcome below is recorded (audited or counted)
+	label, src := ctx.User(), st.src
 	if ok, which, first := s.lim.begin(ctx, src, label); !ok {
 		s.limited(ctx, method, which, first)
 		s.waitFrom(start)
@@ -92,25 +127,44 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 // publicKey answers whether key is registered for the node. The client has
 // not proven it holds the key yet (OpenSSH asks about each key before it
 // signs with one), so nothing is granted here: verifiedKey does that once
-// the signature checks out.
+// the signature checks out. An offer is no failure either: a key that is
+// not registered is logged at Debug, and a connection that offered keys
+// and ends without authenticating is recorded once (connEnded). A source
+// the limiter has locked out is refused without a database read.
 func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
+	st := stateFrom(ctx)
 	label, fp := ctx.User(), keys.Fingerprint(key)
+	st.mu.Lock()
+	st.user = label
+	st.keys++
+	refused := st.refused
+	st.mu.Unlock()
+	if refused { // once per connection: the limiter is not asked again
+		return false
+	}
+	if ok, which, first := s.lim.begin(ctx, st.src, label); !ok {
+		st.mu.Lock()
+		st.refused = true
+		st.mu.Unlock()
+		s.refuse(label, st.remote, "publickey", which, first)
+		return false
+	}
 	epoch, ok, err := s.store.HasKey(ctx, label, fp)
+	s.lim.end(st.src, label, false) // the connection's end may count a failure
 	switch {
 	case err != nil && !errors.Is(err, db.ErrNotFound):
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
-		s.denied(ctx, "publickey", "database unavailable")
+		st.mu.Lock()
+		st.dbDown = true
+		st.mu.Unlock()
 		return false
 	case err != nil || !ok:
-		s.denied(ctx, "publickey", "key "+fp+" not registered")
+		s.log.WithFields(logrus.Fields{"node": safe(label), "remote": st.remote, "key": fp}).Debug("key_not_registered")
 		return false
 	}
-	offered, _ := ctx.Value(offeredKey{}).(map[string]int64)
-	if offered == nil {
-		offered = map[string]int64{}
-		ctx.SetValue(offeredKey{}, offered)
-	}
-	offered[label+" "+fp] = epoch
+	st.mu.Lock()
+	st.offered[label+" "+fp] = epoch
+	st.mu.Unlock()
 	return true
 }
 
@@ -118,8 +172,10 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 // accepted for the current user: the login succeeds.
 func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 	fp := keys.Fingerprint(key)
-	offered, _ := ctx.Value(offeredKey{}).(map[string]int64)
-	epoch, ok := offered[ctx.User()+" "+fp]
+	st := stateFrom(ctx)
+	st.mu.Lock()
+	epoch, ok := st.offered[ctx.User()+" "+fp]
+	st.mu.Unlock()
 	if !ok { // cannot happen: x/crypto only verifies keys publicKey accepted
 		return errors.New("key was not accepted")
 	}
@@ -127,11 +183,38 @@ func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 	return nil
 }
 
+// connEnded records a connection that ends without authenticating after
+// offering keys, and trying no token (a token try is recorded already):
+// one failed login of its source in the limiter, one audit row, one
+// metric, whatever the number of keys. A connection whose key offer the
+// limiter refused was recorded then (as a refusal: audited if it was its
+// lockout's first), and one that met a database failure is not the
+// client's failure: it is audited, not counted.
+func (s *Server) connEnded(st *connState) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.settled || st.refused || st.keys == 0 {
+		return
+	}
+	const method = "publickey"
+	why := fmt.Sprintf("%d key(s) offered, none registered", st.keys)
+	switch {
+	case st.dbDown:
+		why = fmt.Sprintf("database unavailable (%d key(s) offered)", st.keys)
+	case len(st.offered) > 0:
+		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", st.keys, len(st.offered))
+	}
+	if !st.dbDown {
+		s.lim.fail(st.src, st.user)
+	}
+	s.deny(st.user, st.remote, method, why)
+}
+
 func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	ctx.SetValue(authKey{}, a)
-	if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
-		c.SetDeadline(time.Time{}) // authenticated: no handshake bound any more
-	}
+	st := stateFrom(ctx)
+	st.settle()
+	st.conn.SetDeadline(time.Time{}) // authenticated: no handshake bound any more
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}
@@ -140,27 +223,37 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 }
 
 func (s *Server) denied(ctx ssh.Context, method, why string) {
+	s.deny(ctx.User(), remoteString(ctx), method, why)
+}
+
+// deny records a failed login of user from remote: the metric, an Info
+// line and an audit row.
+func (s *Server) deny(user, remote, method, why string) {
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(method, "denied")
 	}
-	s.log.WithFields(map[string]any{"node": safe(ctx.User()), "remote": remoteString(ctx), "method": method, "reason": why}).Info("auth_denied")
-	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + method, Action: "auth",
-		Source: remoteString(ctx), Result: "denied", Detail: why})
+	s.log.WithFields(logrus.Fields{"node": safe(user), "remote": remote, "method": method, "reason": why}).Info("auth_denied")
+	s.audit(context.Background(), db.AuditEvent{Node: safe(user), Actor: "ssh:" + method, Action: "auth",
+		Source: remote, Result: "denied", Detail: why})
 }
 
-// limited records a try the limiter refused: the first refusal of a
+func (s *Server) limited(ctx ssh.Context, method, which string, first bool) {
+	s.refuse(ctx.User(), remoteString(ctx), method, which, first)
+}
+
+// refuse records a try the limiter refused: the first refusal of a
 // lockout is audited as a denial; the rest are counted (the metric) and
 // logged at Debug, so a locked-out flood writes nothing to the database.
-func (s *Server) limited(ctx ssh.Context, method, which string, first bool) {
+func (s *Server) refuse(user, remote, method, which string, first bool) {
 	why := "rate limited (" + which + ")"
 	if first {
-		s.denied(ctx, method, why)
+		s.deny(user, remote, method, why)
 		return
 	}
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(method, "denied")
 	}
-	s.log.WithFields(logrus.Fields{"node": safe(ctx.User()), "remote": remoteString(ctx), "method": method, "reason": why}).Debug("auth_refused")
+	s.log.WithFields(logrus.Fields{"node": safe(user), "remote": remote, "method": method, "reason": why}).Debug("auth_refused")
 }
 
 func (s *Server) waitFrom(start time.Time) {

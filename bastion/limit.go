@@ -6,9 +6,11 @@ import (
 	"time"
 )
 
-// LimitConfig bounds guessing of node tokens. Only password and
-// keyboard-interactive failures count: a public key that is not registered
-// cannot be guessed into being, and OpenSSH offers every key it has.
+// LimitConfig bounds guessing. A failure is a wrong token (password or
+// keyboard-interactive), or a connection that offered public keys and
+// ended without authenticating: once per connection, however many keys it
+// offered (OpenSSH offers every key it has; one it holds that is not
+// registered is no guess).
 type LimitConfig struct {
 	// PerSource failures within Window lock the source address out of
 	// every node for Lockout (default 5 in 1 min, locked 1 min).
@@ -159,9 +161,22 @@ func (l *limiter) end(source, node string, failed bool) {
 	}
 	close(l.settled) // wake tries waiting for a slot
 	l.settled = make(chan struct{})
-	if !failed {
-		return
+	if failed {
+		l.countLocked(source, node, now)
 	}
+}
+
+// fail counts a failed login that held no try of begin: a connection that
+// ended without authenticating after only offering keys.
+func (l *limiter) fail(source, node string) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.countLocked(source, node, now)
+}
+
+// countLocked counts a failure against the source and the node. l.mu held.
+func (l *limiter) countLocked(source, node string, now time.Time) {
 	full := l.full(now)
 	// At the cap (a very wide attack), only entries already tracked keep
 	// counting, so memory stays bounded and tracked nodes still go under attack.

@@ -87,6 +87,21 @@ func TestLimiterFirstRefusal(t *testing.T) {
 		want{"10.0.0.2", "n3", "node", false})
 }
 
+// TestLimiterFail: a failure that held no try (a connection that offered
+// keys and ended without authenticating) counts like a failed try.
+func TestLimiterFail(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLimiter(LimitConfig{PerSource: 2, PerNode: 100}, func() time.Time { return now })
+	l.fail("10.0.0.1", "n1")
+	if ok, _ := tryOnce(l, "10.0.0.1", "n1"); !ok {
+		t.Fatal("one failure refused the source")
+	}
+	l.fail("10.0.0.1", "n2")
+	if ok, which, first := l.begin(context.Background(), "10.0.0.1", "n1"); ok || which != "source" || !first {
+		t.Errorf("after two failures: got %v %q first %v, want refused by source, first", ok, which, first)
+	}
+}
+
 func TestLimiterMemoryBounded(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(LimitConfig{}, func() time.Time { return now })

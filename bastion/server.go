@@ -182,7 +182,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // connected bounds the time a connection may spend before authenticating.
 // The deadline is lifted when authentication succeeds. It also turns
-// delayed ACKs off (quickAck): they stall OpenSSH's handshake.
+// delayed ACKs off (quickAck): they stall OpenSSH's handshake. The
+// connection's auth state goes with it: when it closes, a login that
+// failed there without being recorded yet is (connEnded).
 func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 	src := sessions.SourceKey(remoteHost(conn.RemoteAddr()))
 	s.connsMu.Lock()
@@ -193,17 +195,19 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 	}
 	s.conns[src]++
 	s.connsMu.Unlock()
-	conn = &countedConn{Conn: quickAck(conn), release: func() {
+	st := &connState{remote: conn.RemoteAddr().String(), src: src, offered: map[string]int64{}}
+	st.conn = &countedConn{Conn: quickAck(conn), ended: func() {
 		s.connsMu.Lock()
 		if s.conns[src]--; s.conns[src] <= 0 {
 			delete(s.conns, src)
 		}
 		s.connsMu.Unlock()
+		s.connEnded(st)
 	}}
-	conn.SetDeadline(s.cfg.Now().Add(s.cfg.HandshakeTimeout))
-	ctx.SetValue(connKey{}, conn)
+	st.conn.SetDeadline(s.cfg.Now().Add(s.cfg.HandshakeTimeout))
+	ctx.SetValue(stateKey{}, st)
 	ctx.SetValue(chansKey{}, new(atomic.Int32))
-	return conn
+	return st.conn
 }
 
 // audit records e; a failure to audit is logged, never shown to the client.
@@ -228,15 +232,18 @@ func remoteHost(a net.Addr) string {
 	return host
 }
 
-// countedConn gives back its slot in Server.conns when closed (gliderlabs
-// closes every connection it handles, once done).
+// countedConn runs ended once it is closed: that gives back its slot in
+// Server.conns and records a failed login (gliderlabs closes every
+// connection it handles, once done). The socket is closed first, so the
+// client is not held while that is written.
 type countedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	once  sync.Once
+	ended func()
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(c.release)
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	c.once.Do(c.ended)
+	return err
 }

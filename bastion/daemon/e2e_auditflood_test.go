@@ -6,6 +6,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,24 @@ func (o *obmd) afDenied(src string) []fdAuditRow {
 		}
 	}
 	return rows
+}
+
+// afSettled waits until at least want denied rows from src are in the audit
+// log (a connection's failure is written as it closes, after the client
+// saw it fail), then a little more for any beyond, and returns their
+// details.
+func (o *obmd) afSettled(src string, want int) []string {
+	o.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(o.afDenied(src)) < want && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	var details []string
+	for _, e := range o.afDenied(src) {
+		details = append(details, e.Actor+" "+e.Detail)
+	}
+	return details
 }
 
 // afMetric is one sample of /metrics.
@@ -90,16 +109,121 @@ func TestAuditFloodLockedOut(t *testing.T) {
 	if err := o.fdTryFrom(t, src, "lo1", tok); err == nil {
 		t.Errorf("right token from the locked-out source: authenticated, want refused")
 	}
-	rows := o.afDenied(src)
-	var details []string
-	for _, e := range rows {
-		details = append(details, e.Detail)
-	}
-	want := []string{"wrong token", "wrong token", "wrong token", "rate limited (source)"}
+	details := o.afSettled(src, perSource+1)
+	want := []string{"ssh:password wrong token", "ssh:password wrong token", "ssh:password wrong token",
+		"ssh:password rate limited (source)"}
 	if strings.Join(details, "|") != strings.Join(want, "|") {
 		t.Errorf("denied audit rows from %s: got %d %q, want %q (one per failure, one per lockout)", src, len(details), details, want)
 	}
 	if got := o.afMetric(`obmd_auth_attempts_total{method="password",result="denied"}`) - before; got < flood+1 {
 		t.Errorf("denied attempts counted during the lockout: got %v, want at least %d", got, flood+1)
+	}
+}
+
+// afKeys returns n fresh signers, registered nowhere.
+func afKeys(t *testing.T, n int) []gossh.Signer {
+	var out []gossh.Signer
+	for range n {
+		k, _ := newKey(t)
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestAuditFloodKeyOffers: offering a key that is not registered is not a
+// failed login (OpenSSH offers every key it holds); a connection that ends
+// without authenticating is, once, however many keys it offered. Such
+// failures count against the source like wrong tokens, so a key-offering
+// flood is locked out, and then audited once per lockout.
+func TestAuditFloodKeyOffers(t *testing.T) {
+	t.Parallel()
+	const perSource = 3
+	o := startObmd(t, func(c *daemon.Config) {
+		c.AuthLimits = bastion.LimitConfig{PerSource: perSource, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
+	})
+	tok := o.addSimNode("ko1")
+	owner, _ := newKey(t)
+	o.addKey("ko1", owner.PublicKey())
+	stranger := afKeys(t, 12)
+
+	// Three unregistered keys, then the token: a login, no failure.
+	const user = "127.0.0.31"
+	c, err := o.fdDialFrom(user, "ko1", gossh.PublicKeys(stranger[:3]...), gossh.Password(tok))
+	if err != nil {
+		t.Fatalf("keys then the token: %v, want a login", err)
+	}
+	c.Close()
+	// The same with the registered key last.
+	c, err = o.fdDialFrom(user, "ko1", gossh.PublicKeys(append(stranger[:3:3], owner)...))
+	if err != nil {
+		t.Fatalf("keys then the registered one: %v, want a login", err)
+	}
+	c.Close()
+	if got := o.afSettled(user, 0); len(got) != 0 {
+		t.Errorf("denied rows for two logins that offered other keys first: got %q, want none", got)
+	}
+
+	// A connection offering twelve keys, none registered: one failure.
+	const scanner = "127.0.0.32"
+	before := o.afMetric(`obmd_auth_attempts_total{method="publickey",result="denied"}`)
+	if c, err := o.fdDialFrom(scanner, "ko1", gossh.PublicKeys(stranger...)); err == nil {
+		c.Close()
+		t.Fatal("unregistered keys authenticated")
+	}
+	if got, want := o.afSettled(scanner, 1), []string{"ssh:publickey 12 key(s) offered, none registered"}; !slices.Equal(got, want) {
+		t.Errorf("denied rows for one connection offering 12 keys: got %q, want %q", got, want)
+	}
+	if got := o.afMetric(`obmd_auth_attempts_total{method="publickey",result="denied"}`) - before; got != 1 {
+		t.Errorf("publickey denials counted for that connection: got %v, want 1", got)
+	}
+	// An impostor: the registered key offered, signed with another.
+	if c, err := o.fdDialFrom(scanner, "ko1", gossh.PublicKeys(fdImpostor{pub: owner.PublicKey(), sign: stranger[0]})); err == nil {
+		c.Close()
+		t.Fatal("impostor authenticated")
+	}
+	// Failed connections count against the source: one more locks it out.
+	if c, err := o.fdDialFrom(scanner, "ghost", gossh.PublicKeys(stranger[:2]...)); err == nil {
+		c.Close()
+		t.Fatal("unregistered keys authenticated")
+	}
+	// Locked out: a flood of key-offering connections is refused, and
+	// recorded once.
+	afParallel(40, 8, func(i int) {
+		if c, err := o.fdDialFrom(scanner, "ko1", gossh.PublicKeys(stranger...)); err == nil {
+			c.Close()
+			t.Error("a locked-out source authenticated")
+		}
+	})
+	if c, err := o.fdDialFrom(scanner, "ko1", gossh.PublicKeys(owner)); err == nil {
+		c.Close()
+		t.Error("the registered key from a locked-out source: authenticated, want refused")
+	}
+	// A locked-out client offering keys, then a token: its lockout's first
+	// refusal (of the keys) is recorded, and nothing else.
+	const both = "127.0.0.33"
+	for range perSource {
+		if err := o.fdTryFrom(t, both, "ko1", "guess"); err == nil {
+			t.Fatal("a guess authenticated")
+		}
+	}
+	for range 3 {
+		if c, err := o.fdDialFrom(both, "ko1", gossh.PublicKeys(stranger[:2]...), gossh.Password(tok)); err == nil {
+			c.Close()
+			t.Fatal("a locked-out source authenticated")
+		}
+	}
+	if got, want := o.afSettled(both, perSource+1), []string{"ssh:password wrong token", "ssh:password wrong token",
+		"ssh:password wrong token", "ssh:publickey rate limited (source)"}; !slices.Equal(got, want) {
+		t.Errorf("denied rows from %s: got %q, want %q", both, got, want)
+	}
+
+	want := []string{
+		"ssh:publickey 12 key(s) offered, none registered",
+		"ssh:publickey 1 key(s) offered, 1 registered but not signed with",
+		"ssh:publickey 2 key(s) offered, none registered",
+		"ssh:publickey rate limited (source)",
+	}
+	if got := o.afSettled(scanner, len(want)); !slices.Equal(got, want) {
+		t.Errorf("denied rows from %s: got %d %q, want %q", scanner, len(got), got, want)
 	}
 }
