@@ -91,14 +91,14 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	st := stateFrom(ctx)
 	st.settle() // every outcome below is recorded (audited or counted)
 	label, src := ctx.User(), st.src
-	if ok, which, first := s.lim.begin(ctx, src, label); !ok {
+	if ok, which, first := s.lim.Begin(ctx, src, label); !ok {
 		s.limited(ctx, method, which, first)
 		s.waitFrom(start)
 		return false
 	}
 	acc, err := s.store.Access(ctx, label)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
-		s.lim.end(src, label, false) // not the client's failure
+		s.lim.End(src, label, false) // not the client's failure
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
 		s.denied(ctx, method, "database unavailable")
 		s.waitFrom(start)
@@ -114,12 +114,12 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 		case !acc.HasToken:
 			why = "no token issued"
 		}
-		s.lim.end(src, label, true)
+		s.lim.End(src, label, true)
 		s.denied(ctx, method, why)
 		s.waitFrom(start)
 		return false
 	}
-	s.lim.end(src, label, false)
+	s.lim.End(src, label, false)
 	s.accepted(ctx, &authInfo{Method: method, User: "token", Epoch: acc.Epoch})
 	return true
 }
@@ -142,7 +142,7 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	if refused { // once per connection: the limiter is not asked again
 		return false
 	}
-	if ok, which, first := s.lim.begin(ctx, st.src, label); !ok {
+	if ok, which, first := s.lim.Begin(ctx, st.src, label); !ok {
 		st.mu.Lock()
 		st.refused = true
 		st.mu.Unlock()
@@ -150,7 +150,7 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 		return false
 	}
 	epoch, ok, err := s.store.HasKey(ctx, label, fp)
-	s.lim.end(st.src, label, false) // the connection's end may count a failure
+	s.lim.End(st.src, label, false) // the connection's end may count a failure
 	switch {
 	case err != nil && !errors.Is(err, db.ErrNotFound):
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
@@ -205,7 +205,7 @@ func (s *Server) connEnded(st *connState) {
 		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", st.keys, len(st.offered))
 	}
 	if !st.dbDown {
-		s.lim.fail(st.src, st.user)
+		s.lim.Fail(st.src, st.user)
 	}
 	s.deny(st.user, st.remote, method, why)
 }

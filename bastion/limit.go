@@ -4,13 +4,16 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/obmd/obmd/bastion/sessions"
 )
 
-// LimitConfig bounds guessing. A failure is a wrong token (password or
-// keyboard-interactive), or a connection that offered public keys and
-// ended without authenticating: once per connection, however many keys it
-// offered (OpenSSH offers every key it has; one it holds that is not
-// registered is no guess).
+// LimitConfig bounds guessing. A failure is a wrong node token (SSH
+// password or keyboard-interactive, or the admin API's ?token= routes), a
+// wrong admin credential (it counts against the source only), or an SSH
+// connection that offered public keys and ended without authenticating:
+// once per connection, however many keys it offered (OpenSSH offers every
+// key it has; one it holds that is not registered is no guess).
 type LimitConfig struct {
 	// PerSource failures within Window lock the source address out of
 	// every node for Lockout (default 5 in 1 min, locked 1 min).
@@ -43,9 +46,12 @@ func (c *LimitConfig) defaults() {
 // (at most once a second) and new ones are not tracked.
 const maxTracked = 100_000
 
-// limiter counts authentication failures in fixed windows. Safe for
-// concurrent use.
-type limiter struct {
+// Limiter counts authentication failures in fixed windows and refuses the
+// sources and nodes past LimitConfig. One Limiter serves the SSH front door
+// and the admin API, so a source locked out on one is locked out on both.
+// A source is the client's address without port; an IPv6 /64 counts as one
+// (sessions.SourceKey). Safe for concurrent use.
+type Limiter struct {
 	cfg LimitConfig
 	now func() time.Time
 
@@ -69,13 +75,15 @@ type counter struct {
 	refused int       // tries refused during the current lockout
 }
 
-func newLimiter(cfg LimitConfig, now func() time.Time) *limiter {
+// NewLimiter returns a Limiter; unset fields of cfg take their defaults.
+func NewLimiter(cfg LimitConfig, now func() time.Time) *Limiter {
 	cfg.defaults()
-	return &limiter{cfg: cfg, now: now, wait: 5 * time.Second, settled: make(chan struct{}),
+	return &Limiter{cfg: cfg, now: now, wait: 5 * time.Second, settled: make(chan struct{}),
 		src: map[string]*counter{}, node: map[string]*counter{}, pairs: map[[2]string]time.Time{}}
 }
 
-// begin reports whether source may try a secret on node, and if not, which
+// Begin reports whether source may try a secret on node ("" for the admin
+// credential, which belongs to no node), and if not, which
 // limit refused it ("source" or "node") and whether this is the first
 // refusal of that lockout. Callers audit that one and only count the rest:
 // the failures that caused the lockout are audited already, so a flood
@@ -90,8 +98,9 @@ func newLimiter(cfg LimitConfig, now func() time.Time) *limiter {
 // parallel logins from one address (automation, a NAT) are delayed a
 // little, never refused for being many. A try that gives up waiting is
 // refused by "source", never as a first refusal (the tries it waited for
-// are audited). Every allowed begin must be followed by one end.
-func (l *limiter) begin(ctx context.Context, source, node string) (ok bool, which string, first bool) {
+// are audited). Every allowed Begin must be followed by one End.
+func (l *Limiter) Begin(ctx context.Context, source, node string) (ok bool, which string, first bool) {
+	source = sessions.SourceKey(source)
 	var timeout <-chan time.Time
 	for {
 		l.mu.Lock()
@@ -118,7 +127,7 @@ func (l *limiter) begin(ctx context.Context, source, node string) (ok bool, whic
 
 // beginLocked is one attempt of begin; full reports that the source's tries
 // in flight use its whole budget (try again once one settles). l.mu held.
-func (l *limiter) beginLocked(source, node string) (ok bool, which string, first, full bool) {
+func (l *Limiter) beginLocked(source, node string) (ok bool, which string, first, full bool) {
 	now := l.now()
 	c := l.src[source]
 	if c != nil && now.Before(c.locked) {
@@ -150,9 +159,10 @@ func (l *limiter) beginLocked(source, node string) (ok bool, which string, first
 	return true, "", false, false
 }
 
-// end settles a try that begin allowed; a failed one counts against the
+// End settles a try that Begin allowed; a failed one counts against the
 // source and the node.
-func (l *limiter) end(source, node string, failed bool) {
+func (l *Limiter) End(source, node string, failed bool) {
+	source = sessions.SourceKey(source)
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -166,22 +176,27 @@ func (l *limiter) end(source, node string, failed bool) {
 	}
 }
 
-// fail counts a failed login that held no try of begin: a connection that
-// ended without authenticating after only offering keys.
-func (l *limiter) fail(source, node string) {
+// Fail counts a failed login that held no try of Begin: an SSH connection
+// that ended without authenticating after only offering keys.
+func (l *Limiter) Fail(source, node string) {
+	source = sessions.SourceKey(source)
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.countLocked(source, node, now)
 }
 
-// countLocked counts a failure against the source and the node. l.mu held.
-func (l *limiter) countLocked(source, node string, now time.Time) {
+// countLocked counts a failure against the source and the node (none for
+// ""). l.mu held.
+func (l *Limiter) countLocked(source, node string, now time.Time) {
 	full := l.full(now)
 	// At the cap (a very wide attack), only entries already tracked keep
 	// counting, so memory stays bounded and tracked nodes still go under attack.
 	if _, ok := l.src[source]; ok || !full {
 		l.bump(l.src, source, l.cfg.PerSource, now)
+	}
+	if node == "" {
+		return
 	}
 	if _, ok := l.node[node]; ok || !full {
 		l.bump(l.node, node, l.cfg.PerNode, now)
@@ -193,7 +208,7 @@ func (l *limiter) countLocked(source, node string, now time.Time) {
 
 // full reports whether the limiter tracks as much as it may, after
 // sweeping stale entries (at most once a second). l.mu held.
-func (l *limiter) full(now time.Time) bool {
+func (l *Limiter) full(now time.Time) bool {
 	if l.size() <= maxTracked {
 		return false
 	}
@@ -204,9 +219,9 @@ func (l *limiter) full(now time.Time) bool {
 	return l.size() > maxTracked
 }
 
-func (l *limiter) size() int { return len(l.src) + len(l.node) + len(l.pairs) }
+func (l *Limiter) size() int { return len(l.src) + len(l.node) + len(l.pairs) }
 
-func (l *limiter) bump(m map[string]*counter, key string, limit int, now time.Time) {
+func (l *Limiter) bump(m map[string]*counter, key string, limit int, now time.Time) {
 	c := m[key]
 	if c == nil {
 		c = &counter{start: now}
@@ -225,7 +240,7 @@ func (l *limiter) bump(m map[string]*counter, key string, limit int, now time.Ti
 }
 
 // sweep drops entries that can no longer matter.
-func (l *limiter) sweep(now time.Time) {
+func (l *Limiter) sweep(now time.Time) {
 	horizon := l.cfg.Window + l.cfg.Lockout
 	for _, m := range []map[string]*counter{l.src, l.node} {
 		for k, c := range m {

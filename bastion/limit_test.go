@@ -11,13 +11,13 @@ import (
 
 func TestLimiter(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newLimiter(LimitConfig{PerSource: 3, PerNode: 5, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
+	l := NewLimiter(LimitConfig{PerSource: 3, PerNode: 5, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 
 	for i := 0; i < 3; i++ {
-		if ok, _, _ := l.begin(context.Background(), "10.0.0.1", "n1"); !ok {
+		if ok, _, _ := l.Begin(context.Background(), "10.0.0.1", "n1"); !ok {
 			t.Fatalf("attempt %d refused before the limit", i)
 		}
-		l.end("10.0.0.1", "n1", true)
+		l.End("10.0.0.1", "n1", true)
 	}
 	if ok, which := tryOnce(l, "10.0.0.1", "n2"); ok || which != "source" {
 		t.Errorf("locked source on another node: got %v %q, want refused by source", ok, which)
@@ -50,7 +50,7 @@ func TestLimiter(t *testing.T) {
 // lockout of a node under attack.
 func TestLimiterFirstRefusal(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newLimiter(LimitConfig{PerSource: 2, PerNode: 3, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
+	l := NewLimiter(LimitConfig{PerSource: 2, PerNode: 3, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 	type want struct {
 		source, node, which string
 		first               bool
@@ -58,9 +58,9 @@ func TestLimiterFirstRefusal(t *testing.T) {
 	refuse := func(steps ...want) {
 		t.Helper()
 		for i, w := range steps {
-			ok, which, first := l.begin(context.Background(), w.source, w.node)
+			ok, which, first := l.Begin(context.Background(), w.source, w.node)
 			if ok {
-				l.end(w.source, w.node, false)
+				l.End(w.source, w.node, false)
 			}
 			if ok || which != w.which || first != w.first {
 				t.Errorf("refusal %d (%s on %s): got ok %v %q first %v, want refused by %q first %v",
@@ -91,22 +91,22 @@ func TestLimiterFirstRefusal(t *testing.T) {
 // keys and ended without authenticating) counts like a failed try.
 func TestLimiterFail(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newLimiter(LimitConfig{PerSource: 2, PerNode: 100}, func() time.Time { return now })
-	l.fail("10.0.0.1", "n1")
+	l := NewLimiter(LimitConfig{PerSource: 2, PerNode: 100}, func() time.Time { return now })
+	l.Fail("10.0.0.1", "n1")
 	if ok, _ := tryOnce(l, "10.0.0.1", "n1"); !ok {
 		t.Fatal("one failure refused the source")
 	}
-	l.fail("10.0.0.1", "n2")
-	if ok, which, first := l.begin(context.Background(), "10.0.0.1", "n1"); ok || which != "source" || !first {
+	l.Fail("10.0.0.1", "n2")
+	if ok, which, first := l.Begin(context.Background(), "10.0.0.1", "n1"); ok || which != "source" || !first {
 		t.Errorf("after two failures: got %v %q first %v, want refused by source, first", ok, which, first)
 	}
 }
 
 func TestLimiterMemoryBounded(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newLimiter(LimitConfig{}, func() time.Time { return now })
+	l := NewLimiter(LimitConfig{}, func() time.Time { return now })
 	for i := 0; i < maxTracked; i++ {
-		l.end(fmt.Sprint(i), "n", true)
+		l.End(fmt.Sprint(i), "n", true)
 	}
 	now = now.Add(time.Hour)
 	failOnce(t, l, "x", "n")
@@ -117,20 +117,20 @@ func TestLimiterMemoryBounded(t *testing.T) {
 
 // tryOnce begins a try and ends it as a success (a probe that changes no
 // count).
-func tryOnce(l *limiter, source, node string) (bool, string) {
-	ok, which, _ := l.begin(context.Background(), source, node)
+func tryOnce(l *Limiter, source, node string) (bool, string) {
+	ok, which, _ := l.Begin(context.Background(), source, node)
 	if ok {
-		l.end(source, node, false)
+		l.End(source, node, false)
 	}
 	return ok, which
 }
 
-func failOnce(t *testing.T, l *limiter, source, node string) {
+func failOnce(t *testing.T, l *Limiter, source, node string) {
 	t.Helper()
-	if ok, which, _ := l.begin(context.Background(), source, node); !ok {
+	if ok, which, _ := l.Begin(context.Background(), source, node); !ok {
 		t.Fatalf("%s on %s: refused by %s, want a try", source, node, which)
 	}
-	l.end(source, node, true)
+	l.End(source, node, true)
 }
 
 // TestLimiterParallel: tries in flight count against the source, so a
@@ -138,11 +138,11 @@ func failOnce(t *testing.T, l *limiter, source, node string) {
 // tries beyond that wait for earlier ones to settle instead of being refused.
 func TestLimiterParallel(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newLimiter(LimitConfig{PerSource: 3, PerNode: 100, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
+	l := NewLimiter(LimitConfig{PerSource: 3, PerNode: 100, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 	l.wait = 5 * time.Second
 	bg := context.Background()
 	for i := 0; i < 3; i++ {
-		if ok, which, _ := l.begin(bg, "10.0.0.1", "n1"); !ok {
+		if ok, which, _ := l.Begin(bg, "10.0.0.1", "n1"); !ok {
 			t.Fatalf("try %d refused by %s, want allowed", i, which)
 		}
 	}
@@ -153,7 +153,7 @@ func TestLimiterParallel(t *testing.T) {
 	}
 	fourth := make(chan result, 1)
 	go func() {
-		ok, which, _ := l.begin(bg, "10.0.0.1", "n1")
+		ok, which, _ := l.Begin(bg, "10.0.0.1", "n1")
 		fourth <- result{ok, which}
 	}()
 	select {
@@ -162,7 +162,7 @@ func TestLimiterParallel(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	// ... and proceeds when one of the three succeeds.
-	l.end("10.0.0.1", "n1", false)
+	l.End("10.0.0.1", "n1", false)
 	if r := <-fourth; !r.ok {
 		t.Fatalf("fourth try after a success: refused by %s, want allowed", r.which)
 	}
@@ -174,12 +174,12 @@ func TestLimiterParallel(t *testing.T) {
 	// waiting try is refused, not let through.
 	fifth := make(chan result, 1)
 	go func() {
-		ok, which, _ := l.begin(bg, "10.0.0.1", "n1")
+		ok, which, _ := l.Begin(bg, "10.0.0.1", "n1")
 		fifth <- result{ok, which}
 	}()
 	time.Sleep(20 * time.Millisecond)
 	for i := 0; i < 3; i++ {
-		l.end("10.0.0.1", "n1", true)
+		l.End("10.0.0.1", "n1", true)
 	}
 	if r := <-fifth; r.ok || r.which != "source" {
 		t.Errorf("waiting try after 3 failures: got %v %q, want refused by source", r.ok, r.which)
@@ -195,19 +195,19 @@ func TestLimiterParallel(t *testing.T) {
 // TestLimiterWaitBounded: a try waiting for a slot gives up at the bound,
 // or when its connection ends.
 func TestLimiterWaitBounded(t *testing.T) {
-	l := newLimiter(LimitConfig{PerSource: 1}, time.Now)
+	l := NewLimiter(LimitConfig{PerSource: 1}, time.Now)
 	l.wait = 30 * time.Millisecond
 	bg := context.Background()
-	if ok, _, _ := l.begin(bg, "10.0.0.1", "n1"); !ok {
+	if ok, _, _ := l.Begin(bg, "10.0.0.1", "n1"); !ok {
 		t.Fatal("first try refused")
 	}
-	if ok, which, _ := l.begin(bg, "10.0.0.1", "n1"); ok || which != "source" {
+	if ok, which, _ := l.Begin(bg, "10.0.0.1", "n1"); ok || which != "source" {
 		t.Errorf("second try past the wait bound: got %v %q, want refused by source", ok, which)
 	}
 	l.wait = time.Minute
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	if ok, _, _ := l.begin(ctx, "10.0.0.1", "n1"); ok {
+	if ok, _, _ := l.Begin(ctx, "10.0.0.1", "n1"); ok {
 		t.Errorf("try of a closed connection: got allowed, want refused")
 	}
 }
@@ -215,11 +215,11 @@ func TestLimiterWaitBounded(t *testing.T) {
 // TestLimiterIPv6Prefix: addresses of one /64 share the per-source limit.
 func TestLimiterIPv6Prefix(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newLimiter(LimitConfig{PerSource: 3, PerNode: 100}, func() time.Time { return now })
+	l := NewLimiter(LimitConfig{PerSource: 3, PerNode: 100}, func() time.Time { return now })
 	for i := 1; i <= 3; i++ {
 		failOnce(t, l, sessions.SourceKey(fmt.Sprintf("2001:db8::%d", i)), "n1")
 	}
-	if ok, which, _ := l.begin(context.Background(), sessions.SourceKey("2001:db8::ffff"), "n1"); ok || which != "source" {
+	if ok, which, _ := l.Begin(context.Background(), sessions.SourceKey("2001:db8::ffff"), "n1"); ok || which != "source" {
 		t.Errorf("fourth address of the /64: got %v %q, want refused by source", ok, which)
 	}
 	if ok, _ := tryOnce(l, sessions.SourceKey("2001:db8:0:1::1"), "n1"); !ok {

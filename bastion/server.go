@@ -49,8 +49,9 @@ type Config struct {
 	HostKeys []gossh.Signer
 	// Escape is the console escape prefix (default "\x05c": Ctrl-E c).
 	Escape string
-	// Limits bound token guessing.
-	Limits LimitConfig
+	// Limiter bounds guessing; the wiring shares it with the admin API.
+	// Required.
+	Limiter *Limiter
 	// FailDelay is the least time a failed password or keyboard-interactive
 	// attempt takes, so an unknown node and a wrong token answer alike and
 	// guessing is slow (default 300 ms).
@@ -91,7 +92,7 @@ type Server struct {
 	consoles Consoles
 	reg      *sessions.Registry
 	log      logrus.FieldLogger
-	lim      *limiter
+	lim      *Limiter
 	srv      *ssh.Server
 
 	connsMu sync.Mutex
@@ -103,7 +104,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 	if len(cfg.HostKeys) == 0 {
 		return nil, errors.New("bastion: no host key")
 	}
-	if store == nil || runner == nil || consoles == nil || reg == nil || log == nil || cfg.Admit == nil {
+	if store == nil || runner == nil || consoles == nil || reg == nil || log == nil || cfg.Admit == nil || cfg.Limiter == nil {
 		return nil, errors.New("bastion: missing dependency")
 	}
 	if cfg.Escape == "" {
@@ -128,7 +129,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
-		lim: newLimiter(cfg.Limits, cfg.Now), conns: map[string]int{}}
+		lim: cfg.Limiter, conns: map[string]int{}}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",
 		PasswordHandler:            s.password,

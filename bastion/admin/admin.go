@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -47,9 +48,27 @@ type Config struct {
 	// wiring also applies, on this replica, an access change made elsewhere
 	// and not yet seen (bastion.Revoker.Admit). Required.
 	Admit func(ctx context.Context, label string, epoch int64) error
+	// Limiter bounds guessing of the admin credential and of node tokens;
+	// the wiring shares it with the SSH front door. Required.
+	Limiter Limiter
 	// Metrics, if set, serves GET /metrics (Prometheus text format; no
 	// authentication, like the probes: it carries no node names).
 	Metrics http.Handler
+}
+
+// Limiter bounds secret guessing per source address and per node
+// (bastion.Limiter). The wiring shares one with the SSH front door, so a
+// source locked out by guesses on either is locked out of both.
+type Limiter interface {
+	// Begin reports whether host (the client's address, no port) may try a
+	// secret on node ("" for the admin credential), and if not, which limit
+	// refused it ("source" or "node") and whether the refusal is its
+	// lockout's first: that one is audited, the others only logged at
+	// Debug. Every allowed Begin is followed by one End.
+	Begin(ctx context.Context, host, node string) (ok bool, which string, first bool)
+	// End settles a try Begin allowed; a failed one counts against host and
+	// node.
+	End(host, node string, failed bool)
 }
 
 // Store is the part of *db.Store the API uses.
@@ -126,8 +145,8 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 	switch {
 	case cfg.AdminToken == "":
 		return nil, errors.New("admin api: an admin token is required")
-	case cfg.Admit == nil:
-		return nil, errors.New("admin api: Admit is required")
+	case cfg.Admit == nil || cfg.Limiter == nil:
+		return nil, errors.New("admin api: Admit and Limiter are required")
 	case cfg.MaxBody < 0:
 		return nil, errors.New("admin api: MaxBody must not be negative")
 	case store == nil || sealer == nil || runner == nil || consoles == nil || revoker == nil || reg == nil || log == nil:
@@ -224,29 +243,60 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // admin wraps an admin handler with the basic-auth check. A missing or wrong
-// credential gets the generic 404 and an audit record.
+// credential gets the generic 404 and an audit record, and counts against
+// the source (Config.Limiter); a locked-out source gets 429 whatever it
+// sends.
 func (a *API) admin(fn http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		route := "-"
+		if rec, isRec := w.(*recorder); isRec {
+			route = rec.route
+		}
+		host := remoteHost(r)
+		if ok, which, first := a.cfg.Limiter.Begin(r.Context(), host, ""); !ok {
+			a.limited(w, r, db.AuditEvent{Actor: "admin", Action: "admin.auth", Detail: " on " + route}, which, first)
+			return
+		}
 		user, pass, ok := r.BasicAuth()
 		// Compare both parts in constant time, without short-circuit.
 		okUser := keys.SecretEqual(user, "admin")
 		okPass := keys.SecretEqual(pass, a.cfg.AdminToken)
 		if !ok || !okUser || !okPass {
+			a.cfg.Limiter.End(host, "", true)
 			detail := "bad credential"
 			if !ok {
 				detail = "no credential"
-			}
-			route := "-"
-			if rec, isRec := w.(*recorder); isRec {
-				route = rec.route
 			}
 			a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "admin.auth", Result: "denied",
 				Detail: detail + " on " + route})
 			notFound(w)
 			return
 		}
+		a.cfg.Limiter.End(host, "", false)
 		fn(w, r)
 	}
+}
+
+// limited answers a request the guessing limits refused (429). The first
+// refusal of a lockout is audited as e, denied, its Detail prefixed with
+// the limit; the others are only logged at Debug, so a locked-out flood
+// writes nothing to the database.
+func (a *API) limited(w http.ResponseWriter, r *http.Request, e db.AuditEvent, which string, first bool) {
+	e.Result, e.Detail = "denied", "rate limited ("+which+")"+e.Detail
+	if first {
+		a.auditEvent(r, e)
+	} else {
+		a.log.WithFields(logrus.Fields{"action": e.Action, "node": e.Node, "detail": e.Detail, "remote": r.RemoteAddr}).Debug("auth_refused")
+	}
+	writeError(w, http.StatusTooManyRequests, "too many failed attempts from your address; try again later")
+}
+
+// remoteHost is the client's address without port.
+func remoteHost(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) {

@@ -39,6 +39,9 @@ type env struct {
 	api    *API
 	srv    *httptest.Server
 	wrap   func(Store) Store
+	// limits are the guessing limits of the next start (newEnv: none to
+	// speak of; tests that fail on purpose many times stay clear of them).
+	limits bastion.LimitConfig
 }
 
 // forEngines runs fn on SQLite and, when OBMD_TEST_MYSQL_DSN is set, MariaDB.
@@ -58,7 +61,8 @@ func newEnv(t *testing.T, eng dbtest.Engine, wrap func(Store) Store) *env {
 	}
 	reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
 	e := &env{t: t, dsn: eng.DSN(t), sealer: sealer, reg: reg, runner: newFakeRunner(reg),
-		cons: &fakeConsoles{}, rev: &fakeRevoker{reg: reg}, logs: &syncBuffer{}, wrap: wrap}
+		cons: &fakeConsoles{}, rev: &fakeRevoker{reg: reg}, logs: &syncBuffer{}, wrap: wrap,
+		limits: noLimits}
 	e.start()
 	return e
 }
@@ -90,7 +94,8 @@ func (e *env) start() {
 	if ep, ok := s.(bastion.Epochs); ok { // a wrapper that injects epoch races
 		epochs = ep
 	}
-	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs)}, s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
+	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: bastion.NewLimiter(e.limits, time.Now)},
+		s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}
@@ -374,6 +379,9 @@ func admitOver(reg *sessions.Registry, epochs bastion.Epochs) func(context.Conte
 	quiet.SetOutput(io.Discard)
 	return bastion.NewRevoker(noConsoles{}, reg, epochs, quiet).Admit
 }
+
+// noLimits are guessing limits no test reaches by accident.
+var noLimits = bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20}
 
 // noConsoles is a bastion.Cutter with no console to cut.
 type noConsoles struct{}

@@ -7,9 +7,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
@@ -114,7 +116,8 @@ func fuzzAPI(f *testing.F) (*db.Store, *API) {
 	}
 	sealer, _ := keys.NewSealer(make([]byte, 32))
 	reg := sessions.New(sessions.Config{})
-	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10, Admit: admitOver(reg, st)}, st, sealer, newFakeRunner(reg),
+	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10, Admit: admitOver(reg, st),
+		Limiter: bastion.NewLimiter(noLimits, time.Now)}, st, sealer, newFakeRunner(reg),
 		&fakeConsoles{}, &fakeRevoker{reg: reg}, reg, quiet)
 	if err != nil {
 		f.Fatalf("new api: %v", err)

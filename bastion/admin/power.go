@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -27,21 +26,30 @@ type grant struct {
 }
 
 // tokenAuth checks the request's ?token= against the node's current token
-// hash in constant time. It answers 400 (bad label), 404 (unknown node) or
-// 401 (no or wrong token) itself.
+// hash in constant time. It answers 400 (bad label), 404 (unknown node),
+// 401 (no or wrong token) or 429 (the source or the node is locked out by
+// the guessing limits, Config.Limiter) itself. An unknown node and a wrong
+// token are failures of the source and of the node.
 func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	label, valid := pathLabel(w, r)
 	if !valid {
 		return grant{}, false
 	}
+	host := remoteHost(r)
+	if ok, which, first := a.cfg.Limiter.Begin(r.Context(), host, label); !ok {
+		a.limited(w, r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, which, first)
+		return grant{}, false
+	}
 	tok := r.URL.Query().Get("token")
 	acc, err := a.store.Access(r.Context(), label)
 	if errors.Is(err, db.ErrNotFound) {
+		a.cfg.Limiter.End(host, label, true)
 		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: "unknown node"})
 		nodeNotFound(w, label)
 		return grant{}, false
 	}
 	if err != nil {
+		a.cfg.Limiter.End(host, label, false) // not the client's failure
 		a.storeError(w, r, "read node access", err)
 		return grant{}, false
 	}
@@ -56,10 +64,12 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 		case !acc.HasToken:
 			detail = "node has no token"
 		}
+		a.cfg.Limiter.End(host, label, true)
 		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: detail})
 		writeError(w, http.StatusUnauthorized, "invalid token")
 		return grant{}, false
 	}
+	a.cfg.Limiter.End(host, label, false)
 	return grant{label: label, epoch: acc.Epoch}, true
 }
 
@@ -70,12 +80,8 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 // context is cancelled by a cut; end must be called once the request is
 // done. On failure it has answered.
 func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string) (context.Context, func(), bool) {
-	host := r.RemoteAddr
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
 	ctx, info, end, err := a.sessions.Start(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
-		Remote: r.RemoteAddr, Epoch: g.epoch}, host)
+		Remote: r.RemoteAddr, Epoch: g.epoch}, remoteHost(r))
 	switch {
 	case errors.Is(err, sessions.ErrShutdown):
 		writeError(w, http.StatusServiceUnavailable, err.Error())

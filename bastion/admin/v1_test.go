@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
@@ -384,17 +385,19 @@ func TestNew(t *testing.T) {
 	log := logrus.New()
 	var st Store = failingStore{}
 	admit := func(context.Context, string, int64) error { return nil }
+	lim := bastion.NewLimiter(noLimits, time.Now)
 	tests := []struct {
 		name string
 		cfg  Config
 		st   Store
 		ok   bool
 	}{
-		{"ok", Config{AdminToken: "t", Admit: admit}, st, true},
-		{"no admin token", Config{Admit: admit}, st, false},
-		{"negative body", Config{AdminToken: "t", MaxBody: -1, Admit: admit}, st, false},
-		{"no store", Config{AdminToken: "t", Admit: admit}, nil, false},
-		{"no admit", Config{AdminToken: "t"}, st, false},
+		{"ok", Config{AdminToken: "t", Admit: admit, Limiter: lim}, st, true},
+		{"no admin token", Config{Admit: admit, Limiter: lim}, st, false},
+		{"negative body", Config{AdminToken: "t", MaxBody: -1, Admit: admit, Limiter: lim}, st, false},
+		{"no store", Config{AdminToken: "t", Admit: admit, Limiter: lim}, nil, false},
+		{"no admit", Config{AdminToken: "t", Limiter: lim}, st, false},
+		{"no limiter", Config{AdminToken: "t", Admit: admit}, st, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -59,7 +59,8 @@ type Config struct {
 	// from one address (an IPv6 /64 counts as one; default 64; negative:
 	// no limit).
 	MaxConnsPerSource int `yaml:"max_conns_per_source"`
-	// AuthLimits bound token guessing.
+	// AuthLimits bound guessing of node tokens and of the admin token; SSH
+	// and the admin API share one budget per source.
 	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
 	// FailDelay is the least time a failed token takes (default 300 ms).
 	FailDelay time.Duration `yaml:"fail_delay"`

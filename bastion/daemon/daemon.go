@@ -141,13 +141,15 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Metrics: d.metrics}, d.store, sealer, runner,
+	// One guessing budget per source for SSH and the admin API.
+	limiter := bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: limiter, Metrics: d.metrics}, d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
-		Limits: d.cfg.AuthLimits, FailDelay: d.cfg.FailDelay, MaxConnsPerSource: d.cfg.MaxConnsPerSource, Version: d.cfg.Version, Admit: d.revoker.Admit,
+		Limiter: limiter, FailDelay: d.cfg.FailDelay, MaxConnsPerSource: d.cfg.MaxConnsPerSource, Version: d.cfg.Version, Admit: d.revoker.Admit,
 		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err

@@ -6,6 +6,9 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -225,5 +228,108 @@ func TestAuditFloodKeyOffers(t *testing.T) {
 	}
 	if got := o.afSettled(scanner, len(want)); !slices.Equal(got, want) {
 		t.Errorf("denied rows from %s: got %d %q, want %q", scanner, len(got), got, want)
+	}
+}
+
+// afHTTPFrom sends an admin-port request from the local address src with
+// basic credentials user:pass ("" user: none); it returns the status.
+func (o *obmd) afHTTPFrom(src, method, path, user, pass string) int {
+	o.t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequest(method, "http://"+o.AdminAddr()+path, nil)
+	if err != nil {
+		o.t.Fatalf("request: %v", err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		o.t.Errorf("%s %s from %s: %v", method, path, src, err)
+		return 0
+	}
+	defer res.Body.Close()
+	io.Copy(io.Discard, res.Body)
+	return res.StatusCode
+}
+
+// TestAuditFloodShared: SSH and the admin API share one guessing budget
+// per source: a source locked out by SSH guesses is refused by the admin
+// API, even with the right admin token or node token, and one locked out
+// by admin-API guesses is refused by SSH; a flood of unauthenticated
+// admin-API requests writes one audit row per failure until the lockout,
+// then one.
+func TestAuditFloodShared(t *testing.T) {
+	t.Parallel()
+	const perSource = 3
+	o := startObmd(t, func(c *daemon.Config) {
+		c.AuthLimits = bastion.LimitConfig{PerSource: perSource, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
+	})
+	tok := o.addSimNode("sh1")
+	tokenRoute := "/node/sh1/power_status?token="
+
+	// SSH guesses lock the source out of the admin API.
+	const sshGuesser = "127.0.0.41"
+	for range perSource {
+		if err := o.fdTryFrom(t, sshGuesser, "sh1", "guess"); err == nil {
+			t.Fatal("a guess authenticated")
+		}
+	}
+	if code := o.afHTTPFrom(sshGuesser, "GET", "/v1/nodes", "admin", o.AdminToken()); code != http.StatusTooManyRequests {
+		t.Errorf("admin token from a source locked out over SSH: got %d, want 429", code)
+	}
+	if code := o.afHTTPFrom(sshGuesser, "GET", tokenRoute+tok, "", ""); code != http.StatusTooManyRequests {
+		t.Errorf("node token from a source locked out over SSH: got %d, want 429", code)
+	}
+
+	// Admin-token guesses lock the source out of SSH.
+	const apiGuesser = "127.0.0.42"
+	for range perSource {
+		if code := o.afHTTPFrom(apiGuesser, "GET", "/v1/nodes", "admin", "guess"); code != http.StatusNotFound {
+			t.Fatalf("wrong admin token: got %d, want 404", code)
+		}
+	}
+	if err := o.fdTryFrom(t, apiGuesser, "sh1", tok); err == nil {
+		t.Errorf("right token over SSH from a source locked out by admin-token guesses: authenticated, want refused")
+	}
+	if code := o.afHTTPFrom(apiGuesser, "GET", tokenRoute+tok, "", ""); code != http.StatusTooManyRequests {
+		t.Errorf("node token from a source locked out by admin-token guesses: got %d, want 429", code)
+	}
+
+	// Sixteen unauthenticated clients at once, on the admin and the token
+	// routes.
+	const flooder = "127.0.0.43"
+	paths := []struct{ path, user, pass string }{
+		{"/v1/nodes", "admin", "guess"}, {"/v1/audit", "", ""}, {"/node/sh1/token", "root", "x"},
+		{tokenRoute + "guess", "", ""}, {"/node/ghost/power_on?token=guess", "", ""},
+	}
+	afParallel(400, 16, func(i int) {
+		p := paths[i%len(paths)]
+		method := "GET"
+		if strings.Contains(p.path, "power_on") || strings.HasSuffix(p.path, "/token") {
+			method = "POST"
+		}
+		switch code := o.afHTTPFrom(flooder, method, p.path, p.user, p.pass); code {
+		case http.StatusOK, http.StatusCreated:
+			t.Errorf("%s %s from the flooder: got %d", method, p.path, code)
+		}
+	})
+
+	for _, c := range []struct {
+		src     string
+		failure int // failures audited before the lockout
+	}{{sshGuesser, perSource}, {apiGuesser, perSource}, {flooder, perSource}} {
+		got := o.afSettled(c.src, c.failure+1)
+		limited := 0
+		for _, d := range got {
+			if strings.Contains(d, "rate limited (source)") {
+				limited++
+			}
+		}
+		if len(got) != c.failure+1 || limited != 1 {
+			t.Errorf("denied rows from %s: got %d %q, want %d failures and one refusal", c.src, len(got), got, c.failure)
+		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
@@ -66,17 +67,21 @@ type obmd struct {
 }
 
 // startObmd starts a daemon on SQLite (or on the engine's DSN) with test
-// defaults (short fail delay and linger); opts adjust the config.
+// defaults (short fail delay and linger; guessing limits no test reaches by
+// accident: the tests of the limits set their own, as the others fail on
+// purpose many times from 127.0.0.1, which the harness's admin client
+// shares); opts adjust the config.
 func startObmd(t testing.TB, opts ...func(*daemon.Config)) *obmd {
 	t.Helper()
 	cfg := daemon.Config{
-		SSHAddr:   "127.0.0.1:0",
-		AdminAddr: "127.0.0.1:0",
-		StateDir:  t.TempDir(),
-		FailDelay: 20 * time.Millisecond,
-		Linger:    200 * time.Millisecond,
-		EpochPoll: 100 * time.Millisecond,
-		Version:   "test",
+		SSHAddr:    "127.0.0.1:0",
+		AdminAddr:  "127.0.0.1:0",
+		StateDir:   t.TempDir(),
+		FailDelay:  20 * time.Millisecond,
+		Linger:     200 * time.Millisecond,
+		EpochPoll:  100 * time.Millisecond,
+		Version:    "test",
+		AuthLimits: bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20},
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -1,0 +1,89 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/db/dbtest"
+)
+
+// deniedRows lists the denied audit events of node ("" for every node),
+// oldest first, as "actor action detail".
+func (e *env) deniedRows(node string) []string {
+	e.t.Helper()
+	evs, err := e.store.AuditEvents(context.Background(), db.AuditQuery{Node: node})
+	if err != nil {
+		e.t.Fatalf("audit events: %v", err)
+	}
+	slices.SortFunc(evs, func(a, b db.AuditEvent) int { return cmp.Compare(a.ID, b.ID) })
+	var out []string
+	for _, ev := range evs {
+		if ev.Result == "denied" {
+			out = append(out, ev.Actor+" "+ev.Action+" "+ev.Detail)
+		}
+	}
+	return out
+}
+
+// TestGuessingLimits: wrong admin credentials and wrong node tokens count
+// against the source; once it is locked out every request it sends is
+// refused (429), even a right one, and only the lockout's first refusal is
+// audited. Admin and token failures share the source's budget.
+func TestGuessingLimits(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		for _, tt := range []struct {
+			name string
+			fail func(e *env) resp // one failure
+			want string            // its audit row
+		}{
+			{"admin credential", func(e *env) resp {
+				return e.do("GET", "/v1/nodes", "", func(r *http.Request) { r.SetBasicAuth("admin", "guess") })
+			}, "admin admin.auth bad credential on GET /v1/nodes"},
+			{"node token", func(e *env) resp { return e.do("GET", "/node/n1/power_status?token=guess", "", noAuth) },
+				"http:token auth bad token"},
+			{"unknown node", func(e *env) resp { return e.do("GET", "/node/ghost/power_status?token=guess", "", noAuth) },
+				"http:token auth unknown node"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				e := newEnv(t, eng, nil)
+				e.mustNode("n1")
+				tok := e.mustToken("n1")
+				e.limits = bastion.LimitConfig{PerSource: 3, PerNode: 100, Window: time.Minute, Lockout: time.Minute}
+				e.restart()
+				for i := range 3 {
+					if r := tt.fail(e); r.code != 401 && r.code != 404 {
+						t.Fatalf("failure %d: got %d %s, want 401 or 404", i, r.code, r.body)
+					}
+				}
+				limited := errJSON("too many failed attempts from your address; try again later")
+				for i := range 20 { // the flood, right secrets included
+					for _, r := range []resp{tt.fail(e), e.admin("GET", "/v1/nodes", ""),
+						e.do("GET", "/node/n1/power_status?token="+tok, "", noAuth)} {
+						if r.code != 429 || r.body != limited {
+							t.Fatalf("request %d from the locked-out source: got %d %q, want 429 %q", i, r.code, r.body, limited)
+						}
+					}
+				}
+				var want []string
+				for range 3 {
+					want = append(want, tt.want)
+				}
+				got := e.deniedRows("")
+				if len(got) != 4 || fmt.Sprint(got[:3]) != fmt.Sprint(want) || !strings.Contains(got[3], " rate limited (source)") {
+					t.Errorf("denied audit rows: got %d %q, want the 3 failures and one refusal", len(got), got)
+				}
+				if calls := e.runner.take(); len(calls) != 0 {
+					t.Errorf("runner calls from the locked-out source: got %+v, want none", calls)
+				}
+			})
+		}
+	})
+}
