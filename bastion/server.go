@@ -66,8 +66,6 @@ type Config struct {
 	// at once (default 64; negative: no limit). The handshake timeout alone
 	// would let one address hold any number of unauthenticated connections.
 	MaxConnsPerSource int
-	// Version is the software version shown by `version`.
-	Version string
 	// Admit is called by every session once it is in the registry, before
 	// it starts, with the access epoch its login read; the session starts
 	// only if it returns nil (Revoker.Admit, which documents the errors).
