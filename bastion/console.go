@@ -14,7 +14,47 @@ import (
 	"github.com/obmd/obmd/sol"
 )
 
-const escapeHelp = "obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help"
+// escapeTexts are the console's messages that name the escape prefix
+// (Config.Escape), built once by New.
+type escapeTexts struct {
+	help     string // the answer to escape ?
+	hint     string // end of the banner: how to get help
+	toWrite  string // a read-only viewer's role in the banner
+	readOnly string // keys typed while read-only
+	unknown  string // an unknown escape command
+}
+
+func newEscapeTexts(prefix string) escapeTexts {
+	p := escapeName(prefix)
+	return escapeTexts{
+		help:     "obmd escapes: " + p + " then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help",
+		hint:     p + " ? for help",
+		toWrite:  "you are read-only (" + p + " f to write)",
+		readOnly: "read-only: your keys are not sent; " + p + " f takes over writing",
+		unknown:  "unknown escape; " + p + " ? for help",
+	}
+}
+
+// escapeName is an escape prefix as users type it: control bytes as Ctrl-X,
+// other bytes as they are ("\x05c" is "Ctrl-E c").
+func escapeName(prefix string) string {
+	keys := make([]string, 0, len(prefix))
+	for _, b := range []byte(prefix) {
+		switch {
+		case b < 0x20:
+			keys = append(keys, "Ctrl-"+string(rune(b+0x40)))
+		case b == 0x7f:
+			keys = append(keys, "Ctrl-?")
+		case b == ' ':
+			keys = append(keys, "Space")
+		case b > 0x7f:
+			keys = append(keys, fmt.Sprintf("0x%02X", b))
+		default:
+			keys = append(keys, string(rune(b)))
+		}
+	}
+	return strings.Join(keys, " ")
+}
 
 // console attaches the session to the node's console until the viewer
 // detaches, the client leaves, or the session is cut. Console bytes go to the
@@ -110,13 +150,13 @@ func (c *channel) banner(v *sol.Viewer) string {
 	}
 	role := "you are writing"
 	if !v.Writer() {
-		role = "you are read-only (Ctrl-E c f to write)"
+		role = c.s.esc.toWrite
 	}
 	who := "no one else attached"
 	if len(others) > 0 {
 		who = fmt.Sprintf("%d other(s): %s", len(others), strings.Join(others, ", "))
 	}
-	return fmt.Sprintf("console of %s; %s; %s; Ctrl-E c ? for help", safe(c.label), role, who)
+	return fmt.Sprintf("console of %s; %s; %s; %s", safe(c.label), role, who, c.s.esc.hint)
 }
 
 // consoleInput reads the client's keystrokes, acting on escapes and sending
@@ -145,7 +185,7 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, keys *keystr
 			if ev.Data != nil {
 				if _, err := v.Write(ev.Data); errors.Is(err, sol.ErrReadOnly) && time.Since(lastHint) > 5*time.Second {
 					lastHint = time.Now()
-					tell("read-only: your keys are not sent; Ctrl-E c f takes over writing")
+					tell(c.s.esc.readOnly)
 				}
 				continue
 			}
@@ -154,7 +194,7 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, keys *keystr
 				close(detach)
 				return
 			case EscHelp:
-				tell(escapeHelp)
+				tell(c.s.esc.help)
 			case EscTakeOver:
 				v.TakeWrite()
 				tell("you are writing")
@@ -166,7 +206,7 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, keys *keystr
 			case EscReplay:
 				v.Replay()
 			default:
-				tell("unknown escape; Ctrl-E c ? for help")
+				tell(c.s.esc.unknown)
 			}
 		}
 		if err != nil {

@@ -1,6 +1,7 @@
 package bastion
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,4 +55,35 @@ func TestKeystrokesSettle(t *testing.T) {
 			t.Errorf("settle took %v, want its bound of 20ms", d)
 		}
 	})
+}
+
+func TestEscapeName(t *testing.T) {
+	tests := []struct{ prefix, want string }{
+		{"\x05c", "Ctrl-E c"},
+		{"\x1dq", "Ctrl-] q"},
+		{"\x00\x1f", "Ctrl-@ Ctrl-_"},
+		{"~.", "~ ."},
+		{" \x7f", "Space Ctrl-?"},
+		{"\xffa", "0xFF a"},
+	}
+	for _, tt := range tests {
+		if got := escapeName(tt.prefix); got != tt.want {
+			t.Errorf("escapeName(%q): got %q, want %q", tt.prefix, got, tt.want)
+		}
+	}
+}
+
+// TestEscapeTexts: every console message that tells the user what to type
+// names the configured prefix, not the default one.
+func TestEscapeTexts(t *testing.T) {
+	e := newEscapeTexts("\x1dq")
+	for name, msg := range map[string]string{"help": e.help, "hint": e.hint, "toWrite": e.toWrite,
+		"readOnly": e.readOnly, "unknown": e.unknown} {
+		if !strings.Contains(msg, "Ctrl-] q") || strings.Contains(msg, "Ctrl-E") {
+			t.Errorf("%s: got %q, want it to name Ctrl-] q (and not Ctrl-E)", name, msg)
+		}
+	}
+	if got, want := newEscapeTexts("\x05c").help, "obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help"; got != want {
+		t.Errorf("default help: got %q, want %q", got, want)
+	}
 }

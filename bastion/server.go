@@ -92,6 +92,7 @@ type Server struct {
 	log      logrus.FieldLogger
 	lim      *Limiter
 	srv      *ssh.Server
+	esc      escapeTexts // console messages naming cfg.Escape
 
 	connsMu sync.Mutex
 	conns   map[string]int // open connections per source key
@@ -127,7 +128,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
-		lim: cfg.Limiter, conns: map[string]int{}}
+		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), conns: map[string]int{}}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",
 		PasswordHandler:            s.password,
