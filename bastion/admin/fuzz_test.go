@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
@@ -69,7 +70,7 @@ func FuzzPutNodeBody(f *testing.F) {
 			if getErr != nil || (rec.Code != 200 && rec.Code != 201) {
 				t.Fatalf("v1=%v: accepted body %q: got status %d, stored %v", v1, body, rec.Code, getErr)
 			}
-			stored, err := a.openInfo(n)
+			stored, err := nodes.OpenInfo(a.sealer, n)
 			if err != nil || n.Type != typ || !infoEqual(stored, info) {
 				t.Fatalf("v1=%v: stored %s %+v (%v), want %s %+v", v1, n.Type, stored, err, typ, info)
 			}
@@ -92,7 +93,7 @@ func FuzzValidLabel(f *testing.F) {
 		}
 		first, _ := utf8.DecodeRuneInString(label)
 		last, _ := utf8.DecodeLastRuneInString(label)
-		if len(label) < 1 || len(label) > MaxLabel || !utf8.ValidString(label) || strings.Contains(label, "/") ||
+		if len(label) < 1 || len(label) > db.MaxLabelLen || !utf8.ValidString(label) || strings.Contains(label, "/") ||
 			label == "." || label == ".." || unicode.IsSpace(first) || unicode.IsSpace(last) ||
 			strings.IndexFunc(label, unicode.IsControl) >= 0 {
 			t.Fatalf("accepted %q", label)

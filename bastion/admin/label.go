@@ -6,13 +6,12 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/obmd/obmd/db"
 )
 
-// MaxLabel is the longest node label, in bytes.
-const MaxLabel = 80
-
 // ValidLabel reports why label cannot name a node, or nil. A label is 1 to
-// MaxLabel bytes of valid UTF-8 with no "/", no control or other
+// db.MaxLabelLen (80) bytes of valid UTF-8 with no "/", no control or other
 // non-printable character (C0, DEL, C1, Unicode format characters such as
 // bidirectional overrides), no white space at either end, and is not "." or
 // "..". It is used as an SSH user name and in URL paths, so it must be
@@ -21,8 +20,8 @@ func ValidLabel(label string) error {
 	switch {
 	case label == "":
 		return errors.New("label is empty")
-	case len(label) > MaxLabel:
-		return fmt.Errorf("label is %d bytes long; the limit is %d", len(label), MaxLabel)
+	case len(label) > db.MaxLabelLen:
+		return fmt.Errorf("label is %d bytes long; the limit is %d", len(label), db.MaxLabelLen)
 	case !utf8.ValidString(label):
 		return fmt.Errorf("label %s is not valid UTF-8", quote(label))
 	case label == "." || label == "..":

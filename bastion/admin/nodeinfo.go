@@ -2,7 +2,6 @@ package admin
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"unicode"
 
@@ -168,39 +167,13 @@ func required(v *string, name string, max int) (string, error) {
 	return *v, nil
 }
 
-// sealInfo marshals info and seals it to label.
-func (a *API) sealInfo(label string, info sol.Info) ([]byte, error) {
-	plain, err := json.Marshal(info)
-	if err != nil {
-		return nil, fmt.Errorf("marshal info of %s: %w", label, err)
-	}
-	sealed, err := a.sealer.Seal(plain, label)
-	if err != nil {
-		return nil, fmt.Errorf("seal info of %s: %w", label, err)
-	}
-	return sealed, nil
-}
-
-// openInfo unseals a stored node's info.
-func (a *API) openInfo(n db.Node) (sol.Info, error) {
-	var info sol.Info
-	plain, err := a.sealer.Open(n.InfoSealed, n.Label)
-	if err != nil {
-		return info, fmt.Errorf("unseal info of %s: %w", n.Label, err)
-	}
-	if err := json.Unmarshal(plain, &info); err != nil {
-		return info, fmt.Errorf("decode info of %s: %w", n.Label, err)
-	}
-	return info, nil
-}
-
 // sameNode reports whether the stored node n is the registration typ, info.
 // Stored info that cannot be opened is never the same.
 func (a *API) sameNode(n db.Node, typ string, info sol.Info) (bool, error) {
 	if n.Type != typ {
 		return false, nil
 	}
-	stored, err := a.openInfo(n)
+	stored, err := nodes.OpenInfo(a.sealer, n)
 	if err != nil {
 		return false, err
 	}

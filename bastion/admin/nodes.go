@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
@@ -33,7 +34,7 @@ type nodeView struct {
 
 func (a *API) view(n db.Node) nodeView {
 	v := nodeView{Label: n.Label, Type: n.Type, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
-	info, err := a.openInfo(n)
+	info, err := nodes.OpenInfo(a.sealer, n)
 	if err != nil {
 		a.log.WithError(err).WithField("node", n.Label).Warn("node_info_unreadable")
 		v.InfoError = "stored BMC info cannot be unsealed (was the sealing key changed?)"
@@ -104,7 +105,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 	for round := 0; round < 2; round++ {
 		n, err := a.store.Node(ctx, label)
 		if errors.Is(err, db.ErrNotFound) {
-			sealed, err := a.sealInfo(label, info)
+			sealed, err := nodes.SealInfo(a.sealer, label, info)
 			if err != nil {
 				a.log.WithError(err).Error("seal_failed")
 				writeError(w, http.StatusInternalServerError, "internal error (seal)")
@@ -157,7 +158,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 // updateNode replaces a node's type and info (/v1) and cuts its sessions:
 // they were opened against the old BMC.
 func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ string, info sol.Info) {
-	sealed, err := a.sealInfo(label, info)
+	sealed, err := nodes.SealInfo(a.sealer, label, info)
 	if err != nil {
 		a.log.WithError(err).Error("seal_failed")
 		writeError(w, http.StatusInternalServerError, "internal error (seal)")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
@@ -107,7 +108,7 @@ func TestPutNodeObmd(t *testing.T) {
 			if err != nil {
 				t.Fatalf("stored %s: %v", label, err)
 			}
-			got, err := e.api.openInfo(n)
+			got, err := nodes.OpenInfo(e.api.sealer, n)
 			if err != nil {
 				t.Fatalf("open %s: %v", label, err)
 			}

@@ -7,7 +7,6 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -213,8 +212,7 @@ func adminTokenSource(cfg Config, file string) string {
 // fresh token (only hashes are stored, so the old one cannot be shown).
 func (d *Daemon) registerDemo(ctx context.Context, sealer *keys.Sealer) error {
 	if _, err := d.store.Node(ctx, DemoNode); errors.Is(err, db.ErrNotFound) {
-		plain, _ := json.Marshal(sol.Info{Addr: "simulator"})
-		sealed, err := sealer.Seal(plain, DemoNode)
+		sealed, err := nodes.SealInfo(sealer, DemoNode, sol.Info{Addr: "simulator"})
 		if err != nil {
 			return err
 		}
