@@ -244,20 +244,25 @@ const (
 // channel's buffer, where a Read returns it at once; so a reader that has
 // sat in Read for a moment has handed over everything sent before.
 type keystrokes struct {
-	mu      sync.Mutex
-	in      bool          // the reader is in Read
-	ended   bool          // the reader has returned
-	changed chan struct{} // closed and replaced at every change
+	mu    sync.Mutex
+	in    bool // the reader is in Read
+	ended bool // the reader has returned
+	// changed is closed at the next change, then cleared. settle creates it
+	// and waits on it; without a settle waiting it stays nil, so the reader
+	// (two changes per Read) pays nothing for this rare wait.
+	changed chan struct{}
 }
 
-func newKeystrokes() *keystrokes { return &keystrokes{changed: make(chan struct{})} }
+func newKeystrokes() *keystrokes { return &keystrokes{} }
 
 func (k *keystrokes) set(f func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	f()
-	close(k.changed)
-	k.changed = make(chan struct{})
+	if k.changed != nil {
+		close(k.changed)
+		k.changed = nil
+	}
 }
 
 // reading records that the reader enters (true) or leaves (false) Read.
@@ -272,6 +277,9 @@ func (k *keystrokes) settle(idle, max time.Duration) {
 	deadline := time.Now().Add(max)
 	for {
 		k.mu.Lock()
+		if k.changed == nil {
+			k.changed = make(chan struct{})
+		}
 		in, ended, changed := k.in, k.ended, k.changed
 		k.mu.Unlock()
 		wait := time.Until(deadline)

@@ -87,3 +87,12 @@ func TestEscapeTexts(t *testing.T) {
 		t.Errorf("default help: got %q, want %q", got, want)
 	}
 }
+
+// TestKeystrokesReadingFree: the input reader's bookkeeping (twice per
+// Read) allocates nothing while no break request waits.
+func TestKeystrokesReadingFree(t *testing.T) {
+	k := newKeystrokes()
+	if n := testing.AllocsPerRun(100, func() { k.reading(true); k.reading(false) }); n != 0 {
+		t.Errorf("reading: got %v allocations per Read, want 0", n)
+	}
+}
