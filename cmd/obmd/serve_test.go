@@ -225,6 +225,10 @@ func TestBinaryHILFlow(t *testing.T) {
 		state := t.TempDir()
 		dsn := e.dsn(t, state)
 		env := dbEnv(dsn)
+		// The flow fails on purpose eight times from 127.0.0.1 (wrong
+		// tokens and admin credentials), past the default guessing limit,
+		// which would then lock this client out of the rest.
+		env["OBMD_AUTH_LIMITS_PER_SOURCE"] = "100"
 		p := startObmd(t, env, loopbackArgs(state)...)
 		admin := p.adminToken()
 		firstHostKey := p.HostKey
