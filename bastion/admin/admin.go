@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -54,6 +55,14 @@ type Config struct {
 	// Metrics, if set, serves GET /metrics (Prometheus text format; no
 	// authentication, like the probes: it carries no node names).
 	Metrics http.Handler
+	// ChangeTimeout bounds the reads an access change makes before it
+	// (PUT of a node reads the one stored); the wiring gives the
+	// Revoker's bound (default 5 s).
+	ChangeTimeout time.Duration
+	// Ready, if set, is /readyz's check (default: the store's Ping). An
+	// error wrapping db.ErrWriteStuck is reported as writes not
+	// completing; any other as the database not reachable.
+	Ready func(ctx context.Context) error
 }
 
 // Limiter bounds secret guessing per source address and per node
@@ -102,18 +111,16 @@ type Consoles interface {
 	Stream(ctx context.Context, label string, w io.Writer) error
 }
 
-// Revoker ends access obtained before an access change. Begin(label) is
-// called before the change is made in the database and end(epoch, why)
-// after: end cuts every live session of label whose epoch is below epoch
-// (SSH consoles, exec, HTTP console streams) on this replica, wipes the
-// node's console scrollback, and returns once they have ended; why is shown
-// to the users cut ("token rotated"). end(0, "") ends a change that failed.
-// Between the two, the node's other revocations wait (the change watcher
-// may see the change in the database first), so users get the change's own
-// reason. end is called exactly once. The wiring implements it over
-// sessions.Registry.Cut and sol.Manager.Cut (bastion.Revoker).
+// Revoker makes access changes (bastion.Revoker.Change): under the node's
+// revocation lock, c.Do moves the node's epoch in the database; every live
+// session of the node older than it (SSH consoles, exec, HTTP console
+// streams) is then cut, on this replica and on the others, and the node's
+// console wiped, before Change returns nil. Its errors: c.Do's own, or one
+// wrapping bastion.ErrChangeTimeout (not done within the change bound: not
+// stored, outcome unknown, or not confirmed by every replica), whose text
+// says so for the admin.
 type Revoker interface {
-	Begin(label string) (end func(epoch int64, why string))
+	Change(ctx context.Context, c bastion.Change) error
 }
 
 // Reasons given to Revoker, shown to the users whose sessions end.
@@ -157,6 +164,9 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ChangeTimeout <= 0 {
+		cfg.ChangeTimeout = 5 * time.Second
 	}
 	a := &API{cfg: cfg, store: store, sealer: sealer, runner: runner, consoles: consoles,
 		revoker: revoker, sessions: reg, log: log, mux: http.NewServeMux()}
@@ -304,12 +314,23 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ok")
 }
 
+// readyTimeout bounds /readyz's check.
+const readyTimeout = 2 * time.Second
+
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
-	if err := a.store.Ping(ctx); err != nil {
-		a.log.WithError(err).Warn("readyz_ping_failed")
-		writeError(w, http.StatusServiceUnavailable, "database not reachable")
+	ready := a.store.Ping
+	if a.cfg.Ready != nil {
+		ready = a.cfg.Ready
+	}
+	if err := ready(ctx); err != nil {
+		a.log.WithError(err).Warn("readyz_failed")
+		msg := "database not reachable"
+		if errors.Is(err, db.ErrWriteStuck) {
+			msg = "database not completing writes"
+		}
+		writeError(w, http.StatusServiceUnavailable, msg)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -276,12 +276,12 @@ func (f *fakeRevoker) Revoke(label string, epoch int64, why string) {
 	f.reg.Cut(label, epoch, &sessions.RevokedError{Node: label, Why: why})
 }
 
-func (f *fakeRevoker) Begin(label string) func(int64, string) {
-	return func(epoch int64, why string) {
-		if epoch > 0 {
-			f.Revoke(label, epoch, why)
-		}
+func (f *fakeRevoker) Change(ctx context.Context, c bastion.Change) error {
+	epoch, err := c.Do(ctx)
+	if err == nil && epoch > 0 && c.Why != "" {
+		f.Revoke(c.Node, epoch, c.Why)
 	}
+	return err
 }
 
 func (f *fakeRevoker) take() []revokeCall {
@@ -377,7 +377,7 @@ func (f *fakeConsoles) Stream(ctx context.Context, label string, w io.Writer) er
 func admitOver(reg *sessions.Registry, epochs bastion.Epochs) func(context.Context, string, int64) error {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	return bastion.NewRevoker(noConsoles{}, reg, epochs, quiet).Admit
+	return bastion.NewRevoker(bastion.RevokerConfig{}, noConsoles{}, reg, epochs, quiet).Admit
 }
 
 // noLimits are guessing limits no test reaches by accident.

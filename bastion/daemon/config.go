@@ -71,6 +71,11 @@ type Config struct {
 	EpochPoll time.Duration `yaml:"epoch_poll"`
 	// ShutdownTimeout bounds a graceful stop (default 10 s).
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// ChangeTimeout bounds an access change made through the admin API:
+	// storing it, cutting the sessions it ends, and every other replica's
+	// acknowledgement (default 5 s). It also bounds one poll of the
+	// database for changes and each login's lookups.
+	ChangeTimeout time.Duration `yaml:"change_timeout"`
 
 	// Several replicas on one MySQL/MariaDB (docs/replicas.md). ReplicaID
 	// names this replica (default: host name and a random suffix, new at
@@ -133,6 +138,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.ChangeTimeout < 0 {
+		return errors.New("change_timeout must not be negative")
+	}
+	if c.ChangeTimeout == 0 {
+		c.ChangeTimeout = 5 * time.Second
 	}
 	if err := c.replicaDefaults(); err != nil {
 		return err

@@ -132,7 +132,13 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
 		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
-	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.store, d.log)
+	gated := gatedStore{d.store, d}
+	var peers bastion.Peers
+	if d.rep.cluster != nil {
+		peers = d.rep.cluster
+	}
+	d.revoker = bastion.NewRevoker(bastion.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
+		d.consoles, d.reg, gated, d.log)
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower},
@@ -142,14 +148,15 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	// One guessing budget per source for SSH and the admin API.
 	limiter := bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: limiter, Metrics: d.metrics}, d.store, sealer, runner,
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: limiter, Metrics: d.metrics,
+		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.ready}, d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
 		Limiter: limiter, FailDelay: d.cfg.FailDelay, MaxConnsPerSource: d.cfg.MaxConnsPerSource, Admit: d.revoker.Admit,
-		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth}, gated, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
 	}
@@ -306,6 +313,10 @@ func (d *Daemon) shutdown() error {
 		d.http.Close()
 	}
 	d.closePeer() // after the consoles: their leases are released, relays told
+	if err := d.revoker.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	d.withdraw(ctx)
 	if err := d.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close database: %w", err))
 	}
@@ -333,13 +344,16 @@ func (d *Daemon) closeAll() {
 
 // watchChanges applies access changes made elsewhere (another replica, or
 // obmctl against another replica) to this replica's sessions. Changes made
-// here were applied by the admin call already; Revoker skips them.
+// here were applied by the admin call already; Revoker skips them. Each
+// poll is also this replica's look at the database's health (dbPolled)
+// and, in cluster mode, its announcement to the others (announce).
 func (d *Daemon) watchChanges(ctx context.Context) error {
 	cursor, err := d.store.LatestChange(ctx)
 	if err != nil {
 		return fmt.Errorf("read access changes: %w", err)
 	}
 	d.revoker.Watched(cursor)
+	d.announce(ctx, cursor)
 	t := time.NewTicker(d.cfg.EpochPoll)
 	defer t.Stop()
 	for {
@@ -348,12 +362,18 @@ func (d *Daemon) watchChanges(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		changes, err := d.store.ChangesSince(ctx, cursor, 1000)
-		d.dbPolled(err)
+		pctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
+		changes, err := d.store.ChangesSince(pctx, cursor, 1000)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		health := d.checkDB(err)
+		d.dbPolled(health)
+		if health != nil {
+			d.log.WithError(health).Warn("access_poll_failed")
+		}
 		if err != nil {
-			if ctx.Err() == nil {
-				d.log.WithError(err).Warn("access_poll_failed")
-			}
 			continue
 		}
 		for _, c := range changes {
@@ -361,6 +381,7 @@ func (d *Daemon) watchChanges(ctx context.Context) error {
 			cursor = c.Epoch
 		}
 		d.revoker.Watched(cursor)
+		d.announce(ctx, cursor)
 	}
 }
 
@@ -384,12 +405,10 @@ type revokeAndForget struct {
 	res *nodes.Resolver
 }
 
-func (v revokeAndForget) Begin(label string) func(epoch int64, why string) {
-	end := v.r.Begin(label)
-	return func(epoch int64, why string) {
-		end(epoch, why)
-		if why == admin.WhyNodeDeleted {
-			v.res.Forget(label)
-		}
+func (v revokeAndForget) Change(ctx context.Context, c bastion.Change) error {
+	err := v.r.Change(ctx, c)
+	if (err == nil || errors.Is(err, bastion.ErrNotConfirmed)) && c.Why == admin.WhyNodeDeleted {
+		v.res.Forget(c.Node)
 	}
+	return err
 }
