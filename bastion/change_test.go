@@ -268,6 +268,11 @@ func TestFenceServe(t *testing.T) {
 	if got := cons.taken(); len(got) != 2 {
 		t.Errorf("console cuts: got %q, want epoch 5 applied before the attach, 6 after", got)
 	}
+	// A database read lagging behind the change applied here (6) does not
+	// let a relay at 5 through.
+	if err := r.Serve(context.Background(), "n1", 5, func() error { return nil }); !errors.Is(err, ErrStaleEpoch) {
+		t.Errorf("Serve at epoch 5 after 6 was applied, the database still at 5: got %v, want ErrStaleEpoch", err)
+	}
 }
 
 // TestFenceCurrent: a replica that has not applied the node's epoch

@@ -77,6 +77,11 @@ func (r *Revoker) Serve(ctx context.Context, label string, epoch int64, attach f
 	if err := n.unsettled(label); err != nil {
 		return err
 	}
+	if applied := n.applied.Load(); epoch < applied {
+		// Known here to be stale, whatever a lagging database replica
+		// would answer.
+		return fmt.Errorf("%w: %s is at epoch %d here, the relay at %d", ErrStaleEpoch, safe(label), applied, epoch)
+	}
 	cur, err := r.epochs.Epoch(ctx, label)
 	switch {
 	case errors.Is(err, db.ErrNotFound):

@@ -30,8 +30,13 @@ type writeWatch struct {
 	since  map[uint64]time.Time // start of each write in progress
 	probe  chan struct{}        // closed when the running probe ends; nil if none runs
 	result error                // of the last probe that ended
+	ended  time.Time            // when it ended
 	wg     sync.WaitGroup       // the probe's goroutine
 }
+
+// probeEvery is the least time between two write probes: a caller that
+// comes sooner gets the last one's outcome (with the stuck-write check).
+const probeEvery = time.Second
 
 // writing records a write in progress until the returned func is called.
 func (s *Store) writing() (done func()) {
@@ -71,8 +76,9 @@ func (s *Store) OldestWrite() time.Duration {
 // first, the previous one's. A read that answers says nothing about writes:
 // a frozen disk serves reads from the page cache.
 //
-// One probe runs at a time: it is started when none runs, and callers that
-// come meanwhile wait for it. A probe keeps running after its caller gave
+// One probe runs at a time: it is started when none runs and the last one
+// ended at least probeEvery ago (else that one's outcome is the answer),
+// and callers that come meanwhile wait for it. A probe keeps running after its caller gave
 // up (a write stuck in the kernel cannot be called back), bounded by
 // bound, and counts among the writes in progress: so a caller that does
 // not wait (an expired ctx) still learns of a stuck disk at a later call.
@@ -89,6 +95,10 @@ func (s *Store) CheckWrites(ctx context.Context, bound time.Duration) error {
 	w := &s.writes
 	w.mu.Lock()
 	done, last := w.probe, w.result
+	if done == nil && !w.ended.IsZero() && time.Since(w.ended) < probeEvery {
+		w.mu.Unlock()
+		return last
+	}
 	if done == nil {
 		done = make(chan struct{})
 		w.probe = done
@@ -133,7 +143,7 @@ func (s *Store) runProbe(bound time.Duration, done chan struct{}) {
 	}
 	w := &s.writes
 	w.mu.Lock()
-	w.result, w.probe = err, nil
+	w.result, w.probe, w.ended = err, nil, time.Now()
 	w.mu.Unlock()
 	close(done)
 }

@@ -57,6 +57,7 @@ func testCheckWrites(t *testing.T, s *Store, _ testEnv) {
 	if err := s.CheckWrites(ctx, bound); err != nil {
 		t.Fatalf("healthy: got %v, want nil", err)
 	}
+	time.Sleep(probeEvery) // the next check probes again
 	release := holdWriter(t, s, "write_probes")
 	defer release()
 	// A caller that does not wait learns the previous probe's outcome...

@@ -14,6 +14,15 @@
 // Power: every power or boot-device operation takes the node's power lease
 // for its duration; a replica that finds it held answers commands.ErrBusy.
 //
+// Access: since every byte of a node's console passes through its holder,
+// the holder is where access changes are enforced across the cluster. A
+// replica opens a link or relay only at the node's current access epoch
+// (Access.Current), a relay carries that epoch, and the holder serves it
+// only at the node's current epoch, applied there first (Access.Serve).
+// The replica that takes a change tells the others (Notify: a notice over
+// the peer link, or their announcements in the database) before it is
+// acknowledged, so the holder has cut the previous tenancy by then.
+//
 // Replicas authenticate each other with the SSH host key they already
 // share: the peer channel is SSH, the server proves the shared host key and
 // so does the client, and console bytes are encrypted on the wire.

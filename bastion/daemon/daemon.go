@@ -317,11 +317,28 @@ func (d *Daemon) shutdown() error {
 		errs = append(errs, err)
 	}
 	d.withdraw(ctx)
-	if err := d.store.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close database: %w", err))
+	if err := d.closeStore(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	d.log.WithFields(logrus.Fields{"sessions_cut": cut, "sessions_late": late}).Info("obmd_stopped")
 	return errors.Join(errs...)
+}
+
+// closeStore closes the database within ctx. A write stuck in the kernel
+// (a frozen disk) would hold Close until it returns: past ctx the close is
+// left behind, with the process about to exit.
+func (d *Daemon) closeStore(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- d.store.Close() }() // waited for below, or left to the exiting process
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("close database: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close database: not done within the shutdown bound (a write is stuck?)")
+	}
 }
 
 // closeAll releases what a failed Start opened.
