@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -117,47 +118,76 @@ func (r *Revoker) Change(ctx context.Context, c Change) error {
 		}
 	}
 	defer unlock()
-	before, err := r.epochs.Epoch(ctx, c.Node)
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("%w: the database did not answer within %v; nothing was changed", ErrNotStored, bound)
-	case errors.Is(err, db.ErrNotFound):
-		before = 0 // a creation; or c.Do finds it gone and says so
-	case err != nil:
-		return err
-	}
-	res := make(chan changeResult, 1)
-	r.wg.Add(1)
-	go func() { // owned by r.wg; ends when the database call does, perhaps long after ctx
-		defer r.wg.Done()
-		epoch, err := c.Do(ctx)
-		res <- changeResult{epoch, err}
-	}()
+	run := r.start(ctx, c)
 	select {
-	case out := <-res:
-		if out.err == nil {
-			if c.Why == "" {
-				return nil
-			}
+	case out := <-run.res:
+		switch {
+		case out.skipped && ctx.Err() != nil:
+			return fmt.Errorf("%w: the database did not answer within %v; nothing was changed", ErrNotStored, bound)
+		case out.skipped:
+			return out.err // the node could not be read: nothing was attempted
+		case out.err == nil && c.Why == "":
+			return nil
+		case out.err == nil:
 			r.applyLocked(n, c.Node, out.epoch, c.Why, false)
 			unlock() // the others need not wait for the peers: Serve applies the change first
 			return r.confirm(ctx, c.Node, out.epoch, c.Why)
-		}
-		if ctx.Err() == nil {
+		case ctx.Err() == nil:
 			return out.err // failed before its bound: a definite failure
 		}
-		res <- out // cut off by its bound: the outcome is unknown
+		run.res <- out // cut off by its bound: the outcome is unknown
 	case <-ctx.Done():
+		if run.phase.CompareAndSwap(phaseReading, phaseAbandoned) {
+			return fmt.Errorf("%w: the database did not answer within %v; nothing was changed", ErrNotStored, bound)
+		}
 	}
-	r.failClosed(n, c, before, res)
+	r.failClosed(n, c, run.res)
 	return fmt.Errorf("%w: the database did not confirm the change of %s within %v; "+
 		"%s's sessions were cut and its logins are refused until the database answers (a change that was stored "+
 		"after all then takes effect; a key added is removed again)", ErrOutcomeUnknown, safe(c.Node), bound, safe(c.Node))
 }
 
+// A change's run goes through these phases: reading the node, then (unless
+// abandoned first, at the bound) making the change.
+const (
+	phaseReading int32 = iota
+	phaseDoing
+	phaseAbandoned
+)
+
+// changeRun is a change's database work in progress (start).
+type changeRun struct {
+	phase atomic.Int32
+	res   chan changeResult // buffered 1: the one result
+}
+
 type changeResult struct {
-	epoch int64
-	err   error
+	before  int64 // the node's epoch before the change; 0: it did not exist
+	epoch   int64 // c.Do's
+	err     error
+	skipped bool // c.Do did not run (the read failed, or the change was abandoned)
+}
+
+// start reads the node's epoch and then runs c.Do, in a goroutine: a
+// database call stuck in the kernel must not hold the caller past its
+// bound. c.Do does not start once the caller has abandoned the change.
+func (r *Revoker) start(ctx context.Context, c Change) *changeRun {
+	run := &changeRun{res: make(chan changeResult, 1)}
+	r.wg.Add(1)
+	go func() { // owned by r.wg; ends when the database calls do, perhaps long after ctx
+		defer r.wg.Done()
+		before, err := r.epochs.Epoch(ctx, c.Node)
+		if errors.Is(err, db.ErrNotFound) {
+			before, err = 0, nil // a creation; or c.Do finds it gone and says so
+		}
+		if err != nil || !run.phase.CompareAndSwap(phaseReading, phaseDoing) {
+			run.res <- changeResult{err: err, skipped: true}
+			return
+		}
+		epoch, err := c.Do(ctx)
+		run.res <- changeResult{before: before, epoch: epoch, err: err}
+	}()
+	return run
 }
 
 // confirm passes a change stored and applied here to the other replicas,
@@ -176,7 +206,7 @@ func (r *Revoker) confirm(ctx context.Context, label string, epoch int64, why st
 // failClosed marks the node pending, cuts its sessions and console, and
 // starts the settlement of the change's outcome. n.lock held; the caller
 // releases it.
-func (r *Revoker) failClosed(n *nodeAccess, c Change, before int64, res <-chan changeResult) {
+func (r *Revoker) failClosed(n *nodeAccess, c Change, res <-chan changeResult) {
 	n.pending.Add(1)
 	r.use(c.Node) // until settled: the state must not be dropped
 	cause := &sessions.RevokedError{Node: c.Node, Why: whyUnconfirmed}
@@ -187,17 +217,19 @@ func (r *Revoker) failClosed(n *nodeAccess, c Change, before int64, res <-chan c
 	go func() { // owned by r.wg; ends once the outcome is known and applied, or at Close
 		defer r.wg.Done()
 		defer r.done(c.Node, n)
-		r.settle(n, c, before, res)
+		r.settle(n, c, res)
 	}()
 }
 
 // settle waits for the database call of an unconfirmed change to return,
 // then for the database to decide its outcome, applies it, and lifts the
 // node's fail-closed state.
-func (r *Revoker) settle(n *nodeAccess, c Change, before int64, res <-chan changeResult) {
+func (r *Revoker) settle(n *nodeAccess, c Change, res <-chan changeResult) {
 	log := r.log.WithField("node", safe(c.Node))
+	var before int64
 	select {
-	case <-res: // its result proves nothing (a commit cut off may have landed): Settle decides
+	case out := <-res: // proves nothing (a commit cut off may have landed): Settle decides
+		before = out.before
 	case <-r.stop:
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -101,7 +102,7 @@ func storeOutage(t *testing.T, o *obmd, stop, resume func(), readsWork bool) {
 			start := time.Now()
 			code, body, err := outageRequest(o, c.method, c.path, c.body)
 			took := time.Since(start)
-			t.Logf("%s %s during the outage: %d %s after %v", c.method, c.path, code, body, took.Round(time.Millisecond))
+			t.Logf("%s %s during the outage: %d after %v: %s", c.method, c.path, code, took.Round(time.Millisecond), bytes.TrimSpace(body))
 			switch {
 			case err != nil:
 				t.Errorf("%s %s: %v after %v", c.method, c.path, err, took)
@@ -161,8 +162,14 @@ func outageLoginFails(t *testing.T, o *obmd, node, tok string) {
 	t.Helper()
 	var banner string
 	start := time.Now()
-	c, err := gossh.Dial("tcp", o.SSHAddr(), &gossh.ClientConfig{User: node, Auth: []gossh.AuthMethod{gossh.Password(tok)},
-		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 40 * time.Second,
+	conn, err := net.Dial("tcp", o.SSHAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(start.Add(40 * time.Second)) // a login that hangs fails here, not at the test's timeout
+	c, _, _, err := gossh.NewClientConn(conn, o.SSHAddr(), &gossh.ClientConfig{User: node,
+		Auth: []gossh.AuthMethod{gossh.Password(tok)}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
 		BannerCallback: func(msg string) error { banner = msg; return nil }})
 	took := time.Since(start)
 	if err == nil {

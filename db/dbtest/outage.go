@@ -178,13 +178,41 @@ func StartMariaDB(t testing.TB) *MariaDB {
 }
 
 // Stop stops the server with SIGSTOP: connections stay open, nothing is
-// answered, until Cont.
+// answered, until Cont. It returns once every thread of it has stopped,
+// so that no query is answered after it.
 func (m *MariaDB) Stop() {
 	m.t.Helper()
 	if err := m.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		m.t.Fatalf("SIGSTOP mariadbd: %v", err)
 	}
 	m.stopped = true
+	tasks := fmt.Sprintf("/proc/%d/task", m.cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); !allStopped(tasks); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			m.t.Fatalf("mariadbd did not stop within 10 s of SIGSTOP")
+		}
+	}
+}
+
+// allStopped reports whether every thread listed in dir (/proc/PID/task)
+// is in state T (stopped).
+func allStopped(dir string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		return false
+	}
+	for _, e := range ents {
+		stat, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // Cont resumes a stopped server (idempotent).
