@@ -230,7 +230,7 @@ func (a *API) change(r *http.Request, c bastion.Change, action, detail string) e
 			e.Detail = strings.TrimSpace(detail + " (not confirmed by every replica in time)")
 		}
 		a.auditEvent(r, e)
-		a.log.WithFields(logrus.Fields{"node": c.Node, "why": c.Why}).Debug("revoke")
+		a.log.WithFields(logrus.Fields{"node": c.Node, "why": c.Why}).Debug("access_change")
 	}
 	return err
 }
