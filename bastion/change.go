@@ -13,21 +13,22 @@ import (
 	"github.com/obmd/obmd/db"
 )
 
-// ErrChangeTimeout is wrapped by the errors of a change that did not
-// complete within RevokerConfig.ChangeTimeout, through one of the three
-// below, which say how far it got. Their texts are safe to show the admin.
-var ErrChangeTimeout = errors.New("access change did not complete in time")
+// ErrIncomplete is wrapped by the errors of a change that could not be
+// completed because the database or another replica did not answer
+// (within RevokerConfig.ChangeTimeout), through one of the three below,
+// which say how far it got. Their texts are safe to show the admin.
+var ErrIncomplete = errors.New("access change not completed")
 
-// How far a change that did not complete in time got.
+// How far a change that was not completed got.
 var (
 	// ErrNotStored: it never reached the database; nothing changed.
-	ErrNotStored = fmt.Errorf("%w: not stored", ErrChangeTimeout)
+	ErrNotStored = fmt.Errorf("%w: not stored", ErrIncomplete)
 	// ErrOutcomeUnknown: the database did not answer in time; the node
 	// is refused until its outcome is known (see Change).
-	ErrOutcomeUnknown = fmt.Errorf("%w: outcome unknown", ErrChangeTimeout)
+	ErrOutcomeUnknown = fmt.Errorf("%w: outcome unknown", ErrIncomplete)
 	// ErrNotConfirmed: stored and applied here, but not confirmed by every
 	// other replica in time.
-	ErrNotConfirmed = fmt.Errorf("%w: not confirmed by every replica", ErrChangeTimeout)
+	ErrNotConfirmed = fmt.Errorf("%w: not confirmed by every replica", ErrIncomplete)
 )
 
 // Why a node's sessions end when a change of it is not confirmed in time.
@@ -89,7 +90,8 @@ type Change struct {
 // returned as it is, with nothing cut.
 //
 // All of it is bounded by ChangeTimeout; the error then wraps
-// ErrChangeTimeout and says how far it got. The hard case is a database
+// ErrIncomplete and says how far it got (so does one for a node that
+// cannot be read at all). The hard case is a database
 // call that outlives its bound (a commit blocked on a frozen disk, or cut
 // off mid-commit from a stopped server): it may still commit later, after
 // the caller was told it failed. Change fails closed: the node's sessions
@@ -125,7 +127,10 @@ func (r *Revoker) Change(ctx context.Context, c Change) error {
 		case out.skipped && ctx.Err() != nil:
 			return fmt.Errorf("%w: the database did not answer within %v; nothing was changed", ErrNotStored, bound)
 		case out.skipped:
-			return out.err // the node could not be read: nothing was attempted
+			// The node could not be read (a database this replica
+			// cannot use): nothing was attempted.
+			r.log.WithError(out.err).WithField("node", safe(c.Node)).Warn("access_change_not_started")
+			return fmt.Errorf("%w: the database could not be read (see obmd's log); nothing was changed", ErrNotStored)
 		case out.err == nil && c.Why == "":
 			return nil
 		case out.err == nil:

@@ -116,7 +116,7 @@ type Consoles interface {
 // session of the node older than it (SSH consoles, exec, HTTP console
 // streams) is then cut, on this replica and on the others, and the node's
 // console wiped, before Change returns nil. Its errors: c.Do's own, or one
-// wrapping bastion.ErrChangeTimeout (not done within the change bound: not
+// wrapping bastion.ErrIncomplete (the database or a replica did not answer: not
 // stored, outcome unknown, or not confirmed by every replica), whose text
 // says so for the admin.
 type Revoker interface {

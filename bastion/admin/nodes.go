@@ -239,7 +239,7 @@ func (a *API) change(r *http.Request, c bastion.Change, action, detail string) e
 // within the change bound gets 503 and the Revoker's account of how far it
 // got; anything else is a store failure.
 func (a *API) changeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
-	if errors.Is(err, bastion.ErrChangeTimeout) {
+	if errors.Is(err, bastion.ErrIncomplete) {
 		a.log.WithError(err).WithField("op", op).Error("access_change_timed_out")
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return

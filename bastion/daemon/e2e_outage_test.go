@@ -106,8 +106,8 @@ func storeOutage(t *testing.T, o *obmd, stop, resume func(), readsWork bool) {
 			switch {
 			case err != nil:
 				t.Errorf("%s %s: %v after %v", c.method, c.path, err, took)
-			case code != http.StatusServiceUnavailable || !strings.Contains(string(body), "did not complete in time"):
-				t.Errorf("%s %s: got %d %s, want 503 saying the change did not complete in time", c.method, c.path, code, body)
+			case code != http.StatusServiceUnavailable || !strings.Contains(string(body), "access change not completed"):
+				t.Errorf("%s %s: got %d %s, want 503 saying the change was not completed", c.method, c.path, code, body)
 			case took > outageBound+outageSlack:
 				t.Errorf("%s %s: answered after %v, want within the bound %v", c.method, c.path, took, outageBound)
 			}
@@ -119,6 +119,14 @@ func storeOutage(t *testing.T, o *obmd, stop, resume func(), readsWork bool) {
 		return err == nil && code == http.StatusServiceUnavailable
 	})
 	outageLoginFails(t, o, "other", toks["other"])
+	// A change made once this replica knows the database is unusable
+	// changes nothing, and says so at once.
+	start := time.Now()
+	code, body, err := outageRequest(o, "POST", "/node/other/token", nil)
+	if took := time.Since(start); err != nil || code != http.StatusServiceUnavailable ||
+		!strings.Contains(string(body), "nothing was changed") || took > outageBound+outageSlack {
+		t.Errorf("rotation of other later in the outage: got %d %s, %v after %v, want 503, nothing changed", code, body, err, took)
+	}
 	for _, c := range changes {
 		v := consoles[c.node]
 		if readsWork { // the changes reached the database: their nodes fail closed
@@ -136,7 +144,7 @@ func storeOutage(t *testing.T, o *obmd, stop, resume func(), readsWork bool) {
 		code, _, err := outageRequest(o, "GET", "/readyz", nil)
 		return err == nil && code == http.StatusOK
 	})
-	waitUntil(t, "logins again", func() bool {
+	waitUntil(t, "logins again, with other's token from before the outage", func() bool {
 		res, err := o.execGo("other", toks["other"], "power-status")
 		return err == nil && res.Code == 0
 	})
@@ -146,7 +154,7 @@ func storeOutage(t *testing.T, o *obmd, stop, resume func(), readsWork bool) {
 		outageUnchanged(t, o, toks, fp)
 	}
 	// And changes work again, within the bound.
-	start := time.Now()
+	start = time.Now()
 	tok := o.rotate("rot")
 	if took := time.Since(start); took > outageBound {
 		t.Errorf("a rotation after the outage took %v", took)
