@@ -166,8 +166,10 @@ func isoRound(t *testing.T, bmc *ipmisim.Sim, st *db.Store, a, holder, relayer *
 	for what, v := range olds {
 		v.end.wait(t, what)
 		screen := v.out.Bytes()[seenFrom[what]:]
-		if i := bytes.Index(screen, []byte("<"+after)); i >= 0 {
-			t.Errorf("%s saw output printed after the rotation: %q", what, tailString(string(screen[i:]), 200))
+		for _, printed := range []string{"<" + after, fmt.Sprintf("<r%d-new", round)} { // all the node printed since
+			if i := bytes.Index(screen, []byte(printed)); i >= 0 {
+				t.Errorf("%s saw output printed after the rotation: %q", what, tailString(string(screen[i:]), 200))
+			}
 		}
 		if !strings.Contains(string(screen), "access to n1 was revoked") {
 			t.Errorf("%s: no reason given; screen %q", what, tailString(string(screen), 400))
