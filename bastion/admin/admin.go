@@ -314,8 +314,9 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ok")
 }
 
-// readyTimeout bounds /readyz's check.
-const readyTimeout = 2 * time.Second
+// readyTimeout bounds /readyz's check: long enough for a write probe to
+// count as stuck (the wiring's bound, 2 s) rather than merely slow.
+const readyTimeout = 3 * time.Second
 
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)

@@ -50,6 +50,34 @@ func TestFrozenDisk(t *testing.T) {
 	storeOutage(t, o, fs.Freeze, fs.Thaw, true)
 }
 
+// TestFrozenDiskIdle: a disk that freezes while nothing writes is noticed
+// too: reads still answer, so /readyz's write probe (and the change
+// watcher's) is what sees it; logins are then refused with the banner.
+func TestFrozenDiskIdle(t *testing.T) {
+	fs := dbtest.MountLoopFS(t)
+	o := startObmd(t, func(c *daemon.Config) { c.DB = filepath.Join(fs.Dir, "obmd.db") })
+	t.Cleanup(fs.Thaw)
+	tok := o.addSimNode("n1")
+	time.Sleep(1100 * time.Millisecond) // the last write probe is over
+	fs.Freeze()
+	start := time.Now()
+	waitUntil(t, "/readyz to fail", func() bool {
+		code, body, err := outageRequest(o, "GET", "/readyz", nil)
+		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(string(body), "not completing writes")
+	})
+	t.Logf("/readyz failed %v after the freeze", time.Since(start).Round(time.Millisecond))
+	outageLoginFails(t, o, "n1", tok)
+	fs.Thaw()
+	waitUntil(t, "/readyz to pass again", func() bool {
+		code, _, err := outageRequest(o, "GET", "/readyz", nil)
+		return err == nil && code == http.StatusOK
+	})
+	waitUntil(t, "logins again", func() bool {
+		res, err := o.execGo("n1", tok, "power-status")
+		return err == nil && res.Code == 0
+	})
+}
+
 // TestStoppedDatabase: a MariaDB server of the test's own, stopped with
 // SIGSTOP: connections stay open and nothing answers, reads included.
 func TestStoppedDatabase(t *testing.T) {

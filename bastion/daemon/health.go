@@ -36,12 +36,15 @@ func (d *Daemon) checkDB(readErr error) error {
 }
 
 // ready is /readyz's check: the database answers a read, completes the
-// write probe (waited for, within ctx), and this replica's last look at it
-// was good.
+// write probe (waited for a little longer than writeStall, so that a probe
+// held by a frozen disk counts as stuck in this very check), and this
+// replica's last look at it was good.
 func (d *Daemon) ready(ctx context.Context) error {
 	if err := d.store.Ping(ctx); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, writeStall+250*time.Millisecond)
+	defer cancel()
 	if err := d.store.CheckWrites(ctx, writeStall); err != nil {
 		return err
 	}

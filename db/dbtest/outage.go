@@ -94,7 +94,7 @@ func (f *LoopFS) Thaw() {
 	if out, err := exec.Command("fsfreeze", "-u", f.Dir).CombinedOutput(); err != nil {
 		f.t.Errorf("fsfreeze -u %s: %v %s", f.Dir, err, out)
 	}
-	f.dog.Kill()
+	syscall.Kill(-f.dog.Pid, syscall.SIGKILL) // its process group: the shell and its sleep
 	f.dog = nil
 }
 
