@@ -1,0 +1,33 @@
+module github.com/obmd/obmd/sol/redfish/mocktest
+
+go 1.26.3
+
+require (
+	github.com/go-logr/logr v1.4.4
+	github.com/ironcore-dev/metal-operator v0.7.0
+	github.com/obmd/obmd v0.0.0
+	github.com/sirupsen/logrus v1.10.2
+)
+
+require (
+	github.com/bougou/go-ipmi v0.9.1 // indirect
+	github.com/fatih/color v1.15.0 // indirect
+	github.com/go-ole/go-ole v1.3.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/kr/pretty v0.3.0 // indirect
+	github.com/kr/text v0.2.0 // indirect
+	github.com/mattn/go-colorable v0.1.13 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/mattn/go-runewidth v0.0.16 // indirect
+	github.com/olekukonko/errors v1.1.0 // indirect
+	github.com/olekukonko/ll v0.0.9 // indirect
+	github.com/olekukonko/tablewriter v1.0.9 // indirect
+	github.com/rivo/uniseg v0.2.0 // indirect
+	github.com/rogpeppe/go-internal v1.6.1 // indirect
+	github.com/stmcginnis/gofish v0.24.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/term v0.48.0 // indirect
+)
+
+replace github.com/obmd/obmd => ../../..
