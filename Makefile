@@ -7,8 +7,6 @@ BIN      := bin
 # Fuzz targets run briefly in `make test` (longer by hand: make fuzz FUZZTIME=5000000x).
 # A count, not a duration: see .ci/fuzz.
 FUZZTIME ?= 100000x
-# Test-only modules of their own (each doc.go says why), tested and vetted too.
-SUBMODULES := sol/redfish/mocktest
 
 .PHONY: run build test unit fuzz lint bench clean
 
@@ -26,7 +24,6 @@ test: lint unit fuzz
 
 unit:
 	$(GO) test -race -count=1 -timeout 30m ./...
-	for m in $(SUBMODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 
 fuzz:
 	@./.ci/fuzz $(FUZZTIME)
@@ -36,7 +33,6 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	  if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	for m in $(SUBMODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 ## bench: regenerate BENCHMARKS.md (see bench/README.md for what it needs)
 bench:

@@ -1,12 +1,14 @@
 module github.com/obmd/obmd
 
-go 1.26.0
+go 1.26.3
 
 require (
 	github.com/bougou/go-ipmi v0.9.1
 	github.com/creack/pty v1.1.24
 	github.com/gliderlabs/ssh v0.3.8
+	github.com/go-logr/logr v1.4.4
 	github.com/go-sql-driver/mysql v1.10.1
+	github.com/ironcore-dev/metal-operator v0.7.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/sirupsen/logrus v1.10.2
 	github.com/stmcginnis/gofish v0.24.0

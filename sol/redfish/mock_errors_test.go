@@ -1,4 +1,4 @@
-package mocktest
+package redfish_test
 
 import (
 	"context"
