@@ -54,6 +54,11 @@ type Config struct {
 	// Metrics, if set, serves GET /metrics (Prometheus text format; no
 	// authentication, like the probes: it carries no node names).
 	Metrics http.Handler
+	// Authenticated, if set, is called with the request's context once a
+	// request has presented a valid credential (the admin token, or the
+	// node's token): the wiring then spares its connection from the caps
+	// on unauthenticated connections (conncap.TrustContext).
+	Authenticated func(ctx context.Context)
 }
 
 // Limiter bounds secret guessing per source address and per node
@@ -273,7 +278,16 @@ func (a *API) admin(fn http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		a.cfg.Limiter.End(host, "", false)
+		a.authenticated(r)
 		fn(w, r)
+	}
+}
+
+// authenticated tells Config.Authenticated that r presented a valid
+// credential.
+func (a *API) authenticated(r *http.Request) {
+	if a.cfg.Authenticated != nil {
+		a.cfg.Authenticated(r.Context())
 	}
 }
 

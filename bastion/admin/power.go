@@ -70,6 +70,7 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 		return grant{}, false
 	}
 	a.cfg.Limiter.End(host, label, false)
+	a.authenticated(r)
 	return grant{label: label, epoch: acc.Epoch}, true
 }
 
