@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -68,7 +69,13 @@ func NewPeerServer(c *Cluster, hub Hub, log logrus.FieldLogger) (*PeerServer, er
 			return nil, errors.New("not an obmd replica of this cluster")
 		},
 	}
-	cfg.AddHostKey(c.cfg.HostKey)
+	// Replicas are all obmd: the peer channel never needs the legacy set.
+	sshalgo.Modern().Server(cfg)
+	hostKey, err := sshalgo.Modern().HostKey(c.cfg.HostKey)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: peer server: %w", err)
+	}
+	cfg.AddHostKey(hostKey)
 	return &PeerServer{c: c, hub: hub, log: log, cfg: cfg, done: make(chan struct{}),
 		ls: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}, nil
 }

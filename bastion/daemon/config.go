@@ -78,6 +78,10 @@ type Config struct {
 	// AuthLimits bound guessing of node tokens and of the admin token; SSH
 	// and the admin API share one budget per source.
 	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
+	// SSHLegacyAlgorithms also offers the SHA-1 algorithms old clients may
+	// need (diffie-hellman-group14-sha1, hmac-sha1, ssh-rsa signatures);
+	// off, obmd offers what a current OpenSSH server does, without SHA-1.
+	SSHLegacyAlgorithms bool `yaml:"ssh_legacy_algorithms"`
 	// FailDelay is the least time a failed token takes (default 300 ms).
 	FailDelay time.Duration `yaml:"fail_delay"`
 	// PowerTimeout bounds one BMC call (default 20 s).

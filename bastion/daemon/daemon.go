@@ -152,7 +152,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
 		Limiter: limiter, FailDelay: d.cfg.FailDelay, MaxConnsPerSource: d.cfg.MaxConnsPerSource, Admit: d.revoker.Admit,
-		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
 	}
