@@ -67,14 +67,15 @@ func fxLogins(t *testing.T, r *rpReplica, label, tok string) {
 // TestFDExhaustionAdminFlood: obmd with 256 descriptors, its admin port
 // flooded from 200 addresses with 3,000 connections that never
 // authenticate (before: those accepted held every descriptor, and the
-// rotation's connection waited behind the rest). The caps, sized from the
-// limit, keep obmd well below it; HIL's rotation goes through, reaches the
-// database and cuts the tenant, and SSH logins with the new token work.
+// rotation's connection waited behind the rest), and its peer port with
+// 1,000 more. The caps, sized from the limit, keep obmd well below it;
+// HIL's rotation goes through, reaches the database and cuts the tenant,
+// and SSH logins with the new token work.
 func TestFDExhaustionAdminFlood(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
 		const nofile = 256
-		r := fxStart(t, nofile, map[string]string{"OBMD_DB": dsn})
+		r := fxStart(t, nofile, map[string]string{"OBMD_DB": dsn, "OBMD_PEER_ADDR": "127.0.0.1:0"})
 		if got := r.listening["admin_max_conns"]; got != "64" {
 			t.Errorf("admin_max_conns: got %s, want 64 (a quarter of %d)", got, nofile)
 		}
@@ -86,8 +87,17 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 		// Held, not replaced: before, every one the old obmd accepted kept a
 		// descriptor (those that trickle a body, for good).
 		flood := acStartFlood(t, r.listening["admin"], acSources(2, 200), 2*time.Millisecond, 15, true)
-		waitUntil(t, "the flood to open 3,000 connections", func() bool { return flood.dialed.Load() >= 3000 })
-		t.Logf("obmd holds %d descriptors of %d under the flood", fxOpenFiles(t, r.cmd.Process.Pid), nofile)
+		peers := acStartFlood(t, r.listening["peer"], acSources(2, 100), 2*time.Millisecond, 10, true)
+		waitUntil(t, "the floods to open 4,000 connections", func() bool {
+			return flood.dialed.Load() >= 3000 && peers.dialed.Load() >= 1000
+		})
+		// The caps' share (a quarter for admin, an eighth for peers) and
+		// obmd's own files.
+		if n := fxOpenFiles(t, r.cmd.Process.Pid); n > nofile/2 {
+			t.Errorf("obmd holds %d descriptors of %d under the flood, want at most half", n, nofile)
+		} else {
+			t.Logf("obmd holds %d descriptors of %d under the flood", n, nofile)
+		}
 
 		newTok, err := acRotate(t, acFreshClient(), "http://"+r.listening["admin"], fxAdminToken, "fx1")
 		if err != nil {
