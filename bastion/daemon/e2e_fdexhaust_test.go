@@ -24,13 +24,13 @@ import (
 
 const fxAdminToken = "fx-admin-token-for-the-descriptor-tests"
 
-// fxStart runs `obmd serve` under prlimit --nofile=nofile:nofile (soft and
-// hard: obmd cannot raise it) with env, and waits until it listens.
-func fxStart(t *testing.T, nofile int, env map[string]string) *rpReplica {
+// fxStart runs `obmd serve` under prlimit --nofile=soft:hard with env, and
+// waits until it listens.
+func fxStart(t *testing.T, soft, hard int, env map[string]string) *rpReplica {
 	t.Helper()
 	ipmisim.Require(t, "prlimit")
 	script := filepath.Join(t.TempDir(), "obmd-limited")
-	body := fmt.Sprintf("#!/bin/sh\nexec prlimit --nofile=%d:%d -- %s \"$@\"\n", nofile, nofile, obmdBinary(t))
+	body := fmt.Sprintf("#!/bin/sh\nexec prlimit --nofile=%d:%d -- %s \"$@\"\n", soft, hard, obmdBinary(t))
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
 		const nofile = 256
-		r := fxStart(t, nofile, map[string]string{"OBMD_DB": dsn, "OBMD_PEER_ADDR": "127.0.0.1:0"})
+		r := fxStart(t, nofile, nofile, map[string]string{"OBMD_DB": dsn, "OBMD_PEER_ADDR": "127.0.0.1:0"})
 		if got := r.listening["admin_max_conns"]; got != "64" {
 			t.Errorf("admin_max_conns: got %s, want 64 (a quarter of %d)", got, nofile)
 		}
@@ -119,7 +119,7 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 func TestFDExhaustionAcceptLoops(t *testing.T) {
 	t.Parallel()
 	const nofile = 128
-	r := fxStart(t, nofile, map[string]string{"OBMD_PEER_ADDR": "127.0.0.1:0",
+	r := fxStart(t, nofile, nofile, map[string]string{"OBMD_PEER_ADDR": "127.0.0.1:0",
 		"OBMD_ADMIN_MAX_CONNS": "100000", "OBMD_ADMIN_MAX_UNAUTH_CONNS": "100000",
 		"OBMD_ADMIN_MAX_UNAUTH_CONNS_PER_SOURCE": "100000", "OBMD_ADMIN_READ_HEADER_TIMEOUT": "10m"})
 	r.mustAPI(200, "PUT", "/node/fx2", map[string]any{"type": "sim", "info": map[string]string{"addr": "sim"}})
@@ -178,4 +178,46 @@ func TestFDExhaustionAcceptLoops(t *testing.T) {
 	}
 	newTok := r.rotate("fx2")
 	fxLogins(t, r, "fx2", newTok)
+}
+
+// TestOpenFileLimitRaised: obmd raises its soft open-file limit to the hard
+// one at start, says so, and sizes its caps from the result.
+func TestOpenFileLimitRaised(t *testing.T) {
+	t.Parallel()
+	r := fxStart(t, 200, 4096, map[string]string{})
+	var line map[string]any
+	for _, m := range r.logLines() {
+		if m["msg"] == "open_files_limit" {
+			line = m
+		}
+	}
+	if line == nil || line["soft"] != 4096.0 || line["hard"] != 4096.0 {
+		t.Errorf("open_files_limit line: got %v, want soft and hard 4096", line)
+	}
+	if got := r.listening["open_files_limit"]; got != "4096" {
+		t.Errorf("obmd_listening open_files_limit: got %s, want 4096", got)
+	}
+	if got := r.listening["admin_max_conns"]; got != "1024" {
+		t.Errorf("admin_max_conns: got %s, want 1024", got)
+	}
+	if n := fxProcLimit(t, r.cmd.Process.Pid); n != 4096 {
+		t.Errorf("the process's soft limit: got %d, want 4096", n)
+	}
+}
+
+// fxProcLimit reads the soft "Max open files" of process pid.
+func fxProcLimit(t testing.TB, pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(strings.TrimPrefix(line, "Max open files")); len(f) >= 2 && strings.HasPrefix(line, "Max open files") {
+			var n int
+			fmt.Sscan(f[0], &n)
+			return n
+		}
+	}
+	t.Fatalf("no open-file limit in /proc/%d/limits", pid)
+	return 0
 }
