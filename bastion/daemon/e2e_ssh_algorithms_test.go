@@ -10,8 +10,6 @@ package daemon_test
 import (
 	"crypto/rand"
 	"crypto/rsa"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,19 +28,7 @@ func alRSAKey(t testing.TB) (gossh.Signer, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := gossh.NewSignerFromKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := gossh.MarshalPrivateKey(k, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "id_rsa")
-	if err := os.WriteFile(path, pemEncode(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return s, path
+	return keyFile(t, k, "id_rsa")
 }
 
 // alServer is an obmd with an RSA host key and node alg1, reachable with
