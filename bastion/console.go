@@ -103,11 +103,10 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 			if !ok {
 				// Cuts and shutdown are told by the caller; anything else
 				// that ended the viewer (too slow a reader, displaced from a
-				// one-reader mock console) is told here: the hub's error
-				// texts are written for users.
+				// one-reader mock console) is told here.
 				err := v.Err()
 				if !isCut(err) {
-					say(err.Error())
+					say(sol.TenantText(err))
 				}
 				return commands.ExitFailed, err
 			}
@@ -222,7 +221,7 @@ func (c *channel) sendBreak(ctx context.Context, v *sol.Viewer) {
 	defer cancel()
 	if err := v.Break(ctx); err != nil {
 		c.log.WithError(err).Info("break_failed")
-		fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: break not sent: %v]\r\n", err)
+		fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: break not sent: %s]\r\n", sol.TenantText(err))
 		return
 	}
 	c.audit(ctx, "console.break", "ok", "")

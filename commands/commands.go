@@ -11,7 +11,8 @@
 // Runner.Run, which prints and returns the exit code. Parse errors go
 // through WriteError, so they print like every other error. The HTTP API
 // calls Runner.Do and maps errors: ErrBusy to 409, a *UsageError or
-// sol.ErrBadBootDevice to 400, anything else to 500.
+// sol.ErrBadBootDevice to 400, anything else to 500, with Message as the
+// body's text.
 //
 // # Text output (stdout, stable)
 //
@@ -55,6 +56,13 @@
 // {"node":"node-17","command":"power-on","ok":false,"error":"..."}; the
 // exit code is the same either way (ExitCode). "command" is "" when the
 // command name itself was not understood.
+//
+// The message is Message(err): a failed BMC call says what the BMC did in
+// stable words that never name its address ("power on node-17: the BMC
+// refused obmd's credentials", "... the BMC did not answer", "... the BMC
+// is unreachable", "... the BMC did not answer within 20s"; see
+// sol.TenantText). The error's own text, with the driver's detail, goes to
+// obmd's log and the audit record.
 package commands
 
 import (

@@ -259,7 +259,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	node := clean(req.Node)
 	if op.exclusive {
 		if !r.acquire(req.Node) {
-			err := fmt.Errorf("%s %s: %w", op.verb, node, ErrBusy)
+			err := &opError{verb: op.verb, node: node, err: ErrBusy}
 			r.record(ctx, req, op.action, ResultBusy, ErrBusy.Error(), err, 0)
 			return res, err
 		}
@@ -275,7 +275,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 			result = ResultBusy
 		}
 		r.record(ctx, req, op.action, result, err.Error()+"; "+took, err, res.Took)
-		return res, fmt.Errorf("%s %s: %w", op.verb, node, err)
+		return res, &opError{verb: op.verb, node: node, err: err}
 	}
 	res.Power = power
 	detail := took
@@ -336,7 +336,9 @@ type timeoutError struct {
 	err   error
 }
 
-func (e *timeoutError) Error() string   { return fmt.Sprintf("BMC did not answer within %s", e.after) }
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("the BMC did not answer within %s", e.after)
+}
 func (e *timeoutError) Unwrap() []error { return []error{ErrTimeout, e.err} }
 
 func (r *Runner) acquire(node string) bool {

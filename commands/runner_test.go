@@ -305,16 +305,18 @@ func TestRunErrors(t *testing.T) {
 		wantStderr       []string // substrings
 		wantJSONErr      string   // substring of "error" when --json
 	}{
-		{"bmc fails", "node-17", "power-on", errors.New("rmcp+: session rejected"), ExitFailed,
-			[]string{"obmd: power on node-17: rmcp+: session rejected\n"}, ""},
-		{"bmc fails json", "node-17", "power-cycle --json", errors.New("no route to host"), ExitFailed,
-			[]string{"obmd: power cycle node-17: no route to host\n"}, "power cycle node-17: no route to host"},
-		{"status fails", "node-17", "power-status", errors.New("timeout"), ExitFailed,
-			[]string{"obmd: power status of node-17: timeout"}, ""},
-		{"driver error escaped", "node-17", "power-off", errors.New("ipmitool said \x1b[31mno\x1b[0m"), ExitFailed,
-			[]string{`ipmitool said \x1b[31mno\x1b[0m`}, ""},
+		{"bmc refuses credentials", "node-17", "power-on", sol.NewError(sol.FaultCredentials, errors.New("connect to BMC 192.0.2.7:623: rmcp+: session rejected")), ExitFailed,
+			[]string{"obmd: power on node-17: the BMC refused obmd's credentials\n"}, ""},
+		{"bmc silent json", "node-17", "power-cycle --json", sol.NewError(sol.FaultNoAnswer, errors.New("read udp 192.0.2.7:623: i/o timeout")), ExitFailed,
+			[]string{"obmd: power cycle node-17: the BMC did not answer\n"}, "power cycle node-17: the BMC did not answer"},
+		{"status unreachable", "node-17", "power-status", sol.NewError(sol.FaultUnreachable, errors.New("read udp 192.0.2.7:623: connection refused")), ExitFailed,
+			[]string{"obmd: power status of node-17: the BMC is unreachable\n"}, ""},
+		{"completion code json", "node-17", "power-reset --json", &sol.Error{Fault: sol.FaultRejected, Code: 0xd5, Err: errors.New("BMC 192.0.2.7:623 said 0xd5")}, ExitFailed,
+			[]string{"obmd: reset node-17: the BMC rejected the request (completion code 0xd5)\n"}, "the BMC rejected the request (completion code 0xd5)"},
+		{"unclassified driver error hidden", "node-17", "power-off --json", errors.New("ipmitool said \x1b[31mno\x1b[0m to 192.0.2.7"), ExitFailed,
+			[]string{"obmd: power off node-17: the BMC operation failed\n"}, "power off node-17: the BMC operation failed"},
 		{"unknown node", "node-404", "power-on", nil, ExitFailed,
-			[]string{"obmd: power on node-404: find BMC: node not found"}, ""},
+			[]string{"obmd: power on node-404: the BMC operation failed"}, ""},
 		{"bad boot device from driver", "node-17", "bootdev cdrom --json", badBoot, ExitUsage,
 			[]string{"unsupported boot device"}, "unsupported boot device"},
 		{"unknown command", "node-17", "foo", nil, ExitUsage,
@@ -342,6 +344,9 @@ func TestRunErrors(t *testing.T) {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("got stderr %q, want it to contain %q", stderr, w)
 				}
+			}
+			if strings.Contains(stderr+stdout, "192.0.2.7") || strings.Contains(stderr+stdout, "rmcp+") {
+				t.Errorf("got the driver's detail in the output: %q %q", stdout, stderr)
 			}
 			if strings.ContainsRune(stderr, 0x1b) || strings.ContainsRune(stdout, 0x1b) {
 				t.Errorf("got a raw ESC in the output: %q %q", stdout, stderr)

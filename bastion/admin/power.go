@@ -149,18 +149,16 @@ func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.C
 		writeError(w, http.StatusServiceUnavailable, "request cancelled")
 	case errors.Is(err, commands.ErrBusy):
 		writeError(w, http.StatusConflict, commands.ErrBusy.Error())
-	case errors.As(err, &usage):
-		writeError(w, http.StatusBadRequest, safeText(usage.Msg))
-	case errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):
-		writeError(w, http.StatusBadRequest, safeText(err.Error()))
+	case errors.As(err, &usage), errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):
+		writeError(w, http.StatusBadRequest, safeText(commands.Message(err)))
 	case errors.Is(err, commands.ErrTimeout):
 		log.Warn("command_timeout")
-		writeError(w, http.StatusGatewayTimeout, safeText(err.Error()))
+		writeError(w, http.StatusGatewayTimeout, safeText(commands.Message(err)))
 	default:
-		// BMC error text is safe to show: drivers never put the password
-		// in it.
+		// The log has the driver's detail (the BMC's address); the client
+		// gets its classification only (commands.Message).
 		log.Warn("command_failed")
-		writeError(w, http.StatusInternalServerError, safeText(err.Error()))
+		writeError(w, http.StatusInternalServerError, safeText(commands.Message(err)))
 	}
 }
 

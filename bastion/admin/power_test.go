@@ -119,10 +119,13 @@ func TestPowerErrors(t *testing.T) {
 		}{
 			{"busy", fmt.Errorf("power-on n1: %w", commands.ErrBusy), 409, errJSON(commands.ErrBusy.Error())},
 			{"usage", &commands.UsageError{Msg: "bootdev: unknown device \"C\""}, 400, errJSON(`bootdev: unknown device "C"`)},
-			{"bad boot device", fmt.Errorf("bootdev C on n1: %w", sol.ErrBadBootDevice), 400, errJSON("bootdev C on n1: unsupported boot device")},
+			{"bad boot device", fmt.Errorf("bootdev C on n1: %w", sol.ErrBadBootDevice), 400, errJSON("unsupported boot device")},
 			{"timeout", fmt.Errorf("power-on n1: %w: %w", commands.ErrTimeout, context.DeadlineExceeded), 504,
-				errJSON("power-on n1: BMC did not answer in time: context deadline exceeded")},
-			{"BMC failure", errors.New("power-on n1: BMC said \x1b[31mno\x1b[0m"), 500, errJSON(`power-on n1: BMC said \x1b[31mno\x1b[0m`)},
+				errJSON("the BMC did not answer")},
+			// The driver's detail (here the BMC's address) stays in the log.
+			{"BMC refuses credentials", sol.NewError(sol.FaultCredentials, errors.New("connect to BMC 192.0.2.9:623: RAKP2 mismatch")), 500,
+				errJSON("the BMC refused obmd's credentials")},
+			{"unclassified BMC failure", errors.New("power-on n1: BMC 192.0.2.9:623 said \x1b[31mno\x1b[0m"), 500, errJSON("the BMC operation failed")},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +135,9 @@ func TestPowerErrors(t *testing.T) {
 					t.Errorf("got %d %q, want %d %q", r.code, r.body, tt.code, tt.want)
 				}
 			})
+		}
+		if logs := e.logs.String(); !strings.Contains(logs, "192.0.2.9:623") {
+			t.Errorf("logs: want the driver's detail (the BMC's address) in\n%s", logs)
 		}
 	})
 }
