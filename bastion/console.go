@@ -24,10 +24,18 @@ type escapeTexts struct {
 	unknown  string // an unknown escape command
 }
 
+// Without a PTY there are no escapes; the banner says so.
+const (
+	noEscapesHint   = "no escapes without a terminal (ssh -t)"
+	noEscapesToRead = "you are read-only"
+	noEscapesKeys   = "read-only: your keys are not sent"
+)
+
 func newEscapeTexts(prefix string) escapeTexts {
 	p := escapeName(prefix)
 	return escapeTexts{
-		help:     "obmd escapes: " + p + " then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help",
+		help: "obmd escapes: " + p + " then  . detach  f take over writing  s read-only  b break  r replay scrollback  " +
+			escapeName(prefix[:1]) + " send " + p + "  ? help",
 		hint:     p + " ? for help",
 		toWrite:  "you are read-only (" + p + " f to write)",
 		readOnly: "read-only: your keys are not sent; " + p + " f takes over writing",
@@ -60,7 +68,8 @@ func escapeName(prefix string) string {
 // detaches, the client leaves, or the session is cut. Console bytes go to the
 // channel untouched (no newline rewriting); obmd's own messages go to stderr.
 // The output loop runs here; the input reader is a goroutine in c.wg that
-// ends when serve closes the channel.
+// ends when serve closes the channel. Escapes are read only on a session
+// with a PTY (c.pty): without one every input byte goes to the node.
 func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands.Command, stderr io.Writer) (int, error) {
 	name := fmt.Sprintf("#%s %s@%s", info.ID, strings.Fields(info.User)[0], remoteHost(c.ctx.RemoteAddr()))
 	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Name: name, ReadOnly: cmd.ReadOnly, Replay: true})
@@ -147,15 +156,22 @@ func (c *channel) banner(v *sol.Viewer) string {
 			others = append(others, o.Name)
 		}
 	}
-	role := "you are writing"
-	if !v.Writer() {
+	role, hint := "you are writing", c.s.esc.hint
+	if !c.pty {
+		hint = noEscapesHint
+	}
+	switch {
+	case v.Writer():
+	case c.pty:
 		role = c.s.esc.toWrite
+	default:
+		role = noEscapesToRead
 	}
 	who := "no one else attached"
 	if len(others) > 0 {
 		who = fmt.Sprintf("%d other(s): %s", len(others), strings.Join(others, ", "))
 	}
-	return fmt.Sprintf("console of %s; %s; %s; %s", safe(c.label), role, who, c.s.esc.hint)
+	return fmt.Sprintf("console of %s; %s; %s; %s", safe(c.label), role, who, hint)
 }
 
 // consoleInput reads the client's keystrokes, acting on escapes and sending
@@ -170,7 +186,12 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, keys *keystr
 		}
 	}
 	var lastHint time.Time
-	p := newEscapeParser([]byte(c.s.cfg.Escape))
+	readOnly := noEscapesKeys
+	feed := func(b []byte) []escapeEvent { return []escapeEvent{{Data: b}} }
+	if c.pty {
+		readOnly = c.s.esc.readOnly
+		feed = newEscapeParser([]byte(c.s.cfg.Escape)).Feed
+	}
 	// Keystrokes are small and a paste is read in several pieces; this
 	// buffer lives as long as the viewer, so it is the viewer's largest
 	// allocation (32 KiB here made half of an idle viewer's heap).
@@ -180,11 +201,14 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, keys *keystr
 		keys.reading(true)
 		n, err := c.ch.Read(buf)
 		keys.reading(false)
-		for _, ev := range p.Feed(buf[:n]) {
+		for _, ev := range feed(buf[:n]) {
 			if ev.Data != nil {
+				if len(ev.Data) == 0 {
+					continue
+				}
 				if _, err := v.Write(ev.Data); errors.Is(err, sol.ErrReadOnly) && time.Since(lastHint) > 5*time.Second {
 					lastHint = time.Now()
-					tell(c.s.esc.readOnly)
+					tell(readOnly)
 				}
 				continue
 			}

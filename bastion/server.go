@@ -113,8 +113,8 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 	if cfg.Escape == "" {
 		cfg.Escape = "\x05c"
 	}
-	if len(cfg.Escape) != 2 {
-		return nil, fmt.Errorf("bastion: escape prefix must be 2 bytes, got %d", len(cfg.Escape))
+	if err := checkEscape(cfg.Escape); err != nil {
+		return nil, err
 	}
 	if cfg.FailDelay <= 0 {
 		cfg.FailDelay = 300 * time.Millisecond

@@ -91,8 +91,13 @@ func TestConsoleViewers(t *testing.T) {
 						v.notice("]\r\n") // the banner, whole
 						vs = append(vs, v)
 					}
-					defer func() { // detach all, so the next round starts alone
-						for _, v := range vs {
+					defer func() { // detach all (without a PTY: leave), so the next round starts alone
+						for i, v := range vs {
+							if i%2 == 0 {
+								v.c.Close()
+								v.exit()
+								continue
+							}
 							v.typeKeys(escDetach)
 							if code := v.exit(); code != 0 {
 								t.Errorf("exit after detach: got %d, want 0", code)
@@ -132,7 +137,11 @@ func TestConsoleViewers(t *testing.T) {
 					// then the writer's keys arrive, and only them.
 					for i, v := range vs[1:] {
 						v.typeKeys(fmt.Sprintf("reader-%d\r", i+1))
-						v.notice("[obmd: read-only: your keys are not sent; Ctrl-E c f takes over writing]")
+						want := "[obmd: read-only: your keys are not sent]" // no escapes without a PTY
+						if i%2 == 0 { // vs[i+1] has a PTY
+							want = "[obmd: read-only: your keys are not sent; Ctrl-E c f takes over writing]"
+						}
+						v.notice(want)
 					}
 					vs[0].typeKeys(fmt.Sprintf("writer-of-%d\r", n))
 					waitUntil(t, "the writer's keys", func() bool {
@@ -157,11 +166,11 @@ func TestConsoleTakeover(t *testing.T) {
 		t.Run(backend.name, func(t *testing.T) {
 			node := backend.node(t, o, "take-"+backend.name)
 			// ro attaches first, read-only: it does not take the free pen.
-			ro := o.goConsole(t, node.label, node.token, conOpts{cmd: "console --read-only"})
+			ro := o.goConsole(t, node.label, node.token, conOpts{cmd: "console --read-only", pty: true})
 			ro.notice("you are read-only (Ctrl-E c f to write); no one else attached")
 			a := o.goConsole(t, node.label, node.token, conOpts{pty: true})
 			a.notice("you are writing; 1 other(s): #")
-			b := o.goConsole(t, node.label, node.token, conOpts{})
+			b := o.goConsole(t, node.label, node.token, conOpts{pty: true})
 			b.notice("you are read-only (Ctrl-E c f to write); 2 other(s): #")
 			node.sync(t, allSaw([]*conGo{ro, a, b}))
 
