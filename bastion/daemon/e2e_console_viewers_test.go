@@ -137,8 +137,9 @@ func TestConsoleViewers(t *testing.T) {
 					// then the writer's keys arrive, and only them.
 					for i, v := range vs[1:] {
 						v.typeKeys(fmt.Sprintf("reader-%d\r", i+1))
-						want := "[obmd: read-only: your keys are not sent]" // no escapes without a PTY
-						if i%2 == 0 { // vs[i+1] has a PTY
+						// Without a PTY there are no escapes to name; vs[i+1] has one for even i.
+						want := "[obmd: read-only: your keys are not sent]"
+						if i%2 == 0 {
 							want = "[obmd: read-only: your keys are not sent; Ctrl-E c f takes over writing]"
 						}
 						v.notice(want)
