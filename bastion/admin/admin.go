@@ -6,7 +6,9 @@
 // Authentication: admin routes take HTTP basic "admin:<admin token>" and
 // answer 404 to a missing or wrong credential, so that an outsider cannot
 // tell which nodes exist. Node-token routes take the node's current token in
-// "?token=" and answer 401 to a wrong one. Query strings are never logged.
+// "?token=" and answer a wrong or missing one, and an unknown node, with the
+// same 401 and body, no sooner than Config.FailDelay. Query strings are
+// never logged.
 //
 // Fingerprints in /v1 key paths contain "/" and "+" (standard base64): clients
 // should escape "/" as %2F ("DELETE /v1/nodes/n1/keys/SHA256:abc%2Fdef");
@@ -31,6 +33,9 @@ import (
 // DefaultMaxBody bounds request bodies when Config.MaxBody is zero.
 const DefaultMaxBody = 64 << 10
 
+// DefaultFailDelay is Config.FailDelay's default.
+const DefaultFailDelay = 300 * time.Millisecond
+
 // Config configures the API.
 type Config struct {
 	// AdminToken is the secret of the "admin" basic-auth user. Required.
@@ -40,6 +45,9 @@ type Config struct {
 	MaxBody int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// FailDelay is the least time a failed node-token check takes, whatever
+	// failed (default 300 ms, the SSH door's).
+	FailDelay time.Duration
 	// Admit is called by every node-token session (power routes, HTTP
 	// console) once it is in the registry, before it starts, with the access
 	// epoch its token was checked at. nil lets it start; a
@@ -162,6 +170,9 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.FailDelay <= 0 {
+		cfg.FailDelay = DefaultFailDelay
 	}
 	a := &API{cfg: cfg, store: store, sealer: sealer, runner: runner, consoles: consoles,
 		revoker: revoker, sessions: reg, log: log, mux: http.NewServeMux()}

@@ -45,14 +45,14 @@ func TestPowerRoutes(t *testing.T) {
 			{"boot device none given", "PUT", "/node/n1/boot_device" + q, `{}`, 400, errJSON(`field "bootdev" is required`), nil},
 			{"boot device no body", "PUT", "/node/n1/boot_device" + q, "", 400, errJSON(`body is empty; want a JSON object`), nil},
 			{"power status", "GET", "/node/n1/power_status" + q, "", 200, `{"power_status":"Mock Status"}` + "\n", &commands.Command{Name: commands.CmdPowerStatus}},
-			{"bad token", "POST", "/node/n1/power_on?token=" + tok + "x", "", 401, errJSON("invalid token"), nil},
-			{"no token", "POST", "/node/n1/power_on", "", 401, errJSON("invalid token"), nil},
-			{"empty token", "GET", "/node/n1/power_status?token=", "", 401, errJSON("invalid token"), nil},
-			{"other node's token", "GET", "/node/n2/power_status" + q, "", 401, errJSON("invalid token"), nil},
-			{"unknown node", "POST", "/node/n3/power_off" + q, "", 404, errJSON(`node "n3" not found`), nil},
+			{"bad token", "POST", "/node/n1/power_on?token=" + tok + "x", "", 401, errJSON(errBadToken), nil},
+			{"no token", "POST", "/node/n1/power_on", "", 401, errJSON(errBadToken), nil},
+			{"empty token", "GET", "/node/n1/power_status?token=", "", 401, errJSON(errBadToken), nil},
+			{"other node's token", "GET", "/node/n2/power_status" + q, "", 401, errJSON(errBadToken), nil},
+			{"unknown node", "POST", "/node/n3/power_off" + q, "", 401, errJSON(errBadToken), nil},
 			{"bad label", "POST", "/node/a%00/power_off" + q, "", 400, errJSON(`label "a\x00" contains a control character`), nil},
-			{"console bad token", "GET", "/node/n1/console?token=nope", "", 401, errJSON("invalid token"), nil},
-			{"console unknown node", "GET", "/node/n3/console" + q, "", 404, errJSON(`node "n3" not found`), nil},
+			{"console bad token", "GET", "/node/n1/console?token=nope", "", 401, errJSON(errBadToken), nil},
+			{"console unknown node", "GET", "/node/n3/console" + q, "", 401, errJSON(errBadToken), nil},
 			{"wrong method", "GET", "/node/n1/power_on" + q, "", 404, errJSON("not found"), nil},
 			{"oversized", "POST", "/node/n1/power_cycle" + q, `{"force":"` + strings.Repeat("x", DefaultMaxBody) + `"}`, 413,
 				errJSON("request body is larger than 65536 bytes"), nil},
@@ -238,6 +238,49 @@ func TestConsole(t *testing.T) {
 		}
 		if !hasAudit(e.auditEvents("n1"), "http:token", "session.start", "ok") {
 			t.Errorf("audit: want a session.start")
+		}
+	})
+}
+
+// TestTokenRefusalsAlike: on every node-token route, an unknown node, a
+// node with no token issued, no token, an empty one and a wrong one get
+// the same status and body, and none is answered sooner than FailDelay, so
+// the HTTP door tells no more about which nodes exist than the SSH door.
+func TestTokenRefusalsAlike(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		const delay = 60 * time.Millisecond
+		e.failDelay = delay
+		e.restart()
+		e.mustNode("n1")
+		tok := e.mustToken("n1")
+		e.mustNode("bare") // never given a token
+		routes := []struct{ method, route, body string }{
+			{"POST", "power_on", ""}, {"POST", "power_off", ""}, {"POST", "power_cycle", `{"force":true}`},
+			{"PUT", "boot_device", `{"bootdev":"A"}`}, {"GET", "power_status", ""}, {"GET", "console", ""},
+		}
+		kinds := []struct{ name, label, query string }{
+			{"unknown node", "ghost", "?token=" + tok},
+			{"no token issued", "bare", "?token=" + tok},
+			{"no token", "n1", ""},
+			{"empty token", "n1", "?token="},
+			{"wrong token", "n1", "?token=" + tok + "x"},
+		}
+		for _, rt := range routes {
+			for _, k := range kinds {
+				start := time.Now()
+				r := e.do(rt.method, "/node/"+k.label+"/"+rt.route+k.query, rt.body, noAuth)
+				took := time.Since(start)
+				if r.code != 401 || r.body != errJSON(errBadToken) {
+					t.Errorf("%s, %s: got %d %q, want 401 %q", rt.route, k.name, r.code, r.body, errJSON(errBadToken))
+				}
+				if took < delay {
+					t.Errorf("%s, %s: answered after %v, want at least %v", rt.route, k.name, took, delay)
+				}
+			}
+		}
+		if calls := e.runner.take(); len(calls) != 0 {
+			t.Errorf("runner calls: got %+v, want none", calls)
 		}
 	})
 }

@@ -145,7 +145,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	// One guessing budget per source for SSH and the admin API.
 	limiter := bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: limiter, Metrics: d.metrics,
-		Authenticated: conncap.TrustContext}, d.store, sealer, runner,
+		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay}, d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
