@@ -26,7 +26,8 @@
 //	bootdev pxe                 node-17: next boot from pxe
 //	bootdev pxe --persistent    node-17: next boot from pxe (persistent)
 //	console-log [--lines N]     the scrollback bytes as the node sent them, untouched
-//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none)
+//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none);
+//	                            USER and REMOTE only on the requester's own sessions ("-" otherwise)
 //	version                     the version string
 //	help [COMMAND]              the usage text
 //
@@ -41,7 +42,9 @@
 //	power-status    "power": "on"|"off"|driver string
 //	bootdev         "bootdev": "pxe", "persistent": bool
 //	console-log     "log": the scrollback as a string (invalid UTF-8 becomes U+FFFD)
-//	sessions        "sessions": [{"id","kind","user","remote","started" (RFC 3339),"writer" (omitted if false)}]
+//	sessions        "sessions": [{"id","kind","user","remote","started" (RFC 3339),"writer","own"}]:
+//	                "user" and "remote" only with "own": true (the requester's own session:
+//	                the same credential from the same host); "writer" and "own" omitted if false
 //	version         "version": string
 //	help            "help": the usage text
 //	power-on, power-off, power-cycle, power-reset: nothing more
@@ -128,10 +131,13 @@ type Command struct {
 	Topic      string // help COMMAND, or COMMAND --help: the command to describe ("" = all)
 }
 
-// Request says who runs a command where; it feeds audit records and logs.
+// Request says who runs a command where; it feeds audit records and logs,
+// and tells which sessions `sessions` shows in full (the requester's own:
+// the same User from the same host as Source).
 type Request struct {
 	Node    string
 	Actor   string // "ssh:password", "ssh:publickey", "http:token", ...
+	User    string // the credential, as sessions list it: "token" or "key SHA256:..."
 	Source  string // remote address
 	Session string // session id, for logs
 }
@@ -154,12 +160,15 @@ type Result struct {
 	Error string `json:"error,omitempty"`
 }
 
-// SessionInfo is one live session, as `sessions` lists it.
+// SessionInfo is one live session, as `sessions` lists it. User and Remote
+// are shown only on the requester's own sessions (Own); of anyone else's,
+// a tenant learns the kind, the start and whether it writes.
 type SessionInfo struct {
 	ID      string    `json:"id"`
 	Kind    string    `json:"kind"`
-	User    string    `json:"user"`
-	Remote  string    `json:"remote"`
+	User    string    `json:"user,omitempty"`
+	Remote  string    `json:"remote,omitempty"`
 	Started time.Time `json:"started"`
 	Writer  bool      `json:"writer,omitempty"`
+	Own     bool      `json:"own,omitempty"`
 }

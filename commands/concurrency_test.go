@@ -218,7 +218,7 @@ func TestAuditEvents(t *testing.T) {
 	for i, w := range want {
 		g := got[i]
 		if g.Action != w.action || g.Result != w.result || g.Detail != w.detail ||
-			g.Node != "node-17" || g.Actor != "ssh:password" || g.Source != "192.0.2.1:5000" {
+			g.Node != "node-17" || g.Actor != "ssh:password" || g.Source != "10.0.0.2:5000" {
 			t.Errorf("event %d: got %+v, want %+v", i, g, w)
 		}
 	}

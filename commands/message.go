@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"errors"
+	"net"
 
 	"github.com/obmd/obmd/sol"
 )
@@ -53,4 +54,29 @@ func reason(err error) string {
 		return "cancelled"
 	}
 	return sol.TenantText(err)
+}
+
+// tenantView is list as req's requester may see it: its own sessions (the
+// same credential from the same host: nothing there it does not already
+// have) in full, marked Own; anyone else's (another tenant's key, HIL's
+// console streams) without user or address.
+func tenantView(list []SessionInfo, req Request) []SessionInfo {
+	out := make([]SessionInfo, 0, len(list))
+	for _, s := range list {
+		if req.User != "" && s.User == req.User && host(s.Remote) == host(req.Source) {
+			s.Own = true
+		} else {
+			s = SessionInfo{ID: s.ID, Kind: s.Kind, Started: s.Started, Writer: s.Writer}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// host is addr without its port.
+func host(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }

@@ -175,10 +175,7 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 	}
 	switch cmd.Name {
 	case CmdSessions:
-		res.Sessions = r.sessions.Sessions(req.Node)
-		if res.Sessions == nil {
-			res.Sessions = []SessionInfo{}
-		}
+		res.Sessions = tenantView(r.sessions.Sessions(req.Node), req)
 		res.Text = sessionTable(res.Sessions, r.cfg.Now())
 		return res, nil
 	case CmdConsoleLog:

@@ -146,7 +146,7 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.
 		return
 	}
 	defer end()
-	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, Source: r.RemoteAddr, Session: g.session}, cmd)
+	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, User: "token", Source: r.RemoteAddr, Session: g.session}, cmd)
 	if err != nil {
 		a.commandError(w, r, ctx, g.label, cmd.Name, err)
 		return
