@@ -48,7 +48,9 @@ type Consoles interface {
 type Config struct {
 	// HostKeys sign the handshake; at least one.
 	HostKeys []gossh.Signer
-	// Escape is the console escape prefix (default "\x05c": Ctrl-E c).
+	// Escape is the console escape prefix (default "\x05c": Ctrl-E c):
+	// two bytes, the first not an escape command. Escapes are read only
+	// on sessions with a PTY.
 	Escape string
 	// Limiter bounds guessing; the wiring shares it with the admin API.
 	// Required.
