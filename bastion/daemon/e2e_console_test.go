@@ -79,11 +79,7 @@ func TestConsoleSimOpenSSH(t *testing.T) {
 		t.Errorf("escape bytes reached the node: %q", bmc.Typed())
 	}
 
-	p.typeKeys(escDetach)
-	p.expect("[obmd: detached]")
-	if code := p.exit(); code != 0 {
-		t.Errorf("ssh exit after detach: got %d, want 0", code)
-	}
+	p.detach()
 	acts := strings.Join(o.conAudit("s1"), ",")
 	if strings.Count(acts, "console.break ok") != 2 {
 		t.Errorf("audit: got %s, want two console.break ok", acts)
