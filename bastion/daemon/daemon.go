@@ -343,6 +343,9 @@ func (d *Daemon) closeAll() {
 func (d *Daemon) watchChanges(ctx context.Context) error {
 	cursor, err := d.store.LatestChange(ctx)
 	if err != nil {
+		if ctx.Err() != nil { // stopped while starting: not a failure
+			return nil
+		}
 		return fmt.Errorf("read access changes: %w", err)
 	}
 	d.revoker.Watched(cursor)
