@@ -91,6 +91,17 @@ var (
 	ErrTimeout = errors.New("BMC did not answer in time")
 )
 
+// BusyError is ErrBusy (errors.Is) for a power operation in flight on
+// another replica, which it names; its text is safe to show.
+type BusyError struct {
+	Replica string
+}
+
+func (e *BusyError) Error() string { return ErrBusy.Error() + " (on replica " + e.Replica + ")" }
+
+// Is makes errors.Is(err, ErrBusy) hold.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
 // UsageError is a parse or argument error; its text is safe to show (no raw
 // control characters, one line).
 type UsageError struct {

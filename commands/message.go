@@ -45,7 +45,10 @@ func Message(err error) string {
 // reason is why an operation failed, as the client is told.
 func reason(err error) string {
 	var te *timeoutError
+	var be *BusyError
 	switch {
+	case errors.As(err, &be):
+		return be.Error()
 	case errors.Is(err, ErrBusy):
 		return ErrBusy.Error()
 	case errors.As(err, &te):
