@@ -97,6 +97,7 @@ type BusyError struct {
 	Replica string
 }
 
+// Error is ErrBusy's text and the replica.
 func (e *BusyError) Error() string { return ErrBusy.Error() + " (on replica " + e.Replica + ")" }
 
 // Is makes errors.Is(err, ErrBusy) hold.
