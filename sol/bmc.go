@@ -82,7 +82,11 @@ type Console interface {
 // ones (they end with ErrDisplaced) and gets a new console, and the console
 // closes as its viewer leaves, without Config.Linger. So a new stream never
 // joins the previous one mid-count, even before the server has noticed that
-// the previous reader hung up.
+// the previous reader hung up. An Exclusive console is also read only as
+// fast as its viewer takes the output (flow control end to end, see
+// Config.QueueBytes), so that viewer never skips ahead: the mock's counter,
+// which its console makes as it is read, reaches it without a gap at any
+// reading speed.
 type Exclusive interface {
 	Exclusive() bool
 }

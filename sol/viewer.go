@@ -324,6 +324,13 @@ func (v *Viewer) take() (Chunk, bool) {
 	return c, true
 }
 
+// backlog is how many console bytes v has queued.
+func (v *Viewer) backlog() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.queued
+}
+
 // pump moves queued chunks to Output until the viewer ends, then closes
 // Output. Owned by the Manager's WaitGroup.
 func (v *Viewer) pump() {
@@ -338,6 +345,9 @@ func (v *Viewer) pump() {
 			case <-v.done:
 				return
 			}
+		}
+		if c.Notice == "" {
+			signal(v.n.room) // the queue shrank: an Exclusive link may read again
 		}
 		select {
 		case v.out <- c:
