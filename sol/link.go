@@ -395,17 +395,34 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 }
 
 // sendInput writes up to limit (at most maxWrite) pending input bytes to
-// con; it returns what it wrote.
+// con; it returns what it took. What a failed Write did not deliver goes
+// back to the head of the pending input, for the next link: input in flight
+// when a link is lost is not lost with it.
 func (n *node) sendInput(con Console, buf []byte, limit int) ([]byte, error) {
 	buf = n.takeInput(buf, min(limit, maxWrite))
 	if len(buf) == 0 {
 		return buf, nil
 	}
-	if _, err := con.Write(buf); err != nil {
+	k, err := con.Write(buf)
+	k = min(max(k, 0), len(buf))
+	n.m.st.bytesIn.Add(uint64(k))
+	if err != nil {
+		n.untakeInput(buf[k:])
 		return buf, fmt.Errorf("write console: %w", err)
 	}
-	n.m.st.bytesIn.Add(uint64(len(buf)))
 	return buf, nil
+}
+
+// untakeInput puts p back in front of the pending input (unless the node
+// has retired: its input is dropped with it) and tells the writer loop.
+func (n *node) untakeInput(p []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.retired || len(p) == 0 {
+		return
+	}
+	n.in = append(append(make([]byte, 0, len(p)+len(n.in)), p...), n.in...)
+	signal(n.inReady)
 }
 
 func (n *node) pendingInput() int {

@@ -76,7 +76,10 @@ func (v *Viewer) Name() string { return v.name }
 // AttachOptions.Relay) may write (ErrReadOnly).
 // Write blocks while too much input is pending (a long paste into a slow or
 // reconnecting link) until it drains, the viewer stops being the writer, or
-// the viewer ends. Input is dropped if the node is cut.
+// the viewer ends. Input is dropped if the node is cut. Input that a lost
+// link had not delivered goes to the next link, in order; the part of it
+// the BMC may have received without acknowledging it (at most one SOL
+// packet) may then arrive twice.
 func (v *Viewer) Write(p []byte) (int, error) {
 	n := v.n
 	written := 0
