@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +44,11 @@ func TestInputAcrossReconnects(t *testing.T) {
 
 	stop := make(chan struct{})
 	typed := make(chan []byte, 1)
-	go func() { // ends at stop; sends what it typed
+	var want []byte
+	stopTyping := sync.OnceFunc(func() { close(stop); want = <-typed })
+	// Deferred after the manager's Close, so it runs first.
+	defer stopTyping()
+	go func() { // ends at stop (stopTyping waits for it); sends what it typed
 		var all []byte
 		for i := 0; ; i++ {
 			select {
@@ -72,8 +77,7 @@ func TestInputAcrossReconnects(t *testing.T) {
 		}
 		waitUntil(t, "the reconnect", func() bool { st := m.Stats(); return st.Reconnects > uint64(round) && st.LinksUp == 1 })
 	}
-	close(stop)
-	want := <-typed
+	stopTyping()
 	soltest.WaitSerial(t, s, want, 30*time.Second)
 	if got := s.Serial(); !bytes.Equal(got, want) {
 		t.Errorf("serial port: got %d bytes, want exactly the %d typed", len(got), len(want))
