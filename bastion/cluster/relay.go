@@ -11,6 +11,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/db"
 )
 
@@ -66,13 +67,14 @@ func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*gossh.Clie
 		return nil, fmt.Errorf("replica %s: %w", owner, err)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }) // aborts a stuck handshake
-	cc, chans, reqs, err := gossh.NewClientConn(conn, addr, &gossh.ClientConfig{
-		User:              peerUser,
-		Auth:              []gossh.AuthMethod{gossh.PublicKeys(c.cfg.HostKey)},
-		HostKeyCallback:   gossh.FixedHostKey(c.cfg.HostKey.PublicKey()),
-		HostKeyAlgorithms: []string{c.cfg.HostKey.PublicKey().Type()},
-		ClientVersion:     "SSH-2.0-obmd-peer",
-	})
+	ccfg := &gossh.ClientConfig{
+		User:            peerUser,
+		Auth:            []gossh.AuthMethod{gossh.PublicKeys(c.cfg.HostKey)},
+		HostKeyCallback: gossh.FixedHostKey(c.cfg.HostKey.PublicKey()),
+		ClientVersion:   "SSH-2.0-obmd-peer",
+	}
+	sshalgo.Modern().Client(ccfg, c.cfg.HostKey.PublicKey())
+	cc, chans, reqs, err := gossh.NewClientConn(conn, addr, ccfg)
 	if !stop() && err == nil {
 		err = context.Cause(ctx) // the deadline hit just as the handshake ended
 		cc.Close()
