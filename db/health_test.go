@@ -173,6 +173,11 @@ func TestSQLiteNoSharedMemoryFile(t *testing.T) {
 	if _, err := os.Stat(dsn + "-shm"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s-shm: got %v, want no such file", dsn, err)
 	}
+	// Every reader connection is open from the start and stays open: a
+	// new one would have to write to the filesystem.
+	if st := s.r.Stats(); st.OpenConnections != st.MaxOpenConnections || st.Idle != st.OpenConnections {
+		t.Errorf("reader pool: got %d open (%d idle) of %d, want all open and idle", st.OpenConnections, st.Idle, st.MaxOpenConnections)
+	}
 	other := openTestStore(t, dsn)
 	mustCreate(t, other, "n2")
 	if ns, err := s.Nodes(context.Background()); err != nil || len(ns) != 2 {

@@ -182,10 +182,12 @@ func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store
 			_ = w.Close()
 			return nil, fmt.Errorf("open sqlite %s: %w", base, err)
 		}
-		n := max(4, runtime.GOMAXPROCS(0))
+		n := min(max(4, runtime.GOMAXPROCS(0)), 16)
 		r.SetMaxOpenConns(n)
 		r.SetMaxIdleConns(n)
-		if err := r.PingContext(ctx); err != nil {
+		r.SetConnMaxLifetime(0)
+		r.SetConnMaxIdleTime(0)
+		if err := openAll(ctx, r, n); err != nil {
 			_ = r.Close()
 			_ = w.Close()
 			return nil, fmt.Errorf("open sqlite %s: %w", base, err)
@@ -194,6 +196,33 @@ func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store
 	}
 	log.WithFields(logrus.Fields{"dialect": DialectSQLite, "path": base}).Info("db_open")
 	return s, nil
+}
+
+// openAll opens all n connections of pool now, to be kept for good (the
+// pool's limits keep them: n idle, no lifetime). Opening a SQLite
+// connection writes to the filesystem (as root, SQLite fchowns the WAL file
+// it opens), and that write waits in the kernel while the filesystem is
+// frozen: a pool that opened connections as load grew would hang the
+// reads that needed one then, where reads through an open connection still
+// work.
+func openAll(ctx context.Context, pool *sql.DB, n int) error {
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close() // back to the idle pool
+		}
+	}()
+	for range n {
+		c, err := pool.Conn(ctx)
+		if err == nil {
+			err = c.PingContext(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // addPragma adds "_pragma=name(value)" unless the DSN already sets name.
