@@ -29,28 +29,36 @@ type grant struct {
 // hash in constant time. It answers 400 (bad label), 404 (unknown node),
 // 401 (no or wrong token) or 429 (the source or the node is locked out by
 // the guessing limits, Config.Limiter) itself. An unknown node and a wrong
-// token are failures of the source and of the node.
+// token are failures of the source and of the node (every unknown name
+// counts as one node).
 func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	label, valid := pathLabel(w, r)
 	if !valid {
 		return grant{}, false
 	}
 	host := remoteHost(r)
-	if ok, which, first := a.cfg.Limiter.Begin(r.Context(), host, label); !ok {
-		a.limited(w, r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, which, first)
+	if ok, first := a.cfg.Limiter.Begin(r.Context(), host); !ok {
+		a.limited(w, r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "source", first)
 		return grant{}, false
 	}
 	tok := r.URL.Query().Get("token")
 	acc, err := a.store.Access(r.Context(), label)
-	if errors.Is(err, db.ErrNotFound) {
-		a.cfg.Limiter.End(host, label, true)
-		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: "unknown node"})
-		nodeNotFound(w, label)
+	if err != nil && !errors.Is(err, db.ErrNotFound) {
+		a.cfg.Limiter.End(host, label, false, false) // not the client's failure
+		a.storeError(w, r, "read node access", err)
 		return grant{}, false
 	}
-	if err != nil {
-		a.cfg.Limiter.End(host, label, false) // not the client's failure
-		a.storeError(w, r, "read node access", err)
+	exists := err == nil
+	if ok, first := a.cfg.Limiter.Judge(host, label, exists); !ok {
+		a.cfg.Limiter.End(host, label, exists, false)
+		a.limited(w, r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "node", first)
+		return grant{}, false
+	}
+	if !exists {
+		a.cfg.Limiter.End(host, label, false, true)
+		a.observe("http-token", "denied")
+		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: "unknown node"})
+		nodeNotFound(w, label)
 		return grant{}, false
 	}
 	// Hash and compare even when there is nothing to match, so that the
@@ -64,12 +72,14 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 		case !acc.HasToken:
 			detail = "node has no token"
 		}
-		a.cfg.Limiter.End(host, label, true)
+		a.cfg.Limiter.End(host, label, true, true)
+		a.observe("http-token", "denied")
 		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: detail})
 		writeError(w, http.StatusUnauthorized, "invalid token")
 		return grant{}, false
 	}
-	a.cfg.Limiter.End(host, label, false)
+	a.cfg.Limiter.End(host, label, true, false)
+	a.observe("http-token", "ok")
 	return grant{label: label, epoch: acc.Epoch}, true
 }
 

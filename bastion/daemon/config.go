@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/realip"
 )
 
 // Config is everything an operator can set. The YAML names are the config
@@ -59,6 +61,9 @@ type Config struct {
 	// from one address (an IPv6 /64 counts as one; default 64; negative:
 	// no limit).
 	MaxConnsPerSource int `yaml:"max_conns_per_source"`
+	// TrustedProxies lists the reverse proxies (addresses or networks)
+	// whose X-Forwarded-For the admin API believes.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// AuthLimits bound guessing of node tokens and of the admin token; SSH
 	// and the admin API share one budget per source.
 	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
@@ -128,6 +133,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxSessionsPerSource == 0 {
 		c.MaxSessionsPerSource = 32
 	}
+	if err := c.doorDefaults(); err != nil {
+		return err
+	}
 	if c.EpochPoll <= 0 {
 		c.EpochPoll = time.Second
 	}
@@ -144,6 +152,25 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("admin address %s is not loopback: configure tls_cert/tls_key, or set insecure_http to send tokens in clear", c.AdminAddr)
 	}
 	return nil
+}
+
+// doorDefaults checks what guards the doors: the admin token's strength
+// and the list of proxies (part of setDefaults).
+func (c *Config) doorDefaults() error {
+	if c.AdminToken != "" && len(c.AdminToken) < admin.MinAdminTokenLen {
+		return fmt.Errorf("admin_token is %d characters; it must have at least %d (e.g. openssl rand -base64 24)",
+			len(c.AdminToken), admin.MinAdminTokenLen)
+	}
+	_, err := c.balancers()
+	return err
+}
+
+// balancers parses TrustedProxies.
+func (c *Config) balancers() (trustedProxies realip.Trusted, err error) {
+	if trustedProxies, err = realip.ParseTrusted(c.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("trusted_proxies: %w", err)
+	}
+	return trustedProxies, nil
 }
 
 // loopback reports whether addr's host is a loopback address or localhost.

@@ -44,6 +44,7 @@ type Daemon struct {
 	reg      *sessions.Registry
 	metrics  *metrics.Registry
 	revoker  *bastion.Revoker
+	limiter  *bastion.Limiter
 	ssh      *bastion.Server
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
@@ -111,6 +112,10 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		if created {
 			d.newAdminToken = d.adminToken
 		}
+		if len(d.adminToken) < admin.MinAdminTokenLen {
+			return fmt.Errorf("admin token in %s is %d characters; it must have at least %d (delete the file to have a new one generated)",
+				tokenFile, len(d.adminToken), admin.MinAdminTokenLen)
+		}
 	}
 
 	d.lab = sim.NewLab()
@@ -140,15 +145,20 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
+	trustedProxies, err := d.cfg.balancers()
+	if err != nil {
+		return err
+	}
 	// One guessing budget per source for SSH and the admin API.
-	limiter := bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: limiter, Metrics: d.metrics}, d.store, sealer, runner,
+	d.limiter = bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
+		OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies}, d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
-		Limiter: limiter, FailDelay: d.cfg.FailDelay, MaxConnsPerSource: d.cfg.MaxConnsPerSource, Admit: d.revoker.Admit,
+		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, MaxConnsPerSource: d.cfg.MaxConnsPerSource, Admit: d.revoker.Admit,
 		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
@@ -268,6 +278,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return d.watchChanges(gctx) })
+	g.Go(func() error { return d.limiter.Run(gctx) })
 	g.Go(d.servePeer)
 	g.Go(func() error {
 		<-gctx.Done()

@@ -29,6 +29,7 @@ func (d *Daemon) newMetrics() *metrics.Registry {
 		w.Sample("", float64(st.BytesIn), "direction", "in")
 		w.Counter("obmd_console_viewer_overflows_total", "Times a slow viewer's queue overflowed.", float64(st.Overflows))
 		w.Counter("obmd_console_skipped_bytes_total", "Console bytes slow viewers skipped.", float64(st.Skipped))
+		w.Gauge("obmd_auth_limiter_entries", "Sources, nodes and (node, source) pairs the guessing limiter tracks.", float64(d.limiter.Tracked()))
 	})
 	return m
 }
