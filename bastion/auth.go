@@ -33,7 +33,8 @@ type (
 // callbacks run one at a time during the handshake, but the connection may
 // be closed from another goroutine, hence mu.
 type connState struct {
-	conn   net.Conn // to lift the handshake deadline
+	conn   net.Conn // the connection as the server reads it
+	ticket *ticket  // its place in Server.admit
 	remote string   // the client's address
 	src    string   // its SourceKey
 
@@ -240,7 +241,7 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	ctx.SetValue(authKey{}, a)
 	st := stateFrom(ctx)
 	st.settle()
-	st.conn.SetDeadline(time.Time{}) // authenticated: no handshake bound any more
+	s.admit.authenticated(st.ticket) // no login grace time any more
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}

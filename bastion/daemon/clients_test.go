@@ -508,6 +508,12 @@ func sshPTY(t testing.TB, addr, user, token string, extra []string, cmd ...strin
 			"-o", "KbdInteractiveAuthentication=no"}, extra...)...)...)
 		c = exec.Command("ssh", append(args, cmd...)...)
 	}
+	return startPTY(t, c)
+}
+
+// startPTY runs the ssh command c under a pty (sshPTY).
+func startPTY(t testing.TB, c *exec.Cmd) *conPTY {
+	t.Helper()
 	f, err := pty.StartWithSize(c, &pty.Winsize{Rows: 24, Cols: 80})
 	if err != nil {
 		t.Fatalf("start ssh under a pty: %v", err)
