@@ -91,7 +91,7 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 // done. On failure it has answered.
 func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string) (context.Context, func(), bool) {
 	ctx, info, end, err := a.sessions.Start(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
-		Remote: r.RemoteAddr, Epoch: g.epoch}, remoteHost(r))
+		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r))
 	switch {
 	case errors.Is(err, sessions.ErrShutdown):
 		writeError(w, http.StatusServiceUnavailable, err.Error())

@@ -54,9 +54,14 @@ type Config struct {
 	// letting it skip ahead.
 	DropSlowViewers bool `yaml:"drop_slow_viewers"`
 	// MaxSessionsPerNode and MaxSessionsPerSource bound live sessions
-	// (defaults 64 and 32; negative: unlimited).
-	MaxSessionsPerNode   int `yaml:"max_sessions_per_node"`
-	MaxSessionsPerSource int `yaml:"max_sessions_per_source"`
+	// (defaults 64 and 32; negative: unlimited); MaxSessionsPerSource
+	// counts SSH sessions. MaxHTTPSessionsPerSource bounds the node-token
+	// HTTP sessions (console streams, power calls) of one address apart:
+	// a cloud controller such as HIL streams every node's console from one
+	// address (default 1024; negative: unlimited).
+	MaxSessionsPerNode       int `yaml:"max_sessions_per_node"`
+	MaxSessionsPerSource     int `yaml:"max_sessions_per_source"`
+	MaxHTTPSessionsPerSource int `yaml:"max_http_sessions_per_source"`
 	// MaxConnsPerSource bounds open SSH connections, authenticated or not,
 	// from one address (an IPv6 /64 counts as one; default 64; negative:
 	// no limit); at the limit a new one displaces the address's oldest
@@ -146,6 +151,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxSessionsPerSource == 0 {
 		c.MaxSessionsPerSource = 32
+	}
+	if c.MaxHTTPSessionsPerSource == 0 {
+		c.MaxHTTPSessionsPerSource = 1024
 	}
 	if err := c.doorDefaults(); err != nil {
 		return err

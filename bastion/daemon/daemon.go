@@ -136,7 +136,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
-		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
+		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource), MaxPerSourceHTTP: unlimited(d.cfg.MaxHTTPSessionsPerSource)})
 	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.store, d.log)
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,

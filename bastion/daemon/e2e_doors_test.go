@@ -2,17 +2,20 @@ package daemon_test
 
 // What a cloud controller (HIL) needs from obmd's doors whatever others do
 // from its address: its admin credential is never refused because of
-// others' failures.
+// others' failures, and its console streams and power calls fit the
+// default session limits.
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/sol"
 )
 
 // drDefaults gives a test the shipped guessing and session limits (the
@@ -21,7 +24,7 @@ func drDefaults(dsn string) func(*daemon.Config) {
 	return func(c *daemon.Config) {
 		c.DB = dsn
 		c.AuthLimits = bastion.LimitConfig{}
-		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxConnsPerSource = 0, 0, 0
+		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxHTTPSessionsPerSource, c.MaxConnsPerSource = 0, 0, 0, 0
 	}
 }
 
@@ -84,4 +87,41 @@ func TestDoorRotationNotLockedOut(t *testing.T) {
 			t.Errorf("denied audit rows from %s: got %q, want the 5 failures and the first refusal", shared, denied)
 		}
 	})
+}
+
+// TestDoorControllerSessions: HIL streams every node's console through the
+// HTTP route from one address and makes power calls meanwhile: 100 streams
+// and 200 power calls from one address all succeed at the default limits.
+func TestDoorControllerSessions(t *testing.T) {
+	t.Parallel()
+	const nodes = 100
+	o := startObmd(t, drDefaults(""))
+	tokens := make([]string, nodes)
+	for i := range nodes {
+		label := fmt.Sprintf("hc%03d", i)
+		o.addNode(label, "mock", sol.Info{Addr: "mock"})
+		tokens[i] = o.rotate(label)
+	}
+	streams := make([]*httpConsole, nodes)
+	for i := range nodes {
+		streams[i] = o.consoleHTTP(t, fmt.Sprintf("hc%03d", i), tokens[i])
+	}
+	var wg sync.WaitGroup
+	for i := range nodes {
+		for _, call := range []struct{ method, route string }{{"POST", "power_cycle"}, {"GET", "power_status"}} {
+			wg.Go(func() {
+				path := fmt.Sprintf("/node/hc%03d/%s?token=%s", i, call.route, tokens[i])
+				if code, body := o.request(call.method, path, nil, "", ""); code != http.StatusOK {
+					t.Errorf("%s %s with %d streams open: got %d %s, want 200", call.method, call.route, nodes, code, body)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i, s := range streams {
+		s.countsFrom0(t, fmt.Sprintf("stream %d", i), 2)
+	}
+	if got := len(o.rvSessions("")); got < nodes {
+		t.Errorf("live sessions: got %d, want the %d streams", got, nodes)
+	}
 }

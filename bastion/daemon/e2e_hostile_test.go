@@ -434,9 +434,12 @@ func TestHostileSSHFeatures(t *testing.T) {
 
 // TestHostileSessionLimits: the N+1th session of a node, or from one source
 // address, is refused with a message that says which limit; HTTP console
-// streams count too.
+// streams count against the node's limit, and against the address's HTTP
+// budget apart from its SSH one.
 func TestHostileSessionLimits(t *testing.T) {
-	o := startObmd(t, func(c *daemon.Config) { c.MaxSessionsPerNode, c.MaxSessionsPerSource = 2, 3 })
+	o := startObmd(t, func(c *daemon.Config) {
+		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxHTTPSessionsPerSource = 2, 2, 1
+	})
 	t1, t2 := o.addSimNode("n1"), o.addSimNode("n2")
 	a := o.goConsole(t, "n1", t1, conOpts{})
 	a.errb.wait(t, "first console", 0, "console of n1")
@@ -449,11 +452,15 @@ func TestHostileSessionLimits(t *testing.T) {
 	if status != 429 || !strings.Contains(string(body), "too many sessions on node n1") {
 		t.Errorf("third HTTP console of n1: got %d %s, want 429 and the per-node limit", status, body)
 	}
+	status, body = o.request("GET", "/node/n2/power_status?token="+t2, nil, "", "")
+	if status != 429 || !strings.Contains(string(body), "too many sessions from your address (limit 1)") {
+		t.Errorf("second HTTP session from 127.0.0.1: got %d %s, want 429 and the HTTP per-source limit", status, body)
+	}
 	b := o.goConsole(t, "n2", t2, conOpts{})
 	b.errb.wait(t, "console of n2", 0, "console of n2")
 	res, err = o.execGo("n2", t2, "power-status")
-	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions from your address (limit 3)") {
-		t.Errorf("fourth session from 127.0.0.1: got %v (%v), want exit 3 and the per-source limit", res, err)
+	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions from your address (limit 2)") {
+		t.Errorf("third SSH session from 127.0.0.1: got %v (%v), want exit 3 and the per-source limit", res, err)
 	}
 	// Ending one frees its place.
 	a.in.Write([]byte("\x05c."))
