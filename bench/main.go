@@ -89,7 +89,12 @@ func run(out, only string, quick bool) error {
 	os.Stdout.Write(gen)
 	if only != "" {
 		// The other sections' figures stay as their run left them.
-		note := []string{"Sections " + only + " since: " + strings.TrimPrefix(header[0], "Produced by "), header[1]}
+		what := "Section " + only
+		if strings.Contains(only, ",") {
+			what = "Sections " + only
+		}
+		run := strings.Replace(strings.TrimPrefix(header[0], "Produced by "), " (`make bench`)", "", 1)
+		note := []string{what + " from " + run, header[1]}
 		return mergeReport(out, note, sections)
 	}
 	return writeReport(out, gen)
