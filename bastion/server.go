@@ -64,7 +64,7 @@ type Config struct {
 	// MaxUnauthenticated bounds the connections that have not
 	// authenticated yet (default 1024); MaxUnauthenticatedPerSource bounds
 	// those of one source address (an IPv6 /64 counts as one; default 32,
-	// at most MaxUnauthenticated). A new connection that finds either full
+	// or MaxUnauthenticated if lower; set, at most MaxUnauthenticated). A new connection that finds either full
 	// displaces the oldest unauthenticated connection it competes with
 	// rather than being refused, so connections that never authenticate
 	// cannot keep anyone out. Negative: no limit.
@@ -144,8 +144,12 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		cfg.MaxChannels = 4
 	}
 	maxPre := limitOr(cfg.MaxUnauthenticated, 1024)
-	maxPreSrc := limitOr(cfg.MaxUnauthenticatedPerSource, 32)
-	if maxPre > 0 && (maxPreSrc == 0 || maxPreSrc > maxPre) {
+	defPreSrc := 32
+	if maxPre > 0 && maxPre < defPreSrc {
+		defPreSrc = maxPre
+	}
+	maxPreSrc := limitOr(cfg.MaxUnauthenticatedPerSource, defPreSrc)
+	if maxPre > 0 && maxPreSrc > maxPre {
 		return nil, fmt.Errorf("bastion: unauthenticated connections per source (%d) must be at most the global limit (%d)", maxPreSrc, maxPre)
 	}
 	maxConnSrc := limitOr(cfg.MaxConnsPerSource, 64)
