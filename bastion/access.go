@@ -297,8 +297,8 @@ func NewSessionList(reg *sessions.Registry, consoles Consoles) *SessionList {
 func (l *SessionList) Sessions(node string) []commands.SessionInfo {
 	writer := ""
 	for _, v := range l.consoles.Viewers(node) {
-		if v.Writer {
-			writer, _, _ = strings.Cut(strings.TrimPrefix(v.Name, "#"), " ")
+		if v.Writer { // an SSH viewer is named "#<session ID>"
+			writer = strings.TrimPrefix(v.Name, "#")
 		}
 	}
 	var out []commands.SessionInfo

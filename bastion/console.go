@@ -24,10 +24,18 @@ type escapeTexts struct {
 	unknown  string // an unknown escape command
 }
 
+// Without a PTY there are no escapes; the banner says so.
+const (
+	noEscapesHint   = "no escapes without a terminal (ssh -t)"
+	noEscapesToRead = "you are read-only"
+	noEscapesKeys   = "read-only: your keys are not sent"
+)
+
 func newEscapeTexts(prefix string) escapeTexts {
 	p := escapeName(prefix)
 	return escapeTexts{
-		help:     "obmd escapes: " + p + " then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help",
+		help: "obmd escapes: " + p + " then  . detach  f take over writing  s read-only  b break  r replay scrollback  " +
+			escapeName(prefix[:1]) + " send " + p + "  ? help",
 		hint:     p + " ? for help",
 		toWrite:  "you are read-only (" + p + " f to write)",
 		readOnly: "read-only: your keys are not sent; " + p + " f takes over writing",
@@ -60,9 +68,13 @@ func escapeName(prefix string) string {
 // detaches, the client leaves, or the session is cut. Console bytes go to the
 // channel untouched (no newline rewriting); obmd's own messages go to stderr.
 // The output loop runs here; the input reader is a goroutine in c.wg that
-// ends when serve closes the channel.
+// ends when serve closes the channel. Escapes are read only on a session
+// with a PTY (c.pty): without one every input byte goes to the node.
 func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands.Command, stderr io.Writer) (int, error) {
-	name := fmt.Sprintf("#%s %s@%s", info.ID, strings.Fields(info.User)[0], remoteHost(c.ctx.RemoteAddr()))
+	// The name is what other viewers are shown (banner, takeover notice):
+	// the session ID alone, as `sessions` lists it, never the viewer's
+	// address or credential.
+	name := "#" + info.ID
 	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Name: name, ReadOnly: cmd.ReadOnly, Replay: true})
 	if err != nil {
 		if sctx.Err() != nil { // cut before it could attach: the caller says why
@@ -103,11 +115,10 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 			if !ok {
 				// Cuts and shutdown are told by the caller; anything else
 				// that ended the viewer (too slow a reader, displaced from a
-				// one-reader mock console) is told here: the hub's error
-				// texts are written for users.
+				// one-reader mock console) is told here.
 				err := v.Err()
 				if !isCut(err) {
-					say(err.Error())
+					say(sol.TenantText(err))
 				}
 				return commands.ExitFailed, err
 			}
@@ -148,15 +159,22 @@ func (c *channel) banner(v *sol.Viewer) string {
 			others = append(others, o.Name)
 		}
 	}
-	role := "you are writing"
-	if !v.Writer() {
+	role, hint := "you are writing", c.s.esc.hint
+	if !c.pty {
+		hint = noEscapesHint
+	}
+	switch {
+	case v.Writer():
+	case c.pty:
 		role = c.s.esc.toWrite
+	default:
+		role = noEscapesToRead
 	}
 	who := "no one else attached"
 	if len(others) > 0 {
 		who = fmt.Sprintf("%d other(s): %s", len(others), strings.Join(others, ", "))
 	}
-	return fmt.Sprintf("console of %s; %s; %s; %s", safe(c.label), role, who, c.s.esc.hint)
+	return fmt.Sprintf("console of %s; %s; %s; %s", safe(c.label), role, who, hint)
 }
 
 // consoleInput reads the client's keystrokes, acting on escapes and sending
@@ -171,7 +189,12 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, keys *keystr
 		}
 	}
 	var lastHint time.Time
-	p := newEscapeParser([]byte(c.s.cfg.Escape))
+	readOnly := noEscapesKeys
+	feed := func(b []byte) []escapeEvent { return []escapeEvent{{Data: b}} }
+	if c.pty {
+		readOnly = c.s.esc.readOnly
+		feed = newEscapeParser([]byte(c.s.cfg.Escape)).Feed
+	}
 	// Keystrokes are small and a paste is read in several pieces; this
 	// buffer lives as long as the viewer, so it is the viewer's largest
 	// allocation (32 KiB here made half of an idle viewer's heap).
@@ -181,11 +204,14 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, keys *keystr
 		keys.reading(true)
 		n, err := c.ch.Read(buf)
 		keys.reading(false)
-		for _, ev := range p.Feed(buf[:n]) {
+		for _, ev := range feed(buf[:n]) {
 			if ev.Data != nil {
+				if len(ev.Data) == 0 {
+					continue
+				}
 				if _, err := v.Write(ev.Data); errors.Is(err, sol.ErrReadOnly) && time.Since(lastHint) > 5*time.Second {
 					lastHint = time.Now()
-					tell(c.s.esc.readOnly)
+					tell(readOnly)
 				}
 				continue
 			}
@@ -222,7 +248,7 @@ func (c *channel) sendBreak(ctx context.Context, v *sol.Viewer) {
 	defer cancel()
 	if err := v.Break(ctx); err != nil {
 		c.log.WithError(err).Info("break_failed")
-		fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: break not sent: %v]\r\n", err)
+		fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: break not sent: %s]\r\n", sol.TenantText(err))
 		return
 	}
 	c.audit(ctx, "console.break", "ok", "")

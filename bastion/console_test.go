@@ -83,7 +83,7 @@ func TestEscapeTexts(t *testing.T) {
 			t.Errorf("%s: got %q, want it to name Ctrl-] q (and not Ctrl-E)", name, msg)
 		}
 	}
-	if got, want := newEscapeTexts("\x05c").help, "obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help"; got != want {
+	if got, want := newEscapeTexts("\x05c").help, "obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  Ctrl-E send Ctrl-E c  ? help"; got != want {
 		t.Errorf("default help: got %q, want %q", got, want)
 	}
 }

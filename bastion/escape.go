@@ -1,9 +1,17 @@
 package bastion
 
-import "bytes"
+import (
+	"bytes"
+	"fmt"
+	"strings"
+)
 
 // Escape commands, typed after the escape prefix (default Ctrl-E c, as in
-// conserver; it never collides with OpenSSH's "~" escapes).
+// conserver; it never collides with OpenSSH's "~" escapes). The prefix's
+// own first byte after the prefix (Ctrl-E c Ctrl-E) sends the prefix to
+// the node. Escapes exist only on a session with a PTY: without one
+// (scripts, `ssh -T`, binary transfers) every byte goes to the node, as
+// OpenSSH does with its "~".
 const (
 	EscDetach   = '.'
 	EscHelp     = '?'
@@ -12,6 +20,22 @@ const (
 	EscBreak    = 'b'
 	EscReplay   = 'r'
 )
+
+// escCommands are the command keys: the prefix may not start with one, so
+// that prefix + its first byte is never a command.
+const escCommands = string(EscDetach) + string(EscHelp) + string(EscTakeOver) + string(EscReadOnly) + string(EscBreak) + string(EscReplay)
+
+// checkEscape validates an escape prefix: two bytes, the first not a
+// command key.
+func checkEscape(prefix string) error {
+	if len(prefix) != 2 {
+		return fmt.Errorf("bastion: escape prefix must be 2 bytes, got %d", len(prefix))
+	}
+	if strings.IndexByte(escCommands, prefix[0]) >= 0 {
+		return fmt.Errorf("bastion: escape prefix may not start with %q, an escape command", prefix[0])
+	}
+	return nil
+}
 
 // escapeParser splits a viewer's keystrokes into console input and escape
 // commands. It keeps state across calls, so a prefix split over two reads
@@ -22,7 +46,8 @@ type escapeParser struct {
 }
 
 // escapeEvent is one parser output: Data to send, or a Cmd (one of the Esc*
-// constants, or any other byte for an unknown command).
+// constants, or any other byte for an unknown command). The prefix followed
+// by its own first byte is Data: the prefix itself.
 type escapeEvent struct {
 	Data []byte
 	Cmd  byte
@@ -47,9 +72,13 @@ func (e *escapeParser) Feed(p []byte) []escapeEvent {
 		b := p[i]
 		switch {
 		case e.held == len(e.prefix):
-			// b is the command.
+			// b is the command, or asks for the prefix itself.
 			e.held = 0
-			out = append(out, escapeEvent{Cmd: b})
+			if b == e.prefix[0] {
+				out = append(out, escapeEvent{Data: bytes.Clone(e.prefix)})
+			} else {
+				out = append(out, escapeEvent{Cmd: b})
+			}
 			start = i + 1
 		case b == e.prefix[e.held]:
 			if e.held == 0 {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
@@ -48,7 +49,9 @@ type Consoles interface {
 type Config struct {
 	// HostKeys sign the handshake; at least one.
 	HostKeys []gossh.Signer
-	// Escape is the console escape prefix (default "\x05c": Ctrl-E c).
+	// Escape is the console escape prefix (default "\x05c": Ctrl-E c):
+	// two bytes, the first not an escape command. Escapes are read only
+	// on sessions with a PTY.
 	Escape string
 	// Limiter bounds guessing; the wiring shares it with the admin API.
 	// Required.
@@ -101,6 +104,9 @@ type Config struct {
 	// OnAuth, if set, is told of every authentication attempt's method and
 	// result ("ok" or "denied"), for metrics.
 	OnAuth func(method, result string)
+	// LegacyAlgorithms also offers and accepts the SHA-1 algorithms old
+	// clients may need (sshalgo.Legacy); by default only sshalgo.Modern.
+	LegacyAlgorithms bool
 }
 
 // Server is the SSH front door. Serve runs it; Shutdown stops it.
@@ -128,8 +134,8 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 	if cfg.Escape == "" {
 		cfg.Escape = "\x05c"
 	}
-	if len(cfg.Escape) != 2 {
-		return nil, fmt.Errorf("bastion: escape prefix must be 2 bytes, got %d", len(cfg.Escape))
+	if err := checkEscape(cfg.Escape); err != nil {
+		return nil, err
 	}
 	if cfg.FailDelay <= 0 {
 		cfg.FailDelay = 300 * time.Millisecond
@@ -156,6 +162,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	algos := sshalgo.For(cfg.LegacyAlgorithms)
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
 		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc)}
 	s.srv = &ssh.Server{
@@ -171,7 +178,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 			return cfg.Banner()
 		},
 		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
-			return &gossh.ServerConfig{
+			c := &gossh.ServerConfig{
 				MaxAuthTries: 6,
 				// gliderlabs wires PublicKeyCallback, which x/crypto also
 				// calls for keys the client only asks about.
@@ -179,6 +186,8 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 					return perms, s.verifiedKey(ctx, key)
 				},
 			}
+			algos.Server(c)
+			return c
 		},
 		// Only session channels; no port forwarding, no global requests,
 		// no subsystems (each request type is refused in the session).
@@ -186,6 +195,10 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		RequestHandlers: map[string]ssh.RequestHandler{},
 	}
 	for _, k := range cfg.HostKeys {
+		k, err := algos.HostKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("bastion: %w", err)
+		}
 		s.srv.AddHostKey(k)
 	}
 	return s, nil

@@ -11,7 +11,8 @@
 // Runner.Run, which prints and returns the exit code. Parse errors go
 // through WriteError, so they print like every other error. The HTTP API
 // calls Runner.Do and maps errors: ErrBusy to 409, a *UsageError or
-// sol.ErrBadBootDevice to 400, anything else to 500.
+// sol.ErrBadBootDevice to 400, anything else to 500, with Message as the
+// body's text.
 //
 // # Text output (stdout, stable)
 //
@@ -25,7 +26,8 @@
 //	bootdev pxe                 node-17: next boot from pxe
 //	bootdev pxe --persistent    node-17: next boot from pxe (persistent)
 //	console-log [--lines N]     the scrollback bytes as the node sent them, untouched
-//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none)
+//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none);
+//	                            USER and REMOTE only on the requester's own sessions ("-" otherwise)
 //	version                     the version string
 //	help [COMMAND]              the usage text
 //
@@ -40,7 +42,9 @@
 //	power-status    "power": "on"|"off"|driver string
 //	bootdev         "bootdev": "pxe", "persistent": bool
 //	console-log     "log": the scrollback as a string (invalid UTF-8 becomes U+FFFD)
-//	sessions        "sessions": [{"id","kind","user","remote","started" (RFC 3339),"writer" (omitted if false)}]
+//	sessions        "sessions": [{"id","kind","user","remote","started" (RFC 3339),"writer","own"}]:
+//	                "user" and "remote" only with "own": true (the requester's own session:
+//	                the same credential from the same host); "writer" and "own" omitted if false
 //	version         "version": string
 //	help            "help": the usage text
 //	power-on, power-off, power-cycle, power-reset: nothing more
@@ -55,6 +59,13 @@
 // {"node":"node-17","command":"power-on","ok":false,"error":"..."}; the
 // exit code is the same either way (ExitCode). "command" is "" when the
 // command name itself was not understood.
+//
+// The message is Message(err): a failed BMC call says what the BMC did in
+// stable words that never name its address ("power on node-17: the BMC
+// refused obmd's credentials", "... the BMC did not answer", "... the BMC
+// is unreachable", "... the BMC did not answer within 20s"; see
+// sol.TenantText). The error's own text, with the driver's detail, goes to
+// obmd's log and the audit record.
 package commands
 
 import (
@@ -79,6 +90,18 @@ var (
 	// context.DeadlineExceeded).
 	ErrTimeout = errors.New("BMC did not answer in time")
 )
+
+// BusyError is ErrBusy (errors.Is) for a power operation in flight on
+// another replica, which it names; its text is safe to show.
+type BusyError struct {
+	Replica string
+}
+
+// Error is ErrBusy's text and the replica.
+func (e *BusyError) Error() string { return ErrBusy.Error() + " (on replica " + e.Replica + ")" }
+
+// Is makes errors.Is(err, ErrBusy) hold.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // UsageError is a parse or argument error; its text is safe to show (no raw
 // control characters, one line).
@@ -120,10 +143,13 @@ type Command struct {
 	Topic      string // help COMMAND, or COMMAND --help: the command to describe ("" = all)
 }
 
-// Request says who runs a command where; it feeds audit records and logs.
+// Request says who runs a command where; it feeds audit records and logs,
+// and tells which sessions `sessions` shows in full (the requester's own:
+// the same User from the same host as Source).
 type Request struct {
 	Node    string
 	Actor   string // "ssh:password", "ssh:publickey", "http:token", ...
+	User    string // the credential, as sessions list it: "token" or "key SHA256:..."
 	Source  string // remote address
 	Session string // session id, for logs
 }
@@ -146,12 +172,15 @@ type Result struct {
 	Error string `json:"error,omitempty"`
 }
 
-// SessionInfo is one live session, as `sessions` lists it.
+// SessionInfo is one live session, as `sessions` lists it. User and Remote
+// are shown only on the requester's own sessions (Own); of anyone else's,
+// a tenant learns the kind, the start and whether it writes.
 type SessionInfo struct {
 	ID      string    `json:"id"`
 	Kind    string    `json:"kind"`
-	User    string    `json:"user"`
-	Remote  string    `json:"remote"`
+	User    string    `json:"user,omitempty"`
+	Remote  string    `json:"remote,omitempty"`
 	Started time.Time `json:"started"`
 	Writer  bool      `json:"writer,omitempty"`
+	Own     bool      `json:"own,omitempty"`
 }

@@ -119,7 +119,7 @@ func TestTimeout(t *testing.T) {
 		case <-time.After(patience):
 			t.Fatal("a hung BMC call was not bounded by the timeout")
 		}
-		if code != ExitFailed || !strings.Contains(errb.String(), "power cycle node-17: BMC did not answer within 20ms") {
+		if code != ExitFailed || !strings.Contains(errb.String(), "power cycle node-17: the BMC did not answer within 20ms") {
 			t.Errorf("got exit %d, stderr %q, want 1 and a timeout message", code, errb.String())
 		}
 		if !strings.Contains(out.String(), `"ok":false`) {
@@ -146,7 +146,7 @@ func TestCancelEndsCall(t *testing.T) {
 	waitStarted(t, b.started)
 	cancel()
 	o := receive(t, done)
-	if o.code != ExitFailed || !strings.Contains(o.stderr, "power off node-17: context canceled") {
+	if o.code != ExitFailed || !strings.Contains(o.stderr, "power off node-17: cancelled") {
 		t.Errorf("got %+v, want exit 1 and the cancellation", o)
 	}
 	if strings.Contains(o.stderr, "did not answer") {
@@ -218,7 +218,7 @@ func TestAuditEvents(t *testing.T) {
 	for i, w := range want {
 		g := got[i]
 		if g.Action != w.action || g.Result != w.result || g.Detail != w.detail ||
-			g.Node != "node-17" || g.Actor != "ssh:password" || g.Source != "192.0.2.1:5000" {
+			g.Node != "node-17" || g.Actor != "ssh:password" || g.Source != "10.0.0.2:5000" {
 			t.Errorf("event %d: got %+v, want %+v", i, g, w)
 		}
 	}

@@ -10,7 +10,8 @@ import (
 
 // TestObserveAndRemoteBusy: every power operation reaches Config.Observe
 // with its result, and a BMC call refused as busy by another replica (the
-// driver returns ErrBusy) is recorded and observed as busy, exit 4.
+// driver returns a *BusyError) is recorded and observed as busy, exit 4,
+// and the message names the replica.
 func TestObserveAndRemoteBusy(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
@@ -22,9 +23,10 @@ func TestObserveAndRemoteBusy(t *testing.T) {
 	if _, _, code := run(t, env.r, context.Background(), "node-17", "power-on"); code != ExitOK {
 		t.Fatalf("power-on: exit %d", code)
 	}
-	env.bmcs["node-17"].(*fakeBMC).err = fmt.Errorf("power lease of node-17 held by replica b: %w", ErrBusy)
-	if _, _, code := run(t, env.r, context.Background(), "node-17", "power-cycle"); code != ExitBusy {
-		t.Errorf("power-cycle held elsewhere: got exit %d, want %d", code, ExitBusy)
+	env.bmcs["node-17"].(*fakeBMC).err = &BusyError{Replica: "rep-b"}
+	_, stderr, code := run(t, env.r, context.Background(), "node-17", "power-cycle")
+	if want := "obmd: power cycle node-17: another power operation on this node is in flight (on replica rep-b)\n"; code != ExitBusy || stderr != want {
+		t.Errorf("power-cycle held elsewhere: got exit %d, %q, want %d, %q", code, stderr, ExitBusy, want)
 	}
 	mu.Lock()
 	got := fmt.Sprint(seen)

@@ -53,7 +53,7 @@ func Render(w io.Writer, res Result, asJSON bool) error {
 
 // WriteError reports err, from Split, Parse or Do, for cmd on node and
 // returns its exit code (ExitCode). stderr always gets "obmd: " and the
-// error on one line (control characters escaped), then, for a usage error,
+// error's Message on one line (control characters escaped), then, for a usage error,
 // the usage of the command (or the whole usage when the command is unknown).
 // With cmd.JSON, stdout also gets one JSON object
 // {"node","command","ok":false,"error"}.
@@ -61,7 +61,7 @@ func WriteError(stdout, stderr io.Writer, node string, cmd Command, err error) i
 	if err == nil {
 		return ExitOK
 	}
-	msg := truncate(clean(err.Error()), maxErrorText)
+	msg := truncate(clean(Message(err)), maxErrorText)
 	if cmd.JSON {
 		// Write errors are ignored: the exit code is what still reaches
 		// the client.

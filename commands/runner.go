@@ -175,10 +175,7 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 	}
 	switch cmd.Name {
 	case CmdSessions:
-		res.Sessions = r.sessions.Sessions(req.Node)
-		if res.Sessions == nil {
-			res.Sessions = []SessionInfo{}
-		}
+		res.Sessions = tenantView(r.sessions.Sessions(req.Node), req)
 		res.Text = sessionTable(res.Sessions, r.cfg.Now())
 		return res, nil
 	case CmdConsoleLog:
@@ -259,7 +256,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	node := clean(req.Node)
 	if op.exclusive {
 		if !r.acquire(req.Node) {
-			err := fmt.Errorf("%s %s: %w", op.verb, node, ErrBusy)
+			err := &opError{verb: op.verb, node: node, err: ErrBusy}
 			r.record(ctx, req, op.action, ResultBusy, ErrBusy.Error(), err, 0)
 			return res, err
 		}
@@ -275,7 +272,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 			result = ResultBusy
 		}
 		r.record(ctx, req, op.action, result, err.Error()+"; "+took, err, res.Took)
-		return res, fmt.Errorf("%s %s: %w", op.verb, node, err)
+		return res, &opError{verb: op.verb, node: node, err: err}
 	}
 	res.Power = power
 	detail := took
@@ -336,7 +333,9 @@ type timeoutError struct {
 	err   error
 }
 
-func (e *timeoutError) Error() string   { return fmt.Sprintf("BMC did not answer within %s", e.after) }
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("the BMC did not answer within %s", e.after)
+}
 func (e *timeoutError) Unwrap() []error { return []error{ErrTimeout, e.err} }
 
 func (r *Runner) acquire(node string) bool {

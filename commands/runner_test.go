@@ -142,7 +142,7 @@ func newEnv(t *testing.T, cfg Config) *testEnv {
 }
 
 func req(node string) Request {
-	return Request{Node: node, Actor: "ssh:password", Source: "192.0.2.1:5000", Session: "42"}
+	return Request{Node: node, Actor: "ssh:password", User: "token", Source: "10.0.0.2:5000", Session: "42"}
 }
 
 // run parses line and runs it the way the SSH layer does.
@@ -217,9 +217,11 @@ func TestRunText(t *testing.T) {
 		{"node-17", "help", Usage(), nil},
 		{"node-17", "help power-cycle", CommandUsage(CmdPowerCycle), nil},
 		{"node-17", "bootdev --help", CommandUsage(CmdBootdev), nil},
-		{"node-17", "sessions", "ID  KIND     USER            REMOTE         STARTED                          WRITER\n" +
-			"3   console  key SHA256:abc  10.0.0.1:5555  2026-11-29T11:57:00Z (3m0s ago)  yes\n" +
-			"7   exec     token           10.0.0.2:4242  2026-11-29T11:59:55Z (5s ago)    -\n", nil},
+		// The requester (the token from 10.0.0.2) sees its own session in
+		// full, the key holder's from 10.0.0.1 without user or address.
+		{"node-17", "sessions", "ID  KIND     USER   REMOTE         STARTED                          WRITER\n" +
+			"3   console  -      -              2026-11-29T11:57:00Z (3m0s ago)  yes\n" +
+			"7   exec     token  10.0.0.2:4242  2026-11-29T11:59:55Z (5s ago)    -\n", nil},
 		{"node-9", "sessions", "no sessions\n", nil},
 	}
 	for _, tt := range tests {
@@ -259,8 +261,8 @@ func TestRunJSON(t *testing.T) {
 		{"version --json", map[string]any{"node": "node-17", "command": "version", "ok": true, "version": "1.2.3"}},
 		{"help --json", map[string]any{"node": "node-17", "command": "help", "ok": true, "help": Usage()}},
 		{"sessions --json", map[string]any{"node": "node-17", "command": "sessions", "ok": true, "sessions": []any{
-			map[string]any{"id": "7", "kind": "exec", "user": "token", "remote": "10.0.0.2:4242", "started": "2026-11-29T11:59:55Z"},
-			map[string]any{"id": "3", "kind": "console", "user": "key SHA256:abc", "remote": "10.0.0.1:5555", "started": "2026-11-29T11:57:00Z", "writer": true},
+			map[string]any{"id": "7", "kind": "exec", "user": "token", "remote": "10.0.0.2:4242", "started": "2026-11-29T11:59:55Z", "own": true},
+			map[string]any{"id": "3", "kind": "console", "started": "2026-11-29T11:57:00Z", "writer": true},
 		}}},
 	}
 	for _, tt := range tests {
@@ -305,16 +307,18 @@ func TestRunErrors(t *testing.T) {
 		wantStderr       []string // substrings
 		wantJSONErr      string   // substring of "error" when --json
 	}{
-		{"bmc fails", "node-17", "power-on", errors.New("rmcp+: session rejected"), ExitFailed,
-			[]string{"obmd: power on node-17: rmcp+: session rejected\n"}, ""},
-		{"bmc fails json", "node-17", "power-cycle --json", errors.New("no route to host"), ExitFailed,
-			[]string{"obmd: power cycle node-17: no route to host\n"}, "power cycle node-17: no route to host"},
-		{"status fails", "node-17", "power-status", errors.New("timeout"), ExitFailed,
-			[]string{"obmd: power status of node-17: timeout"}, ""},
-		{"driver error escaped", "node-17", "power-off", errors.New("ipmitool said \x1b[31mno\x1b[0m"), ExitFailed,
-			[]string{`ipmitool said \x1b[31mno\x1b[0m`}, ""},
+		{"bmc refuses credentials", "node-17", "power-on", sol.NewError(sol.FaultCredentials, errors.New("connect to BMC 192.0.2.7:623: rmcp+: session rejected")), ExitFailed,
+			[]string{"obmd: power on node-17: the BMC refused obmd's credentials\n"}, ""},
+		{"bmc silent json", "node-17", "power-cycle --json", sol.NewError(sol.FaultNoAnswer, errors.New("read udp 192.0.2.7:623: i/o timeout")), ExitFailed,
+			[]string{"obmd: power cycle node-17: the BMC did not answer\n"}, "power cycle node-17: the BMC did not answer"},
+		{"status unreachable", "node-17", "power-status", sol.NewError(sol.FaultUnreachable, errors.New("read udp 192.0.2.7:623: connection refused")), ExitFailed,
+			[]string{"obmd: power status of node-17: the BMC is unreachable\n"}, ""},
+		{"completion code json", "node-17", "power-reset --json", &sol.Error{Fault: sol.FaultRejected, Code: 0xd5, Err: errors.New("BMC 192.0.2.7:623 said 0xd5")}, ExitFailed,
+			[]string{"obmd: reset node-17: the BMC rejected the request (completion code 0xd5)\n"}, "the BMC rejected the request (completion code 0xd5)"},
+		{"unclassified driver error hidden", "node-17", "power-off --json", errors.New("ipmitool said \x1b[31mno\x1b[0m to 192.0.2.7"), ExitFailed,
+			[]string{"obmd: power off node-17: the BMC operation failed\n"}, "power off node-17: the BMC operation failed"},
 		{"unknown node", "node-404", "power-on", nil, ExitFailed,
-			[]string{"obmd: power on node-404: find BMC: node not found"}, ""},
+			[]string{"obmd: power on node-404: the BMC operation failed"}, ""},
 		{"bad boot device from driver", "node-17", "bootdev cdrom --json", badBoot, ExitUsage,
 			[]string{"unsupported boot device"}, "unsupported boot device"},
 		{"unknown command", "node-17", "foo", nil, ExitUsage,
@@ -342,6 +346,9 @@ func TestRunErrors(t *testing.T) {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("got stderr %q, want it to contain %q", stderr, w)
 				}
+			}
+			if strings.Contains(stderr+stdout, "192.0.2.7") || strings.Contains(stderr+stdout, "rmcp+") {
+				t.Errorf("got the driver's detail in the output: %q %q", stdout, stderr)
 			}
 			if strings.ContainsRune(stderr, 0x1b) || strings.ContainsRune(stdout, 0x1b) {
 				t.Errorf("got a raw ESC in the output: %q %q", stdout, stderr)
@@ -453,5 +460,52 @@ func TestLastLines(t *testing.T) {
 		if got := string(lastLines([]byte(tt.in), tt.n)); got != tt.want {
 			t.Errorf("lastLines(%q, %d): got %q, want %q", tt.in, tt.n, got, tt.want)
 		}
+	}
+}
+
+// TestSessionsOwn: of the sessions listed, only those opened with the
+// requester's credential from the requester's host are its own and shown
+// in full; the same credential from another host (HIL streaming with the
+// token), another credential from the same host, and a requester without
+// a credential see none of them in full.
+func TestSessionsOwn(t *testing.T) {
+	list := []SessionInfo{
+		{ID: "1", Kind: "http-console", User: "token", Remote: "127.0.0.2:4000", Started: t0},
+		{ID: "2", Kind: "console", User: "token", Remote: "127.0.0.1:5000", Started: t0, Writer: true},
+		{ID: "3", Kind: "console", User: "key SHA256:abc", Remote: "127.0.0.1:5001", Started: t0},
+		{ID: "4", Kind: "exec", User: "token", Remote: "[::1]:6000", Started: t0},
+	}
+	tests := []struct {
+		name string
+		req  Request
+		own  string // IDs shown in full
+	}{
+		{"token from 127.0.0.1", Request{User: "token", Source: "127.0.0.1:7000"}, "2"},
+		{"key from 127.0.0.1", Request{User: "key SHA256:abc", Source: "127.0.0.1:7000"}, "3"},
+		{"token from 127.0.0.2", Request{User: "token", Source: "127.0.0.2:7000"}, "1"},
+		{"token from ::1", Request{User: "token", Source: "[::1]:7000"}, "4"},
+		{"other key", Request{User: "key SHA256:xyz", Source: "127.0.0.1:7000"}, ""},
+		{"no credential", Request{Source: "127.0.0.1:7000"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var own []string
+			for i, s := range tenantView(list, tt.req) {
+				if s.Own {
+					own = append(own, s.ID)
+					if s != (SessionInfo{ID: list[i].ID, Kind: list[i].Kind, User: list[i].User, Remote: list[i].Remote,
+						Started: list[i].Started, Writer: list[i].Writer, Own: true}) {
+						t.Errorf("own session %s: got %+v, want it in full", s.ID, s)
+					}
+					continue
+				}
+				if s != (SessionInfo{ID: list[i].ID, Kind: list[i].Kind, Started: list[i].Started, Writer: list[i].Writer}) {
+					t.Errorf("session %s: got %+v, want kind, start and writer only", s.ID, s)
+				}
+			}
+			if got := strings.Join(own, ","); got != tt.own {
+				t.Errorf("own: got %q, want %q", got, tt.own)
+			}
+		})
 	}
 }

@@ -5,4 +5,10 @@
 // Drivers (sol/ipmi, sol/ipmitool, sol/sim) implement BMC. The Manager keeps
 // one Link per node with a scrollback ring and fans its output out to
 // Viewers; it knows nothing of SSH or HTTP.
+//
+// Errors: a driver classifies a failure of the BMC as an *Error (its Fault:
+// credentials refused, no answer, unreachable, request rejected), whose own
+// text keeps the detail (the BMC's address) for the log. TenantText is the
+// one place any error becomes text a tenant reads; it never shows that
+// detail.
 package sol

@@ -5,19 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"github.com/sirupsen/logrus"
 )
 
 const (
-	readBuf   = 4 << 10  // one Console.Read
-	maxWrite  = 4 << 10  // one coalesced Console.Write
-	maxInput  = 64 << 10 // pending input per node; Write blocks beyond it
-	maxReason = 200      // runes of an error shown in a notice
+	readBuf  = 4 << 10  // one Console.Read
+	maxWrite = 4 << 10  // one coalesced Console.Write
+	maxInput = 64 << 10 // pending input per node; Write blocks beyond it
 )
 
 // Link states, logged with the field "state".
@@ -107,7 +104,7 @@ func (n *node) run(ctx context.Context) {
 		if err != nil {
 			n.m.st.openErrors.Add(1)
 			n.log.WithField("state", stateOpenFailed).WithError(err).Warn("console link state")
-			n.trouble("cannot open console: " + n.reason(err) + "; retrying")
+			n.trouble("cannot open console: " + TenantText(err) + "; retrying")
 			if !n.sleep(ctx, b.next()) {
 				return
 			}
@@ -203,24 +200,6 @@ func (n *node) closeConsole(con Console) {
 	if err := con.Close(); err != nil {
 		n.log.WithError(err).Debug("close console")
 	}
-}
-
-// reason turns an open error into one short line safe to show a viewer.
-// Drivers keep credentials out of their errors; addresses may appear.
-func (n *node) reason(err error) string {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Sprintf("BMC did not answer within %v", n.m.cfg.OpenTimeout)
-	}
-	s := strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, err.Error())
-	if r := []rune(s); len(r) > maxReason {
-		s = string(r[:maxReason]) + "..."
-	}
-	return s
 }
 
 // serve runs one established console until it fails (returned error) or

@@ -70,7 +70,7 @@ func TestPayloadActiveDeactivatesAndRetries(t *testing.T) {
 func TestOpenFailuresBackOff(t *testing.T) {
 	lab := sim.NewLab()
 	b := lab.BMC("n1", sim.ModeNormal)
-	b.SetFail(errors.New("no route to BMC"))
+	b.SetFail(sol.NewError(sol.FaultUnreachable, errors.New("dial udp 192.0.2.8:623: no route to host")))
 	m := newManager(t, sol.Config{Backoff: sol.Backoff{Min: 20 * time.Millisecond, Max: 80 * time.Millisecond}}, lab)
 	r := record(attach(t, m, "n1", "one", sol.AttachOptions{}))
 	time.Sleep(600 * time.Millisecond)
@@ -80,7 +80,7 @@ func TestOpenFailuresBackOff(t *testing.T) {
 	if attempts < 2 || attempts > 25 {
 		t.Errorf("got %d open attempts in 600ms, want 2..25", attempts)
 	}
-	want := "cannot open console: open SOL: simulated BMC: no route to BMC; retrying"
+	want := "cannot open console: the BMC is unreachable; retrying" // never the address
 	if got := r.Notices(); len(got) != 1 || got[0] != want {
 		t.Errorf("got notices %q, want once %q", got, want)
 	}
@@ -192,7 +192,7 @@ func TestSlowBMCDoesNotBlockAttach(t *testing.T) {
 	waitConsole(t, other, true)
 	other.Inject([]byte("fine\r\n"))
 	r2.waitData(t, "fine\r\n")
-	r.waitNotice(t, "cannot open console: BMC did not answer within 50ms; retrying")
+	r.waitNotice(t, "cannot open console: the BMC did not answer; retrying")
 	mu.Lock()
 	defer mu.Unlock()
 	for _, d := range deadlines {

@@ -6,7 +6,9 @@
 // Authentication: admin routes take HTTP basic "admin:<admin token>" and
 // answer 404 to a missing or wrong credential, so that an outsider cannot
 // tell which nodes exist. Node-token routes take the node's current token in
-// "?token=" and answer 401 to a wrong one. Query strings are never logged.
+// "?token=" and answer a wrong or missing one, and an unknown node, with the
+// same 401 and body, no sooner than Config.FailDelay. Query strings are
+// never logged.
 //
 // Fingerprints in /v1 key paths contain "/" and "+" (standard base64): clients
 // should escape "/" as %2F ("DELETE /v1/nodes/n1/keys/SHA256:abc%2Fdef");
@@ -33,6 +35,9 @@ import (
 // DefaultMaxBody bounds request bodies when Config.MaxBody is zero.
 const DefaultMaxBody = 64 << 10
 
+// DefaultFailDelay is Config.FailDelay's default.
+const DefaultFailDelay = 300 * time.Millisecond
+
 // Config configures the API.
 type Config struct {
 	// AdminToken is the secret of the "admin" basic-auth user. Required.
@@ -42,6 +47,9 @@ type Config struct {
 	MaxBody int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// FailDelay is the least time a failed node-token check takes, whatever
+	// failed (default 300 ms, the SSH door's).
+	FailDelay time.Duration
 	// Admit is called by every node-token session (power routes, HTTP
 	// console) once it is in the registry, before it starts, with the access
 	// epoch its token was checked at. nil lets it start; a
@@ -67,6 +75,11 @@ type Config struct {
 	// records, logs and sessions use. From anyone else the header is
 	// ignored.
 	TrustedProxies realip.Trusted
+	// Authenticated, if set, is called with the request's context once a
+	// request has presented a valid credential (the admin token, or the
+	// node's token): the wiring then spares its connection from the caps
+	// on unauthenticated connections (conncap.TrustContext).
+	Authenticated func(ctx context.Context)
 }
 
 // Limiter bounds secret guessing per source address and per node
@@ -173,6 +186,9 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.FailDelay <= 0 {
+		cfg.FailDelay = DefaultFailDelay
 	}
 	a := &API{cfg: cfg, store: store, sealer: sealer, runner: runner, consoles: consoles,
 		revoker: revoker, sessions: reg, log: log, mux: http.NewServeMux()}
@@ -314,6 +330,7 @@ func (a *API) admin(fn http.HandlerFunc) http.HandlerFunc {
 		okPass := keys.SecretEqual(pass, a.cfg.AdminToken)
 		if given && okUser && okPass {
 			a.observe("http-admin", "ok")
+			a.authenticated(r)
 			fn(w, r)
 			return
 		}
@@ -341,6 +358,14 @@ func (a *API) admin(fn http.HandlerFunc) http.HandlerFunc {
 // MinAdminTokenLen is the least length of a configured admin token: the
 // guessing limits do not protect it (API.admin), so it must be strong.
 const MinAdminTokenLen = 32
+
+// authenticated tells Config.Authenticated that r presented a valid
+// credential.
+func (a *API) authenticated(r *http.Request) {
+	if a.cfg.Authenticated != nil {
+		a.cfg.Authenticated(r.Context())
+	}
+}
 
 // observe reports an authentication attempt to Config.OnAuth.
 func (a *API) observe(method, result string) {

@@ -42,7 +42,12 @@ type env struct {
 	// limits are the guessing limits of the next start (newEnv: none to
 	// speak of; tests that fail on purpose many times stay clear of them).
 	limits bastion.LimitConfig
+	// failDelay is the next start's Config.FailDelay (newEnv: testFailDelay).
+	failDelay time.Duration
 }
+
+// testFailDelay keeps the many failed token checks of these tests quick.
+const testFailDelay = 5 * time.Millisecond
 
 // forEngines runs fn on SQLite and, when OBMD_TEST_MYSQL_DSN is set, MariaDB.
 func forEngines(t *testing.T, fn func(t *testing.T, e dbtest.Engine)) {
@@ -62,7 +67,7 @@ func newEnv(t *testing.T, eng dbtest.Engine, wrap func(Store) Store) *env {
 	reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
 	e := &env{t: t, dsn: eng.DSN(t), sealer: sealer, reg: reg, runner: newFakeRunner(reg),
 		cons: &fakeConsoles{}, rev: &fakeRevoker{reg: reg}, logs: &syncBuffer{}, wrap: wrap,
-		limits: noLimits}
+		limits: noLimits, failDelay: testFailDelay}
 	e.start()
 	return e
 }
@@ -94,7 +99,8 @@ func (e *env) start() {
 	if ep, ok := s.(bastion.Epochs); ok { // a wrapper that injects epoch races
 		epochs = ep
 	}
-	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: bastion.NewLimiter(e.limits, time.Now)},
+	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: bastion.NewLimiter(e.limits, time.Now),
+		FailDelay: e.failDelay},
 		s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
 		t.Fatalf("new api: %v", err)

@@ -317,8 +317,8 @@ func TestTokens(t *testing.T) {
 				if tok2 == tok1 {
 					t.Fatalf("rotation returned the same token")
 				}
-				if r := e.do("GET", "/node/n1/power_status?token="+tok1, "", noAuth); r.code != 401 || r.body != errJSON("invalid token") {
-					t.Errorf("old token: got %d %q, want 401 %q", r.code, r.body, errJSON("invalid token"))
+				if r := e.do("GET", "/node/n1/power_status?token="+tok1, "", noAuth); r.code != 401 || r.body != errJSON(errBadToken) {
+					t.Errorf("old token: got %d %q, want 401 %q", r.code, r.body, errJSON(errBadToken))
 				}
 				for i := 0; i < 2; i++ { // idempotent
 					r := e.admin("DELETE", prefix+"n1/token", "")

@@ -26,12 +26,14 @@ type grant struct {
 }
 
 // tokenAuth checks the request's ?token= against the node's current token
-// hash in constant time. It answers 400 (bad label), 404 (unknown node),
-// 401 (no or wrong token) or 429 (the source or the node is locked out by
-// the guessing limits, Config.Limiter) itself. An unknown node and a wrong
-// token are failures of the source and of the node (every unknown name
-// counts as one node).
+// hash in constant time. It answers 400 (bad label), 401 (refuseToken: an
+// unknown node, a node without a token, no token or a wrong one, all alike)
+// or 429 (the source or the node is locked out by the guessing limits,
+// Config.Limiter) itself. An unknown node and a wrong token are failures of
+// the source and of the node (every name that is no node counts as one
+// node, judged after the lookup that tells).
 func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
+	start := a.cfg.Now()
 	label, valid := pathLabel(w, r)
 	if !valid {
 		return grant{}, false
@@ -54,33 +56,48 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 		a.limited(w, r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "node", first)
 		return grant{}, false
 	}
-	if !exists {
-		a.cfg.Limiter.End(host, label, false, true)
-		a.observe("http-token", "denied")
-		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: "unknown node"})
-		nodeNotFound(w, label)
-		return grant{}, false
-	}
 	// Hash and compare even when there is nothing to match, so that the
-	// time taken does not tell whether the node has a token.
+	// time taken does not tell whether the node exists or has a token.
 	match := keys.HashToken(tok).Equal(acc.Token)
-	if !acc.HasToken || tok == "" || !match {
+	if !exists || !acc.HasToken || tok == "" || !match {
 		detail := "bad token"
 		switch {
+		case !exists:
+			detail = "unknown node"
 		case tok == "":
 			detail = "no token given"
 		case !acc.HasToken:
 			detail = "node has no token"
 		}
-		a.cfg.Limiter.End(host, label, true, true)
+		a.cfg.Limiter.End(host, label, exists, true)
 		a.observe("http-token", "denied")
 		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: detail})
-		writeError(w, http.StatusUnauthorized, "invalid token")
+		a.refuseToken(w, r, start)
 		return grant{}, false
 	}
 	a.cfg.Limiter.End(host, label, true, false)
 	a.observe("http-token", "ok")
+	a.authenticated(r)
 	return grant{label: label, epoch: acc.Epoch}, true
+}
+
+// errBadToken is the one answer to a failed node-token check.
+const errBadToken = "unknown node or invalid token"
+
+// refuseToken answers a failed node-token check, started at start: the
+// same status and body whether the node exists, has a token, or the
+// request brought one, and no sooner than Config.FailDelay after start,
+// as the SSH door does, so that neither tells which nodes exist.
+func (a *API) refuseToken(w http.ResponseWriter, r *http.Request, start time.Time) {
+	if d := a.cfg.FailDelay - a.cfg.Now().Sub(start); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done(): // nobody waits for the answer
+		}
+		t.Stop()
+	}
+	writeError(w, http.StatusUnauthorized, errBadToken)
 }
 
 // session registers the request as a live session of the node, so that an
@@ -133,7 +150,7 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.
 		return
 	}
 	defer end()
-	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, Source: r.RemoteAddr, Session: g.session}, cmd)
+	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, User: "token", Source: r.RemoteAddr, Session: g.session}, cmd)
 	if err != nil {
 		a.commandError(w, r, ctx, g.label, cmd.Name, err)
 		return
@@ -158,18 +175,16 @@ func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.C
 		writeError(w, http.StatusServiceUnavailable, "request cancelled")
 	case errors.Is(err, commands.ErrBusy):
 		writeError(w, http.StatusConflict, commands.ErrBusy.Error())
-	case errors.As(err, &usage):
-		writeError(w, http.StatusBadRequest, safeText(usage.Msg))
-	case errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):
-		writeError(w, http.StatusBadRequest, safeText(err.Error()))
+	case errors.As(err, &usage), errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):
+		writeError(w, http.StatusBadRequest, safeText(commands.Message(err)))
 	case errors.Is(err, commands.ErrTimeout):
 		log.Warn("command_timeout")
-		writeError(w, http.StatusGatewayTimeout, safeText(err.Error()))
+		writeError(w, http.StatusGatewayTimeout, safeText(commands.Message(err)))
 	default:
-		// BMC error text is safe to show: drivers never put the password
-		// in it.
+		// The log has the driver's detail (the BMC's address); the client
+		// gets its classification only (commands.Message).
 		log.Warn("command_failed")
-		writeError(w, http.StatusInternalServerError, safeText(err.Error()))
+		writeError(w, http.StatusInternalServerError, safeText(commands.Message(err)))
 	}
 }
 

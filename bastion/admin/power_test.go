@@ -45,14 +45,14 @@ func TestPowerRoutes(t *testing.T) {
 			{"boot device none given", "PUT", "/node/n1/boot_device" + q, `{}`, 400, errJSON(`field "bootdev" is required`), nil},
 			{"boot device no body", "PUT", "/node/n1/boot_device" + q, "", 400, errJSON(`body is empty; want a JSON object`), nil},
 			{"power status", "GET", "/node/n1/power_status" + q, "", 200, `{"power_status":"Mock Status"}` + "\n", &commands.Command{Name: commands.CmdPowerStatus}},
-			{"bad token", "POST", "/node/n1/power_on?token=" + tok + "x", "", 401, errJSON("invalid token"), nil},
-			{"no token", "POST", "/node/n1/power_on", "", 401, errJSON("invalid token"), nil},
-			{"empty token", "GET", "/node/n1/power_status?token=", "", 401, errJSON("invalid token"), nil},
-			{"other node's token", "GET", "/node/n2/power_status" + q, "", 401, errJSON("invalid token"), nil},
-			{"unknown node", "POST", "/node/n3/power_off" + q, "", 404, errJSON(`node "n3" not found`), nil},
+			{"bad token", "POST", "/node/n1/power_on?token=" + tok + "x", "", 401, errJSON(errBadToken), nil},
+			{"no token", "POST", "/node/n1/power_on", "", 401, errJSON(errBadToken), nil},
+			{"empty token", "GET", "/node/n1/power_status?token=", "", 401, errJSON(errBadToken), nil},
+			{"other node's token", "GET", "/node/n2/power_status" + q, "", 401, errJSON(errBadToken), nil},
+			{"unknown node", "POST", "/node/n3/power_off" + q, "", 401, errJSON(errBadToken), nil},
 			{"bad label", "POST", "/node/a%00/power_off" + q, "", 400, errJSON(`label "a\x00" contains a control character`), nil},
-			{"console bad token", "GET", "/node/n1/console?token=nope", "", 401, errJSON("invalid token"), nil},
-			{"console unknown node", "GET", "/node/n3/console" + q, "", 404, errJSON(`node "n3" not found`), nil},
+			{"console bad token", "GET", "/node/n1/console?token=nope", "", 401, errJSON(errBadToken), nil},
+			{"console unknown node", "GET", "/node/n3/console" + q, "", 401, errJSON(errBadToken), nil},
 			{"wrong method", "GET", "/node/n1/power_on" + q, "", 404, errJSON("not found"), nil},
 			{"oversized", "POST", "/node/n1/power_cycle" + q, `{"force":"` + strings.Repeat("x", DefaultMaxBody) + `"}`, 413,
 				errJSON("request body is larger than 65536 bytes"), nil},
@@ -119,10 +119,13 @@ func TestPowerErrors(t *testing.T) {
 		}{
 			{"busy", fmt.Errorf("power-on n1: %w", commands.ErrBusy), 409, errJSON(commands.ErrBusy.Error())},
 			{"usage", &commands.UsageError{Msg: "bootdev: unknown device \"C\""}, 400, errJSON(`bootdev: unknown device "C"`)},
-			{"bad boot device", fmt.Errorf("bootdev C on n1: %w", sol.ErrBadBootDevice), 400, errJSON("bootdev C on n1: unsupported boot device")},
+			{"bad boot device", fmt.Errorf("bootdev C on n1: %w", sol.ErrBadBootDevice), 400, errJSON("unsupported boot device")},
 			{"timeout", fmt.Errorf("power-on n1: %w: %w", commands.ErrTimeout, context.DeadlineExceeded), 504,
-				errJSON("power-on n1: BMC did not answer in time: context deadline exceeded")},
-			{"BMC failure", errors.New("power-on n1: BMC said \x1b[31mno\x1b[0m"), 500, errJSON(`power-on n1: BMC said \x1b[31mno\x1b[0m`)},
+				errJSON("the BMC did not answer")},
+			// The driver's detail (here the BMC's address) stays in the log.
+			{"BMC refuses credentials", sol.NewError(sol.FaultCredentials, errors.New("connect to BMC 192.0.2.9:623: RAKP2 mismatch")), 500,
+				errJSON("the BMC refused obmd's credentials")},
+			{"unclassified BMC failure", errors.New("power-on n1: BMC 192.0.2.9:623 said \x1b[31mno\x1b[0m"), 500, errJSON("the BMC operation failed")},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +135,9 @@ func TestPowerErrors(t *testing.T) {
 					t.Errorf("got %d %q, want %d %q", r.code, r.body, tt.code, tt.want)
 				}
 			})
+		}
+		if logs := e.logs.String(); !strings.Contains(logs, "192.0.2.9:623") {
+			t.Errorf("logs: want the driver's detail (the BMC's address) in\n%s", logs)
 		}
 	})
 }
@@ -232,6 +238,49 @@ func TestConsole(t *testing.T) {
 		}
 		if !hasAudit(e.auditEvents("n1"), "http:token", "session.start", "ok") {
 			t.Errorf("audit: want a session.start")
+		}
+	})
+}
+
+// TestTokenRefusalsAlike: on every node-token route, an unknown node, a
+// node with no token issued, no token, an empty one and a wrong one get
+// the same status and body, and none is answered sooner than FailDelay, so
+// the HTTP door tells no more about which nodes exist than the SSH door.
+func TestTokenRefusalsAlike(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		const delay = 60 * time.Millisecond
+		e.failDelay = delay
+		e.restart()
+		e.mustNode("n1")
+		tok := e.mustToken("n1")
+		e.mustNode("bare") // never given a token
+		routes := []struct{ method, route, body string }{
+			{"POST", "power_on", ""}, {"POST", "power_off", ""}, {"POST", "power_cycle", `{"force":true}`},
+			{"PUT", "boot_device", `{"bootdev":"A"}`}, {"GET", "power_status", ""}, {"GET", "console", ""},
+		}
+		kinds := []struct{ name, label, query string }{
+			{"unknown node", "ghost", "?token=" + tok},
+			{"no token issued", "bare", "?token=" + tok},
+			{"no token", "n1", ""},
+			{"empty token", "n1", "?token="},
+			{"wrong token", "n1", "?token=" + tok + "x"},
+		}
+		for _, rt := range routes {
+			for _, k := range kinds {
+				start := time.Now()
+				r := e.do(rt.method, "/node/"+k.label+"/"+rt.route+k.query, rt.body, noAuth)
+				took := time.Since(start)
+				if r.code != 401 || r.body != errJSON(errBadToken) {
+					t.Errorf("%s, %s: got %d %q, want 401 %q", rt.route, k.name, r.code, r.body, errJSON(errBadToken))
+				}
+				if took < delay {
+					t.Errorf("%s, %s: answered after %v, want at least %v", rt.route, k.name, took, delay)
+				}
+			}
+		}
+		if calls := e.runner.take(); len(calls) != 0 {
+			t.Errorf("runner calls: got %+v, want none", calls)
 		}
 	})
 }

@@ -213,7 +213,7 @@ func (c *Cluster) exclusive(ctx context.Context, label string, op func(context.C
 	held, err := c.store.AcquireLease(ctx, c.lease(label, db.LeasePower, token), time.Until(dl)+c.cfg.LeaseTTL)
 	if errors.Is(err, db.ErrLeaseHeld) {
 		c.log.WithFields(logrus.Fields{"node": label, "holder": held.Owner}).Info("power_busy_elsewhere")
-		return fmt.Errorf("%w (on replica %s)", commands.ErrBusy, held.Owner)
+		return &commands.BusyError{Replica: held.Owner}
 	}
 	if err != nil {
 		return fmt.Errorf("take the power lease: %w", err)

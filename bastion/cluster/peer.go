@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -43,6 +44,8 @@ type PeerServer struct {
 
 	wg sync.WaitGroup // connection handlers and everything they start
 
+	done chan struct{} // closed by Close
+
 	mu     sync.Mutex
 	closed bool
 	ls     map[net.Listener]struct{}
@@ -66,8 +69,14 @@ func NewPeerServer(c *Cluster, hub Hub, log logrus.FieldLogger) (*PeerServer, er
 			return nil, errors.New("not an obmd replica of this cluster")
 		},
 	}
-	cfg.AddHostKey(c.cfg.HostKey)
-	return &PeerServer{c: c, hub: hub, log: log, cfg: cfg,
+	// Replicas are all obmd: the peer channel never needs the legacy set.
+	sshalgo.Modern().Server(cfg)
+	hostKey, err := sshalgo.Modern().HostKey(c.cfg.HostKey)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: peer server: %w", err)
+	}
+	cfg.AddHostKey(hostKey)
+	return &PeerServer{c: c, hub: hub, log: log, cfg: cfg, done: make(chan struct{}),
 		ls: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}, nil
 }
 
@@ -82,6 +91,7 @@ func (s *PeerServer) Serve(l net.Listener) error {
 	}
 	s.ls[l] = struct{}{}
 	s.mu.Unlock()
+	var delay time.Duration // the wait after a temporary accept error
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -91,13 +101,20 @@ func (s *PeerServer) Serve(l net.Listener) error {
 			if closed {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(50 * time.Millisecond)
-				continue
+			if !temporary(err) {
+				return fmt.Errorf("accept peer: %w", err)
 			}
-			return fmt.Errorf("accept peer: %w", err)
+			// Out of file descriptors (EMFILE, ENFILE), a connection
+			// aborted before it was accepted: wait and retry, as net/http
+			// does, rather than stop serving peers for good.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.WithError(err).WithField("retry_in", delay.String()).Warn("peer_accept_failed")
+			if !s.sleep(delay) {
+				return ErrServerClosed
+			}
+			continue
 		}
+		delay = 0
 		if !s.track(conn) {
 			conn.Close()
 			return ErrServerClosed
@@ -109,6 +126,27 @@ func (s *PeerServer) Serve(l net.Listener) error {
 			s.serveConn(conn)
 		}()
 	}
+}
+
+// temporary reports whether an accept error may go away by itself: a
+// timeout, or an error that says it is temporary (EMFILE, ENFILE,
+// ECONNABORTED, EINTR: syscall.Errno and net.OpError say so).
+func temporary(err error) bool {
+	var t interface{ Temporary() bool }
+	var ne net.Error
+	return errors.As(err, &t) && t.Temporary() || errors.As(err, &ne) && ne.Timeout()
+}
+
+// sleep waits d, or less if the server closes first; it reports whether
+// the server is still open.
+func (s *PeerServer) sleep(d time.Duration) bool {
+	select {
+	case <-time.After(d):
+	case <-s.done:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed
 }
 
 func (s *PeerServer) track(conn net.Conn) bool {
@@ -132,6 +170,9 @@ func (s *PeerServer) untrack(conn net.Conn) {
 // viewers detach) and waits for the server's goroutines.
 func (s *PeerServer) Close() error {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.done)
+	}
 	s.closed = true
 	for l := range s.ls {
 		l.Close()
@@ -144,6 +185,11 @@ func (s *PeerServer) Close() error {
 	return nil
 }
 
+// trustable is a connection of a listener that caps unauthenticated
+// connections (conncap.Conn): told that a replica has authenticated on it,
+// the listener stops counting it as a stranger it may close to make room.
+type trustable interface{ Trust() }
+
 // serveConn authenticates one peer connection and serves its channels
 // until it closes.
 func (s *PeerServer) serveConn(conn net.Conn) {
@@ -154,6 +200,9 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 		return
 	}
 	conn.SetDeadline(time.Time{})
+	if t, ok := conn.(trustable); ok {
+		t.Trust()
+	}
 	log := s.log.WithField("remote", conn.RemoteAddr().String())
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

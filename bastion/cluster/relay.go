@@ -10,6 +10,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/db"
 )
 
@@ -43,13 +44,14 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string) 
 		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }) // aborts a stuck handshake
-	cc, chans, reqs, err := gossh.NewClientConn(conn, holder.Addr, &gossh.ClientConfig{
-		User:              peerUser,
-		Auth:              []gossh.AuthMethod{gossh.PublicKeys(c.cfg.HostKey)},
-		HostKeyCallback:   gossh.FixedHostKey(c.cfg.HostKey.PublicKey()),
-		HostKeyAlgorithms: []string{c.cfg.HostKey.PublicKey().Type()},
-		ClientVersion:     "SSH-2.0-obmd-peer",
-	})
+	ccfg := &gossh.ClientConfig{
+		User:            peerUser,
+		Auth:            []gossh.AuthMethod{gossh.PublicKeys(c.cfg.HostKey)},
+		HostKeyCallback: gossh.FixedHostKey(c.cfg.HostKey.PublicKey()),
+		ClientVersion:   "SSH-2.0-obmd-peer",
+	}
+	sshalgo.Modern().Client(ccfg, c.cfg.HostKey.PublicKey())
+	cc, chans, reqs, err := gossh.NewClientConn(conn, holder.Addr, ccfg)
 	if err != nil {
 		stop()
 		conn.Close()

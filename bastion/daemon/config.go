@@ -41,6 +41,22 @@ type Config struct {
 	// InsecureHTTP allows plain HTTP on an admin address that is not
 	// loopback (tokens would cross the network in clear).
 	InsecureHTTP bool `yaml:"insecure_http"`
+	// AdminReadHeaderTimeout bounds reading a request's headers (default
+	// 10 s), AdminReadTimeout reading the whole request, body included
+	// (default 30 s; a response, such as a console stream, is not bounded),
+	// and AdminIdleTimeout a keep-alive connection between requests
+	// (default 2 min).
+	AdminReadHeaderTimeout time.Duration `yaml:"admin_read_header_timeout"`
+	AdminReadTimeout       time.Duration `yaml:"admin_read_timeout"`
+	AdminIdleTimeout       time.Duration `yaml:"admin_idle_timeout"`
+	// AdminMaxConns bounds open admin connections; AdminMaxUnauthConns
+	// those that have not yet made a request with a valid credential, and
+	// AdminMaxUnauthConnsPerSource those from one address. A connection
+	// over a cap pushes out the oldest unauthenticated one (conns.go). Zero:
+	// sized from the open-file limit at start.
+	AdminMaxConns                int `yaml:"admin_max_conns"`
+	AdminMaxUnauthConns          int `yaml:"admin_max_unauth_conns"`
+	AdminMaxUnauthConnsPerSource int `yaml:"admin_max_unauth_conns_per_source"`
 
 	// Escape is the console escape prefix, two bytes (default Ctrl-E c).
 	Escape string `yaml:"escape"`
@@ -86,6 +102,10 @@ type Config struct {
 	// AuthLimits bound guessing of node tokens and of the admin token; SSH
 	// and the admin API share one budget per source.
 	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
+	// SSHLegacyAlgorithms also offers the SHA-1 algorithms old clients may
+	// need (diffie-hellman-group14-sha1, hmac-sha1, ssh-rsa signatures);
+	// off, obmd offers what a current OpenSSH server does, without SHA-1.
+	SSHLegacyAlgorithms bool `yaml:"ssh_legacy_algorithms"`
 	// FailDelay is the least time a failed token takes (default 300 ms).
 	FailDelay time.Duration `yaml:"fail_delay"`
 	// PowerTimeout bounds one BMC call (default 20 s).
@@ -163,6 +183,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
+	}
+	if err := c.adminDefaults(); err != nil {
+		return err
 	}
 	if err := c.replicaDefaults(); err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 
 	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/conncap"
 	"github.com/obmd/obmd/bastion/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sessions"
@@ -50,6 +51,7 @@ type Daemon struct {
 	rep      replicas // cluster mode (replicas.go)
 
 	sshL, adminL  net.Listener
+	caps          connCaps // of the admin and peer listeners (conns.go)
 	adminToken    string
 	newAdminToken string // adminToken when this Start generated it
 	fingerprint   string
@@ -152,7 +154,8 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	// One guessing budget per source for SSH and the admin API.
 	d.limiter = bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
-		OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies}, d.store, sealer, runner,
+		OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies, Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
+		d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
@@ -161,22 +164,19 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
 		MaxUnauthenticated: d.cfg.MaxUnauthenticated, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
 		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom, Admit: d.revoker.Admit,
-		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
+		d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
 	}
-	// No ReadTimeout or WriteTimeout: console streams last as long as the
-	// client wants (a read deadline would cancel the request's context).
-	d.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog:    httpErrorLog(d.log.WithField("part", "admin")),
-		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+	d.http = d.newHTTPServer(ctx, api.Handler())
 
 	if d.cfg.Demo {
 		if err := d.registerDemo(ctx, sealer); err != nil {
 			return err
 		}
 	}
-	d.log.WithFields(logrus.Fields{
+	d.log.WithFields(d.caps.fields()).WithFields(logrus.Fields{
 		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
 		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, tokenFile),
 		"version": d.cfg.Version, "replica": d.cfg.ReplicaID, "peer": d.PeerAddr(),
@@ -202,12 +202,19 @@ func (d *Daemon) listen() error {
 	if d.adminL, err = net.Listen("tcp", d.cfg.AdminAddr); err != nil {
 		return fmt.Errorf("listen for admin HTTP: %w", err)
 	}
+	d.caps = sizeCaps(d.cfg, openFileLimit())
+	if d.adminL, err = d.capAdmin(d.adminL); err != nil {
+		return err
+	}
 	if d.cfg.TLSCert != "" {
 		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
 	if d.cfg.PeerAddr != "" {
 		if d.rep.peerL, err = net.Listen("tcp", d.cfg.PeerAddr); err != nil {
 			return fmt.Errorf("listen for peers: %w", err)
+		}
+		if d.rep.peerL, err = d.capPeer(d.rep.peerL); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -350,6 +357,9 @@ func (d *Daemon) closeAll() {
 func (d *Daemon) watchChanges(ctx context.Context) error {
 	cursor, err := d.store.LatestChange(ctx)
 	if err != nil {
+		if ctx.Err() != nil { // stopped while starting: not a failure
+			return nil
+		}
 		return fmt.Errorf("read access changes: %w", err)
 	}
 	d.revoker.Watched(cursor)

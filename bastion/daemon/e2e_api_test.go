@@ -102,7 +102,7 @@ func TestAPIRegistration(t *testing.T) {
 }
 
 // TestAPINodeTokenRoutes covers the node-token routes on the simulator: the
-// answers HIL's client parses, 401 and 404, and revocation.
+// answers HIL's client parses, one 401 for every refusal, and revocation.
 func TestAPINodeTokenRoutes(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
@@ -143,19 +143,29 @@ func TestAPINodeTokenRoutes(t *testing.T) {
 				apiErr(t, got)
 			}
 		}
-		for _, c := range []struct {
-			name, path string
-			want       int
-		}{
-			{"wrong token", "/node/s1/power_status?token=nope", 401},
-			{"no token", "/node/s1/power_status", 401},
-			{"admin's token", "/node/s1/power_status" + apiQ(o.AdminToken()), 401},
-			{"unknown node", "/node/ghost/power_status" + q, 404},
-			{"unknown node, console", "/node/ghost/console" + q, 404},
-			{"wrong token, console", "/node/s1/console?token=nope", 401},
+		// Every refusal looks the same and takes at least FailDelay, as
+		// over SSH: nothing tells an unknown node from a wrong token.
+		o.addNode("bare", "sim", sol.Info{Addr: "sim"}) // no token issued
+		var first string
+		for _, c := range []struct{ name, path string }{
+			{"wrong token", "/node/s1/power_status?token=nope"},
+			{"no token", "/node/s1/power_status"},
+			{"admin's token", "/node/s1/power_status" + apiQ(o.AdminToken())},
+			{"unknown node", "/node/ghost/power_status" + q},
+			{"no token issued", "/node/bare/power_status" + q},
+			{"unknown node, console", "/node/ghost/console" + q},
+			{"wrong token, console", "/node/s1/console?token=nope"},
 		} {
-			if code, _ := o.request("GET", c.path, nil, "", ""); code != c.want {
-				t.Errorf("%s: got %d, want %d", c.name, code, c.want)
+			start := time.Now()
+			code, body := o.request("GET", c.path, nil, "", "")
+			if took := time.Since(start); took < o.Cfg.FailDelay {
+				t.Errorf("%s: answered after %v, want at least the fail delay %v", c.name, took, o.Cfg.FailDelay)
+			}
+			if first == "" {
+				first = string(body)
+			}
+			if code != 401 || string(body) != first {
+				t.Errorf("%s: got %d %q, want 401 %q", c.name, code, body, first)
 			}
 		}
 		// Rotation invalidates the old token at once; revocation leaves none.

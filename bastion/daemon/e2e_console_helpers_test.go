@@ -19,6 +19,17 @@ const (
 	escReplay   = "\x05cr"
 )
 
+// detach types the detach escape and fails the test unless the client is
+// told and exits 0.
+func (c *client) detach() {
+	c.t.Helper()
+	c.typeKeys(escDetach)
+	c.expect("[obmd: detached]")
+	if code := c.exit(); code != 0 {
+		c.t.Errorf("exit after detach: got %d, want 0", code)
+	}
+}
+
 // ---- admin API ----
 
 // conAudit returns the actions and results of label's audit events.

@@ -104,11 +104,7 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.expect("still-alive\r\n")
-			p.typeKeys(escDetach)
-			p.expect("[obmd: detached]")
-			if code := p.exit(); code != 0 {
-				t.Errorf("ssh exit after detach: got %d, want 0", code)
-			}
+			p.detach()
 		})
 	}
 }

@@ -9,6 +9,7 @@ package daemon_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -51,7 +52,7 @@ func TestConsoleSimOpenSSH(t *testing.T) {
 	waitUntil(t, "break from the escape", func() bool { return bmc.Breaks() == 2 })
 
 	p.typeKeys(escHelp)
-	p.expect("[obmd: obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  ? help]")
+	p.expect("[obmd: obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  Ctrl-E send Ctrl-E c  ? help]")
 	p.typeKeys(escReplay)
 	p.expect("kernel: printed by the host\r\n") // the scrollback again
 	p.typeKeys("\x05cz")
@@ -78,11 +79,7 @@ func TestConsoleSimOpenSSH(t *testing.T) {
 		t.Errorf("escape bytes reached the node: %q", bmc.Typed())
 	}
 
-	p.typeKeys(escDetach)
-	p.expect("[obmd: detached]")
-	if code := p.exit(); code != 0 {
-		t.Errorf("ssh exit after detach: got %d, want 0", code)
-	}
+	p.detach()
 	acts := strings.Join(o.conAudit("s1"), ",")
 	if strings.Count(acts, "console.break ok") != 2 {
 		t.Errorf("audit: got %s, want two console.break ok", acts)
@@ -121,76 +118,103 @@ func TestConsoleBinarySafe(t *testing.T) {
 
 			// Input: all 256 values (0x05 is followed by 0x06, not 'c', so
 			// the escape parser releases it), then a split escape prefix
-			// that turns out to be data.
+			// that turns out to be data (with a PTY) or is data anyway
+			// (without: no escapes), then the detach escape.
 			g.typeKeys(string(all))
 			g.typeKeys("\x05")
 			g.typeKeys("x\x05")
 			g.typeKeys("c")
-			g.typeKeys("z<in-end>")
+			g.typeKeys("z")
+			if !tc.pty {
+				g.typeKeys(escDetach)
+			}
+			g.typeKeys("<in-end>")
 			want := append(bytes.Clone(all), "\x05x<in-end>"...)
+			if !tc.pty {
+				want = append(bytes.Clone(all), "\x05x\x05cz"+escDetach+"<in-end>"...)
+			}
 			waitUntil(t, "input on the serial side", func() bool { return bytes.HasSuffix(bmc.Typed(), []byte("<in-end>")) })
 			if got := bmc.Typed(); !bytes.Equal(got, want) {
 				t.Errorf("serial side: got %q, want %q", got, want)
 			}
-			g.notice("unknown escape")
+			if tc.pty {
+				g.notice("unknown escape")
+			} else if e := g.errb.String(); strings.Contains(e, "escape") && !strings.Contains(e, "no escapes") || strings.Contains(e, "detached") {
+				t.Errorf("notices without a PTY: got %q, want no escape handled", e)
+			}
 		})
 	}
 }
 
 // TestConsoleNoPTY is a console for scripts: `ssh -T` with stdin and
 // stdout as pipes. Console bytes alone go to stdout; the banner and notices
-// go to stderr; the escape still detaches, with exit 0.
+// go to stderr; there are no escapes (the detach escape is data for the
+// node), and the console lasts until the client closes it.
 func TestConsoleNoPTY(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ssh", "sshpass")
 	o := startObmd(t)
 	tok := o.addSimNode("script")
 	bmc := o.Lab().BMC("script", sim.ModeNormal)
-	args := append([]string{"-e", "ssh", "-T"}, sshArgs(o.SSHAddr(), "script", "-o", "PubkeyAuthentication=no")...)
+	sc := sshNoPTY(t, o.SSHAddr(), "script", tok)
+	sc.errb.wait(t, "stderr", 0, "[obmd: console of script; you are writing; no one else attached; no escapes without a terminal (ssh -t)]")
+	waitUntil(t, "console open", bmc.ConsoleActive)
+	fmt.Fprint(sc.stdin, "echo from-a-script\n")
+	sc.out.wait(t, "stdout", 0, "from-a-script\r\nsim$ ")
+	bmc.Inject([]byte("line\nwith bare LF\n"))
+	sc.out.wait(t, "stdout", 0, "line\nwith bare LF\n")
+	fmt.Fprint(sc.stdin, escDetach+"\n")
+	waitUntil(t, "the escape on the serial side", func() bool { return bytes.Contains(bmc.Typed(), []byte(escDetach+"\n")) })
+	bmc.Inject([]byte("still here\n"))
+	sc.out.wait(t, "stdout", 0, "still here\n")
+	if sc.end.ended() {
+		t.Errorf("ssh -T console ended after the detach escape: %v", sc.end.err)
+	}
+	if s := sc.out.String(); strings.Contains(s, "obmd") || strings.Contains(s, "\r\r") {
+		t.Errorf("stdout: got %q, want console bytes only", s)
+	}
+	if s := sc.errb.String(); strings.Contains(s, "detached") {
+		t.Errorf("stderr: got %q, want no detach", s)
+	}
+}
+
+// noPTY is the real OpenSSH client with pipes for stdin, stdout and
+// stderr (ssh -T), as a script runs it.
+type noPTY struct {
+	stdin     io.Writer
+	out, errb *conBuf
+	end       *clientEnd
+}
+
+// sshNoPTY starts `ssh -T user@addr console` under sshpass, the token in
+// its environment; it is killed when t ends.
+func sshNoPTY(t testing.TB, addr, user, token string) *noPTY {
+	t.Helper()
+	ipmisim.Require(t, "ssh", "sshpass")
+	args := append([]string{"-e", "ssh", "-T"}, sshArgs(addr, user, "-o", "PubkeyAuthentication=no")...)
 	c := exec.Command("sshpass", append(args, "console")...)
-	c.Env = append(os.Environ(), "SSHPASS="+tok)
+	c.Env = append(os.Environ(), "SSHPASS="+token)
 	stdin, err := c.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, errb := newConBuf(), newConBuf()
-	c.Stdout, c.Stderr = out, errb
+	p := &noPTY{stdin: stdin, out: newConBuf(), errb: newConBuf(), end: newClientEnd()}
+	c.Stdout, c.Stderr = p.out, p.errb
 	c.WaitDelay = 2 * time.Second // ssh (sshpass's child) may outlive a killed sshpass
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = c.Wait(); close(done) }() // reaps ssh
+	go func() { p.end.finish(0, c.Wait()) }() // reaps ssh
 	t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
+		if !p.end.ended() {
 			c.Process.Kill()
-			<-done
+			<-p.end.done
+		}
+		if t.Failed() {
+			t.Logf("ssh -T stderr: %q", tailString(p.errb.String(), 2000))
 		}
 	})
-	errb.wait(t, "stderr", 0, "[obmd: console of script; you are writing")
-	waitUntil(t, "console open", bmc.ConsoleActive)
-	fmt.Fprint(stdin, "echo from-a-script\n")
-	out.wait(t, "stdout", 0, "from-a-script\r\nsim$ ")
-	bmc.Inject([]byte("line\nwith bare LF\n"))
-	out.wait(t, "stdout", 0, "line\nwith bare LF\n")
-	fmt.Fprint(stdin, escDetach)
-	select {
-	case <-done:
-		if waitErr != nil {
-			t.Errorf("ssh -T console: got %v, want exit 0", waitErr)
-		}
-	case <-time.After(e2eWait):
-		t.Fatal("ssh -T console did not end after the detach escape")
-	}
-	if s := out.String(); strings.Contains(s, "obmd") || strings.Contains(s, "\r\r") {
-		t.Errorf("stdout: got %q, want console bytes only", s)
-	}
-	if s := errb.String(); !strings.Contains(s, "[obmd: detached]") {
-		t.Errorf("stderr: got %q, want the detach notice", s)
-	}
+	return p
 }
 
 // TestConsoleWindowChangeAndTermType: pty-req with a terminal type and

@@ -441,7 +441,7 @@ func TestHostileSessionLimits(t *testing.T) {
 		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxHTTPSessionsPerSource = 2, 2, 1
 	})
 	t1, t2 := o.addSimNode("n1"), o.addSimNode("n2")
-	a := o.goConsole(t, "n1", t1, conOpts{})
+	a := o.goConsole(t, "n1", t1, conOpts{pty: true}) // escapes need a PTY
 	a.errb.wait(t, "first console", 0, "console of n1")
 	web := o.consoleHTTP(t, "n1", t1)
 	res, err := o.execGo("n1", t1, "power-status")

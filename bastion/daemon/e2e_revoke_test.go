@@ -317,7 +317,7 @@ func rvMarker(t *testing.T, what string) string {
 // old tenant's (prefix old).
 func rvNewTenant(t *testing.T, o *obmd, label, tokB, old string, print func([]byte) error) {
 	t.Helper()
-	b := o.goConsole(t, label, tokB, conOpts{})
+	b := o.goConsole(t, label, tokB, conOpts{pty: true}) // escapes need a PTY
 	b.errb.wait(t, "new tenant's banner", 0, "console of "+label)
 	fresh := printUntilSeen(t, print, rvMarker(t, "FRESH"), shows(b.out))
 	if strings.Contains(b.out.String(), old) {

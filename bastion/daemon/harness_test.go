@@ -8,6 +8,7 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -302,6 +303,13 @@ func newKey(t testing.TB) (gossh.Signer, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return keyFile(t, priv, "id_ed25519")
+}
+
+// keyFile returns a signer of priv and the path of its OpenSSH private key
+// file, named name.
+func keyFile(t testing.TB, priv crypto.PrivateKey, name string) (gossh.Signer, string) {
+	t.Helper()
 	signer, err := gossh.NewSignerFromKey(priv)
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +318,7 @@ func newKey(t testing.TB) (gossh.Signer, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "id_ed25519")
+	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, pemEncode(block), 0o600); err != nil {
 		t.Fatal(err)
 	}

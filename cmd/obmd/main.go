@@ -78,6 +78,11 @@ func run(args []string, stderr io.Writer) int {
 	if args[0] == "migrate" {
 		return migrate(ctx, cfg, log)
 	}
+	if soft, hard, was, err := raiseOpenFileLimit(); err != nil {
+		log.WithError(err).Warn("open_files_limit_not_raised")
+	} else if soft > 0 {
+		log.WithFields(logrus.Fields{"soft": soft, "hard": hard, "was": was}).Info("open_files_limit")
+	}
 	d, err := daemon.New(cfg, log)
 	if err != nil {
 		log.WithError(err).Error("obmd_config_invalid")

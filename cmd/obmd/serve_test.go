@@ -268,8 +268,8 @@ func TestBinaryHILFlow(t *testing.T) {
 		if code, _ := p.do("GET", "/node/n1/power_status?token=wrong", "", "", ""); code != 401 {
 			t.Errorf("power_status with a wrong token: got %d, want 401", code)
 		}
-		if code, _ := p.do("GET", "/node/nope/power_status"+q, "", "", ""); code != 404 {
-			t.Errorf("power_status of an unknown node: got %d, want 404", code)
+		if code, _ := p.do("GET", "/node/nope/power_status"+q, "", "", ""); code != 401 {
+			t.Errorf("power_status of an unknown node: got %d, want 401 (as a wrong token)", code)
 		}
 		for _, c := range []struct{ user, pass string }{{"admin", "wrong"}, {"", ""}, {"root", admin}} {
 			if code, got := p.do("PUT", "/node/n9", mock, c.user, c.pass); code != 404 {
@@ -338,8 +338,8 @@ func TestBinaryHILFlow(t *testing.T) {
 		for range 2 {
 			p.must(200, "DELETE", "/node/n1", "", admin)
 		}
-		if code, _ := p.do("GET", "/node/n1/power_status"+q, "", "", ""); code != 404 {
-			t.Errorf("power_status of a deleted node: got %d, want 404", code)
+		if code, _ := p.do("GET", "/node/n1/power_status"+q, "", "", ""); code != 401 {
+			t.Errorf("power_status of a deleted node: got %d, want 401 (as a wrong token)", code)
 		}
 		p.must(404, "POST", "/node/n1/token", "", admin)
 		p.must(404, "DELETE", "/node/n1/token", "", admin)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"time"
 
@@ -237,9 +238,9 @@ func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) er
 }
 
 // do runs fn in a fresh session bounded by ctx and CallTimeout, then closes
-// the session. Errors say what failed at the IPMI level ("connect to BMC
-// ...", the BMC's answer); the caller, which asked for op on this node,
-// names both (commands: "power on node-17: ...").
+// the session. A failure is a *sol.Error (classify) whose detail names the
+// BMC's address and what failed at the IPMI level; the caller, which asked
+// for op on this node, names both (commands: "power on node-17: ...").
 func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *client.Client) error) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
@@ -251,7 +252,7 @@ func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *clien
 	err = fn(ctx, s.c)
 	s.close(ctx)
 	if err != nil {
-		return fmt.Errorf("IPMI request: %w", err)
+		return b.bmcError(ctx, s.d, true, "IPMI request to", err)
 	}
 	b.log.WithFields(logrus.Fields{"op": op, "took_ms": time.Since(start).Milliseconds()}).Debug("ipmi_op_done")
 	return nil
@@ -270,7 +271,7 @@ func (b *BMC) dial(ctx context.Context) (*session, error) {
 	}
 	ip, err := resolve(ctx, b.addr)
 	if err != nil {
-		return nil, fmt.Errorf("connect to BMC: %w", err)
+		return nil, sol.NewError(sol.FaultUnreachable, fmt.Errorf("connect to BMC: %w", err))
 	}
 	d := &dialer{raddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(b.port))), aes: aesCipher(b.cipher)}
 	c, err := client.NewClient(ip.String(), b.port, b.user, b.pass)
@@ -285,7 +286,7 @@ func (b *BMC) dial(ctx context.Context) (*session, error) {
 	if err := c.Connect(ctx); err != nil {
 		// The session may be half open at the BMC; it times out there.
 		d.close()
-		return nil, fmt.Errorf("connect to BMC %s: %w", net.JoinHostPort(b.addr, strconv.Itoa(b.port)), err)
+		return nil, b.bmcError(ctx, d, false, "connect to", err)
 	}
 	return &session{c: c, d: d}, nil
 }
@@ -314,6 +315,48 @@ func resolve(ctx context.Context, host string) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("resolve %s: no address", host)
 	}
 	return ips[0].Unmap(), nil
+}
+
+// bmcError classifies err, which ended an exchange with the BMC over d's
+// socket (connected: after the session was established), and wraps it with
+// what was being done and the BMC's address, for the log.
+func (b *BMC) bmcError(ctx context.Context, d *dialer, connected bool, what string, err error) error {
+	f, cc := classify(ctx, d, connected, err)
+	return &sol.Error{Fault: f, Code: cc, Err: fmt.Errorf("%s BMC %s: %w", what, net.JoinHostPort(b.addr, strconv.Itoa(b.port)), err)}
+}
+
+// classify tells from what the session's socket saw why an exchange
+// failed: a completion code is the BMC rejecting the request; no datagram
+// at all is silence or, with ICMP port unreachable, a closed port (or no
+// socket: no route); answers and then a failure to connect is the BMC
+// refusing obmd's credentials (go-ipmi's errors do not keep the RAKP
+// status in their chain); after connecting, a port that turned unreachable
+// or silence. go-ipmi's message is not parsed.
+func classify(ctx context.Context, d *dialer, connected bool, err error) (sol.Fault, uint8) {
+	if cc, ok := completionCode(err); ok {
+		return sol.FaultRejected, cc
+	}
+	var c *demuxConn
+	if d != nil {
+		c = d.get()
+	}
+	var ne net.Error
+	timedOut := ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+	switch {
+	case c == nil:
+		return sol.FaultUnreachable, 0
+	case !c.answered.Load() && c.refused.Load():
+		return sol.FaultUnreachable, 0
+	case !c.answered.Load():
+		return sol.FaultNoAnswer, 0
+	case !connected && !timedOut:
+		return sol.FaultCredentials, 0
+	case c.refused.Load():
+		return sol.FaultUnreachable, 0
+	case timedOut:
+		return sol.FaultNoAnswer, 0
+	}
+	return sol.FaultUnknown, 0
 }
 
 // completionCode extracts the IPMI completion code from a go-ipmi error.

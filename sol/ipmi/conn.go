@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -37,6 +38,11 @@ type demuxConn struct {
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close
+
+	// What the socket has seen, for classifying a failure (fault): any
+	// datagram from the BMC, and ICMP port unreachable.
+	answered atomic.Bool
+	refused  atomic.Bool
 
 	mu       sync.Mutex
 	deadline time.Time // read deadline for go-ipmi's Reads
@@ -123,6 +129,7 @@ func (c *demuxConn) readLoop() {
 		if err != nil {
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				// The socket stays usable; tell both consumers.
+				c.refused.Store(true)
 				c.push(c.sol, packet{err: err})
 				c.push(c.ipmi, packet{err: err})
 				continue
@@ -130,6 +137,7 @@ func (c *demuxConn) readLoop() {
 			c.readErr = err
 			return
 		}
+		c.answered.Store(true)
 		p := buf[:n]
 		if !c.sane(p) {
 			c.countDrop()

@@ -113,7 +113,7 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 		if cc, ok := completionCode(err); ok && cc == ccPayloadActive {
 			return nil, fmt.Errorf("open console of %s: %w", b.label, sol.ErrPayloadActive)
 		}
-		return nil, fmt.Errorf("open console of %s: activate SOL: %w", b.label, err)
+		return nil, fmt.Errorf("open console of %s: %w", b.label, b.bmcError(ctx, s.d, true, "activate SOL on", err))
 	}
 	c := b.newConsole(s, res, log)
 	// Learn how the BMC names the payload's owner (us), so that a probe can
@@ -126,7 +126,7 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 	case err != nil && !isCC: // no answer: give the payload back and fail
 		c.deactivate(ctx)
 		s.close(ctx)
-		return nil, fmt.Errorf("open console of %s: get payload owner: %w", b.label, err)
+		return nil, fmt.Errorf("open console of %s: %w", b.label, b.bmcError(ctx, s.d, true, "get SOL payload owner from", err))
 	case err == nil && !b.noOwnerInfo:
 		c.ownerID = info.SessionID
 	}

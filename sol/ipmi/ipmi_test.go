@@ -392,3 +392,11 @@ func TestCycleWhenOff(t *testing.T) {
 	}
 	t.Logf("actions: %q", s.Actions())
 }
+
+// TestFaults: a wrong password, a silent BMC and a closed port are each
+// classified, for power and console alike.
+func TestFaults(t *testing.T) {
+	s := ipmisim.Start(t)
+	soltest.RunFaults(t, func(t *testing.T, info sol.Info) sol.BMC { return newBMC(t, info, fastConfig) },
+		ipmisim.FaultCases(t, s))
+}

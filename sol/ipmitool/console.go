@@ -30,7 +30,8 @@ var (
 	// or LF. ipmitool only takes its break command at a line start, and
 	// sending a CR first would submit whatever was typed on the node's
 	// line, so the driver refuses rather than guess. Nothing was sent.
-	ErrBreakMidLine = errors.New("break is only possible right after CR or LF (press Enter first)")
+	// It is sol's, so that tenants are told.
+	ErrBreakMidLine = sol.ErrBreakMidLine
 )
 
 // readBuf is the size of one read from the pty.
@@ -151,9 +152,18 @@ func (b *BMC) startConsole(ctx context.Context) (*Console, error) {
 	}
 	c.wg.Add(1)
 	go c.own()
-	if err := c.handshake(ctx); err != nil {
-		c.abort()
-		return nil, err
+	hctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	stop := b.watch(hctx, abort)
+	err = c.handshake(hctx)
+	probe := stop()
+	if err != nil {
+		c.abort() // the child is reaped: its stderr is complete
+		if errors.Is(err, sol.ErrPayloadActive) {
+			return nil, err
+		}
+		timedOut := ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)
+		return nil, b.failure(timedOut, probe, err, c.stderr.Bytes())
 	}
 	return c, nil
 }

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -51,6 +52,7 @@ const (
 	DefaultKeepalive        = 10 * time.Second
 	DefaultKeepaliveTimeout = 3 * time.Second
 	DefaultCloseTimeout     = 3 * time.Second
+	DefaultProbeAfter       = time.Second
 	defaultCipher           = 3
 	defaultInterface        = "lanplus"
 	defaultPort             = 623
@@ -85,6 +87,11 @@ type Config struct {
 	// payload, which Get Device ID never does; set this only for a BMC
 	// that rejects empty SOL packets.
 	GetDeviceIDKeepalive bool
+	// ProbeAfter is how long an invocation (or a console's activation) may
+	// run before the driver pings the BMC beside it (RMCP presence ping):
+	// a closed port then fails the call at once, and a failure says whether
+	// the BMC was there (default 1 s; negative: no probe).
+	ProbeAfter time.Duration
 }
 
 // BMC is one node's BMC reached through ipmitool. It implements sol.BMC and
@@ -144,6 +151,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CloseTimeout <= 0 {
 		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.ProbeAfter == 0 {
+		c.ProbeAfter = DefaultProbeAfter
 	}
 	return nil
 }
@@ -231,27 +241,56 @@ func (e *toolError) Unwrap() error { return e.err }
 const maxOutput = 64 << 10
 
 // run executes one ipmitool command and returns its stdout. The child runs
-// in its own process group, killed as a whole when ctx ends or CallTimeout
-// passes, and is always reaped before run returns.
+// in its own process group, killed as a whole when ctx ends, CallTimeout
+// passes or the probe finds the BMC's port closed, and is always reaped
+// before run returns. A failure is a *sol.Error (failure).
 func (b *BMC) run(ctx context.Context, cmd ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
-	c := exec.CommandContext(ctx, b.cfg.Path, b.args(cmd...)...)
+	cctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	c := exec.CommandContext(cctx, b.cfg.Path, b.args(cmd...)...)
 	c.Env = b.env()
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return killGroup(c) }
 	c.WaitDelay = time.Second // bound the wait for output pipes after a kill
 	var stdout, stderr capped
 	c.Stdout, c.Stderr = &stdout, &stderr
+	stop := b.watch(cctx, abort)
 	err := c.Run()
+	probe := stop()
 	if err != nil {
-		if ctx.Err() != nil {
-			err = ctx.Err()
+		if cctx.Err() != nil {
+			err = context.Cause(cctx)
 		}
 		b.log.WithError(err).WithField("stderr", stderr.String()).Debug("ipmitool_failed")
-		return stdout.Bytes(), &toolError{line: firstLine(stderr.Bytes()), err: err}
+		return stdout.Bytes(), b.failure(ctx.Err() != nil, probe, &toolError{line: firstLine(stderr.Bytes()), err: err}, stderr.Bytes())
 	}
 	return stdout.Bytes(), nil
+}
+
+// failure classifies a failed ipmitool run (or console activation) and
+// wraps it with the BMC's address, for the log. stderr is all ipmitool
+// printed; timedOut says a deadline ended it; probe is what watch found.
+// ipmitool prints the same "Unable to establish" session error when the
+// BMC refuses the password and when it never answered: only the BMC's
+// silence tells the two apart, and ipmitool ends this way before its
+// deadline only when the BMC answered.
+func (b *BMC) failure(timedOut bool, probe probeResult, err error, stderr []byte) error {
+	f := sol.FaultUnknown
+	line := firstLine(stderr)
+	noSession := bytes.Contains(stderr, []byte("Unable to establish"))
+	switch {
+	case probe == probeRefused, strings.HasPrefix(line, "Address lookup for"):
+		f = sol.FaultUnreachable
+	case timedOut, noSession && probe == probeSilent:
+		f = sol.FaultNoAnswer
+	case noSession:
+		f = sol.FaultCredentials
+	case line != "":
+		f = sol.FaultRejected
+	}
+	return sol.NewError(f, fmt.Errorf("BMC %s: %w", net.JoinHostPort(b.info.Addr, strconv.Itoa(b.port)), err))
 }
 
 // killGroup kills c's whole process group (c was started with Setpgid, so

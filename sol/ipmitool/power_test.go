@@ -10,6 +10,7 @@ import (
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest"
 )
 
 func TestNew(t *testing.T) {
@@ -112,4 +113,19 @@ func TestPowerTimeout(t *testing.T) {
 		t.Errorf("PowerOn returned after %v, want about 300ms", d)
 	}
 	noChildren(t)
+}
+
+// TestFaults: a wrong password, a silent BMC and a closed port are each
+// classified, for power and console alike (ipmitool reports the first two
+// alike; the driver's probe tells them apart, and ends a call to a closed
+// port early).
+func TestFaults(t *testing.T) {
+	s, _ := startSim(t)
+	soltest.RunFaults(t, func(t *testing.T, info sol.Info) sol.BMC {
+		b, err := New("node-1", info, testConfig(), testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}, ipmisim.FaultCases(t, s))
 }

@@ -1,0 +1,137 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/conncap"
+	"github.com/obmd/obmd/bastion/sessions"
+)
+
+// adminDefaults fills the admin port's timeouts (part of setDefaults); its
+// connection caps are sized at start (sizeCaps).
+func (c *Config) adminDefaults() error {
+	for _, d := range []time.Duration{c.AdminReadHeaderTimeout, c.AdminReadTimeout, c.AdminIdleTimeout} {
+		if d < 0 {
+			return errors.New("admin timeouts must not be negative")
+		}
+	}
+	if c.AdminMaxConns < 0 || c.AdminMaxUnauthConns < 0 || c.AdminMaxUnauthConnsPerSource < 0 {
+		return errors.New("admin connection caps must not be negative (0: sized from the open-file limit)")
+	}
+	if c.AdminReadHeaderTimeout == 0 {
+		c.AdminReadHeaderTimeout = 10 * time.Second
+	}
+	if c.AdminReadTimeout == 0 {
+		c.AdminReadTimeout = 30 * time.Second
+	}
+	if c.AdminIdleTimeout == 0 {
+		c.AdminIdleTimeout = 2 * time.Minute
+	}
+	return nil
+}
+
+// connCaps are the connection caps of the admin and peer listeners.
+type connCaps struct {
+	nofile                                   uint64 // the open-file limit they were sized from
+	admin, adminUnauth, adminUnauthPerSource int
+	peer, peerUnauth                         int
+}
+
+// sizeCaps sizes the caps left at zero in cfg from nofile, the soft
+// open-file limit. The admin port may hold a quarter of it (at most 16,384
+// connections, half of them unauthenticated and a quarter of those from one
+// address) and the peer port an eighth (a quarter of that unauthenticated),
+// so that with both full at least five eighths remain for what must keep
+// working: the database pool, BMC sockets and ipmitool's terminals, SSH,
+// and obmd's own files. An access change then still reaches the database.
+func sizeCaps(cfg Config, nofile uint64) connCaps {
+	clamp := func(v uint64, lo, hi int) int { return int(min(max(v, uint64(lo)), uint64(hi))) }
+	c := connCaps{nofile: nofile, admin: cfg.AdminMaxConns, adminUnauth: cfg.AdminMaxUnauthConns,
+		adminUnauthPerSource: cfg.AdminMaxUnauthConnsPerSource}
+	if c.admin == 0 {
+		c.admin = clamp(nofile/4, 16, 16384)
+	}
+	if c.adminUnauth == 0 {
+		c.adminUnauth = clamp(uint64(c.admin)/2, 8, 4096)
+	}
+	if c.adminUnauthPerSource == 0 {
+		c.adminUnauthPerSource = max(c.adminUnauth/4, 4)
+	}
+	c.peer = clamp(nofile/8, 16, 8192)
+	// Per source as much as in all: the peer port's sources are a few
+	// replicas, which may open many relays at once.
+	c.peerUnauth = max(c.peer/4, 8)
+	return c
+}
+
+// sourceKey is the per-source key of the caps: the address, an IPv6 /64
+// counting as one (as the session limits count).
+func sourceKey(a net.Addr) string {
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		host = a.String()
+	}
+	return sessions.SourceKey(host)
+}
+
+// capAdmin wraps the admin listener in its caps.
+func (d *Daemon) capAdmin(l net.Listener) (net.Listener, error) {
+	c, err := conncap.New(l, conncap.Config{Max: d.caps.admin, MaxStrangers: d.caps.adminUnauth,
+		MaxStrangersPerSource: d.caps.adminUnauthPerSource, Source: sourceKey, Name: "admin"}, d.log.WithField("part", "admin"))
+	if err != nil {
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	return c, nil
+}
+
+// capPeer wraps the peer listener in its caps; the peer server trusts a
+// connection once the replica on it has authenticated.
+func (d *Daemon) capPeer(l net.Listener) (net.Listener, error) {
+	c, err := conncap.New(l, conncap.Config{Max: d.caps.peer, MaxStrangers: d.caps.peerUnauth,
+		Source: sourceKey, Name: "peer"}, d.log.WithField("part", "peer"))
+	if err != nil {
+		return nil, fmt.Errorf("peer listener: %w", err)
+	}
+	return c, nil
+}
+
+// newHTTPServer is the admin port's server. ReadTimeout bounds reading a
+// request, headers and body: net/http lifts the read deadline once the body
+// has been read (and before the handler for a request without one), so a
+// console stream or a slow power operation outlives it (verified by
+// TestAdminReadTimeoutSparesStreams). A connection is trusted by the caps
+// once a request on it presents a valid credential (admin.Config's
+// Authenticated), and counted idle between requests.
+func (d *Daemon) newHTTPServer(ctx context.Context, h http.Handler) *http.Server {
+	return &http.Server{Handler: h,
+		ReadHeaderTimeout: d.cfg.AdminReadHeaderTimeout, ReadTimeout: d.cfg.AdminReadTimeout,
+		IdleTimeout: d.cfg.AdminIdleTimeout,
+		ErrorLog:    httpErrorLog(d.log.WithField("part", "admin")),
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if cc, ok := conncap.Of(c); ok {
+				return conncap.NewContext(ctx, cc)
+			}
+			return ctx
+		},
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if cc, ok := conncap.Of(c); ok {
+				cc.SetIdle(s == http.StateIdle)
+			}
+		},
+	}
+}
+
+// capsFields are the caps for the start's log line.
+func (c connCaps) fields() logrus.Fields {
+	return logrus.Fields{"open_files_limit": c.nofile, "admin_max_conns": c.admin,
+		"admin_max_unauth_conns": c.adminUnauth, "admin_max_unauth_conns_per_source": c.adminUnauthPerSource,
+		"peer_max_conns": c.peer}
+}

@@ -1,0 +1,110 @@
+package sol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Fault says what went wrong with a BMC in terms a tenant may be told: it
+// never depends on the BMC's address, user or password. Drivers classify
+// their failures with it (Error); TenantText renders it.
+type Fault int
+
+// Faults, as drivers classify them.
+const (
+	// FaultUnknown is any failure a driver could not classify.
+	FaultUnknown Fault = iota
+	// FaultCredentials: the BMC answered but would not open a session with
+	// obmd's user name and password (or refused its cipher suite).
+	FaultCredentials
+	// FaultNoAnswer: nothing came back from the BMC in time.
+	FaultNoAnswer
+	// FaultUnreachable: the BMC cannot be reached at all: its IPMI port is
+	// closed (ICMP port unreachable), there is no route to it, or its name
+	// does not resolve.
+	FaultUnreachable
+	// FaultRejected: the BMC answered a request with an error (an IPMI
+	// completion code: not supported in the present state, ...).
+	FaultRejected
+)
+
+// String is the fault as a tenant reads it.
+func (f Fault) String() string {
+	switch f {
+	case FaultCredentials:
+		return "the BMC refused obmd's credentials"
+	case FaultNoAnswer:
+		return "the BMC did not answer"
+	case FaultUnreachable:
+		return "the BMC is unreachable"
+	case FaultRejected:
+		return "the BMC rejected the request"
+	}
+	return "the BMC operation failed"
+}
+
+// Error is a BMC failure as a driver classifies it. Err is the whole
+// detail (the BMC's address, the library's or ipmitool's message): it is
+// what Error returns, for obmd's log and its administrators; a tenant is
+// shown TenantText, which is built from Fault and Code alone.
+type Error struct {
+	Fault Fault
+	// Code is the IPMI completion code of a FaultRejected (0: unknown).
+	Code uint8
+	Err  error
+}
+
+// NewError classifies err as f.
+func NewError(f Fault, err error) *Error { return &Error{Fault: f, Err: err} }
+
+// Error is the detail, prefixed with the classification.
+func (e *Error) Error() string { return e.tenantText() + ": " + e.Err.Error() }
+
+// Unwrap returns the detail.
+func (e *Error) Unwrap() error { return e.Err }
+
+func (e *Error) tenantText() string {
+	if e.Fault == FaultRejected && e.Code != 0 {
+		return fmt.Sprintf("%v (completion code 0x%02x)", e.Fault, e.Code)
+	}
+	return e.Fault.String()
+}
+
+// ErrBreakMidLine: a driver can send a serial break only at the start of a
+// line (ipmitool's escape rule); nothing was sent.
+var ErrBreakMidLine = errors.New("break is only possible right after CR or LF (press Enter first)")
+
+// public are the errors whose own text is written for tenants: the hub's
+// and the drivers' sentinels. A driver wraps them with detail that may not
+// be (a label, an address); TenantText shows the sentinel's text alone.
+var public = []error{
+	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrBreakMidLine,
+	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown,
+}
+
+// TenantText is the one place where a BMC or console error becomes text a
+// tenant reads (commands, the HTTP node-token routes and the console hub's
+// notices all go through it): the sentinel's text for the sentinels of this
+// package, the classification of an *Error, "did not answer" for a
+// deadline, and a fixed text for anything else. It never shows an error's
+// own text otherwise, so no address, user name or library message reaches
+// a tenant whatever a driver puts in its errors; the log keeps those.
+func TenantText(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, p := range public {
+		if errors.Is(err, p) {
+			return p.Error()
+		}
+	}
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e.tenantText()
+	case errors.Is(err, context.DeadlineExceeded):
+		return FaultNoAnswer.String()
+	}
+	return FaultUnknown.String()
+}
