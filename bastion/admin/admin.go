@@ -8,7 +8,9 @@
 // tell which nodes exist. Node-token routes take the node's current token in
 // "?token=" and answer a wrong or missing one, and an unknown node, with the
 // same 401 and body, no sooner than Config.FailDelay. Query strings are
-// never logged.
+// never logged. Failures count against the guessing limits (Config.Limiter),
+// which never refuse the right admin credential. Behind a listed reverse
+// proxy (Config.TrustedProxies) the client is the one X-Forwarded-For names.
 //
 // Fingerprints in /v1 key paths contain "/" and "+" (standard base64): clients
 // should escape "/" as %2F ("DELETE /v1/nodes/n1/keys/SHA256:abc%2Fdef");
