@@ -6,8 +6,6 @@ package daemon_test
 
 import (
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -244,27 +242,7 @@ func (o *obmd) afHTTPFrom(src, method, path, user, pass string) int {
 // returns the status and body (0 and an error logged if it failed).
 func (o *obmd) httpFrom(src, method, path, user, pass string, hdr http.Header) (int, []byte) {
 	o.t.Helper()
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
-	defer client.CloseIdleConnections()
-	req, err := http.NewRequest(method, "http://"+o.AdminAddr()+path, nil)
-	if err != nil {
-		o.t.Fatalf("request: %v", err)
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	if user != "" {
-		req.SetBasicAuth(user, pass)
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		o.t.Errorf("%s %s from %s: %v", method, path, src, err)
-		return 0, nil
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	return res.StatusCode, body
+	return requestFrom(o.t, "http://"+o.AdminAddr(), src, method, path, user, pass, hdr)
 }
 
 // TestAuditFloodShared: SSH and the admin API share one guessing budget

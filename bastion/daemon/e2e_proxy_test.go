@@ -358,31 +358,6 @@ func pxReverseProxy(t testing.TB, o *obmd) string {
 	return srv.URL
 }
 
-// pxHTTP sends a request to base from the local address src.
-func pxHTTP(t testing.TB, base, src, method, path, user, pass string, hdr http.Header) (int, []byte) {
-	t.Helper()
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
-	defer client.CloseIdleConnections()
-	req, err := http.NewRequest(method, base+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	if user != "" {
-		req.SetBasicAuth(user, pass)
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s from %s: %v", method, path, src, err)
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	return res.StatusCode, body
-}
-
 // TestProxyForwardedFor: behind a listed reverse proxy, the client in
 // X-Forwarded-For is what the guessing limits lock out and what audit rows
 // and sessions name; entries a client adds itself are ignored (the
@@ -396,32 +371,32 @@ func TestProxyForwardedFor(t *testing.T) {
 	const guesser, other, spoofer = "127.0.0.44", "127.0.0.45", "127.0.0.46"
 	status := "/node/xf1/power_status?token="
 	for i := range 3 {
-		if code, _ := pxHTTP(t, base, guesser, "GET", status+"guess", "", "", nil); code != http.StatusUnauthorized && code != http.StatusNotFound {
+		if code, _ := requestFrom(t, base, guesser, "GET", status+"guess", "", "", nil); code != http.StatusUnauthorized && code != http.StatusNotFound {
 			t.Fatalf("guess %d: got %d", i, code)
 		}
 	}
-	if code, _ := pxHTTP(t, base, guesser, "GET", status+url.QueryEscape(tok), "", "", nil); code != http.StatusTooManyRequests {
+	if code, _ := requestFrom(t, base, guesser, "GET", status+url.QueryEscape(tok), "", "", nil); code != http.StatusTooManyRequests {
 		t.Errorf("right token from the locked-out client behind the proxy: got %d, want 429", code)
 	}
-	if code, _ := pxHTTP(t, base, guesser, "GET", "/v1/nodes", "admin", o.AdminToken(), nil); code != http.StatusOK {
+	if code, _ := requestFrom(t, base, guesser, "GET", "/v1/nodes", "admin", o.AdminToken(), nil); code != http.StatusOK {
 		t.Errorf("right admin token from the locked-out client: got %d, want 200", code)
 	}
-	if code, _ := pxHTTP(t, base, other, "GET", status+url.QueryEscape(tok), "", "", nil); code != http.StatusOK {
+	if code, _ := requestFrom(t, base, other, "GET", status+url.QueryEscape(tok), "", "", nil); code != http.StatusOK {
 		t.Errorf("another client behind the same proxy: got %d, want 200", code)
 	}
 	// A client that writes its own X-Forwarded-For: the proxy appends its
 	// real address, which is the one used.
 	spoof := http.Header{"X-Forwarded-For": {"127.0.0.99"}}
 	for range 4 {
-		pxHTTP(t, base, spoofer, "GET", status+"guess", "", "", spoof)
+		requestFrom(t, base, spoofer, "GET", status+"guess", "", "", spoof)
 	}
-	if code, _ := pxHTTP(t, base, "127.0.0.47", "GET", status+url.QueryEscape(tok), "", "", spoof); code != http.StatusOK {
+	if code, _ := requestFrom(t, base, "127.0.0.47", "GET", status+url.QueryEscape(tok), "", "", spoof); code != http.StatusOK {
 		t.Errorf("another client sending the same forged header: got %d, want 200 (the lockout is the spoofer's own)", code)
 	}
 	// From a peer not listed, the header is ignored.
 	direct := "http://" + o.AdminAddr()
 	for range 2 {
-		pxHTTP(t, direct, "127.0.0.48", "GET", status+"guess", "", "", http.Header{"X-Forwarded-For": {"127.0.0.98"}})
+		requestFrom(t, direct, "127.0.0.48", "GET", status+"guess", "", "", http.Header{"X-Forwarded-For": {"127.0.0.98"}})
 	}
 	src := o.pxSources("xf1")
 	for addr, want := range map[string]int{guesser: 4, other: 1, spoofer: 4, "127.0.0.48": 2, "127.0.0.99": 0, "127.0.0.98": 0, pxBalancer: 0} {
@@ -430,7 +405,7 @@ func TestProxyForwardedFor(t *testing.T) {
 		}
 	}
 	// A listed proxy's header that names no address is refused.
-	if code, body := pxHTTP(t, direct, pxBalancer, "GET", "/v1/nodes", "admin", o.AdminToken(),
+	if code, body := requestFrom(t, direct, pxBalancer, "GET", "/v1/nodes", "admin", o.AdminToken(),
 		http.Header{"X-Forwarded-For": {"not-an-address"}}); code != http.StatusBadRequest {
 		t.Errorf("unreadable X-Forwarded-For from the proxy: got %d %s, want 400", code, body)
 	}
