@@ -61,12 +61,14 @@ type BMC interface {
 
 // Console is one active SOL session. Read returns bytes from the node's
 // serial port; Write sends bytes to it (already batched by the caller; a
-// driver may split them further). Read returns an error (io.EOF or other)
-// when the link is lost, including when the BMC goes silent or dead: the
-// driver runs its own keepalive, the Manager only sees Read fail. Read runs
-// concurrently with Write and Break (the Manager never overlaps those two).
-// Close deactivates SOL and must unblock a pending Read and Write; it is
-// called exactly once, by the link goroutine that owns the console.
+// driver may split them further) and, when it fails, returns how many of
+// them the BMC accepted: the Manager sends the rest on the next console.
+// Read returns an error (io.EOF or other) when the link is lost, including
+// when the BMC goes silent or dead: the driver runs its own keepalive, the
+// Manager only sees Read fail. Read runs concurrently with Write and Break
+// (the Manager never overlaps those two). Close deactivates SOL and must
+// unblock a pending Read and Write; it is called exactly once, by the link
+// goroutine that owns the console.
 type Console interface {
 	io.Reader
 	io.Writer
@@ -82,7 +84,11 @@ type Console interface {
 // ones (they end with ErrDisplaced) and gets a new console, and the console
 // closes as its viewer leaves, without Config.Linger. So a new stream never
 // joins the previous one mid-count, even before the server has noticed that
-// the previous reader hung up.
+// the previous reader hung up. An Exclusive console is also read only as
+// fast as its viewer takes the output (flow control end to end, see
+// Config.QueueBytes), so that viewer never skips ahead: the mock's counter,
+// which its console makes as it is read, reaches it without a gap at any
+// reading speed.
 type Exclusive interface {
 	Exclusive() bool
 }

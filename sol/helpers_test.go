@@ -194,6 +194,7 @@ func isDone(v *sol.Viewer) bool {
 // gateBMC is a hand-made BMC whose console's Write blocks while the gate is
 // held, recording each Write call.
 type gateBMC struct {
+	noOps
 	gate chan struct{} // receive to pass one Write; closed = open gate
 
 	mu     sync.Mutex
@@ -202,13 +203,17 @@ type gateBMC struct {
 
 func (g *gateBMC) Resolve(context.Context, string) (sol.BMC, error) { return g, nil }
 
-func (g *gateBMC) PowerStatus(context.Context) (string, error)       { return sol.PowerOn, nil }
-func (g *gateBMC) PowerOn(context.Context) error                     { return nil }
-func (g *gateBMC) PowerOff(context.Context, bool) error              { return nil }
-func (g *gateBMC) PowerCycle(context.Context) error                  { return nil }
-func (g *gateBMC) PowerReset(context.Context) error                  { return nil }
-func (g *gateBMC) SetBootDevice(context.Context, string, bool) error { return nil }
-func (g *gateBMC) DeactivateConsole(context.Context) error           { return nil }
+// noOps gives a hand-made BMC power, boot-device and deactivate
+// operations that succeed and do nothing.
+type noOps struct{}
+
+func (noOps) PowerStatus(context.Context) (string, error)       { return sol.PowerOn, nil }
+func (noOps) PowerOn(context.Context) error                     { return nil }
+func (noOps) PowerOff(context.Context, bool) error              { return nil }
+func (noOps) PowerCycle(context.Context) error                  { return nil }
+func (noOps) PowerReset(context.Context) error                  { return nil }
+func (noOps) SetBootDevice(context.Context, string, bool) error { return nil }
+func (noOps) DeactivateConsole(context.Context) error           { return nil }
 
 func (g *gateBMC) OpenConsole(context.Context) (sol.Console, error) {
 	return &gateConsole{g: g, closed: make(chan struct{})}, nil

@@ -48,6 +48,7 @@ type node struct {
 	linkDone chan struct{} // closed by run when it returns
 	wake     chan struct{} // cap 1: the viewer set changed (sent by anyone, drained by run)
 	inReady  chan struct{} // cap 1: input is pending (sent by Write, drained by writeLoop)
+	room     chan struct{} // cap 1: a viewer's queue shrank or a viewer left (drained by readLoop)
 	breaks   chan breakReq // Break requests, received by writeLoop
 
 	// lingerT is armed while the node has no viewer. Owned by run.
@@ -212,7 +213,7 @@ func (n *node) serve(ctx context.Context, con Console) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		lost <- n.readLoop(con)
+		lost <- n.readLoop(cctx, con)
 	}()
 	go func() {
 		defer wg.Done()
@@ -303,17 +304,53 @@ func (n *node) lingerExpired() bool {
 	return true
 }
 
-// readLoop reads the console and publishes until Read fails.
-func (n *node) readLoop(con Console) error {
+// readLoop reads the console and publishes until Read fails or ctx ends.
+func (n *node) readLoop(ctx context.Context, con Console) error {
+	n.mu.Lock()
+	exclusive := n.exclusive // set by open, before serve
+	n.mu.Unlock()
 	buf := make([]byte, readBuf)
 	for {
-		k, err := con.Read(buf)
+		p := buf
+		if exclusive {
+			room, err := n.waitRoom(ctx)
+			if err != nil {
+				return err
+			}
+			p = buf[:min(len(buf), room)]
+		}
+		k, err := con.Read(p)
 		if k > 0 {
 			n.m.st.bytesOut.Add(uint64(k))
-			n.publish(buf[:k])
+			n.publish(p[:k])
 		}
 		if err != nil {
 			return fmt.Errorf("read console: %w", err)
+		}
+	}
+}
+
+// waitRoom waits until every viewer's queue has room and returns how many
+// console bytes fit in the fullest one. An Exclusive console belongs to its
+// one viewer, so it is read only as fast as that viewer takes its output:
+// flow control end to end (the mock's counter is made as it is read), and
+// the viewer never has to skip ahead. (Any other console is read as fast as
+// the BMC sends: a slow viewer never slows the others.)
+func (n *node) waitRoom(ctx context.Context) (int, error) {
+	for {
+		n.mu.Lock()
+		room := n.m.cfg.QueueBytes
+		for _, v := range n.viewers {
+			room = min(room, n.m.cfg.QueueBytes-v.backlog())
+		}
+		n.mu.Unlock()
+		if room > 0 {
+			return room, nil
+		}
+		select {
+		case <-n.room:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("wait for a viewer to read: %w", context.Cause(ctx))
 		}
 	}
 }
@@ -358,17 +395,34 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 }
 
 // sendInput writes up to limit (at most maxWrite) pending input bytes to
-// con; it returns what it wrote.
+// con; it returns what it took. What a failed Write did not deliver goes
+// back to the head of the pending input, for the next link: input in flight
+// when a link is lost is not lost with it.
 func (n *node) sendInput(con Console, buf []byte, limit int) ([]byte, error) {
 	buf = n.takeInput(buf, min(limit, maxWrite))
 	if len(buf) == 0 {
 		return buf, nil
 	}
-	if _, err := con.Write(buf); err != nil {
+	k, err := con.Write(buf)
+	k = min(max(k, 0), len(buf))
+	n.m.st.bytesIn.Add(uint64(k))
+	if err != nil {
+		n.untakeInput(buf[k:])
 		return buf, fmt.Errorf("write console: %w", err)
 	}
-	n.m.st.bytesIn.Add(uint64(len(buf)))
 	return buf, nil
+}
+
+// untakeInput puts p back in front of the pending input (unless the node
+// has retired: its input is dropped with it) and tells the writer loop.
+func (n *node) untakeInput(p []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.retired || len(p) == 0 {
+		return
+	}
+	n.in = append(append(make([]byte, 0, len(p)+len(n.in)), p...), n.in...)
+	signal(n.inReady)
 }
 
 func (n *node) pendingInput() int {
@@ -454,6 +508,7 @@ func (n *node) removeLocked(v *Viewer, cause error) {
 			n.viewers = append(n.viewers[:i], n.viewers[i+1:]...)
 			n.m.st.viewers.Add(-1)
 			signal(n.wake)
+			signal(n.room)
 			break
 		}
 	}

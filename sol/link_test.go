@@ -1,10 +1,12 @@
 package sol_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,7 +205,7 @@ func TestSlowBMCDoesNotBlockAttach(t *testing.T) {
 }
 
 func TestMockConsoleThroughManager(t *testing.T) {
-	lab := sim.NewLab(sim.WithMockInterval(2 * time.Millisecond))
+	lab := sim.NewLab()
 	lab.BMC("m1", sim.ModeMock)
 	m := newManager(t, sol.Config{Linger: time.Millisecond}, lab)
 	for round := range 2 {
@@ -218,12 +220,68 @@ func TestMockConsoleThroughManager(t *testing.T) {
 	}
 }
 
+// TestMockConsoleSlowViewer: an Exclusive console (the mock) is read only
+// as fast as its one viewer takes its output, however slowly: the viewer
+// never skips ahead, so its counter runs on from 0 without a gap, and the
+// link reads no further ahead of it than the viewer's queue holds.
+func TestMockConsoleSlowViewer(t *testing.T) {
+	const queue = 8 << 10
+	lab := sim.NewLab()
+	lab.BMC("m1", sim.ModeMock)
+	m := newManager(t, sol.Config{QueueBytes: queue}, lab)
+	v := attach(t, m, "m1", "slow", sol.AttachOptions{})
+	var got []byte
+	for len(got) < 256<<10 {
+		select {
+		case c := <-v.Output():
+			if c.Skipped > 0 {
+				t.Fatalf("after %d bytes: skipped %d, want no gap", len(got), c.Skipped)
+			}
+			got = append(got, c.Data...)
+		case <-time.After(wait):
+			t.Fatalf("no output after %d bytes", len(got))
+		}
+		time.Sleep(time.Millisecond) // a slow reader: the queue fills meanwhile
+	}
+	time.Sleep(50 * time.Millisecond) // stop reading: the link must stop too
+	// Taken by the viewer: got; held by its pump (one chunk) and queue: at
+	// most 2*queue.
+	if st := m.Stats(); st.BytesOut > uint64(len(got)+2*queue) || st.Overflows != 0 {
+		t.Errorf("got %d bytes read from the console and %d overflows after the viewer took %d, want at most %d read, no overflow",
+			st.BytesOut, st.Overflows, len(got), len(got)+2*queue)
+	}
+	if want := counter(len(got)); !bytes.Equal(got, want) {
+		i := firstDiff(got, want)
+		t.Errorf("counter differs at byte %d: got %q, want %q", i, got[i:min(i+20, len(got))], want[i:min(i+20, len(want))])
+	}
+	v.Close()
+}
+
+// counter returns the mock console's first n bytes: "0\n1\n2\n...".
+func counter(n int) []byte {
+	var b []byte
+	for i := 0; len(b) < n; i++ {
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, '\n')
+	}
+	return b[:n]
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
 // TestMockConsoleExclusive: an Exclusive BMC (the mock type) gets a new
 // console for the next viewer even right after the last one left and with
 // a long linger, so every new stream counts from 0; its link closes as the
 // last viewer leaves.
 func TestMockConsoleExclusive(t *testing.T) {
-	lab := sim.NewLab(sim.WithMockInterval(2 * time.Millisecond))
+	lab := sim.NewLab()
 	b := lab.BMC("m1", sim.ModeMock)
 	m := newManager(t, sol.Config{Linger: time.Hour}, lab)
 	for round := range 3 {
@@ -250,7 +308,7 @@ func TestMockConsoleExclusive(t *testing.T) {
 // when the current one has not left: the server may not yet have noticed
 // that an HTTP reader hung up.
 func TestMockConsoleDisplaced(t *testing.T) {
-	lab := sim.NewLab(sim.WithMockInterval(2 * time.Millisecond))
+	lab := sim.NewLab()
 	lab.BMC("m1", sim.ModeMock)
 	m := newManager(t, sol.Config{Linger: time.Hour}, lab)
 	old := attach(t, m, "m1", "first", sol.AttachOptions{})
@@ -323,5 +381,27 @@ func BenchmarkFanout(b *testing.B) {
 			m.Close(context.Background())
 			wg.Wait()
 		})
+	}
+}
+
+// BenchmarkMockConsole measures the mock console's throughput through the
+// hub: bytes per second one viewer takes from Output (the counter is made
+// as the hub reads it, at the viewer's pace).
+func BenchmarkMockConsole(b *testing.B) {
+	lab := sim.NewLab()
+	lab.BMC("m1", sim.ModeMock)
+	m := newManager(b, sol.Config{}, lab)
+	v := attach(b, m, "m1", "bench", sol.AttachOptions{})
+	const chunk = 1 << 20
+	b.SetBytes(chunk)
+	b.ResetTimer()
+	for range b.N {
+		for got := 0; got < chunk; {
+			c, ok := <-v.Output()
+			if !ok {
+				b.Fatalf("viewer ended: %v", v.Err())
+			}
+			got += len(c.Data)
+		}
 	}
 }

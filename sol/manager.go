@@ -50,7 +50,9 @@ type Config struct {
 	Linger time.Duration
 	// QueueBytes bounds each viewer's pending output (default 256 KiB).
 	// A viewer that falls further behind skips ahead (Chunk.Skipped), or is
-	// ended with ErrSlowViewer when DropSlow is set.
+	// ended with ErrSlowViewer when DropSlow is set. An Exclusive console's
+	// link instead stops reading while its viewer's queue is full, so its
+	// viewer never falls behind.
 	QueueBytes int
 	// DropSlow ends a viewer on overflow instead of skipping ahead.
 	DropSlow bool
@@ -98,7 +100,8 @@ func (c *Config) setDefaults() error {
 // Manager is the console hub: at most one SOL link per node, opened when the
 // first viewer attaches and closed Linger after the last one leaves, its
 // output kept in a scrollback ring and fanned out to every viewer without
-// ever waiting for one.
+// ever waiting for one (except the one viewer of an Exclusive console, which
+// sets its console's pace).
 //
 // Goroutines: one owner per link (open, reconnect, linger, Close of the
 // Console), which runs a reader (Read, scrollback, fan-out) and a writer
@@ -311,6 +314,7 @@ func (m *Manager) newNodeLocked(label string) (n *node, start func()) {
 		linkDone: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		inReady:  make(chan struct{}, 1),
+		room:     make(chan struct{}, 1),
 		breaks:   make(chan breakReq),
 		ring:     ring{size: m.cfg.Scrollback},
 	}

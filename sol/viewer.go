@@ -76,7 +76,10 @@ func (v *Viewer) Name() string { return v.name }
 // AttachOptions.Relay) may write (ErrReadOnly).
 // Write blocks while too much input is pending (a long paste into a slow or
 // reconnecting link) until it drains, the viewer stops being the writer, or
-// the viewer ends. Input is dropped if the node is cut.
+// the viewer ends. Input is dropped if the node is cut. Input that a lost
+// link had not delivered goes to the next link, in order; the part of it
+// the BMC may have received without acknowledging it (at most one SOL
+// packet) may then arrive twice.
 func (v *Viewer) Write(p []byte) (int, error) {
 	n := v.n
 	written := 0
@@ -324,6 +327,13 @@ func (v *Viewer) take() (Chunk, bool) {
 	return c, true
 }
 
+// backlog is how many console bytes v has queued.
+func (v *Viewer) backlog() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.queued
+}
+
 // pump moves queued chunks to Output until the viewer ends, then closes
 // Output. Owned by the Manager's WaitGroup.
 func (v *Viewer) pump() {
@@ -338,6 +348,9 @@ func (v *Viewer) pump() {
 			case <-v.done:
 				return
 			}
+		}
+		if c.Notice == "" {
+			signal(v.n.room) // the queue shrank: an Exclusive link may read again
 		}
 		select {
 		case v.out <- c:

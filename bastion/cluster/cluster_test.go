@@ -381,7 +381,7 @@ func TestHolderUnreachable(t *testing.T) {
 // through the cluster as it has without one: a new viewer, on the same
 // replica or on another, displaces the current one and counts from 0.
 func TestMockOneReader(t *testing.T) {
-	key, lab := newHostKey(t), sim.NewLab(sim.WithMockInterval(10*time.Millisecond))
+	key, lab := newHostKey(t), sim.NewLab()
 	lab.BMC("m1", sim.ModeMock)
 	dsn := dbtest.SQLiteDSN(t)
 	r0, r1 := startReplica(t, "r0", openStore(t, dsn), lab, key), startReplica(t, "r1", openStore(t, dsn), lab, key)

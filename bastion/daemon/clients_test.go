@@ -32,6 +32,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if u := os.Getenv(cliEnv); u != "" {
+		os.Exit(runConsoleCLI(u)) // a child process of TestConsoleMockBufferedPipe
+	}
 	code := m.Run()
 	if builtDir != "" {
 		os.RemoveAll(builtDir)

@@ -224,7 +224,8 @@ func (c *Console) Read(p []byte) (int, error) {
 
 // Write sends p to the node's serial port, in SOL packets of up to 255
 // characters, and returns when the BMC has accepted all of it (or the link
-// failed). It does not keep p.
+// failed: then with the count the BMC acknowledged, so that the caller can
+// send the rest on another console). It does not keep p.
 func (c *Console) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil

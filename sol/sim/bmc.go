@@ -25,9 +25,8 @@ var (
 
 // BMC is one simulated BMC; it implements sol.BMC. Safe for concurrent use.
 type BMC struct {
-	label    string
-	mode     Mode
-	interval time.Duration // mock counter pace
+	label string
+	mode  Mode
 
 	mu         sync.Mutex
 	power      bool
@@ -46,15 +45,14 @@ type BMC struct {
 	sh         shell
 }
 
-func newBMC(label string, mode Mode, interval time.Duration) *BMC {
+func newBMC(label string, mode Mode) *BMC {
 	return &BMC{
-		label:    label,
-		mode:     mode,
-		interval: interval,
-		power:    true,
-		bootdev:  sol.BootNone,
-		changed:  make(chan struct{}),
-		sh:       shell{prompt: loginPrompt},
+		label:   label,
+		mode:    mode,
+		power:   true,
+		bootdev: sol.BootNone,
+		changed: make(chan struct{}),
+		sh:      shell{prompt: loginPrompt},
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // Prompts of the simulated host. The login prompt is cosmetic: every line
@@ -17,30 +16,31 @@ const (
 )
 
 // console is one active SOL session of a simulated BMC. Host output is
-// pushed into buf (unbounded: the reader is the Manager, which drains it);
-// in ModeMock, Read produces the counter lines as they fall due.
+// pushed into buf (unbounded: the reader is the Manager, which drains it).
+// In ModeMock, Read makes the counter's lines as it is called, to fill the
+// caller's buffer: the counter runs exactly as fast as its reader takes it
+// (flow control and nothing else), and nothing is made ahead of the reader.
 type console struct {
-	b        *BMC
-	mock     bool
-	interval time.Duration
-	start    time.Time
-	notify   chan struct{} // cap 1: buf grew
-	done     chan struct{} // closed by kill
+	b      *BMC
+	mock   bool
+	notify chan struct{} // cap 1: buf grew
+	done   chan struct{} // closed by kill
 
 	mu   sync.Mutex
 	buf  []byte
 	err  error
-	next int // mock: next number to print
+	next int    // mock: next number to print
+	line []byte // mock: what is left of the line being printed (in lineBuf)
+	// lineBuf holds the current counter line: 19 digits of an int64 and '\n'.
+	lineBuf [20]byte
 }
 
 func newConsole(b *BMC) *console {
 	return &console{
-		b:        b,
-		mock:     b.mode == ModeMock,
-		interval: b.interval,
-		start:    time.Now(),
-		notify:   make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		b:      b,
+		mock:   b.mode == ModeMock,
+		notify: make(chan struct{}, 1),
+		done:   make(chan struct{}),
 	}
 }
 
@@ -68,7 +68,8 @@ func (c *console) kill(err error) {
 }
 
 // Read returns host output; it fails once the console is closed, dropped or
-// deactivated.
+// deactivated. In ModeMock it never waits: after any injected output it
+// fills p with the counter.
 func (c *console) Read(p []byte) (int, error) {
 	for {
 		c.mu.Lock()
@@ -76,10 +77,6 @@ func (c *console) Read(p []byte) (int, error) {
 			err := c.err
 			c.mu.Unlock()
 			return 0, err
-		}
-		var wait time.Duration
-		if c.mock {
-			wait = c.mockDueLocked()
 		}
 		if len(c.buf) > 0 {
 			n := copy(p, c.buf)
@@ -90,34 +87,34 @@ func (c *console) Read(p []byte) (int, error) {
 			c.mu.Unlock()
 			return n, nil
 		}
-		c.mu.Unlock()
-		var due *time.Timer
-		var dueC <-chan time.Time
 		if c.mock {
-			due = time.NewTimer(wait)
-			dueC = due.C
+			n := c.countLocked(p)
+			c.mu.Unlock()
+			return n, nil
 		}
+		c.mu.Unlock()
 		select {
 		case <-c.notify:
 		case <-c.done:
-		case <-dueC:
-		}
-		if due != nil {
-			due.Stop()
 		}
 	}
 }
 
-// mockDueLocked appends every counter line that is due and returns the time
-// until the next one.
-func (c *console) mockDueLocked() time.Duration {
-	elapsed := time.Since(c.start)
-	for time.Duration(c.next)*c.interval <= elapsed {
-		c.buf = strconv.AppendInt(c.buf, int64(c.next), 10)
-		c.buf = append(c.buf, '\n')
-		c.next++
+// countLocked fills p with the counter's next lines ("0\n1\n2\n..."); a line
+// that does not fit is continued by the next call.
+func (c *console) countLocked(p []byte) int {
+	n := 0
+	for n < len(p) {
+		if len(c.line) == 0 {
+			c.line = strconv.AppendInt(c.lineBuf[:0], int64(c.next), 10)
+			c.line = append(c.line, '\n')
+			c.next++
+		}
+		k := copy(p[n:], c.line)
+		c.line = c.line[k:]
+		n += k
 	}
-	return time.Duration(c.next)*c.interval - elapsed
+	return n
 }
 
 // Write delivers typed bytes to the serial side. A powered-on ModeNormal

@@ -7,7 +7,8 @@
 // operations, and a serial console that prints boot text when powered on and
 // answers typed lines like a tiny shell. In ModeMock it behaves as obmd's
 // mock driver, which HIL's tests expect: power status "Mock Status", boot
-// devices "A" and "B", and a console that counts, one number per line.
+// devices "A" and "B", and a console that counts, one number per line, as
+// fast as its reader takes the lines.
 //
 // Test hooks (Inject, Typed, DropLink, Actions, Breaks, SetDelay, SetFail,
 // WaitConsole, ...) let a test drive the serial side and see what reached it.
@@ -18,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/obmd/obmd/sol"
 )
@@ -46,38 +46,16 @@ func (m Mode) String() string {
 // ErrUnknown is returned by Lab.Resolve for a label without a BMC.
 var ErrUnknown = errors.New("no simulated BMC for this node")
 
-// DefaultMockInterval paces the mock console's counter.
-const DefaultMockInterval = 50 * time.Millisecond
-
-// Option configures a Lab.
-type Option func(*Lab)
-
-// WithMockInterval sets the time between two lines of the mock console's
-// counter (default DefaultMockInterval).
-func WithMockInterval(d time.Duration) Option {
-	return func(l *Lab) {
-		if d > 0 {
-			l.mockInterval = d
-		}
-	}
-}
-
 // Lab is a set of simulated BMCs keyed by node label. Safe for concurrent
 // use.
 type Lab struct {
-	mockInterval time.Duration
-
 	mu   sync.Mutex
 	bmcs map[string]*BMC
 }
 
 // NewLab returns an empty lab.
-func NewLab(opts ...Option) *Lab {
-	l := &Lab{mockInterval: DefaultMockInterval, bmcs: map[string]*BMC{}}
-	for _, o := range opts {
-		o(l)
-	}
-	return l
+func NewLab() *Lab {
+	return &Lab{bmcs: map[string]*BMC{}}
 }
 
 // BMC returns label's simulated BMC, creating it (powered on, boot device
@@ -93,7 +71,7 @@ func (l *Lab) BMC(label string, mode Mode) *BMC {
 		}
 		b.DropLink()
 	}
-	b := newBMC(label, mode, l.mockInterval)
+	b := newBMC(label, mode)
 	l.bmcs[label] = b
 	return b
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,7 +248,7 @@ func TestPayloadSingleActive(t *testing.T) {
 
 func TestMockMode(t *testing.T) {
 	ctx := ctxT(t)
-	b := NewLab(WithMockInterval(5*time.Millisecond)).BMC("m", ModeMock)
+	b := NewLab().BMC("m", ModeMock)
 	if got, err := b.PowerStatus(ctx); err != nil || got != "Mock Status" {
 		t.Errorf("got power status %q (%v), want %q", got, err, "Mock Status")
 	}
@@ -282,17 +283,36 @@ func TestMockMode(t *testing.T) {
 	}
 }
 
-func TestMockPacing(t *testing.T) {
-	b := NewLab(WithMockInterval(40*time.Millisecond)).BMC("m", ModeMock)
+// TestMockCounterFillsReads: the mock console never waits for its counter:
+// every Read is filled to the byte, whatever its size, and lines cut by a
+// Read's end continue in the next one, so the stream is the counter from 0
+// exactly as fast as the reader takes it.
+func TestMockCounterFillsReads(t *testing.T) {
+	b := NewLab().BMC("m", ModeMock)
 	con, err := b.OpenConsole(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer con.Close()
-	start := time.Now()
-	readUntil(t, con, "3\n")
-	// Lines 1..3 are due at 40, 80 and 120 ms: not all at once.
-	if d := time.Since(start); d < 100*time.Millisecond {
-		t.Errorf("got 4 lines after %v, want them paced (>= 100ms)", d)
+	var want []byte
+	for i := 0; len(want) < 400<<10; i++ {
+		want = strconv.AppendInt(want, int64(i), 10)
+		want = append(want, '\n')
+	}
+	var got []byte
+	for _, size := range []int{1, 2, 3, 7, 64, 4 << 10, 64 << 10, 256 << 10} {
+		p := make([]byte, size)
+		if n, err := con.Read(p); n != size || err != nil {
+			t.Fatalf("Read of %d bytes: got %d, %v, want all of them at once", size, n, err)
+		}
+		got = append(got, p...)
+	}
+	if !bytes.Equal(got, want[:len(got)]) {
+		t.Errorf("counter: got %q..., want %q...", got[:40], want[:40])
+	}
+	b.Inject([]byte("injected\n"))
+	p := make([]byte, 64)
+	if n, err := con.Read(p); string(p[:n]) != "injected\n" || err != nil {
+		t.Errorf("after Inject: got %q, %v, want the injected text first", p[:n], err)
 	}
 }
