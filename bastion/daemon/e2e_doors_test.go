@@ -15,7 +15,7 @@ import (
 
 	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/daemon"
-	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/sim"
 )
 
 // drDefaults gives a test the shipped guessing and session limits (the
@@ -91,16 +91,15 @@ func TestDoorRotationNotLockedOut(t *testing.T) {
 
 // TestDoorControllerSessions: HIL streams every node's console through the
 // HTTP route from one address and makes power calls meanwhile: 100 streams
-// and 200 power calls from one address all succeed at the default limits.
+// (each shows its node's output) and 200 power calls from one address all
+// succeed at the default limits.
 func TestDoorControllerSessions(t *testing.T) {
 	t.Parallel()
 	const nodes = 100
 	o := startObmd(t, drDefaults(""))
 	tokens := make([]string, nodes)
 	for i := range nodes {
-		label := fmt.Sprintf("hc%03d", i)
-		o.addNode(label, "mock", sol.Info{Addr: "mock"})
-		tokens[i] = o.rotate(label)
+		tokens[i] = o.addSimNode(fmt.Sprintf("hc%03d", i))
 	}
 	streams := make([]*httpConsole, nodes)
 	for i := range nodes {
@@ -119,7 +118,8 @@ func TestDoorControllerSessions(t *testing.T) {
 	}
 	wg.Wait()
 	for i, s := range streams {
-		s.countsFrom0(t, fmt.Sprintf("stream %d", i), 2)
+		bmc := o.Lab().BMC(fmt.Sprintf("hc%03d", i), sim.ModeNormal)
+		printUntilSeen(t, inject(bmc), fmt.Sprintf("hc%03d", i), shows(s.out))
 	}
 	if got := len(o.rvSessions("")); got < nodes {
 		t.Errorf("live sessions: got %d, want the %d streams", got, nodes)
