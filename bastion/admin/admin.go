@@ -382,14 +382,21 @@ func (a *API) observe(method, result string) {
 // only logged at Debug, so a locked-out flood writes nothing to the
 // database.
 func (a *API) limited(w http.ResponseWriter, r *http.Request, method string, e db.AuditEvent, which string, first bool) {
+	a.refused(r, method, e, which, first)
+	writeError(w, http.StatusTooManyRequests, "too many failed attempts from your address; try again later")
+}
+
+// refused records a try the guessing limits refused, without answering:
+// the metric, and an audit row for the lockout's first refusal (the rest
+// are logged at Debug).
+func (a *API) refused(r *http.Request, method string, e db.AuditEvent, which string, first bool) {
 	a.observe(method, "denied")
 	e.Result, e.Detail = "denied", "rate limited ("+which+")"+e.Detail
 	if first {
 		a.auditEvent(r, e)
-	} else {
-		a.log.WithFields(logrus.Fields{"action": e.Action, "node": e.Node, "detail": e.Detail, "remote": r.RemoteAddr}).Debug("auth_refused")
+		return
 	}
-	writeError(w, http.StatusTooManyRequests, "too many failed attempts from your address; try again later")
+	a.log.WithFields(logrus.Fields{"action": e.Action, "node": e.Node, "detail": e.Detail, "remote": r.RemoteAddr}).Debug("auth_refused")
 }
 
 // remoteHost is the client's address without port.

@@ -28,8 +28,9 @@ type grant struct {
 // tokenAuth checks the request's ?token= against the node's current token
 // hash in constant time. It answers 400 (bad label), 401 (refuseToken: an
 // unknown node, a node without a token, no token or a wrong one, all alike)
-// or 429 (the source or the node is locked out by the guessing limits,
-// Config.Limiter) itself. An unknown node and a wrong token are failures of
+// or 429 (the source is locked out by the guessing limits, Config.Limiter)
+// itself; a node under attack refuses the sources that failed on it with
+// the same 401. An unknown node and a wrong token are failures of
 // the source and of the node (every name that is no node counts as one
 // node, judged after the lookup that tells).
 func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
@@ -52,8 +53,13 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	}
 	exists := err == nil
 	if ok, first := a.cfg.Limiter.Judge(host, label, exists); !ok {
+		// A node under attack refuses the sources that failed on it. Every
+		// name that is no node shares one such state, so a 429 here would
+		// tell an unknown name from a known one: the refusal looks like a
+		// wrong token instead (as over SSH), and is recorded as a refusal.
 		a.cfg.Limiter.End(host, label, exists, false)
-		a.limited(w, r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "node", first)
+		a.refused(r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "node", first)
+		a.refuseToken(w, r, start)
 		return grant{}, false
 	}
 	// Hash and compare even when there is nothing to match, so that the
