@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -44,6 +45,8 @@ type env struct {
 	limits bastion.LimitConfig
 	// failDelay is the next start's Config.FailDelay (newEnv: testFailDelay).
 	failDelay time.Duration
+	// trusted is the next start's Config.TrustedProxies (newEnv: none).
+	trusted realip.Trusted
 }
 
 // testFailDelay keeps the many failed token checks of these tests quick.
@@ -100,7 +103,7 @@ func (e *env) start() {
 		epochs = ep
 	}
 	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: bastion.NewLimiter(e.limits, time.Now),
-		FailDelay: e.failDelay},
+		FailDelay: e.failDelay, TrustedProxies: e.trusted},
 		s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
 		t.Fatalf("new api: %v", err)

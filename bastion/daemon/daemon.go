@@ -45,6 +45,7 @@ type Daemon struct {
 	reg      *sessions.Registry
 	metrics  *metrics.Registry
 	revoker  *bastion.Revoker
+	limiter  *bastion.Limiter
 	ssh      *bastion.Server
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
@@ -113,6 +114,10 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		if created {
 			d.newAdminToken = d.adminToken
 		}
+		if len(d.adminToken) < admin.MinAdminTokenLen {
+			return fmt.Errorf("admin token in %s is %d characters; it must have at least %d (delete the file to have a new one generated)",
+				tokenFile, len(d.adminToken), admin.MinAdminTokenLen)
+		}
 	}
 
 	d.lab = sim.NewLab()
@@ -133,7 +138,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
-		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
+		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource), MaxPerSourceHTTP: unlimited(d.cfg.MaxHTTPSessionsPerSource)})
 	gated := gatedStore{d.store, d}
 	var peers bastion.Peers
 	if d.rep.cluster != nil {
@@ -148,17 +153,24 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
+	proxyFrom, trustedProxies, err := d.cfg.balancers()
+	if err != nil {
+		return err
+	}
 	// One guessing budget per source for SSH and the admin API.
-	limiter := bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: limiter, Metrics: d.metrics,
-		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.ready, Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
+	d.limiter = bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
+		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
+		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
 		d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
-		Limiter: limiter, FailDelay: d.cfg.FailDelay, MaxConnsPerSource: d.cfg.MaxConnsPerSource, Admit: d.revoker.Admit,
+		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
+		MaxUnauthenticated: d.cfg.MaxUnauthenticated, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
+		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom, Admit: d.revoker.Admit,
 		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
 		gated, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
@@ -282,6 +294,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return d.watchChanges(gctx) })
+	g.Go(func() error { return d.limiter.Run(gctx) })
 	g.Go(d.servePeer)
 	g.Go(func() error {
 		<-gctx.Done()

@@ -50,7 +50,7 @@ func Require(t testing.TB, programs ...string) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := fmt.Sprintf("missing %s (apt-get install -y ipmitool openipmi socat openssh-client sshpass)", strings.Join(missing, ", "))
+	msg := fmt.Sprintf("missing %s (apt-get install -y ipmitool openipmi socat openssh-client sshpass haproxy)", strings.Join(missing, ", "))
 	if os.Getenv(RequireEnv) == "1" {
 		t.Fatal(msg)
 	}
