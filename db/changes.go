@@ -10,13 +10,30 @@ import (
 // and the default limit of ChangesSince.
 const MaxLimit = 1000
 
+// Reasons of access changes, as access_changes records them (Change.Reason)
+// and as a session cut by the change reads them ("access to node-17 was
+// revoked (token rotated)"). The texts are bastion/admin's Why* texts for
+// the same changes.
+const (
+	ReasonNodeCreated  = "node created"
+	ReasonNodeChanged  = "node changed"
+	ReasonNodeDeleted  = "node deleted"
+	ReasonTokenRotated = "token rotated"
+	ReasonTokenRevoked = "token revoked"
+	ReasonKeyRemoved   = "key removed"
+)
+
+// maxReasonLen is the size of access_changes.reason, in bytes.
+const maxReasonLen = 64
+
 // recordChange allocates the next access epoch for label and records the
-// change, inside tx. It must be the first statement of the transaction: the
-// UPDATE takes access_seq's row lock until commit, which serialises every
-// access change (so epochs commit in order and a poller never skips one) and
-// keeps a single lock order (access_seq, then node rows), so two changes
-// cannot deadlock. A rolled-back transaction gives its epoch back.
-func (s *Store) recordChange(ctx context.Context, tx *sql.Tx, label string) (int64, error) {
+// change with its reason, inside tx. It must be the first statement of the
+// transaction: the UPDATE takes access_seq's row lock until commit, which
+// serialises every access change (so epochs commit in order and a poller
+// never skips one) and keeps a single lock order (access_seq, then node
+// rows), so two changes cannot deadlock. A rolled-back transaction gives its
+// epoch back.
+func (s *Store) recordChange(ctx context.Context, tx *sql.Tx, label, reason string) (int64, error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE access_seq SET epoch = epoch + 1 WHERE id = 1`); err != nil {
 		return 0, fmt.Errorf("next epoch: %w", err)
 	}
@@ -25,8 +42,8 @@ func (s *Store) recordChange(ctx context.Context, tx *sql.Tx, label string) (int
 		return 0, fmt.Errorf("next epoch: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO access_changes (epoch, node, at) VALUES (?, ?, ?)`,
-		epoch, label, toMillis(s.now())); err != nil {
+		`INSERT INTO access_changes (epoch, node, at, reason) VALUES (?, ?, ?, ?)`,
+		epoch, label, toMillis(s.now()), clip(reason, maxReasonLen)); err != nil {
 		return 0, fmt.Errorf("record change %d: %w", epoch, err)
 	}
 	return epoch, nil
@@ -51,7 +68,7 @@ func (s *Store) ChangesSince(ctx context.Context, after int64, limit int) ([]Cha
 		limit = MaxLimit
 	}
 	rows, err := s.query(ctx,
-		`SELECT epoch, node FROM access_changes WHERE epoch > ? ORDER BY epoch LIMIT ?`, after, limit)
+		`SELECT epoch, node, reason FROM access_changes WHERE epoch > ? ORDER BY epoch LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("changes since %d: %w", after, err)
 	}
@@ -59,7 +76,7 @@ func (s *Store) ChangesSince(ctx context.Context, after int64, limit int) ([]Cha
 	var out []Change
 	for rows.Next() {
 		var c Change
-		if err := rows.Scan(&c.Epoch, &c.Node); err != nil {
+		if err := rows.Scan(&c.Epoch, &c.Node, &c.Reason); err != nil {
 			return nil, fmt.Errorf("changes since %d: %w", after, err)
 		}
 		out = append(out, c)

@@ -97,7 +97,7 @@ func testSettle(t *testing.T, s *Store, _ testEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	epoch, err := s.recordChange(ctx, tx, "n1") // a rotation, committed later
+	epoch, err := s.recordChange(ctx, tx, "n1", ReasonTokenRotated) // a rotation, committed later
 	if err == nil {
 		err = setEpoch(ctx, tx, "n1", epoch)
 	}

@@ -51,6 +51,9 @@ type Key struct {
 type Change struct {
 	Epoch int64 // the node's new epoch; changes are ordered by it
 	Node  string
+	// Reason says why, for the sessions the change cuts (one of the
+	// Reason* texts); empty for changes recorded before migration 6.
+	Reason string
 }
 
 // AuditEvent is one audit record. Never holds a secret.

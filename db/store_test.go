@@ -393,30 +393,30 @@ func testChanges(t *testing.T, s *Store, _ testEnv) {
 		t.Fatalf("changes of empty store: got %v, %v, want none", got, err)
 	}
 	var want []Change
-	record := func(node string, epoch int64, err error) {
+	record := func(node, reason string, epoch int64, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("change of %s: %v", node, err)
 		}
-		want = append(want, Change{Epoch: epoch, Node: node})
+		want = append(want, Change{Epoch: epoch, Node: node, Reason: reason})
 	}
 	a := mustCreate(t, s, "a")
-	record("a", a.Epoch, nil)
+	record("a", ReasonNodeCreated, a.Epoch, nil)
 	b := mustCreate(t, s, "b")
-	record("b", b.Epoch, nil)
+	record("b", ReasonNodeCreated, b.Epoch, nil)
 	e, err := s.SetToken(ctx, "a", keys.HashToken("t"))
-	record("a", e, err)
+	record("a", ReasonTokenRotated, e, err)
 	if err := s.AddKey(ctx, Key{Node: "b", Fingerprint: "SHA256:k", Line: "l"}); err != nil {
 		t.Fatal(err)
 	}
 	e, err = s.DeleteKey(ctx, "b", "SHA256:k")
-	record("b", e, err)
+	record("b", ReasonKeyRemoved, e, err)
 	u, err := s.UpdateNodeInfo(ctx, "b", "ipmi", []byte("x"))
-	record("b", u.Epoch, err)
+	record("b", ReasonNodeChanged, u.Epoch, err)
 	e, err = s.DeleteNode(ctx, "a")
-	record("a", e, err)
+	record("a", ReasonNodeDeleted, e, err)
 	e, err = s.RevokeToken(ctx, "b")
-	record("b", e, err)
+	record("b", ReasonTokenRevoked, e, err)
 
 	got, err := s.ChangesSince(ctx, 0, 0)
 	if err != nil {
