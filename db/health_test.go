@@ -152,9 +152,10 @@ func testReplicas(t *testing.T, s *Store, _ testEnv) {
 	if err := s.Withdraw(ctx, "rep-b"); err != nil {
 		t.Fatal(err)
 	}
-	now := s.now
-	s.now = func() time.Time { return now().Add(2 * time.Minute) }
-	defer func() { s.now = now }()
+	if reps, err := s.Replicas(ctx); err != nil || len(reps) != 1 || reps[0].ExpiresAt.Before(s.now().Add(50*time.Second)) {
+		t.Errorf("replicas after withdrawal: got %+v, %v, want rep-a for about a minute more", reps, err)
+	}
+	age(t, s, "replicas", time.Minute)
 	if reps, err := s.Replicas(ctx); err != nil || len(reps) != 0 {
 		t.Errorf("replicas after withdrawal and expiry: got %+v, %v, want none", reps, err)
 	}

@@ -54,17 +54,29 @@ type Store struct {
 // which SQLite opens itself).
 // MySQL defaults: parseTime, a 5 s dial timeout, clientFoundRows. Errors
 // never contain the DSN's password.
-func Open(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
+func Open(ctx context.Context, dsn string, log logrus.FieldLogger, opts ...Option) (*Store, error) {
 	if log == nil {
 		return nil, errors.New("open database: nil logger")
 	}
 	if strings.TrimSpace(dsn) == "" {
 		return nil, errors.New("open database: empty DSN")
 	}
+	var (
+		s   *Store
+		err error
+	)
 	if strings.HasPrefix(dsn, mysqlScheme) {
-		return openMySQL(ctx, strings.TrimPrefix(dsn, mysqlScheme), log)
+		s, err = openMySQL(ctx, strings.TrimPrefix(dsn, mysqlScheme), log)
+	} else {
+		s, err = openSQLite(ctx, dsn, log)
 	}
-	return openSQLite(ctx, dsn, log)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {

@@ -22,6 +22,30 @@ type storeCase struct {
 // testEnv is where a case's store lives.
 type testEnv struct {
 	dsn string // the store's database
+	// dsns reach the same database through each server (dsns[0] == dsn).
+	dsns []string
+}
+
+// at returns the DSN of the database through server i (modulo the number
+// of servers): a case that opens more stores spreads them over the nodes.
+func (e testEnv) at(i int) string { return e.dsns[i%len(e.dsns)] }
+
+// testEngine is an engine a case runs on: env creates a fresh database.
+type testEngine struct {
+	name string
+	env  func(t testing.TB) testEnv
+}
+
+// testEngines lists SQLite and MySQL.
+func testEngines() []testEngine {
+	var out []testEngine
+	for _, e := range dbtest.Engines() {
+		out = append(out, testEngine{e.Name, func(t testing.TB) testEnv {
+			dsn := e.DSN(t)
+			return testEnv{dsn: dsn, dsns: []string{dsn}}
+		}})
+	}
+	return out
 }
 
 // TestStore runs every case against SQLite and, when OBMD_TEST_MYSQL_DSN is
@@ -47,12 +71,12 @@ func TestStore(t *testing.T) {
 
 // runCases runs every case on every engine, each on a fresh database.
 func runCases(t *testing.T, cases []storeCase) {
-	for _, e := range dbtest.Engines() {
-		t.Run(e.Name, func(t *testing.T) {
+	for _, e := range testEngines() {
+		t.Run(e.name, func(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
-					dsn := e.DSN(t)
-					c.run(t, openTestStore(t, dsn), testEnv{dsn: dsn})
+					env := e.env(t)
+					c.run(t, openTestStore(t, env.dsn), env)
 				})
 			}
 		})
@@ -80,6 +104,23 @@ func openTestStore(t testing.TB, dsn string) *Store {
 	var tick atomic.Int64
 	base := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	s.now = func() time.Time { return base.Add(time.Duration(tick.Add(1)) * time.Millisecond) }
+	return s
+}
+
+// openUnmigrated opens dsn with opts, without migrating it (and without
+// the test clock of openTestStore).
+func openUnmigrated(t *testing.T, dsn string, opts ...Option) *Store {
+	t.Helper()
+	log, _ := logtest.NewNullLogger()
+	s, err := Open(context.Background(), dsn, log, opts...)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	return s
 }
 
@@ -474,7 +515,7 @@ func testEpochsNeverReused(t *testing.T, s *Store, env testEnv) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s2 := openTestStore(t, env.dsn)
+	s2 := openTestStore(t, env.at(1))
 	n := mustCreate(t, s2, "n")
 	see("create after reopen", n.Epoch)
 }
