@@ -32,7 +32,9 @@ const maxReasonLen = 64
 // serialises every access change (so epochs commit in order and a poller
 // never skips one) and keeps a single lock order (access_seq, then node
 // rows), so two changes cannot deadlock. A rolled-back transaction gives its
-// epoch back.
+// epoch back. On Galera two changes through different nodes both update
+// access_seq's row: certification lets the first through and the other is
+// run again (withTx), so epochs still commit in order, on every node.
 func (s *Store) recordChange(ctx context.Context, tx *sql.Tx, label, reason string) (int64, error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE access_seq SET epoch = epoch + 1 WHERE id = 1`); err != nil {
 		return 0, fmt.Errorf("next epoch: %w", err)

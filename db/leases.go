@@ -86,7 +86,9 @@ func (l Lease) check() error {
 // INSERT that only one contender can win (primary key), and an existing row
 // changes hands by an UPDATE whose condition the engine evaluates on the
 // current row under its lock, so two contenders for an expired lease never
-// both succeed.
+// both succeed. On Galera the two may run on different nodes, each under
+// its own lock: certification lets only the first to commit through, and
+// the other's statement, retried (exec), then finds the lease held.
 func (s *Store) AcquireLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
 	if err := l.check(); err != nil {
 		return Lease{}, fmt.Errorf("acquire lease: %w", err)

@@ -22,7 +22,8 @@ type storeCase struct {
 // testEnv is where a case's store lives.
 type testEnv struct {
 	dsn string // the store's database
-	// dsns reach the same database through each server (dsns[0] == dsn).
+	// dsns reach the same database through each server: on Galera one per
+	// node (dsns[0] == dsn), else just dsn.
 	dsns []string
 }
 
@@ -36,7 +37,8 @@ type testEngine struct {
 	env  func(t testing.TB) testEnv
 }
 
-// testEngines lists SQLite and MySQL.
+// testEngines lists SQLite, MySQL, and a Galera cluster (started once for
+// this test binary, by the first case that runs on it: see TestMain).
 func testEngines() []testEngine {
 	var out []testEngine
 	for _, e := range dbtest.Engines() {
@@ -45,11 +47,15 @@ func testEngines() []testEngine {
 			return testEnv{dsn: dsn, dsns: []string{dsn}}
 		}})
 	}
-	return out
+	return append(out, testEngine{"galera", func(t testing.TB) testEnv {
+		dsns := galeraCluster.Database(t)
+		return testEnv{dsn: dsns[0], dsns: dsns}
+	}})
 }
 
-// TestStore runs every case against SQLite and, when OBMD_TEST_MYSQL_DSN is
-// set, MariaDB/MySQL, each case on a fresh database.
+// TestStore runs every case against SQLite, MariaDB/MySQL (when
+// OBMD_TEST_MYSQL_DSN is set) and a Galera cluster, each case on a fresh
+// database.
 func TestStore(t *testing.T) {
 	cases := []storeCase{
 		{"nodes", testNodes},
