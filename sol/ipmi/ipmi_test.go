@@ -85,7 +85,7 @@ func TestNewValidates(t *testing.T) {
 		wantErr bool
 	}{
 		{"minimal", func(*sol.Info) {}, false},
-		{"cipher -1 means default", func(i *sol.Info) { i.Cipher = c(-1) }, false},
+		{"cipher -1 means negotiate", func(i *sol.Info) { i.Cipher = c(-1) }, false},
 		{"cipher 17", func(i *sol.Info) { i.Cipher = c(17) }, false},
 		{"lanplus", func(i *sol.Info) { i.Interface = "lanplus" }, false},
 		{"host name", func(i *sol.Info) { i.Addr = "bmc-17.example" }, false},
@@ -110,8 +110,8 @@ func TestNewValidates(t *testing.T) {
 			if err != nil && info.Pass != "" && strings.Contains(err.Error(), info.Pass) {
 				t.Errorf("error %q contains the password", err)
 			}
-			if err == nil && (b.port != 623 || b.cipher == -1) {
-				t.Errorf("defaults: got port %d cipher %d, want 623 and a real suite", b.port, b.cipher)
+			if err == nil && (b.port != 623 || (info.Cipher == nil || *info.Cipher == -1) != (b.cipher == -1)) {
+				t.Errorf("defaults: got port %d cipher %d, want 623 and -1 (negotiate) exactly when unpinned", b.port, b.cipher)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/rmcp"
 )
 
 // Errors of a Console.
@@ -101,11 +102,26 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 		// Do not start an activation that would be killed half-way.
 		return nil, fmt.Errorf("activate SOL on %s: %w", b.label, err)
 	}
-	c, err := b.startConsole(ctx)
+	var c *Console
+	start := func(ctx context.Context, suite int) error {
+		var err error
+		c, err = b.startConsole(ctx, suite)
+		return err
+	}
+	suite, err := b.withSuite(ctx, start)
+	if off := (*solOffError)(nil); errors.As(err, &off) && b.opts.SOLEnable == sol.SOLEnableAuto {
+		if changes := b.enableSOL(ctx, suite, off.disabled); len(changes) > 0 {
+			b.log.WithField("changes", changes).Info("sol_enabled")
+			if b.opts.OnSOLEnable != nil {
+				b.opts.OnSOLEnable(ctx, sol.SOLEnabled{Node: b.label, Changes: changes})
+			}
+			err = start(ctx, suite)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("activate SOL on %s: %w", b.label, err)
 	}
-	b.log.WithField("pid", c.cmd.Process.Pid).Info("sol_activated")
+	b.log.WithFields(logrus.Fields{"pid": c.cmd.Process.Pid, "cipher": suite}).Info("sol_activated")
 	return c, nil
 }
 
@@ -116,7 +132,7 @@ func (b *BMC) activateArgs() []string {
 	return []string{"sol", "activate", "usesolkeepalive"}
 }
 
-func (b *BMC) startConsole(ctx context.Context) (*Console, error) {
+func (b *BMC) startConsole(ctx context.Context, suite int) (*Console, error) {
 	master, tty, err := openPTY()
 	if err != nil {
 		return nil, err
@@ -127,7 +143,7 @@ func (b *BMC) startConsole(ctx context.Context) (*Console, error) {
 		tty.Close()
 		return nil, fmt.Errorf("stderr pipe: %w", err)
 	}
-	cmd := exec.Command(b.cfg.Path, b.args(b.activateArgs()...)...)
+	cmd := exec.Command(b.cfg.Path, b.args(suite, b.activateArgs()...)...)
 	cmd.Env = b.env()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, errW
 	// A session of its own with the pty as controlling terminal: the child
@@ -159,11 +175,16 @@ func (b *BMC) startConsole(ctx context.Context) (*Console, error) {
 	probe := stop()
 	if err != nil {
 		c.abort() // the child is reaped: its stderr is complete
-		if errors.Is(err, sol.ErrPayloadActive) {
+		var off *solOffError
+		switch {
+		case errors.Is(err, sol.ErrPayloadActive):
 			return nil, err
+		case errors.As(err, &off):
+			off.endpoint = b.endpoint()
+			return nil, off
 		}
 		timedOut := ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)
-		return nil, b.failure(timedOut, probe, err, c.stderr.Bytes())
+		return nil, b.failure(suite, timedOut, probe, err, c.stderr.Bytes())
 	}
 	return c, nil
 }
@@ -306,10 +327,16 @@ func (c *Console) startError() error {
 		c.kill("no banner")
 		<-c.exited
 	}
-	if bytes.Contains(c.stderr.Bytes(), []byte("SOL payload already active on another session")) {
+	stderr := c.stderr.Bytes()
+	switch {
+	case bytes.Contains(stderr, []byte("SOL payload already active on another session")):
 		return fmt.Errorf("ipmitool: %w", sol.ErrPayloadActive)
+	case bytes.Contains(stderr, []byte("SOL payload disabled")):
+		return &solOffError{disabled: true, policy: c.b.opts.SOLEnable}
+	case bytes.Contains(stderr, []byte("Error activating SOL payload: Insufficient privilege")):
+		return &solOffError{policy: c.b.opts.SOLEnable}
 	}
-	return &toolError{line: firstLine(c.stderr.Bytes()), err: c.waitErr}
+	return &toolError{line: firstLine(stderr), err: c.waitErr}
 }
 
 // abort ends a console that never opened.
@@ -413,7 +440,7 @@ func (c *Console) probe() {
 	to := c.b.cfg.KeepaliveTimeout
 	if !c.noPing {
 		ctx, cancel := context.WithTimeout(c.life, to)
-		err := ping(ctx, c.b.info.Addr, c.b.port)
+		err := rmcp.Ping(ctx, c.b.info.Addr, c.b.port)
 		cancel()
 		if err == nil || c.life.Err() != nil {
 			return

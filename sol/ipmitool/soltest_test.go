@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmisim"
@@ -98,4 +101,29 @@ func (c *closeCounter) Close() error {
 		c.s.mu.Unlock()
 	})
 	return err
+}
+
+// tableDriver is this driver as the shared tables of sol/soltest/bmcs build
+// it.
+func tableDriver(t *testing.T, info sol.Info, opts sol.IPMIOptions, log logrus.FieldLogger) sol.BMC {
+	t.Helper()
+	cfg := testConfig()
+	cfg.CallTimeout = 5 * time.Second // bounds the silent BMC's case
+	cfg.Options = opts
+	b, err := New(bmcs.Label, info, cfg, log)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+func TestCiphers(t *testing.T) {
+	ipmisim.Require(t, "ipmitool")
+	bmcs.RunCiphers(t, tableDriver)
+	noChildren(t)
+}
+
+func TestSOLEnable(t *testing.T) {
+	ipmisim.Require(t, "ipmitool")
+	bmcs.RunSOLEnable(t, tableDriver)
 }

@@ -1,6 +1,7 @@
 package goipmisrv
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/bougou/go-ipmi/pkg/vmproto"
 
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/rmcp"
 )
 
 // vmClient is the test's in-band line to the BMC: goipmi-server's OpenIPMI
@@ -126,34 +128,20 @@ func (s *Server) Boot() (dev string, persistent bool, err error) {
 	return d, flags[0]&0x40 != 0, nil
 }
 
-// rmcpPing is an ASF presence ping; an RMCP endpoint answers with a pong.
-var rmcpPing = []byte{0x06, 0x00, 0xff, 0x06, 0x00, 0x00, 0x11, 0xbe, 0x80, 0x00, 0x00, 0x00}
-
 // waitPong pings 127.0.0.1:port until the BMC answers through the relay.
 func waitPong(port int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	for {
-		if ping(port) {
+		pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := rmcp.Ping(pctx, "127.0.0.1", port)
+		pcancel()
+		if err == nil {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("goipmi-server on UDP port %d did not answer within %v", port, timeout)
+		if ctx.Err() != nil {
+			return fmt.Errorf("goipmi-server on UDP port %d did not answer within %v: %w", port, timeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func ping(port int) bool {
-	c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(100 * time.Millisecond))
-	if _, err := c.Write(rmcpPing); err != nil {
-		return false
-	}
-	buf := make([]byte, 64)
-	n, err := c.Read(buf)
-	return err == nil && n > 0
 }

@@ -34,16 +34,17 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/soltest"
 )
 
-// Credentials of the BMC's user (id 2, administrator).
+// Credentials of the BMC's user, an administrator on LAN channel 1.
 const (
-	User = "admin"
-	Pass = "gis-password-7c1e" // distinctive, so leak tests can grep for it
+	User   = "admin"
+	UserID = "2"
+	Pass   = "gis-password-7c1e" // distinctive, so leak tests can grep for it
 )
 
 // Options configure one server.
@@ -266,7 +267,7 @@ func openRaw(path string) (*os.File, error) {
 	}
 	rc, err := f.SyscallConn()
 	if err == nil {
-		cerr := rc.Control(func(fd uintptr) { err = makeRaw(int(fd)) })
+		cerr := rc.Control(func(fd uintptr) { _, err = term.MakeRaw(int(fd)) })
 		if cerr != nil {
 			err = cerr
 		}
@@ -276,20 +277,6 @@ func openRaw(path string) (*os.File, error) {
 		return nil, fmt.Errorf("serial pty raw mode: %w", err)
 	}
 	return f, nil
-}
-
-func makeRaw(fd int) error {
-	tio, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return err
-	}
-	tio.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	tio.Oflag &^= unix.OPOST
-	tio.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	tio.Cflag &^= unix.CSIZE | unix.PARENB
-	tio.Cflag |= unix.CS8
-	tio.Cc[unix.VMIN], tio.Cc[unix.VTIME] = 1, 0
-	return unix.IoctlSetTermios(fd, unix.TCSETS, tio)
 }
 
 func (s *Server) readSerial() {
