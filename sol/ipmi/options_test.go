@@ -39,3 +39,5 @@ func TestNewValidatesOptions(t *testing.T) {
 }
 
 func TestSOLEnable(t *testing.T) { bmcs.RunSOLEnable(t, tableDriver) }
+
+func TestDiagnose(t *testing.T) { bmcs.RunDiagnose(t, tableDriver) }

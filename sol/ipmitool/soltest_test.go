@@ -127,3 +127,9 @@ func TestSOLEnable(t *testing.T) {
 	ipmisim.Require(t, "ipmitool")
 	bmcs.RunSOLEnable(t, tableDriver)
 }
+
+func TestDiagnose(t *testing.T) {
+	ipmisim.Require(t, "ipmitool")
+	bmcs.RunDiagnose(t, tableDriver)
+	noChildren(t)
+}
