@@ -24,6 +24,7 @@ func Missing(t testing.TB, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if os.Getenv(RequireEnv) == "1" {
 		t.Fatal(msg)
+		return
 	}
 	t.Skip(msg)
 }

@@ -1,6 +1,7 @@
 package goipmisrv
 
 import (
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -52,4 +53,28 @@ func TestServer(t *testing.T) {
 		t.Errorf("suite 3 on a BMC that offers only 17: got %v, want an open session refusal", err)
 	}
 	soltest.IPMITool(t, only17.Info(), "power", "status")
+}
+
+// recorder is a testing.TB that records Fatal and Skip instead of ending
+// the test.
+type recorder struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (r *recorder) Fatal(args ...any) { r.fatal = fmt.Sprint(args...) }
+func (r *recorder) Skip(args ...any)  { r.skip = fmt.Sprint(args...) }
+
+// TestBinaryMissing: a goipmi-server that cannot be had skips the test, or
+// fails it under OBMD_REQUIRE_INTEGRATION=1.
+func TestBinaryMissing(t *testing.T) {
+	t.Setenv(EnvBinary, "/nonexistent/goipmi-server")
+	for _, require := range []string{"1", ""} {
+		t.Setenv(soltest.RequireEnv, require)
+		r := &recorder{TB: t}
+		Binary(r)
+		if got := r.fatal != ""; got != (require == "1") || got == (r.skip != "") {
+			t.Errorf("%s=%q: got fatal %q, skip %q; want a failure exactly when required", soltest.RequireEnv, require, r.fatal, r.skip)
+		}
+	}
 }

@@ -78,7 +78,6 @@ type Server struct {
 	trace   []command    // LAN commands that changed the machine, see Actions
 	mark    int          // trace entries before the last Reset
 	lastErr []string     // the last lines of stderr, for failures
-	killed  bool
 }
 
 // command is one traced command.
@@ -335,27 +334,12 @@ func (s *Server) ResetSerial() {
 	s.serial.Reset()
 }
 
-// Kill ends the server with SIGKILL (a BMC that vanishes): clients then
-// get no answer. The server cannot be restarted.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	s.killed = true
-	s.mu.Unlock()
-	s.cmd.Process.Kill()
-	<-s.exited
-}
-
 // stop ends everything and waits for every goroutine; it returns a
-// description if the server had died on its own (not through Kill).
+// description if the server had died on its own.
 func (s *Server) stop() (died string) {
-	s.mu.Lock()
-	killed := s.killed
-	s.mu.Unlock()
 	select {
 	case <-s.exited:
-		if !killed {
-			died = fmt.Sprintf("%v; stderr: %s", s.cmd.ProcessState, s.stderrTail())
-		}
+		died = fmt.Sprintf("%v; stderr: %s", s.cmd.ProcessState, s.stderrTail())
 	default:
 	}
 	if s.relay != nil {
