@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
@@ -109,15 +108,7 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 		return err
 	}
 	suite, err := b.withSuite(ctx, start)
-	if off := (*solOffError)(nil); errors.As(err, &off) && b.opts.SOLEnable == sol.SOLEnableAuto {
-		if changes := b.enableSOL(ctx, suite, off.disabled); len(changes) > 0 {
-			b.log.WithField("changes", changes).Info("sol_enabled")
-			if b.opts.OnSOLEnable != nil {
-				b.opts.OnSOLEnable(ctx, sol.SOLEnabled{Node: b.label, Changes: changes})
-			}
-			err = start(ctx, suite)
-		}
-	}
+	err = b.retryEnabled(ctx, suite, err, start)
 	if err != nil {
 		return nil, fmt.Errorf("activate SOL on %s: %w", b.label, err)
 	}
@@ -187,52 +178,6 @@ func (b *BMC) startConsole(ctx context.Context, suite int) (*Console, error) {
 		return nil, b.failure(suite, timedOut, probe, err, c.stderr.Bytes())
 	}
 	return c, nil
-}
-
-// openPTY returns a pty master that the runtime poller drives and its tty
-// in raw mode (set before ipmitool starts, so that no byte we write is ever
-// cooked: ipmitool switches to raw mode only after the banner).
-func openPTY() (master, tty *os.File, err error) {
-	m, t, err := pty.Open()
-	if err != nil {
-		return nil, nil, fmt.Errorf("open pty: %w", err)
-	}
-	// pty.Open leaves the master in blocking mode, where neither deadlines
-	// nor Close interrupt a Read: put a non-blocking duplicate in the poller.
-	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	m.Close()
-	if err == nil {
-		err = unix.SetNonblock(fd, true)
-		if err != nil {
-			unix.Close(fd)
-		}
-	}
-	if err != nil {
-		t.Close()
-		return nil, nil, fmt.Errorf("open pty: %w", err)
-	}
-	master = os.NewFile(uintptr(fd), "/dev/ptmx")
-	if err := makeRaw(t); err != nil {
-		master.Close()
-		t.Close()
-		return nil, nil, fmt.Errorf("pty raw mode: %w", err)
-	}
-	return master, t, nil
-}
-
-func makeRaw(t *os.File) error {
-	fd := int(t.Fd())
-	tio, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return err
-	}
-	tio.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON | unix.IXOFF | unix.IXANY
-	tio.Oflag &^= unix.OPOST
-	tio.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	tio.Cflag &^= unix.CSIZE | unix.PARENB
-	tio.Cflag |= unix.CS8
-	tio.Cc[unix.VMIN], tio.Cc[unix.VTIME] = 1, 0
-	return unix.IoctlSetTermios(fd, unix.TCSETS, tio)
 }
 
 // own is the console's owner goroutine: it drains stderr until ipmitool
@@ -328,13 +273,11 @@ func (c *Console) startError() error {
 		<-c.exited
 	}
 	stderr := c.stderr.Bytes()
-	switch {
-	case bytes.Contains(stderr, []byte("SOL payload already active on another session")):
+	if bytes.Contains(stderr, []byte("SOL payload already active on another session")) {
 		return fmt.Errorf("ipmitool: %w", sol.ErrPayloadActive)
-	case bytes.Contains(stderr, []byte("SOL payload disabled")):
-		return &solOffError{disabled: true, policy: c.b.opts.SOLEnable}
-	case bytes.Contains(stderr, []byte("Error activating SOL payload: Insufficient privilege")):
-		return &solOffError{policy: c.b.opts.SOLEnable}
+	}
+	if err := solOff(stderr, c.b.opts.SOLEnable); err != nil {
+		return err
 	}
 	return &toolError{line: firstLine(stderr), err: c.waitErr}
 }

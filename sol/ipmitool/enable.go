@@ -1,6 +1,7 @@
 package ipmitool
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,37 @@ func (e *solOffError) Unwrap() error {
 		return sol.ErrSOLDisabled
 	}
 	return &sol.Error{Fault: sol.FaultRejected, Code: 0xd4, Err: errors.New("SOL activation refused: insufficient privilege")}
+}
+
+// solOff is the solOffError that ipmitool's stderr shows, or nil.
+func solOff(stderr []byte, policy sol.SOLEnablePolicy) error {
+	switch {
+	case bytes.Contains(stderr, []byte("SOL payload disabled")):
+		return &solOffError{disabled: true, policy: policy}
+	case bytes.Contains(stderr, []byte("Error activating SOL payload: Insufficient privilege")):
+		return &solOffError{policy: policy}
+	}
+	return nil
+}
+
+// retryEnabled handles an activation with suite that failed with err: when
+// SOL was off (solOffError) and Options.SOLEnable is auto, it switches SOL
+// on, reports and logs what it changed, and runs start again. It returns
+// the error that stands.
+func (b *BMC) retryEnabled(ctx context.Context, suite int, err error, start func(context.Context, int) error) error {
+	var off *solOffError
+	if !errors.As(err, &off) || b.opts.SOLEnable != sol.SOLEnableAuto {
+		return err
+	}
+	changes := b.enableSOL(ctx, suite, off.disabled)
+	if len(changes) == 0 {
+		return err
+	}
+	b.log.WithField("changes", changes).Info("sol_enabled")
+	if b.opts.OnSOLEnable != nil {
+		b.opts.OnSOLEnable(ctx, sol.SOLEnabled{Node: b.label, Changes: changes})
+	}
+	return start(ctx, suite)
 }
 
 // enableSOL switches SOL on at the BMC with cipher suite suite: SOL Enable
