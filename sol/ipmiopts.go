@@ -19,8 +19,9 @@ type IPMIOptions struct {
 	// names none, until one opens a session (default DefaultCipherOrder).
 	CipherOrder []int
 	// Ciphers remembers the suite that worked, per node, so that later
-	// sessions start with it. Nil remembers nothing: every session tries
-	// CipherOrder from the top.
+	// sessions start with it, and the drivers log a node's choice once
+	// (ipmi_cipher_selected). Nil remembers nothing: every session tries
+	// CipherOrder from the top, and no choice is logged.
 	Ciphers *Ciphers
 	// SOLEnable is what a driver does when activating SOL fails because
 	// SOL is switched off on the BMC (default SOLEnableAuto).
@@ -154,10 +155,11 @@ func (c *Ciphers) Lookup(label, bmc string) (int, bool) {
 }
 
 // Remember records suite for label and bmc. It reports whether that
-// changed what was remembered (so that the caller logs a choice once).
+// changed what was remembered (so that the caller logs a choice once); a
+// nil memory changes nothing.
 func (c *Ciphers) Remember(label, bmc string, suite int) bool {
 	if c == nil {
-		return true
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -2,6 +2,7 @@ package goipmisrv
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -76,5 +77,28 @@ func TestBinaryMissing(t *testing.T) {
 		if got := r.fatal != ""; got != (require == "1") || got == (r.skip != "") {
 			t.Errorf("%s=%q: got fatal %q, skip %q; want a failure exactly when required", soltest.RequireEnv, require, r.fatal, r.skip)
 		}
+	}
+}
+
+// TestThreadsGoHome: the thread that entered a server's network namespace
+// is back in the test process's own once the server stops, and alive: a
+// thread left to end would take with it every child started with
+// Pdeathsig from it (an ipmi_sim, another goipmi-server).
+func TestThreadsGoHome(t *testing.T) {
+	home, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Start(t, Options{})
+	tid := s.ns.tid
+	if d := s.stop(); d != "" {
+		t.Fatalf("server died: %s", d)
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/self/task/%d/ns/net", tid))
+	if err != nil {
+		t.Fatalf("the namespace thread %d: %v (it ended)", tid, err)
+	}
+	if ns != home {
+		t.Errorf("the namespace thread is in %s, want %s", ns, home)
 	}
 }

@@ -25,12 +25,15 @@ import (
 
 // nsDialer makes UDP sockets inside another network namespace. One
 // goroutine, locked to its OS thread, enters the namespace and dials for
-// every caller; it never unlocks the thread, so the thread (the only one in
-// that namespace) ends with the goroutine and no other goroutine ever runs
-// there. A socket keeps its namespace whatever thread later uses it.
+// every caller; when it is done it returns the thread to its own namespace
+// before unlocking it. (Leaving the thread to die instead would be unsafe:
+// a child process started with Pdeathsig from that thread, such as an
+// ipmi_sim, gets killed when the thread exits.) A socket keeps its
+// namespace whatever thread later uses it.
 type nsDialer struct {
 	reqs chan dialReq // closed by close
 	done chan struct{}
+	tid  int // the thread's id, for tests; written before ready
 }
 
 type dialReq struct {
@@ -58,8 +61,24 @@ func newNSDialer(pid int) (*nsDialer, error) {
 
 func (d *nsDialer) run(pid int, ready chan<- error) {
 	defer close(d.done)
-	runtime.LockOSThread() // never unlocked, see nsDialer
-	if err := enterNetNS(pid); err != nil {
+	runtime.LockOSThread()
+	d.tid = unix.Gettid()
+	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread() // not moved yet
+		ready <- fmt.Errorf("open own network namespace: %w", err)
+		return
+	}
+	defer unix.Close(home)
+	err = enterNetNS(pid)
+	defer func() {
+		// Back home, then the thread may serve other goroutines; if that
+		// fails it stays locked and ends with this goroutine.
+		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	if err != nil {
 		ready <- err
 		return
 	}
@@ -112,7 +131,7 @@ func (d *nsDialer) dial(raddr *net.UDPAddr) (*net.UDPConn, error) {
 	return r.conn, r.err
 }
 
-// close ends the dialing goroutine (and its thread) and waits for it.
+// close ends the dialing goroutine and waits for it.
 func (d *nsDialer) close() {
 	close(d.reqs)
 	<-d.done

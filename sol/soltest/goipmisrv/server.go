@@ -73,6 +73,9 @@ type Server struct {
 	pipes  sync.WaitGroup // the stdout and stderr readers; they end with the process
 	wg     sync.WaitGroup // the serial reader; it ends when stop closes host
 
+	stopOnce sync.Once
+	died     string // set by stop
+
 	mu      sync.Mutex
 	serial  bytes.Buffer // bytes typed into the node's serial port
 	trace   []command    // LAN commands that changed the machine, see Actions
@@ -335,11 +338,16 @@ func (s *Server) ResetSerial() {
 }
 
 // stop ends everything and waits for every goroutine; it returns a
-// description if the server had died on its own.
-func (s *Server) stop() (died string) {
+// description if the server had died on its own. Idempotent.
+func (s *Server) stop() string {
+	s.stopOnce.Do(s.shutdown)
+	return s.died
+}
+
+func (s *Server) shutdown() {
 	select {
 	case <-s.exited:
-		died = fmt.Sprintf("%v; stderr: %s", s.cmd.ProcessState, s.stderrTail())
+		s.died = fmt.Sprintf("%v; stderr: %s", s.cmd.ProcessState, s.stderrTail())
 	default:
 	}
 	if s.relay != nil {
@@ -359,5 +367,4 @@ func (s *Server) stop() (died string) {
 		s.host.Close()
 	}
 	s.wg.Wait()
-	return died
 }
