@@ -24,9 +24,12 @@ type Cutter interface {
 }
 
 // Epochs reads a node's current access epoch from the database
-// (db.ErrNotFound: no such node).
+// (db.ErrNotFound: no such node). Settle does too, after every access
+// change begun before it has committed or rolled back (db.Store.Settle):
+// it decides a change whose outcome its caller did not learn.
 type Epochs interface {
 	Epoch(ctx context.Context, label string) (int64, error)
+	Settle(ctx context.Context, label string) (int64, error)
 }
 
 // Reasons the Revoker gives sessions it refuses at Admit.
@@ -57,10 +60,17 @@ const (
 // recognised as applied: the Revoker holds state for the nodes being
 // changed or admitted right now, not for every node it ever saw.
 type Revoker struct {
+	cfg      RevokerConfig
 	consoles Cutter
 	reg      *sessions.Registry
 	epochs   Epochs
 	log      logrus.FieldLogger
+
+	// wg tracks the goroutines of changes (change.go): a database call
+	// that outlives its bound, and the settlement of its outcome. stop,
+	// closed by Close, ends the settlements' retries.
+	wg   sync.WaitGroup
+	stop chan struct{}
 
 	// watched is the change watcher's mark: every access change with an
 	// epoch at or below it has been applied on this replica. Written under
@@ -84,14 +94,21 @@ type nodeAccess struct {
 	// lock); guarded by Revoker.mu. State in use is never dropped, so all
 	// of them share one lock.
 	users int
+	// pending counts changes of the node whose outcome is not known yet
+	// (change.go): while it is above zero, the node's sessions are
+	// refused and its console is served to no one. Each pending change
+	// also counts in users until it is settled.
+	pending atomic.Int32
 }
 
 func (n *nodeAccess) unlock() { <-n.lock }
 
 // NewRevoker returns a Revoker over the console hub, the registry and the
-// database's access epochs.
-func NewRevoker(consoles Cutter, reg *sessions.Registry, epochs Epochs, log logrus.FieldLogger) *Revoker {
-	return &Revoker{consoles: consoles, reg: reg, epochs: epochs, log: log, nodes: map[string]*nodeAccess{}}
+// database's access epochs. It starts nothing.
+func NewRevoker(cfg RevokerConfig, consoles Cutter, reg *sessions.Registry, epochs Epochs, log logrus.FieldLogger) *Revoker {
+	cfg.setDefaults()
+	return &Revoker{cfg: cfg, consoles: consoles, reg: reg, epochs: epochs, log: log,
+		stop: make(chan struct{}), nodes: map[string]*nodeAccess{}}
 }
 
 // Revoke cuts label's sessions older than epoch with a reason the user sees
@@ -104,6 +121,18 @@ func NewRevoker(consoles Cutter, reg *sessions.Registry, epochs Epochs, log logr
 // again: sessions that began under it are left alone.
 func (r *Revoker) Revoke(label string, epoch int64, why string) {
 	r.Begin(label)(epoch, why)
+}
+
+// Apply applies a change another replica made and announced (a peer
+// notice), as Revoke does; an epoch this replica has applied already, or
+// that its change watcher has passed, is skipped, so a late notice never
+// wipes the console of the tenancy that followed.
+func (r *Revoker) Apply(label string, epoch int64, why string) {
+	n := r.use(label)
+	defer r.done(label, n)
+	n.lock <- struct{}{}
+	defer n.unlock()
+	r.applyLocked(n, label, epoch, why, true)
 }
 
 // Begin starts an access change of label made on this replica, before it
@@ -143,12 +172,15 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 // context.Cause(ctx) if ctx ends meanwhile (a session cut by the
 // revocation it waits for stops waiting: the cut waits for it to end), or
 // another error: access cannot be verified now (the database did not
-// answer).
+// answer, or a change of the node made here is still unconfirmed).
 func (r *Revoker) Admit(ctx context.Context, label string, epoch int64) error {
 	n := r.use(label)
 	defer r.done(label, n)
 	if epoch < n.applied.Load() {
 		return &sessions.RevokedError{Node: label, Why: whyChanged}
+	}
+	if err := n.unsettled(label); err != nil {
+		return err
 	}
 	cur, err := r.epochs.Epoch(ctx, label)
 	switch {
@@ -252,7 +284,7 @@ func (r *Revoker) done(label string, n *nodeAccess) {
 // later change is newer than both. A deleted node's state goes once the
 // watcher has passed the deletion. r.mu held.
 func (r *Revoker) pruneLocked(label string, n *nodeAccess) {
-	if n.users == 0 && n.applied.Load() <= r.watched.Load() && r.nodes[label] == n {
+	if n.users == 0 && n.pending.Load() == 0 && n.applied.Load() <= r.watched.Load() && r.nodes[label] == n {
 		delete(r.nodes, label)
 	}
 }

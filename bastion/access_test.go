@@ -62,6 +62,11 @@ func (f *fakeEpochs) Epoch(_ context.Context, label string) (int64, error) {
 	return e, nil
 }
 
+// Settle is Epoch: these tests have no change in flight in a database.
+func (f *fakeEpochs) Settle(ctx context.Context, label string) (int64, error) {
+	return f.Epoch(ctx, label)
+}
+
 func (f *fakeEpochs) set(label string, epoch int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -80,7 +85,7 @@ func newTestRevoker() (*Revoker, *fakeCutter, *sessions.Registry, *fakeEpochs) {
 	epochs := &fakeEpochs{epoch: map[string]int64{}}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	return NewRevoker(cons, reg, epochs, log), cons, reg, epochs
+	return NewRevoker(RevokerConfig{}, cons, reg, epochs, log), cons, reg, epochs
 }
 
 // session registers a session at epoch that ends when cut.
@@ -300,7 +305,7 @@ func TestRevokerCutAll(t *testing.T) {
 	cons := &fakeCutter{reg: reg}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	r := NewRevoker(cons, reg, &fakeEpochs{epoch: map[string]int64{}}, log)
+	r := NewRevoker(RevokerConfig{}, cons, reg, &fakeEpochs{epoch: map[string]int64{}}, log)
 	var live []context.Context
 	for _, node := range []string{"n1", "n2", "n3"} {
 		live = append(live, session(t, reg, node, 5))

@@ -33,7 +33,8 @@ type (
 // callbacks run one at a time during the handshake, but the connection may
 // be closed from another goroutine, hence mu.
 type connState struct {
-	conn   net.Conn // to lift the handshake deadline
+	conn   net.Conn // the connection as the server reads it
+	ticket *ticket  // its place in Server.admit
 	remote string   // the client's address
 	src    string   // its SourceKey
 
@@ -41,6 +42,7 @@ type connState struct {
 	user    string           // the user name of the last key offer
 	keys    int              // public keys offered
 	offered map[string]int64 // registered keys offered: "label fingerprint" -> epoch
+	exists  bool             // the last key offer's node exists
 	dbDown  bool             // a key lookup failed on the database
 	refused bool             // the limiter refused a key offer (recorded then)
 	// settled: nothing is left to record when the connection ends (it
@@ -91,35 +93,42 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	st := stateFrom(ctx)
 	st.settle() // every outcome below is recorded (audited or counted)
 	label, src := ctx.User(), st.src
-	if ok, which, first := s.lim.Begin(ctx, src, label); !ok {
-		s.limited(ctx, method, which, first)
+	if ok, first := s.lim.Begin(ctx, src); !ok {
+		s.limited(ctx, method, "source", first)
 		s.waitFrom(start)
 		return false
 	}
 	acc, err := s.store.Access(ctx, label)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
-		s.lim.End(src, label, false) // not the client's failure
+		s.lim.End(src, label, false, false) // not the client's failure
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
 		s.denied(ctx, method, "database unavailable")
 		s.waitFrom(start)
 		return false
 	}
+	exists := err == nil
+	if ok, first := s.lim.Judge(src, label, exists); !ok {
+		s.lim.End(src, label, exists, false)
+		s.limited(ctx, method, "node", first)
+		s.waitFrom(start)
+		return false
+	}
 	got := keys.HashToken(token)
-	match := acc.Token.Equal(got) && acc.HasToken && err == nil
+	match := acc.Token.Equal(got) && acc.HasToken && exists
 	if !match {
 		why := "wrong token"
 		switch {
-		case err != nil:
+		case !exists:
 			why = "unknown node"
 		case !acc.HasToken:
 			why = "no token issued"
 		}
-		s.lim.End(src, label, true)
+		s.lim.End(src, label, exists, true)
 		s.denied(ctx, method, why)
 		s.waitFrom(start)
 		return false
 	}
-	s.lim.End(src, label, false)
+	s.lim.End(src, label, exists, false)
 	s.accepted(ctx, &authInfo{Method: method, User: "token", Epoch: acc.Epoch})
 	return true
 }
@@ -130,7 +139,9 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 // the signature checks out. An offer is no failure either: a key that is
 // not registered is logged at Debug, and a connection that offered keys
 // and ends without authenticating is recorded once (connEnded). A source
-// the limiter has locked out is refused without a database read.
+// the limiter has locked out is refused without a database read; one
+// refused on a node under attack, after the lookup that says whether the
+// node exists (Limiter.Judge).
 func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	st := stateFrom(ctx)
 	label, fp := ctx.User(), keys.Fingerprint(key)
@@ -142,23 +153,30 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	if refused { // once per connection: the limiter is not asked again
 		return false
 	}
-	if ok, which, first := s.lim.Begin(ctx, st.src, label); !ok {
-		st.mu.Lock()
-		st.refused = true
-		st.mu.Unlock()
-		s.refuse(label, st.remote, "publickey", which, first)
+	if ok, first := s.lim.Begin(ctx, st.src); !ok {
+		s.refuseKeys(st, label, "source", first)
 		return false
 	}
 	epoch, ok, err := s.store.HasKey(ctx, label, fp)
-	s.lim.End(st.src, label, false) // the connection's end may count a failure
-	switch {
-	case err != nil && !errors.Is(err, db.ErrNotFound):
+	if err != nil && !errors.Is(err, db.ErrNotFound) {
+		s.lim.End(st.src, label, false, false)
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
 		st.mu.Lock()
 		st.dbDown = true
 		st.mu.Unlock()
 		return false
-	case err != nil || !ok:
+	}
+	exists := err == nil
+	st.mu.Lock()
+	st.exists = exists
+	st.mu.Unlock()
+	if judged, first := s.lim.Judge(st.src, label, exists); !judged {
+		s.lim.End(st.src, label, exists, false)
+		s.refuseKeys(st, label, "node", first)
+		return false
+	}
+	s.lim.End(st.src, label, exists, false) // the connection's end may count a failure
+	if !ok {
 		s.log.WithFields(logrus.Fields{"node": safe(label), "remote": st.remote, "key": fp}).Debug("key_not_registered")
 		return false
 	}
@@ -166,6 +184,15 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	st.offered[label+" "+fp] = epoch
 	st.mu.Unlock()
 	return true
+}
+
+// refuseKeys records a key offer the limiter refused; the connection's
+// later offers are refused without asking it again.
+func (s *Server) refuseKeys(st *connState, label, which string, first bool) {
+	st.mu.Lock()
+	st.refused = true
+	st.mu.Unlock()
+	s.refuse(label, st.remote, "publickey", which, first)
 }
 
 // verifiedKey runs once the client has signed with a key that publicKey
@@ -205,7 +232,7 @@ func (s *Server) connEnded(st *connState) {
 		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", st.keys, len(st.offered))
 	}
 	if !st.dbDown {
-		s.lim.Fail(st.src, st.user)
+		s.lim.Fail(st.src, st.user, st.exists)
 	}
 	s.deny(st.user, st.remote, method, why)
 }
@@ -214,7 +241,7 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	ctx.SetValue(authKey{}, a)
 	st := stateFrom(ctx)
 	st.settle()
-	st.conn.SetDeadline(time.Time{}) // authenticated: no handshake bound any more
+	s.admit.authenticated(st.ticket) // no login grace time any more
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}

@@ -2,26 +2,33 @@ package bastion
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 	"time"
 
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
 )
 
 // LimitConfig bounds guessing. A failure is a wrong node token (SSH
-// password or keyboard-interactive, or the admin API's ?token= routes), a
-// wrong admin credential (it counts against the source only), or an SSH
-// connection that offered public keys and ended without authenticating:
-// once per connection, however many keys it offered (OpenSSH offers every
-// key it has; one it holds that is not registered is no guess).
+// password or keyboard-interactive, or the admin API's ?token= routes, on a
+// node that exists or not), a wrong admin credential (it counts against the
+// source only), or an SSH connection that offered public keys and ended
+// without authenticating: once per connection, however many keys it
+// offered (OpenSSH offers every key it has; one it holds that is not
+// registered is no guess).
 type LimitConfig struct {
 	// PerSource failures within Window lock the source address out of
-	// every node for Lockout (default 5 in 1 min, locked 1 min).
+	// every node for Lockout (default 5 in 1 min, locked 1 min). A correct
+	// admin credential is never refused by it (the admin API checks it
+	// first); a correct node token from a locked-out source is.
 	PerSource int `yaml:"per_source"`
 	// PerNode failures within Window, from any sources, put the node under
 	// attack for Lockout: while it is, a source that has failed on it even
 	// once is refused, so a distributed guesser gets one try per address,
-	// and addresses that never failed are not slowed (default 20).
+	// and addresses that never failed are not slowed (default 20). Every
+	// name that is no node counts as one node ("unknown"), so names cost
+	// no memory.
 	PerNode int           `yaml:"per_node"`
 	Window  time.Duration `yaml:"window"`
 	Lockout time.Duration `yaml:"lockout"`
@@ -42,29 +49,53 @@ func (c *LimitConfig) defaults() {
 	}
 }
 
-// maxTracked bounds the limiter's memory; past it, stale entries are swept
-// (at most once a second) and new ones are not tracked.
+// maxTracked bounds the limiter's memory between sweeps; past it, stale
+// entries are swept at once (at most once a second) and new ones are not
+// tracked.
 const maxTracked = 100_000
+
+// unknownNode is the key under which every name that is no node counts.
+const unknownNode uint64 = 0
 
 // Limiter counts authentication failures in fixed windows and refuses the
 // sources and nodes past LimitConfig. One Limiter serves the SSH front door
 // and the admin API, so a source locked out on one is locked out on both.
-// A source is the client's address without port; an IPv6 /64 counts as one
+// A source is the client's address without port (behind a balancer, the
+// real client's: bastion/realip); an IPv6 /64 counts as one
 // (sessions.SourceKey). Safe for concurrent use.
+//
+// A try is Begin (the source's budget), the caller's lookup of the node,
+// Judge (the node's state: only then is it known whether the node exists,
+// and the lookup is one the caller makes anyway), the secret's check, End.
+//
+// Memory: one entry per source that failed, per node that exists and
+// failed, and per (node, source) pair that failed, each of a fixed size
+// (a node is keyed by a hash of its name, and names that are no node share
+// one entry); Run sweeps entries that can no longer matter, and at most
+// maxTracked are held between sweeps.
 type Limiter struct {
-	cfg LimitConfig
-	now func() time.Time
+	cfg  LimitConfig
+	now  func() time.Time
+	seed maphash.Seed
 
 	// wait bounds how long a try may wait for the source's tries in flight
 	// to settle (default 5 s).
 	wait time.Duration
+	// sweepEvery is Run's period (default a quarter of Window + Lockout,
+	// at least 1 s).
+	sweepEvery time.Duration
 
 	mu        sync.Mutex
 	settled   chan struct{} // closed and replaced by every end
 	lastSweep time.Time
 	src       map[string]*counter
-	node      map[string]*counter
-	pairs     map[[2]string]time.Time // (node, source) -> last failure
+	node      map[uint64]*counter
+	pairs     map[pair]time.Time // last failure of source on node
+}
+
+type pair struct {
+	node uint64
+	src  string
 }
 
 type counter struct {
@@ -76,20 +107,71 @@ type counter struct {
 }
 
 // NewLimiter returns a Limiter; unset fields of cfg take their defaults.
+// It starts nothing: Run sweeps it.
 func NewLimiter(cfg LimitConfig, now func() time.Time) *Limiter {
 	cfg.defaults()
-	return &Limiter{cfg: cfg, now: now, wait: 5 * time.Second, settled: make(chan struct{}),
-		src: map[string]*counter{}, node: map[string]*counter{}, pairs: map[[2]string]time.Time{}}
+	every := (cfg.Window + cfg.Lockout) / 4
+	if every < time.Second {
+		every = time.Second
+	}
+	return &Limiter{cfg: cfg, now: now, seed: maphash.MakeSeed(), wait: 5 * time.Second, sweepEvery: every,
+		settled: make(chan struct{}), src: map[string]*counter{}, node: map[uint64]*counter{}, pairs: map[pair]time.Time{}}
 }
 
-// Begin reports whether source may try a secret on node ("" for the admin
-// credential, which belongs to no node), and if not, which
-// limit refused it ("source" or "node") and whether this is the first
-// refusal of that lockout. Callers audit that one and only count the rest:
-// the failures that caused the lockout are audited already, so a flood
-// from a locked-out source costs no database writes.
+// Run sweeps expired entries periodically until ctx ends; its caller owns
+// it (the daemon's run group). It returns nil.
+func (l *Limiter) Run(ctx context.Context) error {
+	t := time.NewTicker(l.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		l.mu.Lock()
+		now := l.now()
+		l.sweep(now)
+		l.lastSweep = now
+		l.mu.Unlock()
+	}
+}
+
+// Tracked is the number of entries held (for metrics and tests).
+func (l *Limiter) Tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.size()
+}
+
+// nodeKey is node's key: a hash of its name if it exists, else
+// unknownNode. Names longer than a label can be are never nodes.
+func (l *Limiter) nodeKey(node string, exists bool) uint64 {
+	if !exists || len(node) > db.MaxLabelLen {
+		return unknownNode
+	}
+	if k := maphash.String(l.seed, node); k != unknownNode {
+		return k
+	}
+	return unknownNode + 1
+}
+
+// sourceKey bounds the key of a source (SourceKey of an address is short;
+// anything else is cut).
+func sourceKey(source string) string {
+	source = sessions.SourceKey(source)
+	if len(source) > 64 {
+		source = source[:64]
+	}
+	return source
+}
+
+// Begin reports whether source may try a secret, and if not, whether this
+// is the first refusal of the source's lockout. Callers audit that one and
+// only count the rest: the failures that caused the lockout are audited
+// already, so a flood from a locked-out source costs no database writes.
 //
-// An allowed try holds one of the source's PerSource tries until end
+// An allowed try holds one of the source's PerSource tries until End
 // reports how it went, so guesses sent in parallel from one address get no
 // more tries between them than sequential ones would. A try beyond that
 // budget waits (up to l.wait, or until ctx ends) for earlier ones to settle
@@ -97,18 +179,18 @@ func NewLimiter(cfg LimitConfig, now func() time.Time) *Limiter {
 // their slot, guesses settle as failures and lock the source. So many
 // parallel logins from one address (automation, a NAT) are delayed a
 // little, never refused for being many. A try that gives up waiting is
-// refused by "source", never as a first refusal (the tries it waited for
-// are audited). Every allowed Begin must be followed by one End.
-func (l *Limiter) Begin(ctx context.Context, source, node string) (ok bool, which string, first bool) {
-	source = sessions.SourceKey(source)
+// refused, never as a first refusal (the tries it waited for are audited).
+// Every allowed Begin must be followed by one End.
+func (l *Limiter) Begin(ctx context.Context, source string) (ok, first bool) {
+	source = sourceKey(source)
 	var timeout <-chan time.Time
 	for {
 		l.mu.Lock()
-		ok, which, first, full := l.beginLocked(source, node)
+		ok, first, full := l.beginLocked(source)
 		settled := l.settled
 		l.mu.Unlock()
 		if !full {
-			return ok, which, first
+			return ok, first
 		}
 		if timeout == nil {
 			t := time.NewTimer(l.wait)
@@ -118,31 +200,26 @@ func (l *Limiter) Begin(ctx context.Context, source, node string) (ok bool, whic
 		select {
 		case <-settled:
 		case <-timeout:
-			return false, "source", false
+			return false, false
 		case <-ctx.Done():
-			return false, "source", false
+			return false, false
 		}
 	}
 }
 
-// beginLocked is one attempt of begin; full reports that the source's tries
-// in flight use its whole budget (try again once one settles). l.mu held.
-func (l *Limiter) beginLocked(source, node string) (ok bool, which string, first, full bool) {
+// beginLocked is one attempt of Begin; full reports that the source's
+// tries in flight use its whole budget (try again once one settles). l.mu
+// held.
+func (l *Limiter) beginLocked(source string) (ok, first, full bool) {
 	now := l.now()
 	c := l.src[source]
 	if c != nil && now.Before(c.locked) {
 		c.refused++
-		return false, "source", c.refused == 1, false
-	}
-	if nc := l.node[node]; nc != nil && now.Before(nc.locked) {
-		if last, ok := l.pairs[[2]string{node, source}]; ok && now.Sub(last) < l.cfg.Window+l.cfg.Lockout {
-			nc.refused++
-			return false, "node", nc.refused == 1, false
-		}
+		return false, c.refused == 1, false
 	}
 	if c == nil {
 		if l.full(now) {
-			return true, "", false, false // a very wide attack: new sources are not tracked
+			return true, false, false // a very wide attack: new sources are not tracked
 		}
 		c = &counter{start: now}
 		l.src[source] = c
@@ -153,16 +230,39 @@ func (l *Limiter) beginLocked(source, node string) (ok bool, which string, first
 	// Failures already counted lock the source (above); tries in flight
 	// count as failures to come.
 	if c.pending > 0 && c.n+c.pending >= l.cfg.PerSource {
-		return false, "", false, true
+		return false, false, true
 	}
 	c.pending++
-	return true, "", false, false
+	return true, false, false
+}
+
+// Judge reports whether a try that Begin allowed may go on to check its
+// secret on node, now that the caller's lookup has told whether the node
+// exists: not if the node (or, for a name that is no node, the one entry
+// of all such names) is under attack and source has failed on it; and if
+// not, whether this is the first refusal of the node's lockout (audit it,
+// as for Begin). A refused try still ends with End.
+func (l *Limiter) Judge(source, node string, exists bool) (ok, first bool) {
+	source, k := sourceKey(source), l.nodeKey(node, exists)
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	nc := l.node[k]
+	if nc == nil || !now.Before(nc.locked) {
+		return true, false
+	}
+	if last, ok := l.pairs[pair{k, source}]; ok && now.Sub(last) < l.cfg.Window+l.cfg.Lockout {
+		nc.refused++
+		return false, nc.refused == 1
+	}
+	return true, false
 }
 
 // End settles a try that Begin allowed; a failed one counts against the
-// source and the node.
-func (l *Limiter) End(source, node string, failed bool) {
-	source = sessions.SourceKey(source)
+// source and, unless node is "" (the admin credential, which belongs to no
+// node), against the node (exists as the caller's lookup said).
+func (l *Limiter) End(source, node string, exists, failed bool) {
+	source, k := sourceKey(source), l.nodeKey(node, exists)
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -172,37 +272,37 @@ func (l *Limiter) End(source, node string, failed bool) {
 	close(l.settled) // wake tries waiting for a slot
 	l.settled = make(chan struct{})
 	if failed {
-		l.countLocked(source, node, now)
+		l.countLocked(source, k, node != "", now)
 	}
 }
 
 // Fail counts a failed login that held no try of Begin: an SSH connection
 // that ended without authenticating after only offering keys.
-func (l *Limiter) Fail(source, node string) {
-	source = sessions.SourceKey(source)
+func (l *Limiter) Fail(source, node string, exists bool) {
+	source, k := sourceKey(source), l.nodeKey(node, exists)
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.countLocked(source, node, now)
+	l.countLocked(source, k, node != "", now)
 }
 
-// countLocked counts a failure against the source and the node (none for
-// ""). l.mu held.
-func (l *Limiter) countLocked(source, node string, now time.Time) {
+// countLocked counts a failure against the source and, if hasNode, the
+// node. l.mu held.
+func (l *Limiter) countLocked(source string, node uint64, hasNode bool, now time.Time) {
 	full := l.full(now)
 	// At the cap (a very wide attack), only entries already tracked keep
 	// counting, so memory stays bounded and tracked nodes still go under attack.
 	if _, ok := l.src[source]; ok || !full {
-		l.bump(l.src, source, l.cfg.PerSource, now)
+		bump(l, l.src[source], source, l.src, l.cfg.PerSource, now)
 	}
-	if node == "" {
+	if !hasNode {
 		return
 	}
 	if _, ok := l.node[node]; ok || !full {
-		l.bump(l.node, node, l.cfg.PerNode, now)
+		bump(l, l.node[node], node, l.node, l.cfg.PerNode, now)
 	}
 	if !full {
-		l.pairs[[2]string{node, source}] = now
+		l.pairs[pair{node, source}] = now
 	}
 }
 
@@ -221,8 +321,9 @@ func (l *Limiter) full(now time.Time) bool {
 
 func (l *Limiter) size() int { return len(l.src) + len(l.node) + len(l.pairs) }
 
-func (l *Limiter) bump(m map[string]*counter, key string, limit int, now time.Time) {
-	c := m[key]
+// bump counts one failure on c (nil: a new entry of m under key) and locks
+// it at limit.
+func bump[K comparable](l *Limiter, c *counter, key K, m map[K]*counter, limit int, now time.Time) {
 	if c == nil {
 		c = &counter{start: now}
 		m[key] = c
@@ -239,14 +340,18 @@ func (l *Limiter) bump(m map[string]*counter, key string, limit int, now time.Ti
 	}
 }
 
-// sweep drops entries that can no longer matter.
+// sweep drops entries that can no longer matter. l.mu held.
 func (l *Limiter) sweep(now time.Time) {
 	horizon := l.cfg.Window + l.cfg.Lockout
-	for _, m := range []map[string]*counter{l.src, l.node} {
-		for k, c := range m {
-			if now.Sub(c.start) > horizon && now.After(c.locked) && c.pending == 0 {
-				delete(m, k)
-			}
+	stale := func(c *counter) bool { return now.Sub(c.start) > horizon && now.After(c.locked) && c.pending == 0 }
+	for k, c := range l.src {
+		if stale(c) {
+			delete(l.src, k)
+		}
+	}
+	for k, c := range l.node {
+		if stale(c) {
+			delete(l.node, k)
 		}
 	}
 	for k, t := range l.pairs {

@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/commands"
@@ -59,16 +60,36 @@ type Config struct {
 	// attempt takes, so an unknown node and a wrong token answer alike and
 	// guessing is slow (default 300 ms).
 	FailDelay time.Duration
-	// HandshakeTimeout bounds a connection that has not authenticated
-	// (default 30 s).
+	// HandshakeTimeout bounds the time a connection may take to
+	// authenticate, whichever phase it stalls in (version exchange, key
+	// exchange, authentication): OpenSSH's LoginGraceTime (default 30 s).
 	HandshakeTimeout time.Duration
+	// MaxUnauthenticated bounds the connections that have not
+	// authenticated yet (default 1024); MaxUnauthenticatedPerSource bounds
+	// those of one source address (an IPv6 /64 counts as one; default 32,
+	// or MaxUnauthenticated if lower; set, at most MaxUnauthenticated). A new connection that finds either full
+	// displaces the oldest unauthenticated connection it competes with
+	// rather than being refused, so connections that never authenticate
+	// cannot keep anyone out. Negative: no limit.
+	MaxUnauthenticated          int
+	MaxUnauthenticatedPerSource int
 	// MaxChannels bounds session channels on one connection (default 4).
 	MaxChannels int
 	// MaxConnsPerSource bounds the open connections, authenticated or not,
-	// from one source address (an IPv6 /64 counts as one); more are closed
-	// at once (default 64; negative: no limit). The handshake timeout alone
-	// would let one address hold any number of unauthenticated connections.
+	// from one source address (default 64; negative: no limit). At the
+	// limit a new connection displaces the source's oldest unauthenticated
+	// one, and is refused only if every one is authenticated.
 	MaxConnsPerSource int
+	// ProxyProtocolFrom lists the load balancers in front of the SSH port
+	// that send a PROXY protocol header (v1 or v2, HAProxy's send-proxy or
+	// send-proxy-v2): a connection from one of them must start with one, or
+	// is closed; the header's source is then the client everywhere (limits,
+	// caps, audit, logs, sessions). From any other address a header is not
+	// honoured.
+	ProxyProtocolFrom realip.Trusted
+	// ProxyHeaderTimeout bounds the read of that header (default 5 s; a
+	// balancer sends it at once). Its size is bounded by proxyproto.MaxV2.
+	ProxyHeaderTimeout time.Duration
 	// Admit is called by every session once it is in the registry, before
 	// it starts, with the access epoch its login read; the session starts
 	// only if it returns nil (Revoker.Admit, which documents the errors).
@@ -99,9 +120,7 @@ type Server struct {
 	lim      *Limiter
 	srv      *ssh.Server
 	esc      escapeTexts // console messages naming cfg.Escape
-
-	connsMu sync.Mutex
-	conns   map[string]int // open connections per source key
+	admit    *admission  // connections before authentication, and per source
 }
 
 // New validates cfg and returns a Server; it starts nothing.
@@ -124,18 +143,28 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 30 * time.Second
 	}
+	if cfg.ProxyHeaderTimeout <= 0 {
+		cfg.ProxyHeaderTimeout = 5 * time.Second
+	}
 	if cfg.MaxChannels <= 0 {
 		cfg.MaxChannels = 4
 	}
-	if cfg.MaxConnsPerSource == 0 {
-		cfg.MaxConnsPerSource = 64
+	maxPre := limitOr(cfg.MaxUnauthenticated, 1024)
+	defPreSrc := 32
+	if maxPre > 0 && maxPre < defPreSrc {
+		defPreSrc = maxPre
 	}
+	maxPreSrc := limitOr(cfg.MaxUnauthenticatedPerSource, defPreSrc)
+	if maxPre > 0 && maxPreSrc > maxPre {
+		return nil, fmt.Errorf("bastion: unauthenticated connections per source (%d) must be at most the global limit (%d)", maxPreSrc, maxPre)
+	}
+	maxConnSrc := limitOr(cfg.MaxConnsPerSource, 64)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	algos := sshalgo.For(cfg.LegacyAlgorithms)
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
-		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), conns: map[string]int{}}
+		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc)}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",
 		PasswordHandler:            s.password,
@@ -181,11 +210,13 @@ func (s *Server) Serve(l net.Listener) error {
 	return s.srv.Serve(l)
 }
 
-// Shutdown stops accepting, tells every live session why it ends (the
-// registry cuts them: the caller does that first, so consoles and exec get
-// "obmd is shutting down"), and waits for connections to close, bounded by
-// ctx; stragglers are then closed.
+// Shutdown stops accepting, closes the connections that have not
+// authenticated, tells every live session why it ends (the registry cuts
+// them: the caller does that first, so consoles and exec get "obmd is
+// shutting down"), and waits for connections to close, bounded by ctx;
+// stragglers are then closed.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.admit.closeAll()
 	err := s.srv.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return s.srv.Close()
@@ -193,34 +224,43 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// connected bounds the time a connection may spend before authenticating.
-// The deadline is lifted when authentication succeeds. It also turns
-// delayed ACKs off (quickAck): they stall OpenSSH's handshake. The
-// connection's auth state goes with it: when it closes, a login that
-// failed there without being recorded yet is (connEnded).
+// connected admits a new connection: its client is the PROXY header's when
+// it comes from a listed balancer (realClient), and the admission bounds the
+// time it may take to authenticate and how many such connections there
+// are. It also turns delayed ACKs off (quickAck): they stall OpenSSH's
+// handshake. The connection's auth state goes with it: when it closes, a
+// login that failed there without being recorded yet is (connEnded).
 func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
-	src := sessions.SourceKey(remoteHost(conn.RemoteAddr()))
-	s.connsMu.Lock()
-	if s.cfg.MaxConnsPerSource > 0 && s.conns[src] >= s.cfg.MaxConnsPerSource {
-		s.connsMu.Unlock()
-		s.log.WithFields(logrus.Fields{"remote": conn.RemoteAddr().String(), "limit": s.cfg.MaxConnsPerSource}).Warn("too_many_connections")
+	raw := conn
+	conn, ok := s.realClient(quickAck(conn))
+	if !ok {
 		return nil // gliderlabs closes it
 	}
-	s.conns[src]++
-	s.connsMu.Unlock()
-	st := &connState{remote: conn.RemoteAddr().String(), src: src, offered: map[string]int64{}}
-	st.conn = &countedConn{Conn: quickAck(conn), ended: func() {
-		s.connsMu.Lock()
-		if s.conns[src]--; s.conns[src] <= 0 {
-			delete(s.conns, src)
-		}
-		s.connsMu.Unlock()
+	src := sessions.SourceKey(remoteHost(conn.RemoteAddr()))
+	t := s.admit.admit(src, raw.Close)
+	if t == nil {
+		s.tooMany(conn.RemoteAddr())
+		return nil
+	}
+	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, offered: map[string]int64{}}
+	st.conn = &countedConn{Conn: conn, ended: func() {
+		s.admit.end(t)
 		s.connEnded(st)
 	}}
-	st.conn.SetDeadline(s.cfg.Now().Add(s.cfg.HandshakeTimeout))
 	ctx.SetValue(stateKey{}, st)
 	ctx.SetValue(chansKey{}, new(atomic.Int32))
 	return st.conn
+}
+
+// limitOr is a configured limit: def if unset, none (0) if negative.
+func limitOr(n, def int) int {
+	switch {
+	case n == 0:
+		return def
+	case n < 0:
+		return 0
+	}
+	return n
 }
 
 // audit records e; a failure to audit is logged, never shown to the client.
@@ -245,8 +285,8 @@ func remoteHost(a net.Addr) string {
 	return host
 }
 
-// countedConn runs ended once it is closed: that gives back its slot in
-// Server.conns and records a failed login (gliderlabs closes every
+// countedConn runs ended once it is closed: that gives back its place in
+// the admission and records a failed login (gliderlabs closes every
 // connection it handles, once done). The socket is closed first, so the
 // client is not held while that is written.
 type countedConn struct {

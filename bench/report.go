@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -112,27 +114,82 @@ func render(header []string, sections []*section) []byte {
 		fmt.Fprintln(&b, h)
 	}
 	for _, s := range sections {
-		fmt.Fprintf(&b, "\n### %s\n\n", s.Title)
-		fmt.Fprintln(&b, "| Measure | obmd | Reference (same run) | Ratio | Goal | Verdict |")
-		fmt.Fprintln(&b, "|---|---|---|---|---|---|")
-		for _, r := range s.Rows {
-			goal := r.Goal
-			if goal == "" {
-				goal = "-"
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", cell(r.Measure), cell(r.Figure), cell(r.Ref),
-				cell(r.Ratio), cell(goal), cell(r.Status))
-		}
-		if len(s.Notes) > 0 {
-			fmt.Fprintln(&b)
-			for _, n := range s.Notes {
-				fmt.Fprintf(&b, "- %s\n", n)
-			}
-		}
+		fmt.Fprintf(&b, "\n%s", renderSection(s))
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, endMarker)
 	return b.Bytes()
+}
+
+// renderSection writes one section: its heading, table and notes.
+func renderSection(s *section) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %s\n\n", s.Title)
+	fmt.Fprintln(&b, "| Measure | obmd | Reference (same run) | Ratio | Goal | Verdict |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|")
+	for _, r := range s.Rows {
+		goal := r.Goal
+		if goal == "" {
+			goal = "-"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", cell(r.Measure), cell(r.Figure), cell(r.Ref),
+			cell(r.Ratio), cell(goal), cell(r.Status))
+	}
+	if len(s.Notes) > 0 {
+		fmt.Fprintln(&b)
+		for _, n := range s.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	return b.String()
+}
+
+// mergeReport is writeReport for a run of some sections (-only): in the
+// generated part of path, each section run replaces the one of the same
+// number or goes in in number order, the others are kept, and note (how
+// this run was made) is added below the part's header. Without a generated
+// part it writes a new one.
+func mergeReport(path string, note []string, sections []*section) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	begin := bytes.Index(old, []byte("<!-- bench:begin"))
+	end := bytes.Index(old, []byte(endMarker))
+	if begin < 0 || end < begin {
+		return writeReport(path, render(note, sections))
+	}
+	parts := strings.Split(string(old[begin:end]), "\n### ")
+	text := map[int]string{}
+	for _, p := range parts[1:] {
+		text[sectionNumber(p)] = "### " + strings.TrimRight(p, "\n") + "\n"
+	}
+	for _, s := range sections {
+		text[sectionNumber(s.Title)] = renderSection(s)
+	}
+	nums := make([]int, 0, len(text))
+	for n := range text {
+		nums = append(nums, n)
+	}
+	sort.Ints(nums)
+	var b strings.Builder
+	b.WriteString(strings.TrimRight(parts[0], "\n") + "\n\n" + strings.Join(note, "\n") + "\n")
+	for _, n := range nums {
+		b.WriteString("\n" + text[n])
+	}
+	b.WriteString("\n" + endMarker + "\n")
+	out := append(append([]byte(nil), old[:begin]...), b.String()...)
+	rest := bytes.TrimPrefix(old[end+len(endMarker):], []byte("\n"))
+	if err := os.WriteFile(path, append(out, rest...), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// sectionNumber is the number a section title starts with ("6. ...").
+func sectionNumber(title string) int {
+	n, _ := strconv.Atoi(strings.SplitN(title, ".", 2)[0])
+	return n
 }
 
 func cell(s string) string { return strings.ReplaceAll(s, "|", "\\|") }

@@ -73,7 +73,7 @@ func TestAuditSharesCommits(t *testing.T) {
 		t.Run(e.Name, func(t *testing.T) {
 			s := openTestStore(t, e.DSN(t))
 			ctx := context.Background()
-			release := holdAuditWriter(t, s)
+			release := holdWriter(t, s, "audit_events")
 			defer release()
 			q := &s.audit
 			queue := func() (pending, flushes int, busy bool) {
@@ -125,36 +125,6 @@ func TestAuditSharesCommits(t *testing.T) {
 			if len(got) != n {
 				t.Errorf("events stored: got %d, want %d", len(got), n)
 			}
-		})
-	}
-}
-
-// holdAuditWriter keeps audit inserts from committing until release (which
-// may be called more than once).
-func holdAuditWriter(t *testing.T, s *Store) (release func()) {
-	t.Helper()
-	ctx := context.Background()
-	var once sync.Once
-	if s.Dialect() == DialectSQLite {
-		tx, err := s.w.BeginTx(ctx, nil) // holds the writer pool's one connection
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func() { once.Do(func() { _ = tx.Rollback() }) }
-	}
-	conn, err := s.w.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.ExecContext(ctx, `LOCK TABLES audit_events WRITE`); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		once.Do(func() {
-			if _, err := conn.ExecContext(ctx, `UNLOCK TABLES`); err != nil {
-				t.Errorf("unlock tables: %v", err)
-			}
-			_ = conn.Close()
 		})
 	}
 }

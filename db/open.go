@@ -39,6 +39,7 @@ type Store struct {
 	now     func() time.Time // tests replace it
 	audit   auditQueue
 	stmts   stmtCache
+	writes  writeWatch
 }
 
 // Open connects to dsn: a SQLite file path (or "file:..." URI), or
@@ -47,7 +48,8 @@ type Store struct {
 //
 // SQLite defaults (each kept if the DSN sets it): busy_timeout 5 s, foreign
 // keys on, WAL, synchronous FULL (an acknowledged revocation survives a power
-// loss), BEGIN IMMEDIATE. A new database file is created with mode 0600,
+// loss), BEGIN IMMEDIATE, and the unix-excl VFS (the WAL index in memory:
+// see openSQLite; other processes cannot open the file meanwhile). A new database file is created with mode 0600,
 // and its directory, if missing, with mode 0700 (not for "file:" URIs,
 // which SQLite opens itself).
 // MySQL defaults: parseTime, a 5 s dial timeout, clientFoundRows. Errors
@@ -141,6 +143,19 @@ func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store
 	if q.Get("_txlock") == "" {
 		q.Set("_txlock", "immediate")
 	}
+	if !memory && q.Get("vfs") == "" {
+		// The wal-index in this process's heap, not in a memory-mapped
+		// -shm file: a store to a mapped page of a frozen (or hung)
+		// filesystem faults and waits in the kernel, where neither a
+		// context nor the Go runtime can reach it (a stop-the-world then
+		// waits too, and the whole daemon stops). With unix-excl every
+		// access is a system call: reads keep working from the page
+		// cache, a stuck write blocks only its own goroutine, and the
+		// writes in progress show it (CheckWrites). It also locks the
+		// file against other processes, which SQLite mode assumes anyway
+		// (one replica).
+		q.Set("vfs", "unix-excl")
+	}
 
 	w, err := sql.Open("sqlite", base+"?"+q.Encode())
 	if err != nil {
@@ -167,10 +182,12 @@ func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store
 			_ = w.Close()
 			return nil, fmt.Errorf("open sqlite %s: %w", base, err)
 		}
-		n := max(4, runtime.GOMAXPROCS(0))
+		n := min(max(4, runtime.GOMAXPROCS(0)), 16)
 		r.SetMaxOpenConns(n)
 		r.SetMaxIdleConns(n)
-		if err := r.PingContext(ctx); err != nil {
+		r.SetConnMaxLifetime(0)
+		r.SetConnMaxIdleTime(0)
+		if err := openAll(ctx, r, n); err != nil {
 			_ = r.Close()
 			_ = w.Close()
 			return nil, fmt.Errorf("open sqlite %s: %w", base, err)
@@ -179,6 +196,33 @@ func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store
 	}
 	log.WithFields(logrus.Fields{"dialect": DialectSQLite, "path": base}).Info("db_open")
 	return s, nil
+}
+
+// openAll opens all n connections of pool now, to be kept for good (the
+// pool's limits keep them: n idle, no lifetime). Opening a SQLite
+// connection writes to the filesystem (as root, SQLite fchowns the WAL file
+// it opens), and that write waits in the kernel while the filesystem is
+// frozen: a pool that opened connections as load grew would hang the
+// reads that needed one then, where reads through an open connection still
+// work.
+func openAll(ctx context.Context, pool *sql.DB, n int) error {
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close() // back to the idle pool
+		}
+	}()
+	for range n {
+		c, err := pool.Conn(ctx)
+		if err == nil {
+			err = c.PingContext(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // addPragma adds "_pragma=name(value)" unless the DSN already sets name.
@@ -238,7 +282,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the pool.
 func (s *Store) Close() error {
-	errs := []error{s.closeStmts()}
+	errs := []error{s.waitProbe(), s.closeStmts()}
 	if s.r != s.w {
 		errs = append(errs, s.r.Close())
 	}

@@ -104,6 +104,7 @@ func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows
 // would wait for it forever. In a transaction use tx.StmtContext on a
 // statement prepared beforehand, as flushAudit does.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	defer s.writing()()
 	st, err := s.prepared(ctx, s.w, query)
 	if err != nil {
 		return nil, err

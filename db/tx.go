@@ -23,6 +23,7 @@ const txAttempts = 3
 // fn fails. fn must use only tx (on SQLite the writer pool holds a single
 // connection, which tx owns) and must be safe to run again.
 func (s *Store) withTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	defer s.writing()()
 	var err error
 	for range txAttempts {
 		err = s.tryTx(ctx, fn)

@@ -8,7 +8,9 @@
 // tell which nodes exist. Node-token routes take the node's current token in
 // "?token=" and answer a wrong or missing one, and an unknown node, with the
 // same 401 and body, no sooner than Config.FailDelay. Query strings are
-// never logged.
+// never logged. Failures count against the guessing limits (Config.Limiter),
+// which never refuse the right admin credential. Behind a listed reverse
+// proxy (Config.TrustedProxies) the client is the one X-Forwarded-For names.
 //
 // Fingerprints in /v1 key paths contain "/" and "+" (standard base64): clients
 // should escape "/" as %2F ("DELETE /v1/nodes/n1/keys/SHA256:abc%2Fdef");
@@ -21,8 +23,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
+	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -62,6 +67,25 @@ type Config struct {
 	// Metrics, if set, serves GET /metrics (Prometheus text format; no
 	// authentication, like the probes: it carries no node names).
 	Metrics http.Handler
+	// OnAuth, if set, is told of every authentication attempt's method
+	// ("http-admin", "http-token") and result ("ok", "denied"), refused
+	// ones included, for metrics.
+	OnAuth func(method, result string)
+	// TrustedProxies lists the reverse proxies in front of the admin port
+	// whose X-Forwarded-For is believed: for a request from one of them,
+	// the client is the rightmost address of that header that is not
+	// listed (realip.Forwarded), and that address is what limits, audit
+	// records, logs and sessions use. From anyone else the header is
+	// ignored.
+	TrustedProxies realip.Trusted
+	// ChangeTimeout bounds the reads an access change makes before it
+	// (PUT of a node reads the one stored); the wiring gives the
+	// Revoker's bound (default 5 s).
+	ChangeTimeout time.Duration
+	// Ready, if set, is /readyz's check (default: the store's Ping). An
+	// error wrapping db.ErrWriteStuck is reported as writes not
+	// completing; any other as the database not reachable.
+	Ready func(ctx context.Context) error
 	// Authenticated, if set, is called with the request's context once a
 	// request has presented a valid credential (the admin token, or the
 	// node's token): the wiring then spares its connection from the caps
@@ -74,14 +98,17 @@ type Config struct {
 // source locked out by guesses on either is locked out of both.
 type Limiter interface {
 	// Begin reports whether host (the client's address, no port) may try a
-	// secret on node ("" for the admin credential), and if not, which limit
-	// refused it ("source" or "node") and whether the refusal is its
-	// lockout's first: that one is audited, the others only logged at
-	// Debug. Every allowed Begin is followed by one End.
-	Begin(ctx context.Context, host, node string) (ok bool, which string, first bool)
-	// End settles a try Begin allowed; a failed one counts against host and
-	// node.
-	End(host, node string, failed bool)
+	// secret, and if not, whether the refusal is its lockout's first: that
+	// one is audited, the others only logged at Debug. Every allowed Begin
+	// is followed by one End.
+	Begin(ctx context.Context, host string) (ok, first bool)
+	// Judge reports whether a try Begin allowed may check its secret on
+	// node, now that the lookup said whether the node exists: not if the
+	// node is under attack and host failed on it (first as for Begin).
+	Judge(host, node string, exists bool) (ok, first bool)
+	// End settles a try Begin allowed; a failed one counts against host
+	// and, unless node is "" (the admin credential), the node.
+	End(host, node string, exists, failed bool)
 }
 
 // Store is the part of *db.Store the API uses.
@@ -115,18 +142,16 @@ type Consoles interface {
 	Stream(ctx context.Context, label string, w io.Writer) error
 }
 
-// Revoker ends access obtained before an access change. Begin(label) is
-// called before the change is made in the database and end(epoch, why)
-// after: end cuts every live session of label whose epoch is below epoch
-// (SSH consoles, exec, HTTP console streams) on this replica, wipes the
-// node's console scrollback, and returns once they have ended; why is shown
-// to the users cut ("token rotated"). end(0, "") ends a change that failed.
-// Between the two, the node's other revocations wait (the change watcher
-// may see the change in the database first), so users get the change's own
-// reason. end is called exactly once. The wiring implements it over
-// sessions.Registry.Cut and sol.Manager.Cut (bastion.Revoker).
+// Revoker makes access changes (bastion.Revoker.Change): under the node's
+// revocation lock, c.Do moves the node's epoch in the database; every live
+// session of the node older than it (SSH consoles, exec, HTTP console
+// streams) is then cut, on this replica and on the others, and the node's
+// console wiped, before Change returns nil. Its errors: c.Do's own, or one
+// wrapping bastion.ErrIncomplete (the database or a replica did not answer: not
+// stored, outcome unknown, or not confirmed by every replica), whose text
+// says so for the admin.
 type Revoker interface {
-	Begin(label string) (end func(epoch int64, why string))
+	Change(ctx context.Context, c bastion.Change) error
 }
 
 // Reasons given to Revoker, shown to the users whose sessions end.
@@ -170,6 +195,9 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ChangeTimeout <= 0 {
+		cfg.ChangeTimeout = 5 * time.Second
 	}
 	if cfg.FailDelay <= 0 {
 		cfg.FailDelay = DefaultFailDelay
@@ -234,65 +262,114 @@ func (a *API) handle(pattern string, fn http.HandlerFunc) {
 	})
 }
 
-// serve is the root handler: it refuses non-canonical paths (the mux would
-// redirect them, re-sending a PUT to another node), then logs one line per
-// request with the route pattern, never the raw URL (it may carry ?token=).
+// serve is the root handler: it finds the client behind a trusted proxy
+// (client), refuses non-canonical paths (the mux would redirect them,
+// re-sending a PUT to another node), then logs one line per request with
+// the route pattern, never the raw URL (it may carry ?token=).
 func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 	start := a.cfg.Now()
 	rec := &recorder{ResponseWriter: w, route: "-"}
-	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+	peer := r.RemoteAddr
+	cr, err := a.client(r)
+	switch {
+	case err != nil:
+		writeError(rec, http.StatusBadRequest, err.Error())
+	case r.URL.EscapedPath() != cleanPath(r.URL.EscapedPath()):
 		writeError(rec, http.StatusBadRequest, "path is not canonical (no empty, \".\" or \"..\" segments)")
-	} else {
+	default:
+		r = cr
 		a.mux.ServeHTTP(rec, r)
 	}
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK
 	}
-	a.log.WithFields(logrus.Fields{
+	f := logrus.Fields{
 		"method":   r.Method,
 		"route":    rec.route,
 		"status":   status,
 		"duration": a.cfg.Now().Sub(start).String(),
 		"remote":   r.RemoteAddr,
-	}).Debug("http_request")
+	}
+	if r.RemoteAddr != peer {
+		f["proxy"] = peer
+	}
+	a.log.WithFields(f).Debug("http_request")
 }
 
-// admin wraps an admin handler with the basic-auth check. A missing or wrong
+// client returns r as its client sent it: when r comes from a trusted
+// proxy (Config.TrustedProxies), a copy whose RemoteAddr is the client's
+// address from X-Forwarded-For (without port: the header gives none); else
+// r itself.
+func (a *API) client(r *http.Request) (*http.Request, error) {
+	if len(a.cfg.TrustedProxies) == 0 {
+		return r, nil
+	}
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil || !a.cfg.TrustedProxies.Contains(peer.Addr()) {
+		return r, nil
+	}
+	c, err := realip.Forwarded(peer.Addr(), r.Header.Values("X-Forwarded-For"), a.cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.RemoteAddr = c.String()
+	return r2, nil
+}
+
+// admin wraps an admin handler with the basic-auth check. The credential
+// is checked first, and a correct one is served whatever the guessing
+// limits say: others' failures from the same address (a NAT, a balancer, a
+// monitoring probe) never refuse HIL's rotation. A missing or wrong
 // credential gets the generic 404 and an audit record, and counts against
-// the source (Config.Limiter); a locked-out source gets 429 whatever it
-// sends.
+// the source (Config.Limiter); once the source is locked out, it gets 429
+// instead (the lockout's first refusal audited, the rest counted).
+//
+// What that does to guessing: the answer to a wrong credential (404 or
+// 429) differs from a right one's even during a lockout, so the lockout
+// does not slow guessing of the admin credential; its strength does (192
+// bits when generated; a configured one must be at least
+// MinAdminTokenLen characters). The compare is constant-time, and a right
+// credential does no more work before being served than a wrong one does
+// before being refused, so timing tells nothing either.
 func (a *API) admin(fn http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		user, pass, given := r.BasicAuth()
+		// Compare both parts in constant time, without short-circuit.
+		okUser := keys.SecretEqual(user, "admin")
+		okPass := keys.SecretEqual(pass, a.cfg.AdminToken)
+		if given && okUser && okPass {
+			a.observe("http-admin", "ok")
+			a.authenticated(r)
+			fn(w, r)
+			return
+		}
 		route := "-"
 		if rec, isRec := w.(*recorder); isRec {
 			route = rec.route
 		}
 		host := remoteHost(r)
-		if ok, which, first := a.cfg.Limiter.Begin(r.Context(), host, ""); !ok {
-			a.limited(w, r, db.AuditEvent{Actor: "admin", Action: "admin.auth", Detail: " on " + route}, which, first)
+		if ok, first := a.cfg.Limiter.Begin(r.Context(), host); !ok {
+			a.limited(w, r, "http-admin", db.AuditEvent{Actor: "admin", Action: "admin.auth", Detail: " on " + route}, "source", first)
 			return
 		}
-		user, pass, ok := r.BasicAuth()
-		// Compare both parts in constant time, without short-circuit.
-		okUser := keys.SecretEqual(user, "admin")
-		okPass := keys.SecretEqual(pass, a.cfg.AdminToken)
-		if !ok || !okUser || !okPass {
-			a.cfg.Limiter.End(host, "", true)
-			detail := "bad credential"
-			if !ok {
-				detail = "no credential"
-			}
-			a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "admin.auth", Result: "denied",
-				Detail: detail + " on " + route})
-			notFound(w)
-			return
+		a.cfg.Limiter.End(host, "", false, true)
+		a.observe("http-admin", "denied")
+		detail := "bad credential"
+		if !given {
+			detail = "no credential"
 		}
-		a.cfg.Limiter.End(host, "", false)
-		a.authenticated(r)
-		fn(w, r)
+		a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "admin.auth", Result: "denied",
+			Detail: detail + " on " + route})
+		notFound(w)
 	}
 }
+
+// MinAdminTokenLen is the least length of a configured admin token: the
+// guessing limits do not protect it (API.admin), so it must be strong.
+const MinAdminTokenLen = 32
 
 // authenticated tells Config.Authenticated that r presented a valid
 // credential.
@@ -302,18 +379,34 @@ func (a *API) authenticated(r *http.Request) {
 	}
 }
 
-// limited answers a request the guessing limits refused (429). The first
-// refusal of a lockout is audited as e, denied, its Detail prefixed with
-// the limit; the others are only logged at Debug, so a locked-out flood
-// writes nothing to the database.
-func (a *API) limited(w http.ResponseWriter, r *http.Request, e db.AuditEvent, which string, first bool) {
+// observe reports an authentication attempt to Config.OnAuth.
+func (a *API) observe(method, result string) {
+	if a.cfg.OnAuth != nil {
+		a.cfg.OnAuth(method, result)
+	}
+}
+
+// limited answers a request the guessing limits refused (429) and counts
+// it as a denied attempt of method. The first refusal of a lockout is
+// audited as e, denied, its Detail prefixed with the limit; the others are
+// only logged at Debug, so a locked-out flood writes nothing to the
+// database.
+func (a *API) limited(w http.ResponseWriter, r *http.Request, method string, e db.AuditEvent, which string, first bool) {
+	a.refused(r, method, e, which, first)
+	writeError(w, http.StatusTooManyRequests, "too many failed attempts from your address; try again later")
+}
+
+// refused records a try the guessing limits refused, without answering:
+// the metric, and an audit row for the lockout's first refusal (the rest
+// are logged at Debug).
+func (a *API) refused(r *http.Request, method string, e db.AuditEvent, which string, first bool) {
+	a.observe(method, "denied")
 	e.Result, e.Detail = "denied", "rate limited ("+which+")"+e.Detail
 	if first {
 		a.auditEvent(r, e)
-	} else {
-		a.log.WithFields(logrus.Fields{"action": e.Action, "node": e.Node, "detail": e.Detail, "remote": r.RemoteAddr}).Debug("auth_refused")
+		return
 	}
-	writeError(w, http.StatusTooManyRequests, "too many failed attempts from your address; try again later")
+	a.log.WithFields(logrus.Fields{"action": e.Action, "node": e.Node, "detail": e.Detail, "remote": r.RemoteAddr}).Debug("auth_refused")
 }
 
 // remoteHost is the client's address without port.
@@ -329,12 +422,24 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ok")
 }
 
+// readyTimeout bounds /readyz's check: long enough for a write probe to
+// count as stuck (the wiring's bound, 2 s) rather than merely slow.
+const readyTimeout = 3 * time.Second
+
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
-	if err := a.store.Ping(ctx); err != nil {
-		a.log.WithError(err).Warn("readyz_ping_failed")
-		writeError(w, http.StatusServiceUnavailable, "database not reachable")
+	ready := a.store.Ping
+	if a.cfg.Ready != nil {
+		ready = a.cfg.Ready
+	}
+	if err := ready(ctx); err != nil {
+		a.log.WithError(err).Warn("readyz_failed")
+		msg := "database not reachable"
+		if errors.Is(err, db.ErrWriteStuck) {
+			msg = "database not completing writes"
+		}
+		writeError(w, http.StatusServiceUnavailable, msg)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -44,6 +45,8 @@ type env struct {
 	limits bastion.LimitConfig
 	// failDelay is the next start's Config.FailDelay (newEnv: testFailDelay).
 	failDelay time.Duration
+	// trusted is the next start's Config.TrustedProxies (newEnv: none).
+	trusted realip.Trusted
 }
 
 // testFailDelay keeps the many failed token checks of these tests quick.
@@ -100,7 +103,7 @@ func (e *env) start() {
 		epochs = ep
 	}
 	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: bastion.NewLimiter(e.limits, time.Now),
-		FailDelay: e.failDelay},
+		FailDelay: e.failDelay, TrustedProxies: e.trusted},
 		s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
 		t.Fatalf("new api: %v", err)
@@ -282,12 +285,12 @@ func (f *fakeRevoker) Revoke(label string, epoch int64, why string) {
 	f.reg.Cut(label, epoch, &sessions.RevokedError{Node: label, Why: why})
 }
 
-func (f *fakeRevoker) Begin(label string) func(int64, string) {
-	return func(epoch int64, why string) {
-		if epoch > 0 {
-			f.Revoke(label, epoch, why)
-		}
+func (f *fakeRevoker) Change(ctx context.Context, c bastion.Change) error {
+	epoch, err := c.Do(ctx)
+	if err == nil && epoch > 0 && c.Why != "" {
+		f.Revoke(c.Node, epoch, c.Why)
 	}
+	return err
 }
 
 func (f *fakeRevoker) take() []revokeCall {
@@ -383,7 +386,7 @@ func (f *fakeConsoles) Stream(ctx context.Context, label string, w io.Writer) er
 func admitOver(reg *sessions.Registry, epochs bastion.Epochs) func(context.Context, string, int64) error {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	return bastion.NewRevoker(noConsoles{}, reg, epochs, quiet).Admit
+	return bastion.NewRevoker(bastion.RevokerConfig{}, noConsoles{}, reg, epochs, quiet).Admit
 }
 
 // noLimits are guessing limits no test reaches by accident.

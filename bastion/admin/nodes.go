@@ -3,9 +3,12 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
@@ -98,7 +101,9 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeBodyError(w, err)
 		return
 	}
-	ctx, cancel := detached(r)
+	// Bounded as the change it leads to (a stopped database must not hold
+	// the call), and detached from the client.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
 	defer cancel()
 	// Two rounds at most: a create that loses a race with another create
 	// goes round again as an update.
@@ -111,15 +116,19 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 				writeError(w, http.StatusInternalServerError, "internal error (seal)")
 				return
 			}
-			n, err = a.store.CreateNode(ctx, db.Node{Label: label, Type: typ, InfoSealed: sealed})
+			// A change too (it moves an epoch), bounded like the others.
+			err = a.change(r, bastion.Change{Node: label, Do: func(ctx context.Context) (int64, error) {
+				var err error
+				n, err = a.store.CreateNode(ctx, db.Node{Label: label, Type: typ, InfoSealed: sealed})
+				return n.Epoch, err
+			}}, "node.create", "type "+typ)
 			if errors.Is(err, db.ErrExists) {
 				continue
 			}
 			if err != nil {
-				a.storeError(w, r, "create node", err)
+				a.changeFailed(w, r, "create node", err)
 				return
 			}
-			a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "node.create", Result: "ok", Detail: "type " + typ})
 			if v1 {
 				writeJSON(w, http.StatusCreated, a.view(n))
 			} else {
@@ -128,7 +137,10 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 			return
 		}
 		if err != nil {
-			a.storeError(w, r, "read node", err)
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w: the database did not answer within %v; nothing was changed", bastion.ErrNotStored, a.cfg.ChangeTimeout)
+			}
+			a.changeFailed(w, r, "read node", err)
 			return
 		}
 		same, openErr := a.sameNode(n, typ, info)
@@ -175,7 +187,7 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ stri
 		return
 	}
 	if err != nil {
-		a.storeError(w, r, "update node", err)
+		a.changeFailed(w, r, "update node", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, a.view(n))
@@ -183,27 +195,56 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ stri
 
 // changeAccess is the one path of every access change made through the
 // API (token rotation or revocation, node change or deletion, key removal):
-// under the node's revocation lock on this replica, change moves the node's
-// epoch in the database; the change is then audited and every session of
-// the node older than the new epoch is cut (with why as the reason users
-// see) before changeAccess returns, so the caller answers only after. An
-// error from change (db.ErrNotFound included) is returned as is, with
-// nothing cut. The database work is detached from the client: a client
-// that hangs up mid-change does not leave it half done.
+// change moves the node's epoch in the database, then every session of the
+// node older than the new epoch is cut on every replica (with why as the
+// reason users see), all within the change bound, before changeAccess
+// returns (Revoker). The change is audited once stored; one whose outcome
+// was unknown when the bound passed is audited once the database has
+// decided it. An error from change (db.ErrNotFound included) is returned
+// as is, with nothing cut; the database work is detached from the client:
+// a client that hangs up mid-change does not leave it half done.
 func (a *API) changeAccess(r *http.Request, label, action, detail, why string, change func(context.Context) (int64, error)) error {
-	ctx, cancel := detached(r)
-	defer cancel()
-	var epoch int64 // stays 0 (cut nothing) unless the change is made
-	end := a.revoker.Begin(label)
-	defer func() { end(epoch, why) }() // deferred: a panic must not keep the node locked
-	moved, err := change(ctx)
-	if err != nil {
-		return err
+	return a.change(r, bastion.Change{Node: label, Why: why, Do: change}, action, detail)
+}
+
+// change runs c through the Revoker and audits it as action: at once if it
+// was stored (also when not every replica confirmed it in time), or once
+// settled if its outcome was unknown.
+func (a *API) change(r *http.Request, c bastion.Change, action, detail string) error {
+	e := db.AuditEvent{Node: c.Node, Actor: "admin", Action: action, Source: r.RemoteAddr, Detail: detail}
+	c.Settled = func(stored bool) {
+		e := e
+		e.Result, e.Detail = "error", strings.TrimSpace(detail+" (timed out; the database did not store it)")
+		switch {
+		case stored && c.Undo != nil:
+			e.Detail = strings.TrimSpace(detail + " (timed out; stored late, so removed again)")
+		case stored:
+			e.Result, e.Detail = "ok", strings.TrimSpace(detail+" (timed out; the database stored it late, and it was applied then)")
+		}
+		a.auditEvent(r, e)
 	}
-	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: action, Result: "ok", Detail: detail})
-	a.log.WithFields(logrus.Fields{"node": label, "epoch": moved, "why": why}).Debug("revoke")
-	epoch = moved
-	return nil
+	err := a.revoker.Change(r.Context(), c)
+	if err == nil || errors.Is(err, bastion.ErrNotConfirmed) {
+		e.Result = "ok"
+		if err != nil {
+			e.Detail = strings.TrimSpace(detail + " (not confirmed by every replica in time)")
+		}
+		a.auditEvent(r, e)
+		a.log.WithFields(logrus.Fields{"node": c.Node, "why": c.Why}).Debug("access_change")
+	}
+	return err
+}
+
+// changeFailed answers a failed access change: one that did not complete
+// within the change bound gets 503 and the Revoker's account of how far it
+// got; anything else is a store failure.
+func (a *API) changeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
+	if errors.Is(err, bastion.ErrIncomplete) {
+		a.log.WithError(err).WithField("op", op).Error("access_change_timed_out")
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	a.storeError(w, r, op, err)
 }
 
 // deleteNode deletes a node (idempotent: an unknown node is 200 too).
@@ -216,7 +257,7 @@ func (a *API) deleteNode(w http.ResponseWriter, r *http.Request) {
 		return a.store.DeleteNode(ctx, label)
 	})
 	if err != nil && !errors.Is(err, db.ErrNotFound) { // deleting an unknown node is done already
-		a.storeError(w, r, "delete node", err)
+		a.changeFailed(w, r, "delete node", err)
 		return
 	}
 	writeOK(w)
@@ -248,7 +289,7 @@ func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		a.storeError(w, r, "set token", err)
+		a.changeFailed(w, r, "set token", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, tokenResponse{Token: tok})
@@ -268,7 +309,7 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		a.storeError(w, r, "revoke token", err)
+		a.changeFailed(w, r, "revoke token", err)
 		return
 	}
 	writeOK(w)

@@ -28,9 +28,11 @@ type grant struct {
 // tokenAuth checks the request's ?token= against the node's current token
 // hash in constant time. It answers 400 (bad label), 401 (refuseToken: an
 // unknown node, a node without a token, no token or a wrong one, all alike)
-// or 429 (the source or the node is locked out by the guessing limits,
-// Config.Limiter) itself. An unknown node and a wrong token are failures of
-// the source and of the node.
+// or 429 (the source is locked out by the guessing limits, Config.Limiter)
+// itself; a node under attack refuses the sources that failed on it with
+// the same 401. An unknown node and a wrong token are failures of
+// the source and of the node (every name that is no node counts as one
+// node, judged after the lookup that tells).
 func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	start := a.cfg.Now()
 	label, valid := pathLabel(w, r)
@@ -38,41 +40,49 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 		return grant{}, false
 	}
 	host := remoteHost(r)
-	if ok, which, first := a.cfg.Limiter.Begin(r.Context(), host, label); !ok {
-		a.limited(w, r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, which, first)
+	if ok, first := a.cfg.Limiter.Begin(r.Context(), host); !ok {
+		a.limited(w, r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "source", first)
 		return grant{}, false
 	}
 	tok := r.URL.Query().Get("token")
 	acc, err := a.store.Access(r.Context(), label)
-	if errors.Is(err, db.ErrNotFound) {
-		keys.HashToken(tok) // the work of a known node, as below
-		a.cfg.Limiter.End(host, label, true)
-		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: "unknown node"})
-		a.refuseToken(w, r, start)
-		return grant{}, false
-	}
-	if err != nil {
-		a.cfg.Limiter.End(host, label, false) // not the client's failure
+	if err != nil && !errors.Is(err, db.ErrNotFound) {
+		a.cfg.Limiter.End(host, label, false, false) // not the client's failure
 		a.storeError(w, r, "read node access", err)
 		return grant{}, false
 	}
+	exists := err == nil
+	if ok, first := a.cfg.Limiter.Judge(host, label, exists); !ok {
+		// A node under attack refuses the sources that failed on it. Every
+		// name that is no node shares one such state, so a 429 here would
+		// tell an unknown name from a known one: the refusal looks like a
+		// wrong token instead (as over SSH), and is recorded as a refusal.
+		a.cfg.Limiter.End(host, label, exists, false)
+		a.refused(r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "node", first)
+		a.refuseToken(w, r, start)
+		return grant{}, false
+	}
 	// Hash and compare even when there is nothing to match, so that the
-	// time taken does not tell whether the node has a token.
+	// time taken does not tell whether the node exists or has a token.
 	match := keys.HashToken(tok).Equal(acc.Token)
-	if !acc.HasToken || tok == "" || !match {
+	if !exists || !acc.HasToken || tok == "" || !match {
 		detail := "bad token"
 		switch {
+		case !exists:
+			detail = "unknown node"
 		case tok == "":
 			detail = "no token given"
 		case !acc.HasToken:
 			detail = "node has no token"
 		}
-		a.cfg.Limiter.End(host, label, true)
+		a.cfg.Limiter.End(host, label, exists, true)
+		a.observe("http-token", "denied")
 		a.auditEvent(r, db.AuditEvent{Node: label, Actor: actorToken, Action: "auth", Result: "denied", Detail: detail})
 		a.refuseToken(w, r, start)
 		return grant{}, false
 	}
-	a.cfg.Limiter.End(host, label, false)
+	a.cfg.Limiter.End(host, label, true, false)
+	a.observe("http-token", "ok")
 	a.authenticated(r)
 	return grant{label: label, epoch: acc.Epoch}, true
 }
@@ -104,7 +114,7 @@ func (a *API) refuseToken(w http.ResponseWriter, r *http.Request, start time.Tim
 // done. On failure it has answered.
 func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string) (context.Context, func(), bool) {
 	ctx, info, end, err := a.sessions.Start(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
-		Remote: r.RemoteAddr, Epoch: g.epoch}, remoteHost(r))
+		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r))
 	switch {
 	case errors.Is(err, sessions.ErrShutdown):
 		writeError(w, http.StatusServiceUnavailable, err.Error())

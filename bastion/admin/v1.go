@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
@@ -40,9 +41,19 @@ func (a *API) addKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	err = a.store.AddKey(ctx, db.Key{Node: label, Fingerprint: ak.Fingerprint, Line: ak.Line, Comment: ak.Comment})
+	// A grant through the Revoker too: bounded, and undone if the database
+	// stores it after the bound passed (the caller was told it failed).
+	err = a.change(r, bastion.Change{Node: label, Why: WhyKeyRemoved,
+		Do: func(ctx context.Context) (int64, error) {
+			return 0, a.store.AddKey(ctx, db.Key{Node: label, Fingerprint: ak.Fingerprint, Line: ak.Line, Comment: ak.Comment})
+		},
+		Undo: func(ctx context.Context) (bool, int64, error) {
+			epoch, err := a.store.DeleteKey(ctx, label, ak.Fingerprint)
+			if errors.Is(err, db.ErrNotFound) {
+				return false, 0, nil
+			}
+			return err == nil, epoch, err
+		}}, "key.add", ak.Fingerprint)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		nodeNotFound(w, label)
@@ -51,10 +62,9 @@ func (a *API) addKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "key "+ak.Fingerprint+" is already registered on node "+quote(label))
 		return
 	case err != nil:
-		a.storeError(w, r, "add key", err)
+		a.changeFailed(w, r, "add key", err)
 		return
 	}
-	a.auditEvent(r, db.AuditEvent{Node: label, Actor: "admin", Action: "key.add", Result: "ok", Detail: ak.Fingerprint})
 	writeJSON(w, http.StatusCreated, struct {
 		Fingerprint string `json:"fingerprint"`
 	}{ak.Fingerprint})
@@ -104,7 +114,7 @@ func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		a.storeError(w, r, "delete key", err)
+		a.changeFailed(w, r, "delete key", err)
 		return
 	}
 	writeOK(w)

@@ -14,6 +14,15 @@
 // Power: every power or boot-device operation takes the node's power lease
 // for its duration; a replica that finds it held answers commands.ErrBusy.
 //
+// Access: since every byte of a node's console passes through its holder,
+// the holder is where access changes are enforced across the cluster. A
+// replica opens a link or relay only at the node's current access epoch
+// (Access.Current), a relay carries that epoch, and the holder serves it
+// only at the node's current epoch, applied there first (Access.Serve).
+// The replica that takes a change tells the others (Notify: a notice over
+// the peer link, or their announcements in the database) before it is
+// acknowledged, so the holder has cut the previous tenancy by then.
+//
 // Replicas authenticate each other with the SSH host key they already
 // share: the peer channel is SSH, the server proves the shared host key and
 // so does the client, and console bytes are encrypted on the wire.
@@ -36,11 +45,27 @@ import (
 	"github.com/obmd/obmd/sol"
 )
 
-// Store is the part of the database the cluster uses: leases.
+// Store is the part of the database the cluster uses: leases, and the
+// replicas' announcements.
 type Store interface {
 	AcquireLease(ctx context.Context, l db.Lease, ttl time.Duration) (db.Lease, error)
 	RenewLease(ctx context.Context, node, kind, token string, ttl time.Duration) (time.Time, error)
 	ReleaseLease(ctx context.Context, node, kind, token string) error
+	Lease(ctx context.Context, node, kind string) (db.Lease, error)
+	Announce(ctx context.Context, id, addr string, applied int64, ttl time.Duration) error
+	Withdraw(ctx context.Context, id string) error
+	Replicas(ctx context.Context) ([]db.Replica, error)
+}
+
+// Access is this replica's side of access changes (bastion.Revoker). The
+// cluster opens a node's console link or relay only once this replica has
+// applied the node's current access epoch (Current), serves a relay only
+// to a replica at that epoch (Serve, which applies it here first if need
+// be), and applies the changes other replicas announce (Apply).
+type Access interface {
+	Current(ctx context.Context, label string) (int64, error)
+	Serve(ctx context.Context, label string, epoch int64, attach func() error) error
+	Apply(label string, epoch int64, why string)
 }
 
 // Config configures one replica's part in the cluster. Zero durations take
@@ -55,6 +80,8 @@ type Config struct {
 	// HostKey is the SSH host key every replica shares; it authenticates
 	// the peer channel in both directions. Required.
 	HostKey gossh.Signer
+	// Access is this replica's revocation state. Required.
+	Access Access
 	// LeaseTTL is how long a lease outlives its last renewal, so how long
 	// a dead holder blocks the takeover of its consoles (default 6 s).
 	LeaseTTL time.Duration
@@ -80,6 +107,8 @@ func (c *Config) setDefaults() error {
 		return errors.New("no peer address")
 	case c.HostKey == nil:
 		return errors.New("no host key")
+	case c.Access == nil:
+		return errors.New("no access state")
 	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0:
 		return errors.New("negative duration")
 	}
@@ -148,6 +177,20 @@ type commandsResolver struct{ c *Cluster }
 
 func (r commandsResolver) Resolve(ctx context.Context, label string) (commands.BMC, error) {
 	return r.c.Resolve(ctx, label)
+}
+
+// Announce records in the database that this replica is alive (for
+// LeaseTTL) and has applied every access change up to applied: the others
+// tell it of their changes (Notify) and, when it cannot be reached, read
+// there whether it applied them. The change watcher calls it at each poll.
+func (c *Cluster) Announce(ctx context.Context, applied int64) error {
+	return c.store.Announce(ctx, c.cfg.ReplicaID, c.cfg.PeerAddr, applied, c.cfg.LeaseTTL)
+}
+
+// Withdraw removes this replica's announcement (a clean stop), so that no
+// one waits for it.
+func (c *Cluster) Withdraw(ctx context.Context) error {
+	return c.store.Withdraw(ctx, c.cfg.ReplicaID)
 }
 
 // Holds reports whether this replica holds label's SOL lease (its hub has,

@@ -22,18 +22,20 @@ func TestConfigValidates(t *testing.T) {
 	key := newHostKey(t)
 	lab := sim.NewLab()
 	store := &killableStore{}
+	acc := &testAccess{}
 	tests := []struct {
 		name string
 		cfg  Config
 		ok   bool
 	}{
-		{"complete", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", HostKey: key}, true},
-		{"no replica ID", Config{PeerAddr: "127.0.0.1:1", HostKey: key}, false},
-		{"no peer address", Config{ReplicaID: "a", HostKey: key}, false},
-		{"no host key", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1"}, false},
-		{"long replica ID", Config{ReplicaID: strings.Repeat("a", 101), PeerAddr: "x:1", HostKey: key}, false},
-		{"renew not below TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, LeaseTTL: time.Second, Renew: time.Second}, false},
-		{"negative TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, LeaseTTL: -1}, false},
+		{"complete", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", HostKey: key, Access: acc}, true},
+		{"no replica ID", Config{PeerAddr: "127.0.0.1:1", HostKey: key, Access: acc}, false},
+		{"no peer address", Config{ReplicaID: "a", HostKey: key, Access: acc}, false},
+		{"no host key", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", Access: acc}, false},
+		{"no access state", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", HostKey: key}, false},
+		{"long replica ID", Config{ReplicaID: strings.Repeat("a", 101), PeerAddr: "x:1", HostKey: key, Access: acc}, false},
+		{"renew not below TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, Access: acc, LeaseTTL: time.Second, Renew: time.Second}, false},
+		{"negative TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, Access: acc, LeaseTTL: -1}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -294,7 +296,7 @@ func TestPeerAuth(t *testing.T) {
 		t.Fatalf("shared key: %v", err)
 	}
 	defer c.Close()
-	_, _, err = c.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: "n1", From: "x"}))
+	_, _, err = c.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: "n1", From: "x", Epoch: 1}))
 	var oce *gossh.OpenChannelError
 	if !errors.As(err, &oce) || oce.Reason != gossh.Prohibited {
 		t.Errorf("console of a node r0 does not hold: got %v, want prohibited", err)
@@ -309,7 +311,7 @@ func TestPeerAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	impostor := startImpostor(t, l, newHostKey(t))
-	_, err = r0.c.dialRelay(context.Background(), db.Lease{Owner: "imp", Addr: l.Addr().String()}, "n1")
+	_, err = r0.c.dialRelay(context.Background(), db.Lease{Owner: "imp", Addr: l.Addr().String()}, "n1", 1)
 	if err == nil || !strings.Contains(err.Error(), "host key") {
 		t.Errorf("relay to an impostor: got %v, want a host key mismatch", err)
 	}

@@ -18,6 +18,14 @@ import (
 // it, a relay through the holder. A holder that cannot be reached (dead,
 // or not serving the node) is waited out: the attempt polls until its lease
 // expires and takes it over, bounded by ctx.
+//
+// Either way this replica first makes sure it has applied the node's
+// current access epoch (Access.Current; after taking the lease, so that a
+// change committed before this replica became the holder is seen, and one
+// committed after reaches it as the holder), and a relay carries that
+// epoch: the holder serves it only at the node's current epoch. If the
+// epoch moved, this replica applies the change, which cuts the console
+// being opened: the open fails.
 func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
 	c := b.c
 	b.mu.Lock()
@@ -28,9 +36,14 @@ func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
 	}
 	log := c.log.WithField("node", b.label)
 	var lastErr error
+	caughtUp := false
 	for {
 		held, err := c.store.AcquireLease(ctx, c.lease(b.label, db.LeaseSOL, token), c.cfg.LeaseTTL)
 		if err == nil {
+			if _, err := c.cfg.Access.Current(ctx, b.label); err != nil {
+				b.drop(token)
+				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
+			}
 			return b.openHeld(ctx, token, held.ExpiresAt, log)
 		}
 		// A lease this attempt held (it met an active payload) is lost.
@@ -50,13 +63,21 @@ func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
 		case held.Addr == "":
 			lastErr = fmt.Errorf("SOL lease held by replica %s, which has no peer address", held.Owner)
 		default:
-			con, err := c.dialRelay(ctx, held, b.label)
+			epoch, err := c.cfg.Access.Current(ctx, b.label)
+			if err != nil {
+				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
+			}
+			con, err := c.dialRelay(ctx, held, b.label, epoch)
 			if err == nil {
-				log.WithField("holder", held.Owner).Info("sol_relay_opened")
+				log.WithFields(logrus.Fields{"holder": held.Owner, "epoch": epoch}).Info("sol_relay_opened")
 				return con, nil
 			}
 			lastErr = err
 			log.WithError(err).WithField("holder", held.Owner).Debug("sol_relay_failed")
+			if errors.Is(err, errStale) && !caughtUp {
+				caughtUp = true
+				continue // behind the node's epoch: Current catches up at once
+			}
 		}
 		if c.pause(ctx, held.ExpiresAt) != nil {
 			// Not the context's error: the hub would read a deadline as

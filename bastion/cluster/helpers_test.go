@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -101,26 +102,35 @@ func (k *killableStore) ReleaseLease(ctx context.Context, node, kind, token stri
 }
 
 // replica is one obmd replica's cluster part: a Cluster over the shared
-// lab (one set of BMCs), its console hub and its peer server.
+// lab (one set of BMCs), its console hub, its peer server and its access
+// state.
 type replica struct {
 	id    string
 	c     *Cluster
 	hub   *sol.Manager
 	peer  *PeerServer
 	store *killableStore
+	acc   *testAccess
 	l     net.Listener
 	done  chan error
 	once  sync.Once
 }
 
-func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.Signer) *replica {
+// startReplica starts a replica on store; its nodes' access epochs are
+// those of epochs (shared by the replicas of a test, as the database is;
+// nil: every node stays at epoch 1).
+func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.Signer, epochs ...*sharedEpochs) *replica {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ks := &killableStore{Store: store, revive: make(chan struct{})}
-	c, err := New(Config{ReplicaID: id, PeerAddr: l.Addr().String(), HostKey: key,
+	acc := &testAccess{db: &sharedEpochs{}, applied: map[string]int64{}}
+	if len(epochs) > 0 {
+		acc.db = epochs[0]
+	}
+	c, err := New(Config{ReplicaID: id, PeerAddr: l.Addr().String(), HostKey: key, Access: acc,
 		LeaseTTL: testTTL, Renew: testRenew, DialTimeout: 2 * time.Second, Keepalive: time.Second}, ks, lab, quietLog())
 	if err != nil {
 		t.Fatal(err)
@@ -130,11 +140,12 @@ func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.
 	if err != nil {
 		t.Fatal(err)
 	}
+	acc.hub = hub
 	peer, err := NewPeerServer(c, hub, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{id: id, c: c, hub: hub, peer: peer, store: ks, l: l, done: make(chan error, 1)}
+	r := &replica{id: id, c: c, hub: hub, peer: peer, store: ks, acc: acc, l: l, done: make(chan error, 1)}
 	go func() { r.done <- peer.Serve(l) }() // waited for by stop
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -252,4 +263,85 @@ func engines(t *testing.T, f func(t *testing.T, dsn string)) {
 	for _, e := range dbtest.Engines() {
 		t.Run(e.Name, func(t *testing.T) { f(t, e.DSN(t)) })
 	}
+}
+
+// sharedEpochs is the nodes' access epochs as the database holds them,
+// shared by a test's replicas; a node never set is at epoch 1.
+type sharedEpochs struct {
+	mu sync.Mutex
+	e  map[string]int64
+}
+
+func (s *sharedEpochs) get(label string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.e[label]; e > 0 {
+		return e
+	}
+	return 1
+}
+
+func (s *sharedEpochs) set(label string, epoch int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.e == nil {
+		s.e = map[string]int64{}
+	}
+	s.e[label] = epoch
+}
+
+// testAccess is a replica's Access as bastion.Revoker keeps it, without
+// sessions: applying an epoch wipes the node's console on this replica's
+// hub. Every change it applied is recorded.
+type testAccess struct {
+	db  *sharedEpochs
+	hub *sol.Manager // set once built
+
+	mu      sync.Mutex // held while applying, as the Revoker's node lock
+	applied map[string]int64
+	notices []string // "label epoch why" of each Apply
+}
+
+// applyLocked wipes label's console unless epoch is applied. a.mu held.
+func (a *testAccess) applyLocked(label string, epoch int64) bool {
+	if epoch <= max(a.applied[label], 1) {
+		return false
+	}
+	a.applied[label] = epoch
+	a.hub.Cut(label, errors.New("access changed"))
+	return true
+}
+
+func (a *testAccess) Current(_ context.Context, label string) (int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cur := a.db.get(label)
+	if a.applyLocked(label, cur) {
+		return 0, errors.New("access changed")
+	}
+	return cur, nil
+}
+
+func (a *testAccess) Serve(_ context.Context, label string, epoch int64, attach func() error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cur := a.db.get(label)
+	if epoch < cur {
+		return fmt.Errorf("%w: at %d, want %d", ErrStale, epoch, cur)
+	}
+	a.applyLocked(label, cur)
+	return attach()
+}
+
+func (a *testAccess) Apply(label string, epoch int64, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.notices = append(a.notices, fmt.Sprintf("%s %d %s", label, epoch, why))
+	a.applyLocked(label, epoch)
+}
+
+func (a *testAccess) taken() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.notices...)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -210,8 +211,12 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 	go func() { // ends when the connection closes
 		defer wg.Done()
 		for r := range reqs {
+			ok := r.Type == keepaliveRequest
+			if r.Type == noticeRequest {
+				ok = s.notice(r.Payload, log)
+			}
 			if r.WantReply {
-				r.Reply(r.Type == keepaliveRequest, nil)
+				r.Reply(ok, nil)
 			}
 		}
 	}()
@@ -245,18 +250,20 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 		return
 	}
 	from := printable(req.From)
-	log = log.WithFields(logrus.Fields{"node": req.Label, "peer": from})
-	if !s.c.Holds(req.Label) {
-		nc.Reject(gossh.Prohibited, "this replica does not hold the node's SOL link")
-		log.Debug("peer_relay_refused")
-		return
-	}
+	log = log.WithFields(logrus.Fields{"node": req.Label, "peer": from, "epoch": req.Epoch})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	v, err := s.hub.Attach(ctx, req.Label, sol.AttachOptions{Name: "peer " + from, Relay: true})
+	v, err := s.attachRelay(ctx, req, from)
 	if err != nil {
-		nc.Reject(gossh.ConnectionFailed, "cannot attach to the console")
-		log.WithError(err).Warn("peer_relay_attach_failed")
+		msg := "cannot attach to the console"
+		switch {
+		case errors.Is(err, errNotHolder):
+			msg = err.Error()
+		case errors.Is(err, ErrStale):
+			msg = staleMessage + ": " + err.Error()
+		}
+		nc.Reject(gossh.Prohibited, msg)
+		log.WithError(err).Info("peer_relay_refused")
 		return
 	}
 	defer v.Close()
@@ -301,6 +308,49 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 	ch.Close() // ends the input copy and the requests loop
 	wg.Wait()
 	log.WithError(v.Err()).Info("peer_relay_ended")
+}
+
+// ErrStale is wrapped by the error of Access.Serve for a relay whose
+// epoch is behind the node's: the holder refuses it, and the relaying
+// replica applies the change before it asks again.
+var ErrStale = errors.New(staleMessage)
+
+// errNotHolder refuses a relay of a node whose SOL link this replica does
+// not hold.
+var errNotHolder = errors.New("this replica does not hold the node's SOL link")
+
+// attachRelay attaches the relay viewer of req, through Access.Serve: only
+// if the relaying replica is at the node's current access epoch, and after
+// this replica has applied it.
+func (s *PeerServer) attachRelay(ctx context.Context, req consoleOpen, from string) (*sol.Viewer, error) {
+	if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
+		return nil, fmt.Errorf("%w: no access epoch given", ErrStale)
+	}
+	var v *sol.Viewer
+	err := s.c.cfg.Access.Serve(ctx, req.Label, int64(req.Epoch), func() error {
+		if !s.c.Holds(req.Label) {
+			return errNotHolder
+		}
+		var err error
+		v, err = s.hub.Attach(ctx, req.Label, sol.AttachOptions{Name: "peer " + from, Relay: true})
+		return err
+	})
+	return v, err
+}
+
+// notice applies an access change another replica announced (a
+// noticeRequest's payload) and reports whether it was well formed; it
+// returns once the change is applied here.
+func (s *PeerServer) notice(payload []byte, log logrus.FieldLogger) bool {
+	var n accessNotice
+	if err := gossh.Unmarshal(payload, &n); err != nil || n.Label == "" || n.Epoch == 0 || n.Epoch > math.MaxInt64 {
+		log.Warn("peer_notice_malformed")
+		return false
+	}
+	why := printable(n.Why)
+	s.c.cfg.Access.Apply(n.Label, int64(n.Epoch), why)
+	log.WithFields(logrus.Fields{"node": printable(n.Label), "epoch": n.Epoch, "why": why}).Debug("peer_notice_applied")
+	return true
 }
 
 // viewerWriter writes a viewer's input; its errors end the copy.

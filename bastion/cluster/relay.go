@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,29 +20,51 @@ import (
 // connection per relayed console, one channel of type consoleChannel whose
 // extra data is a consoleOpen. Channel data is console bytes both ways;
 // the channel request breakRequest sends a serial break; the global request
-// keepaliveRequest probes a connection.
+// keepaliveRequest probes a connection, and noticeRequest (an accessNotice,
+// on a connection of its own) tells a replica of an access change, which it
+// answers once applied.
 const (
 	peerUser         = "obmd-peer"
 	consoleChannel   = "console@obmd"
 	breakRequest     = "break@obmd"
 	keepaliveRequest = "keepalive@obmd"
+	noticeRequest    = "access@obmd"
 )
+
+// staleMessage begins the rejection of a consoleChannel whose epoch is not
+// the node's current one: the relaying replica catches up (Access.Current)
+// and asks again.
+const staleMessage = "stale access epoch"
 
 // consoleOpen is the extra data of a consoleChannel open.
 type consoleOpen struct {
 	Label string
 	From  string // the replica ID of the relaying replica
+	// Epoch is the node's access epoch the relaying replica has applied:
+	// every viewer it serves the relay to authenticated at it or later.
+	Epoch uint64
 }
 
-// dialRelay connects to the holder's peer server and opens label's console
-// there.
-func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string) (*relayConsole, error) {
+// accessNotice is the payload of a noticeRequest.
+type accessNotice struct {
+	Label string
+	Epoch uint64
+	Why   string
+}
+
+// errStale is a relay the holder refused because this replica was behind
+// the node's access epoch.
+var errStale = errors.New("the holder refused the relay: " + staleMessage)
+
+// dialPeer connects and logs in to the peer server at addr (replica
+// owner's), within ctx and DialTimeout.
+func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*gossh.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", holder.Addr)
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
+		return nil, fmt.Errorf("replica %s: %w", owner, err)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }) // aborts a stuck handshake
 	ccfg := &gossh.ClientConfig{
@@ -51,27 +74,64 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string) 
 		ClientVersion:   "SSH-2.0-obmd-peer",
 	}
 	sshalgo.Modern().Client(ccfg, c.cfg.HostKey.PublicKey())
-	cc, chans, reqs, err := gossh.NewClientConn(conn, holder.Addr, ccfg)
+	cc, chans, reqs, err := gossh.NewClientConn(conn, addr, ccfg)
+	if !stop() && err == nil {
+		err = context.Cause(ctx) // the deadline hit just as the handshake ended
+		cc.Close()
+	}
 	if err != nil {
-		stop()
 		conn.Close()
-		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
-	}
-	client := gossh.NewClient(cc, chans, reqs) // its goroutines end when cc closes
-	ch, creqs, err := client.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: label, From: c.cfg.ReplicaID}))
-	if !stop() || ctx.Err() != nil {
-		err = errors.Join(err, context.Cause(ctx))
-	}
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
+		return nil, fmt.Errorf("replica %s: %w", owner, err)
 	}
 	conn.SetDeadline(time.Time{})
-	r := &relayConsole{client: client, ch: ch, holder: holder.Owner, stop: make(chan struct{})}
+	return gossh.NewClient(cc, chans, reqs), nil // its goroutines end when cc closes
+}
+
+// dialRelay connects to the holder's peer server and opens label's console
+// there, for viewers at access epoch epoch.
+func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, epoch int64) (*relayConsole, error) {
+	client, err := c.dialPeer(ctx, holder.Addr, holder.Owner)
+	if err != nil {
+		return nil, fmt.Errorf("relay to %w", err)
+	}
+	type opened struct {
+		ch   gossh.Channel
+		reqs <-chan *gossh.Request
+		err  error
+	}
+	done := make(chan opened, 1)
+	go func() { // ends when the holder answers or the connection closes
+		ch, reqs, err := client.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: label, From: c.cfg.ReplicaID, Epoch: uint64(epoch)}))
+		done <- opened{ch, reqs, err}
+	}()
+	var o opened
+	select {
+	case o = <-done:
+	case <-time.After(c.cfg.DialTimeout):
+		client.Close()
+		o = <-done
+		o.err = errors.Join(o.err, errors.New("the holder did not answer"))
+	case <-ctx.Done():
+		client.Close()
+		o = <-done
+		o.err = errors.Join(o.err, context.Cause(ctx))
+	}
+	var oce *gossh.OpenChannelError
+	if errors.As(o.err, &oce) && strings.HasPrefix(oce.Message, staleMessage) {
+		o.err = errStale
+	}
+	if o.err != nil {
+		if o.ch != nil {
+			o.ch.Close()
+		}
+		client.Close()
+		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, o.err)
+	}
+	r := &relayConsole{client: client, ch: o.ch, holder: holder.Owner, stop: make(chan struct{})}
 	r.wg.Add(2)
 	go func() { // ends when the channel closes
 		defer r.wg.Done()
-		gossh.DiscardRequests(creqs)
+		gossh.DiscardRequests(o.reqs)
 	}()
 	go func() { // ends at Close or when the connection fails
 		defer r.wg.Done()

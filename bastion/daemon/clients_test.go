@@ -511,6 +511,12 @@ func sshPTY(t testing.TB, addr, user, token string, extra []string, cmd ...strin
 			"-o", "KbdInteractiveAuthentication=no"}, extra...)...)...)
 		c = exec.Command("ssh", append(args, cmd...)...)
 	}
+	return startPTY(t, c)
+}
+
+// startPTY runs the ssh command c under a pty (sshPTY).
+func startPTY(t testing.TB, c *exec.Cmd) *conPTY {
+	t.Helper()
 	f, err := pty.StartWithSize(c, &pty.Winsize{Rows: 24, Cols: 80})
 	if err != nil {
 		t.Fatalf("start ssh under a pty: %v", err)
@@ -553,6 +559,36 @@ func sshPTY(t testing.TB, addr, user, token string, extra []string, cmd ...strin
 }
 
 // ---- the admin API ----
+
+// requestFrom sends an HTTP request to base+path from the local address
+// src, with basic credentials user:pass ("" user: none) and the headers
+// hdr; it returns the status and body (0 and an error logged if it failed:
+// safe in goroutines).
+func requestFrom(t testing.TB, base, src, method, path, user, pass string, hdr http.Header) (int, []byte) {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequest(method, base+path, nil)
+	if err != nil {
+		t.Errorf("request: %v", err)
+		return 0, nil
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		t.Errorf("%s %s from %s: %v", method, path, src, err)
+		return 0, nil
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, body
+}
 
 // adminClient is an HTTP client of an obmd's admin API.
 type adminClient struct {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/realip"
 )
 
 // Config is everything an operator can set. The YAML names are the config
@@ -68,13 +70,35 @@ type Config struct {
 	// letting it skip ahead.
 	DropSlowViewers bool `yaml:"drop_slow_viewers"`
 	// MaxSessionsPerNode and MaxSessionsPerSource bound live sessions
-	// (defaults 64 and 32; negative: unlimited).
-	MaxSessionsPerNode   int `yaml:"max_sessions_per_node"`
-	MaxSessionsPerSource int `yaml:"max_sessions_per_source"`
+	// (defaults 64 and 32; negative: unlimited); MaxSessionsPerSource
+	// counts SSH sessions. MaxHTTPSessionsPerSource bounds the node-token
+	// HTTP sessions (console streams, power calls) of one address apart:
+	// a cloud controller such as HIL streams every node's console from one
+	// address (default 1024; negative: unlimited).
+	MaxSessionsPerNode       int `yaml:"max_sessions_per_node"`
+	MaxSessionsPerSource     int `yaml:"max_sessions_per_source"`
+	MaxHTTPSessionsPerSource int `yaml:"max_http_sessions_per_source"`
 	// MaxConnsPerSource bounds open SSH connections, authenticated or not,
 	// from one address (an IPv6 /64 counts as one; default 64; negative:
-	// no limit).
+	// no limit); at the limit a new one displaces the address's oldest
+	// unauthenticated connection.
 	MaxConnsPerSource int `yaml:"max_conns_per_source"`
+	// LoginGraceTime bounds the time an SSH connection may take to
+	// authenticate, in every phase before it (default 30 s).
+	LoginGraceTime time.Duration `yaml:"login_grace_time"`
+	// MaxUnauthenticated bounds SSH connections that have not
+	// authenticated (default 1024), MaxUnauthenticatedPerSource those of
+	// one address (default 32); when full, a new connection displaces the
+	// oldest unauthenticated one (negative: no limit).
+	MaxUnauthenticated          int `yaml:"max_unauthenticated"`
+	MaxUnauthenticatedPerSource int `yaml:"max_unauthenticated_per_source"`
+	// ProxyProtocolFrom lists the load balancers (addresses or networks)
+	// that send a PROXY protocol header (v1 or v2) on the SSH port: their
+	// connections must start with one, which names the real client.
+	ProxyProtocolFrom []string `yaml:"proxy_protocol_from"`
+	// TrustedProxies lists the reverse proxies (addresses or networks)
+	// whose X-Forwarded-For the admin API believes.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// AuthLimits bound guessing of node tokens and of the admin token; SSH
 	// and the admin API share one budget per source.
 	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
@@ -91,6 +115,11 @@ type Config struct {
 	EpochPoll time.Duration `yaml:"epoch_poll"`
 	// ShutdownTimeout bounds a graceful stop (default 10 s).
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// ChangeTimeout bounds an access change made through the admin API:
+	// storing it, cutting the sessions it ends, and every other replica's
+	// acknowledgement (default 5 s). It also bounds one poll of the
+	// database for changes and each login's lookups.
+	ChangeTimeout time.Duration `yaml:"change_timeout"`
 
 	// Several replicas on one MySQL/MariaDB (docs/replicas.md). ReplicaID
 	// names this replica (default: host name and a random suffix, new at
@@ -148,11 +177,23 @@ func (c *Config) setDefaults() error {
 	if c.MaxSessionsPerSource == 0 {
 		c.MaxSessionsPerSource = 32
 	}
+	if c.MaxHTTPSessionsPerSource == 0 {
+		c.MaxHTTPSessionsPerSource = 1024
+	}
+	if err := c.doorDefaults(); err != nil {
+		return err
+	}
 	if c.EpochPoll <= 0 {
 		c.EpochPoll = time.Second
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.ChangeTimeout < 0 {
+		return errors.New("change_timeout must not be negative")
+	}
+	if c.ChangeTimeout == 0 {
+		c.ChangeTimeout = 5 * time.Second
 	}
 	if err := c.adminDefaults(); err != nil {
 		return err
@@ -167,6 +208,35 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("admin address %s is not loopback: configure tls_cert/tls_key, or set insecure_http to send tokens in clear", c.AdminAddr)
 	}
 	return nil
+}
+
+// doorDefaults checks what guards the doors: the admin token's strength,
+// the pre-authentication bounds, and the lists of balancers and proxies
+// (part of setDefaults).
+func (c *Config) doorDefaults() error {
+	if c.AdminToken != "" && len(c.AdminToken) < admin.MinAdminTokenLen {
+		return fmt.Errorf("admin_token is %d characters; it must have at least %d (e.g. openssl rand -base64 24)",
+			len(c.AdminToken), admin.MinAdminTokenLen)
+	}
+	if c.LoginGraceTime < 0 {
+		return errors.New("login_grace_time must not be negative")
+	}
+	if c.LoginGraceTime == 0 {
+		c.LoginGraceTime = 30 * time.Second
+	}
+	_, _, err := c.balancers()
+	return err
+}
+
+// balancers parses ProxyProtocolFrom and TrustedProxies.
+func (c *Config) balancers() (proxyFrom, trustedProxies realip.Trusted, err error) {
+	if proxyFrom, err = realip.ParseTrusted(c.ProxyProtocolFrom); err != nil {
+		return nil, nil, fmt.Errorf("proxy_protocol_from: %w", err)
+	}
+	if trustedProxies, err = realip.ParseTrusted(c.TrustedProxies); err != nil {
+		return nil, nil, fmt.Errorf("trusted_proxies: %w", err)
+	}
+	return proxyFrom, trustedProxies, nil
 }
 
 // loopback reports whether addr's host is a loopback address or localhost.

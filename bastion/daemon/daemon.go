@@ -45,6 +45,7 @@ type Daemon struct {
 	reg      *sessions.Registry
 	metrics  *metrics.Registry
 	revoker  *bastion.Revoker
+	limiter  *bastion.Limiter
 	ssh      *bastion.Server
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
@@ -113,6 +114,10 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		if created {
 			d.newAdminToken = d.adminToken
 		}
+		if len(d.adminToken) < admin.MinAdminTokenLen {
+			return fmt.Errorf("admin token in %s is %d characters; it must have at least %d (delete the file to have a new one generated)",
+				tokenFile, len(d.adminToken), admin.MinAdminTokenLen)
+		}
 	}
 
 	d.lab = sim.NewLab()
@@ -133,8 +138,14 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
-		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource)})
-	d.revoker = bastion.NewRevoker(d.consoles, d.reg, d.store, d.log)
+		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource), MaxPerSourceHTTP: unlimited(d.cfg.MaxHTTPSessionsPerSource)})
+	gated := gatedStore{d.store, d}
+	var peers bastion.Peers
+	if d.rep.cluster != nil {
+		peers = d.rep.cluster
+	}
+	d.revoker = bastion.NewRevoker(bastion.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
+		d.consoles, d.reg, gated, d.log)
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower},
@@ -142,17 +153,26 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
+	proxyFrom, trustedProxies, err := d.cfg.balancers()
+	if err != nil {
+		return err
+	}
 	// One guessing budget per source for SSH and the admin API.
-	limiter := bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: limiter, Metrics: d.metrics,
-		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay}, d.store, sealer, runner,
+	d.limiter = bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
+		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
+		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
+		d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
-		Limiter: limiter, FailDelay: d.cfg.FailDelay, MaxConnsPerSource: d.cfg.MaxConnsPerSource, Admit: d.revoker.Admit,
-		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms}, d.store, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
+		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
+		MaxUnauthenticated: d.cfg.MaxUnauthenticated, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
+		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom, Admit: d.revoker.Admit,
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
+		gated, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
 	}
@@ -274,6 +294,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return d.watchChanges(gctx) })
+	g.Go(func() error { return d.limiter.Run(gctx) })
 	g.Go(d.servePeer)
 	g.Go(func() error {
 		<-gctx.Done()
@@ -312,11 +333,32 @@ func (d *Daemon) shutdown() error {
 		d.http.Close()
 	}
 	d.closePeer() // after the consoles: their leases are released, relays told
-	if err := d.store.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close database: %w", err))
+	if err := d.revoker.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	d.withdraw(ctx)
+	if err := d.closeStore(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	d.log.WithFields(logrus.Fields{"sessions_cut": cut, "sessions_late": late}).Info("obmd_stopped")
 	return errors.Join(errs...)
+}
+
+// closeStore closes the database within ctx. A write stuck in the kernel
+// (a frozen disk) would hold Close until it returns: past ctx the close is
+// left behind, with the process about to exit.
+func (d *Daemon) closeStore(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- d.store.Close() }() // waited for below, or left to the exiting process
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("close database: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close database: not done within the shutdown bound (a write is stuck?)")
+	}
 }
 
 // closeAll releases what a failed Start opened.
@@ -339,7 +381,9 @@ func (d *Daemon) closeAll() {
 
 // watchChanges applies access changes made elsewhere (another replica, or
 // obmctl against another replica) to this replica's sessions. Changes made
-// here were applied by the admin call already; Revoker skips them.
+// here were applied by the admin call already; Revoker skips them. Each
+// poll is also this replica's look at the database's health (dbPolled)
+// and, in cluster mode, its announcement to the others (announce).
 func (d *Daemon) watchChanges(ctx context.Context) error {
 	cursor, err := d.store.LatestChange(ctx)
 	if err != nil {
@@ -349,6 +393,7 @@ func (d *Daemon) watchChanges(ctx context.Context) error {
 		return fmt.Errorf("read access changes: %w", err)
 	}
 	d.revoker.Watched(cursor)
+	d.announce(ctx, cursor)
 	t := time.NewTicker(d.cfg.EpochPoll)
 	defer t.Stop()
 	for {
@@ -357,12 +402,18 @@ func (d *Daemon) watchChanges(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		changes, err := d.store.ChangesSince(ctx, cursor, 1000)
-		d.dbPolled(err)
+		pctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
+		changes, err := d.store.ChangesSince(pctx, cursor, 1000)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		health := d.checkDB(err)
+		d.dbPolled(health)
+		if health != nil {
+			d.log.WithError(health).Warn("access_poll_failed")
+		}
 		if err != nil {
-			if ctx.Err() == nil {
-				d.log.WithError(err).Warn("access_poll_failed")
-			}
 			continue
 		}
 		for _, c := range changes {
@@ -370,6 +421,7 @@ func (d *Daemon) watchChanges(ctx context.Context) error {
 			cursor = c.Epoch
 		}
 		d.revoker.Watched(cursor)
+		d.announce(ctx, cursor)
 	}
 }
 
@@ -393,12 +445,10 @@ type revokeAndForget struct {
 	res *nodes.Resolver
 }
 
-func (v revokeAndForget) Begin(label string) func(epoch int64, why string) {
-	end := v.r.Begin(label)
-	return func(epoch int64, why string) {
-		end(epoch, why)
-		if why == admin.WhyNodeDeleted {
-			v.res.Forget(label)
-		}
+func (v revokeAndForget) Change(ctx context.Context, c bastion.Change) error {
+	err := v.r.Change(ctx, c)
+	if (err == nil || errors.Is(err, bastion.ErrNotConfirmed)) && c.Why == admin.WhyNodeDeleted {
+		v.res.Forget(c.Node)
 	}
+	return err
 }

@@ -6,8 +6,6 @@ package daemon_test
 
 import (
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -235,30 +233,23 @@ func TestAuditFloodKeyOffers(t *testing.T) {
 // basic credentials user:pass ("" user: none); it returns the status.
 func (o *obmd) afHTTPFrom(src, method, path, user, pass string) int {
 	o.t.Helper()
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
-	defer client.CloseIdleConnections()
-	req, err := http.NewRequest(method, "http://"+o.AdminAddr()+path, nil)
-	if err != nil {
-		o.t.Fatalf("request: %v", err)
-	}
-	if user != "" {
-		req.SetBasicAuth(user, pass)
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		o.t.Errorf("%s %s from %s: %v", method, path, src, err)
-		return 0
-	}
-	defer res.Body.Close()
-	io.Copy(io.Discard, res.Body)
-	return res.StatusCode
+	code, _ := o.httpFrom(src, method, path, user, pass, nil)
+	return code
+}
+
+// httpFrom sends an admin-port request from the local address src with
+// basic credentials user:pass ("" user: none) and the headers hdr; it
+// returns the status and body (0 and an error logged if it failed).
+func (o *obmd) httpFrom(src, method, path, user, pass string, hdr http.Header) (int, []byte) {
+	o.t.Helper()
+	return requestFrom(o.t, "http://"+o.AdminAddr(), src, method, path, user, pass, hdr)
 }
 
 // TestAuditFloodShared: SSH and the admin API share one guessing budget
 // per source: a source locked out by SSH guesses is refused by the admin
-// API, even with the right admin token or node token, and one locked out
-// by admin-API guesses is refused by SSH; a flood of unauthenticated
+// API's node-token routes, even with the right token (the right admin
+// token is never refused), and one locked out by admin-API guesses is
+// refused by SSH; a flood of unauthenticated
 // admin-API requests writes one audit row per failure until the lockout,
 // then one.
 func TestAuditFloodShared(t *testing.T) {
@@ -277,8 +268,11 @@ func TestAuditFloodShared(t *testing.T) {
 			t.Fatal("a guess authenticated")
 		}
 	}
-	if code := o.afHTTPFrom(sshGuesser, "GET", "/v1/nodes", "admin", o.AdminToken()); code != http.StatusTooManyRequests {
-		t.Errorf("admin token from a source locked out over SSH: got %d, want 429", code)
+	if code := o.afHTTPFrom(sshGuesser, "GET", "/v1/nodes", "admin", o.AdminToken()); code != http.StatusOK {
+		t.Errorf("right admin token from a source locked out over SSH: got %d, want 200", code)
+	}
+	if code := o.afHTTPFrom(sshGuesser, "GET", "/v1/nodes", "admin", "guess"); code != http.StatusTooManyRequests {
+		t.Errorf("wrong admin token from a source locked out over SSH: got %d, want 429", code)
 	}
 	if code := o.afHTTPFrom(sshGuesser, "GET", tokenRoute+tok, "", ""); code != http.StatusTooManyRequests {
 		t.Errorf("node token from a source locked out over SSH: got %d, want 429", code)

@@ -7,7 +7,6 @@ package daemon_test
 // client that stops reading cannot outlive a revocation.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -435,9 +434,12 @@ func TestHostileSSHFeatures(t *testing.T) {
 
 // TestHostileSessionLimits: the N+1th session of a node, or from one source
 // address, is refused with a message that says which limit; HTTP console
-// streams count too.
+// streams count against the node's limit, and against the address's HTTP
+// budget apart from its SSH one.
 func TestHostileSessionLimits(t *testing.T) {
-	o := startObmd(t, func(c *daemon.Config) { c.MaxSessionsPerNode, c.MaxSessionsPerSource = 2, 3 })
+	o := startObmd(t, func(c *daemon.Config) {
+		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxHTTPSessionsPerSource = 2, 2, 1
+	})
 	t1, t2 := o.addSimNode("n1"), o.addSimNode("n2")
 	a := o.goConsole(t, "n1", t1, conOpts{pty: true}) // escapes need a PTY
 	a.errb.wait(t, "first console", 0, "console of n1")
@@ -450,11 +452,15 @@ func TestHostileSessionLimits(t *testing.T) {
 	if status != 429 || !strings.Contains(string(body), "too many sessions on node n1") {
 		t.Errorf("third HTTP console of n1: got %d %s, want 429 and the per-node limit", status, body)
 	}
+	status, body = o.request("GET", "/node/n2/power_status?token="+t2, nil, "", "")
+	if status != 429 || !strings.Contains(string(body), "too many sessions from your address (limit 1)") {
+		t.Errorf("second HTTP session from 127.0.0.1: got %d %s, want 429 and the HTTP per-source limit", status, body)
+	}
 	b := o.goConsole(t, "n2", t2, conOpts{})
 	b.errb.wait(t, "console of n2", 0, "console of n2")
 	res, err = o.execGo("n2", t2, "power-status")
-	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions from your address (limit 3)") {
-		t.Errorf("fourth session from 127.0.0.1: got %v (%v), want exit 3 and the per-source limit", res, err)
+	if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "too many sessions from your address (limit 2)") {
+		t.Errorf("third SSH session from 127.0.0.1: got %v (%v), want exit 3 and the per-source limit", res, err)
 	}
 	// Ending one frees its place.
 	a.in.Write([]byte("\x05c."))
@@ -526,48 +532,32 @@ func TestHostileStuckClientsCut(t *testing.T) {
 }
 
 // TestHostileConnectionFlood: one address cannot hold more than
-// max_conns_per_source connections, even unauthenticated ones; others are
-// not affected, and a freed slot can be used again.
+// max_conns_per_source connections, even unauthenticated ones: a new one
+// displaces its oldest unauthenticated connection (TestPreauthCaps has the
+// other caps); others are not affected.
 func TestHostileConnectionFlood(t *testing.T) {
 	t.Parallel()
 	const limit = 3
 	o := startObmd(t, func(c *daemon.Config) { c.MaxConnsPerSource = limit })
 	tok := o.addSimNode("flood")
-	banner := func(c net.Conn) (string, error) {
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		return line, err
+	var held []*paConn
+	for range limit {
+		c := paDial(t, o, "127.0.0.9")
+		c.admitted(t) // idle: never authenticates
+		held = append(held, c)
 	}
-	dialFrom := func(src string) net.Conn {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-		c, err := d.Dial("tcp", o.SSHAddr())
-		if err != nil {
-			t.Fatalf("dial from %s: %v", src, err)
+	extra := paDial(t, o, "127.0.0.9")
+	extra.admitted(t)
+	held[0].closedAt(t, "the oldest connection over the limit")
+	for i, c := range append(held[1:], extra) {
+		if !c.open() {
+			t.Errorf("connection %d: closed, want the newest %d held", i+1, limit)
 		}
-		return c
-	}
-	var held []net.Conn
-	for i := range limit {
-		c := dialFrom("127.0.0.9")
-		defer c.Close()
-		if line, err := banner(c); err != nil || !strings.HasPrefix(line, "SSH-2.0-") {
-			t.Fatalf("connection %d: got %q (%v), want the SSH banner", i, line, err)
-		}
-		held = append(held, c) // idle: never authenticates
-	}
-	extra := dialFrom("127.0.0.9")
-	defer extra.Close()
-	if line, err := banner(extra); err == nil {
-		t.Errorf("connection over the limit: got %q, want it closed", line)
 	}
 	if err := o.fdTryFrom(t, "127.0.0.10", "flood", tok); err != nil {
 		t.Errorf("login from another address: %v, want success", err)
 	}
-	held[0].Close()
-	waitUntil(t, "a slot to be free again", func() bool {
-		c := dialFrom("127.0.0.9")
-		defer c.Close()
-		line, err := banner(c)
-		return err == nil && strings.HasPrefix(line, "SSH-2.0-")
-	})
+	if err := o.fdTryFrom(t, "127.0.0.9", "flood", tok); err != nil {
+		t.Errorf("login from the flooding address: %v, want success", err)
+	}
 }

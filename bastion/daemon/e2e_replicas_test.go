@@ -22,7 +22,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +31,6 @@ import (
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
-	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmisim"
 )
@@ -51,39 +49,9 @@ func TestReplicas(t *testing.T) {
 	dsn := dbtest.MySQLDSN(t)
 	ipmisim.Require(t, "ssh", "ipmitool")
 	bmc := ipmisim.Start(t)
-	bin := obmdBinary(t)
-
-	shared := t.TempDir()
-	hostKey, sealKey := filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
-	if _, err := keys.LoadOrCreateHostKey(hostKey); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := keys.LoadOrCreateSealer(sealKey); err != nil {
-		t.Fatal(err)
-	}
-	adminToken := rpRandom(t)
-
 	// Three replicas start at once (they migrate the database concurrently).
-	names := []string{"rep-a", "rep-b", "rep-c"}
-	reps := make([]*rpReplica, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reps[i] = rpStart(t, bin, name, map[string]string{
-				"OBMD_DB": dsn, "OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey, "OBMD_ADMIN_TOKEN": adminToken,
-				"OBMD_PEER_ADDR": "127.0.0.1:0", "OBMD_LEASE_TTL": rpLeaseTTL.String(),
-				"OBMD_POWER_TIMEOUT": rpPowerTimeout.String(),
-			})
-		}()
-	}
-	wg.Wait()
-	for _, r := range reps {
-		if r == nil {
-			t.FailNow() // rpStart reported why
-		}
-	}
+	reps := rpCluster(t, dsn, map[string]string{"OBMD_LEASE_TTL": rpLeaseTTL.String(),
+		"OBMD_POWER_TIMEOUT": rpPowerTimeout.String()})
 	a, b, c := reps[0], reps[1], reps[2]
 	if fa, fb := a.listening["host_key"], b.listening["host_key"]; fa == "" || fa != fb {
 		t.Errorf("host key fingerprints: got %q and %q, want one shared key", fa, fb)

@@ -424,7 +424,7 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 	onEngines(t, func(t *testing.T, dsn string) {
 		dir := t.TempDir()
 		shared := func(c *daemon.Config) {
-			c.DB, c.SealKey, c.HostKey, c.AdminToken = dsn, dir+"/seal.key", dir+"/host_key", "replicas-admin-token"
+			c.DB, c.SealKey, c.HostKey, c.AdminToken = dsn, dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
 		}
 		r1 := startObmd(t, shared)
 		r2 := startObmd(t, shared, func(c *daemon.Config) { c.EpochPoll = time.Hour })

@@ -55,13 +55,18 @@ func (o *obmd) fdAudit(node string) []fdAuditRow {
 // fdDialFrom connects from the local address src (127.0.0.2, ...), so tests
 // can act as several clients.
 func (o *obmd) fdDialFrom(src, user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
+	return dialFrom(o.SSHAddr(), src, user, auth...)
+}
+
+// dialFrom connects to addr from the local address src as user.
+func dialFrom(addr, src, user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	nc, err := d.Dial("tcp", o.SSHAddr())
+	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	nc.SetDeadline(time.Now().Add(30 * time.Second))
-	conn, chans, reqs, err := gossh.NewClientConn(nc, o.SSHAddr(), &gossh.ClientConfig{
+	conn, chans, reqs, err := gossh.NewClientConn(nc, addr, &gossh.ClientConfig{
 		User: user, Auth: auth, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
 	})
 	if err != nil {

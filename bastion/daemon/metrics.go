@@ -29,6 +29,14 @@ func (d *Daemon) newMetrics() *metrics.Registry {
 		w.Sample("", float64(st.BytesIn), "direction", "in")
 		w.Counter("obmd_console_viewer_overflows_total", "Times a slow viewer's queue overflowed.", float64(st.Overflows))
 		w.Counter("obmd_console_skipped_bytes_total", "Console bytes slow viewers skipped.", float64(st.Skipped))
+		pre := d.ssh.PreauthStats()
+		w.Gauge("obmd_ssh_connections", "Open SSH connections, authenticated or not.", float64(pre.Conns))
+		w.Gauge("obmd_ssh_unauthenticated", "SSH connections that have not authenticated yet.", float64(pre.Open))
+		w.Family("obmd_ssh_unauthenticated_closed_total", "counter", "SSH connections closed before authenticating, by reason (grace: login_grace_time passed; displaced: by a newer connection at a cap; refused: the address at max_conns_per_source, all authenticated).")
+		w.Sample("", float64(pre.Expired), "reason", "grace")
+		w.Sample("", float64(pre.Displaced), "reason", "displaced")
+		w.Sample("", float64(pre.Refused), "reason", "refused")
+		w.Gauge("obmd_auth_limiter_entries", "Sources, nodes and (node, source) pairs the guessing limiter tracks.", float64(d.limiter.Tracked()))
 	})
 	return m
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -18,11 +19,13 @@ import (
 	"github.com/obmd/obmd/sol"
 )
 
-// dbDownBanner is shown to SSH clients while this replica cannot reach its
-// database: their login will fail (access is never decided from memory),
-// and this says why.
-const dbDownBanner = "obmd: this server cannot reach its database right now, so it cannot check your access.\r\n" +
-	"Logins are refused until it is back; try again shortly (another obmd replica may serve you).\r\n"
+// dbDownBanner is shown to SSH clients while this replica cannot use its
+// database (it does not answer, or does not complete writes: a frozen
+// disk): their login will fail (access is never decided from memory), and
+// this says why.
+const dbDownBanner = "obmd: this server cannot reach its database right now (it does not answer, or does not complete writes),\r\n" +
+	"so it cannot check your access. Logins are refused until it is back; try again shortly\r\n" +
+	"(another obmd replica may serve you).\r\n"
 
 // replicas is the daemon's part in a cluster of replicas sharing one
 // database. With no peer address configured it is single-replica mode:
@@ -123,7 +126,7 @@ func (d *Daemon) startCluster(hostKey gossh.Signer, local sol.Resolver, forComma
 	}
 	var err error
 	d.rep.cluster, err = cluster.New(cluster.Config{ReplicaID: d.cfg.ReplicaID, PeerAddr: advertise, HostKey: hostKey,
-		LeaseTTL: d.cfg.LeaseTTL}, d.store, local, d.log.WithField("part", "cluster"))
+		Access: clusterAccess{d}, LeaseTTL: d.cfg.LeaseTTL}, d.store, local, d.log.WithField("part", "cluster"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -159,6 +162,31 @@ func (d *Daemon) closePeer() {
 	}
 	if d.rep.peerL != nil {
 		d.rep.peerL.Close()
+	}
+}
+
+// announce tells the other replicas, through the database, that this one
+// is alive and has applied every access change up to applied (cluster
+// mode). A failure is logged: the announcement expires, and replicas that
+// change access then stop waiting for this one.
+func (d *Daemon) announce(ctx context.Context, applied int64) {
+	if d.rep.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
+	defer cancel()
+	if err := d.rep.cluster.Announce(ctx, applied); err != nil && ctx.Err() == nil {
+		d.log.WithError(err).Warn("replica_announce_failed")
+	}
+}
+
+// withdraw removes this replica's announcement at a clean stop.
+func (d *Daemon) withdraw(ctx context.Context) {
+	if d.rep.cluster == nil {
+		return
+	}
+	if err := d.rep.cluster.Withdraw(ctx); err != nil {
+		d.log.WithError(err).Warn("replica_withdraw_failed")
 	}
 }
 
@@ -200,7 +228,7 @@ func (d *Daemon) cutAll(why string) {
 
 // loginBanner is the SSH banner: empty while the database answers.
 func (d *Daemon) loginBanner() string {
-	if d.rep.dbDown.Load() {
+	if d.dbUnusable() {
 		return dbDownBanner
 	}
 	return ""

@@ -50,12 +50,21 @@ type Info struct {
 	Remote  string    `json:"remote"` // client address
 	Started time.Time `json:"started"`
 	Epoch   int64     `json:"-"`
+	// HTTP marks a session of the admin API's node-token routes (console
+	// streams, power calls): they count against Config.MaxPerSourceHTTP,
+	// SSH sessions against MaxPerSource.
+	HTTP bool `json:"-"`
 }
 
 // Config bounds sessions; zero means unlimited.
 type Config struct {
-	MaxPerNode   int
-	MaxPerSource int // per SourceKey of the client's address
+	MaxPerNode int
+	// MaxPerSource bounds the SSH sessions of one client address (per
+	// SourceKey); MaxPerSourceHTTP its node-token HTTP sessions, which a
+	// cloud controller (HIL) opens from one address for every node it
+	// manages (a console stream each, and power calls).
+	MaxPerSource     int
+	MaxPerSourceHTTP int
 	// CutWait bounds how long Cut waits for cancelled sessions to finish
 	// (default 2 s). A session that does not end in time is logged by the
 	// caller; it has been cancelled regardless.
@@ -70,13 +79,19 @@ type Registry struct {
 	mu       sync.Mutex
 	byID     map[string]*entry
 	perNode  map[string]int
-	perSrc   map[string]int
+	perSrc   map[srcKey]int
 	shutdown bool
+}
+
+// srcKey counts a source's SSH and HTTP sessions apart.
+type srcKey struct {
+	src  string
+	http bool
 }
 
 type entry struct {
 	info   Info
-	src    string
+	src    srcKey
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed by the end func, once
 }
@@ -86,7 +101,7 @@ func New(cfg Config) *Registry {
 	if cfg.CutWait <= 0 {
 		cfg.CutWait = 2 * time.Second
 	}
-	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[string]int{}}
+	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[srcKey]int{}}
 }
 
 // SourceKey is obmd's name for the client host (an address without port)
@@ -108,9 +123,14 @@ func SourceKey(host string) string {
 // The returned context is cancelled, with a cause the session shows its user,
 // when the session is cut; end must be called exactly once when the session
 // has finished (it is what Cut waits for). host is the client's address
-// without port; the per-source limit counts it by SourceKey.
+// without port; the per-source limit (of info's door: SSH, or HTTP) counts
+// it by SourceKey.
 func (r *Registry) Start(parent context.Context, info Info, host string) (ctx context.Context, _ Info, end func(), err error) {
-	src := SourceKey(host)
+	src := srcKey{SourceKey(host), info.HTTP}
+	maxSrc := r.cfg.MaxPerSource
+	if info.HTTP {
+		maxSrc = r.cfg.MaxPerSourceHTTP
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.shutdown {
@@ -119,8 +139,8 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	if r.cfg.MaxPerNode > 0 && r.perNode[info.Node] >= r.cfg.MaxPerNode {
 		return nil, Info{}, nil, fmt.Errorf("%w on node %s (limit %d)", ErrTooMany, info.Node, r.cfg.MaxPerNode)
 	}
-	if r.cfg.MaxPerSource > 0 && r.perSrc[src] >= r.cfg.MaxPerSource {
-		return nil, Info{}, nil, fmt.Errorf("%w from your address (limit %d)", ErrTooMany, r.cfg.MaxPerSource)
+	if maxSrc > 0 && r.perSrc[src] >= maxSrc {
+		return nil, Info{}, nil, fmt.Errorf("%w from your address (limit %d)", ErrTooMany, maxSrc)
 	}
 	info.ID = strconv.FormatUint(r.nextID.Add(1), 10)
 	info.Started = time.Now()

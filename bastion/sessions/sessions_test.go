@@ -114,6 +114,46 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// TestLimitsHTTPApart: an address's node-token HTTP sessions count against
+// MaxPerSourceHTTP, its SSH sessions against MaxPerSource, apart; the node's
+// limit counts both.
+func TestLimitsHTTPApart(t *testing.T) {
+	r := New(Config{MaxPerNode: 3, MaxPerSource: 1, MaxPerSourceHTTP: 2})
+	for i, tt := range []struct {
+		node string
+		http bool
+		want string // "" = allowed
+	}{
+		{"n1", false, ""},
+		{"n1", true, ""},
+		{"n2", true, ""},
+		{"n3", true, "too many sessions from your address (limit 2)"},
+		{"n3", false, "too many sessions from your address (limit 1)"},
+		{"n1", false, "too many sessions from your address (limit 1)"},
+	} {
+		_, _, end, err := r.Start(context.Background(), Info{Node: tt.node, Kind: KindExec, HTTP: tt.http}, "10.0.0.1")
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("session %d (http %v): got %v, want allowed", i, tt.http, err)
+		case tt.want != "" && (!errors.Is(err, ErrTooMany) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("session %d (http %v): got %v, want %q", i, tt.http, err, tt.want)
+		}
+		if err == nil {
+			defer end()
+		}
+	}
+	_, _, end, err := r.Start(context.Background(), Info{Node: "n1", Kind: KindExec, HTTP: true}, "10.0.0.2")
+	if err != nil {
+		t.Errorf("another address's HTTP session: %v", err)
+	} else {
+		defer end()
+	}
+	if _, _, _, err := r.Start(context.Background(), Info{Node: "n1", Kind: KindExec, HTTP: true}, "10.0.0.3"); err == nil ||
+		!strings.Contains(err.Error(), "on node n1 (limit 3)") {
+		t.Errorf("fourth session of n1: got %v, want the node's limit", err)
+	}
+}
+
 func TestSourceKey(t *testing.T) {
 	cases := []struct{ host, want string }{
 		{"192.0.2.7", "192.0.2.7"},

@@ -102,7 +102,8 @@ func decodeYAML(data []byte, cfg *daemon.Config) error {
 }
 
 // applyEnv sets each field of v from OBMD_<YAML KEY> (nested structs:
-// OBMD_<KEY>_<SUBKEY>), e.g. OBMD_SSH_ADDR, OBMD_AUTH_LIMITS_PER_SOURCE.
+// OBMD_<KEY>_<SUBKEY>), e.g. OBMD_SSH_ADDR, OBMD_AUTH_LIMITS_PER_SOURCE;
+// a list from comma-separated items (OBMD_TRUSTED_PROXIES=10.0.0.5,10.0.1.0/24).
 func applyEnv(v reflect.Value, prefix string, getenv func(string) string) error {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
@@ -145,6 +146,14 @@ func setField(f reflect.Value, raw string) error {
 			return err
 		}
 		f.SetBool(b)
+	case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
+		var list []string
+		for _, v := range strings.Split(raw, ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				list = append(list, v)
+			}
+		}
+		f.Set(reflect.ValueOf(list))
 	case f.Kind() == reflect.Int:
 		n, err := strconv.Atoi(raw)
 		if err != nil {

@@ -89,7 +89,7 @@ auth_limits:
 			if err != nil {
 				t.Fatalf("loadConfig: %v", err)
 			}
-			if want := tt.want(base); got != want {
+			if want := tt.want(base); !reflect.DeepEqual(got, want) {
 				t.Errorf("got %+v, want %+v", got, want)
 			}
 		})
@@ -199,7 +199,7 @@ func TestLoadConfigEmptyFile(t *testing.T) {
 		if err != nil {
 			t.Errorf("file %q: got %v, want no error", body, err)
 		}
-		if cfg != (daemon.Config{}) {
+		if !reflect.DeepEqual(cfg, daemon.Config{}) {
 			t.Errorf("file %q: got %+v, want the zero config", body, cfg)
 		}
 	}
@@ -273,6 +273,8 @@ func TestEveryConfigFieldFromEnv(t *testing.T) {
 				env[name] = "true"
 			case f.Type.Kind() == reflect.Int:
 				env[name] = "3"
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.String:
+				env[name] = "10.0.0.5, 10.0.1.0/24"
 			default:
 				t.Errorf("%s%s (%s): OBMD_ variables cannot set a %s", path, f.Name, name, f.Type)
 			}

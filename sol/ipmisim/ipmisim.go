@@ -50,7 +50,7 @@ func Require(t testing.TB, programs ...string) {
 	if len(missing) == 0 {
 		return
 	}
-	soltest.Missing(t, "missing %s (apt-get install -y ipmitool openipmi socat openssh-client sshpass)", strings.Join(missing, ", "))
+	soltest.Missing(t, "missing %s (apt-get install -y ipmitool openipmi socat openssh-client sshpass haproxy)", strings.Join(missing, ", "))
 }
 
 // Sim is one running ipmi_sim with its serial pty.

@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/db"
+)
+
+// Notify tells every other live replica of an access change made here
+// (label's epoch moved to epoch) and returns once each has applied it: cut
+// its sessions of the node older than epoch and wiped the node's console.
+// The replicas are those announced in the database (Announce), plus the
+// holder of the node's SOL lease in any case: the holder is the one that
+// must have applied the change before it is acknowledged, since every
+// byte of the node's console passes through it.
+//
+// A replica is told over the peer link (a noticeRequest it answers once
+// the change is applied). One that cannot be reached there counts as
+// confirmed once its announcement shows the change applied (it polls the
+// database) or has expired (it stopped). Notify returns an error naming
+// the replicas not confirmed when ctx ends.
+func (c *Cluster) Notify(ctx context.Context, label string, epoch int64, why string) error {
+	targets, err := c.notifyTargets(ctx, label)
+	if err != nil {
+		return fmt.Errorf("tell the other replicas: %w", err)
+	}
+	notice := gossh.Marshal(accessNotice{Label: label, Epoch: uint64(epoch), Why: why})
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []string
+	)
+	for id, addr := range targets {
+		wg.Add(1)
+		go func() { // ends when the replica confirmed, or at ctx's end
+			defer wg.Done()
+			if err := c.notifyOne(ctx, id, addr, epoch, notice); err != nil {
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s (%v)", id, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		return fmt.Errorf("not confirmed by replica %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// notifyTargets returns the other live replicas by ID, with their peer
+// addresses.
+func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]string, error) {
+	reps, err := c.store.Replicas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	targets := map[string]string{}
+	for _, r := range reps {
+		if r.ID != c.cfg.ReplicaID {
+			targets[r.ID] = r.Addr
+		}
+	}
+	l, err := c.store.Lease(ctx, label, db.LeaseSOL)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+	case err != nil:
+		return nil, err
+	case l.Owner != c.cfg.ReplicaID && time.Now().Before(l.ExpiresAt):
+		targets[l.Owner] = l.Addr
+	}
+	return targets, nil
+}
+
+// notifyOne tells replica id at addr, or failing that waits for its
+// announcement to show epoch applied (or to expire), until ctx ends.
+func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, notice []byte) error {
+	err := c.sendNotice(ctx, id, addr, notice)
+	if err == nil {
+		return nil
+	}
+	c.log.WithError(err).WithField("replica", id).Warn("peer_notice_failed")
+	for {
+		reps, rerr := c.store.Replicas(ctx)
+		if rerr == nil {
+			live := false
+			for _, r := range reps {
+				if r.ID == id {
+					live = r.Applied < epoch
+				}
+			}
+			if !live {
+				return nil // applied it (seen in the database), or stopped
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// sendNotice delivers notice to replica id's peer server at addr and waits
+// for its answer.
+func (c *Cluster) sendNotice(ctx context.Context, id, addr string, notice []byte) error {
+	if addr == "" {
+		return errors.New("no peer address")
+	}
+	client, err := c.dialPeer(ctx, addr, id)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	stop := context.AfterFunc(ctx, func() { client.Close() }) // unblocks the request
+	defer stop()
+	ok, _, err := client.SendRequest(noticeRequest, true, notice)
+	switch {
+	case err != nil:
+		return errors.Join(err, ctx.Err())
+	case !ok:
+		return errors.New("the replica refused the notice")
+	}
+	return nil
+}

@@ -1,0 +1,238 @@
+package bastion
+
+import (
+	"container/list"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/proxyproto"
+)
+
+// PreauthStats counts what the front door did to connections before they
+// authenticated (metrics).
+type PreauthStats struct {
+	Conns     int    // open connections, authenticated or not
+	Open      int    // connections not authenticated yet
+	Expired   uint64 // closed at the login grace time
+	Displaced uint64 // closed to make room for a newer connection
+	Refused   uint64 // refused: every connection of the source authenticated and the source at its cap
+}
+
+// admission bounds connections before they authenticate, as OpenSSH's
+// LoginGraceTime and MaxStartups do: each has grace to authenticate, in
+// whatever phase it stalls (version exchange, key exchange, auth), or a
+// timer closes it; and at most maxPre are unauthenticated at once, maxPreSrc
+// of them from one source, with maxConnsSrc connections of any kind per
+// source. A new connection that finds a cap full displaces the oldest
+// unauthenticated connection it competes with instead of being refused: an
+// honest client authenticates within milliseconds of connecting, so the
+// oldest is the one least likely to be one, and a flood that never
+// authenticates only displaces itself while logins go on. A source whose
+// connections are all authenticated and at maxConnsSrc is refused.
+//
+// A deadline on the socket would not do: gliderlabs/ssh v0.3.8 resets the
+// connection's deadline on every Read and Write (see go-deps notes), so the
+// bound is a timer (time.AfterFunc; its short-lived goroutine only closes
+// the socket, and end stops it).
+type admission struct {
+	grace                         time.Duration
+	maxPre, maxPreSrc, maxConnSrc int // 0: no limit
+
+	mu     sync.Mutex
+	closed bool
+	pre    list.List             // unauthenticated tickets, oldest first
+	preSrc map[string]*list.List // the same, per source
+	conns  map[string]int        // open connections per source
+	stats  PreauthStats
+}
+
+// ticket is one connection's place in the admission.
+type ticket struct {
+	src     string
+	close   func() error // closes the socket; the connection's owner then ends it
+	timer   *time.Timer
+	el, sel *list.Element // in pre and preSrc while unauthenticated
+	counted bool          // holds a place in conns
+}
+
+func newAdmission(grace time.Duration, maxPre, maxPreSrc, maxConnSrc int) *admission {
+	return &admission{grace: grace, maxPre: maxPre, maxPreSrc: maxPreSrc, maxConnSrc: maxConnSrc,
+		preSrc: map[string]*list.List{}, conns: map[string]int{}}
+}
+
+// admit gives a new connection from src a ticket, displacing older
+// unauthenticated connections as the caps require (their sockets are
+// closed), or refuses it (nil). closeConn closes its socket.
+func (g *admission) admit(src string, closeConn func() error) *ticket {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	var victims []*ticket
+	displace := func(l *list.List) bool {
+		if l == nil || l.Len() == 0 {
+			return false
+		}
+		v := l.Front().Value.(*ticket)
+		g.dropLocked(v)
+		g.stats.Displaced++
+		victims = append(victims, v)
+		return true
+	}
+	if g.maxConnSrc > 0 && g.conns[src] >= g.maxConnSrc && !displace(g.preSrc[src]) {
+		g.stats.Refused++
+		g.mu.Unlock()
+		return nil
+	}
+	if l := g.preSrc[src]; g.maxPreSrc > 0 && l != nil && l.Len() >= g.maxPreSrc {
+		displace(l)
+	}
+	if g.maxPre > 0 && g.pre.Len() >= g.maxPre {
+		displace(&g.pre)
+	}
+	t := &ticket{src: src, close: closeConn, counted: true}
+	t.el = g.pre.PushBack(t)
+	l := g.preSrc[src]
+	if l == nil {
+		l = list.New()
+		g.preSrc[src] = l
+	}
+	t.sel = l.PushBack(t)
+	g.conns[src]++
+	t.timer = time.AfterFunc(g.grace, func() { g.expire(t) })
+	g.mu.Unlock()
+	for _, v := range victims {
+		v.close()
+	}
+	return t
+}
+
+// dropLocked takes t out of the unauthenticated lists and gives back its
+// place in conns at once (its socket is about to be closed). g.mu held.
+func (g *admission) dropLocked(t *ticket) {
+	g.unlistLocked(t)
+	g.uncountLocked(t)
+}
+
+func (g *admission) unlistLocked(t *ticket) {
+	if t.el == nil {
+		return
+	}
+	g.pre.Remove(t.el)
+	l := g.preSrc[t.src]
+	l.Remove(t.sel)
+	if l.Len() == 0 {
+		delete(g.preSrc, t.src)
+	}
+	t.el, t.sel = nil, nil
+}
+
+func (g *admission) uncountLocked(t *ticket) {
+	if !t.counted {
+		return
+	}
+	t.counted = false
+	if g.conns[t.src]--; g.conns[t.src] <= 0 {
+		delete(g.conns, t.src)
+	}
+}
+
+// expire closes t's connection if it has not authenticated.
+func (g *admission) expire(t *ticket) {
+	g.mu.Lock()
+	if t.el == nil {
+		g.mu.Unlock()
+		return
+	}
+	g.dropLocked(t)
+	g.stats.Expired++
+	g.mu.Unlock()
+	t.close()
+}
+
+// authenticated takes t out of the unauthenticated connections; false if
+// it was closed first (it then fails on its own).
+func (g *admission) authenticated(t *ticket) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t.el == nil {
+		return false
+	}
+	t.timer.Stop()
+	g.unlistLocked(t)
+	return true
+}
+
+// end forgets t: its connection has closed.
+func (g *admission) end(t *ticket) {
+	t.timer.Stop()
+	g.mu.Lock()
+	g.dropLocked(t)
+	g.mu.Unlock()
+}
+
+// closeAll refuses new connections and closes every unauthenticated one
+// (a shutdown: they belong to no session the registry could end).
+func (g *admission) closeAll() {
+	g.mu.Lock()
+	g.closed = true
+	var victims []*ticket
+	for e := g.pre.Front(); e != nil; e = e.Next() {
+		victims = append(victims, e.Value.(*ticket))
+	}
+	for _, v := range victims {
+		g.dropLocked(v)
+	}
+	g.mu.Unlock()
+	for _, v := range victims {
+		v.close()
+	}
+}
+
+func (g *admission) snapshot() PreauthStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.stats
+	st.Open = g.pre.Len()
+	for _, n := range g.conns {
+		st.Conns += n
+	}
+	return st
+}
+
+// realClient returns conn as the client's: when conn comes from a listed
+// balancer (Config.ProxyProtocolFrom), the PROXY protocol header it must
+// send first says who the client is, and a connection without a valid one
+// is refused (ok false; conn is left for the caller to close); from anyone
+// else a header is not honoured (it is no SSH version line, and the
+// handshake fails).
+func (s *Server) realClient(conn net.Conn) (_ net.Conn, ok bool) {
+	if !s.cfg.ProxyProtocolFrom.ContainsAddr(conn.RemoteAddr()) {
+		return conn, true
+	}
+	pc, err := proxyproto.Accept(conn, s.cfg.ProxyHeaderTimeout)
+	if err != nil {
+		log := s.log.WithError(err).WithField("balancer", conn.RemoteAddr().String())
+		if errors.Is(err, io.EOF) { // a TCP health check: connect, close
+			log.Debug("proxy_header_missing")
+		} else {
+			log.Warn("proxy_header_refused")
+		}
+		return nil, false
+	}
+	return pc, true
+}
+
+// PreauthStats reports the connections that have not authenticated.
+func (s *Server) PreauthStats() PreauthStats { return s.admit.snapshot() }
+
+// tooMany logs a connection the admission refused.
+func (s *Server) tooMany(remote net.Addr) {
+	s.log.WithFields(logrus.Fields{"remote": remote.String(), "limit": s.cfg.MaxConnsPerSource}).Warn("too_many_connections")
+}

@@ -1,0 +1,186 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestStoreHealth runs the write-health, settlement and replica cases on
+// every engine.
+func TestStoreHealth(t *testing.T) {
+	runCases(t, []storeCase{
+		{"check_writes", testCheckWrites},
+		{"settle_waits_for_changes", testSettle},
+		{"replicas", testReplicas},
+	})
+}
+
+// holdWriter keeps writes to table from completing until release (which
+// may be called more than once), as a frozen disk or a stopped server
+// would: on SQLite it holds the writer pool's one connection (every write
+// waits), on MySQL a write lock on table.
+func holdWriter(t *testing.T, s *Store, table string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	var once sync.Once
+	if s.Dialect() == DialectSQLite {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { once.Do(func() { _ = tx.Rollback() }) }
+	}
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `LOCK TABLES `+table+` WRITE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		once.Do(func() {
+			if _, err := conn.ExecContext(ctx, `UNLOCK TABLES`); err != nil {
+				t.Errorf("unlock tables: %v", err)
+			}
+			_ = conn.Close()
+		})
+	}
+}
+
+func testCheckWrites(t *testing.T, s *Store, _ testEnv) {
+	ctx := context.Background()
+	const bound = 300 * time.Millisecond
+	if err := s.CheckWrites(ctx, bound); err != nil {
+		t.Fatalf("healthy: got %v, want nil", err)
+	}
+	time.Sleep(probeEvery) // the next check probes again
+	release := holdWriter(t, s, "write_probes")
+	defer release()
+	// A caller that does not wait learns the previous probe's outcome...
+	quick, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := s.CheckWrites(quick, bound)
+	cancel()
+	if err != nil {
+		t.Errorf("a probe just begun: got %v, want the previous outcome (nil)", err)
+	}
+	// ...and, once the probe has been stuck past the bound, that writes
+	// do not complete.
+	time.Sleep(bound + 100*time.Millisecond)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.CheckWrites(done, bound); !errors.Is(err, ErrWriteStuck) {
+		t.Errorf("writes held past the bound: got %v, want ErrWriteStuck", err)
+	}
+	release()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.CheckWrites(ctx, bound) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("writes never healthy again: %v", s.CheckWrites(ctx, bound))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if age := s.OldestWrite(); age != 0 {
+		t.Errorf("writes in progress when idle: oldest %v", age)
+	}
+}
+
+// testSettle: Settle decides a change in flight (its transaction holds
+// the change lock) before it reads.
+func testSettle(t *testing.T, s *Store, _ testEnv) {
+	ctx := context.Background()
+	n := mustCreate(t, s, "n1")
+	tx, err := s.w.BeginTx(ctx, nil) // SQLite: the one writer; MySQL: access_seq's row, from recordChange on
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := s.recordChange(ctx, tx, "n1") // a rotation, committed later
+	if err == nil {
+		err = setEpoch(ctx, tx, "n1", epoch)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = s.Settle(short, "n1")
+	cancel()
+	if err == nil {
+		t.Fatal("Settle with a change in flight: got an answer, want it to wait")
+	}
+	got := make(chan int64, 1)
+	go func() {
+		e, err := s.Settle(ctx, "n1")
+		if err != nil {
+			t.Errorf("Settle: %v", err)
+		}
+		got <- e
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-got; e != epoch || e <= n.Epoch {
+		t.Errorf("Settle: got epoch %d, want the change's %d", e, epoch)
+	}
+	del, err := s.DeleteNode(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := s.Settle(ctx, "n1"); !errors.Is(err, ErrNotFound) || e < del {
+		t.Errorf("Settle of a deleted node: got %d, %v, want ErrNotFound and at least the deletion's epoch %d", e, err, del)
+	}
+}
+
+func testReplicas(t *testing.T, s *Store, _ testEnv) {
+	ctx := context.Background()
+	if err := s.Announce(ctx, "rep-a", "10.0.0.1:2223", 5, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Announce(ctx, "rep-b", "10.0.0.2:2223", 3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Announce(ctx, "rep-a", "10.0.0.1:2223", 7, time.Minute); err != nil { // again: an update
+		t.Fatal(err)
+	}
+	reps, err := s.Replicas(ctx)
+	if err != nil || len(reps) != 2 || reps[0].ID != "rep-a" || reps[0].Applied != 7 || reps[1].Addr != "10.0.0.2:2223" {
+		t.Fatalf("replicas: got %+v, %v, want rep-a at 7 and rep-b", reps, err)
+	}
+	if err := s.Withdraw(ctx, "rep-b"); err != nil {
+		t.Fatal(err)
+	}
+	now := s.now
+	s.now = func() time.Time { return now().Add(2 * time.Minute) }
+	defer func() { s.now = now }()
+	if reps, err := s.Replicas(ctx); err != nil || len(reps) != 0 {
+		t.Errorf("replicas after withdrawal and expiry: got %+v, %v, want none", reps, err)
+	}
+	if err := s.Announce(ctx, "", "x", 1, time.Minute); err == nil {
+		t.Error("announce without an ID: got nil, want an error")
+	}
+}
+
+// TestSQLiteNoSharedMemoryFile: the WAL index lives in the process's
+// memory, not in a memory-mapped -shm file (see openSQLite), and a second
+// store of the same file in this process still reads and writes it.
+func TestSQLiteNoSharedMemoryFile(t *testing.T) {
+	dsn := t.TempDir() + "/obmd.db"
+	s := openTestStore(t, dsn)
+	mustCreate(t, s, "n1")
+	if _, err := os.Stat(dsn + "-shm"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s-shm: got %v, want no such file", dsn, err)
+	}
+	// Every reader connection is open from the start and stays open: a
+	// new one would have to write to the filesystem.
+	if st := s.r.Stats(); st.OpenConnections != st.MaxOpenConnections || st.Idle != st.OpenConnections {
+		t.Errorf("reader pool: got %d open (%d idle) of %d, want all open and idle", st.OpenConnections, st.Idle, st.MaxOpenConnections)
+	}
+	other := openTestStore(t, dsn)
+	mustCreate(t, other, "n2")
+	if ns, err := s.Nodes(context.Background()); err != nil || len(ns) != 2 {
+		t.Errorf("nodes through the first store: got %d, %v, want both", len(ns), err)
+	}
+}
