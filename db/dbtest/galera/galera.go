@@ -193,12 +193,19 @@ func (c *Cluster) Status(ctx context.Context, i int, name string) (string, error
 
 // CreateDatabase creates a database with a random name (on node 0 or, if
 // it is down, the first running node; Galera replicates it) and returns the
-// name.
+// name once every running node has it: a node runs replicated DDL in the
+// cluster's order, but after the node that took it has answered, so a
+// connection to another node named the database "unknown" a moment later.
 func (c *Cluster) CreateDatabase(ctx context.Context) (string, error) {
 	name := "obmd_galera_" + randomHex(6)
 	err := c.onAnyNode(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
 	if err != nil {
 		return "", fmt.Errorf("create database: %w", err)
+	}
+	for _, n := range c.nodes {
+		if err := n.waitDatabase(ctx, name); err != nil {
+			return "", fmt.Errorf("create database: %w", err)
+		}
 	}
 	return name, nil
 }

@@ -263,6 +263,26 @@ func (n *node) waitSynced(ctx context.Context, size int) error {
 	}
 }
 
+// waitDatabase waits until the node, if it runs, has database name.
+func (n *node) waitDatabase(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for n.running() {
+		var found int
+		err := n.root.QueryRowContext(ctx,
+			`SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?`, name).Scan(&found)
+		if err == nil && found == 1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("database %s did not reach %s: %v", name, n.name, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 func (n *node) status(ctx context.Context, name string) (string, error) {
 	if !n.running() {
 		return "", fmt.Errorf("%s is not running", n.name)
