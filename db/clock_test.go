@@ -15,9 +15,12 @@ import (
 // behind leaves its leases and announcements expired at once.
 func testLeaseClockSkew(t *testing.T, s *Store, env testEnv) {
 	ctx := context.Background()
-	ahead := openUnmigrated(t, env.at(1), WithClockSkew(time.Minute))
-	behind := openUnmigrated(t, env.at(2), WithClockSkew(-time.Minute))
-	honest := openUnmigrated(t, env.at(0))
+	// Opened as replicas start: migrating first (which on Galera also
+	// waits for the tables s created through another node).
+	ahead, behind, honest := openTestStore(t, env.at(1)), openTestStore(t, env.at(2)), openTestStore(t, env.at(0))
+	WithClockSkew(time.Minute)(ahead)
+	WithClockSkew(-time.Minute)(behind)
+	WithClockSkew(0)(honest)
 	const live, short = 30 * time.Second, time.Second
 
 	// Live leases held by the honest replica stay its own.
