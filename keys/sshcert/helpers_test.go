@@ -1,9 +1,9 @@
 package sshcert
 
 import (
-	"crypto/ed25519"
 	"crypto/rand"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -36,11 +36,7 @@ func (r *revoked) Revoked(ca string, serial uint64, keyID string) (bool, bool) {
 // newSigner returns a fresh ed25519 key as a signer.
 func newSigner(t testing.TB) gossh.Signer {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := gossh.NewSignerFromKey(priv)
+	s, err := keys.LoadOrCreateHostKey(filepath.Join(t.TempDir(), "key"))
 	if err != nil {
 		t.Fatal(err)
 	}
