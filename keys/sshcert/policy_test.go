@@ -240,10 +240,17 @@ func TestAuditTextIsSafe(t *testing.T) {
 			t.Errorf("refusal is %d bytes long, want at most 1500", len(msg))
 		}
 	}
-	g := Grant{CA: "hil", KeyID: nasty, Serial: 1}
-	id := g.Identity()
-	if strings.IndexFunc(id, func(r rune) bool { return !unicode.IsGraphic(r) }) >= 0 || len(id) > 200 {
-		t.Errorf("identity %q: want printable and bounded", id)
+	// The longest: a CA name at its limit, a key id of control bytes
+	// (each shown as 4), the largest serial.
+	const most = MaxNameLen + len(`:""...`) + 4*maxShownKeyID + len(" serial 18446744073709551615")
+	for _, g := range []Grant{
+		{CA: "hil", KeyID: nasty, Serial: 1},
+		{CA: strings.Repeat("n", MaxNameLen), KeyID: strings.Repeat("\x01", 300), Serial: math.MaxUint64},
+	} {
+		who := g.Who()
+		if strings.IndexFunc(who, func(r rune) bool { return !unicode.IsGraphic(r) }) >= 0 || len(who) > most {
+			t.Errorf("who %q (%d bytes): want printable and at most %d bytes", who, len(who), most)
+		}
 	}
 	for keyID, want := range map[string]string{
 		"alice":             "ssh:cert hil:alice serial 1",
