@@ -30,6 +30,12 @@ type CertAccess struct {
 	// RevokedSerial and RevokedKeyID: the certificate is revoked by its
 	// serial, by its key id.
 	RevokedSerial, RevokedKeyID bool
+	// Seen is the latest access epoch when it was read: every change up
+	// to it (credential changes included) is reflected above, none after
+	// it is (changes commit in epoch order). A credential change with a
+	// higher epoch that Affects the certificate must end a session that
+	// logged in with this read; one at or below Seen was already seen.
+	Seen int64
 
 	ca, keyID string // what it was read for
 	serial    uint64
@@ -53,10 +59,12 @@ func (a CertAccess) Revoked(ca string, serial uint64, keyID string) (bySerial, b
 }
 
 // certAccessQuery reads the node's epoch and the time of the change that
-// set it, its principals (one row each, or one NULL row), the CA's name
-// and both revocation checks: one round trip, one snapshot.
+// set it, its principals (one row each, or one NULL row), the CA's name,
+// both revocation checks and the latest epoch: one round trip, one
+// snapshot.
 const certAccessQuery = `SELECT n.access_epoch, c.at, p.principal,
-	(SELECT a.name FROM cert_authorities a WHERE a.fingerprint = ?), ` + revokedQuery + `
+	(SELECT a.name FROM cert_authorities a WHERE a.fingerprint = ?), ` + revokedQuery + `,
+	(SELECT q.epoch FROM access_seq q WHERE q.id = 1)
 	FROM nodes n
 	LEFT JOIN access_changes c ON c.epoch = n.access_epoch
 	LEFT JOIN node_principals p ON p.node = n.label
@@ -84,7 +92,7 @@ func (s *Store) CertAccess(ctx context.Context, label, ca string, serial uint64,
 			byKeyID    bool
 			epochOfRow int64
 		)
-		if err := rows.Scan(&epochOfRow, &at, &principal, &name, &bySerial, &byKeyID); err != nil {
+		if err := rows.Scan(&epochOfRow, &at, &principal, &name, &bySerial, &byKeyID, &a.Seen); err != nil {
 			return CertAccess{}, fmt.Errorf("get certificate access of %s: %w", label, err)
 		}
 		a.Epoch, a.CAName, a.Trusted = epochOfRow, name.String, name.Valid

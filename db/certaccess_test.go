@@ -73,13 +73,19 @@ func testCertAccess(t *testing.T, s *Store, _ testEnv) {
 		}
 	}
 
+	// It saw every change up to the latest, credential changes included.
+	latest, _ := s.LatestChange(ctx)
+	if a.Seen != latest || a.Seen <= a.Epoch {
+		t.Errorf("seen: got %d, want the latest epoch %d (a revocation's, above the node's %d)", a.Seen, latest, a.Epoch)
+	}
+
 	// The tenancy starts at the node's last access change.
 	e, err := s.SetToken(ctx, "n1", keys.HashToken("t"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, _ = s.CertAccess(ctx, "n1", caOne.Fingerprint, 7, "bob")
-	if a.Epoch != e || !a.TenancyStart.After(n.CreatedAt) {
+	if a.Epoch != e || a.Seen != e || !a.TenancyStart.After(n.CreatedAt) {
 		t.Errorf("after rotation: got epoch %d from %v, want %d from after %v", a.Epoch, a.TenancyStart, e, n.CreatedAt)
 	}
 }
