@@ -1,0 +1,24 @@
+// Package history owns a node's console history: what the node printed and
+// what happened to its console (markers: link lost and restored, power and
+// boot-device operations and who ran them, the end of a tenancy), kept per
+// tenancy in a Store that every replica shares, and written in one of the
+// output formats (raw, text, asciicast v2).
+//
+// A tenancy is the time between two access changes of a node; it is named
+// by the node's access epoch at which it began. What a tenant may read is
+// the tenancy its session was admitted at and nothing else: every Query
+// names its tenancy, and a Store answers a tenant's query only while that
+// tenancy is the node's current one, in the same statement that reads it.
+//
+// The Recorder buffers each recorded node's output and markers, and one
+// goroutine of its own writes every node's buffer to the Store in one
+// transaction per flush (at most FlushInterval after the first byte, or as
+// soon as a node has FlushBytes pending). Writing to it never waits for the
+// Store: a node's buffer is bounded, and when the Store is slow or down the
+// oldest buffered chunks give way, replaced by one counted marker
+// ("history: N bytes not recorded"). Reading merges what is stored with what
+// is still buffered, so output shows at once on the replica that records it.
+//
+// The package knows nothing of SSH, HTTP or SQL: Store is implemented by
+// package db.
+package history
