@@ -79,11 +79,14 @@ func groupChunks(chunks []history.Chunk) ([]*historyGroup, [][]byte, error) {
 // SQLite the transaction holds the writer pool's one connection).
 const (
 	sqlGrowTenancy = `UPDATE console_tenancies SET bytes = bytes + ?, last_seq = last_seq + ? WHERE node = ? AND epoch = ?`
-	// A tenancy row is created only while it is the node's current one:
-	// on MySQL the SELECT takes a shared lock on the node's row, so an
-	// access change in progress is waited for, and then seen.
+	// A tenancy row is created by its first chunks, unless its end is
+	// recorded (console_ends) or its epoch is not (yet) one of the node's:
+	// on MySQL the SELECT takes shared locks on the node's row and its
+	// console_ends entry (or the gap where it would be), so an access
+	// change or an end in progress is waited for, and then seen.
 	sqlOpenTenancy = `INSERT INTO console_tenancies (node, epoch, started_at, ended_at, purge_at, bytes, last_seq)
-		SELECT label, access_epoch, ?, 0, 0, ?, ? FROM nodes WHERE label = ? AND access_epoch = ?`
+		SELECT n.label, ?, ?, 0, 0, ?, ? FROM nodes n LEFT JOIN console_ends e ON e.node = n.label
+		WHERE n.label = ? AND n.access_epoch >= ? AND (e.epoch IS NULL OR e.epoch <= ?)`
 	sqlTenancySize = `SELECT bytes, last_seq FROM console_tenancies WHERE node = ? AND epoch = ?`
 	sqlAddChunk    = `INSERT INTO console_chunks (node, epoch, seq, at, last_at, kind, newlines, size, stamps, data)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -144,7 +147,7 @@ func (s *Store) appendGroup(ctx context.Context, tx *sql.Tx, st appendStmts, g *
 	k := int64(len(g.idx))
 	ok, bytes, last, err := s.claimSeqs(ctx, st, g)
 	if err != nil || !ok {
-		return err // !ok: ended, or not the node's current tenancy: dropped
+		return err // !ok: its tenancy ended (or never was the node's): dropped
 	}
 	first := last - k + 1
 	for j, i := range g.idx {
@@ -173,7 +176,7 @@ func (s *Store) claimSeqs(ctx context.Context, st appendStmts, g *historyGroup) 
 		return false, 0, 0, err
 	}
 	if !grown {
-		opened, err := affected(st.open.ExecContext(ctx, toMillis(s.now()), g.size, k, g.node, g.epoch))
+		opened, err := affected(st.open.ExecContext(ctx, g.epoch, toMillis(s.now()), g.size, k, g.node, g.epoch, g.epoch))
 		switch {
 		case isDuplicate(err):
 			// Another replica opened it since the UPDATE (a takeover):
@@ -184,7 +187,7 @@ func (s *Store) claimSeqs(ctx context.Context, st appendStmts, g *historyGroup) 
 		case err != nil:
 			return false, 0, 0, err
 		case !opened:
-			return false, 0, 0, nil
+			return false, 0, 0, nil // ended, or not one of the node's
 		default:
 			return true, g.size, k, nil
 		}

@@ -13,14 +13,18 @@ import (
 // (the node's epoch after an access change): with retention 0 its chunks
 // and row are deleted at once; else it is kept for admins only, closed by
 // a TenancyEnded marker, until PurgeHistory removes it once retention has
-// passed. Idempotent; a node with nothing stored costs one read.
+// passed. It records the end first (console_ends), so that no later append
+// opens one of those tenancies again. Idempotent.
 //
 // It is not part of the access change's own transaction: that one must
 // stay short (it holds the lock every change takes), and ending a tenancy
 // is not what keeps it from a tenant: ReadHistory does, by the epoch.
 func (s *Store) EndTenancies(ctx context.Context, node string, epoch int64, retention time.Duration) error {
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
-		epochs, err := openTenancies(ctx, tx, node, epoch)
+		if _, err := tx.ExecContext(ctx, s.sqlRecordEnd(), node, epoch); err != nil {
+			return err
+		}
+		epochs, err := s.openTenancies(ctx, tx, node, epoch)
 		if err != nil {
 			return err
 		}
@@ -37,10 +41,25 @@ func (s *Store) EndTenancies(ctx context.Context, node string, epoch int64, rete
 	return nil
 }
 
-// openTenancies lists node's open tenancies that began before epoch.
-func openTenancies(ctx context.Context, tx *sql.Tx, node string, epoch int64) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx,
-		`SELECT epoch FROM console_tenancies WHERE node = ? AND epoch < ? AND ended_at = 0 ORDER BY epoch`, node, epoch)
+// sqlRecordEnd raises node's end watermark to epoch (never lowers it).
+func (s *Store) sqlRecordEnd() string {
+	if s.dialect == DialectMySQL {
+		return `INSERT INTO console_ends (node, epoch) VALUES (?, ?)
+			ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))`
+	}
+	return `INSERT INTO console_ends (node, epoch) VALUES (?, ?)
+		ON CONFLICT (node) DO UPDATE SET epoch = MAX(epoch, excluded.epoch)`
+}
+
+// openTenancies lists node's open tenancies that began before epoch, with
+// their rows locked on MySQL (an append that opened one just now has
+// committed by then, the end recorded above having waited for it).
+func (s *Store) openTenancies(ctx context.Context, tx *sql.Tx, node string, epoch int64) ([]int64, error) {
+	query := `SELECT epoch FROM console_tenancies WHERE node = ? AND epoch < ? AND ended_at = 0 ORDER BY epoch`
+	if s.dialect == DialectMySQL {
+		query += ` FOR UPDATE`
+	}
+	rows, err := tx.QueryContext(ctx, query, node, epoch)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ func TestHistory(t *testing.T) {
 		{"retention_keeps_then_purge", testHistoryRetention},
 		{"purge_ends_missed_tenancies", testHistoryPurgeOrphans},
 		{"append_to_ended_is_dropped", testHistoryAppendEnded},
+		{"late_first_flush_before_the_end", testHistoryLateFirstFlush},
 		{"bad_chunks_change_nothing", testHistoryBadChunks},
 		{"tenant_read_races_access_changes", testHistoryRace},
 	})
@@ -479,5 +480,42 @@ func testHistoryBadChunks(t *testing.T, s *Store, _ testEnv) {
 		if _, err := s.ReadHistory(ctx, q); err == nil {
 			t.Errorf("read %+v: got no error", q)
 		}
+	}
+}
+
+func testHistoryLateFirstFlush(t *testing.T, s *Store, _ testEnv) {
+	ctx := context.Background()
+	mustCreate(t, s, "n")
+	mustCreate(t, s, "m")
+	e1, m1 := rotate(t, s, "n"), rotate(t, s, "m")
+	e2, m2 := rotate(t, s, "n"), rotate(t, s, "m")
+	// Bytes printed in e1, flushed for the first time after the change.
+	late := mustAppend(t, s, bigBound, outChunk("n", e1, 0, "printed before the change"),
+		outChunk("n", e2+1, 0, "an epoch the node has not reached"))
+	if late[0].Seq == 0 || late[1].Seq != 0 {
+		t.Errorf("stored: got seqs %d, %d; want the late chunk only", late[0].Seq, late[1].Seq)
+	}
+	if got, err := s.ReadHistory(ctx, history.Query{Node: "n", Epoch: e2}); err != nil || len(got) != 0 {
+		t.Errorf("current tenant: got %q, %v; want nothing", datas(got), err)
+	}
+	if _, err := s.ReadHistory(ctx, history.Query{Node: "n", Epoch: e1}); !errors.Is(err, history.ErrEnded) {
+		t.Errorf("previous tenant: got %v, want %v", err, history.ErrEnded)
+	}
+	if err := s.EndTenancies(ctx, "n", e2, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got := datas(mustRead(t, s, history.Query{Node: "n", Epoch: e1, Admin: true}))
+	if want := []string{"printed before the change", history.TenancyEnded().Text}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("kept: got %q, want %q", got, want)
+	}
+	// Once a tenancy's end is recorded, a first flush no longer opens it.
+	if err := s.EndTenancies(ctx, "m", m2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if late := mustAppend(t, s, bigBound, outChunk("m", m1, 0, "too late")); late[0].Seq != 0 {
+		t.Errorf("append after the end: stored as %d, want dropped", late[0].Seq)
+	}
+	if ts, err := s.Tenancies(ctx, "m"); err != nil || len(ts) != 0 {
+		t.Errorf("tenancies of m: got %+v, %v; want none", ts, err)
 	}
 }

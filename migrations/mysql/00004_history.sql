@@ -18,6 +18,12 @@
 -- newlines the newlines of output, last_at the arrival of the last byte: the
 -- columns that reads and the bound use without reading data.
 
+-- console_ends says, per node, that every tenancy before epoch has ended:
+-- a tenancy row is created by the first append of its chunks, even after
+-- the node's epoch has moved on (bytes printed before an access change and
+-- flushed after it), but never once its end is recorded here, so a
+-- deleted tenancy does not come back.
+
 -- +goose Up
 CREATE TABLE console_tenancies (
     node       VARBINARY(80) NOT NULL,
@@ -31,19 +37,26 @@ CREATE TABLE console_tenancies (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE console_chunks (
-    node    VARBINARY(80) NOT NULL,
-    epoch   BIGINT        NOT NULL,
-    seq     BIGINT        NOT NULL,
-    at      BIGINT        NOT NULL,
-    last_at BIGINT        NOT NULL,
-    kind    TINYINT       NOT NULL,
-    newlines INT          NOT NULL,
-    size    INT           NOT NULL,
-    stamps  BLOB          NOT NULL,
-    data    MEDIUMBLOB    NOT NULL,
+    node     VARBINARY(80) NOT NULL,
+    epoch    BIGINT        NOT NULL,
+    seq      BIGINT        NOT NULL,
+    at       BIGINT        NOT NULL,
+    last_at  BIGINT        NOT NULL,
+    kind     TINYINT       NOT NULL,
+    newlines INT           NOT NULL,
+    size     INT           NOT NULL,
+    stamps   BLOB          NOT NULL,
+    data     MEDIUMBLOB    NOT NULL,
     PRIMARY KEY (node, epoch, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+CREATE TABLE console_ends (
+    node  VARBINARY(80) NOT NULL,
+    epoch BIGINT        NOT NULL,
+    PRIMARY KEY (node)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- +goose Down
+DROP TABLE console_ends;
 DROP TABLE console_chunks;
 DROP TABLE console_tenancies;

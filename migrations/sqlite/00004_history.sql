@@ -17,6 +17,12 @@
 -- arrival of the last byte: the columns that reads and the bound use
 -- without reading data.
 
+-- console_ends says, per node, that every tenancy before epoch has ended:
+-- a tenancy row is created by the first append of its chunks, even after
+-- the node's epoch has moved on (bytes printed before an access change and
+-- flushed after it), but never once its end is recorded here, so a
+-- deleted tenancy does not come back.
+
 -- +goose Up
 CREATE TABLE console_tenancies (
     node       TEXT    NOT NULL,
@@ -30,19 +36,25 @@ CREATE TABLE console_tenancies (
 ) STRICT;
 
 CREATE TABLE console_chunks (
-    node    TEXT    NOT NULL,
-    epoch   INTEGER NOT NULL,
-    seq     INTEGER NOT NULL,
-    at      INTEGER NOT NULL,
-    last_at INTEGER NOT NULL,
-    kind    INTEGER NOT NULL,
+    node     TEXT    NOT NULL,
+    epoch    INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    at       INTEGER NOT NULL,
+    last_at  INTEGER NOT NULL,
+    kind     INTEGER NOT NULL,
     newlines INTEGER NOT NULL,
-    size    INTEGER NOT NULL,
-    stamps  BLOB    NOT NULL,
-    data    BLOB    NOT NULL,
+    size     INTEGER NOT NULL,
+    stamps   BLOB    NOT NULL,
+    data     BLOB    NOT NULL,
     PRIMARY KEY (node, epoch, seq)
 ) STRICT;
 
+CREATE TABLE console_ends (
+    node  TEXT    NOT NULL PRIMARY KEY,
+    epoch INTEGER NOT NULL
+) STRICT;
+
 -- +goose Down
+DROP TABLE console_ends;
 DROP TABLE console_chunks;
 DROP TABLE console_tenancies;
