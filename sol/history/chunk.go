@@ -266,8 +266,12 @@ func notRecorded(bytes, markers int) string {
 }
 
 // notDelivered is the text of a gap in what a slow follower got.
-func notDelivered(bytes int) string {
-	return fmt.Sprintf("history: %d bytes skipped (reading too slowly)", bytes)
+func notDelivered(bytes, markers int) string {
+	s := fmt.Sprintf("history: %d bytes skipped (reading too slowly)", bytes)
+	if markers > 0 {
+		s = fmt.Sprintf("history: %d bytes and %d markers skipped (reading too slowly)", bytes, markers)
+	}
+	return s
 }
 
 // cleanText makes marker text safe to print and to store: valid UTF-8,

@@ -1,0 +1,330 @@
+package history
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"time"
+)
+
+// Read returns the history q selects, in order: what the Store holds and,
+// on the replica that records the node, what is still buffered (so output
+// shows the moment it is written), without a chunk twice or a gap between
+// the two. It is cut exactly to q.Since (by the stamps) and q.Lines, and
+// bounded by q.MaxBytes (default HistoryBytes + BufferBytes).
+//
+// A tenant's read (q.Admin false) answers ErrEnded once q.Epoch is no
+// longer the node's current epoch in the Store, whatever is buffered.
+//
+// Read waits for a flush of the node that is in flight (one transaction),
+// never for the flush interval, and holds the node's next flush off until
+// its Store read returns: bound it with ctx.
+func (r *Recorder) Read(ctx context.Context, q Query) ([]Chunk, error) {
+	out, _, err := r.read(ctx, q, nil)
+	return out, err
+}
+
+// read is Read; attach, if not nil, runs under the node's lock at the
+// instant of the buffer's snapshot (if the node is recorded here). It also
+// returns the highest Seq of the stored chunks (or q.After).
+func (r *Recorder) read(ctx context.Context, q Query, attach func(n *node)) ([]Chunk, int64, error) {
+	if err := q.check(); err != nil {
+		return nil, 0, err
+	}
+	if q.MaxBytes == 0 {
+		q.MaxBytes = int(r.cfg.HistoryBytes) + r.cfg.BufferBytes
+	}
+	var buffered []Chunk
+	if n := r.lookup(q.Node); n != nil {
+		err := n.hold(ctx, func() {
+			buffered = n.pending.snapshot(q.Epoch)
+			if attach != nil {
+				attach(n)
+			}
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		defer n.release()
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
+	stored, err := r.st.ReadHistory(sctx, q)
+	cancel()
+	if err != nil {
+		return nil, 0, err
+	}
+	last := q.After
+	for _, c := range stored {
+		last = max(last, c.Seq)
+	}
+	out := append(stored, buffered...)
+	out = cutSince(out, q.Since)
+	if q.Lines > 0 {
+		out = lastLines(out, q.Lines)
+	}
+	return fitBytes(out, q.MaxBytes), last, nil
+}
+
+// cutSince drops what arrived before since, cutting a chunk that began
+// before it at the first write at or after it.
+func cutSince(chunks []Chunk, since time.Time) []Chunk {
+	if since.IsZero() {
+		return chunks
+	}
+	out := chunks[:0]
+	for _, c := range chunks {
+		if c.Until().Before(since) {
+			continue
+		}
+		if c.At.Before(since) {
+			for _, s := range c.Stamps {
+				if !s.At.Before(since) {
+					c = c.tail(s.Off)
+					break
+				}
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// lastLines keeps the last n lines of output, as tail(1) does: a newline
+// ends a line, and text after the last one is a line too. Markers after
+// the cut stay; they do not count.
+func lastLines(chunks []Chunk, n int) []Chunk {
+	trailing := true // the last byte of output, if a newline, ends the last line
+	for i := len(chunks) - 1; i >= 0; i-- {
+		c := chunks[i]
+		if c.Kind != KindOutput {
+			continue
+		}
+		d := c.Data
+		for j := len(d); j > 0; {
+			k := bytes.LastIndexByte(d[:j], '\n')
+			if k < 0 {
+				if j > 0 {
+					trailing = false
+				}
+				break
+			}
+			if k < j-1 || !trailing {
+				n--
+			}
+			trailing = false
+			if n == 0 {
+				out := append([]Chunk{c.tail(k + 1)}, chunks[i+1:]...)
+				if len(out[0].Data) == 0 {
+					out = out[1:]
+				}
+				return out
+			}
+			j = k
+		}
+	}
+	return chunks
+}
+
+// fitBytes keeps the newest whole chunks that hold at most limit bytes
+// (data and stamps, as the Store counts them).
+func fitBytes(chunks []Chunk, limit int) []Chunk {
+	size := 0
+	for i := len(chunks) - 1; i >= 0; i-- {
+		c := chunks[i]
+		size += len(c.Data) + len(AppendStamps(nil, c))
+		if size > limit {
+			return chunks[i+1:]
+		}
+	}
+	return chunks
+}
+
+// Follow returns a Tail of q's tenancy: the history q selects (as Read
+// returns it), then every chunk recorded after it, live on the replica
+// that records the node (from the same instant as the history: nothing
+// twice, nothing missed), else polled from the Store every FlushInterval.
+// When this replica stops recording the node, the Tail goes on polling
+// from the last chunk it stored.
+//
+// Feeding: live chunks are what the node's Recordings Write and Mark (and
+// Mark of a marker of its tenancy) after the Tail began; nothing else is
+// needed from the caller.
+func (r *Recorder) Follow(ctx context.Context, q Query) (*Tail, error) {
+	t := &Tail{r: r, q: Query{Node: q.Node, Epoch: q.Epoch, Admin: q.Admin}, ready: make(chan struct{}, 1)}
+	hist, last, err := r.read(ctx, q, func(n *node) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		switch {
+		case n.gone:
+		case n.epoch > q.Epoch:
+			t.err = ErrEnded
+		default:
+			if n.subs == nil {
+				n.subs = map[*Tail]struct{}{}
+			}
+			n.subs[t] = struct{}{}
+			t.n = n
+		}
+	})
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.mu.Lock()
+	t.hist = append(hist, t.hist...)
+	t.after = max(t.after, last)
+	t.polling = t.polling || (t.n == nil && t.err == nil)
+	t.mu.Unlock()
+	return t, nil
+}
+
+// Tail is a follower of one tenancy's history (Follow). Its methods are
+// safe for concurrent use; Next is meant for one reader.
+type Tail struct {
+	r     *Recorder
+	q     Query         // Node, Epoch, Admin
+	ready chan struct{} // cap 1: something to read, or the Tail ended
+
+	mu       sync.Mutex
+	n        *node   // the node followed live; nil when polling or ended
+	hist     []Chunk // to hand out before live
+	live     buffer  // delivered live, not read yet
+	polling  bool
+	after    int64     // polling: the highest Seq handed out
+	lastPoll time.Time // polling: when the Store was last asked
+	err      error     // why the Tail ended (after what it holds)
+}
+
+// deliver queues a live chunk; past FollowBytes the oldest give way to a
+// gap. The node's lock is held.
+func (t *Tail) deliver(c Chunk) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return
+	}
+	t.live.push(c, t.r.cfg.FlushBytes)
+	t.live.trim(t.r.cfg.FollowBytes)
+	signal(t.ready)
+}
+
+// end ends the Tail with err, dropping what it holds if drop (an access
+// change: not one more byte). The node's lock is held.
+func (t *Tail) end(err error, drop bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		t.err = err
+	}
+	if drop {
+		t.hist, t.live = nil, buffer{}
+	}
+	t.n = nil
+	signal(t.ready)
+}
+
+// poll moves the Tail to polling the Store after seq (its node stopped
+// being recorded here). The node's lock is held.
+func (t *Tail) poll(seq int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n, t.polling = nil, true
+	t.after = max(t.after, seq)
+	signal(t.ready)
+}
+
+// Next returns the next chunk, waiting for one until ctx ends. It returns
+// ErrEnded when the tenancy ends (an access change), ErrClosed when the
+// Tail or the Recorder is closed, or the Store's error.
+func (t *Tail) Next(ctx context.Context) (Chunk, error) {
+	for {
+		t.mu.Lock()
+		if len(t.hist) > 0 {
+			c := t.hist[0]
+			t.hist[0] = Chunk{}
+			t.hist = t.hist[1:]
+			t.mu.Unlock()
+			return c, nil
+		}
+		if c, ok := t.live.pop(notDelivered); ok {
+			t.mu.Unlock()
+			return c, nil
+		}
+		err, polling := t.err, t.polling
+		t.mu.Unlock()
+		if err != nil {
+			return Chunk{}, err
+		}
+		if polling {
+			if err := t.pollStore(ctx); err != nil {
+				return Chunk{}, err
+			}
+			continue
+		}
+		select {
+		case <-t.ready:
+		case <-ctx.Done():
+			return Chunk{}, ctx.Err()
+		}
+	}
+}
+
+// pollStore waits until FlushInterval has passed since the last poll, then
+// reads what the Store holds after the last chunk handed out.
+func (t *Tail) pollStore(ctx context.Context) error {
+	t.mu.Lock()
+	wait := time.Until(t.lastPoll.Add(t.r.cfg.FlushInterval))
+	t.mu.Unlock()
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-t.ready: // closed, most likely: Next looks
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	t.mu.Lock()
+	q := t.q
+	q.After, q.MaxBytes = t.after, int(t.r.cfg.HistoryBytes)
+	t.lastPoll = time.Now()
+	t.mu.Unlock()
+	sctx, cancel := context.WithTimeout(ctx, t.r.cfg.StoreTimeout)
+	chunks, err := t.r.st.ReadHistory(sctx, q)
+	cancel()
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return nil
+	}
+	for _, c := range chunks {
+		t.after = max(t.after, c.Seq)
+	}
+	t.hist = append(t.hist, chunks...)
+	return nil
+}
+
+// Close ends the Tail; Next returns ErrClosed.
+func (t *Tail) Close() {
+	t.mu.Lock()
+	n := t.n
+	t.mu.Unlock()
+	if n != nil {
+		n.mu.Lock()
+		delete(n.subs, t)
+		n.mu.Unlock()
+	}
+	t.mu.Lock()
+	t.n = nil
+	if t.err == nil {
+		t.err = ErrClosed
+	}
+	t.hist, t.live = nil, buffer{}
+	t.mu.Unlock()
+	signal(t.ready)
+}
