@@ -97,7 +97,7 @@ func (s *Store) endTenancy(ctx context.Context, tx *sql.Tx, node string, epoch i
 		`SELECT last_seq FROM console_tenancies WHERE node = ? AND epoch = ?`, node, epoch).Scan(&seq); err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, sqlAddChunk,
+	_, err = tx.ExecContext(ctx, sqlAddChunk+sqlChunkRow,
 		node, epoch, seq, toMillis(now), toMillis(now), int(m.Kind), 0, size, []byte{}, []byte(m.Text))
 	return err
 }

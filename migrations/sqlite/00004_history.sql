@@ -5,7 +5,9 @@
 --
 -- console_tenancies has a row per stored tenancy: bytes is what its chunks
 -- hold (size summed, kept up to date on every append, so the per-node bound
--- needs no scan) and last_seq the highest seq given to one of its chunks.
+-- needs no scan), last_seq the highest seq given to one of its chunks and
+-- first_seq the lowest that may still be stored: eviction starts there, not
+-- at deleted rows the engine has not purged yet.
 -- ended_at is 0 while the tenancy is open; an ended tenancy is either
 -- deleted at once or kept, for admins only, until purge_at (unix ms). No
 -- foreign key: a kept tenancy outlives its node.
@@ -32,6 +34,7 @@ CREATE TABLE console_tenancies (
     purge_at   INTEGER NOT NULL,
     bytes      INTEGER NOT NULL,
     last_seq   INTEGER NOT NULL,
+    first_seq  INTEGER NOT NULL,
     PRIMARY KEY (node, epoch)
 ) STRICT;
 

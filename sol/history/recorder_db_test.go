@@ -1,6 +1,7 @@
 package history_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -83,6 +84,7 @@ func TestRecorderOnStores(t *testing.T) {
 		{"follow_goes_on_after_takeover", testFollowTakeover},
 		{"slow_follower_skips_ahead", testSlowFollower},
 		{"tenant_race", testRecorderTenantRace},
+		{"hostile_bytes_round_trip", testHostileRoundTrip},
 	}
 	for _, e := range dbtest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
@@ -488,4 +490,32 @@ func readAsTenant(t *testing.T, r *history.Recorder, s *db.Store) bool {
 		return false
 	}
 	return true
+}
+
+// testHostileRoundTrip: what a node prints comes back byte for byte in the
+// raw format, through the buffer, the store and the merge, however it was
+// cut into writes.
+func testHostileRoundTrip(t *testing.T, s *db.Store) {
+	e, r, rec := recording(t, s, slow)
+	var all []byte
+	for i := range 256 {
+		all = append(all, byte(i))
+	}
+	printed := []byte("\x00\xff\xfe\xc3\x28\xe2\x82\x1b]0;t\x07\x1b[2J\r\n" + string(all) + "\x00")
+	for i := 0; i < len(printed); i += 7 {
+		rec.Write(printed[i:min(i+7, len(printed))])
+		if i == 70 {
+			flush(t, r) // half stored, half buffered
+		}
+	}
+	var out bytes.Buffer
+	enc, _ := history.NewEncoder(&out, history.FormatRaw, history.Options{})
+	for _, c := range read(t, r, history.Query{Node: "n", Epoch: e}) {
+		if err := enc.Encode(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(out.Bytes(), printed) {
+		t.Errorf("raw: got %q, want %q", out.Bytes(), printed)
+	}
 }

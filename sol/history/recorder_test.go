@@ -23,6 +23,9 @@ type memStore struct {
 	seq      int64
 	block    chan struct{} // when set, AppendHistory waits for it to close
 	fail     int           // the next fail appends fail
+	discard  bool          // keep nothing (benchmarks)
+	ends     []string      // EndTenancies calls
+	purges   []time.Duration
 	appended chan struct{} // cap 1: an append returned
 }
 
@@ -55,6 +58,9 @@ func (m *memStore) AppendHistory(ctx context.Context, chunks []history.Chunk, _ 
 	for i := range chunks {
 		m.seq++
 		chunks[i].Seq = m.seq
+		if m.discard {
+			continue
+		}
 		c := chunks[i]
 		c.Data = bytes.Clone(c.Data)
 		batch = append(batch, c)
@@ -77,8 +83,19 @@ func (m *memStore) ReadHistory(_ context.Context, q history.Query) ([]history.Ch
 	return out, nil
 }
 
-func (m *memStore) EndTenancies(context.Context, string, int64, time.Duration) error { return nil }
-func (m *memStore) PurgeHistory(context.Context, time.Duration) (int, error)         { return 0, nil }
+func (m *memStore) EndTenancies(_ context.Context, node string, epoch int64, retention time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ends = append(m.ends, fmt.Sprintf("%s<%d keep %v", node, epoch, retention))
+	return nil
+}
+
+func (m *memStore) PurgeHistory(_ context.Context, retention time.Duration) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.purges = append(m.purges, retention)
+	return 0, nil
+}
 
 // stored returns every stored chunk, in order, and how many batches.
 func (m *memStore) stored() ([]history.Chunk, int) {
@@ -91,7 +108,7 @@ func (m *memStore) stored() ([]history.Chunk, int) {
 	return out, len(m.batches)
 }
 
-func newRecorder(t *testing.T, st history.Store, cfg history.Config) *history.Recorder {
+func newRecorder(t testing.TB, st history.Store, cfg history.Config) *history.Recorder {
 	t.Helper()
 	log, _ := logtest.NewNullLogger()
 	r, err := history.New(cfg, st, log)
@@ -116,7 +133,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func mustOpen(t *testing.T, r *history.Recorder, node string, epoch int64) *history.Recording {
+func mustOpen(t testing.TB, r *history.Recorder, node string, epoch int64) *history.Recording {
 	t.Helper()
 	rec, err := r.Open(node, epoch)
 	if err != nil {
@@ -322,5 +339,24 @@ func TestConfigChecks(t *testing.T) {
 		if _, err := history.New(cfg, newMemStore(), log); err == nil {
 			t.Errorf("New(%+v): got no error", cfg)
 		}
+	}
+}
+
+func TestRecorderPurgesAndEnds(t *testing.T) {
+	st := newMemStore()
+	r := newRecorder(t, st, history.Config{PurgeEvery: 5 * time.Millisecond, Retention: time.Hour})
+	mustOpen(t, r, "n", 1) // starts the flusher, which purges on its timer
+	eventually(t, "a purge", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.purges) >= 2 && st.purges[0] == time.Hour
+	})
+	if err := r.EndTenancies(context.Background(), "n", 2); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if fmt.Sprint(st.ends) != "[n<2 keep 1h0m0s]" {
+		t.Errorf("ends: got %v, want the retention passed on", st.ends)
 	}
 }
