@@ -1,7 +1,8 @@
 // Package db owns obmd's persistent state over database/sql: nodes (with
-// sealed BMC info), node tokens (SHA-256 only), node keys, access epochs and
-// the audit log, on SQLite (modernc.org/sqlite, the embedded default) or
-// MySQL/MariaDB (production, shared by replicas).
+// sealed BMC info), node tokens (SHA-256 only), node keys, access epochs,
+// the audit log and the console history (per tenancy; it implements
+// sol/history's Store), on SQLite (modernc.org/sqlite, the embedded
+// default) or MySQL/MariaDB (production, shared by replicas).
 package db
 
 import (

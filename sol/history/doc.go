@@ -19,6 +19,23 @@
 // ("history: N bytes not recorded"). Reading merges what is stored with what
 // is still buffered, so output shows at once on the replica that records it.
 //
+// What the daemon calls:
+//   - at start New and Start; at shutdown, once the console hub is closed,
+//     Close (a last flush);
+//   - on the replica holding a node's console link: Open(label, epoch) when
+//     the link starts (the node's epoch as this replica has applied it),
+//     Recording.Write with every byte the link publishes (where viewers get
+//     it), Recording.Mark(LinkLost()) and Mark(LinkRestored()) where
+//     viewers are told, Recording.Close when the link ends;
+//   - on every replica, for every access change it applies: SetEpoch(label,
+//     epoch) where it cuts the node's sessions (it never blocks), then
+//     EndTenancies(ctx, label, epoch) outside that (one flush, one
+//     transaction);
+//   - on the replica running a power or boot-device operation:
+//     Mark(label, epoch of the session, Power(op, actor)) or BootDevice;
+//   - to serve a history: Read or Follow with the session's admitted epoch,
+//     then an Encoder.
+//
 // The package knows nothing of SSH, HTTP or SQL: Store is implemented by
 // package db.
 package history

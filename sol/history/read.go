@@ -235,7 +235,8 @@ func (t *Tail) poll(seq int64) {
 
 // Next returns the next chunk, waiting for one until ctx ends. It returns
 // ErrEnded when the tenancy ends (an access change), ErrClosed when the
-// Tail or the Recorder is closed, or the Store's error.
+// Tail or the Recorder is closed, or the Store's error (a Tail that
+// polls stops at the first one).
 func (t *Tail) Next(ctx context.Context) (Chunk, error) {
 	for {
 		t.mu.Lock()
@@ -285,6 +286,9 @@ func (t *Tail) pollStore(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if t.r.closing.Load() {
+		return ErrClosed
 	}
 	t.mu.Lock()
 	q := t.q

@@ -163,6 +163,26 @@ func (r *Recorder) Stats() Stats {
 		Stored: r.stats.stored.Load(), Flushes: r.stats.flushes.Load(), FlushErrors: r.stats.flushErrors.Load()}
 }
 
+// Start starts the flusher, and with it the purge timer, if it does not
+// run yet (Open and Mark start it too): a replica that records nothing
+// still purges kept tenancies. It does nothing once the Recorder is
+// closed.
+func (r *Recorder) Start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.startLocked()
+	}
+}
+
+// startLocked starts the flusher once. r.mu is held.
+func (r *Recorder) startLocked() {
+	if !r.started {
+		r.started = true
+		go r.run() // owned by r: Close stops it and waits (r.done)
+	}
+}
+
 // nodeLocked returns label's node, creating it at epoch if there is none;
 // a node's epoch never goes back. r.mu is held.
 func (r *Recorder) nodeLocked(label string, epoch int64) *node {
@@ -171,10 +191,7 @@ func (r *Recorder) nodeLocked(label string, epoch int64) *node {
 		n = &node{r: r, label: label, epoch: epoch, lastSeq: map[int64]int64{}}
 		r.nodes[label] = n
 	}
-	if !r.started {
-		r.started = true
-		go r.run() // owned by r: Close stops it and waits (r.done)
-	}
+	r.startLocked()
 	return n
 }
 
