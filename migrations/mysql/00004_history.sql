@@ -4,8 +4,8 @@
 -- ever shown to a tenant (reads join nodes on access_epoch = epoch).
 --
 -- console_tenancies has a row per stored tenancy: bytes is what its chunks
--- hold (size summed, kept up to date on every append, so the per-node bound
--- needs no scan), last_seq the highest seq given to one of its chunks and
+-- hold (size summed, kept up to date on every append, so the bound (per
+-- tenancy) needs no scan), last_seq the highest seq given to one of its chunks and
 -- first_seq the lowest that may still be stored: eviction starts there, not
 -- at deleted rows the engine has not purged yet.
 -- Every append updates this row first: its row lock orders appends to one
