@@ -78,7 +78,7 @@ func checkSafe(t *testing.T, s string) {
 func TestQuoteTruncates(t *testing.T) {
 	long := strings.Repeat("é", 100)
 	got := quote(long)
-	if want := `"` + strings.Repeat("é", quoteLimit) + `"...`; got != want {
+	if want := `"` + strings.Repeat("é", quoteLimit/2) + `"...`; got != want {
 		t.Errorf("got %s, want %s", got, want)
 	}
 	if got, want := quote("a\x1bb\u202e\xff"), `"a\x1bb\u202e\xff"`; got != want {

@@ -61,7 +61,7 @@ func WriteError(stdout, stderr io.Writer, node string, cmd Command, err error) i
 	if err == nil {
 		return ExitOK
 	}
-	msg := truncate(clean(Message(err)), maxErrorText)
+	msg := clean(Message(err), maxErrorText)
 	if cmd.JSON {
 		// Write errors are ignored: the exit code is what still reaches
 		// the client.
