@@ -39,6 +39,18 @@ type Runner interface {
 	Run(ctx context.Context, req commands.Request, cmd commands.Command, stdout, stderr io.Writer) int
 }
 
+// Limiter bounds guessing (authlimit.Limiter, which documents the
+// protocol): Begin holds one of the source's tries, Judge then says whether
+// the node's state lets it go on, End settles it; Fail counts a failure
+// that held no try (a connection that only offered keys). The wiring
+// shares one with the admin API.
+type Limiter interface {
+	Begin(ctx context.Context, source string) (ok, first bool)
+	Judge(source, node string, exists bool) (ok, first bool)
+	End(source, node string, exists, failed bool)
+	Fail(source, node string, exists bool)
+}
+
 // Consoles is the console hub.
 type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
@@ -55,7 +67,7 @@ type Config struct {
 	Escape string
 	// Limiter bounds guessing; the wiring shares it with the admin API.
 	// Required.
-	Limiter *Limiter
+	Limiter Limiter
 	// FailDelay is the least time a failed password or keyboard-interactive
 	// attempt takes, so an unknown node and a wrong token answer alike and
 	// guessing is slow (default 300 ms).
@@ -92,7 +104,7 @@ type Config struct {
 	ProxyHeaderTimeout time.Duration
 	// Admit is called by every session once it is in the registry, before
 	// it starts, with the access epoch its login read; the session starts
-	// only if it returns nil (Revoker.Admit, which documents the errors).
+	// only if it returns nil (access.Revoker.Admit, which documents the errors).
 	// Required.
 	Admit func(ctx context.Context, label string, epoch int64) error
 	// Banner, if set, returns text shown to clients before they log in
@@ -117,7 +129,7 @@ type Server struct {
 	consoles Consoles
 	reg      *sessions.Registry
 	log      logrus.FieldLogger
-	lim      *Limiter
+	lim      Limiter
 	srv      *ssh.Server
 	esc      escapeTexts // console messages naming cfg.Escape
 	admit    *admission  // connections before authentication, and per source

@@ -150,8 +150,13 @@ func NewManager(cfg Config, r Resolver, log logrus.FieldLogger) (*Manager, error
 
 // AttachOptions says who attaches and how.
 type AttachOptions struct {
-	// Name identifies the viewer in notices, banners and `sessions`
-	// ("user@addr #id").
+	// Session is the viewer's session ID in obmd's session registry ("12"),
+	// so that `sessions` can tell which session writes; "" for a viewer
+	// that is no session of this replica (a relay).
+	Session string
+	// Name is how other viewers are told of this one (banners, takeover
+	// notices): never an address or a credential. Default "#" and the
+	// session ID, as `sessions` lists it.
 	Name string
 	// ReadOnly: never becomes writer by itself (it may still TakeWrite).
 	ReadOnly bool
@@ -166,11 +171,12 @@ type AttachOptions struct {
 	Relay bool
 }
 
-// ViewerInfo describes an attached viewer.
+// ViewerInfo describes an attached viewer, as AttachOptions named it.
 type ViewerInfo struct {
-	Name   string    `json:"name"`
-	Writer bool      `json:"writer"`
-	Since  time.Time `json:"since"`
+	Session string    `json:"session,omitempty"`
+	Name    string    `json:"name"`
+	Writer  bool      `json:"writer"`
+	Since   time.Time `json:"since"`
 }
 
 // Attach subscribes a viewer to label's console, starting the link if this
@@ -206,7 +212,11 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 	if n == nil {
 		n, start = m.newNodeLocked(label)
 	}
+	if o.Name == "" && o.Session != "" {
+		o.Name = "#" + o.Session
+	}
 	v := newViewer(m, n, o.Name, m.cfg.Now())
+	v.session = o.Session
 	v.relay = o.Relay
 	m.wg.Add(1)
 	go v.pump()
@@ -229,7 +239,7 @@ func (m *Manager) Viewers(label string) []ViewerInfo {
 	defer n.mu.Unlock()
 	out := make([]ViewerInfo, 0, len(n.viewers))
 	for _, v := range n.viewers {
-		out = append(out, ViewerInfo{Name: v.name, Writer: n.writer == v, Since: v.since})
+		out = append(out, ViewerInfo{Session: v.session, Name: v.name, Writer: n.writer == v, Since: v.since})
 	}
 	return out
 }

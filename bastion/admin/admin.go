@@ -26,13 +26,15 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
-	"github.com/sirupsen/logrus"
+	"github.com/obmd/obmd/sol"
 )
 
 // DefaultMaxBody bounds request bodies when Config.MaxBody is zero.
@@ -59,7 +61,7 @@ type Config struct {
 	// *sessions.RevokedError means access changed since (401); ctx's cause
 	// if ctx ended; anything else, that access cannot be verified now. The
 	// wiring also applies, on this replica, an access change made elsewhere
-	// and not yet seen (bastion.Revoker.Admit). Required.
+	// and not yet seen (access.Revoker.Admit). Required.
 	Admit func(ctx context.Context, label string, epoch int64) error
 	// Limiter bounds guessing of the admin credential and of node tokens;
 	// the wiring shares it with the SSH front door. Required.
@@ -94,7 +96,7 @@ type Config struct {
 }
 
 // Limiter bounds secret guessing per source address and per node
-// (bastion.Limiter). The wiring shares one with the SSH front door, so a
+// (authlimit.Limiter). The wiring shares one with the SSH front door, so a
 // source locked out by guesses on either is locked out of both.
 type Limiter interface {
 	// Begin reports whether host (the client's address, no port) may try a
@@ -134,24 +136,22 @@ type Runner interface {
 	Do(ctx context.Context, req commands.Request, cmd commands.Command) (commands.Result, error)
 }
 
-// Consoles streams the live console output of a node to w as a read-only
-// viewer, with no banner and no scrollback, until ctx ends or the console hub
-// ends the viewer. w flushes to the client on every Write. The wiring
-// implements it over sol.Manager.
+// Consoles is the console hub (sol.Manager): a node-token console stream
+// is a read-only viewer of it.
 type Consoles interface {
-	Stream(ctx context.Context, label string, w io.Writer) error
+	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
 }
 
-// Revoker makes access changes (bastion.Revoker.Change): under the node's
+// Revoker makes access changes (access.Revoker.Change): under the node's
 // revocation lock, c.Do moves the node's epoch in the database; every live
 // session of the node older than it (SSH consoles, exec, HTTP console
 // streams) is then cut, on this replica and on the others, and the node's
 // console wiped, before Change returns nil. Its errors: c.Do's own, or one
-// wrapping bastion.ErrIncomplete (the database or a replica did not answer: not
+// wrapping access.ErrIncomplete (the database or a replica did not answer: not
 // stored, outcome unknown, or not confirmed by every replica), whose text
 // says so for the admin.
 type Revoker interface {
-	Change(ctx context.Context, c bastion.Change) error
+	Change(ctx context.Context, c access.Change) error
 }
 
 // Reasons given to Revoker, shown to the users whose sessions end.

@@ -14,13 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
 	"github.com/sirupsen/logrus"
 )
 
@@ -33,7 +35,7 @@ type env struct {
 	store  *db.Store
 	sealer *keys.Sealer
 	runner *fakeRunner
-	cons   *fakeConsoles
+	cons   *sol.Manager
 	rev    *fakeRevoker
 	reg    *sessions.Registry
 	logs   *syncBuffer
@@ -42,7 +44,7 @@ type env struct {
 	wrap   func(Store) Store
 	// limits are the guessing limits of the next start (newEnv: none to
 	// speak of; tests that fail on purpose many times stay clear of them).
-	limits bastion.LimitConfig
+	limits authlimit.Config
 	// failDelay is the next start's Config.FailDelay (newEnv: testFailDelay).
 	failDelay time.Duration
 	// trusted is the next start's Config.TrustedProxies (newEnv: none).
@@ -69,7 +71,7 @@ func newEnv(t *testing.T, eng dbtest.Engine, wrap func(Store) Store) *env {
 	}
 	reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
 	e := &env{t: t, dsn: eng.DSN(t), sealer: sealer, reg: reg, runner: newFakeRunner(reg),
-		cons: &fakeConsoles{}, rev: &fakeRevoker{reg: reg}, logs: &syncBuffer{}, wrap: wrap,
+		cons: newConsoles(t), rev: &fakeRevoker{reg: reg}, logs: &syncBuffer{}, wrap: wrap,
 		limits: noLimits, failDelay: testFailDelay}
 	e.start()
 	return e
@@ -98,11 +100,11 @@ func (e *env) start() {
 	if e.wrap != nil {
 		s = e.wrap(st)
 	}
-	var epochs bastion.Epochs = st
-	if ep, ok := s.(bastion.Epochs); ok { // a wrapper that injects epoch races
+	var epochs access.Epochs = st
+	if ep, ok := s.(access.Epochs); ok { // a wrapper that injects epoch races
 		epochs = ep
 	}
-	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: bastion.NewLimiter(e.limits, time.Now),
+	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: authlimit.New(e.limits, time.Now),
 		FailDelay: e.failDelay, TrustedProxies: e.trusted},
 		s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
@@ -285,7 +287,7 @@ func (f *fakeRevoker) Revoke(label string, epoch int64, why string) {
 	f.reg.Cut(label, epoch, &sessions.RevokedError{Node: label, Why: why})
 }
 
-func (f *fakeRevoker) Change(ctx context.Context, c bastion.Change) error {
+func (f *fakeRevoker) Change(ctx context.Context, c access.Change) error {
 	epoch, err := c.Do(ctx)
 	if err == nil && epoch > 0 && c.Why != "" {
 		f.Revoke(c.Node, epoch, c.Why)
@@ -357,42 +359,61 @@ func (f *fakeRunner) take() []runCall {
 	return out
 }
 
-// fakeConsoles streams "line N\n" every few milliseconds, like obmd's mock.
-type fakeConsoles struct {
-	mu     sync.Mutex
-	labels []string
-}
-
-func (f *fakeConsoles) Stream(ctx context.Context, label string, w io.Writer) error {
-	f.mu.Lock()
-	f.labels = append(f.labels, label)
-	f.mu.Unlock()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		if _, err := io.WriteString(w, "line "+strconv.Itoa(n)+"\n"); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-tick.C:
-		}
-	}
-}
-
-// admitOver is the wiring's Admit (bastion.Revoker) over epochs, without
-// consoles to cut.
-func admitOver(reg *sessions.Registry, epochs bastion.Epochs) func(context.Context, string, int64) error {
+// newConsoles is a console hub whose every node's console prints "line N\n"
+// every few milliseconds, like obmd's mock.
+func newConsoles(t testing.TB) *sol.Manager {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	return bastion.NewRevoker(bastion.RevokerConfig{}, noConsoles{}, reg, epochs, quiet).Admit
+	m, err := sol.NewManager(sol.Config{Linger: time.Millisecond}, lineBMCs{}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// lineBMCs resolves every node to a lineBMC.
+type lineBMCs struct{}
+
+func (lineBMCs) Resolve(context.Context, string) (sol.BMC, error) { return lineBMC{}, nil }
+
+// lineBMC's console prints "line N\n"; it has no power (the API's runner
+// is a fake).
+type lineBMC struct{ sol.BMC }
+
+func (lineBMC) OpenConsole(context.Context) (sol.Console, error) {
+	pr, pw := io.Pipe()
+	go func() { // ends when the console is closed (the write fails)
+		for n := 0; ; n++ {
+			if _, err := io.WriteString(pw, "line "+strconv.Itoa(n)+"\n"); err != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return lineConsole{pr}, nil
+}
+
+func (lineBMC) DeactivateConsole(context.Context) error { return nil }
+
+type lineConsole struct{ *io.PipeReader }
+
+func (lineConsole) Write(p []byte) (int, error) { return len(p), nil }
+func (lineConsole) Break(context.Context) error { return nil }
+func (c lineConsole) Close() error              { return c.PipeReader.Close() }
+
+// admitOver is the wiring's Admit (access.Revoker) over epochs, without
+// consoles to cut.
+func admitOver(reg *sessions.Registry, epochs access.Epochs) func(context.Context, string, int64) error {
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	return access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, epochs, quiet).Admit
 }
 
 // noLimits are guessing limits no test reaches by accident.
-var noLimits = bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20}
+var noLimits = authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20}
 
-// noConsoles is a bastion.Cutter with no console to cut.
+// noConsoles is an access.Cutter with no console to cut.
 type noConsoles struct{}
 
 func (noConsoles) Cut(string, error) {}

@@ -11,7 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
@@ -118,8 +118,8 @@ func fuzzAPI(f *testing.F) (*db.Store, *API) {
 	sealer, _ := keys.NewSealer(make([]byte, 32))
 	reg := sessions.New(sessions.Config{})
 	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10, Admit: admitOver(reg, st),
-		Limiter: bastion.NewLimiter(noLimits, time.Now)}, st, sealer, newFakeRunner(reg),
-		&fakeConsoles{}, &fakeRevoker{reg: reg}, reg, quiet)
+		Limiter: authlimit.New(noLimits, time.Now)}, st, sealer, newFakeRunner(reg),
+		newConsoles(f), &fakeRevoker{reg: reg}, reg, quiet)
 	if err != nil {
 		f.Fatalf("new api: %v", err)
 	}

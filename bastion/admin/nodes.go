@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
@@ -117,7 +117,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 				return
 			}
 			// A change too (it moves an epoch), bounded like the others.
-			err = a.change(r, bastion.Change{Node: label, Do: func(ctx context.Context) (int64, error) {
+			err = a.change(r, access.Change{Node: label, Do: func(ctx context.Context) (int64, error) {
 				var err error
 				n, err = a.store.CreateNode(ctx, db.Node{Label: label, Type: typ, InfoSealed: sealed})
 				return n.Epoch, err
@@ -138,7 +138,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				err = fmt.Errorf("%w: the database did not answer within %v; nothing was changed", bastion.ErrNotStored, a.cfg.ChangeTimeout)
+				err = fmt.Errorf("%w: the database did not answer within %v; nothing was changed", access.ErrNotStored, a.cfg.ChangeTimeout)
 			}
 			a.changeFailed(w, r, "read node", err)
 			return
@@ -204,13 +204,13 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ stri
 // as is, with nothing cut; the database work is detached from the client:
 // a client that hangs up mid-change does not leave it half done.
 func (a *API) changeAccess(r *http.Request, label, action, detail, why string, change func(context.Context) (int64, error)) error {
-	return a.change(r, bastion.Change{Node: label, Why: why, Do: change}, action, detail)
+	return a.change(r, access.Change{Node: label, Why: why, Do: change}, action, detail)
 }
 
 // change runs c through the Revoker and audits it as action: at once if it
 // was stored (also when not every replica confirmed it in time), or once
 // settled if its outcome was unknown.
-func (a *API) change(r *http.Request, c bastion.Change, action, detail string) error {
+func (a *API) change(r *http.Request, c access.Change, action, detail string) error {
 	e := db.AuditEvent{Node: c.Node, Actor: "admin", Action: action, Source: r.RemoteAddr, Detail: detail}
 	c.Settled = func(stored bool) {
 		e := e
@@ -224,7 +224,7 @@ func (a *API) change(r *http.Request, c bastion.Change, action, detail string) e
 		a.auditEvent(r, e)
 	}
 	err := a.revoker.Change(r.Context(), c)
-	if err == nil || errors.Is(err, bastion.ErrNotConfirmed) {
+	if err == nil || errors.Is(err, access.ErrNotConfirmed) {
 		e.Result = "ok"
 		if err != nil {
 			e.Detail = strings.TrimSpace(detail + " (not confirmed by every replica in time)")
@@ -239,7 +239,7 @@ func (a *API) change(r *http.Request, c bastion.Change, action, detail string) e
 // within the change bound gets 503 and the Revoker's account of how far it
 // got; anything else is a store failure.
 func (a *API) changeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
-	if errors.Is(err, bastion.ErrIncomplete) {
+	if errors.Is(err, access.ErrIncomplete) {
 		a.log.WithError(err).WithField("op", op).Error("access_change_timed_out")
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
@@ -385,7 +385,7 @@ func TestNew(t *testing.T) {
 	log := logrus.New()
 	var st Store = failingStore{}
 	admit := func(context.Context, string, int64) error { return nil }
-	lim := bastion.NewLimiter(noLimits, time.Now)
+	lim := authlimit.New(noLimits, time.Now)
 	tests := []struct {
 		name string
 		cfg  Config
@@ -401,7 +401,7 @@ func TestNew(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := New(tt.cfg, tt.st, sealer, newFakeRunner(reg), &fakeConsoles{}, &fakeRevoker{reg: reg}, reg, log)
+			a, err := New(tt.cfg, tt.st, sealer, newFakeRunner(reg), newConsoles(t), &fakeRevoker{reg: reg}, reg, log)
 			if (err == nil) != tt.ok {
 				t.Fatalf("got %v, want ok %v", err, tt.ok)
 			}

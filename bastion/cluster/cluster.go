@@ -57,7 +57,7 @@ type Store interface {
 	Replicas(ctx context.Context) ([]db.Replica, error)
 }
 
-// Access is this replica's side of access changes (bastion.Revoker). The
+// Access is this replica's side of access changes (access.Revoker). The
 // cluster opens a node's console link or relay only once this replica has
 // applied the node's current access epoch (Current), serves a relay only
 // to a replica at that epoch (Serve, which applies it here first if need

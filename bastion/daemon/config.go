@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/realip"
 )
 
@@ -101,7 +101,7 @@ type Config struct {
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// AuthLimits bound guessing of node tokens and of the admin token; SSH
 	// and the admin API share one budget per source.
-	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
+	AuthLimits authlimit.Config `yaml:"auth_limits"`
 	// SSHLegacyAlgorithms also offers the SHA-1 algorithms old clients may
 	// need (diffie-hellman-group14-sha1, hmac-sha1, ssh-rsa signatures);
 	// off, obmd offers what a current OpenSSH server does, without SHA-1.

@@ -21,7 +21,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/conncap"
 	"github.com/obmd/obmd/bastion/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
@@ -44,8 +46,10 @@ type Daemon struct {
 	consoles *sol.Manager
 	reg      *sessions.Registry
 	metrics  *metrics.Registry
-	revoker  *bastion.Revoker
-	limiter  *bastion.Limiter
+	revoker  *access.Revoker
+	health   *access.Health
+	watcher  *access.Watcher
+	limiter  *authlimit.Limiter
 	ssh      *bastion.Server
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
@@ -139,17 +143,20 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
 		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource), MaxPerSourceHTTP: unlimited(d.cfg.MaxHTTPSessionsPerSource)})
-	gated := gatedStore{d.store, d}
-	var peers bastion.Peers
+	d.health = access.NewHealth(d.store)
+	gated := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout)
+	var peers access.Peers
 	if d.rep.cluster != nil {
 		peers = d.rep.cluster
 	}
-	d.revoker = bastion.NewRevoker(bastion.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
+	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
 		d.consoles, d.reg, gated, d.log)
+	d.watcher = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout, DBGrace: d.cfg.DBGrace},
+		d.store, d.health, d.revoker, d.announce, d.log)
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower},
-		powerBMCs, d.consoles, bastion.NewSessionList(d.reg, d.consoles), auditor{d.store, d.log}, d.log)
+		powerBMCs, d.consoles, sessionList{d.reg, d.consoles}, auditor{d.store, d.log}, d.log)
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
@@ -158,12 +165,12 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	// One guessing budget per source for SSH and the admin API.
-	d.limiter = bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
+	d.limiter = authlimit.New(d.cfg.AuthLimits, time.Now)
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
-		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
+		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
 		d.store, sealer, runner,
-		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
+		d.consoles, revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
@@ -293,7 +300,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	g.Go(func() error { return d.watchChanges(gctx) })
+	g.Go(func() error { return d.watcher.Run(gctx) })
 	g.Go(func() error { return d.limiter.Run(gctx) })
 	g.Go(d.servePeer)
 	g.Go(func() error {
@@ -379,52 +386,6 @@ func (d *Daemon) closeAll() {
 	}
 }
 
-// watchChanges applies access changes made elsewhere (another replica, or
-// obmctl against another replica) to this replica's sessions. Changes made
-// here were applied by the admin call already; Revoker skips them. Each
-// poll is also this replica's look at the database's health (dbPolled)
-// and, in cluster mode, its announcement to the others (announce).
-func (d *Daemon) watchChanges(ctx context.Context) error {
-	cursor, err := d.store.LatestChange(ctx)
-	if err != nil {
-		if ctx.Err() != nil { // stopped while starting: not a failure
-			return nil
-		}
-		return fmt.Errorf("read access changes: %w", err)
-	}
-	d.revoker.Watched(cursor)
-	d.announce(ctx, cursor)
-	t := time.NewTicker(d.cfg.EpochPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
-		changes, err := d.store.ChangesSince(pctx, cursor, 1000)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		health := d.checkDB(err)
-		d.dbPolled(health)
-		if health != nil {
-			d.log.WithError(health).Warn("access_poll_failed")
-		}
-		if err != nil {
-			continue
-		}
-		for _, c := range changes {
-			d.revoker.Revoke(c.Node, c.Epoch, "access changed")
-			cursor = c.Epoch
-		}
-		d.revoker.Watched(cursor)
-		d.announce(ctx, cursor)
-	}
-}
-
 // auditor writes commands' audit events to the database.
 type auditor struct {
 	store *db.Store
@@ -439,15 +400,37 @@ func (a auditor) Audit(ctx context.Context, e commands.Event) {
 	}
 }
 
+// sessionList answers the `sessions` command (commands.Sessions): the
+// registry's sessions of a node, with the console's writer marked.
+type sessionList struct {
+	reg      *sessions.Registry
+	consoles *sol.Manager
+}
+
+func (l sessionList) Sessions(node string) []commands.SessionInfo {
+	writer := ""
+	for _, v := range l.consoles.Viewers(node) {
+		if v.Writer {
+			writer = v.Session
+		}
+	}
+	var out []commands.SessionInfo
+	for _, s := range l.reg.List(node) {
+		out = append(out, commands.SessionInfo{ID: s.ID, Kind: s.Kind, User: s.User, Remote: s.Remote,
+			Started: s.Started, Writer: s.ID == writer && writer != ""})
+	}
+	return out
+}
+
 // revokeAndForget also drops simulator state of deleted nodes.
 type revokeAndForget struct {
-	r   *bastion.Revoker
+	r   *access.Revoker
 	res *nodes.Resolver
 }
 
-func (v revokeAndForget) Change(ctx context.Context, c bastion.Change) error {
+func (v revokeAndForget) Change(ctx context.Context, c access.Change) error {
 	err := v.r.Change(ctx, c)
-	if (err == nil || errors.Is(err, bastion.ErrNotConfirmed)) && c.Why == admin.WhyNodeDeleted {
+	if (err == nil || errors.Is(err, access.ErrNotConfirmed)) && c.Why == admin.WhyNodeDeleted {
 		v.res.Forget(c.Node)
 	}
 	return err

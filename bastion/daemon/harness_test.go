@@ -30,7 +30,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
@@ -82,7 +82,7 @@ func startObmd(t testing.TB, opts ...func(*daemon.Config)) *obmd {
 		Linger:     200 * time.Millisecond,
 		EpochPoll:  100 * time.Millisecond,
 		Version:    "test",
-		AuthLimits: bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20},
+		AuthLimits: authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20},
 	}
 	for _, o := range opts {
 		o(&cfg)

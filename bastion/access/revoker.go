@@ -1,21 +1,30 @@
-package bastion
+// Package access owns who may use a node right now, on this replica: the
+// Revoker, through which every access change (token rotation or
+// revocation, key removal, node change or deletion, an admin kick, and
+// changes made on other replicas) cuts the sessions it ends and wipes the
+// node's console; the bounded, fail-closed making of a change (Change); the
+// console fence across replicas (Current, Serve); the Watcher, which picks
+// up changes made through other replicas and judges the database's health;
+// and the policy for a database that stops answering (Health, Gate: logins
+// refused at once, sessions cut after a grace).
+//
+// It knows nothing of SSH or HTTP: the front doors (bastion, admin) call
+// it, and the registry of live sessions (bastion/sessions) is how it
+// reaches them.
+package access
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/sessions"
-	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/sol"
 )
 
 // Cutter ends every console viewer of a node and wipes its scrollback.
@@ -313,71 +322,6 @@ func (r *Revoker) applyLocked(n *nodeAccess, label string, epoch int64, why stri
 	}
 }
 
-// SessionList answers the `sessions` command: the registry's sessions of a
-// node, with the console writer marked.
-type SessionList struct {
-	reg      *sessions.Registry
-	consoles Consoles
-}
-
-// NewSessionList returns a SessionList.
-func NewSessionList(reg *sessions.Registry, consoles Consoles) *SessionList {
-	return &SessionList{reg: reg, consoles: consoles}
-}
-
-// Sessions lists node's live sessions.
-func (l *SessionList) Sessions(node string) []commands.SessionInfo {
-	writer := ""
-	for _, v := range l.consoles.Viewers(node) {
-		if v.Writer { // an SSH viewer is named "#<session ID>"
-			writer = strings.TrimPrefix(v.Name, "#")
-		}
-	}
-	var out []commands.SessionInfo
-	for _, s := range l.reg.List(node) {
-		out = append(out, commands.SessionInfo{ID: s.ID, Kind: s.Kind, User: s.User, Remote: s.Remote,
-			Started: s.Started, Writer: s.ID == writer && writer != ""})
-	}
-	return out
-}
-
-// HTTPConsoles serves obmd's `GET /node/{label}/console`: a read-only viewer
-// of the shared console, live output only (no banner, no scrollback, no
-// notices), as obmd streamed it.
-type HTTPConsoles struct {
-	consoles Consoles
-}
-
-// NewHTTPConsoles returns an HTTPConsoles.
-func NewHTTPConsoles(consoles Consoles) *HTTPConsoles { return &HTTPConsoles{consoles: consoles} }
-
-// Stream copies label's live console output to w, flushing each write, until
-// ctx ends, the viewer is cut, or w fails.
-func (h *HTTPConsoles) Stream(ctx context.Context, label string, w io.Writer) error {
-	v, err := h.consoles.Attach(ctx, label, sol.AttachOptions{Name: "http", ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer v.Close()
-	flush := func() {}
-	if f, ok := w.(http.Flusher); ok {
-		flush = f.Flush
-	}
-	for {
-		select {
-		case ch, ok := <-v.Output():
-			if !ok {
-				return v.Err()
-			}
-			if len(ch.Data) == 0 {
-				continue
-			}
-			if _, err := w.Write(ch.Data); err != nil {
-				return err
-			}
-			flush()
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
-}
+// safe makes untrusted text (a node label) printable and bounded, for
+// logs and the admin's error messages.
+func safe(s string) string { return printable.Clean(s, 100) }

@@ -1,4 +1,4 @@
-package bastion
+package access
 
 import (
 	"context"
@@ -45,9 +45,12 @@ type RevokerConfig struct {
 	Peers Peers
 }
 
+// DefaultChangeTimeout is RevokerConfig.ChangeTimeout's default.
+const DefaultChangeTimeout = 5 * time.Second
+
 func (c *RevokerConfig) setDefaults() {
 	if c.ChangeTimeout <= 0 {
-		c.ChangeTimeout = 5 * time.Second
+		c.ChangeTimeout = DefaultChangeTimeout
 	}
 }
 
