@@ -169,7 +169,7 @@ const (
 type API struct {
 	cfg      Config
 	store    Store
-	sealer   *keys.Sealer
+	types    Types
 	runner   Runner
 	consoles Consoles
 	revoker  Revoker
@@ -179,7 +179,7 @@ type API struct {
 }
 
 // New validates its arguments and returns the API. It starts nothing.
-func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles Consoles, revoker Revoker, reg *sessions.Registry, log logrus.FieldLogger) (*API, error) {
+func New(cfg Config, store Store, types Types, runner Runner, consoles Consoles, revoker Revoker, reg *sessions.Registry, log logrus.FieldLogger) (*API, error) {
 	switch {
 	case cfg.AdminToken == "":
 		return nil, errors.New("admin api: an admin token is required")
@@ -187,8 +187,8 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 		return nil, errors.New("admin api: Admit and Limiter are required")
 	case cfg.MaxBody < 0:
 		return nil, errors.New("admin api: MaxBody must not be negative")
-	case store == nil || sealer == nil || runner == nil || consoles == nil || revoker == nil || reg == nil || log == nil:
-		return nil, errors.New("admin api: store, sealer, runner, consoles, revoker, sessions and log are required")
+	case store == nil || types == nil || runner == nil || consoles == nil || revoker == nil || reg == nil || log == nil:
+		return nil, errors.New("admin api: store, node types, runner, consoles, revoker, sessions and log are required")
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
@@ -202,7 +202,7 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 	if cfg.FailDelay <= 0 {
 		cfg.FailDelay = DefaultFailDelay
 	}
-	a := &API{cfg: cfg, store: store, sealer: sealer, runner: runner, consoles: consoles,
+	a := &API{cfg: cfg, store: store, types: types, runner: runner, consoles: consoles,
 		revoker: revoker, sessions: reg, log: log, mux: http.NewServeMux()}
 	a.routes()
 	return a, nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
@@ -23,6 +24,7 @@ import (
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/sirupsen/logrus"
 )
 
@@ -106,7 +108,7 @@ func (e *env) start() {
 	}
 	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: authlimit.New(e.limits, time.Now),
 		FailDelay: e.failDelay, TrustedProxies: e.trusted},
-		s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
+		s, testTypes(e.t, e.sealer), e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}
@@ -357,6 +359,31 @@ func (f *fakeRunner) take() []runCall {
 	out := f.calls
 	f.calls = nil
 	return out
+}
+
+// Node types of these tests: the real table's checks (bastion/daemon's),
+// with drivers that are never built (the runner is a fake).
+const (
+	TypeIPMI     nodes.Type = "ipmi"
+	TypeIPMITool nodes.Type = "ipmitool"
+	TypeMock     nodes.Type = "mock"
+	TypeSim      nodes.Type = "sim"
+)
+
+// testTypes is the node types table of these tests, sealing with sealer.
+func testTypes(t testing.TB, sealer *keys.Sealer) *nodes.Table {
+	noDriver := func(string, sol.Info, logrus.FieldLogger) (sol.BMC, error) {
+		return nil, errors.New("no driver in admin tests")
+	}
+	table, err := nodes.NewTable(sealer,
+		nodes.Define(TypeIPMI, nodes.SolKind(TypeIPMI, nodes.SolSpec{Credentials: true, Check: ipmi.Check, New: noDriver})),
+		nodes.Define(TypeIPMITool, nodes.SolKind(TypeIPMITool, nodes.SolSpec{Credentials: true, Interface: true, New: noDriver})),
+		nodes.Define(TypeMock, nodes.SolKind(TypeMock, nodes.SolSpec{New: noDriver})),
+		nodes.Define(TypeSim, nodes.SolKind(TypeSim, nodes.SolSpec{New: noDriver})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
 }
 
 // newConsoles is a console hub whose every node's console prints "line N\n"

@@ -7,6 +7,7 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,7 @@ type Daemon struct {
 
 	store    *db.Store
 	lab      *sim.Lab
+	types    *nodes.Table
 	resolver *nodes.Resolver
 	consoles *sol.Manager
 	reg      *sessions.Registry
@@ -125,8 +127,10 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 
 	d.lab = sim.NewLab()
-	d.resolver, err = nodes.New(nodes.Config{}, d.store, sealer, d.lab, d.log)
-	if err != nil {
+	if d.types, err = nodeTypes(DriverConfig{}, d.lab, sealer); err != nil {
+		return err
+	}
+	if d.resolver, err = nodes.NewResolver(d.types, d.store, d.log); err != nil {
 		return err
 	}
 	bmcs, powerBMCs, err := d.startCluster(hostKey, d.resolver, d.resolver.ForCommands())
@@ -169,8 +173,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
-		d.store, sealer, runner,
-		d.consoles, revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
+		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
@@ -186,7 +189,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	d.http = d.newHTTPServer(ctx, api.Handler())
 
 	if d.cfg.Demo {
-		if err := d.registerDemo(ctx, sealer); err != nil {
+		if err := d.registerDemo(ctx); err != nil {
 			return err
 		}
 	}
@@ -243,13 +246,19 @@ func adminTokenSource(cfg Config, file string) string {
 
 // registerDemo makes sure node "demo" exists on the simulator and gives it a
 // fresh token (only hashes are stored, so the old one cannot be shown).
-func (d *Daemon) registerDemo(ctx context.Context, sealer *keys.Sealer) error {
+func (d *Daemon) registerDemo(ctx context.Context) error {
 	if _, err := d.store.Node(ctx, DemoNode); errors.Is(err, db.ErrNotFound) {
-		sealed, err := nodes.SealInfo(sealer, DemoNode, sol.Info{Addr: "simulator"})
+		info, err := d.types.Parse(string(TypeSim), false, func(v any) error {
+			return json.Unmarshal([]byte(`{"addr":"simulator"}`), v)
+		})
+		if err != nil {
+			return fmt.Errorf("register demo node: %w", err)
+		}
+		sealed, err := d.types.Seal(DemoNode, info)
 		if err != nil {
 			return err
 		}
-		if _, err := d.store.CreateNode(ctx, db.Node{Label: DemoNode, Type: nodes.TypeSim, InfoSealed: sealed}); err != nil {
+		if _, err := d.store.CreateNode(ctx, db.Node{Label: DemoNode, Type: string(TypeSim), InfoSealed: sealed}); err != nil {
 			return fmt.Errorf("register demo node: %w", err)
 		}
 	} else if err != nil {
@@ -420,18 +429,4 @@ func (l sessionList) Sessions(node string) []commands.SessionInfo {
 			Started: s.Started, Writer: s.ID == writer && writer != ""})
 	}
 	return out
-}
-
-// revokeAndForget also drops simulator state of deleted nodes.
-type revokeAndForget struct {
-	r   *access.Revoker
-	res *nodes.Resolver
-}
-
-func (v revokeAndForget) Change(ctx context.Context, c access.Change) error {
-	err := v.r.Change(ctx, c)
-	if (err == nil || errors.Is(err, access.ErrNotConfirmed)) && c.Why == admin.WhyNodeDeleted {
-		v.res.Forget(c.Node)
-	}
-	return err
 }

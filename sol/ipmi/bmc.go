@@ -21,7 +21,6 @@ import (
 
 	"github.com/bougou/go-ipmi/pkg/client"
 	"github.com/bougou/go-ipmi/pkg/command/chassis"
-	"github.com/bougou/go-ipmi/pkg/rmcpplus"
 	"github.com/bougou/go-ipmi/pkg/types"
 	"github.com/sirupsen/logrus"
 
@@ -81,41 +80,19 @@ type BMC struct {
 
 var _ sol.BMC = (*BMC)(nil)
 
-// New validates info and returns the driver for the node label. It does no
-// I/O. info needs Addr, User and Pass; Port 0 means 623; a nil or -1 Cipher
-// means suite 3; Interface must be empty or "lanplus".
+// New validates info (Check) and returns the driver for the node label. It
+// does no I/O. Port 0 means 623; a nil or -1 Cipher means suite 3.
 func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC, error) {
-	if info.Addr == "" {
-		return nil, errors.New("new IPMI driver: BMC address is required")
-	}
-	if info.User == "" {
-		return nil, errors.New("new IPMI driver: BMC user is required")
-	}
-	if len(info.User) > rmcpplus.MaxUserNameLength {
-		return nil, fmt.Errorf("new IPMI driver: BMC user name longer than %d characters", rmcpplus.MaxUserNameLength)
-	}
-	if info.Pass == "" {
-		return nil, errors.New("new IPMI driver: BMC password is required")
-	}
-	if len(info.Pass) > 20 {
-		return nil, errors.New("new IPMI driver: BMC password longer than 20 characters")
+	if err := Check(info); err != nil {
+		return nil, fmt.Errorf("new IPMI driver: %w", err)
 	}
 	port := info.Port
 	if port == 0 {
 		port = DefaultPort
 	}
-	if port < 0 || port > 65535 {
-		return nil, fmt.Errorf("new IPMI driver: bad BMC port %d", info.Port)
-	}
 	cipher := DefaultCipher
 	if info.Cipher != nil && *info.Cipher != -1 {
 		cipher = *info.Cipher
-	}
-	if !supportedCipher(cipher) {
-		return nil, fmt.Errorf("new IPMI driver: unsupported cipher suite %d", cipher)
-	}
-	if info.Interface != "" && info.Interface != "lanplus" {
-		return nil, fmt.Errorf("new IPMI driver: interface %q not supported (only lanplus)", info.Interface)
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout

@@ -8,9 +8,11 @@
 //
 // Failures are *Error values whose Kind is a class callers can branch on
 // (ErrUnreachable, ErrAuth, ErrCertificate, ErrSystemMissing, ErrNotAllowed,
-// ErrStateTimeout, ErrProtocol, ErrBMC, or the context's error). Their text
-// is safe for a tenant; the underlying detail (with the BMC's URL) goes to
-// the driver's log.
+// ErrStateTimeout, ErrProtocol, ErrBMC, or the context's error), inside a
+// *sol.Error that gives their class as a sol.Fault (what sol.TenantText
+// shows a tenant: "the BMC refused obmd's credentials"). Their text names
+// no address; the underlying detail (with the BMC's URL) goes to the
+// driver's log.
 //
 // # Semantics
 //
@@ -262,7 +264,7 @@ func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *sessi
 		e := classify(ctx, op, false, err)
 		b.log.WithFields(logrus.Fields{"op": op, "step": e.Step, "status": e.Status}).
 			WithError(errors.New(e.Detail())).Warn("redfish_op_failed")
-		return e
+		return sol.NewError(e.fault(), e)
 	}
 	b.log.WithFields(logrus.Fields{"op": op, "took_ms": time.Since(start).Milliseconds()}).Debug("redfish_op_done")
 	return nil

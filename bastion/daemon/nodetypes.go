@@ -1,0 +1,79 @@
+package daemon
+
+import (
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/nodes"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
+	"github.com/obmd/obmd/sol/ipmitool"
+	"github.com/obmd/obmd/sol/redfish"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// Node types, as registered through the admin API.
+const (
+	TypeIPMI     nodes.Type = "ipmi"     // native RMCP+ (sol/ipmi)
+	TypeIPMITool nodes.Type = "ipmitool" // the ipmitool binary (sol/ipmitool)
+	TypeMock     nodes.Type = "mock"     // obmd's mock BMC (sol/sim in mock mode)
+	TypeSim      nodes.Type = "sim"      // the built-in simulator (sol/sim), for demos
+	TypeRedfish  nodes.Type = "redfish"  // Redfish over HTTPS (sol/redfish)
+)
+
+// DriverConfig is the drivers' settings.
+type DriverConfig struct {
+	IPMI     ipmi.Config
+	IPMITool ipmitool.Config
+	Redfish  redfish.Config
+}
+
+// nodeTypes is the one table of node types: what each type's BMC info
+// is, how it is checked, compared and shown, and which driver it builds.
+// This is the only place that knows the types: the admin API registers
+// nodes through it, and the resolver builds drivers through it. A new BMC
+// type is a row here and a driver.
+func nodeTypes(cfg DriverConfig, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, error) {
+	simulated := func(mode sim.Mode) nodes.SolSpec {
+		return nodes.SolSpec{
+			New: func(label string, _ sol.Info, _ logrus.FieldLogger) (sol.BMC, error) {
+				return lab.BMC(label, mode), nil
+			},
+			Forget: lab.Forget,
+		}
+	}
+	return nodes.NewTable(sealer,
+		nodes.Define(TypeIPMI, nodes.SolKind(TypeIPMI, nodes.SolSpec{Credentials: true, Check: ipmi.Check,
+			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
+				return ipmi.New(label, info, cfg.IPMI, log)
+			}})),
+		// ipmitool takes what the shared rules of sol.Info types let
+		// through (TestNodeTypesCheckAsDrivers): it needs no Check of its own.
+		nodes.Define(TypeIPMITool, nodes.SolKind(TypeIPMITool, nodes.SolSpec{Credentials: true, Interface: true,
+			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
+				return ipmitool.New(label, info, cfg.IPMITool, log)
+			}})),
+		nodes.Define(TypeMock, nodes.SolKind(TypeMock, simulated(sim.ModeMock))),
+		nodes.Define(TypeSim, nodes.SolKind(TypeSim, simulated(sim.ModeNormal))),
+		nodes.Define(TypeRedfish, nodes.Kind[redfish.Info]{
+			Check:     redfish.Check,
+			Canonical: redfish.Info.Canonical,
+			Equal:     redfish.Info.Equal,
+			View:      redfishView,
+			New: func(label string, info redfish.Info, log logrus.FieldLogger) (sol.BMC, error) {
+				return redfish.New(label, info, cfg.Redfish, log)
+			}}),
+	)
+}
+
+// redfishView is a Redfish node's info as GET /v1/nodes shows it: never
+// the password.
+func redfishView(i redfish.Info) any {
+	return struct {
+		Addr     string           `json:"addr"`
+		User     string           `json:"user"`
+		System   string           `json:"system,omitempty"`
+		Insecure bool             `json:"insecure,omitempty"`
+		SOL      *redfish.SOLInfo `json:"sol,omitempty"`
+	}{i.Addr, i.User, i.System, i.Insecure, i.SOL}
+}
