@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
@@ -116,7 +117,7 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 				// that ended the viewer (too slow a reader, displaced from a
 				// one-reader mock console) is told here.
 				err := v.Err()
-				if !isCut(err) {
+				if !access.IsCut(err) {
 					say(sol.TenantText(err))
 				}
 				return commands.ExitFailed, err

@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/bastion/sshalgo"
@@ -49,6 +50,14 @@ type Limiter interface {
 	Judge(source, node string, exists bool) (ok, first bool)
 	End(source, node string, exists, failed bool)
 	Fail(source, node string, exists bool)
+}
+
+// Sessions starts every session (access.Revoker.Open, which documents the
+// errors): registered, so that access changes cut it; admitted at the
+// epoch its login read; and watched, so that a cut session whose client
+// stops reading is unblocked (here: its connection closed).
+type Sessions interface {
+	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
 }
 
 // Consoles is the console hub.
@@ -102,11 +111,6 @@ type Config struct {
 	// ProxyHeaderTimeout bounds the read of that header (default 5 s; a
 	// balancer sends it at once). Its size is bounded by proxyproto.MaxV2.
 	ProxyHeaderTimeout time.Duration
-	// Admit is called by every session once it is in the registry, before
-	// it starts, with the access epoch its login read; the session starts
-	// only if it returns nil (access.Revoker.Admit, which documents the errors).
-	// Required.
-	Admit func(ctx context.Context, label string, epoch int64) error
 	// Banner, if set, returns text shown to clients before they log in
 	// ("" shows none): the daemon says so when it cannot reach its
 	// database, rather than let logins fail without a reason.
@@ -127,7 +131,7 @@ type Server struct {
 	store    Store
 	runner   Runner
 	consoles Consoles
-	reg      *sessions.Registry
+	sessions Sessions
 	log      logrus.FieldLogger
 	lim      Limiter
 	srv      *ssh.Server
@@ -136,11 +140,11 @@ type Server struct {
 }
 
 // New validates cfg and returns a Server; it starts nothing.
-func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *sessions.Registry, log logrus.FieldLogger) (*Server, error) {
+func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Sessions, log logrus.FieldLogger) (*Server, error) {
 	if len(cfg.HostKeys) == 0 {
 		return nil, errors.New("bastion: no host key")
 	}
-	if store == nil || runner == nil || consoles == nil || reg == nil || log == nil || cfg.Admit == nil || cfg.Limiter == nil {
+	if store == nil || runner == nil || consoles == nil || sess == nil || log == nil || cfg.Limiter == nil {
 		return nil, errors.New("bastion: missing dependency")
 	}
 	if cfg.Escape == "" {
@@ -175,7 +179,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		cfg.Now = time.Now
 	}
 	algos := sshalgo.For(cfg.LegacyAlgorithms)
-	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
+	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, sessions: sess, log: log,
 		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc)}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",

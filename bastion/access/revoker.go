@@ -41,7 +41,7 @@ type Epochs interface {
 	Settle(ctx context.Context, label string) (int64, error)
 }
 
-// Reasons the Revoker gives sessions it refuses at Admit.
+// Reasons the Revoker gives sessions it refuses at admit.
 const (
 	whyChanged = "access changed"
 	whyDeleted = "node deleted"
@@ -51,8 +51,8 @@ const (
 // or revocation, key removal, node change or deletion, an admin kick, and
 // changes seen on other replicas): after the database has moved the node's
 // epoch, Revoke ends this replica's sessions that authenticated before it
-// and wipes the node's scrollback. Admit decides whether a session may
-// start: its epoch must still be the node's, and if this replica has not
+// and wipes the node's scrollback. Open (admit) decides whether a session may
+// start (Open): its epoch must still be the node's, and if this replica has not
 // applied it yet (the change was made on another replica and the change
 // watcher has not seen it), it is applied first.
 //
@@ -93,11 +93,11 @@ type Revoker struct {
 // nodeAccess is a node's revocation state.
 type nodeAccess struct {
 	// lock is held (a value in it) while a change or revocation of the node
-	// runs; a channel, so that Admit can give up waiting when its session
+	// runs; a channel, so that admit can give up waiting when its session
 	// is cut by the revocation it waits for.
 	lock chan struct{}
 	// applied is the newest epoch applied: written with lock held, read
-	// without it by Admit (an epoch below it is stale whatever runs now).
+	// without it by admit (an epoch below it is stale whatever runs now).
 	applied atomic.Int64
 	// users counts the calls using this state (holding or waiting for
 	// lock); guarded by Revoker.mu. State in use is never dropped, so all
@@ -164,14 +164,14 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 	}
 }
 
-// Admit decides whether a session (SSH or HTTP) that authenticated at
-// epoch may start. The session must already be in the registry, so that
-// any change from then on cuts it; Admit checks that none came before:
+// admit decides whether a session (SSH or HTTP) that authenticated at
+// epoch may start (Open, which every session goes through). The session must already be in the registry, so that
+// any change from then on cuts it; admit checks that none came before:
 // epoch must still be the node's current one. An epoch below one this
 // replica has applied (every change made here, and every one it has seen)
 // is refused without reading the database; otherwise the database is
 // read. If this replica has not applied epoch yet (the change was made on
-// another replica and the change watcher has not seen it), Admit applies
+// another replica and the change watcher has not seen it), admit applies
 // it, as Revoke does, so the session never meets the previous tenancy's
 // sessions or scrollback; if a revocation of the node is in progress, it
 // waits for it.
@@ -182,7 +182,7 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 // revocation it waits for stops waiting: the cut waits for it to end), or
 // another error: access cannot be verified now (the database did not
 // answer, or a change of the node made here is still unconfirmed).
-func (r *Revoker) Admit(ctx context.Context, label string, epoch int64) error {
+func (r *Revoker) admit(ctx context.Context, label string, epoch int64) error {
 	n := r.use(label)
 	defer r.done(label, n)
 	if epoch < n.applied.Load() {
@@ -289,7 +289,7 @@ func (r *Revoker) done(label string, n *nodeAccess) {
 
 // pruneLocked drops label's state n once nobody uses it and it knows no
 // epoch above the watcher's mark: a later call for an epoch it applied is
-// then recognised by the mark (Admit and the watcher skip it), and a
+// then recognised by the mark (admit and the watcher skip it), and a
 // later change is newer than both. A deleted node's state goes once the
 // watcher has passed the deletion. r.mu held.
 func (r *Revoker) pruneLocked(label string, n *nodeAccess) {

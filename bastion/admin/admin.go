@@ -55,14 +55,6 @@ type Config struct {
 	// FailDelay is the least time a failed node-token check takes, whatever
 	// failed (default 300 ms, the SSH door's).
 	FailDelay time.Duration
-	// Admit is called by every node-token session (power routes, HTTP
-	// console) once it is in the registry, before it starts, with the access
-	// epoch its token was checked at. nil lets it start; a
-	// *sessions.RevokedError means access changed since (401); ctx's cause
-	// if ctx ended; anything else, that access cannot be verified now. The
-	// wiring also applies, on this replica, an access change made elsewhere
-	// and not yet seen (access.Revoker.Admit). Required.
-	Admit func(ctx context.Context, label string, epoch int64) error
 	// Limiter bounds guessing of the admin credential and of node tokens;
 	// the wiring shares it with the SSH front door. Required.
 	Limiter Limiter
@@ -142,16 +134,23 @@ type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
 }
 
-// Revoker makes access changes (access.Revoker.Change): under the node's
-// revocation lock, c.Do moves the node's epoch in the database; every live
-// session of the node older than it (SSH consoles, exec, HTTP console
-// streams) is then cut, on this replica and on the others, and the node's
-// console wiped, before Change returns nil. Its errors: c.Do's own, or one
-// wrapping access.ErrIncomplete (the database or a replica did not answer: not
+// Revoker is this replica's access control (access.Revoker).
+//
+// Change makes an access change: under the node's revocation lock, c.Do
+// moves the node's epoch in the database; every live session of the node
+// older than it (SSH consoles, exec, HTTP console streams) is then cut, on
+// this replica and on the others, and the node's console wiped, before
+// Change returns nil. Its errors: c.Do's own, or one wrapping
+// access.ErrIncomplete (the database or a replica did not answer: not
 // stored, outcome unknown, or not confirmed by every replica), whose text
 // says so for the admin.
+//
+// Open starts every node-token session (power routes, the HTTP console):
+// registered, admitted at the epoch its token was checked at, and watched
+// after a cut; its errors are documented there.
 type Revoker interface {
 	Change(ctx context.Context, c access.Change) error
+	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
 }
 
 // Reasons given to Revoker, shown to the users whose sessions end.
@@ -183,8 +182,8 @@ func New(cfg Config, store Store, types Types, runner Runner, consoles Consoles,
 	switch {
 	case cfg.AdminToken == "":
 		return nil, errors.New("admin api: an admin token is required")
-	case cfg.Admit == nil || cfg.Limiter == nil:
-		return nil, errors.New("admin api: Admit and Limiter are required")
+	case cfg.Limiter == nil:
+		return nil, errors.New("admin api: a Limiter is required")
 	case cfg.MaxBody < 0:
 		return nil, errors.New("admin api: MaxBody must not be negative")
 	case store == nil || types == nil || runner == nil || consoles == nil || revoker == nil || reg == nil || log == nil:

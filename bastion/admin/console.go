@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -23,16 +22,20 @@ func (a *API) console(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	ctx, end, valid := a.session(w, r, &g, sessions.KindHTTPConsole)
-	if !valid {
-		return
-	}
-	defer end()
-	a.auditEvent(r, db.AuditEvent{Node: g.label, Actor: actorToken, Action: "session.start", Result: "ok", Detail: sessions.KindHTTPConsole})
 	rc := http.NewResponseController(w)
 	// A console stream lasts as long as the client wants: lift the server's
 	// write timeout for this response (unsupported writers just keep it).
+	// Before the session opens: its watchdog may move the deadline to now.
 	_ = rc.SetWriteDeadline(time.Time{})
+	// A cut stream whose client stopped reading is blocked in a write (TCP
+	// flow control): moving the write deadline to now fails it.
+	s, valid := a.session(w, r, &g, sessions.KindHTTPConsole, func() { _ = rc.SetWriteDeadline(time.Now()) })
+	if !valid {
+		return
+	}
+	defer s.End()
+	ctx := s.Context()
+	a.auditEvent(r, db.AuditEvent{Node: g.label, Actor: actorToken, Action: "session.start", Result: "ok", Detail: sessions.KindHTTPConsole})
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Cache-Control", "no-store")
@@ -42,42 +45,9 @@ func (a *API) console(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = rc.Flush()
-	streamed := make(chan struct{}) // closed when Stream has returned
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // owned by this handler, which waits for it
-		defer wg.Done()
-		unblockWhenCut(ctx, streamed, rc)
-	}()
 	err := a.stream(ctx, g.label, g.session, flushWriter{w: w, rc: rc})
-	close(streamed)
-	wg.Wait()
 	a.log.WithFields(logrus.Fields{"node": g.label, "remote": r.RemoteAddr, "cause": causeText(ctx)}).
 		WithError(err).Debug("http_console_ended")
-}
-
-// cutGrace is how long a cut console stream may take to end by itself.
-const cutGrace = 250 * time.Millisecond
-
-// unblockWhenCut ends a console stream that was cut but cannot end: a
-// client that stops reading blocks the stream's write (TCP flow control),
-// and would otherwise keep it alive, and in the registry, past its
-// revocation. Once ctx is done, the stream has cutGrace to return (closing
-// streamed); then the connection's write deadline is moved to now, which
-// fails the blocked write.
-func unblockWhenCut(ctx context.Context, streamed <-chan struct{}, rc *http.ResponseController) {
-	select {
-	case <-streamed:
-		return
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(cutGrace)
-	defer t.Stop()
-	select {
-	case <-streamed:
-	case <-t.C:
-		_ = rc.SetWriteDeadline(time.Now())
-	}
 }
 
 // stream copies label's live console output to w as a read-only viewer

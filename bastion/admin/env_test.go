@@ -106,7 +106,8 @@ func (e *env) start() {
 	if ep, ok := s.(access.Epochs); ok { // a wrapper that injects epoch races
 		epochs = ep
 	}
-	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: authlimit.New(e.limits, time.Now),
+	e.rev.opener = openerOver(e.reg, epochs)
+	e.api, err = New(Config{AdminToken: testAdminToken, Limiter: authlimit.New(e.limits, time.Now),
 		FailDelay: e.failDelay, TrustedProxies: e.trusted},
 		s, testTypes(e.t, e.sealer), e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
@@ -277,9 +278,11 @@ type revokeCall struct {
 
 // fakeRevoker records calls and cuts sessions like the wiring does.
 type fakeRevoker struct {
-	reg   *sessions.Registry
-	mu    sync.Mutex
-	calls []revokeCall
+	// opener opens sessions: a real Revoker over the test's database.
+	opener *access.Revoker
+	reg    *sessions.Registry
+	mu     sync.Mutex
+	calls  []revokeCall
 }
 
 func (f *fakeRevoker) Revoke(label string, epoch int64, why string) {
@@ -287,6 +290,10 @@ func (f *fakeRevoker) Revoke(label string, epoch int64, why string) {
 	f.calls = append(f.calls, revokeCall{label, epoch, why})
 	f.mu.Unlock()
 	f.reg.Cut(label, epoch, &sessions.RevokedError{Node: label, Why: why})
+}
+
+func (f *fakeRevoker) Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error) {
+	return f.opener.Open(ctx, info, host, unblock)
 }
 
 func (f *fakeRevoker) Change(ctx context.Context, c access.Change) error {
@@ -429,12 +436,12 @@ func (lineConsole) Write(p []byte) (int, error) { return len(p), nil }
 func (lineConsole) Break(context.Context) error { return nil }
 func (c lineConsole) Close() error              { return c.PipeReader.Close() }
 
-// admitOver is the wiring's Admit (access.Revoker) over epochs, without
+// openerOver is the wiring's Open (access.Revoker) over epochs, without
 // consoles to cut.
-func admitOver(reg *sessions.Registry, epochs access.Epochs) func(context.Context, string, int64) error {
+func openerOver(reg *sessions.Registry, epochs access.Epochs) *access.Revoker {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	return access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, epochs, quiet).Admit
+	return access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, epochs, quiet)
 }
 
 // noLimits are guessing limits no test reaches by accident.

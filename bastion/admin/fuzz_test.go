@@ -116,9 +116,9 @@ func fuzzAPI(f *testing.F) (*db.Store, *API) {
 	}
 	sealer, _ := keys.NewSealer(make([]byte, 32))
 	reg := sessions.New(sessions.Config{})
-	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10, Admit: admitOver(reg, st),
+	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10,
 		Limiter: authlimit.New(noLimits, time.Now)}, st, testTypes(f, sealer), newFakeRunner(reg),
-		newConsoles(f), &fakeRevoker{reg: reg}, reg, quiet)
+		newConsoles(f), &fakeRevoker{reg: reg, opener: openerOver(reg, st)}, reg, quiet)
 	if err != nil {
 		f.Fatalf("new api: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -105,56 +106,51 @@ func (a *API) refuseToken(w http.ResponseWriter, r *http.Request, start time.Tim
 	writeError(w, http.StatusUnauthorized, errBadToken)
 }
 
-// session registers the request as a live session of the node, so that an
-// access change cuts it, and then has it admitted (Config.Admit): refused
-// if the node's access changed between authentication and registration (a
-// change in that window would not have seen this session). The returned
-// context is cancelled by a cut; end must be called once the request is
-// done. On failure it has answered.
-func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string) (context.Context, func(), bool) {
-	ctx, info, end, err := a.sessions.Start(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
-		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r))
+// session opens the request as a live session of the node
+// (Revoker.Open): registered, so that an access change cuts it; admitted,
+// so that a change between the token check and now refuses it (a change in
+// that window would not have seen this session); and watched: unblock, if
+// set, is called when a cut session keeps writing to a client that does
+// not read. The session's context is cancelled by a cut; End it once the
+// request is done. On failure it has answered.
+func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string, unblock func()) (*access.Session, bool) {
+	s, err := a.revoker.Open(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
+		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r), unblock)
+	if err == nil {
+		g.session = s.Info().ID
+		return s, true
+	}
+	var stale *access.StaleError
+	var revoked *sessions.RevokedError
 	switch {
-	case errors.Is(err, sessions.ErrShutdown):
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-		return nil, nil, false
 	case errors.Is(err, sessions.ErrTooMany):
 		writeError(w, http.StatusTooManyRequests, err.Error())
-		return nil, nil, false
-	case err != nil:
+	case errors.Is(err, sol.ErrShutdown):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.As(err, &stale): // changed (or deleted) since the token was checked
+		writeError(w, http.StatusUnauthorized, "access to node "+quote(g.label)+" changed during authentication; try again")
+	case errors.As(err, &revoked): // cut while being admitted
+		writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
+	case errors.Is(err, access.ErrUnverified):
+		a.storeError(w, r, "verify node access", err)
+	case r.Context().Err() != nil:
+		writeError(w, http.StatusServiceUnavailable, "request cancelled") // nobody reads it
+	default:
 		a.log.WithError(err).Error("session_start_failed")
 		writeError(w, http.StatusInternalServerError, "internal error (session)")
-		return nil, nil, false
 	}
-	if err := a.cfg.Admit(ctx, g.label, g.epoch); err != nil {
-		end()
-		var revoked *sessions.RevokedError
-		switch {
-		case ctx.Err() != nil && errors.As(context.Cause(ctx), &revoked): // cut while being admitted
-			writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
-		case errors.As(err, &revoked): // changed (or deleted) since the token was checked
-			writeError(w, http.StatusUnauthorized, "access to node "+quote(g.label)+" changed during authentication; try again")
-		case errors.Is(err, sessions.ErrShutdown):
-			writeError(w, http.StatusServiceUnavailable, err.Error())
-		case r.Context().Err() != nil:
-			writeError(w, http.StatusServiceUnavailable, "request cancelled") // nobody reads it
-		default:
-			a.storeError(w, r, "verify node access", err)
-		}
-		return nil, nil, false
-	}
-	g.session = info.ID
-	return ctx, end, true
+	return nil, false
 }
 
 // run authenticates, registers a session and runs cmd, then hands the
 // result to done (which answers). Errors are answered here.
 func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.Command, done func(commands.Result)) {
-	ctx, end, valid := a.session(w, r, &g, sessions.KindExec)
+	s, valid := a.session(w, r, &g, sessions.KindExec, nil)
 	if !valid {
 		return
 	}
-	defer end()
+	defer s.End()
+	ctx := s.Context()
 	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, User: "token", Source: r.RemoteAddr, Session: g.session}, cmd)
 	if err != nil {
 		a.commandError(w, r, ctx, g.label, cmd.Name, err)
@@ -172,7 +168,7 @@ func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.C
 	switch {
 	case ctx.Err() != nil && errors.As(cause, &revoked):
 		writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
-	case ctx.Err() != nil && errors.Is(cause, sessions.ErrShutdown):
+	case ctx.Err() != nil && errors.Is(cause, sol.ErrShutdown):
 		writeError(w, http.StatusServiceUnavailable, cause.Error())
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.

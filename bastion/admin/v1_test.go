@@ -395,7 +395,6 @@ func TestNew(t *testing.T) {
 	reg := sessions.New(sessions.Config{})
 	log := logrus.New()
 	var st Store = failingStore{}
-	admit := func(context.Context, string, int64) error { return nil }
 	lim := authlimit.New(noLimits, time.Now)
 	tests := []struct {
 		name string
@@ -403,12 +402,11 @@ func TestNew(t *testing.T) {
 		st   Store
 		ok   bool
 	}{
-		{"ok", Config{AdminToken: "t", Admit: admit, Limiter: lim}, st, true},
-		{"no admin token", Config{Admit: admit, Limiter: lim}, st, false},
-		{"negative body", Config{AdminToken: "t", MaxBody: -1, Admit: admit, Limiter: lim}, st, false},
-		{"no store", Config{AdminToken: "t", Admit: admit, Limiter: lim}, nil, false},
-		{"no admit", Config{AdminToken: "t", Limiter: lim}, st, false},
-		{"no limiter", Config{AdminToken: "t", Admit: admit}, st, false},
+		{"ok", Config{AdminToken: "t", Limiter: lim}, st, true},
+		{"no admin token", Config{Limiter: lim}, st, false},
+		{"negative body", Config{AdminToken: "t", MaxBody: -1, Limiter: lim}, st, false},
+		{"no store", Config{AdminToken: "t", Limiter: lim}, nil, false},
+		{"no limiter", Config{AdminToken: "t"}, st, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

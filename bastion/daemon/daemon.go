@@ -170,7 +170,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	// One guessing budget per source for SSH and the admin API.
 	d.limiter = authlimit.New(d.cfg.AuthLimits, time.Now)
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
@@ -180,9 +180,9 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
 		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
 		MaxUnauthenticated: d.cfg.MaxUnauthenticated, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
-		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom, Admit: d.revoker.Admit,
+		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
 		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
-		gated, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
+		gated, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err
 	}

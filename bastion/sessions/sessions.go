@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/obmd/obmd/sol"
 )
 
 // Kinds of session.
@@ -25,9 +27,6 @@ const (
 
 // ErrTooMany is returned by Start when a per-node or per-source limit is reached.
 var ErrTooMany = errors.New("too many sessions")
-
-// ErrShutdown is the cause given to sessions ended by a daemon shutdown.
-var ErrShutdown = errors.New("obmd is shutting down")
 
 // RevokedError is the cause given to sessions cut by an access change. Its
 // text is shown to the user as is, so it never carries secrets.
@@ -122,7 +121,8 @@ func SourceKey(host string) string {
 // Start registers a session described by info (ID and Started are filled in).
 // The returned context is cancelled, with a cause the session shows its user,
 // when the session is cut; end must be called exactly once when the session
-// has finished (it is what Cut waits for). host is the client's address
+// has finished (it is what Cut waits for). Sessions start through
+// access.Revoker.Open, which also admits them. host is the client's address
 // without port; the per-source limit (of info's door: SSH, or HTTP) counts
 // it by SourceKey.
 func (r *Registry) Start(parent context.Context, info Info, host string) (ctx context.Context, _ Info, end func(), err error) {
@@ -134,7 +134,7 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.shutdown {
-		return nil, Info{}, nil, ErrShutdown
+		return nil, Info{}, nil, sol.ErrShutdown
 	}
 	if r.cfg.MaxPerNode > 0 && r.perNode[info.Node] >= r.cfg.MaxPerNode {
 		return nil, Info{}, nil, fmt.Errorf("%w on node %s (limit %d)", ErrTooMany, info.Node, r.cfg.MaxPerNode)
@@ -197,12 +197,13 @@ func (r *Registry) Kick(id string, cause error) bool {
 	return len(victims) > 0
 }
 
-// Shutdown refuses new sessions and cuts every live one with ErrShutdown.
+// Shutdown refuses new sessions and cuts every live one with
+// sol.ErrShutdown, obmd's one shutdown cause.
 func (r *Registry) Shutdown() (cut, late int) {
 	r.mu.Lock()
 	r.shutdown = true
 	r.mu.Unlock()
-	victims, late := r.cutWhere(func(*entry) bool { return true }, func(string) error { return ErrShutdown })
+	victims, late := r.cutWhere(func(*entry) bool { return true }, func(string) error { return sol.ErrShutdown })
 	return len(victims), late
 }
 

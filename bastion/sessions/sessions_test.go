@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/sol"
 )
 
 // live is a session a test runs: it ends (calls end) a little after its
@@ -290,10 +292,10 @@ func TestKickAndShutdown(t *testing.T) {
 	if r.Kick("999", nil) {
 		t.Errorf("Kick of an unknown ID: got true")
 	}
-	if cut, late := r.Shutdown(); cut != 1 || late != 0 || !errors.Is(context.Cause(b.ctx), ErrShutdown) {
+	if cut, late := r.Shutdown(); cut != 1 || late != 0 || !errors.Is(context.Cause(b.ctx), sol.ErrShutdown) {
 		t.Errorf("Shutdown: got cut %d late %d cause %v", cut, late, context.Cause(b.ctx))
 	}
-	if _, _, _, err := r.Start(context.Background(), Info{Node: "n1"}, "a"); !errors.Is(err, ErrShutdown) {
+	if _, _, _, err := r.Start(context.Background(), Info{Node: "n1"}, "a"); !errors.Is(err, sol.ErrShutdown) {
 		t.Errorf("Start after Shutdown: got %v, want ErrShutdown", err)
 	}
 }
