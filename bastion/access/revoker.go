@@ -51,9 +51,9 @@ const (
 // or revocation, key removal, node change or deletion, an admin kick, and
 // changes seen on other replicas): after the database has moved the node's
 // epoch, Revoke ends this replica's sessions that authenticated before it
-// and wipes the node's scrollback. Open (admit) decides whether a session may
-// start (Open): its epoch must still be the node's, and if this replica has not
-// applied it yet (the change was made on another replica and the change
+// and wipes the node's scrollback. Open (admit) decides whether a session
+// may start: its epoch must still be the node's, and if this replica has
+// not applied it yet (the change was made on another replica and the change
 // watcher has not seen it), it is applied first.
 //
 // A node's revocations run one at a time, and a call for an epoch already

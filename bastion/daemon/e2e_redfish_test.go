@@ -2,21 +2,25 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/redfish/redfishtest"
 )
 
-// redfishInfo is the info of a node on b (its TLS front's certificate is
-// httptest's own, so the node skips verification), with sol details if
-// given.
-func redfishInfo(b *redfishtest.BMC, extra map[string]any) map[string]any {
-	info := map[string]any{"addr": b.URL, "user": redfishtest.User, "pass": redfishtest.Pass, "insecure": true}
-	for k, v := range extra {
-		info[k] = v
+// redfishCA writes the certificate of b's TLS front to a PEM file, for
+// the redfish section's ca_file.
+func redfishCA(t *testing.T, b *redfishtest.BMC) string {
+	p := filepath.Join(t.TempDir(), "bmc-ca.pem")
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: b.Cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	return info
+	return p
 }
 
 // TestRedfishRegistration: a redfish node registers through both routes
@@ -80,13 +84,17 @@ func TestRedfishRegistration(t *testing.T) {
 }
 
 // TestRedfishPower: power and boot-device commands over SSH reach
-// metal-operator's mock Redfish BMC, and its console, without "sol"
-// details, says plainly that the node has none and ends.
+// metal-operator's mock Redfish BMC, whose certificate the redfish
+// section's CA file vouches for; its console, without "sol" details, says
+// plainly that the node has none and ends.
 func TestRedfishPower(t *testing.T) {
 	t.Parallel()
 	b := redfishtest.Start(t, nil)
-	o := startObmd(t)
-	o.mustAPI(201, "PUT", "/v1/nodes/rf1", map[string]any{"type": "redfish", "info": redfishInfo(b, nil)})
+	o := startObmd(t, func(c *daemon.Config) {
+		c.Redfish.CAFile, c.Redfish.PollInterval = redfishCA(t, b), 20*time.Millisecond
+	})
+	o.mustAPI(201, "PUT", "/v1/nodes/rf1", map[string]any{"type": "redfish",
+		"info": map[string]any{"addr": b.URL, "user": redfishtest.User, "pass": redfishtest.Pass}})
 	tok := o.rotate("rf1")
 	for _, step := range []struct{ cmd, out, power string }{
 		{"power-status", "rf1: power on", "On"},

@@ -21,19 +21,15 @@ const (
 	TypeRedfish  nodes.Type = "redfish"  // Redfish over HTTPS (sol/redfish)
 )
 
-// DriverConfig is the drivers' settings.
-type DriverConfig struct {
-	IPMI     ipmi.Config
-	IPMITool ipmitool.Config
-	Redfish  redfish.Config
-}
-
 // nodeTypes is the one table of node types: what each type's BMC info
 // is, how it is checked, compared and shown, and which driver it builds.
 // This is the only place that knows the types: the admin API registers
 // nodes through it, and the resolver builds drivers through it. A new BMC
-// type is a row here and a driver.
-func nodeTypes(cfg DriverConfig, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, error) {
+// type is a row here and a driver. The drivers take their sections of
+// cfg (a Redfish node's serial console, the ipmi section).
+func nodeTypes(cfg Config, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, error) {
+	rf := cfg.Redfish
+	rf.IPMI = cfg.IPMI
 	simulated := func(mode sim.Mode) nodes.SolSpec {
 		return nodes.SolSpec{
 			New: func(label string, _ sol.Info, _ logrus.FieldLogger) (sol.BMC, error) {
@@ -61,7 +57,7 @@ func nodeTypes(cfg DriverConfig, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Tabl
 			Equal:     redfish.Info.Equal,
 			View:      redfishView,
 			New: func(label string, info redfish.Info, log logrus.FieldLogger) (sol.BMC, error) {
-				return redfish.New(label, info, cfg.Redfish, log)
+				return redfish.New(label, info, rf, log)
 			}}),
 	)
 }

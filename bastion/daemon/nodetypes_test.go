@@ -24,7 +24,7 @@ func testNodeTypes(t testing.TB) *nodes.Table {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table, err := nodeTypes(DriverConfig{}, sim.NewLab(), sealer)
+	table, err := nodeTypes(Config{}, sim.NewLab(), sealer)
 	if err != nil {
 		t.Fatal(err)
 	}

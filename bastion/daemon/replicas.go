@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -44,14 +43,8 @@ func (c *Config) replicaDefaults() error {
 	if c.LeaseTTL < 0 {
 		return errors.New("lease_ttl must not be negative")
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 6 * time.Second
-	}
 	if c.DBGrace < 0 {
 		return errors.New("db_grace must not be negative")
-	}
-	if c.DBGrace == 0 {
-		c.DBGrace = 30 * time.Second
 	}
 	if c.PeerAdvertise != "" && c.PeerAddr == "" {
 		return errors.New("peer_advertise needs peer_addr")
@@ -115,8 +108,9 @@ func (d *Daemon) startCluster(hostKey gossh.Signer, local sol.Resolver, forComma
 		advertise = d.rep.peerL.Addr().String() // a specific address: replicaDefaults checked
 	}
 	var err error
-	d.rep.cluster, err = cluster.New(cluster.Config{ReplicaID: d.cfg.ReplicaID, PeerAddr: advertise, HostKey: hostKey,
-		Access: clusterAccess{d}, LeaseTTL: d.cfg.LeaseTTL}, d.store, local, d.log.WithField("part", "cluster"))
+	cfg := d.cfg.Cluster
+	cfg.ReplicaID, cfg.PeerAddr, cfg.HostKey, cfg.Access, cfg.LeaseTTL = d.cfg.ReplicaID, advertise, hostKey, clusterAccess{d}, d.cfg.LeaseTTL
+	d.rep.cluster, err = cluster.New(cfg, d.store, local, d.log.WithField("part", "cluster"))
 	if err != nil {
 		return nil, nil, err
 	}

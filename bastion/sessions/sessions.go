@@ -55,19 +55,41 @@ type Info struct {
 	HTTP bool `json:"-"`
 }
 
-// Config bounds sessions; zero means unlimited.
+// Config bounds sessions (the YAML section sessions). Zero values take the
+// defaults noted; a negative limit means none.
 type Config struct {
-	MaxPerNode int
+	// MaxPerNode bounds the live sessions of one node, SSH and HTTP
+	// (default 64).
+	MaxPerNode int `yaml:"max_per_node"`
 	// MaxPerSource bounds the SSH sessions of one client address (per
-	// SourceKey); MaxPerSourceHTTP its node-token HTTP sessions, which a
-	// cloud controller (HIL) opens from one address for every node it
-	// manages (a console stream each, and power calls).
-	MaxPerSource     int
-	MaxPerSourceHTTP int
-	// CutWait bounds how long Cut waits for cancelled sessions to finish
-	// (default 2 s). A session that does not end in time is logged by the
-	// caller; it has been cancelled regardless.
-	CutWait time.Duration
+	// SourceKey; default 32); MaxPerSourceHTTP its node-token HTTP
+	// sessions, which a cloud controller (HIL) opens from one address for
+	// every node it manages, a console stream each and power calls
+	// (default 1024).
+	MaxPerSource     int `yaml:"max_per_source"`
+	MaxPerSourceHTTP int `yaml:"max_per_source_http"`
+	// CutWait bounds how long a cut waits for the cancelled sessions to
+	// finish (default 2 s). A session that does not end in time is logged
+	// by the caller; it has been cancelled regardless.
+	CutWait time.Duration `yaml:"cut_wait"`
+}
+
+// setDefaults fills the defaults; afterwards a limit of 0 means none.
+func (c *Config) setDefaults() {
+	limit := func(n *int, def int) {
+		switch {
+		case *n == 0:
+			*n = def
+		case *n < 0:
+			*n = 0
+		}
+	}
+	limit(&c.MaxPerNode, 64)
+	limit(&c.MaxPerSource, 32)
+	limit(&c.MaxPerSourceHTTP, 1024)
+	if c.CutWait <= 0 {
+		c.CutWait = 2 * time.Second
+	}
 }
 
 // Registry is safe for concurrent use. The zero value is not; use New.
@@ -97,9 +119,7 @@ type entry struct {
 
 // New returns an empty registry.
 func New(cfg Config) *Registry {
-	if cfg.CutWait <= 0 {
-		cfg.CutWait = 2 * time.Second
-	}
+	cfg.setDefaults()
 	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[srcKey]int{}}
 }
 

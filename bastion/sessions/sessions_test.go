@@ -304,7 +304,7 @@ func TestKickAndShutdown(t *testing.T) {
 // registered before the cut started is cut, and has ended, when Cut
 // returns.
 func TestCutRacingStart(t *testing.T) {
-	r := New(Config{CutWait: 5 * time.Second})
+	r := New(Config{MaxPerNode: -1, MaxPerSource: -1, CutWait: 5 * time.Second}) // no limits: many sessions race
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var mu sync.Mutex
@@ -360,4 +360,14 @@ func TestCutRacingStart(t *testing.T) {
 type startedSession struct {
 	ctx context.Context
 	id  string
+}
+
+// TestDefaults: zero limits take the documented defaults, negative ones
+// mean none.
+func TestDefaults(t *testing.T) {
+	cfg := Config{MaxPerSourceHTTP: -1}
+	cfg.setDefaults()
+	if want := (Config{MaxPerNode: 64, MaxPerSource: 32, MaxPerSourceHTTP: 0, CutWait: 2 * time.Second}); cfg != want {
+		t.Errorf("got %+v, want %+v", cfg, want)
+	}
 }

@@ -27,22 +27,23 @@ import (
 	"github.com/obmd/obmd/sol"
 )
 
-// Config tunes the driver. Zero values take the defaults.
+// Config tunes the driver (the YAML section ipmi). Zero values take the
+// defaults.
 type Config struct {
 	// CallTimeout bounds one operation: a power or boot-device operation
 	// (connect, command, close), OpenConsole, DeactivateConsole, and each
 	// IPMI exchange inside a console session. Default 10 s.
-	CallTimeout time.Duration
+	CallTimeout time.Duration `yaml:"call_timeout"`
 	// Keepalive is how long an open console may receive nothing before it
 	// probes the BMC (and checks that the SOL payload is still its own).
 	// Default 5 s.
-	Keepalive time.Duration
+	Keepalive time.Duration `yaml:"keepalive"`
 	// AttemptTimeout is how long to wait for one IPMI response before
 	// resending the request (within CallTimeout). Default 1 s, as ipmitool.
-	AttemptTimeout time.Duration
+	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	// Retransmit is how long to wait for the BMC to acknowledge a SOL packet
 	// before resending it; after 6 resends the console fails. Default 500 ms.
-	Retransmit time.Duration
+	Retransmit time.Duration `yaml:"retransmit"`
 }
 
 // Defaults for Config.

@@ -51,7 +51,8 @@ type BMC struct {
 	// MockURL is the mock itself, plain HTTP: for a test's own reads and
 	// setups, which the front does not record.
 	MockURL string
-	// Pool trusts the front's certificate.
+	// Cert is the front's certificate, and Pool trusts it.
+	Cert *x509.Certificate
 	Pool *x509.CertPool
 
 	front *front
@@ -73,7 +74,7 @@ func Start(t testing.TB, cert *tls.Certificate) *BMC {
 	t.Cleanup(srv.Close)
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	return &BMC{URL: srv.URL, MockURL: mockURL, Pool: pool, front: f}
+	return &BMC{URL: srv.URL, MockURL: mockURL, Cert: srv.Certificate(), Pool: pool, front: f}
 }
 
 // Counts returns the sessions still open, created, and requests served.
