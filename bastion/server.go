@@ -1,8 +1,11 @@
-// Package bastion is obmd's SSH front door: it authenticates a tenant as a
-// node (user name = node label; password or keyboard-interactive = the
-// node's token; or a public key registered for the node), then serves the
-// node's console (no command) or runs one command (exec), and keeps every
-// live session in the registry through which access changes cut them.
+// Package bastion is obmd's SSH front door, and only that: it bounds
+// connections before they authenticate (login grace time, caps that
+// displace the oldest stranger, the PROXY protocol from listed balancers),
+// authenticates a tenant as a node (user name = node label; password or
+// keyboard-interactive = the node's token; or a public key registered for
+// the node; guesses counted by authlimit), then starts the session through
+// access (registered, admitted, cut on every access change) and serves the
+// node's console, with its escapes, or runs one command (exec).
 package bastion
 
 import (

@@ -201,7 +201,7 @@ func (c *channel) run(st start) int {
 	c.log = c.log.WithField("session", info.ID)
 	began := c.s.cfg.Now()
 	c.log.WithField("kind", kind).Info("session_start")
-	c.audit(sctx, "session.start", "ok", kind)
+	c.audit(sctx, "session.start", "ok", string(kind))
 	if kind == sessions.KindConsole {
 		code, cause := c.console(sctx, info, cmd, stderr)
 		return c.ended(sctx, kind, began, code, cause, stderr)
@@ -212,7 +212,7 @@ func (c *channel) run(st start) int {
 
 // ended records the end of a session that ran, telling its user why if it
 // was cut; it returns the exit code.
-func (c *channel) ended(sctx context.Context, kind string, began time.Time, code int, cause error, stderr io.Writer) int {
+func (c *channel) ended(sctx context.Context, kind sessions.Kind, began time.Time, code int, cause error, stderr io.Writer) int {
 	result := "ok"
 	if access.IsCut(cause) {
 		result = "cut"

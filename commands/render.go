@@ -96,7 +96,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Version    *string        `json:"version,omitempty"`
 		Help       *string        `json:"help,omitempty"`
 	}
-	w := wire{Node: r.Node, Command: r.Command, OK: r.Error == "", Error: r.Error}
+	w := wire{Node: r.Node, Command: string(r.Command), OK: r.Error == "", Error: r.Error}
 	if w.OK {
 		switch r.Command {
 		case CmdPowerStatus:

@@ -191,7 +191,7 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 	}
 	op, ok := opFor(cmd)
 	if !ok {
-		return res, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(cmd.Name))}
+		return res, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(string(cmd.Name)))}
 	}
 	return r.power(ctx, req, cmd, op)
 }

@@ -2,9 +2,11 @@
 // a node's BMC, and its serial-over-LAN console, with at most one SOL link
 // per node shared by every viewer attached to it.
 //
-// Drivers (sol/ipmi, sol/ipmitool, sol/sim) implement BMC. The Manager keeps
-// one Link per node with a scrollback ring and fans its output out to
-// Viewers; it knows nothing of SSH or HTTP.
+// Drivers (sol/ipmi, sol/ipmitool, sol/redfish, sol/sim) implement BMC;
+// each exports its info's Check, which the node types table runs at
+// registration. The Manager keeps one Link per node with a scrollback ring
+// and fans its output out to Viewers (a viewer's session ID travels in
+// AttachOptions); it knows nothing of SSH or HTTP, nor of any driver.
 //
 // Errors: a driver classifies a failure of the BMC as an *Error (its Fault:
 // credentials refused, no answer, unreachable, request rejected), whose own

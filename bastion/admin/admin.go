@@ -12,6 +12,10 @@
 // which never refuse the right admin credential. Behind a listed reverse
 // proxy (Config.TrustedProxies) the client is the one X-Forwarded-For names.
 //
+// Node registrations are decoded and checked by their type (Types, the
+// wiring's table: the API knows no type itself); node-token requests run as
+// sessions opened through the Revoker (Revoker.Open), like SSH sessions.
+//
 // Fingerprints in /v1 key paths contain "/" and "+" (standard base64): clients
 // should escape "/" as %2F ("DELETE /v1/nodes/n1/keys/SHA256:abc%2Fdef");
 // an unescaped "/" works too as long as the path stays canonical (no "//").

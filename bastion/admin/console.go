@@ -35,7 +35,7 @@ func (a *API) console(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.End()
 	ctx := s.Context()
-	a.auditEvent(r, db.AuditEvent{Node: g.label, Actor: actorToken, Action: "session.start", Result: "ok", Detail: sessions.KindHTTPConsole})
+	a.auditEvent(r, db.AuditEvent{Node: g.label, Actor: actorToken, Action: "session.start", Result: "ok", Detail: string(sessions.KindHTTPConsole)})
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Cache-Control", "no-store")

@@ -325,13 +325,13 @@ type fakeRunner struct {
 	reg     *sessions.Registry
 	mu      sync.Mutex
 	calls   []runCall
-	errs    map[string]error
+	errs    map[commands.Name]error
 	block   bool
 	started chan struct{} // gets a value when a blocking Do starts
 }
 
 func newFakeRunner(reg *sessions.Registry) *fakeRunner {
-	return &fakeRunner{reg: reg, errs: map[string]error{}, started: make(chan struct{}, 1)}
+	return &fakeRunner{reg: reg, errs: map[commands.Name]error{}, started: make(chan struct{}, 1)}
 }
 
 func (f *fakeRunner) Do(ctx context.Context, req commands.Request, cmd commands.Command) (commands.Result, error) {
@@ -354,7 +354,7 @@ func (f *fakeRunner) Do(ctx context.Context, req commands.Request, cmd commands.
 	return res, nil
 }
 
-func (f *fakeRunner) set(name string, err error) {
+func (f *fakeRunner) set(name commands.Name, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.errs[name] = err

@@ -113,7 +113,7 @@ func (a *API) refuseToken(w http.ResponseWriter, r *http.Request, start time.Tim
 // set, is called when a cut session keeps writing to a client that does
 // not read. The session's context is cancelled by a cut; End it once the
 // request is done. On failure it has answered.
-func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string, unblock func()) (*access.Session, bool) {
+func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind sessions.Kind, unblock func()) (*access.Session, bool) {
 	s, err := a.revoker.Open(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
 		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r), unblock)
 	if err == nil {
@@ -160,7 +160,7 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.
 }
 
 // commandError maps a command failure to a status and a safe message.
-func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.Context, label, name string, err error) {
+func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.Context, label string, name commands.Name, err error) {
 	log := a.log.WithError(err).WithFields(logrus.Fields{"node": label, "command": name})
 	var usage *commands.UsageError
 	var revoked *sessions.RevokedError

@@ -1,7 +1,18 @@
-// Package daemon assembles a running obmd from a Config: state directory and
-// keys, database (migrated), drivers, console hub, session registry, the SSH
-// front door and the admin API; it runs them until its context ends and
-// then shuts them down in order. cmd/obmd and the end-to-end tests use it.
+// Package daemon is obmd's composition root: it assembles one replica
+// from a Config (state directory and keys, the database, migrated; the
+// table of node types over the drivers, nodetypes.go; the console hub;
+// access control and the session registry; the SSH front door and the
+// admin API; in cluster mode the cluster and its peer server), runs them
+// until its context ends, and shuts them down in order. It is the one
+// package that knows every other one, and the only one, besides sol's own
+// tests, that imports the drivers (TestLayout holds that).
+//
+// It is a package rather than part of cmd/obmd because three programs run
+// the same assembly: cmd/obmd (which only maps flags, OBMD_* variables and
+// the YAML file onto Config, sets up logging and exits), the end-to-end
+// tests, which run whole replicas in one process (all of them live here,
+// so that the slow ones run once), and bench/. A main package can be
+// imported by none of them.
 package daemon
 
 import (
@@ -217,7 +228,7 @@ func (l sessionList) Sessions(node string) []commands.SessionInfo {
 	}
 	var out []commands.SessionInfo
 	for _, s := range l.reg.List(node) {
-		out = append(out, commands.SessionInfo{ID: s.ID, Kind: s.Kind, User: s.User, Remote: s.Remote,
+		out = append(out, commands.SessionInfo{ID: s.ID, Kind: string(s.Kind), User: s.User, Remote: s.Remote,
 			Started: s.Started, Writer: s.ID == writer && writer != ""})
 	}
 	return out

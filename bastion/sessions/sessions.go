@@ -18,11 +18,14 @@ import (
 	"github.com/obmd/obmd/sol"
 )
 
+// Kind is what a session is.
+type Kind string
+
 // Kinds of session.
 const (
-	KindConsole     = "console"
-	KindExec        = "exec"
-	KindHTTPConsole = "http-console"
+	KindConsole     Kind = "console"      // an SSH console
+	KindExec        Kind = "exec"         // an SSH command, or a node-token HTTP power call
+	KindHTTPConsole Kind = "http-console" // a node-token HTTP console stream
 )
 
 // ErrTooMany is returned by Start when a per-node or per-source limit is reached.
@@ -44,7 +47,7 @@ func (e *RevokedError) Error() string {
 type Info struct {
 	ID      string    `json:"id"`
 	Node    string    `json:"node"`
-	Kind    string    `json:"kind"`
+	Kind    Kind      `json:"kind"`
 	User    string    `json:"user"`   // auth method and identity, e.g. "key SHA256:..." or "token"
 	Remote  string    `json:"remote"` // client address
 	Started time.Time `json:"started"`
@@ -280,10 +283,10 @@ func (r *Registry) List(node string) []Info {
 }
 
 // Count returns the number of live sessions by kind.
-func (r *Registry) Count() map[string]int {
+func (r *Registry) Count() map[Kind]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[string]int{}
+	out := map[Kind]int{}
 	for _, e := range r.byID {
 		out[e.info.Kind]++
 	}
