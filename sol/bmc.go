@@ -15,6 +15,10 @@ var (
 	// ErrPayloadActive: the BMC reports that SOL is already active on another
 	// session (IPMI completion code 0x80). The Manager deactivates and retries.
 	ErrPayloadActive = errors.New("SOL payload already active on another session")
+	// ErrSOLDisabled: serial-over-LAN is switched off on the BMC (IPMI
+	// completion code 0x81 to Activate Payload) and the driver was told not
+	// to switch it on (IPMIOptions.SOLEnable "never").
+	ErrSOLDisabled = errors.New("serial-over-LAN is disabled on the BMC")
 )
 
 // Power states returned by BMC.PowerStatus. The mock driver returns its own
@@ -102,7 +106,9 @@ type Info struct {
 	Port int    `json:"port,omitempty"`
 	User string `json:"user"`
 	Pass string `json:"pass"`
-	// Cipher is the IPMI cipher suite; -1 or absent means the driver default (3).
+	// Cipher pins the IPMI cipher suite; -1 or absent lets the driver pick:
+	// it tries IPMIOptions.CipherOrder (17, then 3) and remembers the first
+	// suite that opens a session (IPMIOptions.Ciphers).
 	Cipher *int `json:"cipher,omitempty"`
 	// Interface is the ipmitool interface; empty means "lanplus".
 	Interface string `json:"interface,omitempty"`

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // Fault says what went wrong with a BMC in terms a tenant may be told: it
@@ -16,7 +18,7 @@ const (
 	// FaultUnknown is any failure a driver could not classify.
 	FaultUnknown Fault = iota
 	// FaultCredentials: the BMC answered but would not open a session with
-	// obmd's user name and password (or refused its cipher suite).
+	// obmd's user name and password.
 	FaultCredentials
 	// FaultNoAnswer: nothing came back from the BMC in time.
 	FaultNoAnswer
@@ -33,6 +35,10 @@ const (
 	// FaultNotReached: the BMC took the request, but the node did not reach
 	// the state asked for in time (Redfish waits for it).
 	FaultNotReached
+	// FaultCipher: the BMC answered but refused every IPMI cipher suite
+	// obmd proposed (Error.Suites names them), before any credential was
+	// checked.
+	FaultCipher
 )
 
 // String is the fault as a tenant reads it.
@@ -50,6 +56,8 @@ func (f Fault) String() string {
 		return "the BMC's TLS certificate is not trusted"
 	case FaultNotReached:
 		return "the node did not reach the requested state in time"
+	case FaultCipher:
+		return "the BMC refused the IPMI cipher suite"
 	}
 	return "the BMC operation failed"
 }
@@ -62,7 +70,10 @@ type Error struct {
 	Fault Fault
 	// Code is the IPMI completion code of a FaultRejected (0: unknown).
 	Code uint8
-	Err  error
+	// Suites are the cipher suites a FaultCipher names, in the order they
+	// were proposed.
+	Suites []int
+	Err    error
 }
 
 // NewError classifies err as f.
@@ -75,10 +86,25 @@ func (e *Error) Error() string { return e.tenantText() + ": " + e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 func (e *Error) tenantText() string {
-	if e.Fault == FaultRejected && e.Code != 0 {
+	switch {
+	case e.Fault == FaultRejected && e.Code != 0:
 		return fmt.Sprintf("%v (completion code 0x%02x)", e.Fault, e.Code)
+	case e.Fault == FaultCipher && len(e.Suites) == 1:
+		return fmt.Sprintf("the BMC refused IPMI cipher suite %d", e.Suites[0])
+	case e.Fault == FaultCipher && len(e.Suites) > 1:
+		return "the BMC refused IPMI cipher suites " + suiteList(e.Suites)
 	}
 	return e.Fault.String()
+}
+
+// suiteList is "17 and 3", "17, 3 and 2".
+func suiteList(suites []int) string {
+	words := make([]string, len(suites))
+	for i, s := range suites {
+		words[i] = strconv.Itoa(s)
+	}
+	last := len(words) - 1
+	return strings.Join(words[:last], ", ") + " and " + words[last]
 }
 
 // ErrBreakMidLine: a driver can send a serial break only at the start of a
@@ -100,7 +126,7 @@ func (noConsole) Unwrap() error { return ErrNotSupported }
 // be (a label, an address); TenantText shows the sentinel's text alone.
 var public = []error{
 	ErrNoConsole, // before ErrNotSupported, which it wraps
-	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrBreakMidLine,
+	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrSOLDisabled, ErrBreakMidLine,
 	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown,
 }
 

@@ -151,6 +151,10 @@ type Config struct {
 	IPMI     ipmi.Config     `yaml:"ipmi"`
 	IPMITool ipmitool.Config `yaml:"ipmitool"`
 	Redfish  redfish.Config  `yaml:"redfish"`
+	// IPMIOptions is what both IPMI drivers share (and a Redfish node's
+	// IPMI console): the cipher suites tried for a node that pins none,
+	// and what to do when SOL is off on a BMC.
+	IPMIOptions sol.IPMIOptions `yaml:"ipmi_options"`
 
 	// Demo registers node "demo" on the built-in simulator and prints a
 	// fresh token for it at start (make run).

@@ -1,6 +1,9 @@
 package daemon
 
 import (
+	"fmt"
+	"io"
+
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/nodes"
@@ -25,11 +28,17 @@ const (
 // is, how it is checked, compared and shown, and which driver it builds.
 // This is the only place that knows the types: the admin API registers
 // nodes through it, and the resolver builds drivers through it. A new BMC
-// type is a row here and a driver. The drivers take their sections of
-// cfg (a Redfish node's serial console, the ipmi section).
-func nodeTypes(cfg Config, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, error) {
+// type is a row here and a driver. The drivers take their sections of cfg,
+// the IPMI ones (a Redfish node's console too) with the shared options
+// opts, whose cipher memory forgets a deleted node. The drivers' settings
+// are checked here, at start, not at a node's first use.
+func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, error) {
+	cfg.IPMI.Options, cfg.IPMITool.Options = opts, opts
 	rf := cfg.Redfish
 	rf.IPMI = cfg.IPMI
+	if err := checkDrivers(cfg.IPMI, cfg.IPMITool, rf); err != nil {
+		return nil, err
+	}
 	simulated := func(mode sim.Mode) nodes.SolSpec {
 		return nodes.SolSpec{
 			New: func(label string, _ sol.Info, _ logrus.FieldLogger) (sol.BMC, error) {
@@ -42,13 +51,13 @@ func nodeTypes(cfg Config, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, err
 		nodes.Define(TypeIPMI, nodes.SolKind(TypeIPMI, nodes.SolSpec{Credentials: true, Check: ipmi.Check,
 			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
 				return ipmi.New(label, info, cfg.IPMI, log)
-			}})),
+			}, Forget: opts.Ciphers.Forget})),
 		// ipmitool takes what the shared rules of sol.Info types let
-		// through (TestNodeTypesCheckAsDrivers): it needs no Check of its own.
+		// through (FuzzNodeTypesCheckAsDrivers): it needs no Check of its own.
 		nodes.Define(TypeIPMITool, nodes.SolKind(TypeIPMITool, nodes.SolSpec{Credentials: true, Interface: true,
 			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
 				return ipmitool.New(label, info, cfg.IPMITool, log)
-			}})),
+			}, Forget: opts.Ciphers.Forget})),
 		nodes.Define(TypeMock, nodes.SolKind(TypeMock, simulated(sim.ModeMock))),
 		nodes.Define(TypeSim, nodes.SolKind(TypeSim, simulated(sim.ModeNormal))),
 		nodes.Define(TypeRedfish, nodes.Kind[redfish.Info]{
@@ -58,8 +67,29 @@ func nodeTypes(cfg Config, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, err
 			View:      redfishView,
 			New: func(label string, info redfish.Info, log logrus.FieldLogger) (sol.BMC, error) {
 				return redfish.New(label, info, rf, log)
-			}}),
+			},
+			Forget: opts.Ciphers.Forget}),
 	)
+}
+
+// checkDrivers has each driver build a sample node, so that a setting it
+// refuses (an unsupported suite in ipmi_options.cipher_order) stops the
+// start instead of failing every node's calls.
+func checkDrivers(ipmiCfg ipmi.Config, toolCfg ipmitool.Config, rf redfish.Config) error {
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	sample := sol.Info{Addr: "bmc.invalid", User: "obmd", Pass: "sample"}
+	if _, err := ipmi.New("sample", sample, ipmiCfg, quiet); err != nil {
+		return fmt.Errorf("ipmi settings: %w", err)
+	}
+	if _, err := ipmitool.New("sample", sample, toolCfg, quiet); err != nil {
+		return fmt.Errorf("ipmitool settings: %w", err)
+	}
+	info := redfish.Info{Addr: "https://bmc.invalid", User: "obmd", Pass: "sample", SOL: &redfish.SOLInfo{}}
+	if _, err := redfish.New("sample", info, rf, quiet); err != nil {
+		return fmt.Errorf("redfish settings: %w", err)
+	}
+	return nil
 }
 
 // redfishView is a Redfish node's info as GET /v1/nodes shows it: never

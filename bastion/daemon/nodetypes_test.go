@@ -12,6 +12,7 @@ import (
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
 )
 
@@ -24,7 +25,7 @@ func testNodeTypes(t testing.TB) *nodes.Table {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table, err := nodeTypes(Config{}, sim.NewLab(), sealer)
+	table, err := nodeTypes(Config{}, sol.IPMIOptions{Ciphers: sol.NewCiphers()}, sim.NewLab(), sealer)
 	if err != nil {
 		t.Fatal(err)
 	}

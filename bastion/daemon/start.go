@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -133,7 +134,7 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	}
 	d.lab = sim.NewLab()
 	var err error
-	if d.types, err = nodeTypes(d.cfg, d.lab, sec.sealer); err != nil {
+	if d.types, err = nodeTypes(d.cfg, d.ipmiOptions(), d.lab, sec.sealer); err != nil {
 		return nil, err
 	}
 	if d.resolver, err = nodes.NewResolver(d.types, d.store, d.log); err != nil {
@@ -147,6 +148,19 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 		return nil, fmt.Errorf("console hub: %w", err)
 	}
 	return powerBMCs, d.startPeer()
+}
+
+// ipmiOptions are the IPMI drivers' shared options: the configured ones,
+// with this replica's memory of each node's cipher suite, and the
+// sol.enable audit event for every BMC on which a driver switched SOL on.
+func (d *Daemon) ipmiOptions() sol.IPMIOptions {
+	opts := d.cfg.IPMIOptions
+	opts.Ciphers = sol.NewCiphers()
+	opts.OnSOLEnable = func(ctx context.Context, e sol.SOLEnabled) {
+		auditor{d.store, d.log}.Audit(ctx, commands.Event{Node: e.Node, Actor: "obmd", Action: "sol.enable",
+			Result: commands.ResultOK, Detail: strings.Join(e.Changes, ", ")})
+	}
+	return opts
 }
 
 // buildAccess builds who may use a node: the session registry, the

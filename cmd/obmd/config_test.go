@@ -286,6 +286,8 @@ func TestEveryConfigFieldFromEnv(t *testing.T) {
 				env[name] = "3"
 			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.String:
 				env[name] = "10.0.0.5, 10.0.1.0/24"
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Int:
+				env[name] = "17, 3"
 			default:
 				t.Errorf("%s%s (%s): OBMD_ variables cannot set a %s", path, f.Name, name, f.Type)
 			}

@@ -18,7 +18,8 @@ const MaxPassLen = 20
 //
 // Rules: addr, user and pass are required; user is at most 16 bytes and
 // pass at most MaxPassLen (IPMI's limits); port is 0 (623) or 1-65535;
-// cipher is absent, -1 (suite 3) or a suite go-ipmi implements; interface
+// cipher is absent or -1 (negotiated: Config.Options.CipherOrder) or a
+// suite go-ipmi implements; interface
 // is empty or "lanplus".
 func Check(info sol.Info) error {
 	switch {

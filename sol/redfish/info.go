@@ -47,7 +47,8 @@ type Info struct {
 type SOLInfo struct {
 	// Port is the RMCP+ UDP port; 0 means 623.
 	Port int `json:"port,omitempty"`
-	// Cipher is the IPMI cipher suite; nil or -1 means the IPMI driver's default.
+	// Cipher pins the IPMI cipher suite; nil or -1 lets the IPMI driver
+	// pick (17, then 3: sol.IPMIOptions).
 	Cipher *int `json:"cipher,omitempty"`
 }
 

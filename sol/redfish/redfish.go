@@ -34,6 +34,10 @@
 // there (PoweringOn, PoweringOff) only wait. A reset type or boot target
 // that the system's allowable values leave out is ErrNotAllowed before
 // anything is sent.
+//
+// Diagnose (doctor) checks the address, the service root, the login, the
+// system and its reset actions, then the console's IPMI steps; it changes
+// nothing.
 package redfish
 
 import (
