@@ -4,8 +4,8 @@
 // access control and the session registry; the SSH front door and the
 // admin API; in cluster mode the cluster and its peer server), runs them
 // until its context ends, and shuts them down in order. It is the one
-// package that knows every other one, and the only one, besides sol's own
-// tests, that imports the drivers (TestLayout holds that).
+// package that knows every other one, and the only part of the server
+// that imports the drivers (TestLayout holds that).
 //
 // It is a package rather than part of cmd/obmd because three programs run
 // the same assembly: cmd/obmd (which only maps flags, OBMD_* variables and
