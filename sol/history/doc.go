@@ -34,7 +34,9 @@
 //   - on the replica running a power or boot-device operation:
 //     Mark(label, epoch of the session, Power(op, actor)) or BootDevice;
 //   - to serve a history: Read or Follow with the session's admitted epoch,
-//     then an Encoder.
+//     then an Encoder; for attach replay, Cut where the viewer is added
+//     (under the lock under which Recording.Write is called, so the replay
+//     ends exactly where its live output begins), then Cut.Read outside it.
 //
 // The package knows nothing of SSH, HTTP or SQL: Store is implemented by
 // package db.

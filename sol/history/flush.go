@@ -149,11 +149,10 @@ func (n *node) release() {
 	n.r.reap(n)
 }
 
-// hold waits until no flush of n is in flight or due, then counts a reader
-// (flushes leave n alone until release) and runs fn under n.mu, at the
-// same instant: what fn sees pending is not stored yet, and cannot be
-// until release.
-func (n *node) hold(ctx context.Context, fn func()) error {
+// cutWaiting waits until no flush of n is in flight or due (so that a
+// stream of reads cannot hold its flushes off for good), then cuts it and
+// runs attach (if not nil) at that instant, under n.mu.
+func (n *node) cutWaiting(ctx context.Context, c *Cut, attach func(*node)) error {
 	n.mu.Lock()
 	for n.wait != nil {
 		wait := n.wait
@@ -165,8 +164,26 @@ func (n *node) hold(ctx context.Context, fn func()) error {
 		}
 		n.mu.Lock()
 	}
-	n.readers++
-	fn()
+	n.cutLocked(c)
+	if attach != nil {
+		attach(n)
+	}
 	n.mu.Unlock()
 	return nil
+}
+
+// cutLocked counts c as a reader of n (flushes leave n alone until c is
+// released) and snapshots what is pending and in flight. n.mu is held.
+func (n *node) cutLocked(c *Cut) {
+	n.readers++
+	c.n = n
+	c.buffered = n.pending.snapshot(c.q.Epoch)
+	if f := n.flight; f != nil {
+		c.flight = f
+		for _, it := range f.items {
+			if it.c.Epoch == c.q.Epoch {
+				c.inflight = append(c.inflight, it.chunk(notRecorded).clone())
+			}
+		}
+	}
 }

@@ -13,19 +13,20 @@ type node struct {
 	label string
 
 	mu      sync.Mutex
-	refs    int    // open Recordings
-	epoch   int64  // the tenancy Write records in; never goes back
-	pending buffer // not yet taken by a flush
-	kicked  bool   // an urgent flush was asked for what is pending
+	refs    int     // open Recordings
+	epoch   int64   // the tenancy Write records in; never goes back
+	pending buffer  // not yet taken by a flush
+	kicked  bool    // an urgent flush was asked for what is pending
+	flight  *flight // the flush of this node in flight, if any
 	// A flush of this node is in flight, or is due but held off by
 	// readers: wait is non-nil then, closed when that flush has ended.
-	inflight, due bool
-	wait          chan struct{}
-	readers       int                // reads between their snapshot and their Store read
-	lastSeq       map[int64]int64    // per tenancy, the highest Seq stored from here
-	lastAt        time.Time          // the last time handed out: times never go back
-	subs          map[*Tail]struct{} // live followers
-	gone          bool               // removed from the Recorder
+	due     bool
+	wait    chan struct{}
+	readers int                // Cuts not yet read or closed: flushes leave the node alone
+	lastSeq map[int64]int64    // per tenancy, the highest Seq stored from here
+	lastAt  time.Time          // the last time handed out: times never go back
+	subs    map[*Tail]struct{} // live followers
+	gone    bool               // removed from the Recorder
 }
 
 // clock returns now at the millisecond (as stored), never before the last
@@ -37,6 +38,14 @@ func (n *node) clock() time.Time {
 	}
 	n.lastAt = at
 	return at
+}
+
+// flight is one flush of a node's chunks: done is closed when it has
+// ended, err then set (nil: the Store has them).
+type flight struct {
+	done  chan struct{}
+	err   error
+	items []item
 }
 
 // Recording is the handle of one holder of a node's console link on its
@@ -147,7 +156,7 @@ func (n *node) setEpoch(epoch int64) bool {
 func (n *node) holdsBefore(epoch int64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.inflight {
+	if n.flight != nil {
 		return true
 	}
 	for _, it := range n.pending.items {
@@ -184,7 +193,7 @@ func (n *node) take(force bool) (items []item, ok bool) {
 	items = n.pending.take()
 	n.kicked, n.due = false, false
 	if len(items) > 0 {
-		n.inflight = true
+		n.flight = &flight{done: make(chan struct{}), items: items}
 		if n.wait == nil {
 			n.wait = make(chan struct{})
 		}
@@ -212,7 +221,11 @@ func (n *node) settle(items []item, stored []Chunk, err error) bool {
 			}
 		}
 	}
-	n.inflight = false
+	if f := n.flight; f != nil {
+		f.err = err
+		close(f.done)
+		n.flight = nil
+	}
 	if n.wait != nil {
 		close(n.wait)
 		n.wait = nil
@@ -223,7 +236,7 @@ func (n *node) settle(items []item, stored []Chunk, err error) bool {
 // idleLocked reports whether the node can go: no Recording, nothing
 // pending or in flight, no reader. n.mu is held.
 func (n *node) idleLocked() bool {
-	return n.refs == 0 && len(n.pending.items) == 0 && !n.inflight && n.readers == 0
+	return n.refs == 0 && len(n.pending.items) == 0 && n.flight == nil && n.readers == 0
 }
 
 // reap removes n from the Recorder if it is idle; its followers go on by

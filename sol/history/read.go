@@ -20,49 +20,116 @@ import (
 // never for the flush interval, and holds the node's next flush off until
 // its Store read returns: bound it with ctx.
 func (r *Recorder) Read(ctx context.Context, q Query) ([]Chunk, error) {
-	out, _, err := r.read(ctx, q, nil)
+	c, err := r.cutWaiting(ctx, q, nil)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := c.read(ctx)
 	return out, err
 }
 
-// read is Read; attach, if not nil, runs under the node's lock at the
-// instant of the buffer's snapshot (if the node is recorded here). It also
-// returns the highest Seq of the stored chunks (or q.After).
-func (r *Recorder) read(ctx context.Context, q Query, attach func(n *node)) ([]Chunk, int64, error) {
+// cutWaiting is Cut that first waits for a flush in flight or due (see
+// node.cutWaiting).
+func (r *Recorder) cutWaiting(ctx context.Context, q Query, attach func(*node)) (*Cut, error) {
 	if err := q.check(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	if q.MaxBytes == 0 {
-		q.MaxBytes = int(r.cfg.HistoryBytes) + r.cfg.BufferBytes
-	}
-	var buffered []Chunk
+	c := &Cut{r: r, q: q}
 	if n := r.lookup(q.Node); n != nil {
-		err := n.hold(ctx, func() {
-			buffered = n.pending.snapshot(q.Epoch)
-			if attach != nil {
-				attach(n)
-			}
-		})
-		if err != nil {
-			return nil, 0, err
+		if err := n.cutWaiting(ctx, c, attach); err != nil {
+			return nil, err
 		}
-		defer n.release()
 	}
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
-	stored, err := r.st.ReadHistory(sctx, q)
+	return c, nil
+}
+
+// Cut is one instant of a node's history as this replica has it:
+// everything recorded before it (stored, in flight or buffered), nothing
+// after. Recorder.Cut takes one without ever blocking, so that it can be
+// taken where a viewer that gets what comes next is registered (under the
+// lock under which the link's output is also given to Recording.Write):
+// Read, outside that lock, then returns exactly what the viewer did not
+// get. Until it is read or closed it holds the node's flushes off: read it
+// at once.
+type Cut struct {
+	r        *Recorder
+	q        Query
+	n        *node   // nil when the node is not recorded here
+	buffered []Chunk // pending at the cut
+	flight   *flight // the node's flush in flight at the cut, if any
+	inflight []Chunk // its chunks of the tenancy
+	once     sync.Once
+}
+
+// Cut takes a Cut of q's tenancy now. It never blocks (it takes the
+// Recorder's and the node's locks, which are never held across I/O).
+func (r *Recorder) Cut(q Query) (*Cut, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	c := &Cut{r: r, q: q}
+	if n := r.lookup(q.Node); n != nil {
+		n.mu.Lock()
+		n.cutLocked(c)
+		n.mu.Unlock()
+	}
+	return c, nil
+}
+
+// Read returns what Recorder.Read would have at the instant of the cut
+// (see it for q's selections and ErrEnded). It waits for the flush that
+// was in flight at the cut, if any; bound it with ctx. Read once.
+func (c *Cut) Read(ctx context.Context) ([]Chunk, error) {
+	out, _, err := c.read(ctx)
+	return out, err
+}
+
+// read is Read; it also returns the highest Seq of the stored chunks (or
+// q.After).
+func (c *Cut) read(ctx context.Context) ([]Chunk, int64, error) {
+	defer c.Close()
+	if f := c.flight; f != nil {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+	q := c.q
+	if q.MaxBytes == 0 {
+		q.MaxBytes = int(c.r.cfg.HistoryBytes) + c.r.cfg.BufferBytes
+	}
+	sctx, cancel := context.WithTimeout(ctx, c.r.cfg.StoreTimeout)
+	stored, err := c.r.st.ReadHistory(sctx, q)
 	cancel()
 	if err != nil {
 		return nil, 0, err
 	}
 	last := q.After
-	for _, c := range stored {
-		last = max(last, c.Seq)
+	for _, ch := range stored {
+		last = max(last, ch.Seq)
 	}
-	out := append(stored, buffered...)
+	out := stored
+	if c.flight != nil && c.flight.err != nil {
+		// It failed: its chunks went back to the buffer, where the cut
+		// keeps them from the next flush until now.
+		out = append(out, c.inflight...)
+	}
+	out = append(out, c.buffered...)
 	out = cutSince(out, q.Since)
 	if q.Lines > 0 {
 		out = lastLines(out, q.Lines)
 	}
 	return fitBytes(out, q.MaxBytes), last, nil
+}
+
+// Close releases a Cut that will not be read (Read releases it too).
+func (c *Cut) Close() {
+	c.once.Do(func() {
+		if c.n != nil {
+			c.n.release()
+		}
+	})
 }
 
 // cutSince drops what arrived before since, cutting a chunk that began
@@ -151,7 +218,7 @@ func fitBytes(chunks []Chunk, limit int) []Chunk {
 // needed from the caller.
 func (r *Recorder) Follow(ctx context.Context, q Query) (*Tail, error) {
 	t := &Tail{r: r, q: Query{Node: q.Node, Epoch: q.Epoch, Admin: q.Admin}, ready: make(chan struct{}, 1)}
-	hist, last, err := r.read(ctx, q, func(n *node) {
+	c, err := r.cutWaiting(ctx, q, func(n *node) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		switch {
@@ -166,6 +233,10 @@ func (r *Recorder) Follow(ctx context.Context, q Query) (*Tail, error) {
 			t.n = n
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
+	hist, last, err := c.read(ctx)
 	if err != nil {
 		t.Close()
 		return nil, err

@@ -79,6 +79,8 @@ func TestRecorderOnStores(t *testing.T) {
 		{"tenant_never_reads_another_tenancy_buffered", testReadBufferedIsolation},
 		{"read_waits_for_a_flush_in_flight", testReadWaitsForFlush},
 		{"flush_waits_for_a_read", testFlushWaitsForRead},
+		{"cut_during_a_flush_that_commits", func(t *testing.T, s *db.Store) { testCutDuringFlush(t, s, false) }},
+		{"cut_during_a_flush_that_fails", func(t *testing.T, s *db.Store) { testCutDuringFlush(t, s, true) }},
 		{"follow_live", testFollowLive},
 		{"follow_polls_another_replica", testFollowPolls},
 		{"follow_goes_on_after_takeover", testFollowTakeover},
@@ -206,6 +208,7 @@ type pausing struct {
 	history.Store
 	mu                 sync.Mutex
 	pauseAppend        bool
+	failAppend         bool // with pauseAppend: fail instead of storing
 	pauseRead          bool
 	appended, reading  chan struct{}
 	releaseA, releaseR chan struct{}
@@ -217,10 +220,14 @@ func newPausing(s history.Store) *pausing {
 }
 
 func (p *pausing) AppendHistory(ctx context.Context, cs []history.Chunk, max int64) error {
-	err := p.Store.AppendHistory(ctx, cs, max)
 	p.mu.Lock()
-	pause := p.pauseAppend
+	pause, fail := p.pauseAppend, p.failAppend
+	p.pauseAppend, p.failAppend = false, false // once
 	p.mu.Unlock()
+	err := errors.New("store failed")
+	if !fail {
+		err = p.Store.AppendHistory(ctx, cs, max)
+	}
 	if pause {
 		p.appended <- struct{}{}
 		<-p.releaseA
@@ -518,4 +525,32 @@ func testHostileRoundTrip(t *testing.T, s *db.Store) {
 	if !bytes.Equal(out.Bytes(), printed) {
 		t.Errorf("raw: got %q, want %q", out.Bytes(), printed)
 	}
+}
+
+// testCutDuringFlush takes a Cut while the node's flush is in flight
+// (committed or failed, not yet settled): the cut must hold what was
+// written before it exactly once, whatever the flush's outcome, and
+// nothing written after it.
+func testCutDuringFlush(t *testing.T, s *db.Store, fails bool) {
+	e := newNode(t, s, "n")
+	p := newPausing(s)
+	p.pauseAppend, p.failAppend = true, fails
+	r := newRecorder(t, p, history.Config{FlushInterval: 10 * time.Millisecond})
+	rec := mustOpen(t, r, "n", e)
+	rec.Write([]byte("before "))
+	<-p.appended // the flush of "before " is in flight
+	cut, err := r.Cut(history.Query{Node: "n", Epoch: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Write([]byte("after")) // a viewer registered at the cut gets this live
+	close(p.releaseA)
+	got, err := cut.Read(context.Background())
+	if err != nil || output(got) != "before " {
+		t.Errorf("cut: got %q, %v; want \"before \" once, nothing after", output(got), err)
+	}
+	eventually(t, "everything stored", func() bool {
+		got, err := s.ReadHistory(context.Background(), history.Query{Node: "n", Epoch: e})
+		return err == nil && output(got) == "before after"
+	})
 }
