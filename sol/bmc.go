@@ -15,6 +15,10 @@ var (
 	// ErrPayloadActive: the BMC reports that SOL is already active on another
 	// session (IPMI completion code 0x80). The Manager deactivates and retries.
 	ErrPayloadActive = errors.New("SOL payload already active on another session")
+	// ErrSOLDisabled: serial-over-LAN is switched off on the BMC (IPMI
+	// completion code 0x81 to Activate Payload) and the driver was told not
+	// to switch it on (IPMIOptions.SOLEnable "never").
+	ErrSOLDisabled = errors.New("serial-over-LAN is disabled on the BMC")
 )
 
 // Power states returned by BMC.PowerStatus. The mock driver returns its own
@@ -51,7 +55,8 @@ type BMC interface {
 	// An unknown device is ErrBadBootDevice.
 	SetBootDevice(ctx context.Context, dev string, persistent bool) error
 	// OpenConsole activates SOL and returns the live console. An already
-	// active payload is ErrPayloadActive (wrapped). ctx bounds only the
+	// active payload is ErrPayloadActive (wrapped); a node without a
+	// console is ErrNoConsole (wrapped), which the Manager does not retry. ctx bounds only the
 	// opening: the Console lives until its Close, not until ctx ends.
 	OpenConsole(ctx context.Context) (Console, error)
 	// DeactivateConsole frees a SOL payload left active by someone else (a
@@ -101,10 +106,38 @@ type Info struct {
 	Port int    `json:"port,omitempty"`
 	User string `json:"user"`
 	Pass string `json:"pass"`
-	// Cipher is the IPMI cipher suite; -1 or absent means the driver default (3).
+	// Cipher pins the IPMI cipher suite; -1 or absent lets the driver pick:
+	// it tries IPMIOptions.CipherOrder (17, then 3) and remembers the first
+	// suite that opens a session (IPMIOptions.Ciphers).
 	Cipher *int `json:"cipher,omitempty"`
 	// Interface is the ipmitool interface; empty means "lanplus".
 	Interface string `json:"interface,omitempty"`
+}
+
+// Canonical returns i with each documented default in its absent form
+// (port 623 as 0, cipher -1 as nil, interface "lanplus" as ""), so that two
+// registrations of the same BMC compare equal.
+func (i Info) Canonical() Info {
+	if i.Port == 623 {
+		i.Port = 0
+	}
+	if i.Interface == "lanplus" {
+		i.Interface = ""
+	}
+	if i.Cipher != nil && *i.Cipher < 0 {
+		i.Cipher = nil
+	}
+	return i
+}
+
+// Equal reports whether i and other reach the same BMC the same way.
+func (i Info) Equal(other Info) bool {
+	x, y := i.Canonical(), other.Canonical()
+	if (x.Cipher == nil) != (y.Cipher == nil) || x.Cipher != nil && *x.Cipher != *y.Cipher {
+		return false
+	}
+	x.Cipher, y.Cipher = nil, nil
+	return x == y
 }
 
 // Resolver finds the BMC of a node by label (from the database, with its

@@ -2,9 +2,19 @@
 // a node's BMC, and its serial-over-LAN console, with at most one SOL link
 // per node shared by every viewer attached to it.
 //
-// Drivers (sol/ipmi, sol/ipmitool, sol/sim) implement BMC. The Manager keeps
-// one Link per node with a scrollback ring and fans its output out to
-// Viewers; it knows nothing of SSH or HTTP.
+// Drivers (sol/ipmi, sol/ipmitool, sol/redfish, sol/sim) implement BMC, and
+// Diagnoser (the driver's half of doctor: Check steps, each with an
+// administrator's detail and a tenant's text); each exports its info's
+// Check, which the node types table runs at registration. The Manager
+// keeps one Link per node with a scrollback ring and fans its output out to
+// Viewers (a viewer's session ID travels in AttachOptions); it knows
+// nothing of SSH or HTTP, nor of any driver.
+//
+// IPMIOptions is what the IPMI drivers share, and the composition root
+// owns: the cipher suites tried for a node that pins none and the memory
+// of the one that worked (Ciphers, which the admin API can show), and what
+// to do when SOL is off on a BMC (SOLEnable, reported through OnSOLEnable
+// for the sol.enable audit event).
 //
 // Errors: a driver classifies a failure of the BMC as an *Error (its Fault:
 // credentials refused, no answer, unreachable, request rejected), whose own

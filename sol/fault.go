@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // Fault says what went wrong with a BMC in terms a tenant may be told: it
@@ -16,7 +18,7 @@ const (
 	// FaultUnknown is any failure a driver could not classify.
 	FaultUnknown Fault = iota
 	// FaultCredentials: the BMC answered but would not open a session with
-	// obmd's user name and password (or refused its cipher suite).
+	// obmd's user name and password.
 	FaultCredentials
 	// FaultNoAnswer: nothing came back from the BMC in time.
 	FaultNoAnswer
@@ -25,8 +27,18 @@ const (
 	// does not resolve.
 	FaultUnreachable
 	// FaultRejected: the BMC answered a request with an error (an IPMI
-	// completion code: not supported in the present state, ...).
+	// completion code, a Redfish action the system does not allow, ...).
 	FaultRejected
+	// FaultCertificate: the BMC's TLS certificate did not verify (Redfish);
+	// nothing was sent to it.
+	FaultCertificate
+	// FaultNotReached: the BMC took the request, but the node did not reach
+	// the state asked for in time (Redfish waits for it).
+	FaultNotReached
+	// FaultCipher: the BMC answered but refused every IPMI cipher suite
+	// obmd proposed (Error.Suites names them), before any credential was
+	// checked.
+	FaultCipher
 )
 
 // String is the fault as a tenant reads it.
@@ -40,6 +52,12 @@ func (f Fault) String() string {
 		return "the BMC is unreachable"
 	case FaultRejected:
 		return "the BMC rejected the request"
+	case FaultCertificate:
+		return "the BMC's TLS certificate is not trusted"
+	case FaultNotReached:
+		return "the node did not reach the requested state in time"
+	case FaultCipher:
+		return "the BMC refused the IPMI cipher suite"
 	}
 	return "the BMC operation failed"
 }
@@ -52,7 +70,10 @@ type Error struct {
 	Fault Fault
 	// Code is the IPMI completion code of a FaultRejected (0: unknown).
 	Code uint8
-	Err  error
+	// Suites are the cipher suites a FaultCipher names, in the order they
+	// were proposed.
+	Suites []int
+	Err    error
 }
 
 // NewError classifies err as f.
@@ -65,21 +86,47 @@ func (e *Error) Error() string { return e.tenantText() + ": " + e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 func (e *Error) tenantText() string {
-	if e.Fault == FaultRejected && e.Code != 0 {
+	switch {
+	case e.Fault == FaultRejected && e.Code != 0:
 		return fmt.Sprintf("%v (completion code 0x%02x)", e.Fault, e.Code)
+	case e.Fault == FaultCipher && len(e.Suites) == 1:
+		return fmt.Sprintf("the BMC refused IPMI cipher suite %d", e.Suites[0])
+	case e.Fault == FaultCipher && len(e.Suites) > 1:
+		return "the BMC refused IPMI cipher suites " + suiteList(e.Suites)
 	}
 	return e.Fault.String()
+}
+
+// suiteList is "17 and 3", "17, 3 and 2".
+func suiteList(suites []int) string {
+	words := make([]string, len(suites))
+	for i, s := range suites {
+		words[i] = strconv.Itoa(s)
+	}
+	last := len(words) - 1
+	return strings.Join(words[:last], ", ") + " and " + words[last]
 }
 
 // ErrBreakMidLine: a driver can send a serial break only at the start of a
 // line (ipmitool's escape rule); nothing was sent.
 var ErrBreakMidLine = errors.New("break is only possible right after CR or LF (press Enter first)")
 
+// ErrNoConsole: the node has no serial console (a BMC type that offers
+// none, or a node registered without one). It is ErrNotSupported too
+// (errors.Is), so the console hub gives up at once instead of retrying.
+var ErrNoConsole error = noConsole{}
+
+type noConsole struct{}
+
+func (noConsole) Error() string { return "this node has no serial console" }
+func (noConsole) Unwrap() error { return ErrNotSupported }
+
 // public are the errors whose own text is written for tenants: the hub's
 // and the drivers' sentinels. A driver wraps them with detail that may not
 // be (a label, an address); TenantText shows the sentinel's text alone.
 var public = []error{
-	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrBreakMidLine,
+	ErrNoConsole, // before ErrNotSupported, which it wraps
+	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrSOLDisabled, ErrBreakMidLine,
 	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown,
 }
 

@@ -21,29 +21,34 @@ import (
 
 	"github.com/bougou/go-ipmi/pkg/client"
 	"github.com/bougou/go-ipmi/pkg/command/chassis"
-	"github.com/bougou/go-ipmi/pkg/rmcpplus"
 	"github.com/bougou/go-ipmi/pkg/types"
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
 )
 
-// Config tunes the driver. Zero values take the defaults.
+// Config tunes the driver (the YAML section ipmi). Zero values take the
+// defaults.
 type Config struct {
 	// CallTimeout bounds one operation: a power or boot-device operation
 	// (connect, command, close), OpenConsole, DeactivateConsole, and each
 	// IPMI exchange inside a console session. Default 10 s.
-	CallTimeout time.Duration
+	CallTimeout time.Duration `yaml:"call_timeout"`
 	// Keepalive is how long an open console may receive nothing before it
 	// probes the BMC (and checks that the SOL payload is still its own).
 	// Default 5 s.
-	Keepalive time.Duration
+	Keepalive time.Duration `yaml:"keepalive"`
 	// AttemptTimeout is how long to wait for one IPMI response before
 	// resending the request (within CallTimeout). Default 1 s, as ipmitool.
-	AttemptTimeout time.Duration
+	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	// Retransmit is how long to wait for the BMC to acknowledge a SOL packet
 	// before resending it; after 6 resends the console fails. Default 500 ms.
-	Retransmit time.Duration
+	Retransmit time.Duration `yaml:"retransmit"`
+	// Options are what both IPMI drivers share: the cipher suites tried for
+	// a node that pins none and the memory of the one that worked, what to
+	// do when SOL is off on the BMC (sol_enable), and its report. Not a
+	// section of its own: the wiring sets it from ipmi_options.
+	Options sol.IPMIOptions `yaml:"-"`
 }
 
 // Defaults for Config.
@@ -54,8 +59,6 @@ const (
 	DefaultRetransmit     = 500 * time.Millisecond
 	// DefaultPort is the RMCP+ UDP port.
 	DefaultPort = 623
-	// DefaultCipher is cipher suite 3: RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128.
-	DefaultCipher = 3
 )
 
 // lanRetries is how many times go-ipmi resends a request that got no answer
@@ -70,8 +73,9 @@ type BMC struct {
 	port   int
 	user   string
 	pass   string // never logged, never in an error
-	cipher int
+	cipher int    // the suite the node's info pins; -1: negotiate (Config.Options)
 	cfg    Config
+	opts   sol.IPMIOptions
 	log    logrus.FieldLogger
 
 	// noOwnerInfo makes consoles behave as with a BMC whose Get Payload
@@ -81,41 +85,24 @@ type BMC struct {
 
 var _ sol.BMC = (*BMC)(nil)
 
-// New validates info and returns the driver for the node label. It does no
-// I/O. info needs Addr, User and Pass; Port 0 means 623; a nil or -1 Cipher
-// means suite 3; Interface must be empty or "lanplus".
+// New validates info (Check) and returns the driver for the node label. It
+// does no I/O. Port 0 means 623; a nil or -1 Cipher means the first of
+// Config.Options.CipherOrder that the BMC accepts.
 func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC, error) {
-	if info.Addr == "" {
-		return nil, errors.New("new IPMI driver: BMC address is required")
-	}
-	if info.User == "" {
-		return nil, errors.New("new IPMI driver: BMC user is required")
-	}
-	if len(info.User) > rmcpplus.MaxUserNameLength {
-		return nil, fmt.Errorf("new IPMI driver: BMC user name longer than %d characters", rmcpplus.MaxUserNameLength)
-	}
-	if info.Pass == "" {
-		return nil, errors.New("new IPMI driver: BMC password is required")
-	}
-	if len(info.Pass) > 20 {
-		return nil, errors.New("new IPMI driver: BMC password longer than 20 characters")
+	if err := Check(info); err != nil {
+		return nil, fmt.Errorf("new IPMI driver: %w", err)
 	}
 	port := info.Port
 	if port == 0 {
 		port = DefaultPort
 	}
-	if port < 0 || port > 65535 {
-		return nil, fmt.Errorf("new IPMI driver: bad BMC port %d", info.Port)
-	}
-	cipher := DefaultCipher
+	cipher := -1
 	if info.Cipher != nil && *info.Cipher != -1 {
-		cipher = *info.Cipher
+		cipher = *info.Cipher // supported: Check
 	}
-	if !supportedCipher(cipher) {
-		return nil, fmt.Errorf("new IPMI driver: unsupported cipher suite %d", cipher)
-	}
-	if info.Interface != "" && info.Interface != "lanplus" {
-		return nil, fmt.Errorf("new IPMI driver: interface %q not supported (only lanplus)", info.Interface)
+	opts, err := cfg.Options.WithDefaults(supportedCipher)
+	if err != nil {
+		return nil, fmt.Errorf("new IPMI driver: %w", err)
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
@@ -140,6 +127,7 @@ func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC,
 		pass:   info.Pass,
 		cipher: cipher,
 		cfg:    cfg,
+		opts:   opts,
 		log:    log.WithFields(logrus.Fields{"node": label, "driver": "ipmi"}),
 	}, nil
 }
@@ -260,12 +248,46 @@ func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *clien
 
 // session is one established RMCP+ session and the socket it runs on.
 type session struct {
-	c *client.Client
-	d *dialer
+	c     *client.Client
+	d     *dialer
+	suite int // the cipher suite it runs
 }
 
-// dial resolves the BMC's address and opens a session, all under ctx.
+// dial opens a session with the node's cipher suite (sol.IPMIOptions.Negotiate:
+// the pinned one, else the one remembered for this BMC, else each of
+// CipherOrder in turn), all under ctx. The first choice of a suite for the
+// node is logged.
 func (b *BMC) dial(ctx context.Context) (*session, error) {
+	return b.dialNoting(ctx, nil)
+}
+
+// dialNoting is dial, telling note about every suite it tried and how that
+// went (for doctor).
+func (b *BMC) dialNoting(ctx context.Context, note func(suite int, err error)) (*session, error) {
+	var s *session
+	suite, chosen, err := b.opts.Negotiate(ctx, sol.Negotiation{Label: b.label, BMC: b.endpoint(), Pinned: b.cipher},
+		func(ctx context.Context, suite int) error {
+			var err error
+			s, err = b.dialSuite(ctx, suite)
+			if note != nil {
+				note(suite, err)
+			}
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	if chosen {
+		b.log.WithField("cipher", suite).Info("ipmi_cipher_selected")
+	}
+	return s, nil
+}
+
+// endpoint names the BMC for the cipher memory.
+func (b *BMC) endpoint() string { return net.JoinHostPort(b.addr, strconv.Itoa(b.port)) }
+
+// dialSuite resolves the BMC's address and opens a session with suite.
+func (b *BMC) dialSuite(ctx context.Context, suite int) (*session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("connect to BMC: %w", err)
 	}
@@ -273,12 +295,12 @@ func (b *BMC) dial(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, sol.NewError(sol.FaultUnreachable, fmt.Errorf("connect to BMC: %w", err))
 	}
-	d := &dialer{raddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(b.port))), aes: aesCipher(b.cipher)}
+	d := &dialer{raddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(b.port))), aes: aesCipher(suite)}
 	c, err := client.NewClient(ip.String(), b.port, b.user, b.pass)
 	if err != nil {
 		return nil, fmt.Errorf("connect to BMC: %w", err)
 	}
-	c.WithCipherSuiteID(types.CipherSuiteID(b.cipher)).
+	c.WithCipherSuiteID(types.CipherSuiteID(suite)).
 		WithMaxPrivilegeLevel(types.PrivilegeLevelAdministrator).
 		WithTimeout(b.cfg.AttemptTimeout).
 		WithRetry(lanRetries).
@@ -286,9 +308,13 @@ func (b *BMC) dial(ctx context.Context) (*session, error) {
 	if err := c.Connect(ctx); err != nil {
 		// The session may be half open at the BMC; it times out there.
 		d.close()
-		return nil, b.bmcError(ctx, d, false, "connect to", err)
+		e := b.bmcError(ctx, d, false, fmt.Sprintf("connect with cipher suite %d to", suite), err)
+		if e.Fault == sol.FaultCipher {
+			e.Suites = []int{suite}
+		}
+		return nil, e
 	}
-	return &session{c: c, d: d}, nil
+	return &session{c: c, d: d, suite: suite}, nil
 }
 
 // close ends the session politely if ctx allows (Close Session), then
@@ -320,7 +346,7 @@ func resolve(ctx context.Context, host string) (netip.Addr, error) {
 // bmcError classifies err, which ended an exchange with the BMC over d's
 // socket (connected: after the session was established), and wraps it with
 // what was being done and the BMC's address, for the log.
-func (b *BMC) bmcError(ctx context.Context, d *dialer, connected bool, what string, err error) error {
+func (b *BMC) bmcError(ctx context.Context, d *dialer, connected bool, what string, err error) *sol.Error {
 	f, cc := classify(ctx, d, connected, err)
 	return &sol.Error{Fault: f, Code: cc, Err: fmt.Errorf("%s BMC %s: %w", what, net.JoinHostPort(b.addr, strconv.Itoa(b.port)), err)}
 }
@@ -328,10 +354,11 @@ func (b *BMC) bmcError(ctx context.Context, d *dialer, connected bool, what stri
 // classify tells from what the session's socket saw why an exchange
 // failed: a completion code is the BMC rejecting the request; no datagram
 // at all is silence or, with ICMP port unreachable, a closed port (or no
-// socket: no route); answers and then a failure to connect is the BMC
-// refusing obmd's credentials (go-ipmi's errors do not keep the RAKP
-// status in their chain); after connecting, a port that turned unreachable
-// or silence. go-ipmi's message is not parsed.
+// socket: no route); an Open Session answer refusing the algorithms is the
+// BMC refusing the cipher suite; other answers and then a failure to
+// connect is the BMC refusing obmd's credentials (go-ipmi's errors do not
+// keep the RMCP+ status in their chain); after connecting, a port that
+// turned unreachable or silence. go-ipmi's message is not parsed.
 func classify(ctx context.Context, d *dialer, connected bool, err error) (sol.Fault, uint8) {
 	if cc, ok := completionCode(err); ok {
 		return sol.FaultRejected, cc
@@ -349,6 +376,8 @@ func classify(ctx context.Context, d *dialer, connected bool, err error) (sol.Fa
 		return sol.FaultUnreachable, 0
 	case !c.answered.Load():
 		return sol.FaultNoAnswer, 0
+	case !connected && c.cipherRefused.Load():
+		return sol.FaultCipher, 0
 	case !connected && !timedOut:
 		return sol.FaultCredentials, 0
 	case c.refused.Load():

@@ -40,9 +40,12 @@ type demuxConn struct {
 	closed    chan struct{} // closed by Close
 
 	// What the socket has seen, for classifying a failure (fault): any
-	// datagram from the BMC, and ICMP port unreachable.
-	answered atomic.Bool
-	refused  atomic.Bool
+	// datagram from the BMC, ICMP port unreachable, and an Open Session
+	// answer refusing the cipher suite (go-ipmi does not keep the RMCP+
+	// status in its errors).
+	answered      atomic.Bool
+	refused       atomic.Bool
+	cipherRefused atomic.Bool
 
 	mu       sync.Mutex
 	deadline time.Time // read deadline for go-ipmi's Reads
@@ -139,6 +142,9 @@ func (c *demuxConn) readLoop() {
 		}
 		c.answered.Store(true)
 		p := buf[:n]
+		if cipherRefusal(p) {
+			c.cipherRefused.Store(true)
+		}
 		if !c.sane(p) {
 			c.countDrop()
 			continue
@@ -164,6 +170,23 @@ func (c *demuxConn) countDrop() {
 	c.mu.Lock()
 	c.dropped++
 	c.mu.Unlock()
+}
+
+// cipherRefusal reports whether p is an RMCP+ Open Session Response
+// (payload type 0x11, sent in the clear) whose status code refuses the
+// proposed algorithms (IPMI v2.0 table 13-15: invalid authentication,
+// integrity or confidentiality algorithm, no matching payload, no cipher
+// suite match). The payload follows a 16-byte header: message tag, then
+// status code.
+func cipherRefusal(p []byte) bool {
+	if len(p) < 18 || p[3] != 0x07 || p[4] != 0x06 || p[5]&0x3f != 0x11 {
+		return false
+	}
+	switch p[17] {
+	case 0x04, 0x05, 0x06, 0x07, 0x10, 0x11:
+		return true
+	}
+	return false
 }
 
 // isSOL reports whether p is an RMCP (class IPMI) packet in RMCP+ format

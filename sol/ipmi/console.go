@@ -17,8 +17,10 @@ import (
 
 // IPMI completion codes this driver branches on.
 const (
-	ccPayloadActive = 0x80 // Activate Payload: already active; Deactivate: already inactive
-	solInstance     = 1
+	ccPayloadActive   = 0x80 // Activate Payload: already active; Deactivate: already inactive
+	ccPayloadDisabled = 0x81 // Activate Payload: payload type disabled (SOL off)
+	ccPrivilege       = 0xd4 // insufficient privilege (goipmi-server: no payload access)
+	solInstance       = 1
 )
 
 // Console bounds.
@@ -102,18 +104,9 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 	}
-	res, err := s.c.ActivatePayload(ctx, &transport.ActivatePayloadRequest{
-		PayloadType:          types.PayloadTypeSOL,
-		PayloadInstance:      solInstance,
-		EnableEncryption:     aesCipher(b.cipher),
-		EnableAuthentication: integrityCipher(b.cipher),
-	})
+	s, res, err := b.activate(ctx, s)
 	if err != nil {
-		s.close(ctx)
-		if cc, ok := completionCode(err); ok && cc == ccPayloadActive {
-			return nil, fmt.Errorf("open console of %s: %w", b.label, sol.ErrPayloadActive)
-		}
-		return nil, fmt.Errorf("open console of %s: %w", b.label, b.bmcError(ctx, s.d, true, "activate SOL on", err))
+		return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 	}
 	c := b.newConsole(s, res, log)
 	// Learn how the BMC names the payload's owner (us), so that a probe can

@@ -19,6 +19,7 @@ import (
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/bmcs"
 )
 
 // testLogger discards output unless OBMD_TEST_DEBUG=1 (then Debug goes to
@@ -60,15 +61,18 @@ func newSimBMC(t testing.TB, cfg Config) (*BMC, *ipmisim.Sim) {
 	return newBMC(t, s.Info(), cfg), s
 }
 
-func TestPowerConformance(t *testing.T) {
-	soltest.RunPower(t, func(t *testing.T) (sol.BMC, soltest.Observer) {
-		return newSimBMC(t, Config{})
-	})
-}
-
-func TestConsoleConformance(t *testing.T) {
-	soltest.RunConsole(t, func(t *testing.T) (sol.BMC, soltest.SerialObserver) {
-		return newSimBMC(t, Config{})
+// TestConformance runs the shared power and console tables on both BMCs,
+// ipmi_sim (cipher suite 3) and goipmi-server (cipher suite 17), one
+// process of each shared by all cases.
+func TestConformance(t *testing.T) {
+	bmcs.Each(t, func(t *testing.T, m soltest.Machine) {
+		driver := func(t *testing.T, info sol.Info) sol.BMC { return newBMC(t, info, Config{}) }
+		t.Run("power", func(t *testing.T) { soltest.RunPower(t, soltest.Shared(m, driver)) })
+		t.Run("console", func(t *testing.T) { soltest.RunConsole(t, soltest.SharedSerial(m, driver)) })
+		t.Run("faults", func(t *testing.T) {
+			soltest.RunFaults(t, func(t *testing.T, info sol.Info) sol.BMC { return newBMC(t, info, fastConfig) },
+				[]soltest.FaultCase{{Name: "wrong password", Info: m.WrongPassword(), Want: sol.FaultCredentials}})
+		})
 	})
 }
 
@@ -81,7 +85,7 @@ func TestNewValidates(t *testing.T) {
 		wantErr bool
 	}{
 		{"minimal", func(*sol.Info) {}, false},
-		{"cipher -1 means default", func(i *sol.Info) { i.Cipher = c(-1) }, false},
+		{"cipher -1 means negotiate", func(i *sol.Info) { i.Cipher = c(-1) }, false},
 		{"cipher 17", func(i *sol.Info) { i.Cipher = c(17) }, false},
 		{"lanplus", func(i *sol.Info) { i.Interface = "lanplus" }, false},
 		{"host name", func(i *sol.Info) { i.Addr = "bmc-17.example" }, false},
@@ -106,8 +110,8 @@ func TestNewValidates(t *testing.T) {
 			if err != nil && info.Pass != "" && strings.Contains(err.Error(), info.Pass) {
 				t.Errorf("error %q contains the password", err)
 			}
-			if err == nil && (b.port != 623 || b.cipher == -1) {
-				t.Errorf("defaults: got port %d cipher %d, want 623 and a real suite", b.port, b.cipher)
+			if err == nil && (b.port != 623 || (info.Cipher == nil || *info.Cipher == -1) != (b.cipher == -1)) {
+				t.Errorf("defaults: got port %d cipher %d, want 623 and -1 (negotiate) exactly when unpinned", b.port, b.cipher)
 			}
 		})
 	}

@@ -29,7 +29,7 @@ import (
 
 // RequireEnv is the variable that turns a missing dependency from a skip
 // into a failure (CI sets it to 1).
-const RequireEnv = "OBMD_REQUIRE_INTEGRATION"
+const RequireEnv = soltest.RequireEnv
 
 // Credentials of the simulated BMC's admin user.
 const (
@@ -50,11 +50,7 @@ func Require(t testing.TB, programs ...string) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := fmt.Sprintf("missing %s (apt-get install -y ipmitool openipmi socat openssh-client sshpass haproxy)", strings.Join(missing, ", "))
-	if os.Getenv(RequireEnv) == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	soltest.Missing(t, "missing %s (apt-get install -y ipmitool openipmi socat openssh-client sshpass haproxy)", strings.Join(missing, ", "))
 }
 
 // Sim is one running ipmi_sim with its serial pty.
@@ -244,6 +240,31 @@ func (s *Sim) Actions() []string {
 func (s *Sim) PowerOn() bool {
 	data, _ := os.ReadFile(s.path("power"))
 	return strings.TrimSpace(string(data)) == "1"
+}
+
+// Kind says which BMC this is, for the conformance table's per-BMC
+// expectations.
+func (s *Sim) Kind() soltest.Kind { return soltest.IPMISim }
+
+// Reset makes the simulated machine look fresh to the power table: powered
+// on, with no action recorded. It does not touch ipmi_sim itself, so tests
+// that share one Sim call it between cases.
+func (s *Sim) Reset() error {
+	if err := os.WriteFile(s.path("power"), []byte("1\n"), 0o600); err != nil {
+		return fmt.Errorf("reset power: %w", err)
+	}
+	if err := os.Remove(s.path("actions")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reset actions: %w", err)
+	}
+	return nil
+}
+
+// ResetSerial forgets what reached the serial port so far, for tests that
+// share one Sim between console cases.
+func (s *Sim) ResetSerial() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.serial.Reset()
 }
 
 // WriteSerial prints p on the node's serial port, as the host OS would.

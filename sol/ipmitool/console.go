@@ -12,11 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/rmcp"
 )
 
 // Errors of a Console.
@@ -101,11 +101,18 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 		// Do not start an activation that would be killed half-way.
 		return nil, fmt.Errorf("activate SOL on %s: %w", b.label, err)
 	}
-	c, err := b.startConsole(ctx)
+	var c *Console
+	start := func(ctx context.Context, suite int) error {
+		var err error
+		c, err = b.startConsole(ctx, suite)
+		return err
+	}
+	suite, err := b.withSuite(ctx, start)
+	err = b.retryEnabled(ctx, suite, err, start)
 	if err != nil {
 		return nil, fmt.Errorf("activate SOL on %s: %w", b.label, err)
 	}
-	b.log.WithField("pid", c.cmd.Process.Pid).Info("sol_activated")
+	b.log.WithFields(logrus.Fields{"pid": c.cmd.Process.Pid, "cipher": suite}).Info("sol_activated")
 	return c, nil
 }
 
@@ -116,7 +123,7 @@ func (b *BMC) activateArgs() []string {
 	return []string{"sol", "activate", "usesolkeepalive"}
 }
 
-func (b *BMC) startConsole(ctx context.Context) (*Console, error) {
+func (b *BMC) startConsole(ctx context.Context, suite int) (*Console, error) {
 	master, tty, err := openPTY()
 	if err != nil {
 		return nil, err
@@ -127,7 +134,7 @@ func (b *BMC) startConsole(ctx context.Context) (*Console, error) {
 		tty.Close()
 		return nil, fmt.Errorf("stderr pipe: %w", err)
 	}
-	cmd := exec.Command(b.cfg.Path, b.args(b.activateArgs()...)...)
+	cmd := exec.Command(b.cfg.Path, b.args(suite, b.activateArgs()...)...)
 	cmd.Env = b.env()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, errW
 	// A session of its own with the pty as controlling terminal: the child
@@ -159,59 +166,18 @@ func (b *BMC) startConsole(ctx context.Context) (*Console, error) {
 	probe := stop()
 	if err != nil {
 		c.abort() // the child is reaped: its stderr is complete
-		if errors.Is(err, sol.ErrPayloadActive) {
+		var off *solOffError
+		switch {
+		case errors.Is(err, sol.ErrPayloadActive):
 			return nil, err
+		case errors.As(err, &off):
+			off.endpoint = b.endpoint()
+			return nil, off
 		}
 		timedOut := ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)
-		return nil, b.failure(timedOut, probe, err, c.stderr.Bytes())
+		return nil, b.failure(suite, timedOut, probe, err, c.stderr.Bytes())
 	}
 	return c, nil
-}
-
-// openPTY returns a pty master that the runtime poller drives and its tty
-// in raw mode (set before ipmitool starts, so that no byte we write is ever
-// cooked: ipmitool switches to raw mode only after the banner).
-func openPTY() (master, tty *os.File, err error) {
-	m, t, err := pty.Open()
-	if err != nil {
-		return nil, nil, fmt.Errorf("open pty: %w", err)
-	}
-	// pty.Open leaves the master in blocking mode, where neither deadlines
-	// nor Close interrupt a Read: put a non-blocking duplicate in the poller.
-	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	m.Close()
-	if err == nil {
-		err = unix.SetNonblock(fd, true)
-		if err != nil {
-			unix.Close(fd)
-		}
-	}
-	if err != nil {
-		t.Close()
-		return nil, nil, fmt.Errorf("open pty: %w", err)
-	}
-	master = os.NewFile(uintptr(fd), "/dev/ptmx")
-	if err := makeRaw(t); err != nil {
-		master.Close()
-		t.Close()
-		return nil, nil, fmt.Errorf("pty raw mode: %w", err)
-	}
-	return master, t, nil
-}
-
-func makeRaw(t *os.File) error {
-	fd := int(t.Fd())
-	tio, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return err
-	}
-	tio.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON | unix.IXOFF | unix.IXANY
-	tio.Oflag &^= unix.OPOST
-	tio.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	tio.Cflag &^= unix.CSIZE | unix.PARENB
-	tio.Cflag |= unix.CS8
-	tio.Cc[unix.VMIN], tio.Cc[unix.VTIME] = 1, 0
-	return unix.IoctlSetTermios(fd, unix.TCSETS, tio)
 }
 
 // own is the console's owner goroutine: it drains stderr until ipmitool
@@ -306,10 +272,14 @@ func (c *Console) startError() error {
 		c.kill("no banner")
 		<-c.exited
 	}
-	if bytes.Contains(c.stderr.Bytes(), []byte("SOL payload already active on another session")) {
+	stderr := c.stderr.Bytes()
+	if bytes.Contains(stderr, []byte("SOL payload already active on another session")) {
 		return fmt.Errorf("ipmitool: %w", sol.ErrPayloadActive)
 	}
-	return &toolError{line: firstLine(c.stderr.Bytes()), err: c.waitErr}
+	if err := solOff(stderr, c.b.opts.SOLEnable); err != nil {
+		return err
+	}
+	return &toolError{line: firstLine(stderr), err: c.waitErr}
 }
 
 // abort ends a console that never opened.
@@ -413,7 +383,7 @@ func (c *Console) probe() {
 	to := c.b.cfg.KeepaliveTimeout
 	if !c.noPing {
 		ctx, cancel := context.WithTimeout(c.life, to)
-		err := ping(ctx, c.b.info.Addr, c.b.port)
+		err := rmcp.Ping(ctx, c.b.info.Addr, c.b.port)
 		cancel()
 		if err == nil || c.life.Err() != nil {
 			return

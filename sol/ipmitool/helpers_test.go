@@ -44,11 +44,17 @@ func startSim(t *testing.T) (*ipmisim.Sim, *BMC) {
 	t.Helper()
 	ipmisim.Require(t, "ipmitool", "ipmi_sim", "socat")
 	s := ipmisim.Start(t)
-	b, err := New("node-1", s.Info(), testConfig(), testLogger(t))
+	return s, newDriver(t, s.Info())
+}
+
+// newDriver is a driver for the BMC of info, with testConfig.
+func newDriver(t *testing.T, info sol.Info) *BMC {
+	t.Helper()
+	b, err := New("node-1", info, testConfig(), testLogger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return s, b
+	return b
 }
 
 func tail(b []byte, n int) []byte {

@@ -2,8 +2,9 @@
 // and console operation runs the ipmitool binary, for BMCs that the native
 // driver (sol/ipmi) cannot reach.
 //
-// Each operation is one short-lived `ipmitool -I lanplus -C 3 -H ... -E ...`
-// child with the BMC password only in its environment (IPMI_PASSWORD, -E),
+// Each operation is one short-lived `ipmitool -I lanplus -C N -H ... -E ...`
+// child (N: the node's pinned cipher suite, else the one that worked last,
+// else each of Config.Options.CipherOrder in turn) with the BMC password only in its environment (IPMI_PASSWORD, -E),
 // never in argv, and no other variable of obmd's environment. A console is a
 // long-lived `ipmitool sol activate` under a pseudo-terminal (ipmitool reads
 // keystrokes from a tty only); its escape sequences are neutralised so that
@@ -11,8 +12,9 @@
 //
 // A console's lifetime: OpenConsole waits for ipmitool's "SOL Session
 // operational" banner (ipmitool's "payload already active" message becomes
-// sol.ErrPayloadActive). Read strips ipmitool's own lines and, after
-// Config.Keepalive of silence, probes the BMC with an RMCP ping so that a
+// sol.ErrPayloadActive; "SOL payload disabled" makes it switch SOL on, as
+// Config.Options.SOLEnable allows, and try again). Read strips ipmitool's
+// own lines and, after Config.Keepalive of silence, probes the BMC with an RMCP ping so that a
 // dead BMC ends the console in seconds rather than ipmitool's ~100 s.
 // ipmitool runs with `usesolkeepalive`, which makes it notice within ~25 s
 // that another session took the payload (with its default keepalive it
@@ -53,45 +55,51 @@ const (
 	DefaultKeepaliveTimeout = 3 * time.Second
 	DefaultCloseTimeout     = 3 * time.Second
 	DefaultProbeAfter       = time.Second
-	defaultCipher           = 3
 	defaultInterface        = "lanplus"
 	defaultPort             = 623
 )
 
-// Config tunes the driver. The zero value is usable.
+// Config tunes the driver (the YAML section ipmitool; Escape is not a
+// setting: whatever it is, viewers cannot trigger it). The zero value is
+// usable.
 type Config struct {
 	// Path is the ipmitool binary (default "ipmitool", looked up in PATH).
-	Path string
+	Path string `yaml:"path"`
 	// CallTimeout bounds one ipmitool invocation, and the activation of a
 	// console (default 15 s). A caller's shorter ctx deadline wins.
-	CallTimeout time.Duration
+	CallTimeout time.Duration `yaml:"call_timeout"`
 	// Escape is ipmitool's SOL escape character (-e; default '~'). Whatever
 	// it is, viewers' input can never trigger an ipmitool escape. It must not
 	// be CR, LF, NUL or one of ipmitool's escape commands (. B ? ^Z ^X).
-	Escape byte
+	Escape byte `yaml:"-"`
 	// Keepalive is how long a console may stay silent before Read probes
 	// the BMC (RMCP presence ping, then `power status` if the BMC never
 	// answers pings). Default 10 s; negative disables the probe.
-	Keepalive time.Duration
+	Keepalive time.Duration `yaml:"keepalive"`
 	// KeepaliveTimeout bounds each probe step (default 3 s). A dead BMC
 	// makes Read fail within Keepalive + 2*KeepaliveTimeout.
-	KeepaliveTimeout time.Duration
+	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
 	// CloseTimeout bounds how long Close waits for ipmitool to leave after
 	// the terminate escape, and the `sol deactivate` that follows when
 	// needed (default 3 s each).
-	CloseTimeout time.Duration
+	CloseTimeout time.Duration `yaml:"close_timeout"`
 	// GetDeviceIDKeepalive makes ipmitool keep the session alive with Get
 	// Device ID requests (its default) instead of empty SOL packets
 	// (`sol activate usesolkeepalive`, our default). SOL packets let
 	// ipmitool notice within ~25 s that someone else deactivated the
 	// payload, which Get Device ID never does; set this only for a BMC
 	// that rejects empty SOL packets.
-	GetDeviceIDKeepalive bool
+	GetDeviceIDKeepalive bool `yaml:"get_device_id_keepalive"`
 	// ProbeAfter is how long an invocation (or a console's activation) may
 	// run before the driver pings the BMC beside it (RMCP presence ping):
 	// a closed port then fails the call at once, and a failure says whether
 	// the BMC was there (default 1 s; negative: no probe).
-	ProbeAfter time.Duration
+	ProbeAfter time.Duration `yaml:"probe_after"`
+	// Options are what both IPMI drivers share: the cipher suites tried for
+	// a node that pins none (-C) and the memory of the one that worked, what
+	// to do when SOL is off on the BMC (sol_enable), and its report. Not a
+	// section of its own: the wiring sets it from ipmi_options.
+	Options sol.IPMIOptions `yaml:"-"`
 }
 
 // BMC is one node's BMC reached through ipmitool. It implements sol.BMC and
@@ -101,8 +109,9 @@ type BMC struct {
 	info   sol.Info
 	cfg    Config
 	iface  string
-	cipher int
+	cipher int // the suite the node's info pins; -1: negotiate (Config.Options)
 	port   int
+	opts   sol.IPMIOptions
 	log    logrus.FieldLogger
 }
 
@@ -118,6 +127,11 @@ func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC,
 	if err := b.validate(); err != nil {
 		return nil, fmt.Errorf("new ipmitool driver for %s: %w", label, err)
 	}
+	opts, err := cfg.Options.WithDefaults(validSuite)
+	if err != nil {
+		return nil, fmt.Errorf("new ipmitool driver for %s: %w", label, err)
+	}
+	b.opts = opts
 	if log == nil {
 		l := logrus.New()
 		l.Out = io.Discard
@@ -184,9 +198,9 @@ func (b *BMC) validate() error {
 	default:
 		return fmt.Errorf("unsupported ipmitool interface %q (want lan or lanplus)", b.iface)
 	}
-	b.cipher = defaultCipher
+	b.cipher = -1
 	if b.info.Cipher != nil && *b.info.Cipher != -1 {
-		if *b.info.Cipher < 0 || *b.info.Cipher > 255 {
+		if !validSuite(*b.info.Cipher) {
 			return fmt.Errorf("bad cipher suite %d", *b.info.Cipher)
 		}
 		b.cipher = *b.info.Cipher
@@ -194,14 +208,18 @@ func (b *BMC) validate() error {
 	return nil
 }
 
+// validSuite: ipmitool takes any suite number and asks the BMC for it.
+func validSuite(c int) bool { return c >= 0 && c <= 255 }
+
 func badArgRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
-// args is the full argv (after the program name) for one invocation. The
-// password is never part of it: -E reads IPMI_PASSWORD from the environment.
-func (b *BMC) args(cmd ...string) []string {
+// args is the full argv (after the program name) for one invocation with
+// cipher suite suite (lanplus only). The password is never part of it: -E
+// reads IPMI_PASSWORD from the environment.
+func (b *BMC) args(suite int, cmd ...string) []string {
 	a := []string{"-I", b.iface}
 	if b.iface == "lanplus" {
-		a = append(a, "-C", strconv.Itoa(b.cipher))
+		a = append(a, "-C", strconv.Itoa(suite))
 	}
 	a = append(a, "-H", b.info.Addr, "-p", strconv.Itoa(b.port))
 	if b.info.User != "" {
@@ -240,16 +258,47 @@ func (e *toolError) Unwrap() error { return e.err }
 // maxOutput caps what run keeps of a child's stdout and stderr.
 const maxOutput = 64 << 10
 
-// run executes one ipmitool command and returns its stdout. The child runs
-// in its own process group, killed as a whole when ctx ends, CallTimeout
-// passes or the probe finds the BMC's port closed, and is always reaped
-// before run returns. A failure is a *sol.Error (failure).
+// run executes one ipmitool command with the node's cipher suite (see
+// withSuite) and returns its stdout.
 func (b *BMC) run(ctx context.Context, cmd ...string) ([]byte, error) {
+	var out []byte
+	_, err := b.withSuite(ctx, func(ctx context.Context, suite int) error {
+		var err error
+		out, err = b.runSuite(ctx, suite, cmd...)
+		return err
+	})
+	return out, err
+}
+
+// withSuite runs attempt with the node's cipher suite: the pinned one, else
+// the one remembered for this BMC, else each of Options.CipherOrder in turn
+// (sol.IPMIOptions.Negotiate); the first choice for the node is logged. It
+// returns the suite of the last attempt. The lan interface has no suites.
+func (b *BMC) withSuite(ctx context.Context, attempt func(ctx context.Context, suite int) error) (int, error) {
+	if b.iface != "lanplus" {
+		return -1, attempt(ctx, -1)
+	}
+	suite, chosen, err := b.opts.Negotiate(ctx, sol.Negotiation{Label: b.label, BMC: b.endpoint(), Pinned: b.cipher}, attempt)
+	if chosen {
+		b.log.WithField("cipher", suite).Info("ipmitool_cipher_selected")
+	}
+	return suite, err
+}
+
+// endpoint names the BMC for the cipher memory and in errors.
+func (b *BMC) endpoint() string { return net.JoinHostPort(b.info.Addr, strconv.Itoa(b.port)) }
+
+// runSuite executes one ipmitool command with cipher suite suite and
+// returns its stdout. The child runs in its own process group, killed as a
+// whole when ctx ends, CallTimeout passes or the probe finds the BMC's port
+// closed, and is always reaped before runSuite returns. A failure is a
+// *sol.Error (failure).
+func (b *BMC) runSuite(ctx context.Context, suite int, cmd ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
 	cctx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
-	c := exec.CommandContext(cctx, b.cfg.Path, b.args(cmd...)...)
+	c := exec.CommandContext(cctx, b.cfg.Path, b.args(suite, cmd...)...)
 	c.Env = b.env()
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return killGroup(c) }
@@ -264,33 +313,54 @@ func (b *BMC) run(ctx context.Context, cmd ...string) ([]byte, error) {
 			err = context.Cause(cctx)
 		}
 		b.log.WithError(err).WithField("stderr", stderr.String()).Debug("ipmitool_failed")
-		return stdout.Bytes(), b.failure(ctx.Err() != nil, probe, &toolError{line: firstLine(stderr.Bytes()), err: err}, stderr.Bytes())
+		return stdout.Bytes(), b.failure(suite, ctx.Err() != nil, probe, &toolError{line: firstLine(stderr.Bytes()), err: err}, stderr.Bytes())
 	}
 	return stdout.Bytes(), nil
 }
 
-// failure classifies a failed ipmitool run (or console activation) and
-// wraps it with the BMC's address, for the log. stderr is all ipmitool
-// printed; timedOut says a deadline ended it; probe is what watch found.
-// ipmitool prints the same "Unable to establish" session error when the
-// BMC refuses the password and when it never answered: only the BMC's
-// silence tells the two apart, and ipmitool ends this way before its
-// deadline only when the BMC answered.
-func (b *BMC) failure(timedOut bool, probe probeResult, err error, stderr []byte) error {
-	f := sol.FaultUnknown
+// failure classifies a failed ipmitool run (or console activation) with
+// cipher suite suite and wraps it with the BMC's address, for the log.
+// stderr is all ipmitool printed; timedOut says a deadline ended it; probe
+// is what watch found. ipmitool prints the same "Unable to establish"
+// session error when the BMC refuses the password and when it never
+// answered: only the BMC's silence tells the two apart, and ipmitool ends
+// this way before its deadline only when the BMC answered. A refused cipher
+// suite is told by the Open Session answer ipmitool prints.
+func (b *BMC) failure(suite int, timedOut bool, probe probeResult, err error, stderr []byte) *sol.Error {
+	e := &sol.Error{Fault: sol.FaultUnknown}
 	line := firstLine(stderr)
 	noSession := bytes.Contains(stderr, []byte("Unable to establish"))
 	switch {
 	case probe == probeRefused, strings.HasPrefix(line, "Address lookup for"):
-		f = sol.FaultUnreachable
+		e.Fault = sol.FaultUnreachable
 	case timedOut, noSession && probe == probeSilent:
-		f = sol.FaultNoAnswer
+		e.Fault = sol.FaultNoAnswer
+	case noSession && cipherRefusal(stderr):
+		e.Fault, e.Suites = sol.FaultCipher, []int{suite}
 	case noSession:
-		f = sol.FaultCredentials
+		e.Fault = sol.FaultCredentials
 	case line != "":
-		f = sol.FaultRejected
+		e.Fault = sol.FaultRejected
 	}
-	return sol.NewError(f, fmt.Errorf("BMC %s: %w", net.JoinHostPort(b.info.Addr, strconv.Itoa(b.port)), err))
+	what := "BMC " + b.endpoint()
+	if suite >= 0 {
+		what += fmt.Sprintf(" (cipher suite %d)", suite)
+	}
+	e.Err = fmt.Errorf("%s: %w", what, err)
+	return e
+}
+
+// cipherRefusal reports whether ipmitool printed an Open Session answer that
+// refuses the proposed algorithms ("invalid authentication algorithm", "no
+// matching cipher suite", ...: IPMI v2.0 table 13-15).
+func cipherRefusal(stderr []byte) bool {
+	for _, l := range strings.Split(string(stderr), "\n") {
+		if strings.Contains(l, "open session response") &&
+			(strings.Contains(l, "algorithm") || strings.Contains(l, "cipher suite") || strings.Contains(l, "no matching")) {
+			return true
+		}
+	}
+	return false
 }
 
 // killGroup kills c's whole process group (c was started with Setpgid, so

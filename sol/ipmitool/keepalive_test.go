@@ -67,29 +67,6 @@ func TestConsoleStolen(t *testing.T) {
 	t.Logf("stolen payload noticed after %v: %v", time.Since(start), err)
 }
 
-func TestPing(t *testing.T) {
-	s, _ := startSim(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := ping(ctx, "127.0.0.1", s.Port); err != nil {
-		t.Errorf("ping ipmi_sim: %v", err)
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), 600*time.Millisecond)
-	defer cancel()
-	if err := ping(ctx, "127.0.0.1", silentPort(t)); err == nil {
-		t.Error("ping a silent port: got nil error")
-	}
-	s.Kill()
-	ctx, cancel = context.WithTimeout(context.Background(), 600*time.Millisecond)
-	defer cancel()
-	if err := ping(ctx, "127.0.0.1", s.Port); err == nil {
-		t.Error("ping a dead BMC: got nil error")
-	}
-	if err := s.Restart(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestConsoleIdle: keepalive probes of a live BMC leave the console alone,
 // and run no ipmitool (the ping suffices).
 func TestConsoleIdle(t *testing.T) {

@@ -22,13 +22,15 @@ func TestNew(t *testing.T) {
 		wantErr bool
 		args    string
 	}{
-		{name: "defaults", info: sol.Info{Addr: "10.0.0.5", User: "root", Pass: "x"},
-			args: "-I lanplus -C 3 -H 10.0.0.5 -p 623 -U root -E -e ~ power status"},
+		{name: "defaults: suite 17 first", info: sol.Info{Addr: "10.0.0.5", User: "root", Pass: "x"},
+			args: "-I lanplus -C 17 -H 10.0.0.5 -p 623 -U root -E -e ~ power status"},
+		{name: "cipher order", info: sol.Info{Addr: "h", User: "u"}, cfg: Config{Options: sol.IPMIOptions{CipherOrder: []int{3, 17}}},
+			args: "-I lanplus -C 3 -H h -p 623 -U u -E -e ~ power status"},
 		{name: "explicit", info: sol.Info{Addr: "bmc.example", Port: 6230, User: "u", Pass: "x", Cipher: cipher(17)},
 			cfg:  Config{Escape: '&'},
 			args: "-I lanplus -C 17 -H bmc.example -p 6230 -U u -E -e & power status"},
-		{name: "cipher -1 is default", info: sol.Info{Addr: "h", Cipher: cipher(-1)},
-			args: "-I lanplus -C 3 -H h -p 623 -E -e ~ power status"},
+		{name: "cipher -1 is unset", info: sol.Info{Addr: "h", Cipher: cipher(-1)},
+			args: "-I lanplus -C 17 -H h -p 623 -E -e ~ power status"},
 		{name: "lan has no cipher", info: sol.Info{Addr: "h", User: "u", Interface: "lan"},
 			args: "-I lan -H h -p 623 -U u -E -e ~ power status"},
 		{name: "no address", info: sol.Info{User: "u"}, wantErr: true},
@@ -39,6 +41,9 @@ func TestNew(t *testing.T) {
 		{name: "local interface", info: sol.Info{Addr: "h", Interface: "open"}, wantErr: true},
 		{name: "escape is a command", info: sol.Info{Addr: "h"}, cfg: Config{Escape: '.'}, wantErr: true},
 		{name: "escape is CR", info: sol.Info{Addr: "h"}, cfg: Config{Escape: '\r'}, wantErr: true},
+		{name: "cipher order twice", info: sol.Info{Addr: "h"}, cfg: Config{Options: sol.IPMIOptions{CipherOrder: []int{3, 3}}}, wantErr: true},
+		{name: "cipher order out of range", info: sol.Info{Addr: "h"}, cfg: Config{Options: sol.IPMIOptions{CipherOrder: []int{256}}}, wantErr: true},
+		{name: "sol_enable sometimes", info: sol.Info{Addr: "h"}, cfg: Config{Options: sol.IPMIOptions{SOLEnable: "sometimes"}}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,7 +57,11 @@ func TestNew(t *testing.T) {
 				}
 				return
 			}
-			if got := strings.Join(b.args("power", "status"), " "); got != tt.args {
+			suite := b.cipher
+			if suite < 0 {
+				suite = b.opts.CipherOrder[0] // negotiated: the first tried
+			}
+			if got := strings.Join(b.args(suite, "power", "status"), " "); got != tt.args {
 				t.Errorf("args: got %q, want %q", got, tt.args)
 			}
 			if env := b.env(); !slices.Contains(env, "IPMI_PASSWORD="+tt.info.Pass) || len(env) != 3 {

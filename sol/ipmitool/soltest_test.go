@@ -4,26 +4,39 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/bmcs"
 )
 
 // The shared conformance tables: the same checks the native driver passes.
 
-func TestConformancePower(t *testing.T) {
-	soltest.RunPower(t, func(t *testing.T) (sol.BMC, soltest.Observer) {
-		s, b := startSim(t)
-		return b, s
-	})
-	noChildren(t) // every ipmitool run was reaped
-}
-
-func TestConformanceConsole(t *testing.T) {
-	soltest.RunConsole(t, func(t *testing.T) (sol.BMC, soltest.SerialObserver) {
-		s, b := startSim(t)
-		return &freshSOL{BMC: b, sim: s, t: t}, s
+// TestConformance runs the shared tables on both BMCs, ipmi_sim (cipher
+// suite 3) and goipmi-server (cipher suite 17), one process of each shared
+// by all cases.
+func TestConformance(t *testing.T) {
+	ipmisim.Require(t, "ipmitool")
+	bmcs.Each(t, func(t *testing.T, m soltest.Machine) {
+		t.Run("power", func(t *testing.T) {
+			soltest.RunPower(t, soltest.Shared(m, func(t *testing.T, info sol.Info) sol.BMC { return newDriver(t, info) }))
+			noChildren(t) // every ipmitool run was reaped
+		})
+		t.Run("console", func(t *testing.T) {
+			sim, isSim := m.(*ipmisim.Sim)
+			sessions := &simSessions{sim: sim}
+			soltest.RunConsole(t, soltest.SharedSerial(m, func(t *testing.T, info sol.Info) sol.BMC {
+				b := newDriver(t, info)
+				if isSim {
+					return &freshSOL{BMC: b, s: sessions, t: t}
+				}
+				return b // goipmi-server starts every activation afresh
+			}))
+		})
 	})
 }
 
@@ -42,8 +55,13 @@ func TestConformanceConsole(t *testing.T) {
 // ErrPayloadActive checks see the real thing.
 type freshSOL struct {
 	*BMC
+	s *simSessions // shared by every driver of the sim
+	t *testing.T
+}
+
+// simSessions counts the consoles of one sim, whatever driver opened them.
+type simSessions struct {
 	sim *ipmisim.Sim
-	t   *testing.T
 
 	mu       sync.Mutex
 	sessions int // consoles opened so far
@@ -51,11 +69,12 @@ type freshSOL struct {
 }
 
 func (f *freshSOL) OpenConsole(ctx context.Context) (sol.Console, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.sessions > 0 && f.open == 0 {
-		f.sim.Kill()
-		if err := f.sim.Restart(); err != nil {
+	s := f.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions > 0 && s.open == 0 {
+		s.sim.Kill()
+		if err := s.sim.Restart(); err != nil {
 			f.t.Errorf("restart ipmi_sim: %v", err)
 		}
 	}
@@ -63,23 +82,54 @@ func (f *freshSOL) OpenConsole(ctx context.Context) (sol.Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.sessions++
-	f.open++
-	return &closeCounter{Console: c, f: f}, nil
+	s.sessions++
+	s.open++
+	return &closeCounter{Console: c, s: s}, nil
 }
 
 type closeCounter struct {
 	sol.Console
-	f    *freshSOL
+	s    *simSessions
 	once sync.Once
 }
 
 func (c *closeCounter) Close() error {
 	err := c.Console.Close()
 	c.once.Do(func() {
-		c.f.mu.Lock()
-		c.f.open--
-		c.f.mu.Unlock()
+		c.s.mu.Lock()
+		c.s.open--
+		c.s.mu.Unlock()
 	})
 	return err
+}
+
+// tableDriver is this driver as the shared tables of sol/soltest/bmcs build
+// it.
+func tableDriver(t *testing.T, info sol.Info, opts sol.IPMIOptions, log logrus.FieldLogger) sol.BMC {
+	t.Helper()
+	cfg := testConfig()
+	cfg.CallTimeout = 5 * time.Second // bounds the silent BMC's case
+	cfg.Options = opts
+	b, err := New(bmcs.Label, info, cfg, log)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+func TestCiphers(t *testing.T) {
+	ipmisim.Require(t, "ipmitool")
+	bmcs.RunCiphers(t, tableDriver)
+	noChildren(t)
+}
+
+func TestSOLEnable(t *testing.T) {
+	ipmisim.Require(t, "ipmitool")
+	bmcs.RunSOLEnable(t, tableDriver)
+}
+
+func TestDiagnose(t *testing.T) {
+	ipmisim.Require(t, "ipmitool")
+	bmcs.RunDiagnose(t, tableDriver)
+	noChildren(t)
 }

@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/bougou/go-ipmi/pkg/rmcpplus"
-	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmi"
@@ -48,7 +47,8 @@ type Info struct {
 type SOLInfo struct {
 	// Port is the RMCP+ UDP port; 0 means 623.
 	Port int `json:"port,omitempty"`
-	// Cipher is the IPMI cipher suite; nil or -1 means the IPMI driver's default.
+	// Cipher pins the IPMI cipher suite; nil or -1 lets the IPMI driver
+	// pick (17, then 3: sol.IPMIOptions).
 	Cipher *int `json:"cipher,omitempty"`
 }
 
@@ -58,7 +58,6 @@ const (
 	MaxUserLen   = 255 // bytes of User (16 with SOL: the IPMI limit)
 	MaxPassLen   = 255 // bytes of Pass (20 with SOL: the IPMI limit)
 	MaxSystemLen = 255 // bytes of System
-	maxIPMIPass  = 20
 	systemsPath  = "/redfish/v1/Systems"
 	defaultPort  = "443"
 )
@@ -83,7 +82,7 @@ func Check(info Info) error {
 	}
 	userMax, passMax := MaxUserLen, MaxPassLen
 	if info.SOL != nil {
-		userMax, passMax = rmcpplus.MaxUserNameLength, maxIPMIPass
+		userMax, passMax = rmcpplus.MaxUserNameLength, ipmi.MaxPassLen
 	}
 	if err := checkText("user", info.User, userMax, info.SOL != nil); err != nil {
 		return err
@@ -269,7 +268,7 @@ func ipmiInfo(info Info, host string) (sol.Info, error) {
 	}
 	si := sol.Info{Addr: host, Port: s.Port, User: info.User, Pass: info.Pass, Cipher: s.Cipher}
 	if s.Cipher != nil && *s.Cipher != -1 {
-		if _, err := ipmi.New("check", si, ipmi.Config{}, logrus.New()); err != nil {
+		if err := ipmi.Check(si); err != nil {
 			return sol.Info{}, fmt.Errorf("info.sol.cipher %d is not supported by the IPMI driver", *s.Cipher)
 		}
 	}

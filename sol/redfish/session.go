@@ -39,18 +39,25 @@ type session struct {
 // because close always logs out (under a context of its own, so a cut or
 // timed-out operation logs out too).
 func (b *BMC) open(ctx context.Context) (*session, error) {
+	s, err := b.login(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.findSystem(ctx); err != nil {
+		s.close(ctx)
+		return nil, err
+	}
+	return s, nil
+}
+
+// login connects and logs in; the session has no system yet.
+func (b *BMC) login(ctx context.Context) (*session, error) {
 	tr := b.transport()
 	c, err := gofish.ConnectContext(ctx, gofish.ClientConfig{
-		Endpoint: b.endpoint,
-		Username: b.user,
-		Password: b.pass,
-		HTTPClient: &http.Client{
-			Transport: limitBody{tr},
-			Timeout:   b.cfg.RequestTimeout,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return errRedirect
-			},
-		},
+		Endpoint:              b.endpoint,
+		Username:              b.user,
+		Password:              b.pass,
+		HTTPClient:            b.httpClient(tr),
 		NoModifyTransport:     true,
 		ReuseConnections:      true,
 		MaxConcurrentRequests: 1,
@@ -71,11 +78,20 @@ func (b *BMC) open(ctx context.Context) (*session, error) {
 		return nil, classify(ctx, stepLogin, false, errNoToken)
 	}
 	s.id = gs.ID
-	if err := s.findSystem(ctx); err != nil {
-		s.close(ctx)
-		return nil, err
-	}
 	return s, nil
+}
+
+// httpClient is the client of one operation over tr: bounded requests, no
+// redirects (one would carry the token, or the password, elsewhere) and
+// bounded bodies.
+func (b *BMC) httpClient(tr *http.Transport) *http.Client {
+	return &http.Client{
+		Transport: limitBody{tr},
+		Timeout:   b.cfg.RequestTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return errRedirect
+		},
+	}
 }
 
 // transport is a fresh HTTP transport for one operation: no proxy from the
@@ -183,14 +199,7 @@ func (s *session) pick(prefs ...schemas.ResetType) (schemas.ResetType, error) {
 // reset posts ComputerSystem.Reset with rt.
 func (s *session) reset(ctx context.Context, rt schemas.ResetType) error {
 	step := "reset " + string(rt)
-	var raw struct {
-		Actions struct {
-			Reset struct {
-				Target string `json:"target"`
-			} `json:"#ComputerSystem.Reset"`
-		}
-	}
-	if err := json.Unmarshal(s.sys.RawData, &raw); err != nil || raw.Actions.Reset.Target == "" {
+	if !s.hasReset() {
 		return &Error{Step: step, Kind: ErrNotAllowed, Note: "the system has no reset action"}
 	}
 	if _, err := s.pick(rt); err != nil {
@@ -201,6 +210,18 @@ func (s *session) reset(ctx context.Context, rt schemas.ResetType) error {
 	}
 	s.b.log.WithField("reset_type", string(rt)).Debug("redfish_reset_sent")
 	return nil
+}
+
+// hasReset reports whether the system offers a ComputerSystem.Reset action.
+func (s *session) hasReset() bool {
+	var raw struct {
+		Actions struct {
+			Reset struct {
+				Target string `json:"target"`
+			} `json:"#ComputerSystem.Reset"`
+		}
+	}
+	return json.Unmarshal(s.sys.RawData, &raw) == nil && raw.Actions.Reset.Target != ""
 }
 
 // powerTo brings the system to state (On or Off) unless it is there; a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -314,5 +315,40 @@ func TestMockCounterFillsReads(t *testing.T) {
 	p := make([]byte, 64)
 	if n, err := con.Read(p); string(p[:n]) != "injected\n" || err != nil {
 		t.Errorf("after Inject: got %q, %v, want the injected text first", p[:n], err)
+	}
+}
+
+// TestDiagnose: the simulator's diagnosis passes, names its console's
+// holder, and shows an injected failure at the power step, changing
+// nothing.
+func TestDiagnose(t *testing.T) {
+	b := NewLab().BMC("n1", ModeNormal)
+	ctx := context.Background()
+	names := func(cs []sol.Check) (out []string) {
+		for _, c := range cs {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	all := []string{sol.CheckAddress, sol.CheckAuth, sol.CheckPower, sol.CheckSOL}
+	checks := b.Diagnose(ctx)
+	if got := names(checks); !slices.Equal(got, all) || !sol.Passed(checks) || checks[3].Tenant != "console free" {
+		t.Fatalf("healthy: got %+v, want every step passed, console free", checks)
+	}
+	c, err := b.OpenConsole(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if checks := b.Diagnose(ctx); !sol.Passed(checks) || checks[3].Tenant != "console held by obmd's console" {
+		t.Errorf("console open: got %+v, want it held by obmd", checks)
+	}
+	b.SetFail(errors.New("injected"))
+	checks = b.Diagnose(ctx)
+	if got := names(checks); !slices.Equal(got, all[:3]) || checks[2].OK || checks[2].Hint == "" {
+		t.Errorf("injected failure: got %+v, want the power step failed with a hint", checks)
+	}
+	if got := b.Actions(); len(got) != 0 {
+		t.Errorf("actions: got %q, want none", got)
 	}
 }
