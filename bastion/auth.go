@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gliderlabs/ssh"
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 )
@@ -297,15 +294,5 @@ func remoteString(ctx ssh.Context) string {
 }
 
 // safe makes untrusted text (a user name is any string a client sends)
-// printable: control and non-UTF-8 bytes are escaped, length is bounded.
-func safe(s string) string {
-	const max = 100
-	if len(s) > max {
-		s = s[:max]
-	}
-	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
-		return s
-	}
-	q := strconv.QuoteToGraphic(s)
-	return q[1 : len(q)-1]
-}
+// printable and bounded, for logs and audit records.
+func safe(s string) string { return printable.Clean(s, 100) }

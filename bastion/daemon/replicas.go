@@ -9,11 +9,10 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
@@ -34,17 +33,7 @@ type replicas struct {
 	cluster *cluster.Cluster
 	peer    *cluster.PeerServer
 	peerL   net.Listener
-	// dbDown is set while the last look at the database (the access-change
-	// poll) failed.
-	dbDown atomic.Bool
-	// downSince is when the database stopped answering (zero while it
-	// answers). Owned by the access-change poll.
-	downSince time.Time
 }
-
-// whyDBLost is why the sessions of a replica that has not reached its
-// database for DBGrace end.
-const whyDBLost = "this obmd lost its database and cannot check access; reconnect"
 
 // replicaDefaults fills the replica settings (part of setDefaults).
 func (c *Config) replicaDefaults() error {
@@ -54,14 +43,8 @@ func (c *Config) replicaDefaults() error {
 	if c.LeaseTTL < 0 {
 		return errors.New("lease_ttl must not be negative")
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 6 * time.Second
-	}
 	if c.DBGrace < 0 {
 		return errors.New("db_grace must not be negative")
-	}
-	if c.DBGrace == 0 {
-		c.DBGrace = 30 * time.Second
 	}
 	if c.PeerAdvertise != "" && c.PeerAddr == "" {
 		return errors.New("peer_advertise needs peer_addr")
@@ -125,8 +108,9 @@ func (d *Daemon) startCluster(hostKey gossh.Signer, local sol.Resolver, forComma
 		advertise = d.rep.peerL.Addr().String() // a specific address: replicaDefaults checked
 	}
 	var err error
-	d.rep.cluster, err = cluster.New(cluster.Config{ReplicaID: d.cfg.ReplicaID, PeerAddr: advertise, HostKey: hostKey,
-		Access: clusterAccess{d}, LeaseTTL: d.cfg.LeaseTTL}, d.store, local, d.log.WithField("part", "cluster"))
+	cfg := d.cfg.Cluster
+	cfg.ReplicaID, cfg.PeerAddr, cfg.HostKey, cfg.Access, cfg.LeaseTTL = d.cfg.ReplicaID, advertise, hostKey, clusterAccess{d}, d.cfg.LeaseTTL
+	d.rep.cluster, err = cluster.New(cfg, d.store, local, d.log.WithField("part", "cluster"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,38 +182,32 @@ func (d *Daemon) PeerAddr() string {
 	return d.rep.peerL.Addr().String()
 }
 
-// dbPolled records the outcome of a look at the database (the access-change
-// poll, its only caller). While it fails, logins are refused with a banner;
-// once it has failed for DBGrace, every session is cut, since access
-// changes made through other replicas can no longer reach this one.
-func (d *Daemon) dbPolled(err error) {
-	d.rep.dbDown.Store(err != nil)
-	switch {
-	case err == nil:
-		if !d.rep.downSince.IsZero() {
-			d.log.WithField("down_for", time.Since(d.rep.downSince).Round(time.Millisecond)).Info("db_reachable_again")
-		}
-		d.rep.downSince = time.Time{}
-	case d.rep.downSince.IsZero():
-		d.rep.downSince = time.Now()
-	case time.Since(d.rep.downSince) >= d.cfg.DBGrace:
-		d.cutAll(whyDBLost)
-	}
-}
-
-// cutAll ends every live session (as revoked, with why) and wipes their
-// nodes' scrollback, through the Revoker: one pass over the registry, then
-// the consoles, each node under its revocation lock.
-func (d *Daemon) cutAll(why string) {
-	if cut := d.revoker.CutAll(why); cut > 0 {
-		d.log.WithField("cut", cut).Warn("sessions_cut_db_lost")
-	}
-}
-
 // loginBanner is the SSH banner: empty while the database answers.
 func (d *Daemon) loginBanner() string {
-	if d.dbUnusable() {
+	if !d.health.Usable() {
 		return dbDownBanner
 	}
 	return ""
+}
+
+// clusterAccess is the cluster's view of the Revoker (cluster.Access). It
+// exists because the cluster is built before the Revoker (which needs the
+// console hub, which needs the cluster): d.revoker is set before anything
+// opens a console.
+type clusterAccess struct{ d *Daemon }
+
+func (a clusterAccess) Current(ctx context.Context, label string) (int64, error) {
+	return a.d.revoker.Current(ctx, label)
+}
+
+func (a clusterAccess) Serve(ctx context.Context, label string, epoch int64, attach func() error) error {
+	err := a.d.revoker.Serve(ctx, label, epoch, attach)
+	if errors.Is(err, access.ErrStaleEpoch) {
+		return fmt.Errorf("%w: %w", cluster.ErrStale, err)
+	}
+	return err
+}
+
+func (a clusterAccess) Apply(label string, epoch int64, why string) {
+	a.d.revoker.Apply(label, epoch, why)
 }
