@@ -278,22 +278,22 @@ func testCredentialChanges(t *testing.T, s *Store, _ testEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, Change{Epoch: e1, Cred: CredChange{Kind: CredCA, CA: caOne.Fingerprint}})
+	want = append(want, Change{Epoch: e1, Reason: ReasonCARemoved, Cred: CredChange{Kind: CredCA, CA: caOne.Fingerprint}})
 	e2, err := s.SetToken(ctx, "n1", keys.HashToken("t"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, Change{Epoch: e2, Node: "n1"})
+	want = append(want, Change{Epoch: e2, Node: "n1", Reason: ReasonTokenRotated})
 	e3, err := s.Revoke(ctx, Revocation{Kind: CredSerial, CA: caTwo.Fingerprint, Serial: math.MaxUint64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, Change{Epoch: e3, Cred: CredChange{Kind: CredSerial, CA: caTwo.Fingerprint, Serial: math.MaxUint64}})
+	want = append(want, Change{Epoch: e3, Reason: ReasonCertRevoked, Cred: CredChange{Kind: CredSerial, CA: caTwo.Fingerprint, Serial: math.MaxUint64}})
 	e4, err := s.Revoke(ctx, Revocation{Kind: CredKeyID, KeyID: "mallory"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, Change{Epoch: e4, Cred: CredChange{Kind: CredKeyID, KeyID: "mallory"}})
+	want = append(want, Change{Epoch: e4, Reason: ReasonCertRevoked, Cred: CredChange{Kind: CredKeyID, KeyID: "mallory"}})
 
 	got, err := s.ChangesSince(ctx, n.Epoch, 0)
 	if err != nil {
