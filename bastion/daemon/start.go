@@ -144,7 +144,7 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.consoles, err = sol.NewManager(d.cfg.Console, bmcs, d.log.WithField("part", "sol")); err != nil {
+	if d.consoles, err = sol.NewManager(d.cfg.Console, bmcs, nil, d.log.WithField("part", "sol")); err != nil {
 		return nil, fmt.Errorf("console hub: %w", err)
 	}
 	return powerBMCs, d.startPeer()
