@@ -239,7 +239,8 @@ func (c *channel) closeConn() {
 // Once cut, the command's output is dropped, so nothing follows the reason
 // the user is given.
 func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
-	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, User: c.a.User, Source: c.remote, Session: info.ID}
+	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, User: c.a.User, Source: c.remote, Session: info.ID,
+		Epoch: info.Epoch}
 	out, errOut := &gate{ctx: sctx, w: stdout}, &gate{ctx: sctx, w: stderr}
 	done := make(chan int, 1)
 	c.cmd.Add(1)

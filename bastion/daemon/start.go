@@ -144,7 +144,10 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.consoles, err = sol.NewManager(d.cfg.Console, bmcs, nil, d.log.WithField("part", "sol")); err != nil {
+	if d.history, err = d.newConsoleHistory(); err != nil {
+		return nil, err
+	}
+	if d.consoles, err = sol.NewManager(d.cfg.Console, bmcs, d.history, d.log.WithField("part", "sol")); err != nil {
 		return nil, fmt.Errorf("console hub: %w", err)
 	}
 	return powerBMCs, d.startPeer()
@@ -175,7 +178,8 @@ func (d *Daemon) buildAccess() *access.Gate {
 	if d.rep.cluster != nil {
 		peers = d.rep.cluster
 	}
-	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
+	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers,
+		OnApply: d.history.applied},
 		d.consoles, d.reg, gate, d.log)
 	d.watcher = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout, DBGrace: d.cfg.DBGrace},
 		d.store, d.health, d.revoker, d.announce, d.log)
@@ -189,7 +193,7 @@ func (d *Daemon) buildAccess() *access.Gate {
 func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate, powerBMCs commands.Resolver) error {
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
-		Observe: d.metrics.ObservePower},
+		Observe: d.metrics.ObservePower, History: d.history},
 		powerBMCs, d.consoles, sessionList{d.reg, d.consoles}, auditor{d.store, d.log}, d.log)
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
