@@ -152,8 +152,8 @@ type Command struct {
 	Timestamps bool // console-log --timestamps (text with times and markers)
 	Follow     bool // console-log --follow
 	Cast       bool // console-log --cast (asciicast v2)
-	ReadOnly   bool   // console --read-only
-	Topic      Name   // help COMMAND, or COMMAND --help: the command to describe ("" = all)
+	ReadOnly   bool // console --read-only
+	Topic      Name // help COMMAND, or COMMAND --help: the command to describe ("" = all)
 }
 
 // Request says who runs a command where; it feeds audit records and logs,
