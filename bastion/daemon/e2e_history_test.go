@@ -5,6 +5,7 @@ package daemon_test
 // from the stored history, restarts and tenancies.
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/history"
 	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/sim"
 )
 
 // capturing is the config of the capture tests: the daemon's own default
@@ -91,5 +93,133 @@ func checkStamped(t *testing.T, out string, lines []string, wrote []time.Time) {
 			t.Errorf("line %q stamped %v, written %v: %v apart, want within 1s", want, at, wrote[i], d)
 		}
 		rest = rest[k+len(want):]
+	}
+}
+
+// TestHistoryTenancies: after each kind of access change, on SQLite and
+// MariaDB, the next tenant's console-log, attach replay and --follow hold
+// nothing from before the change; a --follow of the old tenancy is cut
+// without a byte of the new one; and the capture goes on in the new
+// tenancy with nobody attached.
+func TestHistoryTenancies(t *testing.T) {
+	t.Parallel()
+	onEngines(t, func(t *testing.T, dsn string) {
+		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn; c.ConsoleCapture = "always" })
+		for _, sc := range rvScenarios() {
+			t.Run(sc.name, func(t *testing.T) {
+				label := "ten-" + sc.name
+				tok := o.addSimNode(label)
+				if sc.key {
+					k, _ := newKey(t)
+					sc.change = withKey(sc.change, o.addKey(label, k.PublicKey()))
+				}
+				bmc := o.Lab().BMC(label, sim.ModeNormal)
+				old := printUntilSeen(t, inject(bmc), "tenant-1-secret", o.logShows(label, tok))
+				follow := o.goConsole(t, label, tok, conOpts{cmd: "console-log --follow"})
+				follow.expect(old)
+
+				sc.change(o, label, "")
+				follow.end.wait(t, "the old tenancy's follower")
+				switch sc.name {
+				case "rotate", "revoke": // the change's own token is not kept
+					tok = o.rotate(label)
+				case "node-deletion":
+					tok = o.addSimNode(label)
+				}
+				bmc = o.Lab().BMC(label, sim.ModeNormal)
+				fresh := printUntilSeen(t, inject(bmc), "tenant-2", o.logShows(label, tok))
+				next := o.goConsole(t, label, tok, conOpts{cmd: "console-log --follow"})
+				viewer := o.goConsole(t, label, tok, conOpts{pty: true})
+				viewer.expect(fresh) // the replay, from the new tenancy's history
+				next.expect(fresh)
+				live := printUntilSeen(t, inject(bmc), "tenant-2-live", shows(next.out, viewer.out))
+				res, err := o.execGo(label, tok, "console-log")
+				if err != nil || res.Code != 0 || !strings.Contains(res.Stdout, live) {
+					t.Fatalf("console-log of the new tenancy: %v %v, want %s", res, err, live)
+				}
+				for what, out := range map[string]string{"console-log": res.Stdout, "--follow": next.out.String(),
+					"attach replay": viewer.out.String()} {
+					if strings.Contains(out, "tenant-1-secret") {
+						t.Errorf("%s after %s shows the previous tenancy: %q", what, sc.name, out)
+					}
+				}
+				if s := follow.out.String(); strings.Contains(s, "tenant-2") {
+					t.Errorf("the old tenancy's follower got the new tenancy's output: %q", s)
+				}
+			})
+		}
+	})
+}
+
+// withKey is a change that removes key fp, whatever fp it is given.
+func withKey(change func(o *obmd, label, fp string), fp string) func(o *obmd, label, fp string) {
+	return func(o *obmd, label, _ string) { change(o, label, fp) }
+}
+
+// TestHistoryRestart: a restart of a single SQLite obmd keeps the history
+// of the current tenancy: console-log and the replay of a viewer who
+// attaches after the restart (the scrollback ring is empty then) show what
+// the node printed before it, with nobody attached; and the capture goes
+// on after it, in the same history.
+func TestHistoryRestart(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	tok := o.addSimNode("kept")
+	bmc := o.Lab().BMC("kept", sim.ModeNormal)
+	before := printUntilSeen(t, inject(bmc), "before-restart", o.logShows("kept", tok))
+	if err := o.stop(); err != nil {
+		t.Fatal(err)
+	}
+	o = startWith(t, o.Cfg)
+	res := o.openssh("kept", tok, nil, "console-log")
+	if res.Code != 0 || !strings.Contains(res.Stdout, before) {
+		t.Fatalf("console-log after a restart: %v, want %s", res, before)
+	}
+	bmc = o.Lab().BMC("kept", sim.ModeNormal)
+	after := printUntilSeen(t, inject(bmc), "after-restart", o.logShows("kept", tok))
+	g := o.goConsole(t, "kept", tok, conOpts{pty: true})
+	g.expect(before)
+	g.expect(after)
+	res = o.openssh("kept", tok, nil, "console-log", "--timestamps")
+	if k := strings.Index(res.Stdout, before); k < 0 || !strings.Contains(res.Stdout[k:], "[obmd: console link lost]") ||
+		!strings.Contains(res.Stdout[k:], after) {
+		t.Errorf("console-log --timestamps: got %q, want %s, the link lost at the stop, then %s", res.Stdout, before, after)
+	}
+}
+
+// TestHistoryFormats: hostile console output (escape sequences, invalid
+// UTF-8, NUL) comes back byte-exact from console-log over real OpenSSH,
+// and --cast is asciicast v2 whose "o" events carry the same text.
+func TestHistoryFormats(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	tok := o.addSimNode("hostile")
+	bmc := o.Lab().BMC("hostile", sim.ModeNormal)
+	sync := printUntilSeen(t, inject(bmc), "sync", o.logShows("hostile", tok))
+	hostile := "\x1b]0;pwned\x07\x1b[2J\x00bad\xff\xfeutf8\x9b31m\r\nend\r\n"
+	bmc.Inject([]byte(hostile))
+	waitUntil(t, "the hostile output in console-log", func() bool { return o.logShows("hostile", tok)("end\r\n") })
+	res := o.openssh("hostile", tok, nil, "console-log")
+	if want := sync + "\r\n" + hostile; res.Code != 0 || !strings.HasSuffix(res.Stdout, want) {
+		t.Errorf("console-log: got %q, want it to end with %q", res.Stdout, want)
+	}
+	res = o.openssh("hostile", tok, nil, "console-log", "--cast")
+	lines := strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n")
+	var header struct{ Version int }
+	if res.Code != 0 || len(lines) < 2 || json.Unmarshal([]byte(lines[0]), &header) != nil || header.Version != 2 {
+		t.Fatalf("console-log --cast: got %v, want an asciicast v2 header and events", res)
+	}
+	var text strings.Builder
+	for _, l := range lines[1:] {
+		var ev []any
+		if err := json.Unmarshal([]byte(l), &ev); err != nil || len(ev) != 3 {
+			t.Fatalf("cast event %q: not [time, kind, data] (%v)", l, err)
+		}
+		if ev[1] == "o" {
+			text.WriteString(ev[2].(string))
+		}
+	}
+	if want := string([]rune(sync + "\r\n" + hostile)); !strings.HasSuffix(text.String(), want) {
+		t.Errorf("cast output: got %q, want it to end with %q", text.String(), want)
 	}
 }
