@@ -21,7 +21,11 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 	if d.rep.cluster != nil {
 		return nil
 	}
-	t := time.NewTicker(d.cfg.EpochPoll)
+	every := d.cfg.EpochPoll
+	if every <= 0 {
+		every = time.Second // the change watcher's default
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		d.syncCapture(ctx)

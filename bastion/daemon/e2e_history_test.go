@@ -6,6 +6,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +223,54 @@ func TestHistoryFormats(t *testing.T) {
 	if want := string([]rune(sync + "\r\n" + hostile)); !strings.HasSuffix(text.String(), want) {
 		t.Errorf("cast output: got %q, want it to end with %q", text.String(), want)
 	}
+}
+
+// TestHistoryAdmin: on SQLite and MariaDB, capture set through PUT
+// /v1/nodes/{label} (and PUT .../capture) holds or releases the node's
+// link with nobody attached; with history_retention set, an access change
+// leaves the old tenancy readable through the admin API (console-log
+// ?tenancy=, listed by /tenancies) and never by the next tenant.
+func TestHistoryAdmin(t *testing.T) {
+	t.Parallel()
+	onEngines(t, func(t *testing.T, dsn string) {
+		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn; c.HistoryRetention = time.Hour })
+		o.mustAPI(201, "PUT", "/v1/nodes/kept", map[string]any{"type": "sim", "info": map[string]string{"addr": "sim"},
+			"capture": "always"})
+		if got := string(o.mustAPI(200, "GET", "/v1/nodes/kept", nil)); !strings.Contains(got, `"capture":"always"`) {
+			t.Errorf("GET /v1/nodes/kept: got %s, want capture always", got)
+		}
+		tok := o.rotate("kept")
+		bmc := o.Lab().BMC("kept", sim.ModeNormal)
+		waitUntil(t, "the captured link open with nobody attached", bmc.ConsoleActive)
+		secret := printUntilSeen(t, inject(bmc), "tenant-1", o.logShows("kept", tok))
+		var before struct{ Tenancies []struct{ Tenancy int64 } }
+		waitUntil(t, "the tenancy stored (one flush)", func() bool {
+			err := json.Unmarshal(o.mustAPI(200, "GET", "/v1/nodes/kept/tenancies", nil), &before)
+			return err == nil && len(before.Tenancies) == 1
+		})
+		old := before.Tenancies[0].Tenancy
+
+		tok = o.rotate("kept")
+		fresh := printUntilSeen(t, inject(bmc), "tenant-2", o.logShows("kept", tok))
+		if res, _ := o.execGo("kept", tok, "console-log"); strings.Contains(res.Stdout, secret) {
+			t.Errorf("the next tenant's console-log shows the kept tenancy: %q", res.Stdout)
+		}
+		oldLog := string(o.mustAPI(200, "GET", fmt.Sprintf("/v1/nodes/kept/console-log?tenancy=%d&format=text", old), nil))
+		if !strings.Contains(oldLog, secret) || strings.Contains(oldLog, fresh) || !strings.Contains(oldLog, "[obmd: tenancy ended") {
+			t.Errorf("admin console-log of the kept tenancy: got %q, want %s and its end, not %s", oldLog, secret, fresh)
+		}
+		if cur := string(o.mustAPI(200, "GET", "/v1/nodes/kept/console-log", nil)); !strings.Contains(cur, fresh) || strings.Contains(cur, secret) {
+			t.Errorf("admin console-log of the current tenancy: got %q, want %s only", cur, fresh)
+		}
+		o.mustAPI(400, "GET", "/v1/nodes/kept/console-log?format=pdf", nil)
+		o.mustAPI(404, "GET", "/v1/nodes/kept/console-log?tenancy=999999", nil)
+
+		// Capture attached: the link is released, and closes after linger.
+		o.mustAPI(200, "PUT", "/v1/nodes/kept/capture", map[string]string{"capture": "attached"})
+		waitUntil(t, "the released link closed", func() bool { return !bmc.ConsoleActive() })
+		o.mustAPI(400, "PUT", "/v1/nodes/kept/capture", map[string]string{"capture": "sometimes"})
+		if res, err := o.execGo("kept", tok, "power-status"); err != nil || res.Code != 0 {
+			t.Errorf("setting capture cut the tenancy: power-status %v %v", res, err)
+		}
+	})
 }

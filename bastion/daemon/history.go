@@ -122,3 +122,14 @@ func captureOf(c db.NodeCapture, def string) string {
 	}
 	return sol.CaptureAttached
 }
+
+// Tenancies lists label's stored tenancies (the admin API).
+func (h *consoleHistory) Tenancies(ctx context.Context, label string) ([]db.Tenancy, error) {
+	return h.d.store.Tenancies(ctx, label)
+}
+
+// Epoch is label's current access epoch, as stored (the admin API's
+// current tenancy).
+func (h *consoleHistory) Epoch(ctx context.Context, label string) (int64, error) {
+	return h.d.store.Epoch(ctx, label)
+}

@@ -204,7 +204,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	}
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
-		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
+		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay, History: d.history},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
