@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/metrics"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/history"
@@ -132,4 +133,15 @@ func (h *consoleHistory) Tenancies(ctx context.Context, label string) ([]db.Tena
 // current tenancy).
 func (h *consoleHistory) Epoch(ctx context.Context, label string) (int64, error) {
 	return h.d.store.Epoch(ctx, label)
+}
+
+// metrics writes the recorder's figures for /metrics.
+func (h *consoleHistory) metrics(w *metrics.Writer) {
+	st := h.rec.Stats()
+	w.Gauge("obmd_history_nodes", "Nodes whose console history this replica buffers.", float64(st.Nodes))
+	w.Counter("obmd_history_written_bytes_total", "Console bytes recorded in the history.", float64(st.Written))
+	w.Counter("obmd_history_dropped_bytes_total", "Console bytes that gave way before they were stored (a slow database).", float64(st.Dropped))
+	w.Counter("obmd_history_chunks_stored_total", "History chunks stored.", float64(st.Stored))
+	w.Counter("obmd_history_flushes_total", "History flushes (one transaction each).", float64(st.Flushes))
+	w.Counter("obmd_history_flush_errors_total", "History flushes that failed (retried).", float64(st.FlushErrors))
 }
