@@ -147,7 +147,13 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	if d.history, err = d.newConsoleHistory(); err != nil {
 		return nil, err
 	}
-	if d.consoles, err = sol.NewManager(d.cfg.Console, bmcs, d.history, d.log.WithField("part", "sol")); err != nil {
+	hub := d.cfg.Console
+	if d.rep.cluster != nil {
+		// A replay waits for a link being opened to know whether it is a
+		// relay (the holder's replay) or held here (the history).
+		hub.RelayWait = max(d.cfg.Cluster.DialTimeout, 5*time.Second)
+	}
+	if d.consoles, err = sol.NewManager(hub, bmcs, d.history, d.log.WithField("part", "sol")); err != nil {
 		return nil, fmt.Errorf("console hub: %w", err)
 	}
 	return powerBMCs, d.startPeer()
