@@ -189,8 +189,9 @@ func TestHistoryRestart(t *testing.T) {
 }
 
 // TestHistoryFormats: hostile console output (escape sequences, invalid
-// UTF-8, NUL) comes back byte-exact from console-log over real OpenSSH,
-// and --cast is asciicast v2 whose "o" events carry the same text.
+// UTF-8, NUL) comes back byte-exact from console-log over real OpenSSH;
+// power and boot-device operations are markers of --timestamps, with who
+// ran them; --cast is asciicast v2 whose "o" events carry the same text.
 func TestHistoryFormats(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
@@ -203,6 +204,18 @@ func TestHistoryFormats(t *testing.T) {
 	res := o.openssh("hostile", tok, nil, "console-log")
 	if want := sync + "\r\n" + hostile; res.Code != 0 || !strings.HasSuffix(res.Stdout, want) {
 		t.Errorf("console-log: got %q, want it to end with %q", res.Stdout, want)
+	}
+	if r, err := o.execGo("hostile", tok, "power-cycle"); err != nil || r.Code != 0 {
+		t.Fatalf("power-cycle: %v %v", r, err)
+	}
+	if r, err := o.execGo("hostile", tok, "bootdev pxe"); err != nil || r.Code != 0 {
+		t.Fatalf("bootdev: %v %v", r, err)
+	}
+	res = o.openssh("hostile", tok, nil, "console-log", "--timestamps")
+	for _, want := range []string{" [obmd: power-cycle by ssh:token]\n", " [obmd: boot device pxe by ssh:token]\n"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("console-log --timestamps lacks the marker %q:\n%q", want, res.Stdout)
+		}
 	}
 	res = o.openssh("hostile", tok, nil, "console-log", "--cast")
 	lines := strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n")
@@ -220,8 +233,8 @@ func TestHistoryFormats(t *testing.T) {
 			text.WriteString(ev[2].(string))
 		}
 	}
-	if want := string([]rune(sync + "\r\n" + hostile)); !strings.HasSuffix(text.String(), want) {
-		t.Errorf("cast output: got %q, want it to end with %q", text.String(), want)
+	if want := string([]rune(sync + "\r\n" + hostile)); !strings.Contains(text.String(), want) {
+		t.Errorf("cast output: got %q, want it to hold %q", text.String(), want)
 	}
 }
 
