@@ -108,16 +108,9 @@ func (s *Store) UpdateNodeInfo(ctx context.Context, label, typ string, sealed []
 		if err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx,
+		n, err = updateNode(ctx, tx, label,
 			`UPDATE nodes SET type = ?, info_sealed = ?, access_epoch = ?, updated_at = ? WHERE label = ?`,
 			typ, sealed, epoch, toMillis(s.stamp()), label)
-		if err != nil {
-			return err
-		}
-		if err := mustAffect(res); err != nil {
-			return err
-		}
-		n, err = scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
 		return err
 	})
 	if err != nil {
@@ -158,21 +151,28 @@ func (s *Store) SetCapture(ctx context.Context, label, capture string) (Node, er
 	}
 	var n Node
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE nodes SET capture = ?, updated_at = ? WHERE label = ?`,
+		var err error
+		n, err = updateNode(ctx, tx, label, `UPDATE nodes SET capture = ?, updated_at = ? WHERE label = ?`,
 			capture, toMillis(s.stamp()), label)
-		if err != nil {
-			return err
-		}
-		if err := mustAffect(res); err != nil {
-			return err
-		}
-		n, err = scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
 		return err
 	})
 	if err != nil {
 		return Node{}, fmt.Errorf("set capture of %s: %w", label, err)
 	}
 	return n, nil
+}
+
+// updateNode runs update (of label's row) in tx and returns the node as it
+// is then; ErrNotFound if no row changed.
+func updateNode(ctx context.Context, tx *sql.Tx, label, update string, args ...any) (Node, error) {
+	res, err := tx.ExecContext(ctx, update, args...)
+	if err != nil {
+		return Node{}, err
+	}
+	if err := mustAffect(res); err != nil {
+		return Node{}, err
+	}
+	return scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
 }
 
 // checkCapture refuses a capture setting the column does not take.

@@ -82,10 +82,9 @@ func (h *histRig) manager(t *testing.T, lab *sim.Lab) *sol.Manager {
 	return m
 }
 
-// TestHoldRecordsWithNoViewer: a held node's link opens with nobody
-// attached and what it prints is recorded; Stats counts it up (down while
-// its BMC fails); Release lets it close after linger.
-func TestHoldRecordsWithNoViewer(t *testing.T) {
+// heldN1 is a hub over a history rig and a simulated n1, holding n1.
+func heldN1(t *testing.T) (*histRig, *sim.Lab, *sim.BMC, *sol.Manager) {
+	t.Helper()
 	h := newHistRig(t)
 	lab := sim.NewLab()
 	bmc := lab.BMC("n1", sim.ModeNormal)
@@ -93,6 +92,14 @@ func TestHoldRecordsWithNoViewer(t *testing.T) {
 	if err := m.Hold("n1"); err != nil {
 		t.Fatal(err)
 	}
+	return h, lab, bmc, m
+}
+
+// TestHoldRecordsWithNoViewer: a held node's link opens with nobody
+// attached and what it prints is recorded; Stats counts it up (down while
+// its BMC fails); Release lets it close after linger.
+func TestHoldRecordsWithNoViewer(t *testing.T) {
+	h, _, bmc, m := heldN1(t)
 	waitConsole(t, bmc, true)
 	bmc.Inject([]byte("printed to nobody\r\n"))
 	waitFor(t, "the output recorded", func() bool { return strings.Contains(h.output(t), "printed to nobody") })
@@ -109,13 +116,7 @@ func TestHoldRecordsWithNoViewer(t *testing.T) {
 // TestHoldComesBackAfterCut: an access change (Cut) ends the tenancy, not
 // the capture: a held node gets a new link.
 func TestHoldComesBackAfterCut(t *testing.T) {
-	h := newHistRig(t)
-	lab := sim.NewLab()
-	bmc := lab.BMC("n1", sim.ModeNormal)
-	m := h.manager(t, lab)
-	if err := m.Hold("n1"); err != nil {
-		t.Fatal(err)
-	}
+	_, _, bmc, m := heldN1(t)
 	waitFor(t, "the first link up", func() bool { return m.Stats().Opens == 1 && m.Stats().CapturedUp == 1 })
 	m.Cut("n1", nil)
 	waitFor(t, "a second link", func() bool { return m.Stats().Opens >= 2 && bmc.ConsoleActive() })
@@ -128,13 +129,7 @@ func TestHoldComesBackAfterCut(t *testing.T) {
 // on a new hub (a restart) whose scrollback ring is empty, and never the
 // history of another tenancy.
 func TestReplayFromHistory(t *testing.T) {
-	h := newHistRig(t)
-	lab := sim.NewLab()
-	bmc := lab.BMC("n1", sim.ModeNormal)
-	m := h.manager(t, lab)
-	if err := m.Hold("n1"); err != nil {
-		t.Fatal(err)
-	}
+	h, lab, bmc, m := heldN1(t)
 	waitConsole(t, bmc, true)
 	bmc.Inject([]byte("before the restart\r\n"))
 	waitFor(t, "the output recorded", func() bool { return strings.Contains(h.output(t), "before the restart") })

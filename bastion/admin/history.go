@@ -28,12 +28,8 @@ type History interface {
 // timestamps=1 stamps each line) or cast (asciicast v2). since=10m or
 // RFC 3339 and lines=N narrow it.
 func (a *API) consoleLog(w http.ResponseWriter, r *http.Request) {
-	label, valid := pathLabel(w, r)
+	label, valid := a.historyLabel(w, r)
 	if !valid {
-		return
-	}
-	if a.cfg.History == nil {
-		notFound(w)
 		return
 	}
 	q, f, opts, err := a.logQuery(r, label)
@@ -71,6 +67,17 @@ func (a *API) consoleLog(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	_ = enc.Close()
+}
+
+// historyLabel is the node label of a history route; on failure (or with
+// no history) it has answered.
+func (a *API) historyLabel(w http.ResponseWriter, r *http.Request) (string, bool) {
+	label, valid := pathLabel(w, r)
+	if valid && a.cfg.History == nil {
+		notFound(w)
+		return "", false
+	}
+	return label, valid
 }
 
 // logQuery parses console-log's parameters; Epoch 0 means the current
@@ -122,12 +129,8 @@ type tenancyView struct {
 // tenancies, oldest first (the current one, and the ended ones kept with
 // history_retention).
 func (a *API) tenancies(w http.ResponseWriter, r *http.Request) {
-	label, valid := pathLabel(w, r)
+	label, valid := a.historyLabel(w, r)
 	if !valid {
-		return
-	}
-	if a.cfg.History == nil {
-		notFound(w)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.ChangeTimeout)
@@ -158,17 +161,11 @@ type captureBody struct {
 // "attached" | ""}: the node's capture alone (no BMC info needed), not an
 // access change.
 func (a *API) putCapture(w http.ResponseWriter, r *http.Request) {
-	label, valid := pathLabel(w, r)
+	label, data, valid := a.labelBody(w, r)
 	if !valid {
 		return
 	}
-	data, err := a.readBody(w, r)
-	if err != nil {
-		writeBodyError(w, err)
-		return
-	}
-	var b captureBody
-	if err := decode(data, &b, true, "body"); err != nil {
+	if err := decode(data, &captureBody{}, true, "body"); err != nil {
 		writeBodyError(w, err)
 		return
 	}

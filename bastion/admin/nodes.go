@@ -47,14 +47,23 @@ func (a *API) putNodeV1(w http.ResponseWriter, r *http.Request) {
 	a.putNode(w, r, true)
 }
 
-func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
+// labelBody is a PUT's node label and body; on failure it has answered.
+func (a *API) labelBody(w http.ResponseWriter, r *http.Request) (string, []byte, bool) {
 	label, valid := pathLabel(w, r)
 	if !valid {
-		return
+		return "", nil, false
 	}
 	data, err := a.readBody(w, r)
 	if err != nil {
 		writeBodyError(w, err)
+		return "", nil, false
+	}
+	return label, data, true
+}
+
+func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
+	label, data, valid := a.labelBody(w, r)
+	if !valid {
 		return
 	}
 	info, err := a.decodeNodeBody(data, v1)

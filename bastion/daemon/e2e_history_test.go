@@ -157,6 +157,17 @@ func withKey(change func(o *obmd, label, fp string), fp string) func(o *obmd, la
 	return func(o *obmd, label, _ string) { change(o, label, fp) }
 }
 
+// capturedSim starts obmd capturing every node, registers sim node label
+// and prints markers (prefix) on it until console-log shows one, which it
+// returns: the held link records.
+func capturedSim(t *testing.T, label, prefix string) (o *obmd, tok string, bmc *sim.BMC, marker string) {
+	t.Helper()
+	o = startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	tok = o.addSimNode(label)
+	bmc = o.Lab().BMC(label, sim.ModeNormal)
+	return o, tok, bmc, printUntilSeen(t, inject(bmc), prefix, o.logShows(label, tok))
+}
+
 // TestHistoryRestart: a restart of a single SQLite obmd keeps the history
 // of the current tenancy: console-log and the replay of a viewer who
 // attaches after the restart (the scrollback ring is empty then) show what
@@ -164,10 +175,7 @@ func withKey(change func(o *obmd, label, fp string), fp string) func(o *obmd, la
 // on after it, in the same history.
 func TestHistoryRestart(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
-	tok := o.addSimNode("kept")
-	bmc := o.Lab().BMC("kept", sim.ModeNormal)
-	before := printUntilSeen(t, inject(bmc), "before-restart", o.logShows("kept", tok))
+	o, tok, bmc, before := capturedSim(t, "kept", "before-restart")
 	if err := o.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -194,10 +202,7 @@ func TestHistoryRestart(t *testing.T) {
 // ran them; --cast is asciicast v2 whose "o" events carry the same text.
 func TestHistoryFormats(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
-	tok := o.addSimNode("hostile")
-	bmc := o.Lab().BMC("hostile", sim.ModeNormal)
-	sync := printUntilSeen(t, inject(bmc), "sync", o.logShows("hostile", tok))
+	o, tok, bmc, sync := capturedSim(t, "hostile", "sync")
 	hostile := "\x1b]0;pwned\x07\x1b[2J\x00bad\xff\xfeutf8\x9b31m\r\nend\r\n"
 	bmc.Inject([]byte(hostile))
 	waitUntil(t, "the hostile output in console-log", func() bool { return o.logShows("hostile", tok)("end\r\n") })

@@ -12,12 +12,10 @@ import (
 // nodeSet is `node set LABEL --capture always|attached|default`: the
 // node's console capture, without its BMC info.
 func (c *client) nodeSet(args []string) error {
-	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
-		return usageErr("node set needs a label first")
+	label, fs, err := labelFlags(args, "node set")
+	if err != nil {
+		return err
 	}
-	label := args[0]
-	fs := flag.NewFlagSet("node set", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	capture := fs.String("capture", "", "always, attached or default")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageErr("%v", err)
@@ -36,6 +34,17 @@ func (c *client) nodeSet(args []string) error {
 	return nil
 }
 
+// labelFlags is the label a command takes first, and the flag set of the
+// rest (not parsed yet).
+func labelFlags(args []string, name string) (string, *flag.FlagSet, error) {
+	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
+		return "", nil, usageErr("%s needs a label first", name)
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return args[0], fs, nil
+}
+
 // captureValue maps --capture to the API's value ("default" is "").
 func captureValue(s string) (string, error) {
 	switch s {
@@ -51,12 +60,10 @@ func captureValue(s string) (string, error) {
 // [--timestamps] [--tenancy EPOCH]`: the node's console history as the
 // admin API returns it, written untouched to stdout.
 func (c *client) consoleLog(args []string) error {
-	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
-		return usageErr("console-log needs a label first")
+	label, fs, err := labelFlags(args, "console-log")
+	if err != nil {
+		return err
 	}
-	label := args[0]
-	fs := flag.NewFlagSet("console-log", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	since := fs.String("since", "", "10m, or an RFC 3339 time")
 	lines := fs.Int("lines", 0, "only the last N lines")
 	format := fs.String("format", "raw", "raw, text or cast")
