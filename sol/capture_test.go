@@ -21,7 +21,7 @@ type histRig struct {
 	epoch int64
 }
 
-func newHistRig(t *testing.T) *histRig {
+func newHistRig(t testing.TB) *histRig {
 	t.Helper()
 	ctx := testCtx(t)
 	st, err := db.Open(ctx, filepath.Join(t.TempDir(), "obmd.db"), quietLog())
@@ -71,7 +71,7 @@ func (h *histRig) output(t *testing.T) string {
 	return b.String()
 }
 
-func (h *histRig) manager(t *testing.T, lab *sim.Lab) *sol.Manager {
+func (h *histRig) manager(t testing.TB, lab *sim.Lab) *sol.Manager {
 	t.Helper()
 	m, err := sol.NewManager(sol.Config{Linger: 20 * time.Millisecond,
 		Backoff: sol.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}}, lab, h, quietLog())
