@@ -94,4 +94,24 @@ func TestReplicasHistory(t *testing.T) {
 		t.Errorf("the survivor's capture is not appended to the same history:\n%s", got)
 	}
 	t.Logf("holder %s killed; the capture was taken over", holder.name)
+
+	// A clean stop releases the lease at once (a kill leaves it for
+	// lease_ttl), and the last replica takes the capture over.
+	l, err = st.Lease(context.Background(), "n1", db.LeaseSOL)
+	if err != nil {
+		t.Fatalf("SOL lease after the takeover: %v", err)
+	}
+	last := survivors[0]
+	if last.name == l.Owner {
+		last = survivors[1]
+	}
+	for _, r := range survivors {
+		if r.name == l.Owner {
+			r.stop(t)
+		}
+	}
+	if l2, err := st.Lease(context.Background(), "n1", db.LeaseSOL); err == nil && l2.Owner == l.Owner {
+		t.Errorf("the SOL lease is still %s's right after its SIGTERM stop", l.Owner)
+	}
+	printUntilSeen(t, bmc.WriteSerial, "after-the-stop", func(m string) bool { return strings.Contains(logOn(last), m) })
 }
