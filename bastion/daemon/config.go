@@ -149,13 +149,11 @@ type Config struct {
 	ConsoleCapture string `yaml:"console_capture"`
 	// HistoryBytes bounds the console history kept per tenancy (default
 	// 1 MiB, at least 64 KiB): the oldest output goes first.
-	HistoryBytes int64 `yaml:"history_bytes"`
+	HistoryBytes int `yaml:"history_bytes"`
 	// HistoryRetention keeps the history of an ended tenancy (an access
 	// change ends it) this long, for admins only (default 0: deleted at
 	// once).
 	HistoryRetention time.Duration `yaml:"history_retention"`
-	// historyFlush is the history's flush interval (0: 1 s); tests set it.
-	historyFlush time.Duration
 
 	// Each component's own settings, as its package documents them (keys
 	// and defaults): the console hub, the session registry, the cluster's

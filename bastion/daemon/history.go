@@ -35,8 +35,8 @@ type consoleHistory struct {
 // its purge timer (every replica purges, even one that records nothing).
 func (d *Daemon) newConsoleHistory() (*consoleHistory, error) {
 	log := d.log.WithField("part", "history")
-	rec, err := history.New(history.Config{HistoryBytes: d.cfg.HistoryBytes, Retention: d.cfg.HistoryRetention,
-		FlushInterval: d.cfg.historyFlush}, d.store, log)
+	rec, err := history.New(history.Config{HistoryBytes: int64(d.cfg.HistoryBytes), Retention: d.cfg.HistoryRetention},
+		d.store, log)
 	if err != nil {
 		return nil, fmt.Errorf("console history: %w", err)
 	}
