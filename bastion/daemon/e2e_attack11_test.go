@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/daemon"
 )
 
@@ -71,4 +72,47 @@ func TestAttackTenantHoldsAdminPort(t *testing.T) {
 	}
 	t.Fatalf("HIL's rotation was refused %d times while a tenant held the admin port with its own token: %v",
 		len(errs), errs)
+}
+
+// TestAttackEnumerateNodesThroughLimiter: "the ?token= routes answer an
+// unknown node and a wrong token alike" (issue 11, item 6) must hold for
+// what follows an answer too. Every name that is no node shares one
+// limiter entry; once that entry is under attack (20 failures from a few
+// addresses), a source that failed on it is refused there before its token
+// is checked, and that refusal is not counted against the source, while a
+// wrong token on a node that exists is. So from such a source five probes
+// of an existing name lock the source out (429), and five probes of a
+// name that is no node never do: the sixth answer tells which names exist.
+func TestAttackEnumerateNodesThroughLimiter(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) {
+		c.AuthLimits = bastion.LimitConfig{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
+	})
+	o.addSimNode("real1")
+	base := "http://" + o.AdminAddr()
+	probe := func(src, label string) int {
+		status, _ := requestFrom(t, base, src, "GET", "/node/"+label+"/power_status?token=wrong", "", "", nil)
+		return status
+	}
+	// Two probing addresses fail once on a name that is no node, then four
+	// helpers put the shared entry of such names under attack.
+	const onReal, onGhost = "127.0.0.20", "127.0.0.21"
+	probe(onReal, "nothing-0")
+	probe(onGhost, "nothing-1")
+	for h := range 4 {
+		for k := range 5 {
+			if h*5+k < 18 {
+				probe(fmt.Sprintf("127.0.0.%d", 30+h), fmt.Sprintf("nothing-%d-%d", h, k))
+			}
+		}
+	}
+	var real, ghost []int
+	for range 6 {
+		real = append(real, probe(onReal, "real1"))
+		ghost = append(ghost, probe(onGhost, "ghost1"))
+	}
+	t.Logf("existing node: %v; no such node: %v", real, ghost)
+	if fmt.Sprint(real) != fmt.Sprint(ghost) {
+		t.Errorf("the answers tell an existing node from an unknown one: real1 %v, ghost1 %v", real, ghost)
+	}
 }
