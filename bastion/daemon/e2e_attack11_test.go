@@ -5,10 +5,14 @@ package daemon_test
 // guarantee it holds obmd to; a failure is the break.
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +21,10 @@ import (
 
 	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/db/dbtest"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol/ipmisim"
 )
 
 // TestAttackTenantHoldsAdminPort: "a correct admin credential is never
@@ -190,5 +198,216 @@ func TestAttackPreauthChurnEvictsHuman(t *testing.T) {
 	}
 	if fails > 0 {
 		t.Errorf("%d of 3 logins with the right token were closed by a flood that holds no connection for long", fails)
+	}
+}
+
+// atkPipe forwards TCP from its own address to target (set once known);
+// cut drops every connection and refuses new ones: a network partition.
+type atkPipe struct {
+	l net.Listener
+
+	mu     sync.Mutex
+	target string
+	down   bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func atkStartPipe(t testing.TB) *atkPipe {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &atkPipe{l: l, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(func() { // ends when l closes
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			target, down := p.target, p.down
+			p.mu.Unlock()
+			var up net.Conn
+			if !down && target != "" {
+				up, err = net.Dial("tcp", target)
+			}
+			if up == nil || err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.down {
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				continue
+			}
+			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+			p.mu.Unlock()
+			p.wg.Go(func() { io.Copy(up, c); up.Close() }) // ends when either side closes
+			p.wg.Go(func() { io.Copy(c, up); c.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *atkPipe) addr() string { return p.l.Addr().String() }
+
+func (p *atkPipe) setTarget(addr string) {
+	p.mu.Lock()
+	p.target = addr
+	p.mu.Unlock()
+}
+
+func (p *atkPipe) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// TestAttackPartitionedHolderOutlivesAck: "once any replica has
+// acknowledged an access change, no session older than it, on any
+// replica, gets one more byte of the node's output or sends one more
+// keystroke". The replica holding a node's SOL link (B) is cut off from
+// the database and from the other replicas, not from its tenants nor its
+// BMC (a management network apart from the database's). HIL rotates the
+// token through A: A cannot tell B, so it waits until B's announcement
+// expires (Notify counts an expired announcement as a stopped replica)
+// and answers 200. But B's SOL lease lasts as long as its announcement
+// and B notices a lost lease only at its next renewal after it expired:
+// until then B still serves the link, and the old tenant on B reads what
+// the node prints after the acknowledgement and types into it. (B cuts
+// its sessions only after db_grace, 30 s.)
+func TestAttackPartitionedHolderOutlivesAck(t *testing.T) {
+	dsn := dbtest.MySQLDSN(t)
+	ipmisim.Require(t, "ipmitool")
+	bmc := ipmisim.Start(t)
+	bin := obmdBinary(t)
+	shared := t.TempDir()
+	hostKey, sealKey := filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
+	if _, err := keys.LoadOrCreateHostKey(hostKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.LoadOrCreateSealer(sealKey); err != nil {
+		t.Fatal(err)
+	}
+	vars := func(db, advertise string) map[string]string {
+		m := map[string]string{"OBMD_DB": db, "OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
+			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_PEER_ADDR": "127.0.0.1:0",
+			"OBMD_LEASE_TTL": rpLeaseTTL.String()}
+		if advertise != "" {
+			m["OBMD_PEER_ADVERTISE"] = advertise
+		}
+		return m
+	}
+	dbPipe := rpStartProxy(t, dsn)
+	peerPipe := atkStartPipe(t)
+	a := rpStart(t, bin, "rep-a", vars(dsn, ""))
+	c := rpStart(t, bin, "rep-c", vars(dsn, ""))
+	b := rpStart(t, bin, "rep-b", vars(dbPipe.dsn, peerPipe.addr()))
+	if a == nil || b == nil || c == nil {
+		t.FailNow()
+	}
+	peerPipe.setTarget(b.listening["peer"])
+	a.mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
+	tok := a.rotate("n1")
+	st := rpStore(t, dsn)
+
+	// The old tenant attaches on B, which takes the node's SOL lease. B
+	// renews the lease and its announcement once a second each, in phases
+	// of their own (the lease's starts with the link): the attack waits for
+	// a link whose renewal falls well after the announcement, then cuts B
+	// off right after a renewal. (An attacker need not choose: the phase is
+	// whatever it is, and half of them leak.)
+	ctx := context.Background()
+	var old *client
+	for attempt := 0; ; attempt++ {
+		g := goSession(t, b.listening["ssh"], "n1", gossh.Password(tok), conOpts{pty: true, merge: true})
+		rpSeeAll(t, bmc, fmt.Sprintf("held-by-b-%d", attempt), &g.client)
+		l0, err := st.Lease(ctx, "n1", db.LeaseSOL)
+		if err != nil || l0.Owner != b.name {
+			t.Fatalf("SOL lease: got %+v, %v, want it held by %s", l0, err, b.name)
+		}
+		var lease, ann time.Time
+		waitUntil(t, "a renewal of B's SOL lease", func() bool {
+			l, err := st.Lease(ctx, "n1", db.LeaseSOL)
+			lease = l.ExpiresAt
+			return err == nil && l.ExpiresAt.After(l0.ExpiresAt)
+		})
+		reps, err := st.Replicas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range reps {
+			if r.ID == b.name {
+				ann = r.ExpiresAt
+			}
+		}
+		lead := lease.Sub(ann)
+		t.Logf("attempt %d: B's lease expires %v after its announcement", attempt, lead)
+		if lead >= 400*time.Millisecond {
+			old = &g.client
+			break
+		}
+		if attempt == 10 {
+			t.Fatalf("no link renewed its lease 400 ms after B's announcement in %d attempts", attempt+1)
+		}
+		g.c.Close()
+		waitUntil(t, "no SOL lease of n1", func() bool {
+			_, err := st.Lease(ctx, "n1", db.LeaseSOL)
+			return errors.Is(err, db.ErrNotFound)
+		})
+	}
+
+	// B loses the database and its peers; HIL rotates through A at once.
+	dbPipe.cut(true)
+	peerPipe.cut()
+	start := time.Now()
+	status, body := a.api("POST", "/node/n1/token", nil)
+	acked := time.Now()
+	if status != 200 {
+		// Not acknowledged: the guarantee asks nothing more.
+		t.Logf("rotation while B is cut off: %d %s", status, body)
+		return
+	}
+	t.Logf("rotation acknowledged %v after B was cut off", acked.Sub(start).Round(time.Millisecond))
+	seenFrom, typedFrom := old.out.Len(), len(bmc.Serial())
+
+	// From the acknowledgement on, the node prints and the old tenant types.
+	const window = 3 * time.Second
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for k := 0; time.Since(acked) < window; k++ {
+			old.in.Write([]byte(fmt.Sprintf("oldkeys-%d\r", k))) // may fail once cut: the attempt is what counts
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	for k := 0; time.Since(acked) < window; k++ {
+		if err := bmc.WriteSerial([]byte(fmt.Sprintf("<after-%d>\r\n", k))); err != nil {
+			t.Fatalf("print on the serial port: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	time.Sleep(500 * time.Millisecond) // what is in flight arrives
+	screen := old.out.Bytes()[seenFrom:]
+	if i := bytes.Index(screen, []byte("<after-")); i >= 0 {
+		t.Errorf("the old tenant on %s read output printed after the rotation was acknowledged: %q",
+			b.name, tailString(string(screen[i:]), 300))
+	}
+	if typed := bmc.Serial()[typedFrom:]; bytes.Contains(typed, []byte("oldkeys-")) {
+		i := bytes.Index(typed, []byte("oldkeys-"))
+		t.Errorf("keys the old tenant typed after the acknowledgement reached the node: %q", tailString(string(typed[i:]), 300))
 	}
 }
