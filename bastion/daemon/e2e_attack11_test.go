@@ -440,3 +440,44 @@ func TestAttackAdminBehindTCPBalancer(t *testing.T) {
 			status, body)
 	}
 }
+
+// TestAttackSSHPreauthExhaustsFDs: "fd headroom kept for what must work:
+// an access change and the database must still work when every cap is
+// full" (issue 11, item 8). The admin and peer caps are sized from the
+// open-file limit; the SSH port's are not (max_unauthenticated 1024 and
+// max_unauthenticated_per_source 32 whatever the limit, and no global cap
+// on authenticated connections). Under the same 256 descriptors as
+// TestFDExhaustionAdminFlood, 16 addresses holding 24 connections each
+// that never send a byte, all within the SSH caps, take every descriptor:
+// HIL's rotation is not even accepted, and the tenant keeps its console.
+func TestAttackSSHPreauthExhaustsFDs(t *testing.T) {
+	t.Parallel()
+	const nofile = 256
+	r := fxStart(t, nofile, nofile, map[string]string{})
+	r.mustAPI(200, "PUT", "/node/fx9", map[string]any{"type": "sim", "info": map[string]string{"addr": "sim"}})
+	tok := r.rotate("fx9")
+	tenant := r.goViewer(t, "fx9", tok)
+	tenant.expect("[obmd: console of fx9")
+
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for i := range 16 * 24 {
+		c, err := acDial(fmt.Sprintf("127.0.2.%d", 1+i%16), r.listening["ssh"])
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		held = append(held, c)
+	}
+	waitUntil(t, "obmd to run out of descriptors", func() bool { return fxOpenFiles(t, r.cmd.Process.Pid) >= nofile-1 })
+	t.Logf("obmd holds %d descriptors of %d", fxOpenFiles(t, r.cmd.Process.Pid), nofile)
+
+	if _, err := acRotate(t, acFreshClient(), "http://"+r.listening["admin"], fxAdminToken, "fx9"); err != nil {
+		t.Errorf("HIL's rotation with the SSH port's caps full of connections that never authenticate: %v", err)
+		return
+	}
+	tenant.expect("token rotated")
+}
