@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -276,6 +277,31 @@ func (p *atkPipe) cut() {
 	clear(p.conns)
 }
 
+// atkReplicaEnv returns the obmd binary and the environment of a replica
+// of one cluster (shared keys and admin token) on database db, advertising
+// advertise to its peers ("": its bound peer address).
+func atkReplicaEnv(t *testing.T) (string, func(db, advertise string) map[string]string) {
+	t.Helper()
+	bin := obmdBinary(t)
+	shared := t.TempDir()
+	hostKey, sealKey := filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
+	if _, err := keys.LoadOrCreateHostKey(hostKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.LoadOrCreateSealer(sealKey); err != nil {
+		t.Fatal(err)
+	}
+	return bin, func(db, advertise string) map[string]string {
+		m := map[string]string{"OBMD_DB": db, "OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
+			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_PEER_ADDR": "127.0.0.1:0",
+			"OBMD_LEASE_TTL": rpLeaseTTL.String()}
+		if advertise != "" {
+			m["OBMD_PEER_ADVERTISE"] = advertise
+		}
+		return m
+	}
+}
+
 // TestAttackPartitionedHolderOutlivesAck: "once any replica has
 // acknowledged an access change, no session older than it, on any
 // replica, gets one more byte of the node's output or sends one more
@@ -293,24 +319,7 @@ func TestAttackPartitionedHolderOutlivesAck(t *testing.T) {
 	dsn := dbtest.MySQLDSN(t)
 	ipmisim.Require(t, "ipmitool")
 	bmc := ipmisim.Start(t)
-	bin := obmdBinary(t)
-	shared := t.TempDir()
-	hostKey, sealKey := filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
-	if _, err := keys.LoadOrCreateHostKey(hostKey); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := keys.LoadOrCreateSealer(sealKey); err != nil {
-		t.Fatal(err)
-	}
-	vars := func(db, advertise string) map[string]string {
-		m := map[string]string{"OBMD_DB": db, "OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
-			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_PEER_ADDR": "127.0.0.1:0",
-			"OBMD_LEASE_TTL": rpLeaseTTL.String()}
-		if advertise != "" {
-			m["OBMD_PEER_ADVERTISE"] = advertise
-		}
-		return m
-	}
+	bin, vars := atkReplicaEnv(t)
 	dbPipe := rpStartProxy(t, dsn)
 	peerPipe := atkStartPipe(t)
 	a := rpStart(t, bin, "rep-a", vars(dsn, ""))
@@ -480,4 +489,34 @@ func TestAttackSSHPreauthExhaustsFDs(t *testing.T) {
 		return
 	}
 	tenant.expect("token rotated")
+}
+
+// TestAttackBannerNamesReplica: tenants never see "another party's
+// address". On the replica holding a node's SOL link, the attach banner
+// lists every viewer of the hub, the relay viewers other replicas attach
+// included, by their names: "peer <replica ID>", and the replica ID is by
+// default the replica's host name (defaultReplicaID). A tenant attaching
+// on the holder learns the internal name of every replica relaying it.
+func TestAttackBannerNamesReplica(t *testing.T) {
+	dsn := dbtest.MySQLDSN(t)
+	ipmisim.Require(t, "ipmitool")
+	bmc := ipmisim.Start(t)
+	bin, vars := atkReplicaEnv(t)
+	a := rpStart(t, bin, "rep-a", vars(dsn, ""))
+	b := rpStart(t, bin, "internal-host-b7", vars(dsn, ""))
+	if a == nil || b == nil {
+		t.FailNow()
+	}
+	a.mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
+	tok := a.rotate("n1")
+	first := a.goViewer(t, "n1", tok) // a holds the link
+	relayed := b.goViewer(t, "n1", tok)
+	rpSeeAll(t, bmc, "both", first, relayed)
+	late := a.goViewer(t, "n1", tok)
+	late.expect("console of n1")
+	rpSeeAll(t, bmc, "late", late)
+	if screen := late.out.String(); strings.Contains(screen, b.name) {
+		i := strings.Index(screen, "[obmd: console of")
+		t.Errorf("a tenant's banner names another replica: %q", tailString(screen[max(i, 0):], 300))
+	}
 }
