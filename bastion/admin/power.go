@@ -30,9 +30,9 @@ type grant struct {
 // unknown node, a node without a token, no token or a wrong one, all alike)
 // or 429 (the source is locked out by the guessing limits, Config.Limiter)
 // itself; a node under attack refuses the sources that failed on it with
-// the same 401. An unknown node and a wrong token are failures of
-// the source and of the node (every name that is no node counts as one
-// node, judged after the lookup that tells).
+// the same 401. An unknown node, a wrong token and that refusal are
+// failures of the source and of the node (every name that is no node
+// counts as one node, judged after the lookup that tells).
 func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	start := a.cfg.Now()
 	label, valid := pathLabel(w, r)
@@ -57,7 +57,10 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 		// name that is no node shares one such state, so a 429 here would
 		// tell an unknown name from a known one: the refusal looks like a
 		// wrong token instead (as over SSH), and is recorded as a refusal.
-		a.cfg.Limiter.End(host, label, exists, false)
+		// It counts against the source as a wrong token does: otherwise a
+		// source would be locked out by probes of a node and never by
+		// probes of a name that is none, which would tell them apart.
+		a.cfg.Limiter.End(host, label, exists, true)
 		a.refused(r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "node", first)
 		a.refuseToken(w, r, start)
 		return grant{}, false
