@@ -73,6 +73,11 @@ type Config struct {
 	// cannot keep anyone out. Negative: no limit.
 	MaxUnauthenticated          int
 	MaxUnauthenticatedPerSource int
+	// MaxConns bounds every open connection, authenticated or not (the
+	// wiring sizes it from the open-file limit; default and negative: no
+	// limit). At the cap a new connection displaces an unauthenticated one,
+	// as above, and is refused only if every connection is authenticated.
+	MaxConns int
 	// MaxChannels bounds session channels on one connection (default 4).
 	MaxChannels int
 	// MaxConnsPerSource bounds the open connections, authenticated or not,
@@ -159,12 +164,13 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		return nil, fmt.Errorf("bastion: unauthenticated connections per source (%d) must be at most the global limit (%d)", maxPreSrc, maxPre)
 	}
 	maxConnSrc := limitOr(cfg.MaxConnsPerSource, 64)
+	maxConns := max(cfg.MaxConns, 0)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	algos := sshalgo.For(cfg.LegacyAlgorithms)
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
-		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc)}
+		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc, maxConns)}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",
 		PasswordHandler:            s.password,
