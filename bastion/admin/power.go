@@ -86,7 +86,8 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	}
 	a.cfg.Limiter.End(host, label, true, false)
 	a.observe("http-token", "ok")
-	a.authenticated(r)
+	// Not trusted by the caps yet (Config.TenantSession): a tenant's token
+	// must not make a request whose body never comes hold the port.
 	return grant{label: label, epoch: acc.Epoch}, true
 }
 
@@ -112,10 +113,17 @@ func (a *API) refuseToken(w http.ResponseWriter, r *http.Request, start time.Tim
 // session registers the request as a live session of the node, so that an
 // access change cuts it, and then has it admitted (Config.Admit): refused
 // if the node's access changed between authentication and registration (a
-// change in that window would not have seen this session). The returned
+// change in that window would not have seen this session). The request is
+// read whole first (a route that takes no body reads it too, up to
+// Config.MaxBody, within the server's read timeout), and once admitted its
+// connection is trusted as a tenant's (Config.TenantSession). The returned
 // context is cancelled by a cut; end must be called once the request is
 // done. On failure it has answered.
 func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string) (context.Context, func(), bool) {
+	if _, err := a.readBody(w, r); err != nil {
+		writeBodyError(w, err)
+		return nil, nil, false
+	}
 	ctx, info, end, err := a.sessions.Start(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
 		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r))
 	switch {
@@ -148,6 +156,9 @@ func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind str
 		return nil, nil, false
 	}
 	g.session = info.ID
+	if a.cfg.TenantSession != nil {
+		a.cfg.TenantSession(r.Context())
+	}
 	return ctx, end, true
 }
 

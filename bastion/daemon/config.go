@@ -57,6 +57,11 @@ type Config struct {
 	AdminMaxConns                int `yaml:"admin_max_conns"`
 	AdminMaxUnauthConns          int `yaml:"admin_max_unauth_conns"`
 	AdminMaxUnauthConnsPerSource int `yaml:"admin_max_unauth_conns_per_source"`
+	// AdminMaxTokenConnsPerSource bounds the connections of one address
+	// whose node-token request has started (a tenant's, or HIL's console
+	// streams); they may be closed to make room for any newcomer, the
+	// admin credential's never (zero: half of admin_max_conns).
+	AdminMaxTokenConnsPerSource int `yaml:"admin_max_token_conns_per_source"`
 
 	// Escape is the console escape prefix, two bytes (default Ctrl-E c).
 	Escape string `yaml:"escape"`
@@ -86,10 +91,14 @@ type Config struct {
 	// LoginGraceTime bounds the time an SSH connection may take to
 	// authenticate, in every phase before it (default 30 s).
 	LoginGraceTime time.Duration `yaml:"login_grace_time"`
-	// MaxUnauthenticated bounds SSH connections that have not
-	// authenticated (default 1024), MaxUnauthenticatedPerSource those of
-	// one address (default 32); when full, a new connection displaces the
-	// oldest unauthenticated one (negative: no limit).
+	// MaxConns bounds open SSH connections, authenticated or not
+	// (default: a quarter of the open-file limit, at most 65,536);
+	// MaxUnauthenticated those that have not authenticated (default: an
+	// eighth of it, at most half of MaxConns and at most 1024),
+	// MaxUnauthenticatedPerSource those of one address (default 32); when
+	// full, a new connection displaces the oldest unauthenticated one of the
+	// address holding the most (negative: no limit).
+	MaxConns                    int `yaml:"max_conns"`
 	MaxUnauthenticated          int `yaml:"max_unauthenticated"`
 	MaxUnauthenticatedPerSource int `yaml:"max_unauthenticated_per_source"`
 	// ProxyProtocolFrom lists the load balancers (addresses or networks)

@@ -161,7 +161,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	d.limiter = bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
-		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
+		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay},
 		d.store, sealer, runner,
 		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
@@ -169,7 +169,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
 		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
-		MaxUnauthenticated: d.cfg.MaxUnauthenticated, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
+		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
 		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom, Admit: d.revoker.Admit,
 		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
 		gated, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))

@@ -481,8 +481,20 @@ func TestAttackSSHPreauthExhaustsFDs(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	waitUntil(t, "obmd to run out of descriptors", func() bool { return fxOpenFiles(t, r.cmd.Process.Pid) >= nofile-1 })
-	t.Logf("obmd holds %d descriptors of %d", fxOpenFiles(t, r.cmd.Process.Pid), nofile)
+	// Until obmd has taken the flood in: out of descriptors (what the
+	// attack did before the SSH caps were sized from the limit), or every
+	// flood connection held or displaced.
+	waitUntil(t, "obmd to take the flood in", func() bool {
+		if fxOpenFiles(t, r.cmd.Process.Pid) >= nofile-1 {
+			return true
+		}
+		_, m := r.request("GET", "/metrics", nil, "", "")
+		open, _ := metricSample(string(m), "obmd_ssh_unauthenticated")
+		displaced, _ := metricSample(string(m), `obmd_ssh_unauthenticated_closed_total{reason="displaced"}`)
+		return open+displaced >= float64(len(held))
+	})
+	t.Logf("obmd holds %d descriptors of %d (max_conns %s, max_unauthenticated %s)", fxOpenFiles(t, r.cmd.Process.Pid), nofile,
+		r.listening["max_conns"], r.listening["max_unauthenticated"])
 
 	if _, err := acRotate(t, acFreshClient(), "http://"+r.listening["admin"], fxAdminToken, "fx9"); err != nil {
 		t.Errorf("HIL's rotation with the SSH port's caps full of connections that never authenticate: %v", err)
