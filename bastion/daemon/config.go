@@ -62,6 +62,11 @@ type Config struct {
 	// streams); they may be closed to make room for any newcomer, the
 	// admin credential's never (zero: half of admin_max_conns).
 	AdminMaxTokenConnsPerSource int `yaml:"admin_max_token_conns_per_source"`
+	// AdminProxyProtocolFrom lists the TCP load balancers (addresses or
+	// networks) that send a PROXY protocol header (v1 or v2) on the admin
+	// port, before TLS: their connections must start with one, which names
+	// the real client.
+	AdminProxyProtocolFrom []string `yaml:"admin_proxy_protocol_from"`
 
 	// Escape is the console escape prefix, two bytes (default Ctrl-E c).
 	Escape string `yaml:"escape"`
@@ -234,6 +239,9 @@ func (c *Config) doorDefaults() error {
 		c.LoginGraceTime = 30 * time.Second
 	}
 	_, _, err := c.balancers()
+	if err == nil {
+		_, err = c.adminBalancers()
+	}
 	return err
 }
 
@@ -246,6 +254,15 @@ func (c *Config) balancers() (proxyFrom, trustedProxies realip.Trusted, err erro
 		return nil, nil, fmt.Errorf("trusted_proxies: %w", err)
 	}
 	return proxyFrom, trustedProxies, nil
+}
+
+// adminBalancers parses AdminProxyProtocolFrom.
+func (c *Config) adminBalancers() (realip.Trusted, error) {
+	t, err := realip.ParseTrusted(c.AdminProxyProtocolFrom)
+	if err != nil {
+		return nil, fmt.Errorf("admin_proxy_protocol_from: %w", err)
+	}
+	return t, nil
 }
 
 // loopback reports whether addr's host is a loopback address or localhost.

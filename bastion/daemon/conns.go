@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/conncap"
+	"github.com/obmd/obmd/bastion/proxyproto"
 	"github.com/obmd/obmd/bastion/sessions"
 )
 
@@ -108,6 +110,36 @@ func (d *Daemon) capAdmin(l net.Listener) (net.Listener, error) {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	return c, nil
+}
+
+// proxyHeaderTimeout bounds the read of a PROXY header on the admin port,
+// as on the SSH port (bastion.Config.ProxyHeaderTimeout's default).
+const proxyHeaderTimeout = 5 * time.Second
+
+// proxyAdmin wraps the admin listener so that connections from the
+// balancers in AdminProxyProtocolFrom start with a PROXY header naming the
+// client (read before TLS, which follows it), with the SSH port's rules: a
+// connection from a listed balancer without a valid header is closed, and
+// from anyone else a header is not honoured. With none listed, l as it is.
+func (d *Daemon) proxyAdmin(l net.Listener) (net.Listener, error) {
+	from, err := d.cfg.adminBalancers()
+	if err != nil || len(from) == 0 {
+		return l, err
+	}
+	log := d.log.WithField("part", "admin")
+	pl, err := proxyproto.NewListener(l, proxyproto.ListenerConfig{From: from.ContainsAddr, Timeout: proxyHeaderTimeout,
+		Refused: func(peer net.Addr, err error) {
+			log := log.WithError(err).WithField("balancer", peer.String())
+			if errors.Is(err, io.EOF) { // a TCP health check: connect, close
+				log.Debug("proxy_header_missing")
+			} else {
+				log.Warn("proxy_header_refused")
+			}
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	return pl, nil
 }
 
 // capPeer wraps the peer listener in its caps; the peer server trusts a

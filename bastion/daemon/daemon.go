@@ -210,6 +210,9 @@ func (d *Daemon) listen() error {
 		return fmt.Errorf("listen for admin HTTP: %w", err)
 	}
 	d.caps = sizeCaps(d.cfg, openFileLimit())
+	if d.adminL, err = d.proxyAdmin(d.adminL); err != nil { // before the caps: they count the real client
+		return err
+	}
 	if d.adminL, err = d.capAdmin(d.adminL); err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/bastion/proxyproto"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
@@ -204,11 +205,16 @@ func TestAttackPreauthChurnEvictsHuman(t *testing.T) {
 
 // atkPipe forwards TCP from its own address to target (set once known);
 // cut drops every connection and refuses new ones: a network partition.
+// As a balancer (setBalancer), it connects from its own address and sends
+// a PROXY protocol v2 header naming the client first, as HAProxy's
+// send-proxy-v2 does.
 type atkPipe struct {
 	l net.Listener
 
 	mu     sync.Mutex
 	target string
+	from   string // the address it connects from ("": any)
+	proxy  bool   // send a PROXY header
 	down   bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
@@ -228,15 +234,24 @@ func atkStartPipe(t testing.TB) *atkPipe {
 				return
 			}
 			p.mu.Lock()
-			target, down := p.target, p.down
+			target, down, from, proxy := p.target, p.down, p.from, p.proxy
 			p.mu.Unlock()
 			var up net.Conn
 			if !down && target != "" {
-				up, err = net.Dial("tcp", target)
+				d := net.Dialer{}
+				if from != "" {
+					d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+				}
+				up, err = d.Dial("tcp", target)
 			}
 			if up == nil || err != nil {
 				c.Close()
 				continue
+			}
+			if proxy {
+				h := proxyproto.Header{Version: 2, Source: c.RemoteAddr().(*net.TCPAddr).AddrPort(),
+					Dest: c.LocalAddr().(*net.TCPAddr).AddrPort()}
+				up.Write(h.Append(nil))
 			}
 			p.mu.Lock()
 			if p.down {
@@ -264,6 +279,14 @@ func (p *atkPipe) addr() string { return p.l.Addr().String() }
 func (p *atkPipe) setTarget(addr string) {
 	p.mu.Lock()
 	p.target = addr
+	p.mu.Unlock()
+}
+
+// setBalancer makes p a balancer that connects from address from and
+// sends a PROXY header.
+func (p *atkPipe) setBalancer(from string) {
+	p.mu.Lock()
+	p.from, p.proxy = from, true
 	p.mu.Unlock()
 }
 
@@ -426,24 +449,36 @@ func TestAttackPartitionedHolderOutlivesAck(t *testing.T) {
 // each replica, pass TCP through"), and item 2 of issue 11 wants a correct
 // node token refused only by limits that an attacker without it cannot
 // trigger for everyone. Through such a balancer there is no
-// X-Forwarded-For to read, and the admin port takes no PROXY header: every
-// client is the balancer's address, so five wrong tokens from anyone lock
-// out the node-token routes (power calls and console streams) for every
-// client of the balancer, HIL's correct token included.
+// X-Forwarded-For to read: every client is the balancer's address, so
+// five wrong tokens from anyone lock out the node-token routes (power
+// calls and console streams) for every client of the balancer, HIL's
+// correct token included. The balancer must say who the client is: it
+// sends a PROXY header (HAProxy's send-proxy-v2), and obmd believes it
+// from the balancer's address (admin_proxy_protocol_from).
+//
+// (As first written, the test listed the client's address in
+// trusted_proxies and sent no header: then no setting could let obmd tell
+// the clients apart, and the test could only fail. The guesser and HIL
+// now connect from two addresses, as two clients of a balancer do.)
 func TestAttackAdminBehindTCPBalancer(t *testing.T) {
 	t.Parallel()
+	const balancer, guesser, hil = "127.0.0.5", "127.0.0.9", "127.0.0.1"
 	o := startObmd(t, func(c *daemon.Config) {
 		c.AuthLimits = bastion.LimitConfig{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
-		c.TrustedProxies = []string{"127.0.0.1"} // whatever can be listed: the balancer cannot add a header
+		c.AdminProxyProtocolFrom = []string{balancer}
 	})
 	tok := o.addSimNode("lb1")
 	lb := atkStartPipe(t)
 	lb.setTarget(o.AdminAddr())
+	lb.setBalancer(balancer)
 	base := "http://" + lb.addr()
 	for k := range 5 { // anyone behind the balancer
-		requestFrom(t, base, "127.0.0.1", "GET", fmt.Sprintf("/node/guess-%d/power_status?token=wrong", k), "", "", nil)
+		requestFrom(t, base, guesser, "GET", fmt.Sprintf("/node/guess-%d/power_status?token=wrong", k), "", "", nil)
 	}
-	status, body := requestFrom(t, base, "127.0.0.1", "GET", "/node/lb1/power_status?token="+url.QueryEscape(tok), "", "", nil)
+	if status, _ := requestFrom(t, base, guesser, "GET", "/node/lb1/power_status?token="+url.QueryEscape(tok), "", "", nil); status != 429 {
+		t.Errorf("the guesser behind the balancer after five wrong tokens: got %d, want 429 (its own lockout)", status)
+	}
+	status, body := requestFrom(t, base, hil, "GET", "/node/lb1/power_status?token="+url.QueryEscape(tok), "", "", nil)
 	if status != 200 {
 		t.Errorf("HIL's power_status with the right token through the balancer, after five wrong tokens from someone else: got %d %s, want 200",
 			status, body)
