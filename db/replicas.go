@@ -54,8 +54,15 @@ func (s *Store) Withdraw(ctx context.Context, id string) error {
 // Expired ones are left in place (a restart with the same ID overwrites
 // its row).
 func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
+	return s.ReplicasWithin(ctx, 0)
+}
+
+// ReplicasWithin returns the replicas whose announcement has not expired,
+// or expired less than grace ago, by ID: those another replica must still
+// count as running, when it leaves a margin for the clocks.
+func (s *Store) ReplicasWithin(ctx context.Context, grace time.Duration) ([]Replica, error) {
 	rows, err := s.query(ctx, `SELECT id, peer_addr, applied, expires_at FROM replicas WHERE expires_at > ? ORDER BY id`,
-		toMillis(s.now()))
+		toMillis(s.now().Add(-grace)))
 	if err != nil {
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}

@@ -183,6 +183,9 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if err := d.firstAnnounce(ctx); err != nil {
+		return err
+	}
 	d.log.WithFields(d.caps.fields()).WithFields(logrus.Fields{
 		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
 		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, tokenFile),
@@ -297,6 +300,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return d.watchChanges(gctx) })
+	g.Go(func() error { return d.guard(gctx) })
 	g.Go(func() error { return d.limiter.Run(gctx) })
 	g.Go(d.servePeer)
 	g.Go(func() error {

@@ -51,14 +51,19 @@ func (d *Daemon) ready(ctx context.Context) error {
 	if d.rep.dbDown.Load() {
 		return errors.New("the last poll of the database failed")
 	}
+	if d.fenced() {
+		return errors.New("this replica could not renew its announcement in time: it is fenced")
+	}
 	return nil
 }
 
 // dbUnusable reports whether this replica cannot use its database now:
-// its last look failed (dbDown), or a write has been stuck past
-// writeStall (seen at once, without waiting for the next poll).
+// its last look failed (dbDown), a write has been stuck past writeStall
+// (seen at once, without waiting for the next poll), or, in cluster mode,
+// it is fenced (its announcement lapses for the others, so they may act
+// without it).
 func (d *Daemon) dbUnusable() bool {
-	return d.rep.dbDown.Load() || d.store.OldestWrite() > writeStall
+	return d.rep.dbDown.Load() || d.store.OldestWrite() > writeStall || d.fenced()
 }
 
 // gatedStore is the database as logins and session admission see it:

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/cluster"
@@ -68,6 +69,13 @@ func (c *Config) replicaDefaults() error {
 	}
 	if c.PeerAddr == "" {
 		return nil
+	}
+	// A replica announces itself at each poll and stops serving lease_ttl
+	// less the fence margin after the last one began: a poll must fit in
+	// there twice.
+	if fence := c.LeaseTTL - cluster.DefaultFenceMargin(c.LeaseTTL); 2*c.EpochPoll >= fence {
+		return fmt.Errorf("epoch_poll %v must be below half of %v (lease_ttl %v less a sixth): a replica that has not announced itself by then stops serving",
+			c.EpochPoll, fence, c.LeaseTTL)
 	}
 	host, _, err := net.SplitHostPort(c.PeerAddr)
 	if err != nil {
@@ -143,6 +151,44 @@ func (d *Daemon) startPeer() error {
 	return err
 }
 
+// firstAnnounce announces this replica before it serves anything (cluster
+// mode): until it has, it is fenced (cluster.Fenced), since no other
+// replica would wait for it. Changes made before it started have nothing
+// to cut here. It also says when db_grace is more than the fence allows.
+func (d *Daemon) firstAnnounce(ctx context.Context) error {
+	if d.rep.cluster == nil {
+		return nil
+	}
+	latest, err := d.store.LatestChange(ctx)
+	if err != nil {
+		return fmt.Errorf("read access changes: %w", err)
+	}
+	if err := d.rep.cluster.Announce(ctx, latest); err != nil {
+		return fmt.Errorf("announce this replica: %w", err)
+	}
+	if fence := d.rep.cluster.FenceAfter(); d.cfg.DBGrace > fence {
+		d.log.WithFields(logrus.Fields{"db_grace": d.cfg.DBGrace.String(), "fence_after": fence.String(),
+			"lease_ttl": d.cfg.LeaseTTL.String()}).Warn("db_grace_capped")
+	}
+	return nil
+}
+
+// guard fences this replica whenever its announcement may have lapsed for
+// the others (cluster.Guard): its links are closed and every session cut,
+// before any other replica may count it stopped. It returns when ctx ends.
+func (d *Daemon) guard(ctx context.Context) error {
+	if d.rep.cluster == nil {
+		return nil
+	}
+	return d.rep.cluster.Guard(ctx, func() { d.cutAll(whyDBLost) })
+}
+
+// fenced reports whether this replica is fenced (cluster mode): it refuses
+// logins, sessions, consoles and relays as while its database is down.
+func (d *Daemon) fenced() bool {
+	return d.rep.cluster != nil && d.rep.cluster.Fenced()
+}
+
 // servePeer serves other replicas until the peer server closes.
 func (d *Daemon) servePeer() error {
 	if d.rep.peer == nil {
@@ -201,7 +247,9 @@ func (d *Daemon) PeerAddr() string {
 // dbPolled records the outcome of a look at the database (the access-change
 // poll, its only caller). While it fails, logins are refused with a banner;
 // once it has failed for DBGrace, every session is cut, since access
-// changes made through other replicas can no longer reach this one.
+// changes made through other replicas can no longer reach this one. (In
+// cluster mode the fence cuts them sooner when DBGrace is longer than
+// cluster.FenceAfter: guard.)
 func (d *Daemon) dbPolled(err error) {
 	d.rep.dbDown.Store(err != nil)
 	switch {
