@@ -290,6 +290,13 @@ func (p *atkPipe) setBalancer(from string) {
 	p.mu.Unlock()
 }
 
+// heal takes new connections again after cut.
+func (p *atkPipe) heal() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
 func (p *atkPipe) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
