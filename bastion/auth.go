@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -52,6 +53,8 @@ type connState struct {
 	// settled: nothing is left to record when the connection ends (it
 	// authenticated, or a token try was recorded).
 	settled bool
+	forget  func() // forgets the registry's watch (watch); nil if none
+	ended   bool   // the connection has closed (unwatch ran)
 }
 
 func stateFrom(ctx ssh.Context) *connState {
@@ -62,6 +65,18 @@ func (st *connState) settle() {
 	st.mu.Lock()
 	st.settled = true
 	st.mu.Unlock()
+}
+
+// unwatch forgets the registry's watch of the connection, which has
+// closed; a watch set later is forgotten at once.
+func (st *connState) unwatch() {
+	st.mu.Lock()
+	f := st.forget
+	st.forget, st.ended = nil, true
+	st.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // authInfo is what a successful authentication established.
@@ -257,11 +272,40 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	st := stateFrom(ctx)
 	st.settle()
 	s.admit.authenticated(st.ticket) // no login grace time any more
+	s.watch(st, ctx.Value(chansKey{}).(*atomic.Int32), ctx.User(), a.Epoch)
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}
 	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + a.Method, Action: "auth",
 		Source: remoteString(ctx), Result: "ok", Detail: a.User})
+}
+
+// watch has the registry tell the connection of the next access change of
+// node (Registry.Watch); chans counts its session channels. A connection
+// holding no session then is closed: none authenticated before a change
+// stays open idle. One holding a session is left to its client: the
+// session is cut and says why, and the client closes the connection once
+// it ends (closing it under the session would lose its exit status);
+// Admit refuses a session opened on it afterwards, as it does on a
+// connection whose login read the epoch just before a change and
+// registered just after it.
+func (s *Server) watch(st *connState, chans *atomic.Int32, node string, epoch int64) {
+	forget := s.reg.Watch(node, epoch, func() {
+		if chans.Load() > 0 {
+			return
+		}
+		s.log.WithFields(logrus.Fields{"node": safe(node), "remote": st.remote}).Info("connection_closed_revoked")
+		st.conn.Close()
+	})
+	st.mu.Lock()
+	ended := st.ended
+	if !ended {
+		st.forget = forget
+	}
+	st.mu.Unlock()
+	if ended {
+		forget()
+	}
 }
 
 func (s *Server) denied(ctx ssh.Context, method, why string) {

@@ -251,6 +251,7 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, offered: map[string]int64{}}
 	st.conn = &countedConn{Conn: conn, ended: func() {
 		s.admit.end(t)
+		st.unwatch()
 		s.connEnded(st)
 	}}
 	ctx.SetValue(stateKey{}, st)
