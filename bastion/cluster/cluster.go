@@ -21,7 +21,10 @@
 // only at the node's current epoch, applied there first (Access.Serve).
 // The replica that takes a change tells the others (Notify: a notice over
 // the peer link, or their announcements in the database) before it is
-// acknowledged, so the holder has cut the previous tenancy by then.
+// acknowledged, so the holder has cut the previous tenancy by then. One
+// that cannot be told is counted out only once its announcement has
+// expired by a margin; it has fenced itself a margin before that
+// (fence.go: Guard, and the SOL links' own deadlines).
 //
 // Replicas authenticate each other with the SSH host key they already
 // share: the peer channel is SSH, the server proves the shared host key and

@@ -1,7 +1,8 @@
 // Package sessions owns the registry of live sessions (SSH consoles, SSH exec
 // commands, HTTP console streams) and is how access changes reach them: a
 // cut cancels every session of a node that authenticated before the change
-// and waits until each has ended.
+// and waits until each has ended. It also watches authenticated SSH
+// connections (Watch), so that a cut reaches those too.
 package sessions
 
 import (
