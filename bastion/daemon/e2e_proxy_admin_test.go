@@ -6,17 +6,15 @@ package daemon_test
 // rows see the clients behind the balancer.
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
@@ -31,37 +29,28 @@ import (
 	"github.com/obmd/obmd/sol/ipmisim"
 )
 
-// pxCert writes a self-signed ed25519 certificate for 127.0.0.1 and
-// returns its files and a pool that trusts it.
+// pxCert writes net/http's test certificate (for 127.0.0.1, as
+// httptest's TLS servers use) and its key to files, and returns them and
+// a pool that trusts it.
 func pxCert(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	srv := httptest.NewUnstartedServer(nil)
+	srv.StartTLS()
+	srv.Close()
+	c := srv.TLS.Certificates[0]
+	keyDER, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	for f, b := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "PRIVATE KEY", Bytes: keyDER}} {
+	for f, b := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: c.Certificate[0]}, keyFile: {Type: "PRIVATE KEY", Bytes: keyDER}} {
 		if err := os.WriteFile(f, pem.EncodeToMemory(b), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	pool = x509.NewCertPool()
-	pool.AddCert(cert)
+	pool.AddCert(srv.Certificate())
 	return certFile, keyFile, pool
 }
 
@@ -104,20 +93,7 @@ func TestProxyHAProxyAdmin(t *testing.T) {
 	})
 	direct := "https://" + o.AdminAddr()
 	v2, v1 := pxFreePort(t), pxFreePort(t)
-	pxHAProxy(t, fmt.Sprintf(`global
-  maxconn 200
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-listen admin_v2
-  bind 127.0.0.1:%d
-  server obmd %s send-proxy-v2 source %s check inter 300ms
-listen admin_v1
-  bind 127.0.0.1:%d
-  server obmd %s send-proxy source %s check inter 300ms
-`, v2, o.AdminAddr(), pxBalancer, v1, o.AdminAddr(), pxBalancer), v2, v1)
+	pxHAProxy(t, pxHAProxyConfig("admin", o.AdminAddr(), v2, v1), v2, v1)
 
 	admin := func(src, base, method, path, body string) []byte {
 		t.Helper()
@@ -202,6 +178,26 @@ listen admin_v1
 	if err := tc.Handshake(); err == nil {
 		t.Error("TLS after a header from a peer not listed: handshake succeeded, want it refused")
 	}
+}
+
+// pxHAProxyConfig is HAProxy's configuration of two TCP balancers in front
+// of target, from pxBalancer, with health checks: one on port v2 sending
+// the PROXY header v2 (send-proxy-v2), one on port v1 sending v1.
+func pxHAProxyConfig(name, target string, v2, v1 int) string {
+	return fmt.Sprintf(`global
+  maxconn 200
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+listen %[1]s_v2
+  bind 127.0.0.1:%[2]d
+  server obmd %[4]s send-proxy-v2 source %[5]s check inter 300ms
+listen %[1]s_v1
+  bind 127.0.0.1:%[3]d
+  server obmd %[4]s send-proxy source %[5]s check inter 300ms
+`, name, v2, v1, target, pxBalancer)
 }
 
 // pxHAProxy runs haproxy with cfg until the test ends and waits until it

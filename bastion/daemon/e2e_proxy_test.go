@@ -279,21 +279,7 @@ func TestProxyHAProxy(t *testing.T) {
 	ipmisim.Require(t, "haproxy", "ssh", "sshpass")
 	o := startObmd(t, pxLimits, func(c *daemon.Config) { c.ProxyProtocolFrom = []string{pxBalancer} })
 	v2, v1 := pxFreePort(t), pxFreePort(t)
-	cfg := fmt.Sprintf(`global
-  maxconn 200
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-listen ssh_v2
-  bind 127.0.0.1:%d
-  server obmd %s send-proxy-v2 source %s check inter 300ms
-listen ssh_v1
-  bind 127.0.0.1:%d
-  server obmd %s send-proxy source %s check inter 300ms
-`, v2, o.SSHAddr(), pxBalancer, v1, o.SSHAddr(), pxBalancer)
-	pxHAProxy(t, cfg, v2, v1)
+	pxHAProxy(t, pxHAProxyConfig("ssh", o.SSHAddr(), v2, v1), v2, v1)
 	for i, port := range []int{v2, v1} {
 		node := fmt.Sprintf("ha%d", i)
 		tok := o.addSimNode(node)
