@@ -65,15 +65,17 @@ func acTrickle(c net.Conn, p string, interval time.Duration, stop <-chan struct{
 
 // TestAdminSlowClientsCut: a client that trickles its headers is cut at
 // the read-header timeout; one that trickles a body, with or without a
-// credential, at the read timeout; an idle keep-alive connection at the
-// idle timeout. Before, headers had 10 s and a body no bound at all.
+// credential (the admin's, or a node token: a tenant's power call, or a
+// route that takes no body), at the read timeout; an idle keep-alive
+// connection at the idle timeout. Before, headers had 10 s and a body no
+// bound at all.
 func TestAdminSlowClientsCut(t *testing.T) {
 	t.Parallel()
 	const header, read, idle = 600 * time.Millisecond, 1500 * time.Millisecond, time.Second
 	o := startObmd(t, func(c *daemon.Config) {
 		c.AdminReadHeaderTimeout, c.AdminReadTimeout, c.AdminIdleTimeout = header, read, idle
 	})
-	o.addSimNode("slow1")
+	tok := url.QueryEscape(o.addSimNode("slow1"))
 	auth := "Authorization: Basic " + basicAuth("admin", o.AdminToken()) + "\r\n"
 	trickled := strings.Repeat("x", 1000)
 	cases := []struct {
@@ -86,6 +88,10 @@ func TestAdminSlowClientsCut(t *testing.T) {
 		{"slow body without credential", "POST /node/slow1/token HTTP/1.1\r\nHost: obmd\r\nContent-Length: 1000\r\n\r\n", true, read},
 		{"slow body with the admin credential", "PUT /v1/nodes/slow1 HTTP/1.1\r\nHost: obmd\r\n" + auth +
 			"Content-Length: 1000\r\n\r\n{\"type\":\"sim\",", true, read},
+		{"slow body with a node token", "POST /node/slow1/power_cycle?token=" + tok + " HTTP/1.1\r\nHost: obmd\r\n" +
+			"Content-Length: 1000\r\n\r\n{\"force\":", true, read},
+		{"body never sent, node token, route without a body", "POST /node/slow1/power_on?token=" + tok + " HTTP/1.1\r\nHost: obmd\r\n" +
+			"Content-Length: 1000\r\n\r\n", false, read},
 		{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: obmd\r\n\r\n", false, idle},
 	}
 	for _, tc := range cases {
