@@ -16,17 +16,20 @@
 // is capped too (the file descriptors the listener may use). A cap never
 // refuses a new connection while a stranger or a tenant connection holds a
 // slot: the oldest stranger (of the same source, for the per-source cap) is
-// closed to make room, then, at the overall cap, a tenant connection (of the
-// source holding the most, its oldest idle one, else its oldest). Only when
-// every slot is held by trusted connections is the new one refused.
+// closed to make room, then, at the overall cap, a stranger or a tenant
+// connection (of the source holding the most; for tenant connections, its
+// oldest idle one, else its oldest). Only when every slot is held by trusted
+// connections is the new one refused.
 //
-// The stranger (or tenant connection) closed for the global caps is the
-// oldest of the source that holds the most, among the sources that have
-// never had a connection trusted (of the last MaxFriends that have, the
-// "friends") if any hold one. A flood without credentials therefore pushes
-// out its own connections: a client that has authenticated before (HIL)
-// keeps its new connection while it authenticates again, and its tenant
-// connections (console streams) while tenants flood, whatever the flood; a
+// The connection closed for the global caps is taken among the sources that
+// have never had a connection trusted (of the last MaxFriends that have, the
+// "friends") while any holds one: at the overall cap their strangers, then
+// their tenant connections, then the friends' strangers, then the friends'
+// tenant connections. A flood without credentials, or of a tenant's
+// connections, therefore pushes out its own connections: a client that has
+// authenticated before (HIL) keeps its new connection while it
+// authenticates again, and its tenant connections (console streams),
+// whatever the flood; a
 // first-time client holding one connection is at risk only from a flood
 // spread over as many addresses as the stranger cap has slots, and then only
 // if it takes longer to authenticate than that flood takes to open as many
@@ -213,15 +216,10 @@ func (l *Listener) admit(nc net.Conn) *Conn {
 	return c
 }
 
-// victimLocked picks the connection to close at the overall cap: a
-// stranger (heaviestLocked), else a tenant connection (tenantVictimLocked),
-// else none: trusted connections are never closed to make room.
-func (l *Listener) victimLocked() *Conn {
-	if l.strangers.Len() > 0 {
-		return l.heaviestLocked()
-	}
-	return l.tenantVictimLocked()
-}
+// victimLocked picks the connection to close at the overall cap
+// (overallVictimLocked), or none: trusted connections are never closed to
+// make room.
+func (l *Listener) victimLocked() *Conn { return l.overallVictimLocked() }
 
 // evictLocked releases c's slot and counts it; the caller closes its
 // socket once l.mu is released.

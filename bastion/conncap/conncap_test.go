@@ -218,6 +218,36 @@ func TestTenantsPerSource(t *testing.T) {
 	}
 }
 
+// TestOverallCapFriendsLast: at the overall cap, full of tenants'
+// connections, a friend's new connection (HIL's, still a stranger while it
+// sends the admin credential) outlasts newcomers: they push out tenant
+// connections of the other sources first, then strangers of theirs, never
+// the friend's stranger while those are there. (A tenant flooding with
+// console streams otherwise pushed HIL's rotation out.)
+func TestOverallCapFriendsLast(t *testing.T) {
+	s := newServer(t, Config{Max: 3})
+	before := s.dial(9)
+	s.side(before).Trust()
+	s.side(before).Close()
+	var tenants []net.Conn
+	for _, from := range []byte{3, 3, 4} {
+		c := s.dial(from)
+		s.side(c).TrustTenant()
+		tenants = append(tenants, c)
+	}
+	hil := s.dial(9) // a stranger until its request is read
+	wantClosed(t, "oldest tenant connection of the heaviest source", tenants[0])
+	flood := s.dial(5)
+	wantOpen(t, "the friend's stranger, with tenant connections of others to close", hil)
+	s.side(flood).TrustTenant()
+	s.dial(6) // two tenant connections of others and the friend's stranger: a tenant's goes
+	s.dial(7) // now a stranger of another source goes first
+	wantOpen(t, "the friend's stranger", hil)
+	if st := s.l.Stats(); st.Open != 3 || st.Refused != 0 || st.EvictedTenants != 3 || st.Evicted != 1 {
+		t.Errorf("got %+v, want 3 open, 3 tenant connections and 1 stranger evicted, none refused", st)
+	}
+}
+
 // TestTenantFlood: tenant connections from many sources fill the overall
 // cap; a friend's tenant connection (HIL's console stream: HIL's address
 // has used the admin credential) and trusted connections stay, and every

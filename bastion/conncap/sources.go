@@ -115,15 +115,27 @@ func (l *Listener) heaviestLocked() *Conn {
 	return l.strangerKind().heaviest().strangers.Front().Value.(*Conn)
 }
 
-// tenantVictimLocked returns the tenant connection to close at the overall
-// cap: of a source that holds the most (strangers to the listener first),
-// its oldest idle one, else its oldest; nil if there is none.
-func (l *Listener) tenantVictimLocked() *Conn {
-	s := l.tenantKind().heaviest()
-	if s == nil {
-		return nil
+// overallVictimLocked returns the connection to close at the overall
+// cap: a stranger of the strangers to the listener, else a tenant
+// connection of theirs, else a friend's stranger (HIL's new connection,
+// about to present the admin credential), else a friend's tenant
+// connection (HIL's console stream); each of a source that holds the most
+// (a tenant connection: its oldest idle one, else its oldest). Nil if
+// there is none: every connection is trusted.
+func (l *Listener) overallVictimLocked() *Conn {
+	if s, n := l.others.Top(); n > 0 {
+		return s.strangers.Front().Value.(*Conn)
 	}
-	return oldestIdle(&s.tenants)
+	if s, n := l.tenOthers.Top(); n > 0 {
+		return oldestIdle(&s.tenants)
+	}
+	if s, n := l.friendly.Top(); n > 0 {
+		return s.strangers.Front().Value.(*Conn)
+	}
+	if s, n := l.tenFriendly.Top(); n > 0 {
+		return oldestIdle(&s.tenants)
+	}
+	return nil
 }
 
 // oldestIdle returns the oldest idle connection of ls, else its oldest.
