@@ -168,7 +168,7 @@ func (d *Daemon) firstAnnounce(ctx context.Context) error {
 	}
 	if fence := d.rep.cluster.FenceAfter(); d.cfg.DBGrace > fence {
 		d.log.WithFields(logrus.Fields{"db_grace": d.cfg.DBGrace.String(), "fence_after": fence.String(),
-			"lease_ttl": d.cfg.LeaseTTL.String()}).Warn("db_grace_capped")
+			"lease_ttl": d.cfg.LeaseTTL.String()}).Info("db_grace_capped")
 	}
 	return nil
 }
