@@ -5,18 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gliderlabs/ssh"
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 )
@@ -280,17 +277,17 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 		Source: remoteString(ctx), Result: "ok", Detail: a.User})
 }
 
-// watch has the registry tell the connection of the next access change of
-// node (Registry.Watch); chans counts its session channels. A connection
+// watch has the connection told of the next access change of node
+// (Sessions.WatchConn); chans counts its session channels. A connection
 // holding no session then is closed: none authenticated before a change
 // stays open idle. One holding a session is left to its client: the
 // session is cut and says why, and the client closes the connection once
 // it ends (closing it under the session would lose its exit status);
-// Admit refuses a session opened on it afterwards, as it does on a
+// Open refuses a session opened on it afterwards, as it does on a
 // connection whose login read the epoch just before a change and
 // registered just after it.
 func (s *Server) watch(st *connState, chans *atomic.Int32, node string, epoch int64) {
-	forget := s.reg.Watch(node, epoch, func() {
+	forget := s.sessions.WatchConn(node, epoch, func() {
 		if chans.Load() > 0 {
 			return
 		}
@@ -356,15 +353,5 @@ func remoteString(ctx ssh.Context) string {
 }
 
 // safe makes untrusted text (a user name is any string a client sends)
-// printable: control and non-UTF-8 bytes are escaped, length is bounded.
-func safe(s string) string {
-	const max = 100
-	if len(s) > max {
-		s = s[:max]
-	}
-	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
-		return s
-	}
-	q := strconv.QuoteToGraphic(s)
-	return q[1 : len(q)-1]
-}
+// printable and bounded, for logs and audit records.
+func safe(s string) string { return printable.Clean(s, 100) }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
@@ -71,11 +72,10 @@ func escapeName(prefix string) string {
 // ends when serve closes the channel. Escapes are read only on a session
 // with a PTY (c.pty): without one every input byte goes to the node.
 func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands.Command, stderr io.Writer) (int, error) {
-	// The name is what other viewers are shown (banner, takeover notice):
-	// the session ID alone, as `sessions` lists it, never the viewer's
-	// address or credential.
-	name := "#" + info.ID
-	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Name: name, ReadOnly: cmd.ReadOnly, Replay: true})
+	// Other viewers are shown the session ID alone (banner, takeover
+	// notice), as `sessions` lists it, never the viewer's address or
+	// credential.
+	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Session: info.ID, ReadOnly: cmd.ReadOnly, Replay: true})
 	if err != nil {
 		if sctx.Err() != nil { // cut before it could attach: the caller says why
 			return commands.ExitFailed, context.Cause(sctx)
@@ -117,7 +117,7 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 				// that ended the viewer (too slow a reader, displaced from a
 				// one-reader mock console) is told here.
 				err := v.Err()
-				if !isCut(err) {
+				if !access.IsCut(err) {
 					say(sol.TenantText(err))
 				}
 				return commands.ExitFailed, err

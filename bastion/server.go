@@ -1,8 +1,11 @@
-// Package bastion is obmd's SSH front door: it authenticates a tenant as a
-// node (user name = node label; password or keyboard-interactive = the
-// node's token; or a public key registered for the node), then serves the
-// node's console (no command) or runs one command (exec), and keeps every
-// live session in the registry through which access changes cut them.
+// Package bastion is obmd's SSH front door, and only that: it bounds
+// connections before they authenticate (login grace time, caps that
+// displace the oldest stranger, the PROXY protocol from listed balancers),
+// authenticates a tenant as a node (user name = node label; password or
+// keyboard-interactive = the node's token; or a public key registered for
+// the node; guesses counted by authlimit), then starts the session through
+// access (registered, admitted, cut on every access change) and serves the
+// node's console, with its escapes, or runs one command (exec).
 package bastion
 
 import (
@@ -19,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/bastion/sshalgo"
@@ -39,6 +43,29 @@ type Runner interface {
 	Run(ctx context.Context, req commands.Request, cmd commands.Command, stdout, stderr io.Writer) int
 }
 
+// Limiter bounds guessing (authlimit.Limiter, which documents the
+// protocol): Begin holds one of the source's tries, Judge then says whether
+// the node's state lets it go on, End settles it; Fail counts a failure
+// that held no try (a connection that only offered keys). The wiring
+// shares one with the admin API.
+type Limiter interface {
+	Begin(ctx context.Context, source string) (ok, first bool)
+	Judge(source, node string, exists bool) (ok, first bool)
+	End(source, node string, exists, failed bool)
+	Fail(source, node string, exists bool)
+}
+
+// Sessions starts every session (access.Revoker.Open, which documents the
+// errors): registered, so that access changes cut it; admitted at the
+// epoch its login read; and watched, so that a cut session whose client
+// stops reading is unblocked (here: its connection closed). WatchConn
+// (access.Revoker.WatchConn) tells an authenticated connection of the
+// access change that ends it, so that one holding no session is closed.
+type Sessions interface {
+	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
+	WatchConn(node string, epoch int64, revoked func()) (forget func())
+}
+
 // Consoles is the console hub.
 type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
@@ -55,7 +82,7 @@ type Config struct {
 	Escape string
 	// Limiter bounds guessing; the wiring shares it with the admin API.
 	// Required.
-	Limiter *Limiter
+	Limiter Limiter
 	// FailDelay is the least time a failed password or keyboard-interactive
 	// attempt takes, so an unknown node and a wrong token answer alike and
 	// guessing is slow (default 300 ms).
@@ -95,11 +122,6 @@ type Config struct {
 	// ProxyHeaderTimeout bounds the read of that header (default 5 s; a
 	// balancer sends it at once). Its size is bounded by proxyproto.MaxV2.
 	ProxyHeaderTimeout time.Duration
-	// Admit is called by every session once it is in the registry, before
-	// it starts, with the access epoch its login read; the session starts
-	// only if it returns nil (Revoker.Admit, which documents the errors).
-	// Required.
-	Admit func(ctx context.Context, label string, epoch int64) error
 	// Banner, if set, returns text shown to clients before they log in
 	// ("" shows none): the daemon says so when it cannot reach its
 	// database, rather than let logins fail without a reason.
@@ -120,20 +142,20 @@ type Server struct {
 	store    Store
 	runner   Runner
 	consoles Consoles
-	reg      *sessions.Registry
+	sessions Sessions
 	log      logrus.FieldLogger
-	lim      *Limiter
+	lim      Limiter
 	srv      *ssh.Server
 	esc      escapeTexts // console messages naming cfg.Escape
 	admit    *admission  // connections before authentication, and per source
 }
 
 // New validates cfg and returns a Server; it starts nothing.
-func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *sessions.Registry, log logrus.FieldLogger) (*Server, error) {
+func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Sessions, log logrus.FieldLogger) (*Server, error) {
 	if len(cfg.HostKeys) == 0 {
 		return nil, errors.New("bastion: no host key")
 	}
-	if store == nil || runner == nil || consoles == nil || reg == nil || log == nil || cfg.Admit == nil || cfg.Limiter == nil {
+	if store == nil || runner == nil || consoles == nil || sess == nil || log == nil || cfg.Limiter == nil {
 		return nil, errors.New("bastion: missing dependency")
 	}
 	if cfg.Escape == "" {
@@ -169,7 +191,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, reg *session
 		cfg.Now = time.Now
 	}
 	algos := sshalgo.For(cfg.LegacyAlgorithms)
-	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, reg: reg, log: log,
+	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, sessions: sess, log: log,
 		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc, maxConns)}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",

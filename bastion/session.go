@@ -14,10 +14,10 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/sol"
 )
 
 // channel serves one SSH "session" channel. Ownership: serve runs in the
@@ -40,9 +40,9 @@ type channel struct {
 	// registry counts the session as ended, so a cut power operation is no
 	// longer running when the admin call that cut it returns.
 	cmd sync.WaitGroup
-	// sent is closed by serve once the session's last words (reason,
-	// exit status, close) are sent; the cut watchdog waits for it.
-	sent chan struct{}
+	// sess is the admitted session (nil until then); serve finishes and
+	// ends it.
+	sess *access.Session
 
 	mu      sync.Mutex
 	onBreak func() // set while a console runs
@@ -73,7 +73,7 @@ func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel
 		return
 	}
 	c := &channel{s: s, ctx: ctx, a: a, label: ctx.User(), remote: remoteString(ctx), ch: ch,
-		closed: make(chan struct{}), sent: make(chan struct{})}
+		closed: make(chan struct{})}
 	c.log = s.log.WithFields(logrus.Fields{"node": safe(c.label), "remote": c.remote, "method": a.Method})
 	c.serve(reqs)
 }
@@ -86,10 +86,9 @@ func (c *channel) serve(reqs <-chan *gossh.Request) {
 		c.requests(reqs, starts)
 	}()
 	var code int
-	var end func()
 	select {
 	case st := <-starts:
-		code, end = c.run(st)
+		code = c.run(st)
 	case <-c.closed:
 	case <-c.ctx.Done():
 	}
@@ -97,10 +96,12 @@ func (c *channel) serve(reqs <-chan *gossh.Request) {
 		c.ch.SendRequest("exit-status", false, gossh.Marshal(struct{ Code uint32 }{uint32(code)}))
 	}
 	c.ch.Close()
-	close(c.sent)
+	if c.sess != nil {
+		c.sess.Finish() // its last words are sent: the cut watchdog stands down
+	}
 	c.cmd.Wait()
-	if end != nil {
-		end() // the registry now counts this session as ended
+	if c.sess != nil {
+		c.sess.End() // the registry now counts this session as ended
 	}
 	c.wg.Wait()
 	<-readerDone
@@ -153,9 +154,9 @@ func (c *channel) requests(reqs <-chan *gossh.Request, starts chan<- start) {
 	}
 }
 
-// run authorises and runs the session; it returns the exit code (-1: none to
-// send) and the registry's end func (nil if never registered).
-func (c *channel) run(st start) (code int, end func()) {
+// run authorises and runs the session; it returns the exit code (-1: none
+// to send). An admitted session is c.sess.
+func (c *channel) run(st start) int {
 	stdout, stderr := io.Writer(c.ch), io.Writer(c.ch.Stderr())
 	if c.pty {
 		stdout, stderr = crlfWriter{stdout}, crlfWriter{stderr}
@@ -167,51 +168,53 @@ func (c *channel) run(st start) (code int, end func()) {
 			cmd, err = commands.Parse(argv)
 		}
 		if err != nil {
-			return commands.WriteError(stdout, stderr, c.label, cmd, err), nil
+			return commands.WriteError(stdout, stderr, c.label, cmd, err)
 		}
 	}
 	kind := sessions.KindExec
 	if cmd.Name == commands.CmdConsole {
 		kind = sessions.KindConsole
 	}
-	sctx, info, end, err := c.s.reg.Start(c.ctx, sessions.Info{Node: c.label, Kind: kind, User: c.a.User,
-		Remote: c.remote, Epoch: c.a.Epoch}, remoteHost(c.ctx.RemoteAddr()))
-	if err != nil {
+	// Open registers the session (any access change from now on cuts it),
+	// refuses it if one came since the login, and clears away older
+	// sessions and their console output (even if the change was made on
+	// another replica) before it starts. A cut session whose client stops
+	// reading has its connection closed.
+	sess, err := c.s.sessions.Open(c.ctx, sessions.Info{Node: c.label, Kind: kind, User: c.a.User,
+		Remote: c.remote, Epoch: c.a.Epoch}, remoteHost(c.ctx.RemoteAddr()), c.closeConn)
+	switch {
+	case errors.Is(err, sessions.ErrTooMany):
 		fmt.Fprintf(stderr, "obmd: %v\n", err)
-		return commands.ExitNotAllowed, nil
+		return commands.ExitNotAllowed
+	case err != nil && access.IsCut(err): // refused, or cut while being admitted
+		fmt.Fprintf(stderr, "obmd: %v\n", err)
+		return exitFor(err)
+	case errors.Is(err, access.ErrUnverified):
+		c.log.WithError(err).Error("epoch_check_failed")
+		fmt.Fprintln(stderr, "obmd: cannot verify access right now; try again")
+		return commands.ExitFailed
+	case err != nil:
+		return commands.ExitFailed // the client left
 	}
+	c.sess = sess
+	sctx, info := sess.Context(), sess.Info()
 	c.log = c.log.WithField("session", info.ID)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.watchCut(sctx)
-	}()
-	// The session is in the registry: any access change from now on cuts
-	// it. Admit refuses it if one came since the login, and clears away
-	// older sessions and their console output (even if the change was made
-	// on another replica) before it starts.
-	if err := c.s.cfg.Admit(sctx, c.label, c.a.Epoch); err != nil {
-		switch {
-		case isCut(err): // refused, or cut while being admitted
-			fmt.Fprintf(stderr, "obmd: %v\n", err)
-			return exitFor(err), end
-		case sctx.Err() == nil:
-			c.log.WithError(err).Error("epoch_check_failed")
-			fmt.Fprintln(stderr, "obmd: cannot verify access right now; try again")
-		}
-		return commands.ExitFailed, end // or the client left
-	}
 	began := c.s.cfg.Now()
 	c.log.WithField("kind", kind).Info("session_start")
-	c.audit(sctx, "session.start", "ok", kind)
-	var cause error
+	c.audit(sctx, "session.start", "ok", string(kind))
 	if kind == sessions.KindConsole {
-		code, cause = c.console(sctx, info, cmd, stderr)
-	} else {
-		code, cause = c.exec(sctx, info, cmd, stdout, stderr)
+		code, cause := c.console(sctx, info, cmd, stderr)
+		return c.ended(sctx, kind, began, code, cause, stderr)
 	}
+	code, cause := c.exec(sctx, info, cmd, stdout, stderr)
+	return c.ended(sctx, kind, began, code, cause, stderr)
+}
+
+// ended records the end of a session that ran, telling its user why if it
+// was cut; it returns the exit code.
+func (c *channel) ended(sctx context.Context, kind sessions.Kind, began time.Time, code int, cause error, stderr io.Writer) int {
 	result := "ok"
-	if isCut(cause) {
+	if access.IsCut(cause) {
 		result = "cut"
 		fmt.Fprintf(stderr, "\nobmd: %v\n", cause)
 		code = exitFor(cause)
@@ -219,7 +222,15 @@ func (c *channel) run(st start) (code int, end func()) {
 	took := c.s.cfg.Now().Sub(began).Round(time.Millisecond)
 	c.log.WithFields(logrus.Fields{"kind": kind, "exit": code, "took": took}).Info("session_end")
 	c.audit(sctx, "session.end", result, fmt.Sprintf("%s exit %d after %v", kind, code, took))
-	return code, end
+	return code
+}
+
+// closeConn closes the session's connection: what unblocks a cut session
+// whose client stopped reading (SSH flow control holds its writes).
+func (c *channel) closeConn() {
+	if conn, ok := c.ctx.Value(ssh.ContextKeyConn).(gossh.Conn); ok {
+		conn.Close()
+	}
 }
 
 // exec runs one command. If the session is cut meanwhile, it returns at once
@@ -243,35 +254,6 @@ func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Co
 		out.close()
 		errOut.close()
 		return commands.ExitFailed, context.Cause(sctx)
-	}
-}
-
-// cutGrace is how long a cut session may take to send its last words
-// before its connection is closed under it.
-const cutGrace = 250 * time.Millisecond
-
-// watchCut closes the connection of a session that was cut but cannot
-// finish: a client that stops reading blocks the session's writes (SSH flow
-// control), and would otherwise keep it alive, and in the registry, past
-// its revocation. It returns when the session has sent its last words.
-func (c *channel) watchCut(sctx context.Context) {
-	select {
-	case <-c.sent:
-		return
-	case <-sctx.Done():
-	}
-	if !isCut(context.Cause(sctx)) {
-		return
-	}
-	t := time.NewTimer(cutGrace)
-	defer t.Stop()
-	select {
-	case <-c.sent:
-	case <-t.C:
-		c.log.Warn("cut_session_stuck_closing_connection")
-		if conn, ok := c.ctx.Value(ssh.ContextKeyConn).(gossh.Conn); ok {
-			conn.Close()
-		}
 	}
 }
 
@@ -304,13 +286,6 @@ func (g *gate) close() {
 func (c *channel) audit(ctx context.Context, action, result, detail string) {
 	c.s.audit(ctx, db.AuditEvent{Node: safe(c.label), Actor: "ssh:" + c.a.Method, Action: action,
 		Source: c.remote, Result: result, Detail: detail})
-}
-
-// isCut reports whether cause ended a session on purpose (access change,
-// admin kick, shutdown) rather than the client leaving.
-func isCut(cause error) bool {
-	var r *sessions.RevokedError
-	return errors.As(cause, &r) || errors.Is(cause, sessions.ErrShutdown) || errors.Is(cause, sol.ErrShutdown)
 }
 
 func exitFor(cause error) int {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 )
 
@@ -46,7 +46,7 @@ func startInproc(cfg benchConfig, name string) (*inproc, error) {
 	d, err := daemon.New(daemon.Config{
 		SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: filepath.Join(dir, "state"),
 		AdminToken: token, MaxSessionsPerNode: -1, MaxSessionsPerSource: -1, MaxConnsPerSource: -1, Version: "bench",
-		AuthLimits: bastion.LimitConfig{PerSource: benchPerSource},
+		AuthLimits: authlimit.Config{PerSource: benchPerSource},
 	}, log)
 	if err != nil {
 		logf.Close()

@@ -110,29 +110,32 @@ type UsageError struct {
 	// Command is the command whose synopsis helps the user ("" when the
 	// command itself is unknown or the line could not be split: then the
 	// whole usage helps). WriteError prints it after Msg.
-	Command string
+	Command Name
 }
 
 func (e *UsageError) Error() string { return e.Msg }
 
+// Name is a command's name, as typed ("power-on").
+type Name string
+
 // Command names.
 const (
-	CmdPowerStatus = "power-status"
-	CmdPowerOn     = "power-on"
-	CmdPowerOff    = "power-off"
-	CmdPowerCycle  = "power-cycle"
-	CmdPowerReset  = "power-reset"
-	CmdBootdev     = "bootdev"
-	CmdConsole     = "console"
-	CmdConsoleLog  = "console-log"
-	CmdSessions    = "sessions"
-	CmdHelp        = "help"
-	CmdVersion     = "version"
+	CmdPowerStatus Name = "power-status"
+	CmdPowerOn     Name = "power-on"
+	CmdPowerOff    Name = "power-off"
+	CmdPowerCycle  Name = "power-cycle"
+	CmdPowerReset  Name = "power-reset"
+	CmdBootdev     Name = "bootdev"
+	CmdConsole     Name = "console"
+	CmdConsoleLog  Name = "console-log"
+	CmdSessions    Name = "sessions"
+	CmdHelp        Name = "help"
+	CmdVersion     Name = "version"
 )
 
 // Command is one parsed command. Only the fields of its Name are meaningful.
 type Command struct {
-	Name       string
+	Name       Name
 	JSON       bool   // --json
 	Soft       bool   // power-off --soft
 	Force      bool   // power-cycle --force (hard reset)
@@ -140,7 +143,7 @@ type Command struct {
 	Persistent bool   // bootdev --persistent
 	Lines      int    // console-log --lines N (0 = all)
 	ReadOnly   bool   // console --read-only
-	Topic      string // help COMMAND, or COMMAND --help: the command to describe ("" = all)
+	Topic      Name   // help COMMAND, or COMMAND --help: the command to describe ("" = all)
 }
 
 // Request says who runs a command where; it feeds audit records and logs,
@@ -159,7 +162,7 @@ type Request struct {
 // package documentation), not the field tags.
 type Result struct {
 	Node     string        `json:"node"`
-	Command  string        `json:"command"`
+	Command  Name          `json:"command"`
 	Power    string        `json:"power,omitempty"`   // power-status (and after power ops where known)
 	Bootdev  string        `json:"bootdev,omitempty"` // bootdev
 	Persist  bool          `json:"persistent,omitempty"`

@@ -13,7 +13,7 @@ const MaxLines = 100000
 
 // spec describes one command for help text and parsing.
 type spec struct {
-	name     string
+	name     Name
 	synopsis string // arguments and flags after the name, without --json
 	summary  string // one short line for Usage
 	detail   string // what the flags mean, for CommandUsage ("" if none)
@@ -42,7 +42,7 @@ func specs() []spec {
 	}
 }
 
-func lookup(name string) (spec, bool) {
+func lookup(name Name) (spec, bool) {
 	for _, s := range specs() {
 		if s.name == name {
 			return s, true
@@ -53,9 +53,9 @@ func lookup(name string) (spec, bool) {
 
 func (s spec) command() string {
 	if s.synopsis == "" {
-		return s.name
+		return string(s.name)
 	}
-	return s.name + " " + s.synopsis
+	return string(s.name) + " " + s.synopsis
 }
 
 // Usage is the help text: one line per command, then the common flag and
@@ -78,7 +78,7 @@ func Usage() string {
 
 // CommandUsage is the help text of one command (Usage for "" or an unknown
 // name). It ends with a newline.
-func CommandUsage(name string) string {
+func CommandUsage(name Name) string {
 	s, ok := lookup(name)
 	if !ok {
 		return Usage()
@@ -110,7 +110,7 @@ func Parse(argv []string) (Command, error) {
 			cmd.JSON = true
 		}
 	}
-	name := argv[0]
+	name := Name(argv[0])
 	if name == "-h" || name == "--help" {
 		name = CmdHelp
 	}
@@ -118,7 +118,7 @@ func Parse(argv []string) (Command, error) {
 		if name == "--json" {
 			return cmd, &UsageError{Msg: `--json must follow a command; try "help"`}
 		}
-		return cmd, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(name))}
+		return cmd, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(string(name)))}
 	}
 	cmd.Name = name
 	args := argv[1:]
@@ -159,10 +159,10 @@ func Parse(argv []string) (Command, error) {
 			}
 			cmd.Device = dev
 		case name == CmdHelp && cmd.Topic == "":
-			if _, ok := lookup(a); !ok {
+			if _, ok := lookup(Name(a)); !ok {
 				return cmd, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(a))}
 			}
-			cmd.Topic = a
+			cmd.Topic = Name(a)
 		default:
 			return cmd, usagef(name, "%s: unexpected argument %s", name, quote(a))
 		}
@@ -173,7 +173,7 @@ func Parse(argv []string) (Command, error) {
 	return cmd, nil
 }
 
-func usagef(name, format string, args ...any) *UsageError {
+func usagef(name Name, format string, args ...any) *UsageError {
 	return &UsageError{Msg: fmt.Sprintf(format, args...), Command: name}
 }
 

@@ -78,7 +78,7 @@ func checkSafe(t *testing.T, s string) {
 func TestQuoteTruncates(t *testing.T) {
 	long := strings.Repeat("é", 100)
 	got := quote(long)
-	if want := `"` + strings.Repeat("é", quoteLimit) + `"...`; got != want {
+	if want := `"` + strings.Repeat("é", quoteLimit/2) + `"...`; got != want {
 		t.Errorf("got %s, want %s", got, want)
 	}
 	if got, want := quote("a\x1bb\u202e\xff"), `"a\x1bb\u202e\xff"`; got != want {
@@ -92,7 +92,7 @@ func TestParse(t *testing.T) {
 		argv    []string
 		want    Command
 		wantErr string // substring; "" = no error
-		errCmd  string // UsageError.Command
+		errCmd  Name   // UsageError.Command
 	}{
 		{"empty is console", nil, Command{Name: CmdConsole}, "", ""},
 		{"console", []string{"console"}, Command{Name: CmdConsole}, "", ""},
@@ -194,12 +194,12 @@ func TestParse(t *testing.T) {
 
 func TestUsageListsEveryCommand(t *testing.T) {
 	u := Usage()
-	for _, name := range []string{CmdPowerStatus, CmdPowerOn, CmdPowerOff, CmdPowerCycle, CmdPowerReset,
+	for _, name := range []Name{CmdPowerStatus, CmdPowerOn, CmdPowerOff, CmdPowerCycle, CmdPowerReset,
 		CmdBootdev, CmdConsole, CmdConsoleLog, CmdSessions, CmdHelp, CmdVersion} {
-		if !strings.Contains(u, "\n  "+name) {
+		if !strings.Contains(u, "\n  "+string(name)) {
 			t.Errorf("usage lacks %s:\n%s", name, u)
 		}
-		if cu := CommandUsage(name); !strings.HasPrefix(cu, "usage: "+name) {
+		if cu := CommandUsage(name); !strings.HasPrefix(cu, "usage: "+string(name)) {
 			t.Errorf("got %q, want the usage of %s", cu, name)
 		}
 	}

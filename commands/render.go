@@ -61,7 +61,7 @@ func WriteError(stdout, stderr io.Writer, node string, cmd Command, err error) i
 	if err == nil {
 		return ExitOK
 	}
-	msg := truncate(clean(Message(err)), maxErrorText)
+	msg := clean(Message(err), maxErrorText)
 	if cmd.JSON {
 		// Write errors are ignored: the exit code is what still reaches
 		// the client.
@@ -96,7 +96,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Version    *string        `json:"version,omitempty"`
 		Help       *string        `json:"help,omitempty"`
 	}
-	w := wire{Node: r.Node, Command: r.Command, OK: r.Error == "", Error: r.Error}
+	w := wire{Node: r.Node, Command: string(r.Command), OK: r.Error == "", Error: r.Error}
 	if w.OK {
 		switch r.Command {
 		case CmdPowerStatus:

@@ -165,7 +165,7 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 		return res, nil
 	case CmdVersion:
 		res.Version = r.cfg.Version
-		res.Text = clean(r.cfg.Version) + "\n"
+		res.Text = clean(r.cfg.Version, 0) + "\n"
 		return res, nil
 	case CmdConsole:
 		return res, usagef(CmdConsole, "console is interactive: connect without a command")
@@ -191,7 +191,7 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 	}
 	op, ok := opFor(cmd)
 	if !ok {
-		return res, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(cmd.Name))}
+		return res, &UsageError{Msg: fmt.Sprintf(`unknown command %s; try "help"`, quote(string(cmd.Name)))}
 	}
 	return r.power(ctx, req, cmd, op)
 }
@@ -237,7 +237,7 @@ func opFor(cmd Command) (powerOp, bool) {
 		}, "reset"}, true
 	case CmdBootdev:
 		dev, persistent := cmd.Device, cmd.Persistent
-		done := "next boot from " + clean(dev)
+		done := "next boot from " + clean(dev, 0)
 		if persistent {
 			done += " (persistent)"
 		}
@@ -253,7 +253,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	if cmd.Name == CmdBootdev {
 		res.Bootdev, res.Persist = cmd.Device, cmd.Persistent
 	}
-	node := clean(req.Node)
+	node := clean(req.Node, 0)
 	if op.exclusive {
 		if !r.acquire(req.Node) {
 			err := &opError{verb: op.verb, node: node, err: ErrBusy}
@@ -278,7 +278,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	detail := took
 	switch cmd.Name {
 	case CmdPowerStatus:
-		res.Text = node + ": power " + clean(power) + "\n"
+		res.Text = node + ": power " + clean(power, 0) + "\n"
 		detail = power + "; " + took
 	case CmdBootdev:
 		res.Text = node + ": " + op.done + "\n"
@@ -368,7 +368,7 @@ func (r *Runner) record(ctx context.Context, req Request, action, result, detail
 		Action: action,
 		Source: req.Source,
 		Result: result,
-		Detail: truncate(clean(detail), maxDetail),
+		Detail: clean(detail, maxDetail),
 	})
 	l := r.log.WithFields(logrus.Fields{
 		"node":    req.Node,
@@ -442,7 +442,7 @@ func sessionTable(list []SessionInfo, now time.Time) string {
 // cell is a table cell: clean, bounded, never empty (tabwriter would
 // collapse the column).
 func cell(s string) string {
-	s = truncate(clean(s), 64)
+	s = clean(s, 64)
 	if s == "" {
 		return "-"
 	}

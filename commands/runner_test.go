@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -404,7 +405,7 @@ func TestNodeLabelEscaped(t *testing.T) {
 		if code != ExitOK {
 			t.Fatalf("%s: got exit %d (%s), want 0", line, code, stderr)
 		}
-		if !strings.HasPrefix(stdout, `node\x1b]0;pwned\a\u009b: `) || !isClean(strings.TrimSuffix(stdout, "\n")) {
+		if !strings.HasPrefix(stdout, `node\x1b]0;pwned\a\u009b: `) || !printable.IsClean(strings.TrimSuffix(stdout, "\n")) {
 			t.Errorf("%s: got %q, want the label escaped", line, stdout)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/obmd/obmd/commands/printable"
 )
 
 // Limits on an exec request line. Real commands are a few words long; the
@@ -16,7 +18,8 @@ const (
 	MaxWords     = 16
 )
 
-// quoteLimit bounds how much of a user's input an error message repeats.
+// quoteLimit bounds how many bytes of a user's input an error message
+// repeats.
 const quoteLimit = 40
 
 // Split turns an exec request line (what `ssh node@host LINE` sends) into
@@ -78,70 +81,14 @@ func Split(line string) ([]string, error) {
 	return words, nil
 }
 
-// quote renders untrusted input for an error message: its first quoteLimit
-// runes, Go-quoted (every non-printable character and invalid byte escaped),
-// and "..." after the closing quote when it was cut.
-func quote(s string) string {
-	n := 0
-	for i := range s {
-		if n == quoteLimit {
-			return strconv.Quote(s[:i]) + "..."
-		}
-		n++
-	}
-	return strconv.Quote(s)
-}
+// quote renders untrusted input for an error message: at most quoteLimit
+// bytes of it, Go-quoted, "..." after the closing quote when it was cut.
+func quote(s string) string { return printable.Quote(s, quoteLimit) }
 
-// clean makes text safe for a terminal without quoting it: every
-// non-printable rune becomes a Go escape (\x1b, \u009b, \t) and every invalid
-// byte \xNN. Printable text, including non-ASCII letters, is unchanged. Used
-// for node labels and error text, which are printed after a trusted prefix.
-func clean(s string) string {
-	if isClean(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r != ' ' && !unicode.IsPrint(r):
-			q := strconv.QuoteRuneToASCII(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
-
-func isClean(s string) bool {
-	for i, r := range s {
-		if r == utf8.RuneError {
-			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				return false
-			}
-		}
-		if r != ' ' && !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && cut > n-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+// clean makes text safe for a terminal without quoting it (printable.Clean):
+// used for node labels and error text, printed after a trusted prefix;
+// max > 0 bounds what is printed.
+func clean(s string, max int) string { return printable.Clean(s, max) }
 
 // escapeJSON rewrites the non-printable non-ASCII runes that encoding/json
 // leaves raw (DEL, C1 controls, bidi overrides, ...) as \u escapes, so that

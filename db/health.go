@@ -2,9 +2,7 @@ package db
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -125,9 +123,7 @@ func (s *Store) runProbe(bound time.Duration, done chan struct{}) {
 	defer s.writes.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	id := hex.EncodeToString(b[:])
+	id := newToken()
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO write_probes (id, at) VALUES (?, ?)`, id, toMillis(s.now())); err != nil {
 			return err

@@ -97,7 +97,7 @@ func testSettle(t *testing.T, s *Store, _ testEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	epoch, err := s.recordChange(ctx, tx, "n1") // a rotation, committed later
+	epoch, err := s.recordChange(ctx, tx, "n1", ReasonTokenRotated) // a rotation, committed later
 	if err == nil {
 		err = setEpoch(ctx, tx, "n1", epoch)
 	}
@@ -152,9 +152,10 @@ func testReplicas(t *testing.T, s *Store, _ testEnv) {
 	if err := s.Withdraw(ctx, "rep-b"); err != nil {
 		t.Fatal(err)
 	}
-	now := s.now
-	s.now = func() time.Time { return now().Add(2 * time.Minute) }
-	defer func() { s.now = now }()
+	if reps, err := s.Replicas(ctx); err != nil || len(reps) != 1 || reps[0].ExpiresAt.Before(s.now().Add(50*time.Second)) {
+		t.Errorf("replicas after withdrawal: got %+v, %v, want rep-a for about a minute more", reps, err)
+	}
+	age(t, s, "replicas", time.Minute)
 	if reps, err := s.Replicas(ctx); err != nil || len(reps) != 0 {
 		t.Errorf("replicas after withdrawal and expiry: got %+v, %v, want none", reps, err)
 	}

@@ -98,7 +98,7 @@ func (s *Store) DeleteKey(ctx context.Context, label, fingerprint string) (int64
 	var epoch int64
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if epoch, err = s.recordChange(ctx, tx, label); err != nil {
+		if epoch, err = s.recordChange(ctx, tx, label, ReasonKeyRemoved); err != nil {
 			return err
 		}
 		if err := setEpoch(ctx, tx, label, epoch); err != nil {

@@ -10,9 +10,8 @@ import (
 	"time"
 )
 
-// TestLeases runs the lease cases against SQLite and, when
-// OBMD_TEST_MYSQL_DSN is set, MariaDB/MySQL, each on a fresh database, in
-// the style of TestStore.
+// TestLeases runs the lease cases on every engine (see TestStore), each
+// on a fresh database.
 func TestLeases(t *testing.T) {
 	cases := []storeCase{
 		{"acquire_renew_release", testLeaseLifecycle},
@@ -20,8 +19,19 @@ func TestLeases(t *testing.T) {
 		{"kinds_and_nodes_independent", testLeaseIndependent},
 		{"invalid", testLeaseInvalid},
 		{"concurrent_acquire_one_winner", testLeaseConcurrent},
+		{"skewed_replica_clock", testLeaseClockSkew},
 	}
 	runCases(t, cases)
+}
+
+// age moves every stored expiry in table d into the past, as if d had
+// passed on the database's clock (which tests cannot set).
+func age(t *testing.T, s *Store, table string, d time.Duration) {
+	t.Helper()
+	if _, err := s.w.ExecContext(context.Background(),
+		`UPDATE `+table+` SET expires_at = expires_at - ?`, d.Milliseconds()); err != nil {
+		t.Fatalf("age %s by %v: %v", table, d, err)
+	}
 }
 
 // clock is a settable time shared by stores in a test.
@@ -65,8 +75,10 @@ func testLeaseLifecycle(t *testing.T, s *Store, _ testEnv) {
 	if !errors.Is(err, ErrLeaseHeld) {
 		t.Fatalf("acquire held lease: got %v, want ErrLeaseHeld", err)
 	}
-	if held.Owner != "replica-a" || held.Addr != "replica-a:7000" || !held.ExpiresAt.Equal(got.ExpiresAt) {
-		t.Errorf("holder: got %+v, want replica-a's lease", held)
+	// As read, the expiry is what the database says is left, from now.
+	if held.Owner != "replica-a" || held.Addr != "replica-a:7000" ||
+		held.ExpiresAt.After(got.ExpiresAt) || held.ExpiresAt.Before(got.ExpiresAt.Add(-5*time.Second)) {
+		t.Errorf("holder: got %+v, want replica-a's lease expiring by %v", held, got.ExpiresAt)
 	}
 
 	// The holder renews; a stranger's token cannot.
@@ -106,25 +118,26 @@ func testLeaseLifecycle(t *testing.T, s *Store, _ testEnv) {
 
 func testLeaseExpiry(t *testing.T, s *Store, _ testEnv) {
 	ctx := context.Background()
-	clk := newClock()
-	s.now = clk.now
-	const ttl = 3 * time.Second
+	const ttl = time.Minute
 	a, b := lease("n1", LeaseSOL, "a", 1), lease("n1", LeaseSOL, "b", 2)
 	if _, err := s.AcquireLease(ctx, a, ttl); err != nil {
 		t.Fatalf("acquire: %v", err)
 	}
 
 	// Expired but not taken: the holder may still renew it.
-	clk.advance(ttl + time.Millisecond)
+	age(t, s, "node_leases", ttl+time.Second)
+	if l, err := s.Lease(ctx, "n1", LeaseSOL); err != nil || l.ExpiresAt.After(s.now()) {
+		t.Errorf("read an expired lease: got %+v, %v, want it expired", l, err)
+	}
 	if _, err := s.RenewLease(ctx, "n1", LeaseSOL, a.Token, ttl); err != nil {
 		t.Errorf("renew an expired, untaken lease: %v", err)
 	}
-	clk.advance(ttl - time.Millisecond)
+	age(t, s, "node_leases", ttl-5*time.Second)
 	if _, err := s.AcquireLease(ctx, b, ttl); !errors.Is(err, ErrLeaseHeld) {
-		t.Errorf("acquire 1 ms before expiry: got %v, want ErrLeaseHeld", err)
+		t.Errorf("acquire 5 s before expiry: got %v, want ErrLeaseHeld", err)
 	}
-	// At expiry it is anyone's; the old holder has lost it for good.
-	clk.advance(time.Millisecond)
+	// Once expired it is anyone's; the old holder has lost it for good.
+	age(t, s, "node_leases", 5*time.Second)
 	got, err := s.AcquireLease(ctx, b, ttl)
 	if err != nil || got.Owner != "b" {
 		t.Fatalf("acquire at expiry: got %+v, %v, want b's lease", got, err)
@@ -175,6 +188,7 @@ func testLeaseInvalid(t *testing.T, s *Store, _ testEnv) {
 		{"short token", Lease{Node: "n1", Kind: LeaseSOL, Owner: "a", Token: "x"}, time.Second},
 		{"long address", Lease{Node: "n1", Kind: LeaseSOL, Owner: "a", Token: token(1), Addr: long}, time.Second},
 		{"zero ttl", lease("n1", LeaseSOL, "a", 1), 0},
+		{"sub-millisecond ttl", lease("n1", LeaseSOL, "a", 1), time.Microsecond},
 	} {
 		if _, err := s.AcquireLease(ctx, c.l, c.ttl); err == nil || errors.Is(err, ErrLeaseHeld) {
 			t.Errorf("%s: got %v, want a validation error", c.name, err)
@@ -185,25 +199,26 @@ func testLeaseInvalid(t *testing.T, s *Store, _ testEnv) {
 	}
 }
 
-// testLeaseConcurrent has replicas (separate stores on one database) race
-// for the same lease, fresh and then expired, many times: exactly one wins
-// each round.
+// testLeaseConcurrent has replicas (separate stores on one database; on
+// Galera, one on each node) race for the same lease, fresh and then
+// expired, many times: exactly one wins each round, and every replica then
+// reads the winner as the holder.
 func testLeaseConcurrent(t *testing.T, s *Store, env testEnv) {
 	ctx := context.Background()
-	clk := newClock()
-	const replicas, racers, rounds, ttl = 3, 4, 15, time.Second
+	const replicas, racers, rounds, ttl = 3, 4, 30, time.Minute
 	stores := []*Store{s}
-	for range replicas - 1 {
-		stores = append(stores, openTestStore(t, env.dsn))
-	}
-	for _, st := range stores {
-		st.now = clk.now
+	for i := range replicas - 1 {
+		stores = append(stores, openTestStore(t, env.at(i+1)))
 	}
 	next := 0
 	for round := range rounds {
-		clk.advance(ttl) // whatever the last round left has expired
-		var wins, held atomic.Int32
-		var wg sync.WaitGroup
+		age(t, s, "node_leases", ttl) // whatever the last round left has expired
+		var (
+			held    atomic.Int32
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []string
+		)
 		start := make(chan struct{})
 		for i := range replicas * racers {
 			next++
@@ -216,7 +231,9 @@ func testLeaseConcurrent(t *testing.T, s *Store, env testEnv) {
 				_, err := st.AcquireLease(ctx, l, ttl)
 				switch {
 				case err == nil:
-					wins.Add(1)
+					mu.Lock()
+					winners = append(winners, l.Token)
+					mu.Unlock()
 				case errors.Is(err, ErrLeaseHeld):
 					held.Add(1)
 				default:
@@ -226,8 +243,18 @@ func testLeaseConcurrent(t *testing.T, s *Store, env testEnv) {
 		}
 		close(start)
 		wg.Wait()
-		if wins.Load() != 1 || held.Load() != replicas*racers-1 {
-			t.Fatalf("round %d: got %d winners and %d held, want 1 and %d", round, wins.Load(), held.Load(), replicas*racers-1)
+		if len(winners) != 1 || held.Load() != replicas*racers-1 {
+			t.Fatalf("round %d: got %d winners and %d held, want 1 and %d", round, len(winners), held.Load(), replicas*racers-1)
+		}
+		for i, st := range stores {
+			if l, err := st.Lease(ctx, "n1", LeaseSOL); err != nil || l.Token != winners[0] {
+				t.Fatalf("round %d: holder as replica %d reads it: got %+v, %v, want the winner's token %s", round, i, l, err, winners[0])
+			}
 		}
 	}
+	var conflicts int64
+	for _, st := range stores {
+		conflicts += st.ConflictRetries()
+	}
+	t.Logf("%d rounds of %d racers: %d lost conflicts retried", rounds, replicas*racers, conflicts)
 }

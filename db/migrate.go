@@ -2,7 +2,8 @@ package db
 
 import (
 	"context"
-	"database/sql"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -34,33 +35,126 @@ func (s *Store) provider() (*goose.Provider, error) {
 	return goose.NewProvider(dialect, s.w, fsys, opts...)
 }
 
-// withMigrationLock runs fn holding the migration lock: on MySQL a named
-// lock on a connection of its own, so replicas that start at once migrate
-// one after the other; on SQLite nothing (one process owns the file).
+// withMigrationLock runs fn holding the migration lock, so replicas that
+// start at once migrate one after the other; on SQLite nothing (one process
+// owns the file).
 //
 // The lock must cover all of goose's work, not just the migrations:
 // Provider.Up first asks HasPending, which creates the version table and
 // inserts its zero row without any locker, and on MySQL that DDL commits
 // at once, so a replica racing it saw an empty version table ("missing
 // zero version migration") or none at all.
+//
+// On MySQL the lock is a row (migration_lock), not a named lock: GET_LOCK
+// is local to the server that runs it, so replicas on different Galera
+// nodes would each hold "the" lock and run the same DDL at once (one of
+// them then fails: table exists). A committed row is a lock the whole
+// cluster agrees on: one INSERT of its key wins (on one server by the
+// primary key, across Galera nodes by certification). Unlike a named lock
+// it outlives a migrator that dies holding it, until it expires
+// (migrationLockTTL on the database's clock); the holder renews it while fn
+// runs.
 func (s *Store) withMigrationLock(ctx context.Context, fn func() error) error {
 	if s.dialect != DialectMySQL {
 		return fn()
 	}
-	conn, err := s.w.Conn(ctx)
+	token, err := s.takeMigrationLock(ctx)
 	if err != nil {
 		return fmt.Errorf("take migration lock: %w", err)
 	}
-	defer conn.Close()
-	l := mysqlLocker{log: s.log}
-	if err := l.SessionLock(ctx, conn); err != nil {
-		return err
-	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go s.renewMigrationLock(token, stop, done) // stopped and waited for below
 	ferr := fn()
-	// Closing the connection would free the lock too; unlock so the
-	// connection can go back to the pool.
-	uerr := l.SessionUnlock(context.WithoutCancel(ctx), conn)
-	return errors.Join(ferr, uerr)
+	close(stop)
+	<-done
+	var rerr error
+	if _, err := s.exec(context.WithoutCancel(ctx),
+		`DELETE FROM migration_lock WHERE id = 1 AND token = ?`, token); err != nil {
+		rerr = fmt.Errorf("release migration lock: %w", err)
+	}
+	return errors.Join(ferr, rerr)
+}
+
+// Timing of the migration lock: how long it outlives a holder that died,
+// how often the holder renews it, how often a waiter tries to take it.
+const (
+	migrationLockTTL   = time.Minute
+	migrationLockRenew = 10 * time.Second
+	migrationLockPoll  = 250 * time.Millisecond
+)
+
+// The migration lock's table is not a migration: it must exist before the
+// first one runs. Row 1 is the lock while it exists.
+const createMigrationLock = `CREATE TABLE IF NOT EXISTS migration_lock (
+    id         INT      NOT NULL,
+    token      CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    expires_at BIGINT   NOT NULL,
+    PRIMARY KEY (id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+
+// takeMigrationLock waits for ctx until it holds the migration lock, and
+// returns the token it holds it with.
+func (s *Store) takeMigrationLock(ctx context.Context) (string, error) {
+	if _, err := s.w.ExecContext(ctx, createMigrationLock); err != nil {
+		return "", err
+	}
+	token := newToken()
+	for logged := false; ; logged = true {
+		// A lock whose holder died is anyone's once it has expired.
+		_, err := s.exec(ctx, `DELETE FROM migration_lock WHERE id = 1 AND expires_at <= `+s.dbNow())
+		if err == nil {
+			_, err = s.exec(ctx, `INSERT INTO migration_lock (id, token, expires_at) VALUES (1, ?, `+s.dbNow()+` + ?)`,
+				token, millis(migrationLockTTL))
+			if err == nil {
+				return token, nil
+			}
+		}
+		if !isDuplicate(err) && !isConflict(err) {
+			return "", err
+		}
+		if !logged {
+			s.log.Info("db_migration_lock_wait")
+		}
+		t := time.NewTimer(migrationLockPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		}
+	}
+}
+
+// renewMigrationLock keeps the lock token holds alive until stop is
+// closed, then closes done.
+func (s *Store) renewMigrationLock(token string, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(migrationLockRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), migrationLockRenew)
+		res, err := s.exec(ctx, `UPDATE migration_lock SET expires_at = `+s.dbNow()+` + ? WHERE id = 1 AND token = ?`,
+			millis(migrationLockTTL), token)
+		cancel()
+		if err == nil {
+			err = mustAffect(res)
+		}
+		if err != nil {
+			s.log.WithError(err).Warn("db_migration_lock_renew_failed")
+		}
+	}
+}
+
+// newToken returns 16 random bytes in hex.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 // Migrate applies the embedded goose migrations for the store's dialect.
@@ -112,44 +206,4 @@ func (s *Store) SchemaVersion(ctx context.Context) (current, latest int64, err e
 		latest = srcs[len(srcs)-1].Version
 	}
 	return current, latest, nil
-}
-
-// mysqlLockWait is how long one GET_LOCK call waits; the locker retries
-// until its context ends, logging once that it waits.
-const mysqlLockWait = 2 * time.Second
-
-// mysqlLocker is the migration lock over MySQL's named locks, scoped to
-// the current database. A named lock dies with its connection, so a
-// crashed migrator never leaves it held.
-type mysqlLocker struct{ log logrus.FieldLogger }
-
-const mysqlLockName = `CONCAT('obmd_migrate_', MD5(DATABASE()))`
-
-// SessionLock takes the migration lock on conn, waiting for ctx.
-func (l mysqlLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
-	for logged := false; ; logged = true {
-		var got sql.NullInt64
-		err := conn.QueryRowContext(ctx,
-			`SELECT GET_LOCK(`+mysqlLockName+`, ?)`, int(mysqlLockWait/time.Second)).Scan(&got)
-		if err != nil {
-			return fmt.Errorf("take migration lock: %w", err)
-		}
-		if got.Valid && got.Int64 == 1 {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("take migration lock: %w", err)
-		}
-		if !logged {
-			l.log.Info("db_migration_lock_wait")
-		}
-	}
-}
-
-// SessionUnlock releases the migration lock held by conn.
-func (l mysqlLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, `DO RELEASE_LOCK(`+mysqlLockName+`)`); err != nil {
-		return fmt.Errorf("release migration lock: %w", err)
-	}
-	return nil
 }

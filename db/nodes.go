@@ -23,7 +23,7 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 		n.InfoSealed = []byte{} // the column is NOT NULL
 	}
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
-		epoch, err := s.recordChange(ctx, tx, n.Label)
+		epoch, err := s.recordChange(ctx, tx, n.Label, ReasonNodeCreated)
 		if err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func (s *Store) UpdateNodeInfo(ctx context.Context, label, typ string, sealed []
 	}
 	var n Node
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
-		epoch, err := s.recordChange(ctx, tx, label)
+		epoch, err := s.recordChange(ctx, tx, label, ReasonNodeChanged)
 		if err != nil {
 			return err
 		}
@@ -129,7 +129,7 @@ func (s *Store) DeleteNode(ctx context.Context, label string) (int64, error) {
 	var epoch int64
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if epoch, err = s.recordChange(ctx, tx, label); err != nil {
+		if epoch, err = s.recordChange(ctx, tx, label, ReasonNodeDeleted); err != nil {
 			return err
 		}
 		// Token and keys go with it: ON DELETE CASCADE.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -40,6 +41,8 @@ type Store struct {
 	audit   auditQueue
 	stmts   stmtCache
 	writes  writeWatch
+	// conflicts counts writes run again after losing a conflict.
+	conflicts atomic.Int64
 }
 
 // Open connects to dsn: a SQLite file path (or "file:..." URI), or
@@ -52,21 +55,43 @@ type Store struct {
 // see openSQLite; other processes cannot open the file meanwhile). A new database file is created with mode 0600,
 // and its directory, if missing, with mode 0700 (not for "file:" URIs,
 // which SQLite opens itself).
-// MySQL defaults: parseTime, a 5 s dial timeout, clientFoundRows. Errors
-// never contain the DSN's password.
-func Open(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
+// MySQL defaults: parseTime, a 5 s dial timeout, clientFoundRows, and on a
+// Galera node wsrep_sync_wait=1 (see openMySQL). Errors never contain the
+// DSN's password.
+func Open(ctx context.Context, dsn string, log logrus.FieldLogger, opts ...Option) (*Store, error) {
 	if log == nil {
 		return nil, errors.New("open database: nil logger")
 	}
 	if strings.TrimSpace(dsn) == "" {
 		return nil, errors.New("open database: empty DSN")
 	}
+	var (
+		s   *Store
+		err error
+	)
 	if strings.HasPrefix(dsn, mysqlScheme) {
-		return openMySQL(ctx, strings.TrimPrefix(dsn, mysqlScheme), log)
+		s, err = openMySQL(ctx, strings.TrimPrefix(dsn, mysqlScheme), log)
+	} else {
+		s, err = openSQLite(ctx, dsn, log)
 	}
-	return openSQLite(ctx, dsn, log)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
+// openMySQL opens a pool on dsn. On a Galera node (wsrep_on) every
+// connection also sets wsrep_sync_wait=1 unless the DSN sets it: Galera
+// applies a write committed through another node a little later on this
+// one, and without a causality wait a read here could still see the access
+// that write took away (a rotated token would still log in). With it, each
+// read (and the BEGIN of each transaction) first waits until this node has
+// applied everything the cluster had committed when the read began. Writes
+// need no wait: certification refuses one based on a row that changed
+// elsewhere, and retryConflicts runs it again.
 func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -77,9 +102,50 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 	}
 	cfg.ParseTime = true
 	cfg.ClientFoundRows = true // RowsAffected counts matched rows, as on SQLite
+	cfg.Logger = driverLog{log}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
+	pool, err := mysqlPool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	galera, err := isGalera(ctx, pool)
+	if err != nil {
+		_ = pool.Close() // the query's error is the one worth returning
+		return nil, redact(fmt.Errorf("open mysql %s/%s: %w", cfg.Addr, cfg.DBName, err), cfg.Passwd)
+	}
+	if _, set := cfg.Params[syncWait]; galera && !set {
+		_ = pool.Close() // opened again with the wait on every connection
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params[syncWait] = "1"
+		if pool, err = mysqlPool(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	f := logrus.Fields{"dialect": DialectMySQL, "addr": cfg.Addr, "database": cfg.DBName}
+	if galera {
+		f["galera"], f[syncWait] = true, cfg.Params[syncWait]
+	}
+	log.WithFields(f).Info("db_open")
+	return &Store{dialect: DialectMySQL, w: pool, r: pool, log: log, now: time.Now}, nil
+}
+
+// driverLog takes the MySQL driver's messages ("closing bad idle
+// connection", a broken pipe when a server went away) into the store's
+// log at Debug instead of bare lines on stderr: the failure they go with
+// reaches the caller as an error anyway.
+type driverLog struct{ log logrus.FieldLogger }
+
+func (d driverLog) Print(v ...any) { d.log.WithField("detail", fmt.Sprint(v...)).Debug("mysql_driver") }
+
+// syncWait is Galera's causality-wait variable (openMySQL).
+const syncWait = "wsrep_sync_wait"
+
+// mysqlPool opens and pings a pool on cfg.
+func mysqlPool(ctx context.Context, cfg *mysql.Config) (*sql.DB, error) {
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, redact(fmt.Errorf("configure mysql: %w", err), cfg.Passwd)
@@ -94,8 +160,22 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 		_ = pool.Close() // the ping error is the one worth returning
 		return nil, redact(fmt.Errorf("ping mysql %s/%s: %w", cfg.Addr, cfg.DBName, err), cfg.Passwd)
 	}
-	log.WithFields(logrus.Fields{"dialect": DialectMySQL, "addr": cfg.Addr, "database": cfg.DBName}).Info("db_open")
-	return &Store{dialect: DialectMySQL, w: pool, r: pool, log: log, now: time.Now}, nil
+	return pool, nil
+}
+
+// isGalera reports whether the server is a Galera node with replication on.
+// MySQL, and MariaDB built without wsrep, do not know the variable.
+func isGalera(ctx context.Context, pool *sql.DB) (bool, error) {
+	var on sql.NullInt64
+	err := pool.QueryRowContext(ctx, `SELECT @@wsrep_on`).Scan(&on)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1193 { // ER_UNKNOWN_SYSTEM_VARIABLE
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ask for wsrep_on: %w", err)
+	}
+	return on.Valid && on.Int64 == 1, nil
 }
 
 // passwordOf extracts the password from a DSN that mysql.ParseDSN rejected,

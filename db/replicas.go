@@ -13,13 +13,15 @@ type Replica struct {
 	Addr string // its peer address
 	// Applied is the epoch up to which the replica has applied every access
 	// change, as of its last announcement.
-	Applied   int64
+	Applied int64
+	// ExpiresAt is when the announcement expires, on the store's clock (the
+	// time the answer arrived plus what the database said was left).
 	ExpiresAt time.Time
 }
 
-// Announce records that replica id is alive until now+ttl, reachable at
-// addr, having applied every access change up to applied. Replicas call it
-// at each poll of the access changes.
+// Announce records that replica id is alive for ttl from the database's
+// now, reachable at addr, having applied every access change up to applied.
+// Replicas call it at each poll of the access changes.
 func (s *Store) Announce(ctx context.Context, id, addr string, applied int64, ttl time.Duration) error {
 	if err := checkLen("replica id", id, maxOwnerLen); err != nil {
 		return fmt.Errorf("announce replica: %w", err)
@@ -27,12 +29,12 @@ func (s *Store) Announce(ctx context.Context, id, addr string, applied int64, tt
 	if len(addr) > maxAddrLen {
 		return fmt.Errorf("announce replica %s: peer address longer than %d bytes", id, maxAddrLen)
 	}
-	exp := toMillis(s.stamp().Add(ttl))
-	res, err := s.exec(ctx, `UPDATE replicas SET peer_addr = ?, applied = ?, expires_at = ? WHERE id = ?`,
+	exp := millis(ttl)
+	res, err := s.exec(ctx, `UPDATE replicas SET peer_addr = ?, applied = ?, expires_at = `+s.dbNow()+` + ? WHERE id = ?`,
 		addr, applied, exp, id)
 	if err == nil {
 		if err = mustAffect(res); errors.Is(err, ErrNotFound) {
-			_, err = s.exec(ctx, `INSERT INTO replicas (id, peer_addr, applied, expires_at) VALUES (?, ?, ?, ?)`,
+			_, err = s.exec(ctx, `INSERT INTO replicas (id, peer_addr, applied, expires_at) VALUES (?, ?, ?, `+s.dbNow()+` + ?)`,
 				id, addr, applied, exp)
 		}
 	}
@@ -50,19 +52,21 @@ func (s *Store) Withdraw(ctx context.Context, id string) error {
 	return nil
 }
 
-// Replicas returns the replicas whose announcement has not expired, by ID.
-// Expired ones are left in place (a restart with the same ID overwrites
-// its row).
+// Replicas returns the replicas whose announcement has not expired on the
+// database's clock, by ID. Expired ones are left in place (a restart with
+// the same ID overwrites its row).
 func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
 	return s.ReplicasWithin(ctx, 0)
 }
 
 // ReplicasWithin returns the replicas whose announcement has not expired,
-// or expired less than grace ago, by ID: those another replica must still
-// count as running, when it leaves a margin for the clocks.
+// or expired less than grace ago, on the database's clock, by ID: those
+// another replica must still count as running when it leaves a margin
+// (cluster.Config.FenceMargin). The announcement's expiry is stamped and
+// compared by the same clock, so the replicas' clocks play no part.
 func (s *Store) ReplicasWithin(ctx context.Context, grace time.Duration) ([]Replica, error) {
-	rows, err := s.query(ctx, `SELECT id, peer_addr, applied, expires_at FROM replicas WHERE expires_at > ? ORDER BY id`,
-		toMillis(s.now().Add(-grace)))
+	rows, err := s.query(ctx, `SELECT id, peer_addr, applied, expires_at - `+s.dbNow()+`
+		FROM replicas WHERE expires_at > `+s.dbNow()+` - ? ORDER BY id`, grace.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}
@@ -70,13 +74,13 @@ func (s *Store) ReplicasWithin(ctx context.Context, grace time.Duration) ([]Repl
 	var out []Replica
 	for rows.Next() {
 		var (
-			r   Replica
-			exp int64
+			r    Replica
+			left int64 // on the database's clock
 		)
-		if err := rows.Scan(&r.ID, &r.Addr, &r.Applied, &exp); err != nil {
+		if err := rows.Scan(&r.ID, &r.Addr, &r.Applied, &left); err != nil {
 			return nil, fmt.Errorf("list replicas: %w", err)
 		}
-		r.ExpiresAt = fromMillis(exp)
+		r.ExpiresAt = s.fromNow(left)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -99,6 +99,8 @@ func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows
 
 // exec runs a write outside any transaction through a cached statement on
 // the writer pool, for the statements replicas run all the time (leases).
+// A statement that lost a conflict is run again (retryConflicts), so it
+// must be safe to repeat; each one is a transaction of its own.
 // Never call it from inside withTx: on SQLite the writer pool's single
 // connection belongs to the transaction, so exec (preparing or executing)
 // would wait for it forever. In a transaction use tx.StmtContext on a
@@ -109,7 +111,13 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(ctx, args...)
+	var res sql.Result
+	err = s.retryConflicts(ctx, func() error {
+		var err error
+		res, err = st.ExecContext(ctx, args...)
+		return err
+	})
+	return res, err
 }
 
 // rowScanner is *sql.Row or an error standing in for one.

@@ -1,7 +1,17 @@
 // Package db owns obmd's persistent state over database/sql: nodes (with
-// sealed BMC info), node tokens (SHA-256 only), node keys, access epochs and
-// the audit log, on SQLite (modernc.org/sqlite, the embedded default) or
-// MySQL/MariaDB (production, shared by replicas).
+// sealed BMC info), node tokens (SHA-256 only), node keys, access epochs,
+// the audit log and the console history (per tenancy; it implements
+// sol/history's Store), on SQLite (modernc.org/sqlite, the embedded
+// default) or MySQL/MariaDB (production, shared by replicas); and for
+// certificate logins, the trusted CAs, certificate revocations and node
+// principals.
+//
+// Every change of who may access a node takes the next access epoch and a
+// row in access_changes, which replicas poll in epoch order. A change of
+// who may log in that is no single node's (a CA removed, a certificate
+// revoked) is a credential change: it takes an epoch and a row too, with
+// no node (Change.Cred says which sessions it ends), so replicas learn it
+// in the same poll, in order with the node changes.
 package db
 
 import (
@@ -50,7 +60,75 @@ type Key struct {
 // Change is one access change (see Node.Epoch), for replicas that watch.
 type Change struct {
 	Epoch int64 // the node's new epoch; changes are ordered by it
-	Node  string
+	// Node is the node changed; "" for a credential change (Cred).
+	Node string
+	// Reason says why, for the sessions the change cuts (one of the
+	// Reason* texts); empty for changes recorded before migration 6.
+	Reason string
+	// Cred is what a credential change (Node "") changed; zero otherwise.
+	Cred CredChange
+}
+
+// Credential change kinds (CredChange.Kind; Revocation.Kind takes the last
+// two).
+const (
+	CredCA     = "ca"     // a CA is no longer trusted
+	CredSerial = "serial" // certificates revoked by serial
+	CredKeyID  = "key_id" // certificates revoked by key id
+)
+
+// CredChange is a credential change: a change of who may log in that is no
+// single node's. Sessions it Affects must end, on every replica; it moves
+// no node's epoch (a node's tenancy goes on).
+type CredChange struct {
+	Kind string // CredCA, CredSerial or CredKeyID
+	// CA is the fingerprint of the CA concerned; "" (revocations only):
+	// every CA.
+	CA     string
+	Serial uint64 // CredSerial
+	KeyID  string // CredKeyID
+}
+
+// Affects reports whether a session that logged in with a certificate of
+// the CA whose key has fingerprint ca, with serial and keyID, must end.
+// A kind this version does not know (a newer replica's) ends every
+// certificate session: fail closed.
+func (c CredChange) Affects(ca string, serial uint64, keyID string) bool {
+	ofCA := c.CA == "" || c.CA == ca
+	switch c.Kind {
+	case CredCA:
+		return ca == c.CA
+	case CredSerial:
+		return ofCA && serial == c.Serial
+	case CredKeyID:
+		return ofCA && keyID == c.KeyID
+	}
+	return true
+}
+
+// CA is a trusted user CA: certificates it signs may open nodes.
+type CA struct {
+	Fingerprint string // SHA256:... of its key
+	Name        string // the admin's name for it ("hil")
+	Line        string // its authorized-key line
+	CreatedAt   time.Time
+}
+
+// Revocation refuses certificates before they expire: by serial or by key
+// id, of one CA or of every CA.
+type Revocation struct {
+	Kind string // CredSerial or CredKeyID
+	// CA is the fingerprint of the CA whose certificates it refuses; ""
+	// refuses them whatever their CA.
+	CA     string
+	Serial uint64 // Kind CredSerial
+	KeyID  string // Kind CredKeyID
+	// ExpiresAt is when the certificates it refuses would have expired
+	// anyway (the caller knows it): after it, plus the certificate
+	// policy's skew, the row may be purged (PurgeRevocations). Zero keeps
+	// it for good.
+	ExpiresAt time.Time
+	CreatedAt time.Time
 }
 
 // AuditEvent is one audit record. Never holds a secret.

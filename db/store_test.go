@@ -22,10 +22,40 @@ type storeCase struct {
 // testEnv is where a case's store lives.
 type testEnv struct {
 	dsn string // the store's database
+	// dsns reach the same database through each server: on Galera one per
+	// node (dsns[0] == dsn), else just dsn.
+	dsns []string
 }
 
-// TestStore runs every case against SQLite and, when OBMD_TEST_MYSQL_DSN is
-// set, MariaDB/MySQL, each case on a fresh database.
+// at returns the DSN of the database through server i (modulo the number
+// of servers): a case that opens more stores spreads them over the nodes.
+func (e testEnv) at(i int) string { return e.dsns[i%len(e.dsns)] }
+
+// testEngine is an engine a case runs on: env creates a fresh database.
+type testEngine struct {
+	name string
+	env  func(t testing.TB) testEnv
+}
+
+// testEngines lists SQLite, MySQL, and a Galera cluster (started once for
+// this test binary, by the first case that runs on it: see TestMain).
+func testEngines() []testEngine {
+	var out []testEngine
+	for _, e := range dbtest.Engines() {
+		out = append(out, testEngine{e.Name, func(t testing.TB) testEnv {
+			dsn := e.DSN(t)
+			return testEnv{dsn: dsn, dsns: []string{dsn}}
+		}})
+	}
+	return append(out, testEngine{"galera", func(t testing.TB) testEnv {
+		dsns := galeraCluster.Database(t)
+		return testEnv{dsn: dsns[0], dsns: dsns}
+	}})
+}
+
+// TestStore runs every case against SQLite, MariaDB/MySQL (when
+// OBMD_TEST_MYSQL_DSN is set) and a Galera cluster, each case on a fresh
+// database.
 func TestStore(t *testing.T) {
 	cases := []storeCase{
 		{"nodes", testNodes},
@@ -47,12 +77,12 @@ func TestStore(t *testing.T) {
 
 // runCases runs every case on every engine, each on a fresh database.
 func runCases(t *testing.T, cases []storeCase) {
-	for _, e := range dbtest.Engines() {
-		t.Run(e.Name, func(t *testing.T) {
+	for _, e := range testEngines() {
+		t.Run(e.name, func(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
-					dsn := e.DSN(t)
-					c.run(t, openTestStore(t, dsn), testEnv{dsn: dsn})
+					env := e.env(t)
+					c.run(t, openTestStore(t, env.dsn), env)
 				})
 			}
 		})
@@ -80,6 +110,23 @@ func openTestStore(t testing.TB, dsn string) *Store {
 	var tick atomic.Int64
 	base := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	s.now = func() time.Time { return base.Add(time.Duration(tick.Add(1)) * time.Millisecond) }
+	return s
+}
+
+// openUnmigrated opens dsn with opts, without migrating it (and without
+// the test clock of openTestStore).
+func openUnmigrated(t *testing.T, dsn string, opts ...Option) *Store {
+	t.Helper()
+	log, _ := logtest.NewNullLogger()
+	s, err := Open(context.Background(), dsn, log, opts...)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	return s
 }
 
@@ -393,30 +440,30 @@ func testChanges(t *testing.T, s *Store, _ testEnv) {
 		t.Fatalf("changes of empty store: got %v, %v, want none", got, err)
 	}
 	var want []Change
-	record := func(node string, epoch int64, err error) {
+	record := func(node, reason string, epoch int64, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("change of %s: %v", node, err)
 		}
-		want = append(want, Change{Epoch: epoch, Node: node})
+		want = append(want, Change{Epoch: epoch, Node: node, Reason: reason})
 	}
 	a := mustCreate(t, s, "a")
-	record("a", a.Epoch, nil)
+	record("a", ReasonNodeCreated, a.Epoch, nil)
 	b := mustCreate(t, s, "b")
-	record("b", b.Epoch, nil)
+	record("b", ReasonNodeCreated, b.Epoch, nil)
 	e, err := s.SetToken(ctx, "a", keys.HashToken("t"))
-	record("a", e, err)
+	record("a", ReasonTokenRotated, e, err)
 	if err := s.AddKey(ctx, Key{Node: "b", Fingerprint: "SHA256:k", Line: "l"}); err != nil {
 		t.Fatal(err)
 	}
 	e, err = s.DeleteKey(ctx, "b", "SHA256:k")
-	record("b", e, err)
+	record("b", ReasonKeyRemoved, e, err)
 	u, err := s.UpdateNodeInfo(ctx, "b", "ipmi", []byte("x"))
-	record("b", u.Epoch, err)
+	record("b", ReasonNodeChanged, u.Epoch, err)
 	e, err = s.DeleteNode(ctx, "a")
-	record("a", e, err)
+	record("a", ReasonNodeDeleted, e, err)
 	e, err = s.RevokeToken(ctx, "b")
-	record("b", e, err)
+	record("b", ReasonTokenRevoked, e, err)
 
 	got, err := s.ChangesSince(ctx, 0, 0)
 	if err != nil {
@@ -474,7 +521,7 @@ func testEpochsNeverReused(t *testing.T, s *Store, env testEnv) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s2 := openTestStore(t, env.dsn)
+	s2 := openTestStore(t, env.at(1))
 	n := mustCreate(t, s2, "n")
 	see("create after reopen", n.Epoch)
 }

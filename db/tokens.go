@@ -14,7 +14,7 @@ func (s *Store) SetToken(ctx context.Context, label string, h keys.TokenHash) (i
 	var epoch int64
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if epoch, err = s.recordChange(ctx, tx, label); err != nil {
+		if epoch, err = s.recordChange(ctx, tx, label, ReasonTokenRotated); err != nil {
 			return err
 		}
 		if err := setEpoch(ctx, tx, label, epoch); err != nil {
@@ -40,7 +40,7 @@ func (s *Store) RevokeToken(ctx context.Context, label string) (int64, error) {
 	var epoch int64
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if epoch, err = s.recordChange(ctx, tx, label); err != nil {
+		if epoch, err = s.recordChange(ctx, tx, label, ReasonTokenRevoked); err != nil {
 			return err
 		}
 		if err := setEpoch(ctx, tx, label, epoch); err != nil {

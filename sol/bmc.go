@@ -55,7 +55,8 @@ type BMC interface {
 	// An unknown device is ErrBadBootDevice.
 	SetBootDevice(ctx context.Context, dev string, persistent bool) error
 	// OpenConsole activates SOL and returns the live console. An already
-	// active payload is ErrPayloadActive (wrapped). ctx bounds only the
+	// active payload is ErrPayloadActive (wrapped); a node without a
+	// console is ErrNoConsole (wrapped), which the Manager does not retry. ctx bounds only the
 	// opening: the Console lives until its Close, not until ctx ends.
 	OpenConsole(ctx context.Context) (Console, error)
 	// DeactivateConsole frees a SOL payload left active by someone else (a
@@ -111,6 +112,32 @@ type Info struct {
 	Cipher *int `json:"cipher,omitempty"`
 	// Interface is the ipmitool interface; empty means "lanplus".
 	Interface string `json:"interface,omitempty"`
+}
+
+// Canonical returns i with each documented default in its absent form
+// (port 623 as 0, cipher -1 as nil, interface "lanplus" as ""), so that two
+// registrations of the same BMC compare equal.
+func (i Info) Canonical() Info {
+	if i.Port == 623 {
+		i.Port = 0
+	}
+	if i.Interface == "lanplus" {
+		i.Interface = ""
+	}
+	if i.Cipher != nil && *i.Cipher < 0 {
+		i.Cipher = nil
+	}
+	return i
+}
+
+// Equal reports whether i and other reach the same BMC the same way.
+func (i Info) Equal(other Info) bool {
+	x, y := i.Canonical(), other.Canonical()
+	if (x.Cipher == nil) != (y.Cipher == nil) || x.Cipher != nil && *x.Cipher != *y.Cipher {
+		return false
+	}
+	x.Cipher, y.Cipher = nil, nil
+	return x == y
 }
 
 // Resolver finds the BMC of a node by label (from the database, with its

@@ -4,9 +4,11 @@
 //
 // Drivers (sol/ipmi, sol/ipmitool, sol/redfish, sol/sim) implement BMC, and
 // Diagnoser (the driver's half of doctor: Check steps, each with an
-// administrator's detail and a tenant's text). The Manager keeps one Link
-// per node with a scrollback ring and fans its output out to Viewers; it
-// knows nothing of SSH or HTTP.
+// administrator's detail and a tenant's text); each exports its info's
+// Check, which the node types table runs at registration. The Manager
+// keeps one Link per node with a scrollback ring and fans its output out to
+// Viewers (a viewer's session ID travels in AttachOptions); it knows
+// nothing of SSH or HTTP, nor of any driver.
 //
 // IPMIOptions is what the IPMI drivers share, and the composition root
 // owns: the cipher suites tried for a node that pins none and the memory

@@ -27,8 +27,14 @@ const (
 	// does not resolve.
 	FaultUnreachable
 	// FaultRejected: the BMC answered a request with an error (an IPMI
-	// completion code: not supported in the present state, ...).
+	// completion code, a Redfish action the system does not allow, ...).
 	FaultRejected
+	// FaultCertificate: the BMC's TLS certificate did not verify (Redfish);
+	// nothing was sent to it.
+	FaultCertificate
+	// FaultNotReached: the BMC took the request, but the node did not reach
+	// the state asked for in time (Redfish waits for it).
+	FaultNotReached
 	// FaultCipher: the BMC answered but refused every IPMI cipher suite
 	// obmd proposed (Error.Suites names them), before any credential was
 	// checked.
@@ -46,6 +52,10 @@ func (f Fault) String() string {
 		return "the BMC is unreachable"
 	case FaultRejected:
 		return "the BMC rejected the request"
+	case FaultCertificate:
+		return "the BMC's TLS certificate is not trusted"
+	case FaultNotReached:
+		return "the node did not reach the requested state in time"
 	case FaultCipher:
 		return "the BMC refused the IPMI cipher suite"
 	}
@@ -101,10 +111,21 @@ func suiteList(suites []int) string {
 // line (ipmitool's escape rule); nothing was sent.
 var ErrBreakMidLine = errors.New("break is only possible right after CR or LF (press Enter first)")
 
+// ErrNoConsole: the node has no serial console (a BMC type that offers
+// none, or a node registered without one). It is ErrNotSupported too
+// (errors.Is), so the console hub gives up at once instead of retrying.
+var ErrNoConsole error = noConsole{}
+
+type noConsole struct{}
+
+func (noConsole) Error() string { return "this node has no serial console" }
+func (noConsole) Unwrap() error { return ErrNotSupported }
+
 // public are the errors whose own text is written for tenants: the hub's
 // and the drivers' sentinels. A driver wraps them with detail that may not
 // be (a label, an address); TenantText shows the sentinel's text alone.
 var public = []error{
+	ErrNoConsole, // before ErrNotSupported, which it wraps
 	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrSOLDisabled, ErrBreakMidLine,
 	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown,
 }

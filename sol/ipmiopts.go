@@ -17,15 +17,15 @@ import (
 type IPMIOptions struct {
 	// CipherOrder is the cipher suites tried in turn, for a node whose info
 	// names none, until one opens a session (default DefaultCipherOrder).
-	CipherOrder []int
+	CipherOrder []int `yaml:"cipher_order"`
 	// Ciphers remembers the suite that worked, per node, so that later
 	// sessions start with it, and the drivers log a node's choice once
 	// (ipmi_cipher_selected). Nil remembers nothing: every session tries
 	// CipherOrder from the top, and no choice is logged.
-	Ciphers *Ciphers
+	Ciphers *Ciphers `yaml:"-"`
 	// SOLEnable is what a driver does when activating SOL fails because
 	// SOL is switched off on the BMC (default SOLEnableAuto).
-	SOLEnable SOLEnablePolicy
+	SOLEnable SOLEnablePolicy `yaml:"sol_enable"`
 	// OnSOLEnable, when set, is told each time a driver switched SOL on at
 	// a node's BMC (SOLEnabled says what it changed), so that the caller
 	// audits "sol.enable" on the node. It is called by the goroutine that
@@ -35,11 +35,11 @@ type IPMIOptions struct {
 	// opening's (OpenConsole's deadline): the hook should finish within
 	// it, and must not call back into the driver. The driver logs the
 	// change (sol_enabled) whether or not a hook is set.
-	OnSOLEnable func(ctx context.Context, e SOLEnabled)
+	OnSOLEnable func(ctx context.Context, e SOLEnabled) `yaml:"-"`
 	// ConsoleHeld, when set, reports whether obmd (this replica or another)
 	// holds the SOL link of the node label, so that a diagnosis can tell
 	// obmd's own active payload from someone else's. Nil: obmd holds none.
-	ConsoleHeld func(label string) bool
+	ConsoleHeld func(label string) bool `yaml:"-"`
 }
 
 // DefaultCipherOrder is the order of cipher suites tried when a node names

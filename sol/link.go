@@ -105,6 +105,10 @@ func (n *node) run(ctx context.Context) {
 		if err != nil {
 			n.m.st.openErrors.Add(1)
 			n.log.WithField("state", stateOpenFailed).WithError(err).Warn("console link state")
+			if errors.Is(err, ErrNotSupported) { // no console to open (ErrNoConsole): final
+				n.giveUp(err)
+				return
+			}
 			n.trouble("cannot open console: " + TenantText(err) + "; retrying")
 			if !n.sleep(ctx, b.next()) {
 				return
@@ -134,6 +138,18 @@ func (n *node) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// giveUp retires the node with err, a failure no retry mends: its viewers
+// end with it (and say so), and a later viewer tries again afresh. Owner
+// only.
+func (n *node) giveUp(err error) {
+	m := n.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m.retireLocked(n, err)
 }
 
 // finish runs when the owner returns: the next link of this label may open.

@@ -35,34 +35,36 @@ var (
 // Backoff bounds the delay between attempts to (re)open a console link. The
 // delay doubles from Min up to Max; each wait is drawn from [d/2, d].
 type Backoff struct {
-	Min, Max time.Duration
+	Min time.Duration `yaml:"min"`
+	Max time.Duration `yaml:"max"`
 }
 
-// Config tunes the Manager. Zero fields take the documented defaults.
+// Config tunes the Manager (the YAML section console). Zero fields take the
+// documented defaults.
 //
 // There is no keepalive here: drivers detect a silent or dead BMC themselves
 // and make Console.Read fail, which the Manager treats as a lost link.
 type Config struct {
 	// Scrollback is the size of each node's scrollback ring (default 16 KiB).
-	Scrollback int
+	Scrollback int `yaml:"scrollback"`
 	// Linger keeps a link open this long after its last viewer leaves
 	// (default 2 s), so a quick reconnect finds the link and its scrollback.
-	Linger time.Duration
+	Linger time.Duration `yaml:"linger"`
 	// QueueBytes bounds each viewer's pending output (default 256 KiB).
 	// A viewer that falls further behind skips ahead (Chunk.Skipped), or is
 	// ended with ErrSlowViewer when DropSlow is set. An Exclusive console's
 	// link instead stops reading while its viewer's queue is full, so its
 	// viewer never falls behind.
-	QueueBytes int
+	QueueBytes int `yaml:"viewer_queue"`
 	// DropSlow ends a viewer on overflow instead of skipping ahead.
-	DropSlow bool
+	DropSlow bool `yaml:"drop_slow_viewers"`
 	// OpenTimeout bounds each step of opening a link: Resolve, OpenConsole,
 	// DeactivateConsole (default 10 s). It also bounds a Break.
-	OpenTimeout time.Duration
+	OpenTimeout time.Duration `yaml:"open_timeout"`
 	// Backoff paces reopen attempts (default 250 ms .. 10 s).
-	Backoff Backoff
+	Backoff Backoff `yaml:"backoff"`
 	// Now is the clock for ViewerInfo.Since (default time.Now).
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 }
 
 func (c *Config) setDefaults() error {
@@ -150,8 +152,13 @@ func NewManager(cfg Config, r Resolver, log logrus.FieldLogger) (*Manager, error
 
 // AttachOptions says who attaches and how.
 type AttachOptions struct {
-	// Name identifies the viewer in notices, banners and `sessions`
-	// ("user@addr #id").
+	// Session is the viewer's session ID in obmd's session registry ("12"),
+	// so that `sessions` can tell which session writes; "" for a viewer
+	// that is no session of this replica (a relay).
+	Session string
+	// Name is how other viewers are told of this one (banners, takeover
+	// notices): never an address or a credential. Default "#" and the
+	// session ID, as `sessions` lists it.
 	Name string
 	// ReadOnly: never becomes writer by itself (it may still TakeWrite).
 	ReadOnly bool
@@ -166,11 +173,12 @@ type AttachOptions struct {
 	Relay bool
 }
 
-// ViewerInfo describes an attached viewer.
+// ViewerInfo describes an attached viewer, as AttachOptions named it.
 type ViewerInfo struct {
-	Name   string    `json:"name"`
-	Writer bool      `json:"writer"`
-	Since  time.Time `json:"since"`
+	Session string    `json:"session,omitempty"`
+	Name    string    `json:"name"`
+	Writer  bool      `json:"writer"`
+	Since   time.Time `json:"since"`
 	// Relay marks a viewer attached with AttachOptions.Relay: its Name
 	// names another replica, which is for operators, not tenants.
 	Relay bool `json:"relay"`
@@ -209,7 +217,11 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 	if n == nil {
 		n, start = m.newNodeLocked(label)
 	}
+	if o.Name == "" && o.Session != "" {
+		o.Name = "#" + o.Session
+	}
 	v := newViewer(m, n, o.Name, m.cfg.Now())
+	v.session = o.Session
 	v.relay = o.Relay
 	m.wg.Add(1)
 	go v.pump()
@@ -232,7 +244,7 @@ func (m *Manager) Viewers(label string) []ViewerInfo {
 	defer n.mu.Unlock()
 	out := make([]ViewerInfo, 0, len(n.viewers))
 	for _, v := range n.viewers {
-		out = append(out, ViewerInfo{Name: v.name, Writer: n.writer == v, Since: v.since, Relay: v.relay})
+		out = append(out, ViewerInfo{Session: v.session, Name: v.name, Writer: n.writer == v, Since: v.since, Relay: v.relay})
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,4 +111,41 @@ func (c *dropConsole) Break(context.Context) error { return nil }
 func (c *dropConsole) Close() error {
 	c.once.Do(func() { close(c.dead) })
 	return nil
+}
+
+// TestNoConsoleIsFinal: a BMC that has no console (sol.ErrNoConsole from
+// OpenConsole) ends its viewers with that, in words a tenant reads, after
+// one attempt; it is not retried while they wait.
+func TestNoConsoleIsFinal(t *testing.T) {
+	b := &noConsoleBMC{}
+	m := newManager(t, sol.Config{}, b)
+	v := attach(t, m, "n1", "one", sol.AttachOptions{})
+	select {
+	case <-v.Done():
+	case <-time.After(wait):
+		t.Fatal("viewer of a node without a console did not end")
+	}
+	if got, want := sol.TenantText(v.Err()), "this node has no serial console"; got != want {
+		t.Errorf("tenant text: got %q, want %q", got, want)
+	}
+	time.Sleep(100 * time.Millisecond) // the test's backoff would retry within 5 ms
+	if got := b.attempts.Load(); got != 1 {
+		t.Errorf("OpenConsole calls: got %d, want 1", got)
+	}
+	if st := m.Stats(); st.Links != 0 || st.Viewers != 0 {
+		t.Errorf("stats: got %d links, %d viewers, want none", st.Links, st.Viewers)
+	}
+}
+
+// noConsoleBMC has no serial console.
+type noConsoleBMC struct {
+	noOps
+	attempts atomic.Int32
+}
+
+func (b *noConsoleBMC) Resolve(context.Context, string) (sol.BMC, error) { return b, nil }
+
+func (b *noConsoleBMC) OpenConsole(context.Context) (sol.Console, error) {
+	b.attempts.Add(1)
+	return nil, fmt.Errorf("node n1 at 192.0.2.5: %w", sol.ErrNoConsole)
 }

@@ -26,14 +26,15 @@ type Chunk struct {
 // when it is too slow with Config.DropSlow, or when the Manager closes; Err
 // then says why.
 type Viewer struct {
-	m     *Manager
-	n     *node
-	name  string
-	since time.Time
-	relay bool          // AttachOptions.Relay: writes without being the writer
-	out   chan Chunk    // closed by pump when the viewer has ended
-	done  chan struct{} // closed by end
-	ready chan struct{} // cap 1: the queue is not empty (sent by push/notice, drained by pump)
+	m       *Manager
+	n       *node
+	name    string
+	session string // AttachOptions.Session
+	since   time.Time
+	relay   bool          // AttachOptions.Relay: writes without being the writer
+	out     chan Chunk    // closed by pump when the viewer has ended
+	done    chan struct{} // closed by end
+	ready   chan struct{} // cap 1: the queue is not empty (sent by push/notice, drained by pump)
 
 	mu     sync.Mutex
 	err    error

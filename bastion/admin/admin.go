@@ -12,6 +12,10 @@
 // which never refuse the right admin credential. Behind a listed reverse
 // proxy (Config.TrustedProxies) the client is the one X-Forwarded-For names.
 //
+// Node registrations are decoded and checked by their type (Types, the
+// wiring's table: the API knows no type itself); node-token requests run as
+// sessions opened through the Revoker (Revoker.Open), like SSH sessions.
+//
 // Fingerprints in /v1 key paths contain "/" and "+" (standard base64): clients
 // should escape "/" as %2F ("DELETE /v1/nodes/n1/keys/SHA256:abc%2Fdef");
 // an unescaped "/" works too as long as the path stays canonical (no "//").
@@ -26,13 +30,15 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
-	"github.com/sirupsen/logrus"
+	"github.com/obmd/obmd/sol"
 )
 
 // DefaultMaxBody bounds request bodies when Config.MaxBody is zero.
@@ -53,14 +59,6 @@ type Config struct {
 	// FailDelay is the least time a failed node-token check takes, whatever
 	// failed (default 300 ms, the SSH door's).
 	FailDelay time.Duration
-	// Admit is called by every node-token session (power routes, HTTP
-	// console) once it is in the registry, before it starts, with the access
-	// epoch its token was checked at. nil lets it start; a
-	// *sessions.RevokedError means access changed since (401); ctx's cause
-	// if ctx ended; anything else, that access cannot be verified now. The
-	// wiring also applies, on this replica, an access change made elsewhere
-	// and not yet seen (bastion.Revoker.Admit). Required.
-	Admit func(ctx context.Context, label string, epoch int64) error
 	// Limiter bounds guessing of the admin credential and of node tokens;
 	// the wiring shares it with the SSH front door. Required.
 	Limiter Limiter
@@ -100,7 +98,7 @@ type Config struct {
 }
 
 // Limiter bounds secret guessing per source address and per node
-// (bastion.Limiter). The wiring shares one with the SSH front door, so a
+// (authlimit.Limiter). The wiring shares one with the SSH front door, so a
 // source locked out by guesses on either is locked out of both.
 type Limiter interface {
 	// Begin reports whether host (the client's address, no port) may try a
@@ -140,24 +138,29 @@ type Runner interface {
 	Do(ctx context.Context, req commands.Request, cmd commands.Command) (commands.Result, error)
 }
 
-// Consoles streams the live console output of a node to w as a read-only
-// viewer, with no banner and no scrollback, until ctx ends or the console hub
-// ends the viewer. w flushes to the client on every Write. The wiring
-// implements it over sol.Manager.
+// Consoles is the console hub (sol.Manager): a node-token console stream
+// is a read-only viewer of it.
 type Consoles interface {
-	Stream(ctx context.Context, label string, w io.Writer) error
+	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
 }
 
-// Revoker makes access changes (bastion.Revoker.Change): under the node's
-// revocation lock, c.Do moves the node's epoch in the database; every live
-// session of the node older than it (SSH consoles, exec, HTTP console
-// streams) is then cut, on this replica and on the others, and the node's
-// console wiped, before Change returns nil. Its errors: c.Do's own, or one
-// wrapping bastion.ErrIncomplete (the database or a replica did not answer: not
+// Revoker is this replica's access control (access.Revoker).
+//
+// Change makes an access change: under the node's revocation lock, c.Do
+// moves the node's epoch in the database; every live session of the node
+// older than it (SSH consoles, exec, HTTP console streams) is then cut, on
+// this replica and on the others, and the node's console wiped, before
+// Change returns nil. Its errors: c.Do's own, or one wrapping
+// access.ErrIncomplete (the database or a replica did not answer: not
 // stored, outcome unknown, or not confirmed by every replica), whose text
 // says so for the admin.
+//
+// Open starts every node-token session (power routes, the HTTP console):
+// registered, admitted at the epoch its token was checked at, and watched
+// after a cut; its errors are documented there.
 type Revoker interface {
-	Change(ctx context.Context, c bastion.Change) error
+	Change(ctx context.Context, c access.Change) error
+	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
 }
 
 // Reasons given to Revoker, shown to the users whose sessions end.
@@ -175,7 +178,7 @@ const (
 type API struct {
 	cfg      Config
 	store    Store
-	sealer   *keys.Sealer
+	types    Types
 	runner   Runner
 	consoles Consoles
 	revoker  Revoker
@@ -185,16 +188,16 @@ type API struct {
 }
 
 // New validates its arguments and returns the API. It starts nothing.
-func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles Consoles, revoker Revoker, reg *sessions.Registry, log logrus.FieldLogger) (*API, error) {
+func New(cfg Config, store Store, types Types, runner Runner, consoles Consoles, revoker Revoker, reg *sessions.Registry, log logrus.FieldLogger) (*API, error) {
 	switch {
 	case cfg.AdminToken == "":
 		return nil, errors.New("admin api: an admin token is required")
-	case cfg.Admit == nil || cfg.Limiter == nil:
-		return nil, errors.New("admin api: Admit and Limiter are required")
+	case cfg.Limiter == nil:
+		return nil, errors.New("admin api: a Limiter is required")
 	case cfg.MaxBody < 0:
 		return nil, errors.New("admin api: MaxBody must not be negative")
-	case store == nil || sealer == nil || runner == nil || consoles == nil || revoker == nil || reg == nil || log == nil:
-		return nil, errors.New("admin api: store, sealer, runner, consoles, revoker, sessions and log are required")
+	case store == nil || types == nil || runner == nil || consoles == nil || revoker == nil || reg == nil || log == nil:
+		return nil, errors.New("admin api: store, node types, runner, consoles, revoker, sessions and log are required")
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
@@ -208,7 +211,7 @@ func New(cfg Config, store Store, sealer *keys.Sealer, runner Runner, consoles C
 	if cfg.FailDelay <= 0 {
 		cfg.FailDelay = DefaultFailDelay
 	}
-	a := &API{cfg: cfg, store: store, sealer: sealer, runner: runner, consoles: consoles,
+	a := &API{cfg: cfg, store: store, types: types, runner: runner, consoles: consoles,
 		revoker: revoker, sessions: reg, log: log, mux: http.NewServeMux()}
 	a.routes()
 	return a, nil

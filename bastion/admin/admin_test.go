@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
@@ -59,7 +59,7 @@ func TestGuessingLimits(t *testing.T) {
 				e := newEnv(t, eng, nil)
 				e.mustNode("n1")
 				tok := e.mustToken("n1")
-				e.limits = bastion.LimitConfig{PerSource: 3, PerNode: 100, Window: time.Minute, Lockout: time.Minute}
+				e.limits = authlimit.Config{PerSource: 3, PerNode: 100, Window: time.Minute, Lockout: time.Minute}
 				e.restart()
 				for i := range 3 {
 					if r := tt.fail(e); r.code != 401 && r.code != 404 {
@@ -103,7 +103,7 @@ func TestNodeUnderAttackLooksLikeWrongToken(t *testing.T) {
 		e := newEnv(t, eng, nil)
 		e.mustNode("n1")
 		e.mustToken("n1")
-		e.limits = bastion.LimitConfig{PerSource: 1 << 20, PerNode: 3, Window: time.Minute, Lockout: time.Minute}
+		e.limits = authlimit.Config{PerSource: 1 << 20, PerNode: 3, Window: time.Minute, Lockout: time.Minute}
 		e.failDelay = 50 * time.Millisecond
 		trusted, err := realip.ParseTrusted([]string{"127.0.0.1"})
 		if err != nil {

@@ -14,13 +14,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/sirupsen/logrus"
 )
 
@@ -33,7 +37,7 @@ type env struct {
 	store  *db.Store
 	sealer *keys.Sealer
 	runner *fakeRunner
-	cons   *fakeConsoles
+	cons   *sol.Manager
 	rev    *fakeRevoker
 	reg    *sessions.Registry
 	logs   *syncBuffer
@@ -42,7 +46,7 @@ type env struct {
 	wrap   func(Store) Store
 	// limits are the guessing limits of the next start (newEnv: none to
 	// speak of; tests that fail on purpose many times stay clear of them).
-	limits bastion.LimitConfig
+	limits authlimit.Config
 	// failDelay is the next start's Config.FailDelay (newEnv: testFailDelay).
 	failDelay time.Duration
 	// trusted is the next start's Config.TrustedProxies (newEnv: none).
@@ -69,7 +73,7 @@ func newEnv(t *testing.T, eng dbtest.Engine, wrap func(Store) Store) *env {
 	}
 	reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
 	e := &env{t: t, dsn: eng.DSN(t), sealer: sealer, reg: reg, runner: newFakeRunner(reg),
-		cons: &fakeConsoles{}, rev: &fakeRevoker{reg: reg}, logs: &syncBuffer{}, wrap: wrap,
+		cons: newConsoles(t), rev: &fakeRevoker{reg: reg}, logs: &syncBuffer{}, wrap: wrap,
 		limits: noLimits, failDelay: testFailDelay}
 	e.start()
 	return e
@@ -98,13 +102,14 @@ func (e *env) start() {
 	if e.wrap != nil {
 		s = e.wrap(st)
 	}
-	var epochs bastion.Epochs = st
-	if ep, ok := s.(bastion.Epochs); ok { // a wrapper that injects epoch races
+	var epochs access.Epochs = st
+	if ep, ok := s.(access.Epochs); ok { // a wrapper that injects epoch races
 		epochs = ep
 	}
-	e.api, err = New(Config{AdminToken: testAdminToken, Admit: admitOver(e.reg, epochs), Limiter: bastion.NewLimiter(e.limits, time.Now),
+	e.rev.opener = openerOver(e.reg, epochs)
+	e.api, err = New(Config{AdminToken: testAdminToken, Limiter: authlimit.New(e.limits, time.Now),
 		FailDelay: e.failDelay, TrustedProxies: e.trusted},
-		s, e.sealer, e.runner, e.cons, e.rev, e.reg, log)
+		s, testTypes(e.t, e.sealer), e.runner, e.cons, e.rev, e.reg, log)
 	if err != nil {
 		t.Fatalf("new api: %v", err)
 	}
@@ -273,9 +278,11 @@ type revokeCall struct {
 
 // fakeRevoker records calls and cuts sessions like the wiring does.
 type fakeRevoker struct {
-	reg   *sessions.Registry
-	mu    sync.Mutex
-	calls []revokeCall
+	// opener opens sessions: a real Revoker over the test's database.
+	opener *access.Revoker
+	reg    *sessions.Registry
+	mu     sync.Mutex
+	calls  []revokeCall
 }
 
 func (f *fakeRevoker) Revoke(label string, epoch int64, why string) {
@@ -285,7 +292,11 @@ func (f *fakeRevoker) Revoke(label string, epoch int64, why string) {
 	f.reg.Cut(label, epoch, &sessions.RevokedError{Node: label, Why: why})
 }
 
-func (f *fakeRevoker) Change(ctx context.Context, c bastion.Change) error {
+func (f *fakeRevoker) Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error) {
+	return f.opener.Open(ctx, info, host, unblock)
+}
+
+func (f *fakeRevoker) Change(ctx context.Context, c access.Change) error {
 	epoch, err := c.Do(ctx)
 	if err == nil && epoch > 0 && c.Why != "" {
 		f.Revoke(c.Node, epoch, c.Why)
@@ -314,13 +325,13 @@ type fakeRunner struct {
 	reg     *sessions.Registry
 	mu      sync.Mutex
 	calls   []runCall
-	errs    map[string]error
+	errs    map[commands.Name]error
 	block   bool
 	started chan struct{} // gets a value when a blocking Do starts
 }
 
 func newFakeRunner(reg *sessions.Registry) *fakeRunner {
-	return &fakeRunner{reg: reg, errs: map[string]error{}, started: make(chan struct{}, 1)}
+	return &fakeRunner{reg: reg, errs: map[commands.Name]error{}, started: make(chan struct{}, 1)}
 }
 
 func (f *fakeRunner) Do(ctx context.Context, req commands.Request, cmd commands.Command) (commands.Result, error) {
@@ -343,7 +354,7 @@ func (f *fakeRunner) Do(ctx context.Context, req commands.Request, cmd commands.
 	return res, nil
 }
 
-func (f *fakeRunner) set(name string, err error) {
+func (f *fakeRunner) set(name commands.Name, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.errs[name] = err
@@ -357,42 +368,86 @@ func (f *fakeRunner) take() []runCall {
 	return out
 }
 
-// fakeConsoles streams "line N\n" every few milliseconds, like obmd's mock.
-type fakeConsoles struct {
-	mu     sync.Mutex
-	labels []string
-}
+// Node types of these tests: the real table's checks (bastion/daemon's),
+// with drivers that are never built (the runner is a fake).
+const (
+	TypeIPMI     nodes.Type = "ipmi"
+	TypeIPMITool nodes.Type = "ipmitool"
+	TypeMock     nodes.Type = "mock"
+	TypeSim      nodes.Type = "sim"
+)
 
-func (f *fakeConsoles) Stream(ctx context.Context, label string, w io.Writer) error {
-	f.mu.Lock()
-	f.labels = append(f.labels, label)
-	f.mu.Unlock()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		if _, err := io.WriteString(w, "line "+strconv.Itoa(n)+"\n"); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-tick.C:
-		}
+// testTypes is the node types table of these tests, sealing with sealer.
+func testTypes(t testing.TB, sealer *keys.Sealer) *nodes.Table {
+	noDriver := func(string, sol.Info, logrus.FieldLogger) (sol.BMC, error) {
+		return nil, errors.New("no driver in admin tests")
 	}
+	table, err := nodes.NewTable(sealer,
+		nodes.Define(TypeIPMI, nodes.SolKind(TypeIPMI, nodes.SolSpec{Credentials: true, Check: ipmi.Check, New: noDriver})),
+		nodes.Define(TypeIPMITool, nodes.SolKind(TypeIPMITool, nodes.SolSpec{Credentials: true, Interface: true, New: noDriver})),
+		nodes.Define(TypeMock, nodes.SolKind(TypeMock, nodes.SolSpec{New: noDriver})),
+		nodes.Define(TypeSim, nodes.SolKind(TypeSim, nodes.SolSpec{New: noDriver})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
 }
 
-// admitOver is the wiring's Admit (bastion.Revoker) over epochs, without
-// consoles to cut.
-func admitOver(reg *sessions.Registry, epochs bastion.Epochs) func(context.Context, string, int64) error {
+// newConsoles is a console hub whose every node's console prints "line N\n"
+// every few milliseconds, like obmd's mock.
+func newConsoles(t testing.TB) *sol.Manager {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	return bastion.NewRevoker(bastion.RevokerConfig{}, noConsoles{}, reg, epochs, quiet).Admit
+	m, err := sol.NewManager(sol.Config{Linger: time.Millisecond}, lineBMCs{}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// lineBMCs resolves every node to a lineBMC.
+type lineBMCs struct{}
+
+func (lineBMCs) Resolve(context.Context, string) (sol.BMC, error) { return lineBMC{}, nil }
+
+// lineBMC's console prints "line N\n"; it has no power (the API's runner
+// is a fake).
+type lineBMC struct{ sol.BMC }
+
+func (lineBMC) OpenConsole(context.Context) (sol.Console, error) {
+	pr, pw := io.Pipe()
+	go func() { // ends when the console is closed (the write fails)
+		for n := 0; ; n++ {
+			if _, err := io.WriteString(pw, "line "+strconv.Itoa(n)+"\n"); err != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return lineConsole{pr}, nil
+}
+
+func (lineBMC) DeactivateConsole(context.Context) error { return nil }
+
+type lineConsole struct{ *io.PipeReader }
+
+func (lineConsole) Write(p []byte) (int, error) { return len(p), nil }
+func (lineConsole) Break(context.Context) error { return nil }
+func (c lineConsole) Close() error              { return c.PipeReader.Close() }
+
+// openerOver is the wiring's Open (access.Revoker) over epochs, without
+// consoles to cut.
+func openerOver(reg *sessions.Registry, epochs access.Epochs) *access.Revoker {
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	return access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, epochs, quiet)
 }
 
 // noLimits are guessing limits no test reaches by accident.
-var noLimits = bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20}
+var noLimits = authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20}
 
-// noConsoles is a bastion.Cutter with no console to cut.
+// noConsoles is an access.Cutter with no console to cut.
 type noConsoles struct{}
 
 func (noConsoles) Cut(string, error) {}

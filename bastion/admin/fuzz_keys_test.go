@@ -35,7 +35,7 @@ func FuzzKeyBody(f *testing.F) {
 	ctx := context.Background()
 	st, a := fuzzAPI(f)
 	h := a.Handler()
-	if _, err := st.CreateNode(ctx, db.Node{Label: "fz", Type: TypeMock, InfoSealed: []byte("x")}); err != nil {
+	if _, err := st.CreateNode(ctx, db.Node{Label: "fz", Type: string(TypeMock), InfoSealed: []byte("x")}); err != nil {
 		f.Fatalf("create node: %v", err)
 	}
 

@@ -11,8 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/obmd/obmd/bastion"
-	"github.com/obmd/obmd/bastion/nodes"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
@@ -45,7 +44,7 @@ func FuzzPutNodeBody(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, v1 := range []bool{false, true} {
-			typ, info, decErr := decodeNodeBody(body, v1)
+			info, decErr := a.decodeNodeBody(body, v1)
 			path := "/node/fz"
 			if v1 {
 				path = "/v1/nodes/fz"
@@ -70,9 +69,9 @@ func FuzzPutNodeBody(f *testing.F) {
 			if getErr != nil || (rec.Code != 200 && rec.Code != 201) {
 				t.Fatalf("v1=%v: accepted body %q: got status %d, stored %v", v1, body, rec.Code, getErr)
 			}
-			stored, err := nodes.OpenInfo(a.sealer, n)
-			if err != nil || n.Type != typ || !infoEqual(stored, info) {
-				t.Fatalf("v1=%v: stored %s %+v (%v), want %s %+v", v1, n.Type, stored, err, typ, info)
+			stored, err := a.types.Open(n)
+			if err != nil || !stored.Equal(info) {
+				t.Fatalf("v1=%v: stored %s %+v (%v), want %s %+v", v1, n.Type, stored.View(), err, info.Type(), info.View())
 			}
 			if _, err := st.DeleteNode(ctx, "fz"); err != nil {
 				t.Fatalf("clean up: %v", err)
@@ -117,9 +116,9 @@ func fuzzAPI(f *testing.F) (*db.Store, *API) {
 	}
 	sealer, _ := keys.NewSealer(make([]byte, 32))
 	reg := sessions.New(sessions.Config{})
-	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10, Admit: admitOver(reg, st),
-		Limiter: bastion.NewLimiter(noLimits, time.Now)}, st, sealer, newFakeRunner(reg),
-		&fakeConsoles{}, &fakeRevoker{reg: reg}, reg, quiet)
+	a, err := New(Config{AdminToken: testAdminToken, MaxBody: 4 << 10,
+		Limiter: authlimit.New(noLimits, time.Now)}, st, testTypes(f, sealer), newFakeRunner(reg),
+		newConsoles(f), &fakeRevoker{reg: reg, opener: openerOver(reg, st)}, reg, quiet)
 	if err != nil {
 		f.Fatalf("new api: %v", err)
 	}

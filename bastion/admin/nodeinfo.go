@@ -1,25 +1,28 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
-	"strings"
-	"unicode"
+	"errors"
+	"time"
 
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/sol"
 )
 
-// Node types (bastion/nodes maps them to drivers).
-const (
-	TypeIPMI     = nodes.TypeIPMI     // native IPMI v2.0 driver
-	TypeIPMITool = nodes.TypeIPMITool // ipmitool under a pty
-	TypeMock     = nodes.TypeMock     // simulated BMC, as obmd's mock
-	TypeSim      = nodes.TypeSim      // the built-in simulator (demo, tests)
-)
-
-// simulated reports whether typ is a simulator type: it needs only an address.
-func simulated(typ string) bool { return typ == TypeMock || typ == TypeSim }
+// Types is the table of node types (nodes.Table, built by the wiring from
+// the drivers): a registration's info is decoded and checked by its type,
+// stored sealed, and compared with the stored one through it. The API knows
+// no type itself.
+type Types interface {
+	// Parse decodes and checks a registration; every error is the
+	// client's (400) and safe to show.
+	Parse(typ string, strict bool, decode func(any) error) (nodes.Info, error)
+	Seal(label string, info nodes.Info) ([]byte, error)
+	Open(n db.Node) (nodes.Info, error)
+	// Forget drops what a type keeps of a deleted node.
+	Forget(label string)
+}
 
 // nodeBody is the body of PUT /node/{label} and PUT /v1/nodes/{label}.
 type nodeBody struct {
@@ -27,179 +30,85 @@ type nodeBody struct {
 	Info json.RawMessage `json:"info"`
 }
 
-// wireInfo is the "info" object as sent. Pointers tell absent from zero.
-type wireInfo struct {
-	Addr      *string `json:"addr"`
-	User      *string `json:"user"`
-	Pass      *string `json:"pass"`
-	Port      *int    `json:"port"`
-	Cipher    *int    `json:"cipher"`
-	Interface *string `json:"interface"`
-}
-
-// Limits on info fields (generous: IPMI itself allows 16-byte user names
-// and 20-byte passwords, but drivers differ).
-const (
-	maxAddr = 255
-	maxUser = 255
-	maxPass = 255
-)
-
 // decodeNodeBody parses and validates a node registration body into the
-// node's type and canonical BMC info. strict (the /v1 API) refuses unknown
-// fields and fields that do not apply to the type; otherwise (the obmd
-// route) both are ignored, as obmd did. Error texts never echo the password.
-func decodeNodeBody(data []byte, strict bool) (string, sol.Info, error) {
+// node's checked, canonical BMC info (Types.Parse). strict (the /v1 API)
+// refuses unknown fields and fields that do not apply to the type;
+// otherwise (the obmd route) both are ignored, as obmd did. Error texts
+// never echo the password.
+func (a *API) decodeNodeBody(data []byte, strict bool) (nodes.Info, error) {
 	var b nodeBody
 	if err := decode(data, &b, strict, "body"); err != nil {
-		return "", sol.Info{}, err
+		return nodes.Info{}, err
 	}
-	switch b.Type {
-	case TypeIPMI, TypeIPMITool, TypeMock, TypeSim:
-	case "":
-		return "", sol.Info{}, badBody("field \"type\" is required (ipmi, ipmitool, mock or sim)")
-	default:
-		return "", sol.Info{}, badBody("unknown type %s (want ipmi, ipmitool, mock or sim)", quote(b.Type))
+	info, err := a.types.Parse(b.Type, strict, func(v any) error {
+		if len(b.Info) == 0 || string(b.Info) == "null" {
+			return badBody("field \"info\" is required")
+		}
+		return decode(b.Info, v, strict, "info")
+	})
+	var eb *errBody
+	if err != nil && !errors.As(err, &eb) {
+		err = badBody("%s", err.Error())
 	}
-	if len(b.Info) == 0 || string(b.Info) == "null" {
-		return "", sol.Info{}, badBody("field \"info\" is required")
-	}
-	var wi wireInfo
-	if err := decode(b.Info, &wi, strict, "info"); err != nil {
-		return "", sol.Info{}, err
-	}
-	info, err := wi.canonical(b.Type, strict)
-	if err != nil {
-		return "", sol.Info{}, err
-	}
-	return b.Type, info, nil
+	return info, err
 }
 
-// canonical validates wi for typ and returns the info to store, with
-// documented defaults folded in (port 623 = absent, interface "lanplus" =
-// absent, cipher -1 = absent) so that equal registrations compare equal.
-func (wi wireInfo) canonical(typ string, strict bool) (sol.Info, error) {
-	var info sol.Info
-	addr, err := required(wi.Addr, "addr", maxAddr)
-	if err != nil {
-		return info, err
-	}
-	if strings.IndexFunc(addr, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) >= 0 {
-		return info, badBody("info.addr %s must not contain spaces or control characters", quote(addr))
-	}
-	if strings.HasPrefix(addr, "-") {
-		return info, badBody("info.addr %s must not start with \"-\"", quote(addr))
-	}
-	info.Addr = addr
-
-	if simulated(typ) {
-		// The mock needs only an address; obmd's mock also carried its
-		// counter ("NumWrites"), ignored here.
-		if strict {
-			for _, f := range []struct {
-				name string
-				set  bool
-			}{{"user", wi.User != nil}, {"pass", wi.Pass != nil}, {"port", wi.Port != nil},
-				{"cipher", wi.Cipher != nil}, {"interface", wi.Interface != nil}} {
-				if f.set {
-					return info, badBody("info.%s does not apply to type mock", f.name)
-				}
-			}
-		}
-		return info, nil
-	}
-
-	if info.User, err = required(wi.User, "user", maxUser); err != nil {
-		return info, err
-	}
-	if strings.IndexFunc(info.User, unicode.IsControl) >= 0 {
-		return info, badBody("info.user %s must not contain control characters", quote(info.User))
-	}
-	if info.Pass, err = required(wi.Pass, "pass", maxPass); err != nil {
-		return info, err
-	}
-	if strings.IndexFunc(info.Pass, unicode.IsControl) >= 0 {
-		return info, badBody("info.pass must not contain control characters")
-	}
-	if wi.Port != nil {
-		p := *wi.Port
-		if p < 1 || p > 65535 {
-			return info, badBody("info.port %d is out of range (1..65535)", p)
-		}
-		if p != 623 {
-			info.Port = p
-		}
-	}
-	if wi.Cipher != nil {
-		c := *wi.Cipher
-		if c < -1 || c > 17 {
-			return info, badBody("info.cipher %d is out of range (0..17, or -1 for the driver default)", c)
-		}
-		if c >= 0 {
-			info.Cipher = &c
-		}
-	}
-	if wi.Interface != nil && *wi.Interface != "" {
-		iface := *wi.Interface
-		switch {
-		case typ != TypeIPMITool:
-			if strict {
-				return info, badBody("info.interface applies only to type ipmitool")
-			}
-		case iface == "lanplus":
-		case iface == "lan":
-			info.Interface = iface
-		default:
-			return info, badBody("info.interface %s is not \"lan\" or \"lanplus\"", quote(iface))
-		}
-	}
-	return info, nil
-}
-
-// required checks a mandatory string field: present, non-empty, bounded.
-func required(v *string, name string, max int) (string, error) {
-	if v == nil || *v == "" {
-		return "", badBody("info.%s is required", name)
-	}
-	if len(*v) > max {
-		return "", badBody("info.%s is longer than %d bytes", name, max)
-	}
-	return *v, nil
-}
-
-// sameNode reports whether the stored node n is the registration typ, info.
+// sameNode reports whether the stored node n is the registration info.
 // Stored info that cannot be opened is never the same.
-func (a *API) sameNode(n db.Node, typ string, info sol.Info) (bool, error) {
-	if n.Type != typ {
+func (a *API) sameNode(n db.Node, info nodes.Info) (bool, error) {
+	if n.Type != string(info.Type()) {
 		return false, nil
 	}
-	stored, err := nodes.OpenInfo(a.sealer, n)
+	stored, err := a.types.Open(n)
 	if err != nil {
 		return false, err
 	}
-	return infoEqual(stored, info), nil
+	return stored.Equal(info), nil
 }
 
-// infoEqual compares two infos, folding the documented defaults.
-func infoEqual(x, y sol.Info) bool {
-	x, y = fold(x), fold(y)
-	if (x.Cipher == nil) != (y.Cipher == nil) || (x.Cipher != nil && *x.Cipher != *y.Cipher) {
-		return false
-	}
-	x.Cipher, y.Cipher = nil, nil
-	return x == y
+// nodeView is a node as the /v1 API shows it: its label and type, its
+// type's view of its BMC info (never the password), and its dates.
+type nodeView struct {
+	Label     string    `json:"label"`
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// InfoError says the stored info cannot be read (a changed sealing key).
+	InfoError string `json:"info_error,omitempty"`
+	// Detail, for GET /v1/nodes/{label} only.
+	HasToken *bool `json:"has_token,omitempty"`
+	Keys     *int  `json:"keys,omitempty"`
+	Sessions *int  `json:"sessions,omitempty"`
+
+	info any // nodes.Info.View, whose fields join these
 }
 
-// fold maps each documented default to its absent form.
-func fold(i sol.Info) sol.Info {
-	if i.Port == 623 {
-		i.Port = 0
+// MarshalJSON is the node's fields and its info view's, in one object.
+func (v nodeView) MarshalJSON() ([]byte, error) {
+	type plain nodeView // without this method
+	base, err := json.Marshal(plain(v))
+	if err != nil || v.info == nil {
+		return base, err
 	}
-	if i.Interface == "lanplus" {
-		i.Interface = ""
+	extra, err := json.Marshal(v.info)
+	if err != nil {
+		return nil, err
 	}
-	if i.Cipher != nil && *i.Cipher < 0 {
-		i.Cipher = nil
+	extra = bytes.TrimSpace(extra)
+	if len(extra) <= 2 { // "{}"
+		return base, nil
 	}
-	return i
+	return append(append(base[:len(base)-1], ','), extra[1:]...), nil
+}
+
+func (a *API) view(n db.Node) nodeView {
+	v := nodeView{Label: n.Label, Type: n.Type, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
+	info, err := a.types.Open(n)
+	if err != nil {
+		a.log.WithError(err).WithField("node", n.Label).Warn("node_info_unreadable")
+		v.InfoError = "stored BMC info cannot be unsealed (was the sealing key changed?)"
+		return v
+	}
+	v.info = info.View()
+	return v
 }

@@ -6,52 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
-	"github.com/obmd/obmd/sol"
 	"github.com/sirupsen/logrus"
 )
-
-// nodeView is a node as the /v1 API shows it: never the BMC password.
-type nodeView struct {
-	Label     string    `json:"label"`
-	Type      string    `json:"type"`
-	Addr      string    `json:"addr,omitempty"`
-	Port      int       `json:"port,omitempty"` // effective port (623 unless set); none for mock
-	User      string    `json:"user,omitempty"`
-	Cipher    *int      `json:"cipher,omitempty"`
-	Interface string    `json:"interface,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// InfoError says the stored info cannot be read (a changed sealing key).
-	InfoError string `json:"info_error,omitempty"`
-	// Detail, for GET /v1/nodes/{label} only.
-	HasToken *bool `json:"has_token,omitempty"`
-	Keys     *int  `json:"keys,omitempty"`
-	Sessions *int  `json:"sessions,omitempty"`
-}
-
-func (a *API) view(n db.Node) nodeView {
-	v := nodeView{Label: n.Label, Type: n.Type, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
-	info, err := nodes.OpenInfo(a.sealer, n)
-	if err != nil {
-		a.log.WithError(err).WithField("node", n.Label).Warn("node_info_unreadable")
-		v.InfoError = "stored BMC info cannot be unsealed (was the sealing key changed?)"
-		return v
-	}
-	v.Addr, v.User, v.Cipher, v.Interface = info.Addr, info.User, info.Cipher, info.Interface
-	if !simulated(n.Type) {
-		v.Port = info.Port
-		if v.Port == 0 {
-			v.Port = 623
-		}
-	}
-	return v
-}
 
 // pathLabel returns the request's validated {label}, or answers 400.
 func pathLabel(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -96,11 +57,12 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeBodyError(w, err)
 		return
 	}
-	typ, info, err := decodeNodeBody(data, v1)
+	info, err := a.decodeNodeBody(data, v1)
 	if err != nil {
 		writeBodyError(w, err)
 		return
 	}
+	typ := string(info.Type())
 	// Bounded as the change it leads to (a stopped database must not hold
 	// the call), and detached from the client.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
@@ -110,14 +72,14 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 	for round := 0; round < 2; round++ {
 		n, err := a.store.Node(ctx, label)
 		if errors.Is(err, db.ErrNotFound) {
-			sealed, err := nodes.SealInfo(a.sealer, label, info)
+			sealed, err := a.types.Seal(label, info)
 			if err != nil {
 				a.log.WithError(err).Error("seal_failed")
 				writeError(w, http.StatusInternalServerError, "internal error (seal)")
 				return
 			}
 			// A change too (it moves an epoch), bounded like the others.
-			err = a.change(r, bastion.Change{Node: label, Do: func(ctx context.Context) (int64, error) {
+			err = a.change(r, access.Change{Node: label, Do: func(ctx context.Context) (int64, error) {
 				var err error
 				n, err = a.store.CreateNode(ctx, db.Node{Label: label, Type: typ, InfoSealed: sealed})
 				return n.Epoch, err
@@ -138,12 +100,12 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				err = fmt.Errorf("%w: the database did not answer within %v; nothing was changed", bastion.ErrNotStored, a.cfg.ChangeTimeout)
+				err = fmt.Errorf("%w: the database did not answer within %v; nothing was changed", access.ErrNotStored, a.cfg.ChangeTimeout)
 			}
 			a.changeFailed(w, r, "read node", err)
 			return
 		}
-		same, openErr := a.sameNode(n, typ, info)
+		same, openErr := a.sameNode(n, info)
 		if same {
 			if v1 {
 				writeJSON(w, http.StatusOK, a.view(n))
@@ -161,7 +123,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 			writeError(w, http.StatusConflict, msg)
 			return
 		}
-		a.updateNode(w, r, label, typ, info)
+		a.updateNode(w, r, label, info)
 		return
 	}
 	writeError(w, http.StatusConflict, "node "+quote(label)+" is being changed concurrently; try again")
@@ -169,8 +131,9 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 
 // updateNode replaces a node's type and info (/v1) and cuts its sessions:
 // they were opened against the old BMC.
-func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ string, info sol.Info) {
-	sealed, err := nodes.SealInfo(a.sealer, label, info)
+func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info) {
+	typ := string(info.Type())
+	sealed, err := a.types.Seal(label, info)
 	if err != nil {
 		a.log.WithError(err).Error("seal_failed")
 		writeError(w, http.StatusInternalServerError, "internal error (seal)")
@@ -204,13 +167,13 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label, typ stri
 // as is, with nothing cut; the database work is detached from the client:
 // a client that hangs up mid-change does not leave it half done.
 func (a *API) changeAccess(r *http.Request, label, action, detail, why string, change func(context.Context) (int64, error)) error {
-	return a.change(r, bastion.Change{Node: label, Why: why, Do: change}, action, detail)
+	return a.change(r, access.Change{Node: label, Why: why, Do: change}, action, detail)
 }
 
 // change runs c through the Revoker and audits it as action: at once if it
 // was stored (also when not every replica confirmed it in time), or once
 // settled if its outcome was unknown.
-func (a *API) change(r *http.Request, c bastion.Change, action, detail string) error {
+func (a *API) change(r *http.Request, c access.Change, action, detail string) error {
 	e := db.AuditEvent{Node: c.Node, Actor: "admin", Action: action, Source: r.RemoteAddr, Detail: detail}
 	c.Settled = func(stored bool) {
 		e := e
@@ -224,7 +187,7 @@ func (a *API) change(r *http.Request, c bastion.Change, action, detail string) e
 		a.auditEvent(r, e)
 	}
 	err := a.revoker.Change(r.Context(), c)
-	if err == nil || errors.Is(err, bastion.ErrNotConfirmed) {
+	if err == nil || errors.Is(err, access.ErrNotConfirmed) {
 		e.Result = "ok"
 		if err != nil {
 			e.Detail = strings.TrimSpace(detail + " (not confirmed by every replica in time)")
@@ -239,7 +202,7 @@ func (a *API) change(r *http.Request, c bastion.Change, action, detail string) e
 // within the change bound gets 503 and the Revoker's account of how far it
 // got; anything else is a store failure.
 func (a *API) changeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
-	if errors.Is(err, bastion.ErrIncomplete) {
+	if errors.Is(err, access.ErrIncomplete) {
 		a.log.WithError(err).WithField("op", op).Error("access_change_timed_out")
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -256,6 +219,9 @@ func (a *API) deleteNode(w http.ResponseWriter, r *http.Request) {
 	err := a.changeAccess(r, label, "node.delete", "", WhyNodeDeleted, func(ctx context.Context) (int64, error) {
 		return a.store.DeleteNode(ctx, label)
 	})
+	if err == nil || errors.Is(err, access.ErrNotConfirmed) {
+		a.types.Forget(label) // stored: the node is gone
+	}
 	if err != nil && !errors.Is(err, db.ErrNotFound) { // deleting an unknown node is done already
 		a.changeFailed(w, r, "delete node", err)
 		return

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
@@ -108,9 +107,13 @@ func TestPutNodeObmd(t *testing.T) {
 			if err != nil {
 				t.Fatalf("stored %s: %v", label, err)
 			}
-			got, err := nodes.OpenInfo(e.api.sealer, n)
+			plain, err := e.sealer.Open(n.InfoSealed, label)
 			if err != nil {
 				t.Fatalf("open %s: %v", label, err)
+			}
+			var got sol.Info
+			if err := json.Unmarshal(plain, &got); err != nil {
+				t.Fatalf("decode %s: %v", label, err)
 			}
 			if n.Type != wantType || !reflect.DeepEqual(got, want) {
 				t.Errorf("stored %s: got %s %+v, want %s %+v", label, n.Type, got, wantType, want)
@@ -208,7 +211,7 @@ func TestPutNodeRejects(t *testing.T) {
 			{"trailing garbage", "/node/n1", good + `x`, 400, `unexpected data after`},
 			{"two objects", "/node/n1", good + good, 400, `unexpected data after`},
 			{"no type", "/node/n1", `{"info":{"addr":"a"}}`, 400, `"type\" is required`},
-			{"unknown type", "/node/n1", `{"type":"redfish","info":{"addr":"a"}}`, 400, `unknown type \"redfish\"`},
+			{"unknown type", "/node/n1", `{"type":"bogus","info":{"addr":"a"}}`, 400, `unknown type \"bogus\"`},
 			{"type not string", "/node/n1", `{"type":5,"info":{"addr":"a"}}`, 400, `field \"type\"`},
 			{"no info", "/node/n1", `{"type":"mock"}`, 400, `"info\" is required`},
 			{"null info", "/node/n1", `{"type":"mock","info":null}`, 400, `"info\" is required`},

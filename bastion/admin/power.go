@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -110,66 +110,61 @@ func (a *API) refuseToken(w http.ResponseWriter, r *http.Request, start time.Tim
 	writeError(w, http.StatusUnauthorized, errBadToken)
 }
 
-// session registers the request as a live session of the node, so that an
-// access change cuts it, and then has it admitted (Config.Admit): refused
-// if the node's access changed between authentication and registration (a
-// change in that window would not have seen this session). The request is
-// read whole first (a route that takes no body reads it too, up to
-// Config.MaxBody, within the server's read timeout), and once admitted its
-// connection is trusted as a tenant's (Config.TenantSession). The returned
-// context is cancelled by a cut; end must be called once the request is
-// done. On failure it has answered.
-func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind string) (context.Context, func(), bool) {
+// session opens the request as a live session of the node
+// (Revoker.Open): registered, so that an access change cuts it; admitted,
+// so that a change between the token check and now refuses it (a change in
+// that window would not have seen this session); and watched: unblock, if
+// set, is called when a cut session keeps writing to a client that does
+// not read. The request is read whole first (a route that takes no body
+// reads it too, up to Config.MaxBody, within the server's read timeout),
+// and once admitted its connection is trusted as a tenant's
+// (Config.TenantSession). The session's context is cancelled by a cut; End
+// it once the request is done. On failure it has answered.
+func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind sessions.Kind, unblock func()) (*access.Session, bool) {
 	if _, err := a.readBody(w, r); err != nil {
 		writeBodyError(w, err)
-		return nil, nil, false
+		return nil, false
 	}
-	ctx, info, end, err := a.sessions.Start(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
-		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r))
+	s, err := a.revoker.Open(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
+		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r), unblock)
+	if err == nil {
+		g.session = s.Info().ID
+		if a.cfg.TenantSession != nil {
+			a.cfg.TenantSession(r.Context())
+		}
+		return s, true
+	}
+	var stale *access.StaleError
+	var revoked *sessions.RevokedError
 	switch {
-	case errors.Is(err, sessions.ErrShutdown):
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-		return nil, nil, false
 	case errors.Is(err, sessions.ErrTooMany):
 		writeError(w, http.StatusTooManyRequests, err.Error())
-		return nil, nil, false
-	case err != nil:
+	case errors.Is(err, sol.ErrShutdown):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.As(err, &stale): // changed (or deleted) since the token was checked
+		writeError(w, http.StatusUnauthorized, "access to node "+quote(g.label)+" changed during authentication; try again")
+	case errors.As(err, &revoked): // cut while being admitted
+		writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
+	case errors.Is(err, access.ErrUnverified):
+		a.storeError(w, r, "verify node access", err)
+	case r.Context().Err() != nil:
+		writeError(w, http.StatusServiceUnavailable, "request cancelled") // nobody reads it
+	default:
 		a.log.WithError(err).Error("session_start_failed")
 		writeError(w, http.StatusInternalServerError, "internal error (session)")
-		return nil, nil, false
 	}
-	if err := a.cfg.Admit(ctx, g.label, g.epoch); err != nil {
-		end()
-		var revoked *sessions.RevokedError
-		switch {
-		case ctx.Err() != nil && errors.As(context.Cause(ctx), &revoked): // cut while being admitted
-			writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
-		case errors.As(err, &revoked): // changed (or deleted) since the token was checked
-			writeError(w, http.StatusUnauthorized, "access to node "+quote(g.label)+" changed during authentication; try again")
-		case errors.Is(err, sessions.ErrShutdown):
-			writeError(w, http.StatusServiceUnavailable, err.Error())
-		case r.Context().Err() != nil:
-			writeError(w, http.StatusServiceUnavailable, "request cancelled") // nobody reads it
-		default:
-			a.storeError(w, r, "verify node access", err)
-		}
-		return nil, nil, false
-	}
-	g.session = info.ID
-	if a.cfg.TenantSession != nil {
-		a.cfg.TenantSession(r.Context())
-	}
-	return ctx, end, true
+	return nil, false
 }
 
 // run authenticates, registers a session and runs cmd, then hands the
 // result to done (which answers). Errors are answered here.
 func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.Command, done func(commands.Result)) {
-	ctx, end, valid := a.session(w, r, &g, sessions.KindExec)
+	s, valid := a.session(w, r, &g, sessions.KindExec, nil)
 	if !valid {
 		return
 	}
-	defer end()
+	defer s.End()
+	ctx := s.Context()
 	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, User: "token", Source: r.RemoteAddr, Session: g.session}, cmd)
 	if err != nil {
 		a.commandError(w, r, ctx, g.label, cmd.Name, err)
@@ -179,7 +174,7 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.
 }
 
 // commandError maps a command failure to a status and a safe message.
-func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.Context, label, name string, err error) {
+func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.Context, label string, name commands.Name, err error) {
 	log := a.log.WithError(err).WithFields(logrus.Fields{"node": label, "command": name})
 	var usage *commands.UsageError
 	var revoked *sessions.RevokedError
@@ -187,7 +182,7 @@ func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.C
 	switch {
 	case ctx.Err() != nil && errors.As(cause, &revoked):
 		writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
-	case ctx.Err() != nil && errors.Is(cause, sessions.ErrShutdown):
+	case ctx.Err() != nil && errors.Is(cause, sol.ErrShutdown):
 		writeError(w, http.StatusServiceUnavailable, cause.Error())
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.
@@ -270,94 +265,4 @@ func (a *API) powerStatus(w http.ResponseWriter, r *http.Request) {
 			}{res.Power})
 		})
 	}
-}
-
-// console is obmd's GET /node/{label}/console: the live console output as a
-// chunked byte stream, flushed as it comes, until the client leaves or the
-// node's access changes.
-func (a *API) console(w http.ResponseWriter, r *http.Request) {
-	g, valid := a.tokenAuth(w, r)
-	if !valid {
-		return
-	}
-	ctx, end, valid := a.session(w, r, &g, sessions.KindHTTPConsole)
-	if !valid {
-		return
-	}
-	defer end()
-	a.auditEvent(r, db.AuditEvent{Node: g.label, Actor: actorToken, Action: "session.start", Result: "ok", Detail: sessions.KindHTTPConsole})
-	rc := http.NewResponseController(w)
-	// A console stream lasts as long as the client wants: lift the server's
-	// write timeout for this response (unsupported writers just keep it).
-	_ = rc.SetWriteDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	if r.Method == http.MethodHead {
-		return
-	}
-	_ = rc.Flush()
-	streamed := make(chan struct{}) // closed when Stream has returned
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // owned by this handler, which waits for it
-		defer wg.Done()
-		unblockWhenCut(ctx, streamed, rc)
-	}()
-	err := a.consoles.Stream(ctx, g.label, flushWriter{w: w, rc: rc})
-	close(streamed)
-	wg.Wait()
-	a.log.WithFields(logrus.Fields{"node": g.label, "remote": r.RemoteAddr, "cause": causeText(ctx)}).
-		WithError(err).Debug("http_console_ended")
-}
-
-// cutGrace is how long a cut console stream may take to end by itself.
-const cutGrace = 250 * time.Millisecond
-
-// unblockWhenCut ends a console stream that was cut but cannot end: a
-// client that stops reading blocks the stream's write (TCP flow control),
-// and would otherwise keep it alive, and in the registry, past its
-// revocation. Once ctx is done, the stream has cutGrace to return (closing
-// streamed); then the connection's write deadline is moved to now, which
-// fails the blocked write.
-func unblockWhenCut(ctx context.Context, streamed <-chan struct{}, rc *http.ResponseController) {
-	select {
-	case <-streamed:
-		return
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(cutGrace)
-	defer t.Stop()
-	select {
-	case <-streamed:
-	case <-t.C:
-		_ = rc.SetWriteDeadline(time.Now())
-	}
-}
-
-// causeText says why ctx ended, for logs ("" while it has not).
-func causeText(ctx context.Context) string {
-	if ctx.Err() == nil {
-		return ""
-	}
-	return context.Cause(ctx).Error()
-}
-
-// flushWriter flushes every write to the client at once.
-type flushWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-}
-
-func (f flushWriter) Write(p []byte) (int, error) {
-	n, err := f.w.Write(p)
-	if err != nil {
-		return n, err
-	}
-	if err := f.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return n, err
-	}
-	return n, nil
 }

@@ -10,8 +10,9 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/obmd/obmd/commands/printable"
 )
 
 // errorBody is every error response: {"error": "..."}.
@@ -49,26 +50,11 @@ const maxEcho = 64
 
 // quote returns s quoted Go-style (control and non-printable characters
 // escaped), shortened to maxEcho bytes: safe to echo in an error message.
-func quote(s string) string {
-	if len(s) > maxEcho {
-		return strconv.Quote(s[:maxEcho]) + "..."
-	}
-	return strconv.Quote(s)
-}
+func quote(s string) string { return printable.Quote(s, maxEcho) }
 
 // safeText makes foreign error text (a driver's) safe to show: printable,
 // one line, bounded.
-func safeText(s string) string {
-	const max = 512
-	if len(s) > max {
-		s = s[:max] + "..."
-	}
-	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
-		return s
-	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
-}
+func safeText(s string) string { return printable.Clean(s, 512) }
 
 // errBody is a request body that could not be read or decoded; status is
 // 400 or 413 and msg is safe to show.

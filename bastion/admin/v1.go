@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
@@ -43,7 +43,7 @@ func (a *API) addKey(w http.ResponseWriter, r *http.Request) {
 	}
 	// A grant through the Revoker too: bounded, and undone if the database
 	// stores it after the bound passed (the caller was told it failed).
-	err = a.change(r, bastion.Change{Node: label, Why: WhyKeyRemoved,
+	err = a.change(r, access.Change{Node: label, Why: WhyKeyRemoved,
 		Do: func(ctx context.Context) (int64, error) {
 			return 0, a.store.AddKey(ctx, db.Key{Node: label, Fingerprint: ak.Fingerprint, Line: ak.Line, Comment: ak.Comment})
 		},

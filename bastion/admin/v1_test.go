@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
@@ -19,7 +19,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 )
 
-const testPass = "Pa55-w0rd-never-shown"
+const testPass = "Pa55-w0rd-not-shown" // 19 bytes: IPMI takes 20 at most
 
 // testKey returns the n-th deterministic ed25519 authorized_keys line whose
 // fingerprint contains want ("" for any), and that fingerprint.
@@ -41,11 +41,22 @@ func testKey(t *testing.T, n int, want string, comment string) (line, fp string)
 	return "", ""
 }
 
+// nodeJSON is a node as GET /v1/nodes shows one of the IPMI types.
+type nodeJSON struct {
+	Label, Type, Addr, User, Pass, Interface string
+	Port                                     int
+	Cipher                                   *int
+	CreatedAt                                time.Time `json:"created_at"`
+	HasToken                                 *bool     `json:"has_token"`
+	Keys                                     *int
+	Sessions                                 *int
+}
+
 func TestV1Nodes(t *testing.T) {
 	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
 		e := newEnv(t, eng, nil)
 		body := `{"type":"ipmi","info":{"addr":"10.0.0.5","user":"root","pass":"` + testPass + `"}}`
-		var v nodeView
+		var v nodeJSON
 		r := e.admin("PUT", "/v1/nodes/n1", body)
 		if r.code != 201 || json.Unmarshal([]byte(r.body), &v) != nil {
 			t.Fatalf("create: got %d %q, want 201 and the node", r.code, r.body)
@@ -78,7 +89,7 @@ func TestV1Nodes(t *testing.T) {
 			{"unknown info field", `{"type":"mock","info":{"addr":"a","NumWrites":0}}`, `info: unknown field \"NumWrites\"`},
 			{"unknown top field", `{"type":"mock","info":{"addr":"a"},"x":1}`, `body: unknown field \"x\"`},
 			{"mock with user", `{"type":"mock","info":{"addr":"a","user":"u"}}`, `info.user does not apply to type mock`},
-			{"interface on ipmi", `{"type":"ipmi","info":{"addr":"a","user":"u","pass":"p","interface":"lan"}}`, `info.interface applies only to type ipmitool`},
+			{"interface on ipmi", `{"type":"ipmi","info":{"addr":"a","user":"u","pass":"p","interface":"lan"}}`, `info.interface does not apply to type ipmi`},
 			{"control in field name", `{"type":"mock","info":{"addr":"a","\u001b[2J":0}}`, `unknown field \"\\x1b[2J\"`},
 		}
 		for _, tt := range strict {
@@ -104,7 +115,7 @@ func TestV1Nodes(t *testing.T) {
 			t.Fatalf("add key: got %d %q", r.code, r.body)
 		}
 		r = e.admin("GET", "/v1/nodes", "")
-		var list struct{ Nodes []nodeView }
+		var list struct{ Nodes []nodeJSON }
 		if r.code != 200 || json.Unmarshal([]byte(r.body), &list) != nil || len(list.Nodes) != 2 ||
 			list.Nodes[0].Label != "m1" || list.Nodes[1].Label != "n1" || list.Nodes[0].Port != 0 || list.Nodes[0].Addr != "10.0.0.4" {
 			t.Errorf("list: got %d %q", r.code, r.body)
@@ -384,24 +395,22 @@ func TestNew(t *testing.T) {
 	reg := sessions.New(sessions.Config{})
 	log := logrus.New()
 	var st Store = failingStore{}
-	admit := func(context.Context, string, int64) error { return nil }
-	lim := bastion.NewLimiter(noLimits, time.Now)
+	lim := authlimit.New(noLimits, time.Now)
 	tests := []struct {
 		name string
 		cfg  Config
 		st   Store
 		ok   bool
 	}{
-		{"ok", Config{AdminToken: "t", Admit: admit, Limiter: lim}, st, true},
-		{"no admin token", Config{Admit: admit, Limiter: lim}, st, false},
-		{"negative body", Config{AdminToken: "t", MaxBody: -1, Admit: admit, Limiter: lim}, st, false},
-		{"no store", Config{AdminToken: "t", Admit: admit, Limiter: lim}, nil, false},
-		{"no admit", Config{AdminToken: "t", Limiter: lim}, st, false},
-		{"no limiter", Config{AdminToken: "t", Admit: admit}, st, false},
+		{"ok", Config{AdminToken: "t", Limiter: lim}, st, true},
+		{"no admin token", Config{Limiter: lim}, st, false},
+		{"negative body", Config{AdminToken: "t", MaxBody: -1, Limiter: lim}, st, false},
+		{"no store", Config{AdminToken: "t", Limiter: lim}, nil, false},
+		{"no limiter", Config{AdminToken: "t"}, st, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := New(tt.cfg, tt.st, sealer, newFakeRunner(reg), &fakeConsoles{}, &fakeRevoker{reg: reg}, reg, log)
+			a, err := New(tt.cfg, tt.st, testTypes(t, sealer), newFakeRunner(reg), newConsoles(t), &fakeRevoker{reg: reg}, reg, log)
 			if (err == nil) != tt.ok {
 				t.Fatalf("got %v, want ok %v", err, tt.ok)
 			}

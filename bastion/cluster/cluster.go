@@ -60,7 +60,7 @@ type Store interface {
 	ReplicasWithin(ctx context.Context, grace time.Duration) ([]db.Replica, error)
 }
 
-// Access is this replica's side of access changes (bastion.Revoker). The
+// Access is this replica's side of access changes (access.Revoker). The
 // cluster opens a node's console link or relay only once this replica has
 // applied the node's current access epoch (Current), serves a relay only
 // to a replica at that epoch (Serve, which applies it here first if need
@@ -71,40 +71,41 @@ type Access interface {
 	Apply(label string, epoch int64, why string)
 }
 
-// Config configures one replica's part in the cluster. Zero durations take
-// the defaults noted.
+// Config configures one replica's part in the cluster (its tunables: the
+// YAML section cluster; the rest the wiring sets). Zero durations take the
+// defaults noted.
 type Config struct {
 	// ReplicaID names this replica in leases, logs and messages ("busy on
 	// replica X"); unique per running replica. Required.
-	ReplicaID string
+	ReplicaID string `yaml:"-"`
 	// PeerAddr is where other replicas reach this replica's peer server
 	// (host:port). Required.
-	PeerAddr string
+	PeerAddr string `yaml:"-"`
 	// HostKey is the SSH host key every replica shares; it authenticates
 	// the peer channel in both directions. Required.
-	HostKey gossh.Signer
+	HostKey gossh.Signer `yaml:"-"`
 	// Access is this replica's revocation state. Required.
-	Access Access
+	Access Access `yaml:"-"`
 	// LeaseTTL is how long a lease outlives its last renewal, so how long
 	// a dead holder blocks the takeover of its consoles (default 6 s), and
 	// how long an announcement lasts.
-	LeaseTTL time.Duration
+	LeaseTTL time.Duration `yaml:"-"`
 	// FenceMargin is how long before its announcement (or a SOL lease)
 	// expires this replica stops serving, and how long after another
 	// replica's announcement expired this one counts it stopped (default
 	// LeaseTTL/6, below LeaseTTL/2): it covers the time a fence takes and
-	// the clocks (fence.go).
-	FenceMargin time.Duration
+	// the clocks (fence.go). The wiring leaves it at its default.
+	FenceMargin time.Duration `yaml:"-"`
 	// Renew is how often a held SOL lease is renewed (default LeaseTTL/3).
-	Renew time.Duration
+	Renew time.Duration `yaml:"renew"`
 	// PowerHold bounds one power operation that comes without a deadline
 	// (default 1 min); the power lease lasts as long as the operation may.
-	PowerHold time.Duration
+	PowerHold time.Duration `yaml:"power_hold"`
 	// DialTimeout bounds connecting to a peer (default 5 s).
-	DialTimeout time.Duration
+	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// Keepalive is how often peer connections are probed; a peer that
 	// does not answer within two intervals is dropped (default 5 s).
-	Keepalive time.Duration
+	Keepalive time.Duration `yaml:"keepalive"`
 }
 
 func (c *Config) setDefaults() error {

@@ -339,7 +339,7 @@ func (s *sharedEpochs) set(label string, epoch int64) {
 	s.e[label] = epoch
 }
 
-// testAccess is a replica's Access as bastion.Revoker keeps it, without
+// testAccess is a replica's Access as access.Revoker keeps it, without
 // sessions: applying an epoch wipes the node's console on this replica's
 // hub. Every change it applied is recorded.
 type testAccess struct {

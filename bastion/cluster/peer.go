@@ -8,15 +8,14 @@ import (
 	"io"
 	"math"
 	"net"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/sshalgo"
+	text "github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -360,17 +359,8 @@ func (w viewerWriter) Write(p []byte) (int, error) { return w.v.Write(p) }
 
 // printable bounds and cleans a peer-supplied name for banners and logs.
 func printable(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if !unicode.IsGraphic(r) || r == unicode.ReplacementChar {
-			return '?'
-		}
-		return r
-	}, s)
-	if r := []rune(s); len(r) > 64 {
-		s = string(r[:64])
-	}
 	if s == "" {
 		return "?"
 	}
-	return s
+	return text.Clean(s, 64)
 }

@@ -8,9 +8,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/bastion/realip"
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
+	"github.com/obmd/obmd/sol/ipmitool"
+	"github.com/obmd/obmd/sol/redfish"
 )
 
 // Config is everything an operator can set. The YAML names are the config
@@ -70,21 +77,17 @@ type Config struct {
 
 	// Escape is the console escape prefix, two bytes (default Ctrl-E c).
 	Escape string `yaml:"escape"`
-	// Scrollback is the bytes of console history kept per node (default 16 KiB).
-	Scrollback int `yaml:"scrollback"`
-	// Linger keeps a console link open after its last viewer (default 2 s).
-	Linger time.Duration `yaml:"linger"`
-	// ViewerQueue bounds a viewer's pending output (default 256 KiB).
-	ViewerQueue int `yaml:"viewer_queue"`
-	// DropSlowViewers disconnects a viewer that falls behind instead of
-	// letting it skip ahead.
-	DropSlowViewers bool `yaml:"drop_slow_viewers"`
-	// MaxSessionsPerNode and MaxSessionsPerSource bound live sessions
-	// (defaults 64 and 32; negative: unlimited); MaxSessionsPerSource
-	// counts SSH sessions. MaxHTTPSessionsPerSource bounds the node-token
-	// HTTP sessions (console streams, power calls) of one address apart:
-	// a cloud controller such as HIL streams every node's console from one
-	// address (default 1024; negative: unlimited).
+	// Scrollback, Linger, ViewerQueue and DropSlowViewers are
+	// console.scrollback, .linger, .viewer_queue and .drop_slow_viewers,
+	// under the names they had before the console section (still read;
+	// setting both names differently is an error).
+	Scrollback      int           `yaml:"scrollback"`
+	Linger          time.Duration `yaml:"linger"`
+	ViewerQueue     int           `yaml:"viewer_queue"`
+	DropSlowViewers bool          `yaml:"drop_slow_viewers"`
+	// MaxSessionsPerNode, MaxSessionsPerSource and MaxHTTPSessionsPerSource
+	// are sessions.max_per_node, .max_per_source and .max_per_source_http,
+	// under their names from before the sessions section (as above).
 	MaxSessionsPerNode       int `yaml:"max_sessions_per_node"`
 	MaxSessionsPerSource     int `yaml:"max_sessions_per_source"`
 	MaxHTTPSessionsPerSource int `yaml:"max_http_sessions_per_source"`
@@ -115,7 +118,7 @@ type Config struct {
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// AuthLimits bound guessing of node tokens and of the admin token; SSH
 	// and the admin API share one budget per source.
-	AuthLimits bastion.LimitConfig `yaml:"auth_limits"`
+	AuthLimits authlimit.Config `yaml:"auth_limits"`
 	// SSHLegacyAlgorithms also offers the SHA-1 algorithms old clients may
 	// need (diffie-hellman-group14-sha1, hmac-sha1, ssh-rsa signatures);
 	// off, obmd offers what a current OpenSSH server does, without SHA-1.
@@ -152,6 +155,21 @@ type Config struct {
 	// changes can no longer reach this replica (default 30 s).
 	DBGrace time.Duration `yaml:"db_grace"`
 
+	// Each component's own settings, as its package documents them (keys
+	// and defaults): the console hub, the session registry, the cluster's
+	// tunables, and the BMC drivers (a Redfish node's serial console uses
+	// the ipmi section).
+	Console  sol.Config      `yaml:"console"`
+	Sessions sessions.Config `yaml:"sessions"`
+	Cluster  cluster.Config  `yaml:"cluster"`
+	IPMI     ipmi.Config     `yaml:"ipmi"`
+	IPMITool ipmitool.Config `yaml:"ipmitool"`
+	Redfish  redfish.Config  `yaml:"redfish"`
+	// IPMIOptions is what both IPMI drivers share (and a Redfish node's
+	// IPMI console): the cipher suites tried for a node that pins none,
+	// and what to do when SOL is off on a BMC.
+	IPMIOptions sol.IPMIOptions `yaml:"ipmi_options"`
+
 	// Demo registers node "demo" on the built-in simulator and prints a
 	// fresh token for it at start (make run).
 	Demo bool `yaml:"demo"`
@@ -185,20 +203,11 @@ func (c *Config) setDefaults() error {
 	def(&c.HostKey, filepath.Join(c.StateDir, "ssh_host_ed25519_key"))
 	def(&c.SealKey, filepath.Join(c.StateDir, "seal.key"))
 	def(&c.Version, "dev")
-	if c.MaxSessionsPerNode == 0 {
-		c.MaxSessionsPerNode = 64
-	}
-	if c.MaxSessionsPerSource == 0 {
-		c.MaxSessionsPerSource = 32
-	}
-	if c.MaxHTTPSessionsPerSource == 0 {
-		c.MaxHTTPSessionsPerSource = 1024
+	if err := c.aliases(); err != nil {
+		return err
 	}
 	if err := c.doorDefaults(); err != nil {
 		return err
-	}
-	if c.EpochPoll <= 0 {
-		c.EpochPoll = time.Second
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -207,7 +216,7 @@ func (c *Config) setDefaults() error {
 		return errors.New("change_timeout must not be negative")
 	}
 	if c.ChangeTimeout == 0 {
-		c.ChangeTimeout = 5 * time.Second
+		c.ChangeTimeout = access.DefaultChangeTimeout // shared by several components
 	}
 	if err := c.adminDefaults(); err != nil {
 		return err
@@ -234,9 +243,6 @@ func (c *Config) doorDefaults() error {
 	}
 	if c.LoginGraceTime < 0 {
 		return errors.New("login_grace_time must not be negative")
-	}
-	if c.LoginGraceTime == 0 {
-		c.LoginGraceTime = 30 * time.Second
 	}
 	_, _, err := c.balancers()
 	if err == nil {
@@ -278,9 +284,30 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func unlimited(n int) int {
-	if n < 0 {
-		return 0
+// aliases carries the settings that moved into a section from their old
+// top-level names (part of setDefaults).
+func (c *Config) aliases() error {
+	return errors.Join(
+		alias(&c.Console.Scrollback, c.Scrollback, "scrollback", "console.scrollback"),
+		alias(&c.Console.Linger, c.Linger, "linger", "console.linger"),
+		alias(&c.Console.QueueBytes, c.ViewerQueue, "viewer_queue", "console.viewer_queue"),
+		alias(&c.Console.DropSlow, c.DropSlowViewers, "drop_slow_viewers", "console.drop_slow_viewers"),
+		alias(&c.Sessions.MaxPerNode, c.MaxSessionsPerNode, "max_sessions_per_node", "sessions.max_per_node"),
+		alias(&c.Sessions.MaxPerSource, c.MaxSessionsPerSource, "max_sessions_per_source", "sessions.max_per_source"),
+		alias(&c.Sessions.MaxPerSourceHTTP, c.MaxHTTPSessionsPerSource, "max_http_sessions_per_source",
+			"sessions.max_per_source_http"))
+}
+
+// alias sets *section from old, the same setting under its old name, unless
+// only the section's is set; both set differently is an error.
+func alias[T comparable](section *T, old T, oldName, name string) error {
+	var zero T
+	switch {
+	case old == zero:
+	case *section == zero:
+		*section = old
+	case *section != old:
+		return fmt.Errorf("%s and %s are one setting; set it once", oldName, name)
 	}
-	return n
+	return nil
 }

@@ -1,34 +1,40 @@
-// Package daemon assembles a running obmd from a Config: state directory and
-// keys, database (migrated), drivers, console hub, session registry, the SSH
-// front door and the admin API; it runs them until its context ends and
-// then shuts them down in order. cmd/obmd and the end-to-end tests use it.
+// Package daemon is obmd's composition root: it assembles one replica
+// from a Config (state directory and keys, the database, migrated; the
+// table of node types over the drivers, nodetypes.go; the console hub;
+// access control and the session registry; the SSH front door and the
+// admin API; in cluster mode the cluster and its peer server), runs them
+// until its context ends, and shuts them down in order. It is the one
+// package that knows every other one, and the only part of the server
+// that imports the drivers (TestLayout holds that).
+//
+// It is a package rather than part of cmd/obmd because three programs run
+// the same assembly: cmd/obmd (which only maps flags, OBMD_* variables and
+// the YAML file onto Config, sets up logging and exits), the end-to-end
+// tests, which run whole replicas in one process (all of them live here,
+// so that the slow ones run once), and bench/. A main package can be
+// imported by none of them.
 package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/gliderlabs/ssh"
 	"github.com/sirupsen/logrus"
-	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/obmd/obmd/bastion"
-	"github.com/obmd/obmd/bastion/admin"
-	"github.com/obmd/obmd/bastion/conncap"
+	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
 )
@@ -40,18 +46,21 @@ type Daemon struct {
 
 	store    *db.Store
 	lab      *sim.Lab
+	types    *nodes.Table
 	resolver *nodes.Resolver
 	consoles *sol.Manager
 	reg      *sessions.Registry
 	metrics  *metrics.Registry
-	revoker  *bastion.Revoker
-	limiter  *bastion.Limiter
+	revoker  *access.Revoker
+	health   *access.Health
+	watcher  *access.Watcher
+	limiter  *authlimit.Limiter
 	ssh      *bastion.Server
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
 
 	sshL, adminL  net.Listener
-	caps          connCaps // of the admin and peer listeners (conns.go)
+	caps          connCaps // of the admin, peer and SSH listeners (conns.go)
 	adminToken    string
 	newAdminToken string // adminToken when this Start generated it
 	fingerprint   string
@@ -67,202 +76,6 @@ func New(cfg Config, log logrus.FieldLogger) (*Daemon, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return &Daemon{cfg: cfg, log: log}, nil
-}
-
-// Start opens the listeners, opens and migrates the database, loads or
-// creates keys and builds every part. On error, whatever was opened is closed.
-// The listeners come first, so that a taken port fails the start before
-// anything is created in the state directory.
-func (d *Daemon) Start(ctx context.Context) (err error) {
-	defer func() {
-		if err != nil {
-			d.closeAll()
-		}
-	}()
-	if err := d.listen(); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
-	// The database before the secrets: an unreachable database fails the
-	// start without generating an admin token nobody would see.
-	d.store, err = db.Open(ctx, d.cfg.DB, d.log)
-	if err != nil {
-		return err
-	}
-	if err := d.store.Migrate(ctx); err != nil {
-		return err
-	}
-	hostKey, err := keys.LoadOrCreateHostKey(d.cfg.HostKey)
-	if err != nil {
-		return err
-	}
-	d.fingerprint = keys.Fingerprint(hostKey.PublicKey())
-	sealer, err := keys.LoadOrCreateSealer(d.cfg.SealKey)
-	if err != nil {
-		return err
-	}
-	d.adminToken = d.cfg.AdminToken
-	tokenFile := filepath.Join(d.cfg.StateDir, "admin-token")
-	if d.adminToken == "" {
-		var created bool
-		d.adminToken, created, err = keys.LoadOrCreateSecret(tokenFile)
-		if err != nil {
-			return err
-		}
-		if created {
-			d.newAdminToken = d.adminToken
-		}
-		if len(d.adminToken) < admin.MinAdminTokenLen {
-			return fmt.Errorf("admin token in %s is %d characters; it must have at least %d (delete the file to have a new one generated)",
-				tokenFile, len(d.adminToken), admin.MinAdminTokenLen)
-		}
-	}
-
-	d.lab = sim.NewLab()
-	d.resolver, err = nodes.New(nodes.Config{}, d.store, sealer, d.lab, d.log)
-	if err != nil {
-		return err
-	}
-	bmcs, powerBMCs, err := d.startCluster(hostKey, d.resolver, d.resolver.ForCommands())
-	if err != nil {
-		return err
-	}
-	d.consoles, err = sol.NewManager(sol.Config{Scrollback: d.cfg.Scrollback, Linger: d.cfg.Linger,
-		QueueBytes: d.cfg.ViewerQueue, DropSlow: d.cfg.DropSlowViewers}, bmcs, d.log.WithField("part", "sol"))
-	if err != nil {
-		return fmt.Errorf("console hub: %w", err)
-	}
-	if err := d.startPeer(); err != nil {
-		return err
-	}
-	d.reg = sessions.New(sessions.Config{MaxPerNode: unlimited(d.cfg.MaxSessionsPerNode),
-		MaxPerSource: unlimited(d.cfg.MaxSessionsPerSource), MaxPerSourceHTTP: unlimited(d.cfg.MaxHTTPSessionsPerSource)})
-	gated := gatedStore{d.store, d}
-	var peers bastion.Peers
-	if d.rep.cluster != nil {
-		peers = d.rep.cluster
-	}
-	d.revoker = bastion.NewRevoker(bastion.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
-		d.consoles, d.reg, gated, d.log)
-	d.metrics = d.newMetrics()
-	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
-		Observe: d.metrics.ObservePower},
-		powerBMCs, d.consoles, bastion.NewSessionList(d.reg, d.consoles), auditor{d.store, d.log}, d.log)
-	if err != nil {
-		return fmt.Errorf("command runner: %w", err)
-	}
-	proxyFrom, trustedProxies, err := d.cfg.balancers()
-	if err != nil {
-		return err
-	}
-	// One guessing budget per source for SSH and the admin API.
-	d.limiter = bastion.NewLimiter(d.cfg.AuthLimits, time.Now)
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Admit: d.revoker.Admit, Limiter: d.limiter, Metrics: d.metrics,
-		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
-		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay},
-		d.store, sealer, runner,
-		bastion.NewHTTPConsoles(d.consoles), revokeAndForget{d.revoker, d.resolver}, d.reg, d.log.WithField("part", "admin"))
-	if err != nil {
-		return err
-	}
-	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{hostKey}, Escape: d.cfg.Escape,
-		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
-		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
-		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom, Admit: d.revoker.Admit,
-		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
-		gated, runner, d.consoles, d.reg, d.log.WithField("part", "ssh"))
-	if err != nil {
-		return err
-	}
-	d.http = d.newHTTPServer(ctx, api.Handler())
-
-	if d.cfg.Demo {
-		if err := d.registerDemo(ctx, sealer); err != nil {
-			return err
-		}
-	}
-	if err := d.firstAnnounce(ctx); err != nil {
-		return err
-	}
-	d.log.WithFields(d.caps.fields()).WithFields(logrus.Fields{
-		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
-		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, tokenFile),
-		"version": d.cfg.Version, "replica": d.cfg.ReplicaID, "peer": d.PeerAddr(),
-	}).Info("obmd_listening")
-	return nil
-}
-
-// listen opens the SSH and admin listeners (the admin one with TLS when
-// configured) and, in cluster mode, the peer listener. Connections wait in
-// the backlog until Run serves them.
-func (d *Daemon) listen() error {
-	var cert tls.Certificate
-	if d.cfg.TLSCert != "" {
-		var err error
-		if cert, err = tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey); err != nil {
-			return fmt.Errorf("admin TLS: %w", err)
-		}
-	}
-	var err error
-	if d.sshL, err = net.Listen("tcp", d.cfg.SSHAddr); err != nil {
-		return fmt.Errorf("listen for SSH: %w", err)
-	}
-	if d.adminL, err = net.Listen("tcp", d.cfg.AdminAddr); err != nil {
-		return fmt.Errorf("listen for admin HTTP: %w", err)
-	}
-	d.caps = sizeCaps(d.cfg, openFileLimit())
-	if d.adminL, err = d.proxyAdmin(d.adminL); err != nil { // before the caps: they count the real client
-		return err
-	}
-	if d.adminL, err = d.capAdmin(d.adminL); err != nil {
-		return err
-	}
-	if d.cfg.TLSCert != "" {
-		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-	}
-	if d.cfg.PeerAddr != "" {
-		if d.rep.peerL, err = net.Listen("tcp", d.cfg.PeerAddr); err != nil {
-			return fmt.Errorf("listen for peers: %w", err)
-		}
-		if d.rep.peerL, err = d.capPeer(d.rep.peerL); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func adminTokenSource(cfg Config, file string) string {
-	if cfg.AdminToken != "" {
-		return "(from configuration)"
-	}
-	return file
-}
-
-// registerDemo makes sure node "demo" exists on the simulator and gives it a
-// fresh token (only hashes are stored, so the old one cannot be shown).
-func (d *Daemon) registerDemo(ctx context.Context, sealer *keys.Sealer) error {
-	if _, err := d.store.Node(ctx, DemoNode); errors.Is(err, db.ErrNotFound) {
-		sealed, err := nodes.SealInfo(sealer, DemoNode, sol.Info{Addr: "simulator"})
-		if err != nil {
-			return err
-		}
-		if _, err := d.store.CreateNode(ctx, db.Node{Label: DemoNode, Type: nodes.TypeSim, InfoSealed: sealed}); err != nil {
-			return fmt.Errorf("register demo node: %w", err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("register demo node: %w", err)
-	}
-	token, err := keys.NewToken()
-	if err != nil {
-		return err
-	}
-	if _, err := d.store.SetToken(ctx, DemoNode, keys.HashToken(token)); err != nil {
-		return fmt.Errorf("demo token: %w", err)
-	}
-	d.demoToken = token
-	return nil
 }
 
 // SSHAddr, AdminAddr, AdminToken, DemoToken and HostKeyFingerprint describe
@@ -299,7 +112,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	g.Go(func() error { return d.watchChanges(gctx) })
+	g.Go(func() error { return d.watcher.Run(gctx) })
 	g.Go(func() error { return d.guard(gctx) })
 	g.Go(func() error { return d.limiter.Run(gctx) })
 	g.Go(d.servePeer)
@@ -386,52 +199,6 @@ func (d *Daemon) closeAll() {
 	}
 }
 
-// watchChanges applies access changes made elsewhere (another replica, or
-// obmctl against another replica) to this replica's sessions. Changes made
-// here were applied by the admin call already; Revoker skips them. Each
-// poll is also this replica's look at the database's health (dbPolled)
-// and, in cluster mode, its announcement to the others (announce).
-func (d *Daemon) watchChanges(ctx context.Context) error {
-	cursor, err := d.store.LatestChange(ctx)
-	if err != nil {
-		if ctx.Err() != nil { // stopped while starting: not a failure
-			return nil
-		}
-		return fmt.Errorf("read access changes: %w", err)
-	}
-	d.revoker.Watched(cursor)
-	d.announce(ctx, cursor)
-	t := time.NewTicker(d.cfg.EpochPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
-		changes, err := d.store.ChangesSince(pctx, cursor, 1000)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		health := d.checkDB(err)
-		d.dbPolled(health)
-		if health != nil {
-			d.log.WithError(health).Warn("access_poll_failed")
-		}
-		if err != nil {
-			continue
-		}
-		for _, c := range changes {
-			d.revoker.Revoke(c.Node, c.Epoch, "access changed")
-			cursor = c.Epoch
-		}
-		d.revoker.Watched(cursor)
-		d.announce(ctx, cursor)
-	}
-}
-
 // auditor writes commands' audit events to the database.
 type auditor struct {
 	store *db.Store
@@ -446,16 +213,24 @@ func (a auditor) Audit(ctx context.Context, e commands.Event) {
 	}
 }
 
-// revokeAndForget also drops simulator state of deleted nodes.
-type revokeAndForget struct {
-	r   *bastion.Revoker
-	res *nodes.Resolver
+// sessionList answers the `sessions` command (commands.Sessions): the
+// registry's sessions of a node, with the console's writer marked.
+type sessionList struct {
+	reg      *sessions.Registry
+	consoles *sol.Manager
 }
 
-func (v revokeAndForget) Change(ctx context.Context, c bastion.Change) error {
-	err := v.r.Change(ctx, c)
-	if (err == nil || errors.Is(err, bastion.ErrNotConfirmed)) && c.Why == admin.WhyNodeDeleted {
-		v.res.Forget(c.Node)
+func (l sessionList) Sessions(node string) []commands.SessionInfo {
+	writer := ""
+	for _, v := range l.consoles.Viewers(node) {
+		if v.Writer {
+			writer = v.Session
+		}
 	}
-	return err
+	var out []commands.SessionInfo
+	for _, s := range l.reg.List(node) {
+		out = append(out, commands.SessionInfo{ID: s.ID, Kind: string(s.Kind), User: s.User, Remote: s.Remote,
+			Started: s.Started, Writer: s.ID == writer && writer != ""})
+	}
+	return out
 }

@@ -68,7 +68,7 @@ func TestAPIRegistration(t *testing.T) {
 		}{
 			{"bad JSON", "/node/b1", `{"type":`, "JSON"},
 			{"not an object", "/node/b1", `[1]`, "want an object"},
-			{"unknown type", "/node/b1", `{"type":"redfish","info":{"addr":"x"}}`, "redfish"},
+			{"unknown type", "/node/b1", `{"type":"idrac","info":{"addr":"x"}}`, "idrac"},
 			{"no type", "/node/b1", `{"info":{"addr":"x"}}`, "type"},
 			{"no info", "/node/b1", `{"type":"mock"}`, "info"},
 			{"no addr", "/node/b1", `{"type":"mock","info":{}}`, "addr"},

@@ -20,7 +20,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/bastion/proxyproto"
 	"github.com/obmd/obmd/db"
@@ -99,7 +99,7 @@ func TestAttackTenantHoldsAdminPort(t *testing.T) {
 func TestAttackEnumerateNodesThroughLimiter(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
 	})
 	o.addSimNode("real1")
 	base := "http://" + o.AdminAddr()
@@ -471,7 +471,7 @@ func TestAttackAdminBehindTCPBalancer(t *testing.T) {
 	t.Parallel()
 	const balancer, guesser, hil = "127.0.0.5", "127.0.0.9", "127.0.0.1"
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
 		c.AdminProxyProtocolFrom = []string{balancer}
 	})
 	tok := o.addSimNode("lb1")

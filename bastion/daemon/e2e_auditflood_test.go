@@ -15,7 +15,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 )
 
@@ -90,7 +90,7 @@ func TestAuditFloodLockedOut(t *testing.T) {
 	t.Parallel()
 	const perSource, flood = 3, 40
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: perSource, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = authlimit.Config{PerSource: perSource, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
 	})
 	tok := o.addSimNode("lo1")
 	const src = "127.0.0.21"
@@ -140,7 +140,7 @@ func TestAuditFloodKeyOffers(t *testing.T) {
 	t.Parallel()
 	const perSource = 3
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: perSource, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = authlimit.Config{PerSource: perSource, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
 	})
 	tok := o.addSimNode("ko1")
 	owner, _ := newKey(t)
@@ -256,7 +256,7 @@ func TestAuditFloodShared(t *testing.T) {
 	t.Parallel()
 	const perSource = 3
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: perSource, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = authlimit.Config{PerSource: perSource, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
 	})
 	tok := o.addSimNode("sh1")
 	tokenRoute := "/node/sh1/power_status?token="

@@ -317,15 +317,7 @@ func TestConsoleMockDisplaced(t *testing.T) {
 	o := startObmd(t)
 	o.addNode("node-98", "mock", sol.Info{Addr: "10.0.0.4"})
 	tok := o.rotate("node-98")
-	c, err := o.dial("node-98", gossh.Password(tok))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := o.session(t, "node-98", tok)
 	out := newConBuf()
 	s.Stdout, s.Stderr = out, out
 	if err := s.Shell(); err != nil {

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/sim"
 )
@@ -23,7 +23,7 @@ import (
 func drDefaults(dsn string) func(*daemon.Config) {
 	return func(c *daemon.Config) {
 		c.DB = dsn
-		c.AuthLimits = bastion.LimitConfig{}
+		c.AuthLimits = authlimit.Config{}
 		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxHTTPSessionsPerSource, c.MaxConnsPerSource = 0, 0, 0, 0
 	}
 }

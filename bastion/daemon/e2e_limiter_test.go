@@ -11,7 +11,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 )
 
@@ -63,7 +63,7 @@ func TestLimiterNameFloodSSH(t *testing.T) {
 func TestLimiterEnumerationSSH(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
 	})
 	own := o.addSimNode("own1")
 	o.addSimNode("real1")

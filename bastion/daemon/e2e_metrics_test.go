@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	gossh "golang.org/x/crypto/ssh"
-
 	"github.com/obmd/obmd/sol/sim"
 )
 
@@ -24,15 +22,7 @@ func TestMetrics(t *testing.T) {
 	if _, err := o.execGo("secret-node-name", "wrong", "power-status"); err == nil {
 		t.Fatal("wrong token authenticated")
 	}
-	c, err := o.dial("secret-node-name", gossh.Password(tok))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := o.session(t, "secret-node-name", tok)
 	out, _ := s.StdoutPipe()
 	if err := s.Shell(); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/bastion/proxyproto"
 	"github.com/obmd/obmd/sol/ipmisim"
@@ -136,7 +136,7 @@ func (o *obmd) pxSources(node string) map[string]int {
 
 // pxLimits are strict guessing limits, so the tests can lock a client out.
 func pxLimits(c *daemon.Config) {
-	c.AuthLimits = bastion.LimitConfig{PerSource: 3, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
+	c.AuthLimits = authlimit.Config{PerSource: 3, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
 }
 
 // pxLockoutThrough: through the balancer at addr, three wrong tokens from

@@ -20,7 +20,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol/ipmisim"
@@ -218,7 +218,7 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) (rvDelays,
 func TestRevokeRacingAuth(t *testing.T) {
 	o := startObmd(t, func(c *daemon.Config) {
 		c.MaxSessionsPerNode, c.MaxSessionsPerSource = -1, -1
-		c.AuthLimits = bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20}
+		c.AuthLimits = authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20}
 	})
 	old := o.addSimNode("race")
 	first := o.goConsole(t, "race", old, conOpts{})

@@ -19,7 +19,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol"
 )
@@ -27,7 +27,7 @@ import (
 // fdNoLimits lifts the guessing limits for tests that fail on purpose many
 // times from one address.
 func fdNoLimits(c *daemon.Config) {
-	c.AuthLimits = bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20, Window: time.Minute, Lockout: time.Minute}
+	c.AuthLimits = authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20, Window: time.Minute, Lockout: time.Minute}
 }
 
 // fdAuditRow is one event of GET /v1/audit.
@@ -283,7 +283,7 @@ func TestSSHBruteForce(t *testing.T) {
 	t.Parallel()
 	const perSource, perNode = 3, 6
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: perSource, PerNode: perNode, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = authlimit.Config{PerSource: perSource, PerNode: perNode, Window: time.Minute, Lockout: time.Minute}
 	})
 	tok1, tok2, tok3 := o.addSimNode("b1"), o.addSimNode("b2"), o.addSimNode("b3")
 
@@ -432,7 +432,7 @@ func TestSSHKeyProof(t *testing.T) {
 func TestSSHParallelLogins(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t, func(c *daemon.Config) {
-		c.AuthLimits = bastion.LimitConfig{PerSource: 1, PerNode: 4, Window: time.Minute, Lockout: time.Minute}
+		c.AuthLimits = authlimit.Config{PerSource: 1, PerNode: 4, Window: time.Minute, Lockout: time.Minute}
 	})
 	tok := o.addSimNode("p1")
 	const n = 24 // under the default 32 sessions per source

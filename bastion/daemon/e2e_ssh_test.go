@@ -425,15 +425,7 @@ func TestSSHConsoleLog(t *testing.T) {
 	o := startObmd(t)
 	tok := o.addSimNode("cl1")
 	bmc := o.Lab().BMC("cl1", sim.ModeNormal)
-	c, err := o.dial("cl1", gossh.Password(tok))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := o.session(t, "cl1", tok)
 	defer s.Close()
 	if err := s.Shell(); err != nil {
 		t.Fatalf("console: %v", err)

@@ -15,9 +15,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -30,7 +28,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
@@ -58,10 +56,10 @@ func (s *syncBuffer) String() string {
 // obmd is a running daemon under test.
 type obmd struct {
 	*daemon.Daemon
-	t    testing.TB
-	Cfg  daemon.Config
-	Logs *syncBuffer // everything logged, at debug level
-	http *http.Client
+	*adminClient // its admin API: api, request, mustAPI, rotate
+	t            testing.TB
+	Cfg          daemon.Config
+	Logs         *syncBuffer // everything logged, at debug level
 
 	cancel context.CancelFunc
 	done   chan error
@@ -82,7 +80,7 @@ func startObmd(t testing.TB, opts ...func(*daemon.Config)) *obmd {
 		Linger:     200 * time.Millisecond,
 		EpochPoll:  100 * time.Millisecond,
 		Version:    "test",
-		AuthLimits: bastion.LimitConfig{PerSource: 1 << 20, PerNode: 1 << 20},
+		AuthLimits: authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20},
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -107,7 +105,7 @@ func startWith(t testing.TB, cfg daemon.Config) *obmd {
 		cancel()
 		t.Fatalf("daemon.Start: %v", err)
 	}
-	o := &obmd{Daemon: d, t: t, Cfg: cfg, Logs: logs, http: &http.Client{Timeout: 30 * time.Second},
+	o := &obmd{Daemon: d, adminClient: newAdminClient(t, d.AdminAddr(), d.AdminToken(), ""), t: t, Cfg: cfg, Logs: logs,
 		cancel: cancel, done: make(chan error, 1)}
 	go func() { o.done <- d.Run(ctx) }() // waited for by stop
 	t.Cleanup(func() {
@@ -153,59 +151,6 @@ func onEngines(t *testing.T, f func(t *testing.T, dsn string)) {
 
 // ---- admin API ----
 
-// api sends an admin request (basic admin:<token>) and returns status and body.
-// body may be nil, a string/[]byte (sent as is), or a value to encode as JSON.
-func (o *obmd) api(method, path string, body any) (int, []byte) {
-	o.t.Helper()
-	return o.request(method, path, body, "admin", o.AdminToken())
-}
-
-// request sends an HTTP request to the admin port; user "" sends no auth.
-func (o *obmd) request(method, path string, body any, user, pass string) (int, []byte) {
-	o.t.Helper()
-	var r io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		r = strings.NewReader(b)
-	case []byte:
-		r = bytes.NewReader(b)
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			o.t.Fatalf("encode body: %v", err)
-		}
-		r = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, "http://"+o.AdminAddr()+path, r)
-	if err != nil {
-		o.t.Fatalf("request %s %s: %v", method, path, err)
-	}
-	if user != "" {
-		req.SetBasicAuth(user, pass)
-	}
-	resp, err := o.http.Do(req)
-	if err != nil {
-		o.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		o.t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return resp.StatusCode, data
-}
-
-// mustAPI is api that fails the test unless the status is want.
-func (o *obmd) mustAPI(want int, method, path string, body any) []byte {
-	o.t.Helper()
-	status, data := o.api(method, path, body)
-	if status != want {
-		o.t.Fatalf("%s %s: got %d %s, want %d", method, path, status, data, want)
-	}
-	return data
-}
-
 // addNode registers label with type typ and info via the obmd route.
 func (o *obmd) addNode(label, typ string, info sol.Info) {
 	o.t.Helper()
@@ -227,16 +172,6 @@ func (o *obmd) addIPMINode(label, typ string, s *ipmisim.Sim) string {
 	return o.rotate(label)
 }
 
-// rotate issues a new token for label.
-func (o *obmd) rotate(label string) string {
-	o.t.Helper()
-	var out struct{ Token string }
-	if err := json.Unmarshal(o.mustAPI(200, "POST", "/node/"+url.PathEscape(label)+"/token", nil), &out); err != nil || out.Token == "" {
-		o.t.Fatalf("rotate %s: bad answer: %v", label, err)
-	}
-	return out.Token
-}
-
 // addKey registers pub on label and returns its fingerprint.
 func (o *obmd) addKey(label string, pub gossh.PublicKey) string {
 	o.t.Helper()
@@ -256,6 +191,23 @@ func (o *obmd) dial(user string, auth ...gossh.AuthMethod) (*gossh.Client, error
 	return gossh.Dial("tcp", o.SSHAddr(), &gossh.ClientConfig{
 		User: user, Auth: auth, HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
 	})
+}
+
+// session dials user with a token and opens a session on the connection,
+// both closed at the test's end.
+func (o *obmd) session(t testing.TB, user, token string) (*gossh.Client, *gossh.Session) {
+	t.Helper()
+	c, err := o.dial(user, gossh.Password(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return c, s
 }
 
 // execResult is what one exec returned.

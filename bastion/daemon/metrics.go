@@ -13,8 +13,8 @@ func (d *Daemon) newMetrics() *metrics.Registry {
 	m.Pull(func(w *metrics.Writer) {
 		counts := d.reg.Count()
 		w.Family("obmd_sessions_open", "gauge", "Live sessions by kind.")
-		for _, kind := range []string{sessions.KindConsole, sessions.KindExec, sessions.KindHTTPConsole} {
-			w.Sample("", float64(counts[kind]), "kind", kind)
+		for _, kind := range []sessions.Kind{sessions.KindConsole, sessions.KindExec, sessions.KindHTTPConsole} {
+			w.Sample("", float64(counts[kind]), "kind", string(kind))
 		}
 		st := d.consoles.Stats()
 		w.Family("obmd_console_links", "gauge", "BMC console links by state (up: console open; down: opening or reconnecting).")

@@ -9,12 +9,10 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync/atomic"
-	"time"
 
-	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
@@ -35,17 +33,7 @@ type replicas struct {
 	cluster *cluster.Cluster
 	peer    *cluster.PeerServer
 	peerL   net.Listener
-	// dbDown is set while the last look at the database (the access-change
-	// poll) failed.
-	dbDown atomic.Bool
-	// downSince is when the database stopped answering (zero while it
-	// answers). Owned by the access-change poll.
-	downSince time.Time
 }
-
-// whyDBLost is why the sessions of a replica that has not reached its
-// database for DBGrace end.
-const whyDBLost = "this obmd lost its database and cannot check access; reconnect"
 
 // replicaDefaults fills the replica settings (part of setDefaults).
 func (c *Config) replicaDefaults() error {
@@ -55,27 +43,14 @@ func (c *Config) replicaDefaults() error {
 	if c.LeaseTTL < 0 {
 		return errors.New("lease_ttl must not be negative")
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 6 * time.Second
-	}
 	if c.DBGrace < 0 {
 		return errors.New("db_grace must not be negative")
-	}
-	if c.DBGrace == 0 {
-		c.DBGrace = 30 * time.Second
 	}
 	if c.PeerAdvertise != "" && c.PeerAddr == "" {
 		return errors.New("peer_advertise needs peer_addr")
 	}
 	if c.PeerAddr == "" {
 		return nil
-	}
-	// A replica announces itself at each poll and stops serving lease_ttl
-	// less the fence margin after the last one began: a poll must fit in
-	// there twice.
-	if fence := c.LeaseTTL - cluster.DefaultFenceMargin(c.LeaseTTL); 2*c.EpochPoll >= fence {
-		return fmt.Errorf("epoch_poll %v must be below half of %v (lease_ttl %v less a sixth): a replica that has not announced itself by then stops serving",
-			c.EpochPoll, fence, c.LeaseTTL)
 	}
 	host, _, err := net.SplitHostPort(c.PeerAddr)
 	if err != nil {
@@ -133,8 +108,9 @@ func (d *Daemon) startCluster(hostKey gossh.Signer, local sol.Resolver, forComma
 		advertise = d.rep.peerL.Addr().String() // a specific address: replicaDefaults checked
 	}
 	var err error
-	d.rep.cluster, err = cluster.New(cluster.Config{ReplicaID: d.cfg.ReplicaID, PeerAddr: advertise, HostKey: hostKey,
-		Access: clusterAccess{d}, LeaseTTL: d.cfg.LeaseTTL}, d.store, local, d.log.WithField("part", "cluster"))
+	cfg := d.cfg.Cluster
+	cfg.ReplicaID, cfg.PeerAddr, cfg.HostKey, cfg.Access, cfg.LeaseTTL = d.cfg.ReplicaID, advertise, hostKey, clusterAccess{d}, d.cfg.LeaseTTL
+	d.rep.cluster, err = cluster.New(cfg, d.store, local, d.log.WithField("part", "cluster"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -151,28 +127,6 @@ func (d *Daemon) startPeer() error {
 	return err
 }
 
-// firstAnnounce announces this replica before it serves anything (cluster
-// mode): until it has, it is fenced (cluster.Fenced), since no other
-// replica would wait for it. Changes made before it started have nothing
-// to cut here. It also says when db_grace is more than the fence allows.
-func (d *Daemon) firstAnnounce(ctx context.Context) error {
-	if d.rep.cluster == nil {
-		return nil
-	}
-	latest, err := d.store.LatestChange(ctx)
-	if err != nil {
-		return fmt.Errorf("read access changes: %w", err)
-	}
-	if err := d.rep.cluster.Announce(ctx, latest); err != nil {
-		return fmt.Errorf("announce this replica: %w", err)
-	}
-	if fence := d.rep.cluster.FenceAfter(); d.cfg.DBGrace > fence {
-		d.log.WithFields(logrus.Fields{"db_grace": d.cfg.DBGrace.String(), "fence_after": fence.String(),
-			"lease_ttl": d.cfg.LeaseTTL.String()}).Info("db_grace_capped")
-	}
-	return nil
-}
-
 // guard fences this replica whenever its announcement may have lapsed for
 // the others (cluster.Guard): its links are closed and every session cut,
 // before any other replica may count it stopped. It returns when ctx ends.
@@ -180,13 +134,7 @@ func (d *Daemon) guard(ctx context.Context) error {
 	if d.rep.cluster == nil {
 		return nil
 	}
-	return d.rep.cluster.Guard(ctx, func() { d.cutAll(whyDBLost) })
-}
-
-// fenced reports whether this replica is fenced (cluster mode): it refuses
-// logins, sessions, consoles and relays as while its database is down.
-func (d *Daemon) fenced() bool {
-	return d.rep.cluster != nil && d.rep.cluster.Fenced()
+	return d.rep.cluster.Guard(ctx, d.watcher.Fence)
 }
 
 // servePeer serves other replicas until the peer server closes.
@@ -213,17 +161,16 @@ func (d *Daemon) closePeer() {
 
 // announce tells the other replicas, through the database, that this one
 // is alive and has applied every access change up to applied (cluster
-// mode). A failure is logged: the announcement expires, and replicas that
-// change access then stop waiting for this one.
-func (d *Daemon) announce(ctx context.Context, applied int64) {
+// mode), within ChangeTimeout. The Watcher logs a failure: the
+// announcement expires, and replicas that change access then stop waiting
+// for this one, which fences itself first (guard).
+func (d *Daemon) announce(ctx context.Context, applied int64) error {
 	if d.rep.cluster == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	defer cancel()
-	if err := d.rep.cluster.Announce(ctx, applied); err != nil && ctx.Err() == nil {
-		d.log.WithError(err).Warn("replica_announce_failed")
-	}
+	return d.rep.cluster.Announce(ctx, applied)
 }
 
 // withdraw removes this replica's announcement at a clean stop.
@@ -244,40 +191,32 @@ func (d *Daemon) PeerAddr() string {
 	return d.rep.peerL.Addr().String()
 }
 
-// dbPolled records the outcome of a look at the database (the access-change
-// poll, its only caller). While it fails, logins are refused with a banner;
-// once it has failed for DBGrace, every session is cut, since access
-// changes made through other replicas can no longer reach this one. (In
-// cluster mode the fence cuts them sooner when DBGrace is longer than
-// cluster.FenceAfter: guard.)
-func (d *Daemon) dbPolled(err error) {
-	d.rep.dbDown.Store(err != nil)
-	switch {
-	case err == nil:
-		if !d.rep.downSince.IsZero() {
-			d.log.WithField("down_for", time.Since(d.rep.downSince).Round(time.Millisecond)).Info("db_reachable_again")
-		}
-		d.rep.downSince = time.Time{}
-	case d.rep.downSince.IsZero():
-		d.rep.downSince = time.Now()
-	case time.Since(d.rep.downSince) >= d.cfg.DBGrace:
-		d.cutAll(whyDBLost)
-	}
-}
-
-// cutAll ends every live session (as revoked, with why) and wipes their
-// nodes' scrollback, through the Revoker: one pass over the registry, then
-// the consoles, each node under its revocation lock.
-func (d *Daemon) cutAll(why string) {
-	if cut := d.revoker.CutAll(why); cut > 0 {
-		d.log.WithField("cut", cut).Warn("sessions_cut_db_lost")
-	}
-}
-
 // loginBanner is the SSH banner: empty while the database answers.
 func (d *Daemon) loginBanner() string {
-	if d.dbUnusable() {
+	if !d.health.Usable() {
 		return dbDownBanner
 	}
 	return ""
+}
+
+// clusterAccess is the cluster's view of the Revoker (cluster.Access). It
+// exists because the cluster is built before the Revoker (which needs the
+// console hub, which needs the cluster): d.revoker is set before anything
+// opens a console.
+type clusterAccess struct{ d *Daemon }
+
+func (a clusterAccess) Current(ctx context.Context, label string) (int64, error) {
+	return a.d.revoker.Current(ctx, label)
+}
+
+func (a clusterAccess) Serve(ctx context.Context, label string, epoch int64, attach func() error) error {
+	err := a.d.revoker.Serve(ctx, label, epoch, attach)
+	if errors.Is(err, access.ErrStaleEpoch) {
+		return fmt.Errorf("%w: %w", cluster.ErrStale, err)
+	}
+	return err
+}
+
+func (a clusterAccess) Apply(label string, epoch int64, why string) {
+	a.d.revoker.Apply(label, epoch, why)
 }

@@ -15,20 +15,22 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/obmd/obmd/sol"
 )
+
+// Kind is what a session is.
+type Kind string
 
 // Kinds of session.
 const (
-	KindConsole     = "console"
-	KindExec        = "exec"
-	KindHTTPConsole = "http-console"
+	KindConsole     Kind = "console"      // an SSH console
+	KindExec        Kind = "exec"         // an SSH command, or a node-token HTTP power call
+	KindHTTPConsole Kind = "http-console" // a node-token HTTP console stream
 )
 
 // ErrTooMany is returned by Start when a per-node or per-source limit is reached.
 var ErrTooMany = errors.New("too many sessions")
-
-// ErrShutdown is the cause given to sessions ended by a daemon shutdown.
-var ErrShutdown = errors.New("obmd is shutting down")
 
 // RevokedError is the cause given to sessions cut by an access change. Its
 // text is shown to the user as is, so it never carries secrets.
@@ -46,7 +48,7 @@ func (e *RevokedError) Error() string {
 type Info struct {
 	ID      string    `json:"id"`
 	Node    string    `json:"node"`
-	Kind    string    `json:"kind"`
+	Kind    Kind      `json:"kind"`
 	User    string    `json:"user"`   // auth method and identity, e.g. "key SHA256:..." or "token"
 	Remote  string    `json:"remote"` // client address
 	Started time.Time `json:"started"`
@@ -57,19 +59,41 @@ type Info struct {
 	HTTP bool `json:"-"`
 }
 
-// Config bounds sessions; zero means unlimited.
+// Config bounds sessions (the YAML section sessions). Zero values take the
+// defaults noted; a negative limit means none.
 type Config struct {
-	MaxPerNode int
+	// MaxPerNode bounds the live sessions of one node, SSH and HTTP
+	// (default 64).
+	MaxPerNode int `yaml:"max_per_node"`
 	// MaxPerSource bounds the SSH sessions of one client address (per
-	// SourceKey); MaxPerSourceHTTP its node-token HTTP sessions, which a
-	// cloud controller (HIL) opens from one address for every node it
-	// manages (a console stream each, and power calls).
-	MaxPerSource     int
-	MaxPerSourceHTTP int
-	// CutWait bounds how long Cut waits for cancelled sessions to finish
-	// (default 2 s). A session that does not end in time is logged by the
-	// caller; it has been cancelled regardless.
-	CutWait time.Duration
+	// SourceKey; default 32); MaxPerSourceHTTP its node-token HTTP
+	// sessions, which a cloud controller (HIL) opens from one address for
+	// every node it manages, a console stream each and power calls
+	// (default 1024).
+	MaxPerSource     int `yaml:"max_per_source"`
+	MaxPerSourceHTTP int `yaml:"max_per_source_http"`
+	// CutWait bounds how long a cut waits for the cancelled sessions to
+	// finish (default 2 s). A session that does not end in time is logged
+	// by the caller; it has been cancelled regardless.
+	CutWait time.Duration `yaml:"cut_wait"`
+}
+
+// setDefaults fills the defaults; afterwards a limit of 0 means none.
+func (c *Config) setDefaults() {
+	limit := func(n *int, def int) {
+		switch {
+		case *n == 0:
+			*n = def
+		case *n < 0:
+			*n = 0
+		}
+	}
+	limit(&c.MaxPerNode, 64)
+	limit(&c.MaxPerSource, 32)
+	limit(&c.MaxPerSourceHTTP, 1024)
+	if c.CutWait <= 0 {
+		c.CutWait = 2 * time.Second
+	}
 }
 
 // Registry is safe for concurrent use. The zero value is not; use New.
@@ -108,9 +132,7 @@ type entry struct {
 
 // New returns an empty registry.
 func New(cfg Config) *Registry {
-	if cfg.CutWait <= 0 {
-		cfg.CutWait = 2 * time.Second
-	}
+	cfg.setDefaults()
 	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[srcKey]int{},
 		watchers: map[uint64]*watcher{}}
 }
@@ -133,7 +155,8 @@ func SourceKey(host string) string {
 // Start registers a session described by info (ID and Started are filled in).
 // The returned context is cancelled, with a cause the session shows its user,
 // when the session is cut; end must be called exactly once when the session
-// has finished (it is what Cut waits for). host is the client's address
+// has finished (it is what Cut waits for). Sessions start through
+// access.Revoker.Open, which also admits them. host is the client's address
 // without port; the per-source limit (of info's door: SSH, or HTTP) counts
 // it by SourceKey.
 func (r *Registry) Start(parent context.Context, info Info, host string) (ctx context.Context, _ Info, end func(), err error) {
@@ -145,7 +168,7 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.shutdown {
-		return nil, Info{}, nil, ErrShutdown
+		return nil, Info{}, nil, sol.ErrShutdown
 	}
 	if r.cfg.MaxPerNode > 0 && r.perNode[info.Node] >= r.cfg.MaxPerNode {
 		return nil, Info{}, nil, fmt.Errorf("%w on node %s (limit %d)", ErrTooMany, info.Node, r.cfg.MaxPerNode)
@@ -248,12 +271,13 @@ func (r *Registry) Kick(id string, cause error) bool {
 	return len(victims) > 0
 }
 
-// Shutdown refuses new sessions and cuts every live one with ErrShutdown.
+// Shutdown refuses new sessions and cuts every live one with
+// sol.ErrShutdown, obmd's one shutdown cause.
 func (r *Registry) Shutdown() (cut, late int) {
 	r.mu.Lock()
 	r.shutdown = true
 	r.mu.Unlock()
-	victims, late := r.cutWhere(func(*entry) bool { return true }, func(string) error { return ErrShutdown })
+	victims, late := r.cutWhere(func(*entry) bool { return true }, func(string) error { return sol.ErrShutdown })
 	return len(victims), late
 }
 
@@ -310,10 +334,10 @@ func (r *Registry) List(node string) []Info {
 }
 
 // Count returns the number of live sessions by kind.
-func (r *Registry) Count() map[string]int {
+func (r *Registry) Count() map[Kind]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[string]int{}
+	out := map[Kind]int{}
 	for _, e := range r.byID {
 		out[e.info.Kind]++
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/sol"
 )
 
 // live is a session a test runs: it ends (calls end) a little after its
@@ -291,10 +293,10 @@ func TestKickAndShutdown(t *testing.T) {
 	if r.Kick("999", nil) {
 		t.Errorf("Kick of an unknown ID: got true")
 	}
-	if cut, late := r.Shutdown(); cut != 1 || late != 0 || !errors.Is(context.Cause(b.ctx), ErrShutdown) {
+	if cut, late := r.Shutdown(); cut != 1 || late != 0 || !errors.Is(context.Cause(b.ctx), sol.ErrShutdown) {
 		t.Errorf("Shutdown: got cut %d late %d cause %v", cut, late, context.Cause(b.ctx))
 	}
-	if _, _, _, err := r.Start(context.Background(), Info{Node: "n1"}, "a"); !errors.Is(err, ErrShutdown) {
+	if _, _, _, err := r.Start(context.Background(), Info{Node: "n1"}, "a"); !errors.Is(err, sol.ErrShutdown) {
 		t.Errorf("Start after Shutdown: got %v, want ErrShutdown", err)
 	}
 }
@@ -303,7 +305,7 @@ func TestKickAndShutdown(t *testing.T) {
 // registered before the cut started is cut, and has ended, when Cut
 // returns.
 func TestCutRacingStart(t *testing.T) {
-	r := New(Config{CutWait: 5 * time.Second})
+	r := New(Config{MaxPerNode: -1, MaxPerSource: -1, CutWait: 5 * time.Second}) // no limits: many sessions race
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var mu sync.Mutex
@@ -407,5 +409,15 @@ func TestWatch(t *testing.T) {
 	r.CutAll(func(node string) error { return &RevokedError{Node: node, Why: "lost"} })
 	if c := got(); c != "current other" {
 		t.Errorf("after CutAll: called %q, want current and other", c)
+	}
+}
+
+// TestDefaults: zero limits take the documented defaults, negative ones
+// mean none.
+func TestDefaults(t *testing.T) {
+	cfg := Config{MaxPerSourceHTTP: -1}
+	cfg.setDefaults()
+	if want := (Config{MaxPerNode: 64, MaxPerSource: 32, MaxPerSourceHTTP: 0, CutWait: 2 * time.Second}); cfg != want {
+		t.Errorf("got %+v, want %+v", cfg, want)
 	}
 }

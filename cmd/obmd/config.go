@@ -103,7 +103,8 @@ func decodeYAML(data []byte, cfg *daemon.Config) error {
 
 // applyEnv sets each field of v from OBMD_<YAML KEY> (nested structs:
 // OBMD_<KEY>_<SUBKEY>), e.g. OBMD_SSH_ADDR, OBMD_AUTH_LIMITS_PER_SOURCE;
-// a list from comma-separated items (OBMD_TRUSTED_PROXIES=10.0.0.5,10.0.1.0/24).
+// a list from comma-separated items (OBMD_TRUSTED_PROXIES=10.0.0.5,10.0.1.0/24,
+// OBMD_IPMI_OPTIONS_CIPHER_ORDER=17,3).
 func applyEnv(v reflect.Value, prefix string, getenv func(string) string) error {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
@@ -154,6 +155,16 @@ func setField(f reflect.Value, raw string) error {
 			}
 		}
 		f.Set(reflect.ValueOf(list))
+	case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Int:
+		list := reflect.MakeSlice(f.Type(), 0, 4)
+		for _, v := range strings.Split(raw, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return err
+			}
+			list = reflect.Append(list, reflect.ValueOf(n).Convert(f.Type().Elem()))
+		}
+		f.Set(list)
 	case f.Kind() == reflect.Int:
 		n, err := strconv.Atoi(raw)
 		if err != nil {

@@ -39,6 +39,12 @@ linger: 3s
 demo: true
 auth_limits:
   per_source: 7
+console:
+  open_timeout: 4s
+  backoff:
+    max: 20s
+ipmitool:
+  path: /opt/bin/ipmitool
 `)
 	tests := []struct {
 		name string
@@ -51,11 +57,15 @@ auth_limits:
 			name: "env over file",
 			env: map[string]string{"OBMD_SSH_ADDR": "127.0.0.1:2001", "OBMD_ADMIN_ADDR": "127.0.0.1:2002",
 				"OBMD_STATE_DIR": "/env/state", "OBMD_DB": "mysql://u:p@tcp(db:3306)/obmd", "OBMD_ADMIN_TOKEN": "env-admin",
-				"OBMD_LINGER": "5s", "OBMD_DEMO": "false", "OBMD_AUTH_LIMITS_PER_SOURCE": "9"},
+				"OBMD_LINGER": "5s", "OBMD_DEMO": "false", "OBMD_AUTH_LIMITS_PER_SOURCE": "9",
+				"OBMD_CONSOLE_BACKOFF_MAX": "30s", "OBMD_IPMITOOL_PATH": "/env/ipmitool", "OBMD_SESSIONS_CUT_WAIT": "3s",
+				"OBMD_REDFISH_CA_FILE": "/env/ca.pem"},
 			want: func(c daemon.Config) daemon.Config {
 				c.SSHAddr, c.AdminAddr, c.StateDir = "127.0.0.1:2001", "127.0.0.1:2002", "/env/state"
 				c.DB, c.AdminToken, c.Linger, c.Demo = "mysql://u:p@tcp(db:3306)/obmd", "env-admin", 5*time.Second, false
 				c.AuthLimits.PerSource = 9
+				c.Console.Backoff.Max, c.IPMITool.Path, c.Sessions.CutWait = 30*time.Second, "/env/ipmitool", 3*time.Second
+				c.Redfish.CAFile = "/env/ca.pem"
 				return c
 			},
 		},
@@ -79,6 +89,7 @@ auth_limits:
 	base := daemon.Config{SSHAddr: "127.0.0.1:1001", AdminAddr: "127.0.0.1:1002", StateDir: "/file/state",
 		DB: "/file/obmd.db", Linger: 3 * time.Second, Demo: true}
 	base.AuthLimits.PerSource = 7
+	base.Console.OpenTimeout, base.Console.Backoff.Max, base.IPMITool.Path = 4*time.Second, 20*time.Second, "/opt/bin/ipmitool"
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := map[string]string{"OBMD_CONFIG": file}
@@ -275,6 +286,8 @@ func TestEveryConfigFieldFromEnv(t *testing.T) {
 				env[name] = "3"
 			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.String:
 				env[name] = "10.0.0.5, 10.0.1.0/24"
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Int:
+				env[name] = "17, 3"
 			default:
 				t.Errorf("%s%s (%s): OBMD_ variables cannot set a %s", path, f.Name, name, f.Type)
 			}

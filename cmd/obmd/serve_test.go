@@ -287,7 +287,7 @@ func TestBinaryHILFlow(t *testing.T) {
 		if err := json.Unmarshal([]byte(p.must(201, "POST", "/v1/nodes/n1/keys", mustJSON(t, map[string]string{"key": line}), admin)), &added); err != nil || !strings.HasPrefix(added.Fingerprint, "SHA256:") {
 			t.Fatalf("add key: got %+v (%v), want a SHA256 fingerprint", added, err)
 		}
-		bmcPass := "BMC-pass-" + randomHex(t, 12)
+		bmcPass := "BMC-pw-" + randomHex(t, 6) // 19 bytes: IPMI takes 20 at most
 		p.must(200, "PUT", "/node/bmc1", `{"type":"ipmi","info":{"addr":"192.0.2.10","user":"root","pass":"`+bmcPass+`"}}`, admin)
 		oldIPMITok := rotate(p, "bmc1", admin)
 		ipmiTok := rotate(p, "bmc1", admin)

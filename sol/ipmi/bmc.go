@@ -21,33 +21,34 @@ import (
 
 	"github.com/bougou/go-ipmi/pkg/client"
 	"github.com/bougou/go-ipmi/pkg/command/chassis"
-	"github.com/bougou/go-ipmi/pkg/rmcpplus"
 	"github.com/bougou/go-ipmi/pkg/types"
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
 )
 
-// Config tunes the driver. Zero values take the defaults.
+// Config tunes the driver (the YAML section ipmi). Zero values take the
+// defaults.
 type Config struct {
 	// CallTimeout bounds one operation: a power or boot-device operation
 	// (connect, command, close), OpenConsole, DeactivateConsole, and each
 	// IPMI exchange inside a console session. Default 10 s.
-	CallTimeout time.Duration
+	CallTimeout time.Duration `yaml:"call_timeout"`
 	// Keepalive is how long an open console may receive nothing before it
 	// probes the BMC (and checks that the SOL payload is still its own).
 	// Default 5 s.
-	Keepalive time.Duration
+	Keepalive time.Duration `yaml:"keepalive"`
 	// AttemptTimeout is how long to wait for one IPMI response before
 	// resending the request (within CallTimeout). Default 1 s, as ipmitool.
-	AttemptTimeout time.Duration
+	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	// Retransmit is how long to wait for the BMC to acknowledge a SOL packet
 	// before resending it; after 6 resends the console fails. Default 500 ms.
-	Retransmit time.Duration
+	Retransmit time.Duration `yaml:"retransmit"`
 	// Options are what both IPMI drivers share: the cipher suites tried for
 	// a node that pins none and the memory of the one that worked, what to
-	// do when SOL is off on the BMC (sol_enable), and its report.
-	Options sol.IPMIOptions
+	// do when SOL is off on the BMC (sol_enable), and its report. Not a
+	// section of its own: the wiring sets it from ipmi_options.
+	Options sol.IPMIOptions `yaml:"-"`
 }
 
 // Defaults for Config.
@@ -84,46 +85,24 @@ type BMC struct {
 
 var _ sol.BMC = (*BMC)(nil)
 
-// New validates info and returns the driver for the node label. It does no
-// I/O. info needs Addr, User and Pass; Port 0 means 623; a nil or -1 Cipher
-// means the first of Config.Options.CipherOrder that the BMC accepts;
-// Interface must be empty or "lanplus".
+// New validates info (Check) and returns the driver for the node label. It
+// does no I/O. Port 0 means 623; a nil or -1 Cipher means the first of
+// Config.Options.CipherOrder that the BMC accepts.
 func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC, error) {
-	if info.Addr == "" {
-		return nil, errors.New("new IPMI driver: BMC address is required")
-	}
-	if info.User == "" {
-		return nil, errors.New("new IPMI driver: BMC user is required")
-	}
-	if len(info.User) > rmcpplus.MaxUserNameLength {
-		return nil, fmt.Errorf("new IPMI driver: BMC user name longer than %d characters", rmcpplus.MaxUserNameLength)
-	}
-	if info.Pass == "" {
-		return nil, errors.New("new IPMI driver: BMC password is required")
-	}
-	if len(info.Pass) > 20 {
-		return nil, errors.New("new IPMI driver: BMC password longer than 20 characters")
+	if err := Check(info); err != nil {
+		return nil, fmt.Errorf("new IPMI driver: %w", err)
 	}
 	port := info.Port
 	if port == 0 {
 		port = DefaultPort
 	}
-	if port < 0 || port > 65535 {
-		return nil, fmt.Errorf("new IPMI driver: bad BMC port %d", info.Port)
-	}
 	cipher := -1
 	if info.Cipher != nil && *info.Cipher != -1 {
-		cipher = *info.Cipher
-		if !supportedCipher(cipher) {
-			return nil, fmt.Errorf("new IPMI driver: unsupported cipher suite %d", cipher)
-		}
+		cipher = *info.Cipher // supported: Check
 	}
 	opts, err := cfg.Options.WithDefaults(supportedCipher)
 	if err != nil {
 		return nil, fmt.Errorf("new IPMI driver: %w", err)
-	}
-	if info.Interface != "" && info.Interface != "lanplus" {
-		return nil, fmt.Errorf("new IPMI driver: interface %q not supported (only lanplus)", info.Interface)
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout

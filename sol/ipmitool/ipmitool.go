@@ -59,44 +59,47 @@ const (
 	defaultPort             = 623
 )
 
-// Config tunes the driver. The zero value is usable.
+// Config tunes the driver (the YAML section ipmitool; Escape is not a
+// setting: whatever it is, viewers cannot trigger it). The zero value is
+// usable.
 type Config struct {
 	// Path is the ipmitool binary (default "ipmitool", looked up in PATH).
-	Path string
+	Path string `yaml:"path"`
 	// CallTimeout bounds one ipmitool invocation, and the activation of a
 	// console (default 15 s). A caller's shorter ctx deadline wins.
-	CallTimeout time.Duration
+	CallTimeout time.Duration `yaml:"call_timeout"`
 	// Escape is ipmitool's SOL escape character (-e; default '~'). Whatever
 	// it is, viewers' input can never trigger an ipmitool escape. It must not
 	// be CR, LF, NUL or one of ipmitool's escape commands (. B ? ^Z ^X).
-	Escape byte
+	Escape byte `yaml:"-"`
 	// Keepalive is how long a console may stay silent before Read probes
 	// the BMC (RMCP presence ping, then `power status` if the BMC never
 	// answers pings). Default 10 s; negative disables the probe.
-	Keepalive time.Duration
+	Keepalive time.Duration `yaml:"keepalive"`
 	// KeepaliveTimeout bounds each probe step (default 3 s). A dead BMC
 	// makes Read fail within Keepalive + 2*KeepaliveTimeout.
-	KeepaliveTimeout time.Duration
+	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
 	// CloseTimeout bounds how long Close waits for ipmitool to leave after
 	// the terminate escape, and the `sol deactivate` that follows when
 	// needed (default 3 s each).
-	CloseTimeout time.Duration
+	CloseTimeout time.Duration `yaml:"close_timeout"`
 	// GetDeviceIDKeepalive makes ipmitool keep the session alive with Get
 	// Device ID requests (its default) instead of empty SOL packets
 	// (`sol activate usesolkeepalive`, our default). SOL packets let
 	// ipmitool notice within ~25 s that someone else deactivated the
 	// payload, which Get Device ID never does; set this only for a BMC
 	// that rejects empty SOL packets.
-	GetDeviceIDKeepalive bool
+	GetDeviceIDKeepalive bool `yaml:"get_device_id_keepalive"`
 	// ProbeAfter is how long an invocation (or a console's activation) may
 	// run before the driver pings the BMC beside it (RMCP presence ping):
 	// a closed port then fails the call at once, and a failure says whether
 	// the BMC was there (default 1 s; negative: no probe).
-	ProbeAfter time.Duration
+	ProbeAfter time.Duration `yaml:"probe_after"`
 	// Options are what both IPMI drivers share: the cipher suites tried for
 	// a node that pins none (-C) and the memory of the one that worked, what
-	// to do when SOL is off on the BMC (sol_enable), and its report.
-	Options sol.IPMIOptions
+	// to do when SOL is off on the BMC (sol_enable), and its report. Not a
+	// section of its own: the wiring sets it from ipmi_options.
+	Options sol.IPMIOptions `yaml:"-"`
 }
 
 // BMC is one node's BMC reached through ipmitool. It implements sol.BMC and

@@ -11,7 +11,7 @@ import (
 type errNoConsole struct{}
 
 func (errNoConsole) Error() string { return "this node has no serial console configured" }
-func (errNoConsole) Unwrap() error { return sol.ErrNotSupported }
+func (errNoConsole) Unwrap() error { return sol.ErrNoConsole }
 
 // HasConsole reports whether the node has a serial console (its info has
 // "sol" details), so that a caller can say so before trying.
@@ -19,8 +19,9 @@ func (b *BMC) HasConsole() bool { return b.console != nil }
 
 // OpenConsole opens the node's serial console: IPMI SOL through the native
 // IPMI driver, on the BMC's host with the node's user and password. Without
-// "sol" details it is an error wrapping sol.ErrNotSupported that says this
-// node has no serial console configured.
+// "sol" details it is an error wrapping sol.ErrNoConsole (and so
+// sol.ErrNotSupported) that says this node has no serial console
+// configured.
 func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 	if b.console == nil {
 		return nil, errNoConsole{}

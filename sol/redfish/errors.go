@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/stmcginnis/gofish/schemas"
+
+	"github.com/obmd/obmd/sol"
 )
 
 // Error classes. Every error an operation returns is an *Error whose Kind is
@@ -92,6 +94,26 @@ func (e *Error) Detail() string {
 		return e.Error()
 	}
 	return e.Error() + ": " + e.Err.Error()
+}
+
+// fault is e's class as sol classifies BMC failures for tenants
+// (sol.TenantText).
+func (e *Error) fault() sol.Fault {
+	switch {
+	case errors.Is(e.Kind, ErrAuth):
+		return sol.FaultCredentials
+	case errors.Is(e.Kind, ErrUnreachable):
+		return sol.FaultUnreachable
+	case errors.Is(e.Kind, context.DeadlineExceeded):
+		return sol.FaultNoAnswer
+	case errors.Is(e.Kind, ErrNotAllowed), errors.Is(e.Kind, ErrBMC):
+		return sol.FaultRejected
+	case errors.Is(e.Kind, ErrCertificate):
+		return sol.FaultCertificate
+	case errors.Is(e.Kind, ErrStateTimeout):
+		return sol.FaultNotReached
+	}
+	return sol.FaultUnknown // ErrSystemMissing, ErrProtocol, cancelled
 }
 
 func kindText(kind error) string {

@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/bougou/go-ipmi/pkg/rmcpplus"
-	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmi"
@@ -59,7 +58,6 @@ const (
 	MaxUserLen   = 255 // bytes of User (16 with SOL: the IPMI limit)
 	MaxPassLen   = 255 // bytes of Pass (20 with SOL: the IPMI limit)
 	MaxSystemLen = 255 // bytes of System
-	maxIPMIPass  = 20
 	systemsPath  = "/redfish/v1/Systems"
 	defaultPort  = "443"
 )
@@ -84,7 +82,7 @@ func Check(info Info) error {
 	}
 	userMax, passMax := MaxUserLen, MaxPassLen
 	if info.SOL != nil {
-		userMax, passMax = rmcpplus.MaxUserNameLength, maxIPMIPass
+		userMax, passMax = rmcpplus.MaxUserNameLength, ipmi.MaxPassLen
 	}
 	if err := checkText("user", info.User, userMax, info.SOL != nil); err != nil {
 		return err
@@ -270,7 +268,7 @@ func ipmiInfo(info Info, host string) (sol.Info, error) {
 	}
 	si := sol.Info{Addr: host, Port: s.Port, User: info.User, Pass: info.Pass, Cipher: s.Cipher}
 	if s.Cipher != nil && *s.Cipher != -1 {
-		if _, err := ipmi.New("check", si, ipmi.Config{}, logrus.New()); err != nil {
+		if err := ipmi.Check(si); err != nil {
 			return sol.Info{}, fmt.Errorf("info.sol.cipher %d is not supported by the IPMI driver", *s.Cipher)
 		}
 	}

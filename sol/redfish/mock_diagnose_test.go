@@ -80,7 +80,7 @@ func TestDiagnose(t *testing.T) {
 			t.Logf("%s: %s / %s", last.Name, last.Detail, last.Hint)
 		})
 	}
-	if resets, patches := b.front.recorded(); len(resets)+len(patches) != 0 {
+	if resets, patches := b.Recorded(); len(resets)+len(patches) != 0 {
 		t.Errorf("a diagnosis changed the BMC: resets %q, patches %q", resets, patches)
 	}
 	b.noSessionLeft(t)

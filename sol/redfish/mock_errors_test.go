@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/redfish"
 )
 
@@ -37,10 +38,13 @@ func TestAuth(t *testing.T) {
 				t.Fatalf("PowerStatus: got %v, want ErrAuth (HTTP 401)", err)
 			}
 			safeText(t, err, b, tc.pass)
+			if got, want := sol.TenantText(err), "the BMC refused obmd's credentials"; got != want {
+				t.Errorf("tenant text: got %q, want %q", got, want)
+			}
 			if e.MessageID != "Base.1.8.NoValidSession" {
 				t.Errorf("MessageID: got %q, want the BMC's", e.MessageID)
 			}
-			if _, created, _ := b.front.counts(); created != 0 {
+			if _, created, _ := b.Counts(); created != 0 {
 				t.Errorf("sessions created: got %d, want 0", created)
 			}
 			t.Logf("%s: %v", tc.name, err)
@@ -68,7 +72,7 @@ func TestSystem(t *testing.T) {
 	t.Logf("missing system: %v", err)
 
 	// A second system (the mock adds a collection member on POST).
-	req, _ := http.NewRequest(http.MethodPost, b.mockURL+"/redfish/v1/Systems", strings.NewReader(`{"Name":"second"}`))
+	req, _ := http.NewRequest(http.MethodPost, b.MockURL+"/redfish/v1/Systems", strings.NewReader(`{"Name":"second"}`))
 	req.SetBasicAuth(mockUser, mockPass)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusCreated {
@@ -83,7 +87,7 @@ func TestSystem(t *testing.T) {
 	if _, err := b.driver(t, func(i *redfish.Info, _ *redfish.Config) { i.System = systemID }).PowerStatus(context.Background()); err != nil {
 		t.Errorf("two systems, one named: got %v, want nil", err)
 	}
-	if resets, _ := b.front.recorded(); len(resets) != 0 {
+	if resets, _ := b.Recorded(); len(resets) != 0 {
 		t.Errorf("resets: got %q, want none", resets)
 	}
 	b.noSessionLeft(t)
@@ -117,7 +121,7 @@ func TestCertificate(t *testing.T) {
 				t.Fatalf("PowerStatus: got %v, want ErrCertificate saying %q", err, tc.note)
 			}
 			safeText(t, err, b, mockPass)
-			if _, _, requests := b.front.counts(); requests != 0 {
+			if _, _, requests := b.Counts(); requests != 0 {
 				t.Errorf("requests that reached the BMC: got %d, want 0", requests)
 			}
 			t.Logf("%s: %v", tc.name, err)
@@ -154,9 +158,10 @@ func TestUnreachable(t *testing.T) {
 	for _, tc := range []struct {
 		name, addr string
 		want       error
+		tenant     string // sol.TenantText
 	}{
-		{"closed port", "https://" + closed, redfish.ErrUnreachable},
-		{"plain http server", "https://" + strings.TrimPrefix(b.mockURL, "http://"), redfish.ErrProtocol},
+		{"closed port", "https://" + closed, redfish.ErrUnreachable, "the BMC is unreachable"},
+		{"plain http server", "https://" + strings.TrimPrefix(b.MockURL, "http://"), redfish.ErrProtocol, "the BMC operation failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := b.driver(t, func(i *redfish.Info, _ *redfish.Config) { i.Addr = tc.addr })
@@ -167,6 +172,9 @@ func TestUnreachable(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), strings.TrimPrefix(tc.addr, "https://")) || strings.Contains(err.Error(), "127.0.0.1") {
 				t.Errorf("error %q names the address", err)
+			}
+			if got := sol.TenantText(err); got != tc.tenant {
+				t.Errorf("tenant text: got %q, want %q", got, tc.tenant)
 			}
 			t.Logf("%s after %v: %v", tc.name, time.Since(start).Round(time.Millisecond), err)
 		})
@@ -223,9 +231,7 @@ func TestDeadline(t *testing.T) {
 	})
 	t.Run("state never reached", func(t *testing.T) {
 		b := startBMC(t, nil)
-		b.front.mu.Lock()
-		b.front.dropResets = true
-		b.front.mu.Unlock()
+		b.DropResets()
 		d := b.driver(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
@@ -243,9 +249,7 @@ func TestDeadline(t *testing.T) {
 	})
 	t.Run("StateTimeout", func(t *testing.T) {
 		b := startBMC(t, nil)
-		b.front.mu.Lock()
-		b.front.dropResets = true
-		b.front.mu.Unlock()
+		b.DropResets()
 		d := b.driver(t, func(_ *redfish.Info, c *redfish.Config) { c.StateTimeout = deadline })
 		start := time.Now()
 		err := d.PowerOff(context.Background(), false)
@@ -265,7 +269,7 @@ func TestDeadline(t *testing.T) {
 		if err := d.PowerOff(ctx, false); !errors.Is(err, context.Canceled) {
 			t.Errorf("got %v, want Canceled", err)
 		}
-		if resets, _ := b.front.recorded(); len(resets) != 0 {
+		if resets, _ := b.Recorded(); len(resets) != 0 {
 			t.Errorf("resets: got %q, want none", resets)
 		}
 		b.noSessionLeft(t)
@@ -283,9 +287,7 @@ func TestNoRedirect(t *testing.T) {
 	}))
 	defer evil.Close()
 	b := startBMC(t, nil) // httptest's certificate, which evil shares: trusted
-	b.front.mu.Lock()
-	b.front.redirect = evil.URL + sessions
-	b.front.mu.Unlock()
+	b.RedirectLogins(evil.URL + sessions)
 	_, err := b.driver(t, nil).PowerStatus(context.Background())
 	if !errors.Is(err, redfish.ErrProtocol) {
 		t.Errorf("got %v, want ErrProtocol", err)
@@ -300,14 +302,12 @@ func TestNoRedirect(t *testing.T) {
 // and nothing more is asked of that BMC than the logout.
 func TestNoToken(t *testing.T) {
 	b := startBMC(t, nil)
-	b.front.mu.Lock()
-	b.front.noToken = true
-	b.front.mu.Unlock()
+	b.OmitToken()
 	err := b.driver(t, nil).PowerOff(context.Background(), false)
 	if !errors.Is(err, redfish.ErrProtocol) || !strings.Contains(err.Error(), "no session token") {
 		t.Errorf("got %v, want ErrProtocol saying no session token", err)
 	}
-	if resets, _ := b.front.recorded(); len(resets) != 0 {
+	if resets, _ := b.Recorded(); len(resets) != 0 {
 		t.Errorf("resets: got %q, want none", resets)
 	}
 	t.Logf("no token: %v", err)

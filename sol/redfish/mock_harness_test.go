@@ -2,294 +2,51 @@ package redfish_test
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"io"
-	"log"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
-	"github.com/ironcore-dev/metal-operator/bmc/mock/server"
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol/redfish"
+	"github.com/obmd/obmd/sol/redfish/redfishtest"
 )
 
-// The mock's data: its only system, its admin account and its service root's UUID.
+// The mock's data (redfishtest's), under the names these tests use.
 const (
-	systemID   = "437XR1138R2"
-	systemPath = "/redfish/v1/Systems/" + systemID
-	mockUser   = "admin"
-	mockPass   = "adminpass"
-	mockUUID   = "92384634-2938-2342-8820-489239905423"
-	sessions   = "/redfish/v1/SessionService/Sessions"
-	resetPath  = "/Actions/ComputerSystem.Reset"
+	systemID   = redfishtest.SystemID
+	systemPath = redfishtest.SystemPath
+	mockUser   = redfishtest.User
+	mockPass   = redfishtest.Pass
+	sessions   = redfishtest.SessionsPath
 )
 
-// startMock starts metal-operator's mock Redfish server (plain HTTP, basic
-// auth enforced) on a free 127.0.0.1 port and returns its base URL. The mock
-// listens on an address it is given and reports none, so the port is picked
-// by binding :0 and closing; if another process takes it meanwhile the mock
-// logs "Server failed" (or something else answers) and a new port is tried.
-func startMock(t *testing.T) (*server.MockServer, string) {
-	t.Helper()
-	for range 5 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		failed := make(chan struct{})
-		var once sync.Once
-		log := funcr.New(func(_, args string) {
-			if strings.Contains(args, "Server failed") {
-				once.Do(func() { close(failed) })
-			}
-		}, funcr.Options{})
-		m := server.NewMockServer(log, addr, server.WithAuth())
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { // owned by this test: stop waits for it
-			defer close(done)
-			m.Start(ctx)
-		}()
-		stop := func() { cancel(); <-done }
-		if mockAnswers(addr, failed) {
-			t.Cleanup(stop)
-			return m, "http://" + addr
-		}
-		stop()
-	}
-	t.Fatal("mock Redfish server did not start on any of 5 ports")
-	return nil, ""
-}
-
-// mockAnswers waits until the mock's service root answers on addr.
-func mockAnswers(addr string, failed <-chan struct{}) bool {
-	c := &http.Client{Timeout: time.Second}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		select {
-		case <-failed:
-			return false
-		default:
-		}
-		if resp, err := c.Get("http://" + addr + "/redfish/v1/"); err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(mockUUID))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
-}
-
-// front is the TLS face of the mock: it runs Redfish sessions (which the
-// mock does not: its POST to Sessions only adds a collection member),
-// forwards everything else to the mock with the session's credentials as
-// basic auth, and records what the driver asked for.
-type front struct {
-	mock  *server.MockServer
-	proxy *httputil.ReverseProxy
-
-	mu         sync.Mutex
-	live       map[string]frontSession // token -> session
-	created    int
-	deleted    int
-	requests   int
-	resets     []string // ResetType of every reset, in order
-	patches    []string // bodies of every PATCH
-	dropResets bool     // answer resets 204 without passing them on
-	redirect   string   // answer logins with a 307 to this URL
-	noToken    bool     // answer logins without X-Auth-Token
-}
-
-type frontSession struct{ id, user, pass string }
-
-func newFront(m *server.MockServer, mockURL string) *front {
-	target, _ := url.Parse(mockURL)
-	return &front{
-		mock:  m,
-		proxy: &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }},
-		live:  map[string]frontSession{},
-	}
-}
-
-func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	f.requests++
-	redirect := f.redirect
-	f.mu.Unlock()
-	switch {
-	case r.Method == http.MethodPost && strings.TrimSuffix(r.URL.Path, "/") == sessions:
-		if redirect != "" {
-			http.Redirect(w, r, redirect, http.StatusTemporaryRedirect)
-			return
-		}
-		f.login(w, r)
-		return
-	case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, sessions+"/"):
-		f.logout(w, r)
-		return
-	}
-	if tok := r.Header.Get("X-Auth-Token"); tok != "" {
-		f.mu.Lock()
-		s, ok := f.live[tok]
-		f.mu.Unlock()
-		if !ok {
-			redfishError(w, http.StatusUnauthorized, "Base.1.8.NoValidSession")
-			return
-		}
-		r.Header.Del("X-Auth-Token")
-		r.SetBasicAuth(s.user, s.pass)
-	}
-	if !f.record(w, r) {
-		return
-	}
-	f.proxy.ServeHTTP(w, r)
-}
-
-// record notes resets and PATCHes; false means it answered the request.
-func (f *front) record(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodPost && r.Method != http.MethodPatch {
-		return true
-	}
-	body, _ := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if r.Method == http.MethodPatch {
-		f.patches = append(f.patches, string(body))
-		return true
-	}
-	if !strings.HasSuffix(r.URL.Path, resetPath) {
-		return true
-	}
-	var req struct{ ResetType string }
-	json.Unmarshal(body, &req)
-	f.resets = append(f.resets, req.ResetType)
-	if f.dropResets {
-		w.WriteHeader(http.StatusNoContent)
-		return false
-	}
-	return true
-}
-
-func (f *front) login(w http.ResponseWriter, r *http.Request) {
-	var req struct{ UserName, Password string }
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || !f.mock.Authenticate(req.UserName, req.Password) {
-		redfishError(w, http.StatusUnauthorized, "Base.1.8.NoValidSession")
-		return
-	}
-	id, tok := randomHex(), randomHex()
-	f.mu.Lock()
-	f.live[tok] = frontSession{id: id, user: req.UserName, pass: req.Password}
-	f.created++
-	f.mu.Unlock()
-	loc := sessions + "/" + id
-	w.Header().Set("Location", loc)
-	f.mu.Lock()
-	if !f.noToken {
-		w.Header().Set("X-Auth-Token", tok)
-	}
-	f.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusCreated)
-	json.NewEncoder(w).Encode(map[string]string{"@odata.id": loc, "Id": id, "UserName": req.UserName})
-}
-
-func (f *front) logout(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	tok := r.Header.Get("X-Auth-Token")
-	s, ok := f.live[tok]
-	if !ok || sessions+"/"+s.id != r.URL.Path {
-		redfishError(w, http.StatusUnauthorized, "Base.1.8.NoValidSession")
-		return
-	}
-	delete(f.live, tok)
-	f.deleted++
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// counts returns the sessions still open, created, and requests served.
-func (f *front) counts() (live, created, requests int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.live), f.created, f.requests
-}
-
-func (f *front) recorded() (resets, patches []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.resets...), append([]string(nil), f.patches...)
-}
-
-func redfishError(w http.ResponseWriter, status int, id string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-		"code": "Base.1.8.GeneralError", "message": "request refused",
-		"@Message.ExtendedInfo": []map[string]string{{"MessageId": id}},
-	}})
-}
-
-func randomHex() string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// testBMC is one mock BMC behind its TLS front.
+// testBMC is one mock BMC behind its TLS front, and the log of the
+// drivers made for it.
 type testBMC struct {
-	mockURL string // the mock itself, plain HTTP: for the tests' own reads and setups
-	front   *front
-	srv     *httptest.Server
-	pool    *x509.CertPool // trusts srv's certificate
-	logs    *logBuffer
+	*redfishtest.BMC
+	logs *logBuffer
 }
 
-// startBMC starts a mock BMC behind TLS. cert, if set, is the front's
-// certificate; otherwise httptest's own (valid for 127.0.0.1).
+// startBMC starts a mock BMC behind TLS (redfishtest.Start).
 func startBMC(t *testing.T, cert *tls.Certificate) *testBMC {
 	t.Helper()
-	m, mockURL := startMock(t)
-	f := newFront(m, mockURL)
-	srv := httptest.NewUnstartedServer(f)
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are the point of some tests
-	if cert != nil {
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
-	}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	pool := x509.NewCertPool()
-	pool.AddCert(srv.Certificate())
-	b := &testBMC{mockURL: mockURL, front: f, srv: srv, pool: pool, logs: &logBuffer{}}
+	b := &testBMC{BMC: redfishtest.Start(t, cert), logs: &logBuffer{}}
 	t.Cleanup(func() { b.logs.checkClean(t) })
 	return b
 }
 
 // info is the node's registration for this BMC.
 func (b *testBMC) info() redfish.Info {
-	return redfish.Info{Addr: b.srv.URL, User: mockUser, Pass: mockPass}
+	return redfish.Info{Addr: b.URL, User: mockUser, Pass: mockPass}
 }
 
 // config is a driver config that trusts the front and polls briskly.
 func (b *testBMC) config() redfish.Config {
-	return redfish.Config{RootCAs: b.pool, PollInterval: 10 * time.Millisecond, StateTimeout: 10 * time.Second}
+	return redfish.Config{RootCAs: b.Pool, PollInterval: 10 * time.Millisecond, StateTimeout: 10 * time.Second}
 }
 
 // driver returns a driver for this BMC; edit, if set, changes its info.
@@ -314,65 +71,10 @@ func (b *testBMC) logger(pass string) logrus.FieldLogger {
 	return l
 }
 
-// system reads the system as the mock has it, bypassing the driver.
-func (b *testBMC) system(t *testing.T) map[string]any {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, b.mockURL+systemPath, nil)
-	req.SetBasicAuth(mockUser, mockPass)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("read system from the mock: %v", err)
-	}
-	defer resp.Body.Close()
-	var sys map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&sys); err != nil {
-		t.Fatalf("decode system: %v", err)
-	}
-	return sys
-}
-
-// settled waits until the mock has finished a reset (its lock is gone) and
-// returns the system.
-func (b *testBMC) settled(t *testing.T) map[string]any {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		sys := b.system(t)
-		if _, locked := sys["resourceLock"]; !locked {
-			return sys
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("mock system still locked after 5s")
-		}
-	}
-}
-
-// patch changes the mock's system directly (a test's setup, not recorded).
-func (b *testBMC) patch(t *testing.T, body string) {
-	t.Helper()
-	if err := b.tryPatch(body); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// tryPatch is patch for goroutines, which must not call t.Fatal.
-func (b *testBMC) tryPatch(body string) error {
-	req, _ := http.NewRequest(http.MethodPatch, b.mockURL+systemPath, strings.NewReader(body))
-	req.SetBasicAuth(mockUser, mockPass)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("patch mock: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("patch mock: HTTP %d", resp.StatusCode)
-	}
-	return nil
-}
-
 // noSessionLeft checks that every session the driver opened was logged out.
 func (b *testBMC) noSessionLeft(t *testing.T) {
 	t.Helper()
-	if live, created, _ := b.front.counts(); live != 0 {
+	if live, created, _ := b.Counts(); live != 0 {
 		t.Errorf("sessions left open on the BMC: got %d of %d, want 0", live, created)
 	}
 }
@@ -417,8 +119,8 @@ func (l *logBuffer) checkClean(t *testing.T) {
 func safeText(t *testing.T, err error, b *testBMC, pass string) {
 	t.Helper()
 	msg := err.Error()
-	u, _ := url.Parse(b.srv.URL)
-	for _, leak := range []string{u.Host, u.Hostname(), u.Port(), b.mockURL, pass} {
+	u, _ := url.Parse(b.URL)
+	for _, leak := range []string{u.Host, u.Hostname(), u.Port(), b.MockURL, pass} {
 		if leak != "" && strings.Contains(msg, leak) {
 			t.Errorf("error %q contains %q", msg, leak)
 		}

@@ -59,7 +59,7 @@ func TestPower(t *testing.T) {
 			t.Parallel()
 			b := startBMC(t, nil)
 			for _, p := range tc.setup {
-				b.patch(t, p)
+				b.Patch(t, p)
 			}
 			d := b.driver(t, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -68,7 +68,7 @@ func TestPower(t *testing.T) {
 			if tc.later != "" {
 				wg.Go(func() {
 					time.Sleep(100 * time.Millisecond)
-					if err := b.tryPatch(tc.later); err != nil {
+					if err := b.TryPatch(tc.later); err != nil {
 						t.Error(err)
 					}
 				})
@@ -79,14 +79,14 @@ func TestPower(t *testing.T) {
 				t.Fatalf("run: got %v, want nil", err)
 			}
 			if tc.waited {
-				if got := b.system(t)["PowerState"]; got != tc.power {
+				if got := b.System(t)["PowerState"]; got != tc.power {
 					t.Errorf("PowerState as the call returned: got %v, want %s", got, tc.power)
 				}
 			}
-			if got := b.settled(t)["PowerState"]; got != tc.power {
+			if got := b.Settled(t)["PowerState"]; got != tc.power {
 				t.Errorf("PowerState: got %v, want %s", got, tc.power)
 			}
-			if resets, _ := b.front.recorded(); !slices.Equal(resets, tc.resets) {
+			if resets, _ := b.Recorded(); !slices.Equal(resets, tc.resets) {
 				t.Errorf("resets: got %q, want %q", resets, tc.resets)
 			}
 			b.noSessionLeft(t)
@@ -118,7 +118,7 @@ func TestPowerStatus(t *testing.T) {
 	d := b.driver(t, nil)
 	for _, tc := range cases {
 		t.Run(tc.state, func(t *testing.T) {
-			b.patch(t, `{"PowerState":"`+tc.state+`"}`)
+			b.Patch(t, `{"PowerState":"`+tc.state+`"}`)
 			got, err := d.PowerStatus(context.Background())
 			if !errors.Is(err, tc.err) || (tc.err == nil && err != nil) {
 				t.Fatalf("PowerStatus: got error %v, want %v", err, tc.err)
@@ -145,12 +145,12 @@ func TestBootDevice(t *testing.T) {
 			enabled := map[bool]string{false: "Once", true: "Continuous"}[persistent]
 			t.Run(dev+" "+enabled, func(t *testing.T) {
 				// Start from another override, so that each case changes it.
-				b.patch(t, `{"Boot":{"BootSourceOverrideTarget":"Usb","BootSourceOverrideEnabled":"Disabled"}}`)
+				b.Patch(t, `{"Boot":{"BootSourceOverrideTarget":"Usb","BootSourceOverrideEnabled":"Disabled"}}`)
 				if err := d.SetBootDevice(context.Background(), dev, persistent); err != nil {
 					t.Fatalf("SetBootDevice: got %v, want nil", err)
 				}
 				n++
-				boot := b.system(t)["Boot"].(map[string]any)
+				boot := b.System(t)["Boot"].(map[string]any)
 				if boot["BootSourceOverrideTarget"] != targets[dev] || boot["BootSourceOverrideEnabled"] != enabled {
 					t.Errorf("override: got %v %v, want %s %s", boot["BootSourceOverrideTarget"],
 						boot["BootSourceOverrideEnabled"], targets[dev], enabled)
@@ -158,7 +158,7 @@ func TestBootDevice(t *testing.T) {
 				if boot["BootSourceOverrideMode"] != "UEFI" {
 					t.Errorf("BootSourceOverrideMode: got %v, want UEFI (left as it was)", boot["BootSourceOverrideMode"])
 				}
-				if _, patches := b.front.recorded(); len(patches) != n {
+				if _, patches := b.Recorded(); len(patches) != n {
 					t.Errorf("PATCHes sent: got %d, want %d", len(patches), n)
 				}
 			})
@@ -172,8 +172,8 @@ func TestBootDevice(t *testing.T) {
 // system is locked mid-reset: HTTP 409) is ErrNotAllowed too.
 func TestNotAllowed(t *testing.T) {
 	b := startBMC(t, nil)
-	b.patch(t, offerNoReset)
-	b.patch(t, `{"Boot":{"BootSourceOverrideTarget@Redfish.AllowableValues":["None","Pxe","Hdd"]}}`)
+	b.Patch(t, offerNoReset)
+	b.Patch(t, `{"Boot":{"BootSourceOverrideTarget@Redfish.AllowableValues":["None","Pxe","Hdd"]}}`)
 	d := b.driver(t, nil)
 	ctx := context.Background()
 	if err := d.PowerReset(ctx); !errors.Is(err, redfish.ErrNotAllowed) {
@@ -188,13 +188,13 @@ func TestNotAllowed(t *testing.T) {
 	if err := d.SetBootDevice(ctx, "floppy", false); !errors.Is(err, sol.ErrBadBootDevice) {
 		t.Errorf("SetBootDevice floppy: got %v, want ErrBadBootDevice", err)
 	}
-	if resets, patches := b.front.recorded(); len(resets) != 0 || len(patches) != 0 {
+	if resets, patches := b.Recorded(); len(resets) != 0 || len(patches) != 0 {
 		t.Errorf("sent: resets %q, patches %q; want none", resets, patches)
 	}
 
 	b2 := startBMC(t, nil)
 	d2 := b2.driver(t, nil)
-	b2.patch(t, `{"resourceLock":"Locked"}`) // mid-reset, as after a reset the mock has not finished
+	b2.Patch(t, `{"resourceLock":"Locked"}`) // mid-reset, as after a reset the mock has not finished
 	err := d2.PowerOff(ctx, false)
 	var e *redfish.Error
 	if !errors.Is(err, redfish.ErrNotAllowed) || !errors.As(err, &e) || e.Status != 409 {
@@ -220,7 +220,7 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if _, created, _ := b.front.counts(); created != n {
+	if _, created, _ := b.Counts(); created != n {
 		t.Errorf("sessions created: got %d, want %d", created, n)
 	}
 	b.noSessionLeft(t)

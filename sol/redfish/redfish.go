@@ -8,9 +8,11 @@
 //
 // Failures are *Error values whose Kind is a class callers can branch on
 // (ErrUnreachable, ErrAuth, ErrCertificate, ErrSystemMissing, ErrNotAllowed,
-// ErrStateTimeout, ErrProtocol, ErrBMC, or the context's error). Their text
-// is safe for a tenant; the underlying detail (with the BMC's URL) goes to
-// the driver's log.
+// ErrStateTimeout, ErrProtocol, ErrBMC, or the context's error), inside a
+// *sol.Error that gives their class as a sol.Fault (what sol.TenantText
+// shows a tenant: "the BMC refused obmd's credentials"). Their text names
+// no address; the underlying detail (with the BMC's URL) goes to the
+// driver's log.
 //
 // # Semantics
 //
@@ -43,6 +45,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -53,27 +56,50 @@ import (
 	"github.com/obmd/obmd/sol/ipmi"
 )
 
-// Config tunes the driver. Zero values take the defaults.
+// Config tunes the driver (the YAML section redfish). Zero values take the
+// defaults.
 type Config struct {
 	// RequestTimeout bounds each HTTP request (connect, TLS handshake,
 	// request, whole response). Default 10 s.
-	RequestTimeout time.Duration
+	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// PollInterval is the wait between reads of the system while waiting for
 	// a power state or boot override. Default 1 s.
-	PollInterval time.Duration
+	PollInterval time.Duration `yaml:"poll_interval"`
 	// StateTimeout bounds each wait for a state, within the operation's
 	// context (which usually ends first: commands bounds a whole call).
 	// Default 60 s, Ironic's power_state_change_timeout.
-	StateTimeout time.Duration
+	StateTimeout time.Duration `yaml:"state_timeout"`
 	// LogoutTimeout bounds the session logout at the end of every operation.
 	// The logout runs even when the operation's context has ended, so that
 	// no session is left on the BMC: an operation whose context ends while
 	// it holds a session returns up to LogoutTimeout later. Default 5 s.
-	LogoutTimeout time.Duration
+	LogoutTimeout time.Duration `yaml:"logout_timeout"`
 	// RootCAs verifies BMC certificates; nil means the system's roots.
-	RootCAs *x509.CertPool
+	RootCAs *x509.CertPool `yaml:"-"`
+	// CAFile, if set, is a PEM file of the certificates that sign the BMCs'
+	// certificates, verified instead of the system's roots (LoadCAs reads it
+	// into RootCAs, at start).
+	CAFile string `yaml:"ca_file"`
 	// IPMI configures the serial console's IPMI driver.
-	IPMI ipmi.Config
+	IPMI ipmi.Config `yaml:"-"`
+}
+
+// LoadCAs reads CAFile, if set, into RootCAs. It is the driver's only I/O
+// outside an operation: the wiring calls it once, at start.
+func (c *Config) LoadCAs() error {
+	if c.CAFile == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return fmt.Errorf("redfish CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("redfish CA file %s: no PEM certificate in it", c.CAFile)
+	}
+	c.RootCAs = pool
+	return nil
 }
 
 // Defaults for Config.
@@ -266,7 +292,7 @@ func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *sessi
 		e := classify(ctx, op, false, err)
 		b.log.WithFields(logrus.Fields{"op": op, "step": e.Step, "status": e.Status}).
 			WithError(errors.New(e.Detail())).Warn("redfish_op_failed")
-		return e
+		return sol.NewError(e.fault(), e)
 	}
 	b.log.WithFields(logrus.Fields{"op": op, "took_ms": time.Since(start).Milliseconds()}).Debug("redfish_op_done")
 	return nil

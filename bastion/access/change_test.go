@@ -1,4 +1,4 @@
-package bastion
+package access
 
 import (
 	"context"
@@ -124,7 +124,7 @@ func TestChangeOutcomeUnknown(t *testing.T) {
 			if got := context.Cause(live); got == nil || !strings.Contains(got.Error(), whyUnconfirmed) {
 				t.Errorf("live session: got %v, want cut (fail closed)", got)
 			}
-			if err := r.Admit(context.Background(), "n1", 3); err == nil || !strings.Contains(err.Error(), "not confirmed") {
+			if err := r.admit(context.Background(), "n1", 3); err == nil || !strings.Contains(err.Error(), "not confirmed") {
 				t.Errorf("Admit while pending: got %v, want refused", err)
 			}
 			if _, err := r.Current(context.Background(), "n1"); err == nil {
@@ -147,10 +147,10 @@ func TestChangeOutcomeUnknown(t *testing.T) {
 			if stored {
 				want, stale = 4, 3
 			}
-			if err := r.Admit(context.Background(), "n1", want); err != nil {
+			if err := r.admit(context.Background(), "n1", want); err != nil {
 				t.Errorf("Admit at epoch %d after settling: %v", want, err)
 			}
-			if err := r.Admit(context.Background(), "n1", stale); err == nil {
+			if err := r.admit(context.Background(), "n1", stale); err == nil {
 				t.Errorf("Admit at epoch %d after settling: got nil, want refused", stale)
 			}
 			if got := peers.taken(); (len(got) == 1) != stored {
@@ -193,7 +193,7 @@ func TestChangeGrantUndone(t *testing.T) {
 	default:
 		t.Error("the grant was not undone")
 	}
-	if err := r.Admit(context.Background(), "n1", 3); err == nil {
+	if err := r.admit(context.Background(), "n1", 3); err == nil {
 		t.Error("Admit at the epoch before the undo: got nil, want refused")
 	}
 	r.Close(context.Background())

@@ -1,21 +1,30 @@
-package bastion
+// Package access owns who may use a node right now, on this replica: the
+// Revoker, through which every access change (token rotation or
+// revocation, key removal, node change or deletion, an admin kick, and
+// changes made on other replicas) cuts the sessions it ends and wipes the
+// node's console; the bounded, fail-closed making of a change (Change); the
+// console fence across replicas (Current, Serve); the Watcher, which picks
+// up changes made through other replicas and judges the database's health;
+// and the policy for a database that stops answering (Health, Gate: logins
+// refused at once, sessions cut after a grace).
+//
+// It knows nothing of SSH or HTTP: the front doors (bastion, admin) call
+// it, and the registry of live sessions (bastion/sessions) is how it
+// reaches them.
+package access
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/sessions"
-	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/sol"
 )
 
 // Cutter ends every console viewer of a node and wipes its scrollback.
@@ -32,7 +41,7 @@ type Epochs interface {
 	Settle(ctx context.Context, label string) (int64, error)
 }
 
-// Reasons the Revoker gives sessions it refuses at Admit.
+// Reasons the Revoker gives sessions it refuses at admit.
 const (
 	whyChanged = "access changed"
 	whyDeleted = "node deleted"
@@ -42,9 +51,9 @@ const (
 // or revocation, key removal, node change or deletion, an admin kick, and
 // changes seen on other replicas): after the database has moved the node's
 // epoch, Revoke ends this replica's sessions that authenticated before it
-// and wipes the node's scrollback. Admit decides whether a session may
-// start: its epoch must still be the node's, and if this replica has not
-// applied it yet (the change was made on another replica and the change
+// and wipes the node's scrollback. Open (admit) decides whether a session
+// may start: its epoch must still be the node's, and if this replica has
+// not applied it yet (the change was made on another replica and the change
 // watcher has not seen it), it is applied first.
 //
 // A node's revocations run one at a time, and a call for an epoch already
@@ -84,11 +93,11 @@ type Revoker struct {
 // nodeAccess is a node's revocation state.
 type nodeAccess struct {
 	// lock is held (a value in it) while a change or revocation of the node
-	// runs; a channel, so that Admit can give up waiting when its session
+	// runs; a channel, so that admit can give up waiting when its session
 	// is cut by the revocation it waits for.
 	lock chan struct{}
 	// applied is the newest epoch applied: written with lock held, read
-	// without it by Admit (an epoch below it is stale whatever runs now).
+	// without it by admit (an epoch below it is stale whatever runs now).
 	applied atomic.Int64
 	// users counts the calls using this state (holding or waiting for
 	// lock); guarded by Revoker.mu. State in use is never dropped, so all
@@ -155,14 +164,14 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 	}
 }
 
-// Admit decides whether a session (SSH or HTTP) that authenticated at
-// epoch may start. The session must already be in the registry, so that
-// any change from then on cuts it; Admit checks that none came before:
+// admit decides whether a session (SSH or HTTP) that authenticated at
+// epoch may start (Open, which every session goes through). The session must already be in the registry, so that
+// any change from then on cuts it; admit checks that none came before:
 // epoch must still be the node's current one. An epoch below one this
 // replica has applied (every change made here, and every one it has seen)
 // is refused without reading the database; otherwise the database is
 // read. If this replica has not applied epoch yet (the change was made on
-// another replica and the change watcher has not seen it), Admit applies
+// another replica and the change watcher has not seen it), admit applies
 // it, as Revoke does, so the session never meets the previous tenancy's
 // sessions or scrollback; if a revocation of the node is in progress, it
 // waits for it.
@@ -173,7 +182,7 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 // revocation it waits for stops waiting: the cut waits for it to end), or
 // another error: access cannot be verified now (the database did not
 // answer, or a change of the node made here is still unconfirmed).
-func (r *Revoker) Admit(ctx context.Context, label string, epoch int64) error {
+func (r *Revoker) admit(ctx context.Context, label string, epoch int64) error {
 	n := r.use(label)
 	defer r.done(label, n)
 	if epoch < n.applied.Load() {
@@ -280,7 +289,7 @@ func (r *Revoker) done(label string, n *nodeAccess) {
 
 // pruneLocked drops label's state n once nobody uses it and it knows no
 // epoch above the watcher's mark: a later call for an epoch it applied is
-// then recognised by the mark (Admit and the watcher skip it), and a
+// then recognised by the mark (admit and the watcher skip it), and a
 // later change is newer than both. A deleted node's state goes once the
 // watcher has passed the deletion. r.mu held.
 func (r *Revoker) pruneLocked(label string, n *nodeAccess) {
@@ -313,71 +322,6 @@ func (r *Revoker) applyLocked(n *nodeAccess, label string, epoch int64, why stri
 	}
 }
 
-// SessionList answers the `sessions` command: the registry's sessions of a
-// node, with the console writer marked.
-type SessionList struct {
-	reg      *sessions.Registry
-	consoles Consoles
-}
-
-// NewSessionList returns a SessionList.
-func NewSessionList(reg *sessions.Registry, consoles Consoles) *SessionList {
-	return &SessionList{reg: reg, consoles: consoles}
-}
-
-// Sessions lists node's live sessions.
-func (l *SessionList) Sessions(node string) []commands.SessionInfo {
-	writer := ""
-	for _, v := range l.consoles.Viewers(node) {
-		if v.Writer { // an SSH viewer is named "#<session ID>"
-			writer = strings.TrimPrefix(v.Name, "#")
-		}
-	}
-	var out []commands.SessionInfo
-	for _, s := range l.reg.List(node) {
-		out = append(out, commands.SessionInfo{ID: s.ID, Kind: s.Kind, User: s.User, Remote: s.Remote,
-			Started: s.Started, Writer: s.ID == writer && writer != ""})
-	}
-	return out
-}
-
-// HTTPConsoles serves obmd's `GET /node/{label}/console`: a read-only viewer
-// of the shared console, live output only (no banner, no scrollback, no
-// notices), as obmd streamed it.
-type HTTPConsoles struct {
-	consoles Consoles
-}
-
-// NewHTTPConsoles returns an HTTPConsoles.
-func NewHTTPConsoles(consoles Consoles) *HTTPConsoles { return &HTTPConsoles{consoles: consoles} }
-
-// Stream copies label's live console output to w, flushing each write, until
-// ctx ends, the viewer is cut, or w fails.
-func (h *HTTPConsoles) Stream(ctx context.Context, label string, w io.Writer) error {
-	v, err := h.consoles.Attach(ctx, label, sol.AttachOptions{Name: "http", ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer v.Close()
-	flush := func() {}
-	if f, ok := w.(http.Flusher); ok {
-		flush = f.Flush
-	}
-	for {
-		select {
-		case ch, ok := <-v.Output():
-			if !ok {
-				return v.Err()
-			}
-			if len(ch.Data) == 0 {
-				continue
-			}
-			if _, err := w.Write(ch.Data); err != nil {
-				return err
-			}
-			flush()
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
-}
+// safe makes untrusted text (a node label) printable and bounded, for
+// logs and the admin's error messages.
+func safe(s string) string { return printable.Clean(s, 100) }

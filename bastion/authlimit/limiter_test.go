@@ -1,4 +1,4 @@
-package bastion
+package authlimit
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 func TestLimiter(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLimiter(LimitConfig{PerSource: 3, PerNode: 5, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
+	l := New(Config{PerSource: 3, PerNode: 5, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 
 	for i := 0; i < 3; i++ {
 		failOnce(t, l, "10.0.0.1", "n1")
@@ -50,7 +50,7 @@ func TestLimiter(t *testing.T) {
 // lockout of a node under attack.
 func TestLimiterFirstRefusal(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLimiter(LimitConfig{PerSource: 2, PerNode: 3, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
+	l := New(Config{PerSource: 2, PerNode: 3, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 	type want struct {
 		source, node, which string
 		first               bool
@@ -88,7 +88,7 @@ func TestLimiterFirstRefusal(t *testing.T) {
 // keys and ended without authenticating) counts like a failed try.
 func TestLimiterFail(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLimiter(LimitConfig{PerSource: 2, PerNode: 100}, func() time.Time { return now })
+	l := New(Config{PerSource: 2, PerNode: 100}, func() time.Time { return now })
 	l.Fail("10.0.0.1", "n1", true)
 	if ok, _ := tryOnce(l, "10.0.0.1", "n1"); !ok {
 		t.Fatal("one failure refused the source")
@@ -101,7 +101,7 @@ func TestLimiterFail(t *testing.T) {
 
 func TestLimiterMemoryBounded(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLimiter(LimitConfig{}, func() time.Time { return now })
+	l := New(Config{}, func() time.Time { return now })
 	for i := 0; i < maxTracked; i++ {
 		l.End(fmt.Sprint(i), "n", true, true)
 	}
@@ -145,7 +145,7 @@ func failOnce(t *testing.T, l *Limiter, source, node string) {
 // tries beyond that wait for earlier ones to settle instead of being refused.
 func TestLimiterParallel(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLimiter(LimitConfig{PerSource: 3, PerNode: 100, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
+	l := New(Config{PerSource: 3, PerNode: 100, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 	l.wait = 5 * time.Second
 	bg := context.Background()
 	for i := 0; i < 3; i++ {
@@ -198,7 +198,7 @@ func TestLimiterParallel(t *testing.T) {
 // TestLimiterWaitBounded: a try waiting for a slot gives up at the bound,
 // or when its connection ends.
 func TestLimiterWaitBounded(t *testing.T) {
-	l := NewLimiter(LimitConfig{PerSource: 1}, time.Now)
+	l := New(Config{PerSource: 1}, time.Now)
 	l.wait = 30 * time.Millisecond
 	bg := context.Background()
 	if ok, _ := l.Begin(bg, "10.0.0.1"); !ok {
@@ -218,7 +218,7 @@ func TestLimiterWaitBounded(t *testing.T) {
 // TestLimiterIPv6Prefix: addresses of one /64 share the per-source limit.
 func TestLimiterIPv6Prefix(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLimiter(LimitConfig{PerSource: 3, PerNode: 100}, func() time.Time { return now })
+	l := New(Config{PerSource: 3, PerNode: 100}, func() time.Time { return now })
 	for i := 1; i <= 3; i++ {
 		failOnce(t, l, sessions.SourceKey(fmt.Sprintf("2001:db8::%d", i)), "n1")
 	}
@@ -235,7 +235,7 @@ func TestLimiterIPv6Prefix(t *testing.T) {
 // names is refused on unknown names while it is, not on nodes that exist.
 func TestLimiterUnknownNames(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLimiter(LimitConfig{PerSource: 3, PerNode: 4, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
+	l := New(Config{PerSource: 3, PerNode: 4, Window: time.Minute, Lockout: time.Minute}, func() time.Time { return now })
 	fail := func(src, name string) {
 		t.Helper()
 		if ok, _ := l.Begin(context.Background(), src); !ok {
@@ -274,8 +274,8 @@ func TestLimiterUnknownNames(t *testing.T) {
 // as the heap in use after a GC, before and after the flood.
 func TestLimiterNameFlood(t *testing.T) {
 	now := time.Unix(1000, 0)
-	cfg := LimitConfig{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
-	l := NewLimiter(cfg, func() time.Time { return now })
+	cfg := Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
+	l := New(cfg, func() time.Time { return now })
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats
@@ -316,7 +316,7 @@ func TestLimiterSweepsOnTimer(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	l := NewLimiter(LimitConfig{PerSource: 3, PerNode: 5}, clock)
+	l := New(Config{PerSource: 3, PerNode: 5}, clock)
 	l.sweepEvery = 10 * time.Millisecond
 	for i := range 100 {
 		failOnce(t, l, fmt.Sprintf("10.0.0.%d", i), "n1")

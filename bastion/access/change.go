@@ -1,4 +1,4 @@
-package bastion
+package access
 
 import (
 	"context"
@@ -45,9 +45,12 @@ type RevokerConfig struct {
 	Peers Peers
 }
 
+// DefaultChangeTimeout is RevokerConfig.ChangeTimeout's default.
+const DefaultChangeTimeout = 5 * time.Second
+
 func (c *RevokerConfig) setDefaults() {
 	if c.ChangeTimeout <= 0 {
-		c.ChangeTimeout = 5 * time.Second
+		c.ChangeTimeout = DefaultChangeTimeout
 	}
 }
 
@@ -95,7 +98,7 @@ type Change struct {
 // call that outlives its bound (a commit blocked on a frozen disk, or cut
 // off mid-commit from a stopped server): it may still commit later, after
 // the caller was told it failed. Change fails closed: the node's sessions
-// are cut at once, new ones refused (Admit) and its console served to no
+// are cut at once, new ones refused (admit) and its console served to no
 // one (Current, Serve) until the database has decided the outcome
 // (Epochs.Settle, retried in the background). Then a change that only takes
 // access away stands if stored (it is applied as above); a grant that got

@@ -1,4 +1,4 @@
-package bastion
+package access
 
 import (
 	"context"

@@ -1,4 +1,11 @@
-package bastion
+// Package authlimit owns the guessing limits: it counts failed secrets
+// (node tokens over SSH and through the admin API, wrong admin credentials,
+// SSH connections that offered keys and never logged in) per source address
+// and per node, and refuses the sources and nodes past its Config. One
+// Limiter serves both doors, so a source locked out on one is locked out on
+// both; a correct admin credential never reaches it (the admin API checks
+// that first). Run, owned by the daemon's run group, sweeps expired entries.
+package authlimit
 
 import (
 	"context"
@@ -10,14 +17,14 @@ import (
 	"github.com/obmd/obmd/db"
 )
 
-// LimitConfig bounds guessing. A failure is a wrong node token (SSH
+// Config bounds guessing (the YAML section auth_limits). A failure is a wrong node token (SSH
 // password or keyboard-interactive, or the admin API's ?token= routes, on a
 // node that exists or not), a wrong admin credential (it counts against the
 // source only), or an SSH connection that offered public keys and ended
 // without authenticating: once per connection, however many keys it
 // offered (OpenSSH offers every key it has; one it holds that is not
 // registered is no guess).
-type LimitConfig struct {
+type Config struct {
 	// PerSource failures within Window lock the source address out of
 	// every node for Lockout (default 5 in 1 min, locked 1 min). A correct
 	// admin credential is never refused by it (the admin API checks it
@@ -34,7 +41,7 @@ type LimitConfig struct {
 	Lockout time.Duration `yaml:"lockout"`
 }
 
-func (c *LimitConfig) defaults() {
+func (c *Config) defaults() {
 	if c.PerSource <= 0 {
 		c.PerSource = 5
 	}
@@ -58,7 +65,7 @@ const maxTracked = 100_000
 const unknownNode uint64 = 0
 
 // Limiter counts authentication failures in fixed windows and refuses the
-// sources and nodes past LimitConfig. One Limiter serves the SSH front door
+// sources and nodes past Config. One Limiter serves the SSH front door
 // and the admin API, so a source locked out on one is locked out on both.
 // A source is the client's address without port (behind a balancer, the
 // real client's: bastion/realip); an IPv6 /64 counts as one
@@ -74,7 +81,7 @@ const unknownNode uint64 = 0
 // one entry); Run sweeps entries that can no longer matter, and at most
 // maxTracked are held between sweeps.
 type Limiter struct {
-	cfg  LimitConfig
+	cfg  Config
 	now  func() time.Time
 	seed maphash.Seed
 
@@ -106,9 +113,9 @@ type counter struct {
 	refused int       // tries refused during the current lockout
 }
 
-// NewLimiter returns a Limiter; unset fields of cfg take their defaults.
+// New returns a Limiter; unset fields of cfg take their defaults.
 // It starts nothing: Run sweeps it.
-func NewLimiter(cfg LimitConfig, now func() time.Time) *Limiter {
+func New(cfg Config, now func() time.Time) *Limiter {
 	cfg.defaults()
 	every := (cfg.Window + cfg.Lockout) / 4
 	if every < time.Second {

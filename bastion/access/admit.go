@@ -1,0 +1,151 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/sol"
+)
+
+// CutGrace is how long a cut session may take to say its last words (the
+// reason, an exit status) before its transport is told to unblock its
+// client.
+const CutGrace = 250 * time.Millisecond
+
+// ErrUnverified is wrapped by Open's error when access cannot be verified
+// now: the database did not answer, or a change of the node made here is
+// still undecided. Not the client's fault; the detail is for the log.
+var ErrUnverified = errors.New("access cannot be verified right now")
+
+// StaleError is Open's refusal of a session whose node's access changed
+// between its login and its start: it must log in again. It is the
+// *sessions.RevokedError it wraps (errors.As), with the same text.
+type StaleError struct{ *sessions.RevokedError }
+
+// Unwrap returns the revocation.
+func (e *StaleError) Unwrap() error { return e.RevokedError }
+
+// Session is a live session that Open admitted. Its context is cancelled,
+// with a cause its user may read, when it is cut; End must be called once
+// it has finished. Its watchdog (a goroutine that End waits for) unblocks
+// a client that keeps a cut session from finishing.
+type Session struct {
+	ctx  context.Context
+	info sessions.Info
+	end  func()
+
+	finished chan struct{} // closed by Finish
+	once     sync.Once
+	watch    sync.WaitGroup
+}
+
+// Context is cancelled when the session is cut (cause: a
+// *sessions.RevokedError or sol.ErrShutdown) or its parent ends.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// Info is the session as the registry lists it (ID and Started filled in).
+func (s *Session) Info() sessions.Info { return s.info }
+
+// Finish tells the watchdog that the session has said its last words: its
+// client need not be unblocked any more. End implies it.
+func (s *Session) Finish() { s.once.Do(func() { close(s.finished) }) }
+
+// End takes the session out of the registry (what a cut waits for) and
+// waits for its watchdog. Call it once, when the session has finished.
+func (s *Session) End() {
+	s.Finish()
+	s.watch.Wait()
+	s.end()
+}
+
+// Open is how every session starts, whatever its transport (an SSH console
+// or command, a node-token HTTP request): it registers info in the
+// registry, so that any access change from then on cuts it; admits it,
+// which refuses it if a change came since its login (info.Epoch) and
+// clears away older sessions and their console output, even a change made
+// on another replica, before it starts (the Revoker's admit); and watches
+// it: once cut, the session has CutGrace to finish (Session.Finish), then
+// unblock is called, which must make the transport's blocked writes fail
+// (a client that stops reading holds them by flow control, and would keep
+// a revoked session alive). host is the client's address without port.
+//
+// On success the session runs until End. Its errors:
+//   - sessions.ErrTooMany (wrapped): a per-node or per-source limit; the
+//     text is safe to show;
+//   - sol.ErrShutdown: obmd is stopping;
+//   - a *sessions.RevokedError: the session was cut while being admitted
+//     (its cause), or, as a *StaleError, access changed since its login;
+//     the text is for its user;
+//   - ErrUnverified (wrapped, with the detail for the log);
+//   - context.Cause(ctx) if ctx ended first (the client left).
+func (r *Revoker) Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*Session, error) {
+	sctx, info, end, err := r.reg.Start(ctx, info, host)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{ctx: sctx, info: info, end: end, finished: make(chan struct{})}
+	s.watch.Add(1)
+	go func() { // owned by s: End waits for it
+		defer s.watch.Done()
+		r.watchCut(s, unblock)
+	}()
+	err = r.admit(sctx, info.Node, info.Epoch)
+	if err == nil {
+		return s, nil
+	}
+	s.End()
+	var revoked *sessions.RevokedError
+	switch cause := context.Cause(sctx); {
+	case sctx.Err() != nil && IsCut(cause): // cut while being admitted
+		return nil, cause
+	case errors.As(err, &revoked):
+		return nil, &StaleError{revoked}
+	case ctx.Err() != nil:
+		return nil, context.Cause(ctx)
+	}
+	return nil, fmt.Errorf("%w: %w", ErrUnverified, err)
+}
+
+// WatchConn has the registry tell an authenticated connection of node,
+// whose credential was checked at epoch, of the first access change that
+// ends it (sessions.Registry.Watch): a change of node above epoch, or a cut
+// of every session, calls revoked once, before any session is cut, so that
+// the front door can close the connection if it holds none (an access
+// change leaves no idle connection from before it open). forget
+// (idempotent) forgets it when the connection closes.
+func (r *Revoker) WatchConn(node string, epoch int64, revoked func()) (forget func()) {
+	return r.reg.Watch(node, epoch, revoked)
+}
+
+// watchCut unblocks the client of s if it is cut and does not finish
+// within CutGrace; it returns once s has finished, or after unblocking.
+func (r *Revoker) watchCut(s *Session, unblock func()) {
+	select {
+	case <-s.finished:
+		return
+	case <-s.ctx.Done():
+	}
+	if !IsCut(context.Cause(s.ctx)) || unblock == nil {
+		return
+	}
+	t := time.NewTimer(CutGrace)
+	defer t.Stop()
+	select {
+	case <-s.finished:
+	case <-t.C:
+		r.log.WithField("node", safe(s.info.Node)).WithField("session", s.info.ID).WithField("kind", s.info.Kind).
+			Warn("cut_session_stuck_closing_connection")
+		unblock()
+	}
+}
+
+// IsCut reports whether cause ended a session on purpose (an access
+// change, an admin kick, a shutdown) rather than its client leaving.
+func IsCut(cause error) bool {
+	var r *sessions.RevokedError
+	return errors.As(cause, &r) || errors.Is(cause, sol.ErrShutdown)
+}

@@ -1,0 +1,125 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
+)
+
+// fakeDB is the database as the Watcher and Health read it: changes to
+// hand out, and a switch that fails every read.
+type fakeDB struct {
+	mu      sync.Mutex
+	down    bool
+	changes []db.Change
+}
+
+func (f *fakeDB) setDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+}
+
+func (f *fakeDB) fail() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return errors.New("database not answering")
+	}
+	return nil
+}
+
+func (f *fakeDB) LatestChange(context.Context) (int64, error) { return 0, f.fail() }
+
+func (f *fakeDB) ChangesSince(_ context.Context, after int64, _ int) ([]db.Change, error) {
+	if err := f.fail(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []db.Change
+	for _, c := range f.changes {
+		if c.Epoch > after {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeDB) Ping(context.Context) error                       { return f.fail() }
+func (f *fakeDB) CheckWrites(context.Context, time.Duration) error { return f.fail() }
+func (f *fakeDB) OldestWrite() time.Duration                       { return 0 }
+
+// TestWatcher: a change made elsewhere cuts the node's older sessions; a
+// database that stops answering makes the replica unusable at once (logins
+// refused) and, after DBGrace, cuts every session; it recovers by itself.
+func TestWatcher(t *testing.T) {
+	r, _, reg, _ := newTestRevoker()
+	store := &fakeDB{}
+	health := NewHealth(store, nil)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond, DBGrace: 100 * time.Millisecond}, store, health, r, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: got %v, want nil", err)
+		}
+	}()
+
+	old := session(t, reg, "n1", 1)
+	store.mu.Lock()
+	store.changes = append(store.changes, db.Change{Node: "n1", Epoch: 2})
+	store.mu.Unlock()
+	waitCut(t, old, "access to n1 was revoked (access changed)")
+
+	live := session(t, reg, "n2", 3)
+	store.setDown(true)
+	waitUntil(t, "the database to count as unusable", func() bool { return !health.Usable() })
+	if err := health.Ready(context.Background()); err == nil {
+		t.Errorf("Ready while the database is down: got nil, want an error")
+	}
+	waitCut(t, live, "access to n2 was revoked ("+WhyDBLost+")")
+
+	store.setDown(false)
+	waitUntil(t, "the database to count as usable again", health.Usable)
+}
+
+func waitCut(t *testing.T, ctx context.Context, want string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("session not cut, want %q", want)
+	}
+	var r *sessions.RevokedError
+	if cause := context.Cause(ctx); !errors.As(cause, &r) || cause.Error() != want {
+		t.Errorf("cause: got %v, want %q", cause, want)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}

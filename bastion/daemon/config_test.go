@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// yamlKeys lists the keys of the configuration file a struct type takes,
+// sections as "section.key", and the exported fields without a yaml tag
+// (which the YAML decoder would take under a name no one documented).
+func yamlKeys(t reflect.Type, prefix string) (keys, untagged []string) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case tag == "-":
+			continue
+		case tag == "":
+			untagged = append(untagged, prefix+f.Name)
+			continue
+		}
+		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+			k, u := yamlKeys(f.Type, prefix+tag+".")
+			keys, untagged = append(keys, k...), append(untagged, u...)
+			continue
+		}
+		keys = append(keys, prefix+tag)
+	}
+	return keys, untagged
+}
+
+// readmeKeys lists the keys README's configuration table documents: the
+// backquoted names in each row's first column, ".key" after "section.…"
+// meaning "section.key".
+func readmeKeys(t *testing.T) []string {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(data), "| key (`OBMD_…`) |")
+	if !ok {
+		t.Fatal("README has no configuration table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	name := regexp.MustCompile("`([^`]+)`")
+	var keys []string
+	for _, row := range strings.Split(table, "\n")[2:] {
+		cols := strings.Split(row, "|")
+		if len(cols) < 2 {
+			continue
+		}
+		section := ""
+		for _, m := range name.FindAllStringSubmatch(cols[1], -1) {
+			k := m[1]
+			switch {
+			case strings.HasPrefix(k, "OBMD_"):
+				continue
+			case strings.HasPrefix(k, "."):
+				k = section + k
+			default:
+				section, _, _ = strings.Cut(k, ".")
+			}
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// TestREADMEListsEveryKey: README's configuration table lists every key
+// of the configuration file, and no key that is not one; every setting
+// has a key.
+func TestREADMEListsEveryKey(t *testing.T) {
+	keys, untagged := yamlKeys(reflect.TypeOf(Config{}), "")
+	if len(untagged) > 0 {
+		t.Errorf("settings without a yaml key (tag them, or yaml:\"-\"): %v", untagged)
+	}
+	documented := readmeKeys(t)
+	for _, k := range keys {
+		if !slices.Contains(documented, k) {
+			t.Errorf("README's configuration table does not list %s", k)
+		}
+	}
+	for _, k := range documented {
+		if !slices.Contains(keys, k) {
+			t.Errorf("README's configuration table lists %s, which is no key", k)
+		}
+	}
+}
+
+// TestAliases: a setting that moved into a section keeps its old name;
+// both names set differently is an error.
+func TestAliases(t *testing.T) {
+	c := Config{Scrollback: 4096, MaxSessionsPerNode: -1}
+	if err := c.aliases(); err != nil || c.Console.Scrollback != 4096 || c.Sessions.MaxPerNode != -1 {
+		t.Errorf("old names: got %v, console %+v, sessions %+v", err, c.Console, c.Sessions)
+	}
+	c = Config{Linger: time.Second}
+	c.Console.Linger = time.Second
+	if err := c.aliases(); err != nil {
+		t.Errorf("both names, one value: got %v, want nil", err)
+	}
+	c.Console.Linger = 2 * time.Second
+	if err := c.aliases(); err == nil || !strings.Contains(err.Error(), "console.linger") {
+		t.Errorf("both names, two values: got %v, want an error naming both", err)
+	}
+}

@@ -1,0 +1,128 @@
+package daemon_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// The layout's rules: which packages may not import what (their code, not
+// their tests). README's Layout section is the map; this keeps the code to
+// it.
+const mod = "github.com/obmd/obmd/"
+
+// layoutRule forbids the packages matching from importing anything
+// matching forbidden: directly, or (deps) through any chain of imports.
+type layoutRule struct {
+	why       string
+	from      []string // package patterns (a trailing "/..." includes sub-packages)
+	except    []string // packages of from that the rule does not bind
+	forbidden []string // import patterns
+	deps      bool     // transitive, not only direct imports
+}
+
+var layoutRules = []layoutRule{
+	{why: "the BMC side, the commands and the database know nothing of the doors",
+		from:      []string{mod + "sol/...", mod + "commands/...", mod + "db/...", mod + "keys", mod + "migrations"},
+		forbidden: []string{mod + "bastion/...", mod + "cmd/...", "github.com/gliderlabs/ssh/..."}, deps: true},
+	{why: "the BMC side and the commands know nothing of SSH",
+		from:      []string{mod + "sol/...", mod + "commands/..."},
+		forbidden: []string{"golang.org/x/crypto/ssh/..."}, deps: true},
+	{why: "the database knows nothing of SSH (keys, which parses SSH keys, is its only path to x/crypto/ssh)",
+		from:      []string{mod + "db/..."},
+		forbidden: []string{"golang.org/x/crypto/ssh/..."}},
+	{why: "the commands know nothing of SQL",
+		from:      []string{mod + "commands/..."},
+		forbidden: []string{"database/sql/...", mod + "db/..."}, deps: true},
+	{why: "keys knows nothing of the database",
+		from:      []string{mod + "keys"},
+		forbidden: []string{"database/sql/...", mod + "db/..."}, deps: true},
+	{why: "the console hub knows no driver",
+		from:      []string{mod + "sol"},
+		forbidden: []string{mod + "sol/..."}, deps: true},
+	{why: "access changes and the session registry know nothing of SSH or HTTP",
+		from:      []string{mod + "bastion/access", mod + "bastion/sessions", mod + "bastion/authlimit"},
+		forbidden: []string{"github.com/gliderlabs/ssh/...", "golang.org/x/crypto/ssh/...", "net/http"}},
+	{why: "only the composition root (bastion/daemon) knows the drivers: the node types are its table",
+		from:   []string{mod + "bastion/...", mod + "commands/..."},
+		except: []string{mod + "bastion/daemon"},
+		forbidden: []string{mod + "sol/ipmi", mod + "sol/ipmitool", mod + "sol/redfish", mod + "sol/sim",
+			"github.com/bougou/go-ipmi/...", "github.com/creack/pty", "github.com/stmcginnis/gofish/..."}, deps: true},
+	{why: "test helpers stay out of obmd's binaries",
+		from: []string{mod + "cmd/...", mod + "bastion/...", mod + "commands/...", mod + "db", mod + "keys", mod + "sol",
+			mod + "sol/ipmi", mod + "sol/ipmitool", mod + "sol/redfish", mod + "sol/sim"},
+		forbidden: []string{mod + "sol/soltest/...", mod + "sol/ipmisim", mod + "sol/redfish/redfishtest", mod + "db/dbtest"},
+		deps:      true},
+}
+
+func matches(pkg string, patterns []string) bool {
+	for _, p := range patterns {
+		if base, ok := strings.CutSuffix(p, "/..."); ok && (pkg == base || strings.HasPrefix(pkg, base+"/")) || pkg == p {
+			return true
+		}
+	}
+	return false
+}
+
+// importGraph is every package of the module and everything they import,
+// each with its direct imports (go list, without tests).
+func importGraph(t *testing.T) map[string][]string {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", "github.com/obmd/obmd/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	graph := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, "|")
+		graph[pkg] = strings.Fields(imports)
+	}
+	return graph
+}
+
+// TestLayout: no package imports what the layout forbids it. A failure
+// names the chain of imports that breaks the rule.
+func TestLayout(t *testing.T) {
+	graph := importGraph(t)
+	if len(graph[mod+"bastion/daemon"]) == 0 {
+		t.Fatal("go list did not list the module")
+	}
+	for _, r := range layoutRules {
+		for pkg := range graph {
+			if !strings.HasPrefix(pkg, mod) || !matches(pkg, r.from) || matches(pkg, r.except) {
+				continue
+			}
+			if chain := forbiddenChain(graph, pkg, r); chain != nil {
+				t.Errorf("%s imports %s (%s)", pkg, strings.Join(chain, " -> "), r.why)
+			}
+		}
+	}
+}
+
+// forbiddenChain returns a chain of imports from pkg to a package r forbids
+// it, or nil.
+func forbiddenChain(graph map[string][]string, pkg string, r layoutRule) []string {
+	seen := map[string]bool{pkg: true}
+	var walk func(p string) []string
+	walk = func(p string) []string {
+		for _, imp := range graph[p] {
+			if matches(imp, r.forbidden) {
+				return []string{imp}
+			}
+			if r.deps && !seen[imp] {
+				seen[imp] = true
+				if chain := walk(imp); chain != nil {
+					return append([]string{imp}, chain...)
+				}
+			}
+		}
+		return nil
+	}
+	return walk(pkg)
+}

@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/nodes"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
+	"github.com/obmd/obmd/sol/ipmitool"
+	"github.com/obmd/obmd/sol/redfish"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// Node types, as registered through the admin API.
+const (
+	TypeIPMI     nodes.Type = "ipmi"     // native RMCP+ (sol/ipmi)
+	TypeIPMITool nodes.Type = "ipmitool" // the ipmitool binary (sol/ipmitool)
+	TypeMock     nodes.Type = "mock"     // obmd's mock BMC (sol/sim in mock mode)
+	TypeSim      nodes.Type = "sim"      // the built-in simulator (sol/sim), for demos
+	TypeRedfish  nodes.Type = "redfish"  // Redfish over HTTPS (sol/redfish)
+)
+
+// nodeTypes is the one table of node types: what each type's BMC info
+// is, how it is checked, compared and shown, and which driver it builds.
+// This is the only place that knows the types: the admin API registers
+// nodes through it, and the resolver builds drivers through it. A new BMC
+// type is a row here and a driver. The drivers take their sections of cfg,
+// the IPMI ones (a Redfish node's console too) with the shared options
+// opts, whose cipher memory forgets a deleted node. The drivers' settings
+// are checked here, at start, not at a node's first use.
+func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, error) {
+	cfg.IPMI.Options, cfg.IPMITool.Options = opts, opts
+	rf := cfg.Redfish
+	rf.IPMI = cfg.IPMI
+	if err := checkDrivers(cfg.IPMI, cfg.IPMITool, rf); err != nil {
+		return nil, err
+	}
+	simulated := func(mode sim.Mode) nodes.SolSpec {
+		return nodes.SolSpec{
+			New: func(label string, _ sol.Info, _ logrus.FieldLogger) (sol.BMC, error) {
+				return lab.BMC(label, mode), nil
+			},
+			Forget: lab.Forget,
+		}
+	}
+	return nodes.NewTable(sealer,
+		nodes.Define(TypeIPMI, nodes.SolKind(TypeIPMI, nodes.SolSpec{Credentials: true, Check: ipmi.Check,
+			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
+				return ipmi.New(label, info, cfg.IPMI, log)
+			}, Forget: opts.Ciphers.Forget})),
+		// ipmitool takes what the shared rules of sol.Info types let
+		// through (FuzzNodeTypesCheckAsDrivers): it needs no Check of its own.
+		nodes.Define(TypeIPMITool, nodes.SolKind(TypeIPMITool, nodes.SolSpec{Credentials: true, Interface: true,
+			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
+				return ipmitool.New(label, info, cfg.IPMITool, log)
+			}, Forget: opts.Ciphers.Forget})),
+		nodes.Define(TypeMock, nodes.SolKind(TypeMock, simulated(sim.ModeMock))),
+		nodes.Define(TypeSim, nodes.SolKind(TypeSim, simulated(sim.ModeNormal))),
+		nodes.Define(TypeRedfish, nodes.Kind[redfish.Info]{
+			Check:     redfish.Check,
+			Canonical: redfish.Info.Canonical,
+			Equal:     redfish.Info.Equal,
+			View:      redfishView,
+			New: func(label string, info redfish.Info, log logrus.FieldLogger) (sol.BMC, error) {
+				return redfish.New(label, info, rf, log)
+			},
+			Forget: opts.Ciphers.Forget}),
+	)
+}
+
+// checkDrivers has each driver build a sample node, so that a setting it
+// refuses (an unsupported suite in ipmi_options.cipher_order) stops the
+// start instead of failing every node's calls.
+func checkDrivers(ipmiCfg ipmi.Config, toolCfg ipmitool.Config, rf redfish.Config) error {
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	sample := sol.Info{Addr: "bmc.invalid", User: "obmd", Pass: "sample"}
+	if _, err := ipmi.New("sample", sample, ipmiCfg, quiet); err != nil {
+		return fmt.Errorf("ipmi settings: %w", err)
+	}
+	if _, err := ipmitool.New("sample", sample, toolCfg, quiet); err != nil {
+		return fmt.Errorf("ipmitool settings: %w", err)
+	}
+	info := redfish.Info{Addr: "https://bmc.invalid", User: "obmd", Pass: "sample", SOL: &redfish.SOLInfo{}}
+	if _, err := redfish.New("sample", info, rf, quiet); err != nil {
+		return fmt.Errorf("redfish settings: %w", err)
+	}
+	return nil
+}
+
+// redfishView is a Redfish node's info as GET /v1/nodes shows it: never
+// the password.
+func redfishView(i redfish.Info) any {
+	return struct {
+		Addr     string           `json:"addr"`
+		User     string           `json:"user"`
+		System   string           `json:"system,omitempty"`
+		Insecure bool             `json:"insecure,omitempty"`
+		SOL      *redfish.SOLInfo `json:"sol,omitempty"`
+	}{i.Addr, i.User, i.System, i.Insecure, i.SOL}
+}

@@ -1,0 +1,129 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/bastion/nodes"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// The password of these registrations: no error may show it.
+const typesPass = "Pw-9f3c"
+
+func testNodeTypes(t testing.TB) *nodes.Table {
+	t.Helper()
+	sealer, err := keys.NewSealer(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := nodeTypes(Config{}, sol.IPMIOptions{Ciphers: sol.NewCiphers()}, sim.NewLab(), sealer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// parseInfo registers info as the admin API does (strict: the /v1 API).
+func parseInfo(table *nodes.Table, typ nodes.Type, info string, strict bool) (nodes.Info, error) {
+	return table.Parse(string(typ), strict, func(v any) error {
+		dec := json.NewDecoder(strings.NewReader(info))
+		if strict {
+			dec.DisallowUnknownFields()
+		}
+		return dec.Decode(v)
+	})
+}
+
+// TestNodeTypesRefuseAtRegistration: what a driver would refuse is refused
+// when the node is registered, by an error naming the field and never
+// showing the password, for every type.
+func TestNodeTypesRefuseAtRegistration(t *testing.T) {
+	table := testNodeTypes(t)
+	long := func(n int) string { return typesPass + strings.Repeat("x", n-len(typesPass)) }
+	tests := []struct {
+		typ   nodes.Type
+		info  string
+		field string // what the error must name
+	}{
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + long(21) + `"}`, "info.pass"},
+		{TypeIPMI, `{"addr":"a","user":"` + strings.Repeat("u", 17) + `","pass":"` + typesPass + `"}`, "info.user"},
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","cipher":4}`, "info.cipher"},
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","interface":"lan"}`, "info.interface"},
+		{TypeIPMI, `{"addr":"a","user":"u"}`, "info.pass"},
+		{TypeIPMITool, `{"addr":"-oProxyCommand=x","user":"u","pass":"` + typesPass + `"}`, "info.addr"},
+		{TypeIPMITool, `{"addr":"a","user":"u","pass":"` + typesPass + `","interface":"open"}`, "info.interface"},
+		{TypeIPMITool, `{"addr":"a","user":"u","pass":"` + typesPass + `\u0000"}`, "info.pass"},
+		{TypeIPMITool, `{"addr":"a","user":"u","pass":"` + typesPass + `","port":70000}`, "info.port"},
+		{TypeMock, `{"addr":"a","pass":"` + typesPass + `"}`, "info.pass"},
+		{TypeSim, `{}`, "info.addr"},
+		{TypeRedfish, `{"addr":"http://bmc","user":"u","pass":"` + typesPass + `"}`, "info.addr"},
+		{TypeRedfish, `{"addr":"https://u:` + typesPass + `@bmc","user":"u","pass":"` + typesPass + `"}`, "info.addr"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u"}`, "info.pass"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + long(21) + `","sol":{}}`, "info.pass"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","system":"../x"}`, "info.system"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","sol":{"cipher":4}}`, "info.sol.cipher"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","sol":{"port":70000}}`, "info.sol.port"},
+	}
+	for _, tt := range tests {
+		_, err := parseInfo(table, tt.typ, tt.info, true)
+		switch {
+		case err == nil:
+			t.Errorf("%s %s: accepted, want refused naming %s", tt.typ, tt.info, tt.field)
+		case !strings.Contains(err.Error(), tt.field):
+			t.Errorf("%s %s: got %q, want it to name %s", tt.typ, tt.info, err, tt.field)
+		case strings.Contains(err.Error(), typesPass):
+			t.Errorf("%s %s: error %q shows the password", tt.typ, tt.info, err)
+		}
+	}
+}
+
+// FuzzNodeTypesCheckAsDrivers: whatever info a type accepts at
+// registration, its driver accepts too: no node is stored that fails
+// later, when its BMC is used, with a 500 or a console that never opens.
+func FuzzNodeTypesCheckAsDrivers(f *testing.F) {
+	for _, s := range []struct{ typ, info string }{
+		{"ipmi", `{"addr":"10.0.0.5","user":"root","pass":"p","port":623,"cipher":17}`},
+		{"ipmi", `{"addr":"h","user":"u","pass":"12345678901234567890","cipher":-1,"interface":"lanplus"}`},
+		{"ipmitool", `{"addr":"bmc.example","user":"u","pass":"p","port":6230,"cipher":3,"interface":"lan"}`},
+		{"ipmitool", `{"addr":"é","user":"ü","pass":"p p"}`},
+		{"mock", `{"addr":"10.0.0.4","NumWrites":0}`},
+		{"sim", `{"addr":"simulator"}`},
+		{"redfish", `{"addr":"https://bmc:8443/","user":"u","pass":"p","system":"/redfish/v1/Systems/1","insecure":true}`},
+		{"redfish", `{"addr":"https://[::1]","user":"u","pass":"p","sol":{"port":623,"cipher":17}}`},
+	} {
+		f.Add(s.typ, s.info)
+	}
+	table := testNodeTypes(f)
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	f.Fuzz(func(t *testing.T, typ, info string) {
+		for _, strict := range []bool{false, true} {
+			parsed, err := parseInfo(table, nodes.Type(typ), info, strict)
+			if err != nil {
+				continue
+			}
+			if _, err := table.New("n1", parsed, quiet); err != nil {
+				t.Fatalf("%s %s (strict %v): registration accepted it, the driver refuses it: %v", typ, info, strict, err)
+			}
+			sealed, err := table.Seal("n1", parsed)
+			if err != nil {
+				t.Fatalf("seal: %v", err)
+			}
+			if stored, err := table.Open(db.Node{Label: "n1", Type: typ, InfoSealed: sealed}); err != nil || !stored.Equal(parsed) {
+				t.Fatalf("%s %s: stored, it opens as %v (%v), want %v", typ, info, stored.View(), err, parsed.View())
+			}
+			if v, _ := json.Marshal(parsed.View()); bytes.Contains(v, []byte(`"pass"`)) {
+				t.Fatalf("view %s shows the password", v)
+			}
+		}
+	})
+}

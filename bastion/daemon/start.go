@@ -1,0 +1,310 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion"
+	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/admin"
+	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/conncap"
+	"github.com/obmd/obmd/bastion/nodes"
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// Start opens the listeners, opens and migrates the database, loads or
+// creates keys and builds every part, in that order, one step each. On
+// error, whatever was opened is closed. The listeners come first, so that
+// a taken port fails the start before anything is created in the state
+// directory; the database before the secrets, so that an unreachable
+// database fails the start without generating an admin token nobody would
+// see.
+func (d *Daemon) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			d.closeAll()
+		}
+	}()
+	if err := d.listen(); err != nil {
+		return err
+	}
+	if err := d.openStore(ctx); err != nil {
+		return err
+	}
+	sec, err := d.loadSecrets()
+	if err != nil {
+		return err
+	}
+	powerBMCs, err := d.buildBMCSide(sec)
+	if err != nil {
+		return err
+	}
+	gate, err := d.buildAccess()
+	if err != nil {
+		return err
+	}
+	if err := d.buildDoors(ctx, sec, gate, powerBMCs); err != nil {
+		return err
+	}
+	if d.cfg.Demo {
+		if err := d.registerDemo(ctx); err != nil {
+			return err
+		}
+	}
+	if err := d.watcher.Start(ctx); err != nil {
+		return err
+	}
+	d.log.WithFields(d.caps.fields()).WithFields(logrus.Fields{
+		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
+		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, sec.tokenFile),
+		"version": d.cfg.Version, "replica": d.cfg.ReplicaID, "peer": d.PeerAddr(),
+	}).Info("obmd_listening")
+	return nil
+}
+
+// openStore creates the state directory, then opens and migrates the
+// database.
+func (d *Daemon) openStore(ctx context.Context) error {
+	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	var err error
+	if d.store, err = db.Open(ctx, d.cfg.DB, d.log); err != nil {
+		return err
+	}
+	return d.store.Migrate(ctx)
+}
+
+// secrets are what loadSecrets read or created in the state directory.
+type secrets struct {
+	hostKey   gossh.Signer
+	sealer    *keys.Sealer
+	tokenFile string // where the admin token is kept when not configured
+}
+
+// loadSecrets loads (or creates, on a first start) the host key, the
+// sealing key and the admin token.
+func (d *Daemon) loadSecrets() (secrets, error) {
+	var sec secrets
+	var err error
+	if sec.hostKey, err = keys.LoadOrCreateHostKey(d.cfg.HostKey); err != nil {
+		return sec, err
+	}
+	d.fingerprint = keys.Fingerprint(sec.hostKey.PublicKey())
+	if sec.sealer, err = keys.LoadOrCreateSealer(d.cfg.SealKey); err != nil {
+		return sec, err
+	}
+	d.adminToken = d.cfg.AdminToken
+	sec.tokenFile = filepath.Join(d.cfg.StateDir, "admin-token")
+	if d.adminToken != "" {
+		return sec, nil
+	}
+	var created bool
+	if d.adminToken, created, err = keys.LoadOrCreateSecret(sec.tokenFile); err != nil {
+		return sec, err
+	}
+	if created {
+		d.newAdminToken = d.adminToken
+	}
+	if len(d.adminToken) < admin.MinAdminTokenLen {
+		return sec, fmt.Errorf("admin token in %s is %d characters; it must have at least %d (delete the file to have a new one generated)",
+			sec.tokenFile, len(d.adminToken), admin.MinAdminTokenLen)
+	}
+	return sec, nil
+}
+
+// buildBMCSide builds what reaches the BMCs: the table of node types over
+// the drivers, the resolver, in cluster mode the cluster around it, the
+// console hub and the peer server. It returns the BMCs as the commands
+// reach them.
+func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
+	if err := d.cfg.Redfish.LoadCAs(); err != nil {
+		return nil, err
+	}
+	d.lab = sim.NewLab()
+	var err error
+	if d.types, err = nodeTypes(d.cfg, d.ipmiOptions(), d.lab, sec.sealer); err != nil {
+		return nil, err
+	}
+	if d.resolver, err = nodes.NewResolver(d.types, d.store, d.log); err != nil {
+		return nil, err
+	}
+	bmcs, powerBMCs, err := d.startCluster(sec.hostKey, d.resolver, d.resolver.ForCommands())
+	if err != nil {
+		return nil, err
+	}
+	if d.consoles, err = sol.NewManager(d.cfg.Console, bmcs, d.log.WithField("part", "sol")); err != nil {
+		return nil, fmt.Errorf("console hub: %w", err)
+	}
+	return powerBMCs, d.startPeer()
+}
+
+// ipmiOptions are the IPMI drivers' shared options: the configured ones,
+// with this replica's memory of each node's cipher suite, and the
+// sol.enable audit event for every BMC on which a driver switched SOL on.
+func (d *Daemon) ipmiOptions() sol.IPMIOptions {
+	opts := d.cfg.IPMIOptions
+	opts.Ciphers = sol.NewCiphers()
+	opts.OnSOLEnable = func(ctx context.Context, e sol.SOLEnabled) {
+		auditor{d.store, d.log}.Audit(ctx, commands.Event{Node: e.Node, Actor: "obmd", Action: "sol.enable",
+			Result: commands.ResultOK, Detail: strings.Join(e.Changes, ", ")})
+	}
+	return opts
+}
+
+// buildAccess builds who may use a node: the session registry, the
+// database's health (in cluster mode with the replica's fence) and gate,
+// the Revoker and its change watcher, and the guessing limiter. It returns
+// the gated database the doors look up logins in.
+func (d *Daemon) buildAccess() (*access.Gate, error) {
+	d.reg = sessions.New(d.cfg.Sessions)
+	var (
+		peers      access.Peers
+		fence      access.Fence
+		fenceAfter time.Duration
+	)
+	if d.rep.cluster != nil {
+		peers, fence, fenceAfter = d.rep.cluster, d.rep.cluster, d.rep.cluster.FenceAfter()
+	}
+	d.health = access.NewHealth(d.store, fence)
+	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout)
+	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
+		d.consoles, d.reg, gate, d.log)
+	var err error
+	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout,
+		DBGrace: d.cfg.DBGrace, FenceAfter: fenceAfter}, d.store, d.health, d.revoker, d.announce, d.log)
+	if err != nil {
+		return nil, err
+	}
+	// One guessing budget per source for SSH and the admin API.
+	d.limiter = authlimit.New(d.cfg.AuthLimits, time.Now)
+	return gate, nil
+}
+
+// buildDoors builds the metrics, the command runner, the admin API and the
+// SSH front door.
+func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate, powerBMCs commands.Resolver) error {
+	d.metrics = d.newMetrics()
+	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
+		Observe: d.metrics.ObservePower},
+		powerBMCs, d.consoles, sessionList{d.reg, d.consoles}, auditor{d.store, d.log}, d.log)
+	if err != nil {
+		return fmt.Errorf("command runner: %w", err)
+	}
+	proxyFrom, trustedProxies, err := d.cfg.balancers()
+	if err != nil {
+		return err
+	}
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Limiter: d.limiter, Metrics: d.metrics,
+		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
+		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay},
+		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
+	if err != nil {
+		return err
+	}
+	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.Escape,
+		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
+		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
+		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
+		gate, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
+	if err != nil {
+		return err
+	}
+	d.http = d.newHTTPServer(ctx, api.Handler())
+	return nil
+}
+
+// listen opens the SSH and admin listeners (the admin one with TLS when
+// configured) and, in cluster mode, the peer listener. Connections wait in
+// the backlog until Run serves them.
+func (d *Daemon) listen() error {
+	var cert tls.Certificate
+	if d.cfg.TLSCert != "" {
+		var err error
+		if cert, err = tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey); err != nil {
+			return fmt.Errorf("admin TLS: %w", err)
+		}
+	}
+	var err error
+	if d.sshL, err = net.Listen("tcp", d.cfg.SSHAddr); err != nil {
+		return fmt.Errorf("listen for SSH: %w", err)
+	}
+	if d.adminL, err = net.Listen("tcp", d.cfg.AdminAddr); err != nil {
+		return fmt.Errorf("listen for admin HTTP: %w", err)
+	}
+	d.caps = sizeCaps(d.cfg, openFileLimit())
+	if d.adminL, err = d.proxyAdmin(d.adminL); err != nil { // before the caps: they count the real client
+		return err
+	}
+	if d.adminL, err = d.capAdmin(d.adminL); err != nil {
+		return err
+	}
+	if d.cfg.TLSCert != "" {
+		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	if d.cfg.PeerAddr != "" {
+		if d.rep.peerL, err = net.Listen("tcp", d.cfg.PeerAddr); err != nil {
+			return fmt.Errorf("listen for peers: %w", err)
+		}
+		if d.rep.peerL, err = d.capPeer(d.rep.peerL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func adminTokenSource(cfg Config, file string) string {
+	if cfg.AdminToken != "" {
+		return "(from configuration)"
+	}
+	return file
+}
+
+// registerDemo makes sure node "demo" exists on the simulator and gives it a
+// fresh token (only hashes are stored, so the old one cannot be shown).
+func (d *Daemon) registerDemo(ctx context.Context) error {
+	if _, err := d.store.Node(ctx, DemoNode); errors.Is(err, db.ErrNotFound) {
+		info, err := d.types.Parse(string(TypeSim), false, func(v any) error {
+			return json.Unmarshal([]byte(`{"addr":"simulator"}`), v)
+		})
+		if err != nil {
+			return fmt.Errorf("register demo node: %w", err)
+		}
+		sealed, err := d.types.Seal(DemoNode, info)
+		if err != nil {
+			return err
+		}
+		if _, err := d.store.CreateNode(ctx, db.Node{Label: DemoNode, Type: string(TypeSim), InfoSealed: sealed}); err != nil {
+			return fmt.Errorf("register demo node: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("register demo node: %w", err)
+	}
+	token, err := keys.NewToken()
+	if err != nil {
+		return err
+	}
+	if _, err := d.store.SetToken(ctx, DemoNode, keys.HashToken(token)); err != nil {
+		return fmt.Errorf("demo token: %w", err)
+	}
+	d.demoToken = token
+	return nil
+}

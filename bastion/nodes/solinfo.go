@@ -1,0 +1,185 @@
+package nodes
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/commands/printable"
+	"github.com/obmd/obmd/sol"
+)
+
+// SolSpec describes a node type whose BMC info is a sol.Info (obmd's
+// "addr", "user", "pass", plus "port", "cipher", "interface"): the IPMI
+// drivers and the simulator.
+type SolSpec struct {
+	// Credentials: the type takes user and pass (both required), port
+	// and cipher. Without, it takes an address only (the simulator).
+	Credentials bool
+	// Interface: the type takes "interface" (lan or lanplus).
+	Interface bool
+	// Check, if set, is the driver's own check, run after the rules every
+	// such type shares (see SolKind).
+	Check func(sol.Info) error
+	// New and Forget are as in Kind.
+	New    func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error)
+	Forget func(label string)
+}
+
+// Limits on sol.Info fields at registration (generous: drivers have their
+// own, e.g. IPMI's 16-byte user names and 20-byte passwords).
+const (
+	maxAddr = 255
+	maxUser = 255
+	maxPass = 255
+)
+
+// SolKind is the Kind of typ, a sol.Info type. Its registration rules,
+// shared by every such type before the driver's own Check: addr is
+// required, at most 255 bytes, without spaces or control characters and
+// not starting with "-"; with credentials, user and pass are required, at
+// most 255 bytes, without control characters, port is 1-65535 (623 is the
+// default), cipher -1 (the driver's default) to 17; interface is "lan" or
+// "lanplus" (the default). A field the type does not take is refused by
+// the strict /v1 API ("info.user does not apply to type mock") and
+// ignored by the obmd routes, as obmd did (obmd's mock also carried its
+// counter, "NumWrites").
+func SolKind(typ Type, s SolSpec) Kind[sol.Info] {
+	check := s.Check
+	if check == nil { // the shared rules, in Decode, are all the driver has
+		check = func(sol.Info) error { return nil }
+	}
+	return Kind[sol.Info]{
+		Decode: func(decode func(any) error, strict bool) (sol.Info, error) {
+			var w wireInfo
+			if err := decode(&w); err != nil {
+				return sol.Info{}, err
+			}
+			return w.info(typ, s, strict)
+		},
+		Check:     check,
+		Canonical: sol.Info.Canonical,
+		Equal:     sol.Info.Equal,
+		View: func(i sol.Info) any {
+			v := solView{Addr: i.Addr, User: i.User, Cipher: i.Cipher, Interface: i.Interface}
+			if s.Credentials {
+				v.Port = i.Port
+				if v.Port == 0 {
+					v.Port = 623
+				}
+			}
+			return v
+		},
+		New:    s.New,
+		Forget: s.Forget,
+	}
+}
+
+// solView is a sol.Info as GET /v1/nodes shows it: never the password.
+type solView struct {
+	Addr      string `json:"addr,omitempty"`
+	Port      int    `json:"port,omitempty"` // effective port (623 unless set); none without credentials
+	User      string `json:"user,omitempty"`
+	Cipher    *int   `json:"cipher,omitempty"`
+	Interface string `json:"interface,omitempty"`
+}
+
+// wireInfo is the "info" object as sent. Pointers tell absent from zero.
+type wireInfo struct {
+	Addr      *string `json:"addr"`
+	User      *string `json:"user"`
+	Pass      *string `json:"pass"`
+	Port      *int    `json:"port"`
+	Cipher    *int    `json:"cipher"`
+	Interface *string `json:"interface"`
+}
+
+// info validates w as typ's registration (SolKind's rules).
+func (w wireInfo) info(typ Type, s SolSpec, strict bool) (sol.Info, error) {
+	var info sol.Info
+	addr, err := required(w.Addr, "addr", maxAddr)
+	if err != nil {
+		return info, err
+	}
+	if strings.IndexFunc(addr, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) >= 0 {
+		return info, fmt.Errorf("info.addr %s must not contain spaces or control characters", quote(addr))
+	}
+	if strings.HasPrefix(addr, "-") {
+		return info, fmt.Errorf("info.addr %s must not start with \"-\"", quote(addr))
+	}
+	info.Addr = addr
+	if !s.Credentials {
+		return info, w.noCredentials(typ, strict)
+	}
+	if info.User, err = required(w.User, "user", maxUser); err != nil {
+		return info, err
+	}
+	if strings.IndexFunc(info.User, unicode.IsControl) >= 0 {
+		return info, fmt.Errorf("info.user %s must not contain control characters", quote(info.User))
+	}
+	if info.Pass, err = required(w.Pass, "pass", maxPass); err != nil {
+		return info, err
+	}
+	if strings.IndexFunc(info.Pass, unicode.IsControl) >= 0 {
+		return info, fmt.Errorf("info.pass must not contain control characters")
+	}
+	if w.Port != nil {
+		if p := *w.Port; p < 1 || p > 65535 {
+			return info, fmt.Errorf("info.port %d is out of range (1..65535)", p)
+		}
+		info.Port = *w.Port
+	}
+	if w.Cipher != nil {
+		if c := *w.Cipher; c < -1 || c > 17 {
+			return info, fmt.Errorf("info.cipher %d is out of range (0..17, or -1 for the driver default)", c)
+		}
+		info.Cipher = w.Cipher
+	}
+	if w.Interface != nil && *w.Interface != "" {
+		switch iface := *w.Interface; {
+		case !s.Interface:
+			if strict {
+				return info, fmt.Errorf("info.interface does not apply to type %s", typ)
+			}
+		case iface == "lan" || iface == "lanplus":
+			info.Interface = iface
+		default:
+			return info, fmt.Errorf("info.interface %s is not \"lan\" or \"lanplus\"", quote(iface))
+		}
+	}
+	return info, nil
+}
+
+// noCredentials refuses, when strict, the fields of a type that takes an
+// address only.
+func (w wireInfo) noCredentials(typ Type, strict bool) error {
+	if !strict {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"user", w.User != nil}, {"pass", w.Pass != nil}, {"port", w.Port != nil},
+		{"cipher", w.Cipher != nil}, {"interface", w.Interface != nil}} {
+		if f.set {
+			return fmt.Errorf("info.%s does not apply to type %s", f.name, typ)
+		}
+	}
+	return nil
+}
+
+// required checks a mandatory string field: present, non-empty, bounded.
+func required(v *string, name string, max int) (string, error) {
+	if v == nil || *v == "" {
+		return "", fmt.Errorf("info.%s is required", name)
+	}
+	if len(*v) > max {
+		return "", fmt.Errorf("info.%s is longer than %d bytes", name, max)
+	}
+	return *v, nil
+}
+
+// quote echoes a field's value in an error (never the password's).
+func quote(s string) string { return printable.Quote(s, 64) }
