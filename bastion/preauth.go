@@ -36,8 +36,13 @@ type PreauthStats struct {
 // lone connection of a source that holds one coming last (when every source
 // holds one, the oldest). A flood that never authenticates, from however
 // many sources, thus only displaces itself, and a client taking its time at
-// the password prompt keeps its one connection while the flood churns. A
-// source whose connections are all authenticated and at maxConnsSrc is
+// the password prompt keeps its one connection while the flood churns.
+// Among the candidates, one that has not begun to authenticate (its key
+// exchange not done, no auth request sent: authenticating) goes before one
+// that has, so a login from the very address of a flood of bare TCP
+// connections or stalled handshakes keeps its place while it works through
+// the prompt; only a flood that completes key exchanges competes with it.
+// A source whose connections are all authenticated and at maxConnsSrc is
 // refused, and so is any connection when all maxConns are authenticated.
 //
 // A deadline on the socket would not do: gliderlabs/ssh v0.3.8 resets the
@@ -65,6 +70,7 @@ type ticket struct {
 	timer   *time.Timer
 	el, sel *list.Element // in pre and preSrc while unauthenticated
 	counted bool          // holds a place in conns
+	authing bool          // has offered a credential (authenticating)
 }
 
 func newAdmission(grace time.Duration, maxPre, maxPreSrc, maxConnSrc, maxConns int) *admission {
@@ -86,7 +92,7 @@ func (g *admission) admit(src string, closeConn func() error) *ticket {
 		if l == nil || l.Len() == 0 {
 			return false
 		}
-		v := l.Front().Value.(*ticket)
+		v := victimOf(l)
 		g.dropLocked(v)
 		g.stats.Displaced++
 		victims = append(victims, v)
@@ -126,6 +132,26 @@ func (g *admission) admit(src string, closeConn func() error) *ticket {
 		v.close()
 	}
 	return t
+}
+
+// victimOf is the ticket of l to displace: the oldest that has not begun
+// to authenticate, or else the oldest. l is not empty; it is bounded by a
+// cap, so the walk is short.
+func victimOf(l *list.List) *ticket {
+	for e := l.Front(); e != nil; e = e.Next() {
+		if t := e.Value.(*ticket); !t.authing {
+			return t
+		}
+	}
+	return l.Front().Value.(*ticket)
+}
+
+// authenticating notes that t's connection has sent its first auth
+// request (its key exchange is done): it is displaced after those that have not.
+func (g *admission) authenticating(t *ticket) {
+	g.mu.Lock()
+	t.authing = true
+	g.mu.Unlock()
 }
 
 // heaviestLocked is the list to displace from for a global cap: the

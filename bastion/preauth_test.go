@@ -87,3 +87,33 @@ func TestAdmissionMaxConns(t *testing.T) {
 	p.g.end(a) // a slot given back is taken again
 	p.open(t, "e", "10.0.0.6")
 }
+
+// TestAdmissionAuthenticatingKept: a connection that has begun to
+// authenticate is displaced after every one of its competitors that has
+// not, for the per-source cap and for the global one: a login from the very
+// address of a flood of bare connections keeps its place while the flood
+// churns, and only when every competitor authenticates does the oldest go.
+func TestAdmissionAuthenticatingKept(t *testing.T) {
+	p := &preConns{g: newAdmission(time.Minute, 5, 3, 0, 0), closed: map[string]bool{}}
+	p.open(t, "f0", "10.0.0.1")
+	login := p.open(t, "login", "10.0.0.1")
+	p.g.authenticating(login)
+	for i := range 30 { // the flood at the login's address and another
+		p.open(t, fmt.Sprintf("f%d", i+1), fmt.Sprintf("10.0.0.%d", 1+i%2))
+	}
+	if p.closed["login"] {
+		t.Fatalf("the authenticating connection was displaced by bare ones: %v", p.closed)
+	}
+	if st := p.g.snapshot(); st.Open != 5 {
+		t.Errorf("open %d, want the cap of 5", st.Open)
+	}
+	// Its competitors authenticating too: the oldest of them goes.
+	q := &preConns{g: newAdmission(time.Minute, 0, 2, 0, 0), closed: map[string]bool{}}
+	for _, n := range []string{"a", "b"} {
+		q.g.authenticating(q.open(t, n, "10.0.0.1"))
+	}
+	q.open(t, "c", "10.0.0.1")
+	if !q.closed["a"] || len(q.closed) != 1 {
+		t.Errorf("displaced %v, want the oldest, a", q.closed)
+	}
+}

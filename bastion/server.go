@@ -199,7 +199,10 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 		KeyboardInteractiveHandler: s.keyboardInteractive,
 		PublicKeyHandler:           s.publicKey,
 		ConnCallback:               s.connected,
-		BannerHandler: func(ssh.Context) string {
+		// x/crypto asks for the banner at the first auth request, when the
+		// key exchange is done: the connection is authenticating.
+		BannerHandler: func(ctx ssh.Context) string {
+			s.admit.authenticating(stateFrom(ctx).ticket)
 			if cfg.Banner == nil {
 				return ""
 			}
