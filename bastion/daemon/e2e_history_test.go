@@ -13,8 +13,8 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/history"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // capturing is the config of the capture tests: the daemon's own default

@@ -8,7 +8,7 @@ import (
 
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestReplicasHistory: three replicas on MariaDB and a node captured
