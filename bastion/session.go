@@ -171,6 +171,9 @@ func (c *channel) run(st start) int {
 			return commands.WriteError(stdout, stderr, c.label, cmd, err)
 		}
 	}
+	if cmd.Name == commands.CmdConsoleLog && !cmd.JSON {
+		stdout = c.ch // the console's bytes as the node sent them, as a console shows them
+	}
 	kind := sessions.KindExec
 	if cmd.Name == commands.CmdConsole {
 		kind = sessions.KindConsole

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
+
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/history"
 	"github.com/obmd/obmd/sol/sim"
@@ -197,18 +199,24 @@ func TestHistoryRestart(t *testing.T) {
 }
 
 // TestHistoryFormats: hostile console output (escape sequences, invalid
-// UTF-8, NUL) comes back byte-exact from console-log over real OpenSSH;
+// UTF-8, NUL, a bare newline) comes back byte-exact from console-log over
+// real OpenSSH, and on a PTY too (no newline rewriting);
 // power and boot-device operations are markers of --timestamps, with who
 // ran them; --cast is asciicast v2 whose "o" events carry the same text.
 func TestHistoryFormats(t *testing.T) {
 	t.Parallel()
 	o, tok, bmc, sync := capturedSim(t, "hostile", "sync")
-	hostile := "\x1b]0;pwned\x07\x1b[2J\x00bad\xff\xfeutf8\x9b31m\r\nend\r\n"
+	hostile := "\x1b]0;pwned\x07\x1b[2J\x00bad\xff\xfeutf8\x9b31m\r\nbare\nend\r\n"
 	bmc.Inject([]byte(hostile))
 	waitUntil(t, "the hostile output in console-log", func() bool { return o.logShows("hostile", tok)("end\r\n") })
 	res := o.openssh("hostile", tok, nil, "console-log")
 	if want := sync + "\r\n" + hostile; res.Code != 0 || !strings.HasSuffix(res.Stdout, want) {
 		t.Errorf("console-log: got %q, want it to end with %q", res.Stdout, want)
+	}
+	pty := goSession(t, o.SSHAddr(), "hostile", gossh.Password(tok), conOpts{pty: true, cmd: "console-log"})
+	pty.end.wait(t, "console-log on a pty")
+	if got := pty.out.String(); got != res.Stdout {
+		t.Errorf("console-log on a pty: got %q, want the bytes untouched, as without one: %q", got, res.Stdout)
 	}
 	if r, err := o.execGo("hostile", tok, "power-cycle"); err != nil || r.Code != 0 {
 		t.Fatalf("power-cycle: %v %v", r, err)
