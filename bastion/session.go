@@ -243,7 +243,19 @@ func (c *channel) closeConn() {
 // the user is given.
 func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
 	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, User: c.a.User, Source: c.remote, Session: info.ID,
-		Epoch: info.Epoch}
+		Epoch: info.Epoch, OpenConsole: c.openConsole(info), Stdin: c.ch}
+	// A command that waits on the console ends when the client leaves.
+	sctx, stop := context.WithCancelCause(sctx)
+	defer stop(nil)
+	c.wg.Add(1)
+	go func() { // owned by serve (c.wg); ends with the exec
+		defer c.wg.Done()
+		select {
+		case <-c.closed:
+			stop(errClientLeft)
+		case <-sctx.Done():
+		}
+	}()
 	out, errOut := &gate{ctx: sctx, w: stdout}, &gate{ctx: sctx, w: stderr}
 	done := make(chan int, 1)
 	c.cmd.Add(1)
@@ -257,9 +269,15 @@ func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Co
 	case <-sctx.Done():
 		out.close()
 		errOut.close()
-		return commands.ExitFailed, context.Cause(sctx)
+		if cause := context.Cause(sctx); cause != errClientLeft {
+			return commands.ExitFailed, cause
+		}
+		return commands.ExitFailed, nil
 	}
 }
+
+// errClientLeft ends an exec whose client closed the channel.
+var errClientLeft = errors.New("the client left")
 
 // gate passes writes through until closed or its session's context ends
 // (a command cut mid-way reports its own cancellation: that is dropped),

@@ -73,7 +73,9 @@
 package commands
 
 import (
+	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -83,7 +85,8 @@ const (
 	ExitFailed     = 1 // the BMC or the operation failed
 	ExitUsage      = 2 // usage error
 	ExitNotAllowed = 3 // not allowed
-	ExitBusy       = 4 // another power operation on this node is in flight
+	ExitBusy       = 4 // another power operation on this node is in flight, or (send) another session writes
+	ExitTimedOut   = 5 // wait-for, expect or --wait-for: the text did not come in time
 )
 
 // Errors callers branch on (HTTP maps them to status codes).
@@ -135,6 +138,9 @@ const (
 	CmdSessions    Name = "sessions"
 	CmdHelp        Name = "help"
 	CmdVersion     Name = "version"
+	CmdWaitFor     Name = "wait-for"
+	CmdSend        Name = "send"
+	CmdExpect      Name = "expect"
 )
 
 // Command is one parsed command. Only the fields of its Name are meaningful.
@@ -153,7 +159,17 @@ type Command struct {
 	Follow     bool // console-log --follow
 	Cast       bool // console-log --cast (asciicast v2)
 	ReadOnly   bool // console --read-only
-	Topic      Name // help COMMAND, or COMMAND --help: the command to describe ("" = all)
+	// wait-for REGEX, power-on/power-cycle --wait-for REGEX: the pattern
+	// (checked by Parse: RE2, at most MaxPattern bytes).
+	Pattern string
+	Timeout time.Duration // wait-for, expect, --wait-for: --timeout (0: DefaultWait)
+	// wait-for --since: SinceMode says where the search starts (SinceNow
+	// when empty); SinceAgo/SinceAt as for console-log.
+	SinceMode string
+	Args      []string // send TEXT..., expect SCRIPT
+	Stdin     bool     // send --stdin, expect --stdin
+	Hex       bool     // send --hex
+	Topic     Name     // help COMMAND, or COMMAND --help: the command to describe ("" = all)
 }
 
 // Request says who runs a command where; it feeds audit records and logs,
@@ -169,6 +185,11 @@ type Request struct {
 	// tenancy console-log reads and operations are marked in (0: none;
 	// console-log then prints the live scrollback).
 	Epoch int64
+	// OpenConsole attaches to the node's console for wait-for, send,
+	// expect and --wait-for (nil: those fail).
+	OpenConsole func(ctx context.Context) (Console, error)
+	// Stdin is the client's input, for send --stdin and expect --stdin.
+	Stdin io.Reader
 }
 
 // Result is the typed outcome of a command, rendered by Render. Its JSON form
@@ -184,6 +205,9 @@ type Result struct {
 	Text     string        `json:"-"` // the text rendering: a line for power ops; the body for help, version, console-log, sessions
 	Sessions []SessionInfo `json:"sessions,omitempty"`
 	Version  string        `json:"version,omitempty"`
+	Match    *Match        `json:"-"` // wait-for, --wait-for, expect (its last wait)
+	Bytes    int           `json:"-"` // send
+	Steps    int           `json:"-"` // expect: the steps done
 	// Error is the failure, safe to show; set only on results that render an
 	// error (WriteError). Empty means the command succeeded ("ok": true).
 	Error string `json:"error,omitempty"`

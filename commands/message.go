@@ -31,11 +31,14 @@ func (e *opError) Unwrap() error { return e.err }
 func Message(err error) string {
 	var ue *UsageError
 	var oe *opError
+	var se *StepError
 	switch {
 	case err == nil:
 		return ""
 	case errors.As(err, &ue):
 		return ue.Msg
+	case errors.As(err, &se):
+		return se.Error()
 	case errors.As(err, &oe):
 		return oe.verb + " " + oe.node + ": " + reason(oe.err)
 	}
@@ -53,6 +56,8 @@ func reason(err error) string {
 		return ErrBusy.Error()
 	case errors.As(err, &te):
 		return te.Error()
+	case errors.Is(err, ErrTimedOut):
+		return timedOutText(err)
 	case errors.Is(err, context.Canceled):
 		return "cancelled"
 	}

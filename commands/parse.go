@@ -30,12 +30,34 @@ func specs() []spec {
 			"--lines N: only the last N lines (1 to 100000).\n--since 10m|RFC3339: only what came since.\n" +
 				"--timestamps: each line prefixed with the time its first byte arrived, and obmd's markers.\n" +
 				"--follow: then the live output until you hang up.\n--cast: asciicast v2 (asciinema play)."},
+		{CmdWaitFor, "REGEX [flags]",
+			"wait for console text matching REGEX (RE2)",
+			"Exits 0 printing the matching line, 5 at the timeout; never writes to the node.\n" +
+				"--tenancy: also this tenancy's whole history.\n" +
+				"--timeout D: how long to wait (default 5m, at most 24h).\n" +
+				"--since WHEN: where the search starts:\n" +
+				"  now: only output after the command starts (the default); attach: also the\n" +
+				"  scrollback an attach replays; 10m|RFC3339: also this tenancy's history since."},
+		{CmdSend, "TEXT...|--stdin [flags]", "type on the console, as the writer",
+			"TEXT: the words joined by spaces, with \\r \\n \\t \\\\ \\xHH escapes; nothing is added\n" +
+				"(send 'root\\r' types root and Enter). --stdin: the bytes of stdin, untouched.\n" +
+				"--hex: TEXT is the bytes spelled in hex (\"0d0a\"). Exits 4 while another session\n" +
+				"writes, unless --force: then it writes for a moment and hands the role back."},
+		{CmdExpect, "SCRIPT|--stdin [flags]", "run an expect script on the console",
+			"Lines: wait REGEX [TIMEOUT] | send TEXT | sleep D | break; # comments.\n" +
+				"Stops at the first failing step, naming its line; exits 5 if a wait timed out.\n" +
+				"SCRIPT is the script with lines separated by ';'. --stdin: the script is stdin.\n" +
+				"--timeout D: a wait's default (5m). --force: send even while a session writes."},
 		{CmdPowerStatus, "", "print the power state", ""},
-		{CmdPowerOn, "", "power on", ""},
+		{CmdPowerOn, "[--wait-for RE]", "power on (--wait-for: then wait for RE)",
+			"--wait-for RE: then wait for console output after the power operation to match;\n" +
+				"exits 5 if it did not come within --timeout D (default 5m)."},
 		{CmdPowerOff, "[--soft]", "power off (--soft: ask the OS to shut down)",
 			"--soft: ask the OS to shut down (ACPI) instead of cutting power."},
-		{CmdPowerCycle, "[--force]", "power off, then on (--force: hard reset)",
-			"--force: hard reset instead of power off and on."},
+		{CmdPowerCycle, "[--force] [flags]", "power off, then on (--force: hard reset)",
+			"--force: hard reset instead of power off and on.\n" +
+				"--wait-for REGEX: then wait for console output after the power operation to match;\n" +
+				"exits 5 if it did not come within --timeout D (default 5m)."},
 		{CmdPowerReset, "", "hard reset (power stays on)", ""},
 		{CmdBootdev, "DEVICE [--persistent]", "next boot device: pxe|disk|bios|cdrom|none",
 			"DEVICE: pxe, disk, bios, cdrom or none.\n--persistent: every boot, not only the next one."},
@@ -75,7 +97,8 @@ func Usage() string {
 	}
 	b.WriteString("\n--json on any command prints one JSON object on stdout.\n")
 	b.WriteString("Exit codes: 0 done, 1 operation failed, 2 usage error, 3 not allowed,\n")
-	b.WriteString("4 busy (another power operation on this node is in flight).\n")
+	b.WriteString("4 busy (another power operation on this node is in flight, or another session\n")
+	b.WriteString("writes), 5 timed out (wait-for, expect, --wait-for).\n")
 	return b.String()
 }
 
@@ -161,6 +184,21 @@ func Parse(argv []string) (Command, error) {
 			cmd.Follow = true
 		case name == CmdConsoleLog && a == "--cast":
 			cmd.Cast = true
+		case a == "--wait-for" || strings.HasPrefix(a, "--wait-for="):
+			if name != CmdPowerOn && name != CmdPowerCycle {
+				return cmd, usagef(name, "%s: unknown flag %s; try \"help %s\"", name, quote(a), name)
+			}
+			if err := parsePattern(&cmd, args, &i, "--wait-for"); err != nil {
+				return cmd, err
+			}
+		case isAutomation(name) || name == CmdPowerOn || name == CmdPowerCycle:
+			handled, err := parseAutomation(&cmd, args, &i)
+			if err != nil {
+				return cmd, err
+			}
+			if !handled {
+				return cmd, usagef(name, "%s: unexpected argument %s", name, quote(a))
+			}
 		case strings.HasPrefix(a, "-") && a != "-":
 			return cmd, usagef(name, "%s: unknown flag %s; try \"help %s\"", name, quote(a), name)
 		case name == CmdBootdev && cmd.Device == "":
@@ -181,6 +219,9 @@ func Parse(argv []string) (Command, error) {
 	if name == CmdBootdev && cmd.Device == "" {
 		return cmd, usagef(name, "bootdev needs a device: pxe, disk, bios, cdrom or none")
 	}
+	if err := checkAutomation(cmd); err != nil {
+		return cmd, err
+	}
 	if cmd.JSON && (cmd.Follow || cmd.Cast) {
 		return cmd, usagef(name, "console-log: --json does not go with --follow or --cast")
 	}
@@ -190,11 +231,16 @@ func Parse(argv []string) (Command, error) {
 // flagValue is the value of flag args[*i]: after "=" or the next word
 // (then *i moves past it).
 func flagValue(args []string, i *int, flag, what string) (string, error) {
+	return flagValueOf(CmdConsoleLog, args, i, flag, what)
+}
+
+// flagValueOf is flagValue for command name's usage.
+func flagValueOf(name Name, args []string, i *int, flag, what string) (string, error) {
 	if val, ok := strings.CutPrefix(args[*i], flag+"="); ok {
 		return val, nil
 	}
 	if *i+1 == len(args) {
-		return "", usagef(CmdConsoleLog, "%s needs %s", flag, what)
+		return "", usagef(name, "%s needs %s", flag, what)
 	}
 	*i++
 	return args[*i], nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 )
@@ -98,6 +99,12 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Sessions   *[]SessionInfo `json:"sessions,omitempty"`
 		Version    *string        `json:"version,omitempty"`
 		Help       *string        `json:"help,omitempty"`
+		Match      *string        `json:"match,omitempty"`
+		Line       *string        `json:"line,omitempty"`
+		Offset     *int64         `json:"offset,omitempty"`
+		Time       *string        `json:"time,omitempty"`
+		Bytes      *int           `json:"bytes,omitempty"`
+		Steps      *int           `json:"steps,omitempty"`
 	}
 	w := wire{Node: r.Node, Command: string(r.Command), OK: r.Error == "", Error: r.Error}
 	if w.OK {
@@ -117,10 +124,18 @@ func (r Result) MarshalJSON() ([]byte, error) {
 			w.Version = &r.Version
 		case CmdHelp:
 			w.Help = &r.Text
+		case CmdSend:
+			w.Bytes = &r.Bytes
+		case CmdExpect:
+			w.Steps = &r.Steps
 		default:
 			if r.Power != "" {
 				w.Power = &r.Power
 			}
+		}
+		if mt := r.Match; mt != nil {
+			at := mt.At.UTC().Format(time.RFC3339Nano)
+			w.Match, w.Line, w.Offset, w.Time = &mt.Text, &mt.Line, &mt.Offset, &at
 		}
 	}
 	var buf bytes.Buffer

@@ -67,17 +67,21 @@ type Event struct {
 
 // Audit actions and results.
 const (
-	ActionPowerStatus  = "power.status"
-	ActionPowerOn      = "power.on"
-	ActionPowerOff     = "power.off"
-	ActionPowerSoftOff = "power.soft-off"
-	ActionPowerCycle   = "power.cycle"
-	ActionPowerReset   = "power.reset" // power-reset and power-cycle --force
-	ActionBootdev      = "bootdev"
+	ActionPowerStatus   = "power.status"
+	ActionPowerOn       = "power.on"
+	ActionPowerOff      = "power.off"
+	ActionPowerSoftOff  = "power.soft-off"
+	ActionPowerCycle    = "power.cycle"
+	ActionPowerReset    = "power.reset" // power-reset and power-cycle --force
+	ActionBootdev       = "bootdev"
+	ActionConsoleSend   = "console.send"   // detail: the byte count, never the bytes
+	ActionConsoleWait   = "console.wait"   // wait-for, --wait-for
+	ActionConsoleExpect = "console.expect" // an expect script
 
-	ResultOK    = "ok"
-	ResultError = "error"
-	ResultBusy  = "busy"
+	ResultOK      = "ok"
+	ResultError   = "error"
+	ResultBusy    = "busy"
+	ResultTimeout = "timeout"
 )
 
 // maxDetail bounds Event.Detail.
@@ -193,6 +197,16 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 		}
 		res.Text = string(lastLines(r.consoles.Scrollback(req.Node), cmd.Lines))
 		return res, nil
+	case CmdWaitFor:
+		return r.waitFor(ctx, req, cmd)
+	case CmdSend:
+		return r.send(ctx, req, cmd)
+	case CmdExpect:
+		return r.expect(ctx, req, cmd)
+	case CmdPowerOn, CmdPowerCycle:
+		if cmd.Pattern != "" {
+			return r.powerWait(ctx, req, cmd)
+		}
 	case CmdBootdev:
 		if cmd.Device == "" {
 			return res, usagef(CmdBootdev, "bootdev needs a device: pxe, disk, bios, cdrom or none")
@@ -470,8 +484,10 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &ue), errors.Is(err, sol.ErrBadBootDevice):
 		return ExitUsage
-	case errors.Is(err, ErrBusy):
+	case errors.Is(err, ErrBusy), errors.Is(err, sol.ErrWriterBusy):
 		return ExitBusy
+	case errors.Is(err, ErrTimedOut):
+		return ExitTimedOut
 	default:
 		return ExitFailed
 	}

@@ -327,7 +327,7 @@ func TestRunErrors(t *testing.T) {
 		{"unknown command json", "node-17", "foo --json", nil, ExitUsage,
 			[]string{"unknown command"}, `unknown command "foo"`},
 		{"bad flag", "node-17", "power-on --soft", nil, ExitUsage,
-			[]string{"obmd: power-on: unknown flag \"--soft\"; try \"help power-on\"\nusage: power-on [--json]\n"}, ""},
+			[]string{"obmd: power-on: unknown flag \"--soft\"; try \"help power-on\"\nusage: power-on [--wait-for RE] [--json]\n"}, ""},
 		{"bad flag json", "node-17", "bootdev floppy --json", nil, ExitUsage,
 			[]string{"usage: bootdev DEVICE [--persistent] [--json]"}, `unknown device "floppy"`},
 		{"split error", "node-17", "power-on\t--json", nil, ExitUsage,

@@ -127,7 +127,7 @@ func (noConsole) Unwrap() error { return ErrNotSupported }
 var public = []error{
 	ErrNoConsole, // before ErrNotSupported, which it wraps
 	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrSOLDisabled, ErrBreakMidLine,
-	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown,
+	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown, ErrWriterBusy,
 }
 
 // TenantText is the one place where a BMC or console error becomes text a

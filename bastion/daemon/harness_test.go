@@ -15,6 +15,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -297,6 +298,12 @@ func (o *obmd) sshArgs(user string, extra ...string) []string {
 // "", `ssh -i key`: pass "-i", path in extra) and returns its result.
 func (o *obmd) openssh(user, token string, extra []string, cmd ...string) execResult {
 	o.t.Helper()
+	return o.opensshIn(user, token, nil, extra, cmd...)
+}
+
+// opensshIn is openssh with stdin (nil: none).
+func (o *obmd) opensshIn(user, token string, stdin io.Reader, extra []string, cmd ...string) execResult {
+	o.t.Helper()
 	ipmisim.Require(o.t, "ssh", "sshpass")
 	var name string
 	var args []string
@@ -307,7 +314,7 @@ func (o *obmd) openssh(user, token string, extra []string, cmd ...string) execRe
 		name = "ssh"
 		args = o.sshArgs(user, append([]string{"-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no"}, extra...)...)
 	}
-	res, err := runClient(60*time.Second, name, append(args, cmd...)...)
+	res, err := runClientIn(60*time.Second, stdin, name, append(args, cmd...)...)
 	if err != nil {
 		o.t.Fatalf("ssh: %v (%v)", err, res)
 	}
@@ -323,10 +330,16 @@ const clientWaitDelay = 2 * time.Second
 // exit code; err is a failure to run it, or that it was still running
 // after limit (it is then killed).
 func runClient(limit time.Duration, name string, args ...string) (execResult, error) {
+	return runClientIn(limit, nil, name, args...)
+}
+
+// runClientIn is runClient with stdin (nil: none).
+func runClientIn(limit time.Duration, stdin io.Reader, name string, args ...string) (execResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	c := exec.CommandContext(ctx, name, args...)
 	c.WaitDelay = clientWaitDelay
+	c.Stdin = stdin
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	err := c.Run()

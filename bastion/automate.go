@@ -1,0 +1,62 @@
+package bastion
+
+import (
+	"context"
+	"time"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/sol"
+)
+
+// viewerConsole is a node's console as the automation commands (wait-for,
+// send, expect, --wait-for) use it: a read-only viewer attached for one
+// command, without replay (the command sees what comes after it starts),
+// that writes only through sol.Viewer.AsWriter.
+type viewerConsole struct {
+	v   *sol.Viewer
+	now func() time.Time
+}
+
+// openConsole is the Request.OpenConsole of an exec session.
+func (c *channel) openConsole(info sessions.Info) func(ctx context.Context) (commands.Console, error) {
+	return func(ctx context.Context) (commands.Console, error) {
+		v, err := c.s.consoles.Attach(ctx, c.label, sol.AttachOptions{Session: info.ID, ReadOnly: true,
+			Epoch: info.Epoch})
+		if err != nil {
+			return nil, err
+		}
+		return &viewerConsole{v: v, now: c.s.cfg.Now}, nil
+	}
+}
+
+func (vc *viewerConsole) Next(ctx context.Context) ([]byte, time.Time, error) {
+	for {
+		select {
+		case ch, ok := <-vc.v.Output():
+			if !ok {
+				return nil, time.Time{}, vc.v.Err()
+			}
+			if len(ch.Data) > 0 {
+				return ch.Data, vc.now(), nil
+			}
+		case <-ctx.Done():
+			return nil, time.Time{}, context.Cause(ctx)
+		}
+	}
+}
+
+func (vc *viewerConsole) Send(ctx context.Context, p []byte, force bool) error {
+	return vc.v.AsWriter(force, func() error {
+		_, err := vc.v.Write(p)
+		return err
+	})
+}
+
+func (vc *viewerConsole) Break(ctx context.Context, force bool) error {
+	return vc.v.AsWriter(force, func() error { return vc.v.Break(ctx) })
+}
+
+func (vc *viewerConsole) Close() { vc.v.Close() }
+
+func (vc *viewerConsole) Ready(ctx context.Context) error { return vc.v.WaitUp(ctx) }

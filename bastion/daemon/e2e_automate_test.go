@@ -1,0 +1,275 @@
+package daemon_test
+
+// End-to-end tests of the automation commands (issue 17): wait-for, send,
+// expect and power-cycle --wait-for over the real OpenSSH client, against
+// the simulator and ipmi_sim: success, timeout (exit 5), cut by rotation,
+// the write role, the audit.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
+)
+
+// auBackground runs an OpenSSH command in the background; the channel gets
+// its result.
+func (o *obmd) auBackground(label, tok string, cmd ...string) <-chan execResult {
+	done := make(chan execResult, 1)
+	go func() { done <- o.opensshIn(label, tok, nil, nil, cmd...) }() // ends with the command (bounded by runClient)
+	return done
+}
+
+// auPrintUntil prints numbered lines with print until done delivers.
+func auPrintUntil(t *testing.T, print func([]byte) error, prefix string, done <-chan execResult) execResult {
+	t.Helper()
+	deadline := time.Now().Add(e2eWait)
+	for i := 0; ; i++ {
+		if err := print(fmt.Appendf(nil, "%s-%d\r\n", prefix, i)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case res := <-done:
+			return res
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the command did not end within %v", prefix, e2eWait)
+		}
+	}
+}
+
+func simInject(b *sim.BMC) func([]byte) error {
+	return func(p []byte) error { b.Inject(p); return nil }
+}
+
+// auAudit returns label's audit events as "action result detail".
+func (o *obmd) auAudit(label string) []string {
+	o.t.Helper()
+	var out struct {
+		Events []struct{ Action, Result, Detail string }
+	}
+	data := o.mustAPI(200, "GET", "/v1/audit?node="+label+"&limit=1000", nil)
+	if err := json.Unmarshal(data, &out); err != nil {
+		o.t.Fatalf("decode audit: %v", err)
+	}
+	var acts []string
+	for _, e := range out.Events {
+		acts = append(acts, e.Action+" "+e.Result+" "+e.Detail)
+	}
+	return acts
+}
+
+func auHas(acts []string, prefix string) bool {
+	for _, a := range acts {
+		if strings.HasPrefix(a, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAutomateWaitForSim: wait-for over OpenSSH on the simulator prints the
+// matching line (and, with --json, the match, its offset and time), exits
+// 5 at its timeout, searches the history with --since, never writes to the
+// node (even with input on its stdin), and is audited.
+func TestAutomateWaitForSim(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("aw")
+	bmc := o.Lab().BMC("aw", sim.ModeNormal)
+
+	done := o.auBackground("aw", tok, "wait-for", "'ready-[0-9]+'", "--timeout", "30s")
+	res := auPrintUntil(t, simInject(bmc), "ready", done)
+	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "ready-") || strings.Count(res.Stdout, "\n") != 1 {
+		t.Fatalf("wait-for: got %+v, want exit 0 and one line ready-N", res)
+	}
+	seen := strings.TrimSuffix(res.Stdout, "\n") // reached obmd (earlier lines may have come before the link)
+
+	done = o.auBackground("aw", tok, "wait-for", "'json-[0-9]+'", "--json")
+	res = auPrintUntil(t, simInject(bmc), "json", done)
+	var js struct {
+		OK     bool
+		Match  string
+		Line   string
+		Offset *int64
+		Time   time.Time
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &js); err != nil || res.Code != 0 || !js.OK ||
+		!strings.HasPrefix(js.Match, "json-") || js.Offset == nil || time.Since(js.Time) > time.Minute {
+		t.Fatalf("wait-for --json: got %+v (%v), decoded %+v", res, err, js)
+	}
+
+	// Nothing matches: exit 5 at the timeout; stdin is never typed.
+	res = o.opensshIn("aw", tok, strings.NewReader("injected-by-a-waiter\r"), nil, "wait-for", "never-printed", "--timeout", "1s")
+	if res.Code != 5 || !strings.Contains(res.Stderr, "no match within 1s") {
+		t.Errorf("wait-for timeout: got %+v, want exit 5 and the reason", res)
+	}
+	if bytes.Contains(bmc.Typed(), []byte("injected")) {
+		t.Errorf("wait-for wrote its stdin to the node: %q", bmc.Typed())
+	}
+	// Text already printed: not seen by default, found with --since.
+	if res := o.openssh("aw", tok, nil, "wait-for", "'"+seen+`\r'`, "--timeout", "1s"); res.Code != 5 {
+		t.Errorf("wait-for of old text without --since: got %+v, want 5", res)
+	}
+	for _, since := range [][]string{{"--since", "10m"}, {"--tenancy"}} {
+		args := append([]string{"wait-for", "'" + seen + `\r'`, "--timeout", "5s"}, since...)
+		if res := o.openssh("aw", tok, nil, args...); res.Code != 0 || res.Stdout != seen+"\n" {
+			t.Errorf("%v: got %+v, want the old line", args, res)
+		}
+	}
+	// Bad patterns are usage errors.
+	for _, pat := range []string{"'('", "'" + strings.Repeat("a", 1100) + "'", "'a{5000}'"} {
+		if res := o.openssh("aw", tok, nil, "wait-for", pat); res.Code != 2 {
+			t.Errorf("wait-for %.20s: got %+v, want exit 2", pat, res)
+		}
+	}
+	acts := o.auAudit("aw")
+	if !auHas(acts, "console.wait ok matched after") || !auHas(acts, "console.wait timeout timed out after") {
+		t.Errorf("audit: got %q, want console.wait ok and timeout", acts)
+	}
+}
+
+// TestAutomateSendSim: send reaches the node byte-exact (TEXT escapes,
+// --hex, --stdin), is refused with exit 4 while a console writes, and
+// with --force writes and hands the role back; the audit has the byte
+// count, never the bytes.
+func TestAutomateSendSim(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("as")
+	bmc := o.Lab().BMC("as", sim.ModeNormal)
+
+	if res := o.openssh("as", tok, nil, "send", `'echo sent-one\r'`); res.Code != 0 || res.Stdout != "as: sent 14 bytes\n" {
+		t.Fatalf("send: got %+v", res)
+	}
+	waitUntil(t, "send's bytes on the node", func() bool { return bytes.Contains(bmc.Typed(), []byte("echo sent-one\r")) })
+	if res := o.openssh("as", tok, nil, "send", "--hex", "00ff0d"); res.Code != 0 {
+		t.Fatalf("send --hex: got %+v", res)
+	}
+	waitUntil(t, "send --hex's bytes", func() bool { return bytes.Contains(bmc.Typed(), []byte{0, 0xff, '\r'}) })
+	raw := []byte("stdin\x01\x7f\n\r\xfe")
+	if res := o.opensshIn("as", tok, bytes.NewReader(raw), nil, "send", "--stdin", "--json"); res.Code != 0 ||
+		!strings.Contains(res.Stdout, `"bytes":10`) {
+		t.Fatalf("send --stdin: got %+v", res)
+	}
+	waitUntil(t, "send --stdin's bytes", func() bool { return bytes.Contains(bmc.Typed(), raw) })
+
+	// A console writes: send is refused, --force writes and hands back.
+	p := sshPTY(t, o.SSHAddr(), "as", tok, nil)
+	p.expect("you are writing")
+	if res := o.openssh("as", tok, nil, "send", "refused"); res.Code != 4 || !strings.Contains(res.Stderr, "another session is writing") {
+		t.Errorf("send while a console writes: got %+v, want exit 4", res)
+	}
+	if bytes.Contains(bmc.Typed(), []byte("refused")) {
+		t.Errorf("a refused send reached the node")
+	}
+	if res := o.openssh("as", tok, nil, "send", "--force", `'echo forced\r'`); res.Code != 0 {
+		t.Errorf("send --force: got %+v", res)
+	}
+	p.expect("you are writing again")
+	p.typeKeys("echo still-mine\r")
+	p.expect("still-mine\r\nsim$ ")
+	waitUntil(t, "forced bytes", func() bool { return bytes.Contains(bmc.Typed(), []byte("echo forced\r")) })
+	p.detach()
+
+	acts := o.auAudit("as")
+	for _, want := range []string{"console.send ok 14 bytes", "console.send busy 7 bytes", "console.send ok 12 bytes (forced)"} {
+		if !auHas(acts, want) {
+			t.Errorf("audit: no %q in %q", want, acts)
+		}
+	}
+	if strings.Contains(strings.Join(acts, "\n"), "sent-one") {
+		t.Errorf("audit holds the bytes sent: %q", acts)
+	}
+}
+
+// TestAutomatePowerCycleWaitSim: power-cycle --wait-for 'login:' returns 0
+// after the simulator's boot text, 5 when it never comes.
+func TestAutomatePowerCycleWaitSim(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("ap")
+	res := o.openssh("ap", tok, nil, "power-cycle", "--wait-for", "'login:'", "--timeout", "30s")
+	if res.Code != 0 || res.Stdout != "ap: power cycled\nsim login: \n" {
+		t.Errorf("power-cycle --wait-for: got %+v", res)
+	}
+	res = o.openssh("ap", tok, nil, "power-on", "--wait-for", "never-printed", "--timeout", "1s", "--json")
+	if res.Code != 5 || !strings.Contains(res.Stdout, `"ok":false`) {
+		t.Errorf("power-on --wait-for that never comes: got %+v, want 5", res)
+	}
+}
+
+// TestAutomateExpectSim: an expect script over ssh -T ... expect --stdin
+// runs its steps in order; the first failing step stops it, named by line.
+func TestAutomateExpectSim(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("ae")
+	bmc := o.Lab().BMC("ae", sim.ModeNormal)
+	script := "# boot and log in\nsend echo marker-a\\r\nwait 'marker-a\\r\\n' 10s\nsleep 10ms\nsend echo marker-b\\r\nwait marker-b\n"
+	res := o.opensshIn("ae", tok, strings.NewReader(script), []string{"-T"}, "expect", "--stdin")
+	if res.Code != 0 || res.Stdout != "ae: expect: 5 steps done\n" {
+		t.Fatalf("expect: got %+v", res)
+	}
+	if !bytes.Contains(bmc.Typed(), []byte("echo marker-a\recho marker-b\r")) {
+		t.Errorf("typed: %q", bmc.Typed())
+	}
+	res = o.opensshIn("ae", tok, strings.NewReader("send x\\r\n\nwait never-printed 1s\nsend not-sent\n"), []string{"-T"}, "expect", "--stdin")
+	if res.Code != 5 || !strings.Contains(res.Stderr, "line 3") {
+		t.Errorf("failing expect: got %+v, want 5 naming line 3", res)
+	}
+	if bytes.Contains(bmc.Typed(), []byte("not-sent")) {
+		t.Errorf("a step after the failing one ran")
+	}
+	if res := o.openssh("ae", tok, nil, "expect", "'send a;bogus step'"); res.Code != 2 || !strings.Contains(res.Stderr, "line 2") {
+		t.Errorf("bad script: got %+v, want 2 naming line 2", res)
+	}
+}
+
+// TestAutomateIPMI: against ipmi_sim (a host writing boot text on the
+// serial side): wait-for sees it, send reaches the serial side byte-exact,
+// and a rotation cuts a waiting wait-for (exit 3).
+func TestAutomateIPMI(t *testing.T) {
+	t.Parallel()
+	ipmisim.Require(t, "ipmitool", "ssh", "sshpass")
+	o := startObmd(t)
+	s := ipmisim.Start(t)
+	tok := o.addIPMINode("ai", "ipmitool", s)
+
+	done := o.auBackground("ai", tok, "wait-for", "'boot-[0-9]+ done'", "--timeout", "40s")
+	var n atomic.Int32
+	res := auPrintUntil(t, func(p []byte) error {
+		return s.WriteSerial(fmt.Appendf(nil, "boot-%d done\r\n", n.Add(1)))
+	}, "line", done)
+	if res.Code != 0 || !strings.Contains(res.Stdout, " done") {
+		t.Fatalf("wait-for on ipmi_sim: got %+v", res)
+	}
+
+	s.ResetSerial()
+	if res := o.openssh("ai", tok, nil, "send", "--hex", "6c730d00ff"); res.Code != 0 {
+		t.Fatalf("send on ipmi_sim: got %+v", res)
+	}
+	s.WaitSerial(t, []byte("ls\r\x00\xff"), e2eWait)
+
+	done = o.auBackground("ai", tok, "wait-for", "never-printed", "--timeout", "60s")
+	waitUntil(t, "the waiting session", func() bool {
+		r, err := o.execGo("ai", tok, "sessions")
+		return err == nil && strings.Count(r.Stdout, "exec") >= 2
+	})
+	o.rotate("ai")
+	select {
+	case res := <-done:
+		if res.Code != 3 {
+			t.Errorf("wait-for cut by rotation: got %+v, want exit 3", res)
+		}
+	case <-time.After(e2eWait):
+		t.Fatal("wait-for not cut by the rotation")
+	}
+}

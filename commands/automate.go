@@ -1,0 +1,334 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/history"
+)
+
+// Console is a node's console as wait-for, send, expect and --wait-for use
+// it: the transport's read-only viewer of it, attached for one command.
+type Console interface {
+	// Next blocks for the next console output after the previous one (the
+	// first: the first since the console was opened), with the time it
+	// arrived, until ctx ends or the console does (its error: a cut).
+	Next(ctx context.Context) ([]byte, time.Time, error)
+	// Send writes p, taking the write role for the write and handing it
+	// back (sol.Viewer.AsWriter): sol.ErrWriterBusy while another session
+	// writes, unless force.
+	Send(ctx context.Context, p []byte, force bool) error
+	// Break sends a serial break, taking the write role the same way.
+	Break(ctx context.Context, force bool) error
+	// Ready waits until the console is established (the link to the BMC
+	// is up), so that what the node prints next is seen.
+	Ready(ctx context.Context) error
+	// Close detaches.
+	Close()
+}
+
+// ErrTimedOut: the text waited for did not come in time (exit 5).
+var ErrTimedOut = errors.New("timed out")
+
+// Match is where a wait found its text.
+type Match struct {
+	Text   string    // the matched bytes
+	Line   string    // the line holding the match's start (without the newline)
+	Offset int64     // the match's first byte, counted from the first byte searched
+	At     time.Time // arrival of the output that completed the match
+}
+
+// window bounds the bytes a match may span; older output is forgotten.
+const window = 64 << 10
+
+// matcher searches console output for one pattern after another.
+type matcher struct {
+	buf  []byte
+	base int64 // offset of buf[0]
+	at   time.Time
+}
+
+// feed adds output that arrived at at.
+func (m *matcher) feed(p []byte, at time.Time) {
+	m.buf = append(m.buf, p...)
+	if over := len(m.buf) - window; over > 0 {
+		m.buf = append(m.buf[:0], m.buf[over:]...)
+		m.base += int64(over)
+	}
+	m.at = at
+}
+
+// find looks for re in what was fed since the last match; a match
+// consumes the output up to its end.
+func (m *matcher) find(re *regexp.Regexp) (Match, bool) {
+	loc := re.FindIndex(m.buf)
+	if loc == nil {
+		return Match{}, false
+	}
+	start, end := loc[0], loc[1]
+	ls := start
+	for ls > 0 && m.buf[ls-1] != '\n' {
+		ls--
+	}
+	le := end
+	for le < len(m.buf) && m.buf[le] != '\n' && m.buf[le] != '\r' {
+		le++
+	}
+	if le < end {
+		le = end
+	}
+	line := strings.TrimRight(string(m.buf[ls:le]), "\r\n")
+	mt := Match{Text: string(m.buf[start:end]), Line: line, Offset: m.base + int64(start), At: m.at}
+	m.base += int64(end)
+	m.buf = append(m.buf[:0], m.buf[end:]...)
+	return mt, true
+}
+
+// wait reads con until re matches, timeout passes (ErrTimedOut) or ctx
+// ends (its cause).
+func (m *matcher) wait(ctx context.Context, con Console, re *regexp.Regexp, timeout time.Duration) (Match, error) {
+	if mt, ok := m.find(re); ok {
+		return mt, nil
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		p, at, err := con.Next(tctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Match{}, context.Cause(ctx)
+			}
+			if tctx.Err() != nil {
+				return Match{}, fmt.Errorf("no match within %s: %w", timeout, ErrTimedOut)
+			}
+			return Match{}, err
+		}
+		m.feed(p, at)
+		if mt, ok := m.find(re); ok {
+			return mt, nil
+		}
+	}
+}
+
+// openConsole opens req's console for cmd.
+func openConsole(ctx context.Context, req Request) (Console, error) {
+	if req.OpenConsole == nil {
+		return nil, errors.New("this transport has no console")
+	}
+	con, err := req.OpenConsole(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open the console: %w", err)
+	}
+	return con, nil
+}
+
+// waitFor is wait-for: the stored output --since asks for, then the live
+// output, until the pattern matches.
+func (r *Runner) waitFor(ctx context.Context, req Request, cmd Command) (Result, error) {
+	res := Result{Node: req.Node, Command: cmd.Name}
+	re, err := compilePattern(cmd.Name, cmd.Pattern)
+	if err != nil {
+		return res, err
+	}
+	con, err := openConsole(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	defer con.Close()
+	start := r.cfg.Now()
+	var m matcher
+	if err := r.feedStored(ctx, req, cmd, &m); err != nil {
+		return res, err
+	}
+	mt, err := m.wait(ctx, con, re, waitTimeout(cmd.Timeout))
+	r.auditWait(ctx, req, "console.wait", start, err)
+	if err != nil {
+		return res, err
+	}
+	res.Match = &mt
+	res.Text = clean(mt.Line, 0) + "\n"
+	return res, nil
+}
+
+func waitTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultWait
+	}
+	return d
+}
+
+// feedStored feeds m what wait-for --since searches before the live
+// output: the scrollback (attach) or the tenancy's stored history.
+func (r *Runner) feedStored(ctx context.Context, req Request, cmd Command, m *matcher) error {
+	switch cmd.SinceMode {
+	case "", SinceNow:
+		return nil
+	case SinceAttach:
+		m.feed(r.consoles.Scrollback(req.Node), r.cfg.Now())
+		return nil
+	}
+	if r.cfg.History == nil || req.Epoch <= 0 {
+		m.feed(r.consoles.Scrollback(req.Node), r.cfg.Now())
+		return nil
+	}
+	q := history.Query{Node: req.Node, Epoch: req.Epoch}
+	if cmd.SinceMode == SinceTime {
+		q = r.historyQuery(req, cmd)
+	}
+	chunks, err := r.cfg.History.Read(ctx, q)
+	if err != nil {
+		return historyError(err)
+	}
+	for _, c := range chunks {
+		if c.Kind == history.KindOutput {
+			m.feed(c.Data, c.Until())
+		}
+	}
+	return nil
+}
+
+// send is send: it writes the bytes as the writer, for the write only.
+func (r *Runner) send(ctx context.Context, req Request, cmd Command) (Result, error) {
+	res := Result{Node: req.Node, Command: cmd.Name}
+	data, err := r.sendInput(req, cmd)
+	if err != nil {
+		return res, err
+	}
+	con, err := openConsole(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	defer con.Close()
+	if err := r.sendOn(ctx, req, con, data, cmd.Force); err != nil {
+		return res, err
+	}
+	res.Bytes = len(data)
+	res.Text = fmt.Sprintf("%s: sent %d bytes\n", clean(req.Node, 0), len(data))
+	return res, nil
+}
+
+// sendInput is the bytes send writes: its arguments, or stdin.
+func (r *Runner) sendInput(req Request, cmd Command) ([]byte, error) {
+	if !cmd.Stdin {
+		return sendBytes(cmd)
+	}
+	b, err := readStdin(req, MaxSend)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return nil, usagef(CmdSend, "send --stdin: nothing on stdin")
+	}
+	return b, nil
+}
+
+// readStdin reads req.Stdin to its end, at most limit bytes.
+func readStdin(req Request, limit int) ([]byte, error) {
+	if req.Stdin == nil {
+		return nil, usagef(CmdSend, "no stdin")
+	}
+	b, err := io.ReadAll(io.LimitReader(req.Stdin, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	if len(b) > limit {
+		return nil, &UsageError{Msg: fmt.Sprintf("stdin holds more than %d bytes", limit)}
+	}
+	return b, nil
+}
+
+// sendOn writes data on con and audits it (the byte count, never the
+// bytes).
+func (r *Runner) sendOn(ctx context.Context, req Request, con Console, data []byte, force bool) error {
+	err := con.Send(ctx, data, force)
+	result, detail := ResultOK, fmt.Sprintf("%d bytes", len(data))
+	switch {
+	case errors.Is(err, sol.ErrWriterBusy):
+		result = ResultBusy
+	case err != nil:
+		result, detail = ResultError, detail+": "+err.Error()
+	}
+	if force {
+		detail += " (forced)"
+	}
+	r.auditConsole(ctx, req, ActionConsoleSend, result, detail)
+	if err != nil {
+		return fmt.Errorf("send to %s: %w", clean(req.Node, 0), err)
+	}
+	return nil
+}
+
+// auditWait audits the end of a wait.
+func (r *Runner) auditWait(ctx context.Context, req Request, action string, start time.Time, err error) {
+	took := r.cfg.Now().Sub(start).Round(time.Millisecond)
+	result, detail := ResultOK, "matched after "+took.String()
+	switch {
+	case errors.Is(err, ErrTimedOut):
+		result, detail = ResultTimeout, "timed out after "+took.String()
+	case err != nil:
+		result, detail = ResultError, err.Error()
+	}
+	r.auditConsole(ctx, req, action, result, detail)
+}
+
+// auditConsole audits a console action (no metrics: those count BMC calls).
+func (r *Runner) auditConsole(ctx context.Context, req Request, action, result, detail string) {
+	r.audit.Audit(context.WithoutCancel(ctx), Event{Node: req.Node, Actor: req.Actor, Action: action,
+		Source: req.Source, Result: result, Detail: clean(detail, maxDetail)})
+}
+
+// powerWait is power-on or power-cycle --wait-for: the console is opened
+// before the power operation, so that the wait sees everything printed
+// after it.
+func (r *Runner) powerWait(ctx context.Context, req Request, cmd Command) (Result, error) {
+	res := Result{Node: req.Node, Command: cmd.Name}
+	re, err := compilePattern(cmd.Name, cmd.Pattern)
+	if err != nil {
+		return res, err
+	}
+	con, err := openConsole(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	defer con.Close()
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	err = con.Ready(rctx)
+	cancel()
+	if err != nil && ctx.Err() != nil {
+		return res, context.Cause(ctx)
+	}
+	// Not up in time: the power operation runs anyway; the wait sees what
+	// comes once the link is up.
+	op, _ := opFor(cmd)
+	res, err = r.power(ctx, req, cmd, op)
+	if err != nil {
+		return res, err
+	}
+	start := r.cfg.Now()
+	var m matcher
+	mt, err := m.wait(ctx, con, re, waitTimeout(cmd.Timeout))
+	r.auditWait(ctx, req, "console.wait", start, err)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", clean(req.Node, 0)+": "+op.done+", then", err)
+	}
+	res.Match = &mt
+	res.Text += clean(mt.Line, 0) + "\n"
+	return res, nil
+}
+
+// timedOutText is a wait's timeout as the client is told: the text of the
+// wrapping error that says how long it waited (it holds no driver text).
+func timedOutText(err error) string {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if strings.HasPrefix(e.Error(), "no match within ") {
+			return e.Error()
+		}
+	}
+	return ErrTimedOut.Error()
+}

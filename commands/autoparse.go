@@ -1,0 +1,219 @@
+package commands
+
+import (
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Bounds of the automation commands (wait-for, send, expect, --wait-for).
+const (
+	// MaxPattern bounds a regular expression, in bytes.
+	MaxPattern = 1024
+	// DefaultWait is the timeout of a wait without --timeout.
+	DefaultWait = 5 * time.Minute
+	// MaxWait bounds --timeout and a script's wait.
+	MaxWait = 24 * time.Hour
+	// MaxSend bounds the bytes of one send (and send --stdin).
+	MaxSend = 64 << 10
+	// MaxScript bounds an expect script, in bytes.
+	MaxScript = 64 << 10
+)
+
+// wait-for --since modes.
+const (
+	SinceNow     = "now"     // output after the command starts (the default)
+	SinceAttach  = "attach"  // also the scrollback an attach replays
+	SinceTime    = "time"    // also the tenancy's history since SinceAgo/SinceAt
+	SinceTenancy = "tenancy" // also the tenancy's whole history
+)
+
+func isAutomation(name Name) bool {
+	return name == CmdWaitFor || name == CmdSend || name == CmdExpect
+}
+
+// parseAutomation reads one argument of wait-for, send, expect or the
+// power commands' --timeout; handled is false for an unexpected one.
+func parseAutomation(cmd *Command, args []string, i *int) (handled bool, err error) {
+	a, name := args[*i], cmd.Name
+	switch {
+	case a == "--timeout" || strings.HasPrefix(a, "--timeout="):
+		if name == CmdSend {
+			break
+		}
+		val, err := flagValueOf(name, args, i, "--timeout", "a duration")
+		if err != nil {
+			return true, err
+		}
+		cmd.Timeout, err = parseWait(name, val)
+		return true, err
+	case name == CmdWaitFor && (a == "--since" || strings.HasPrefix(a, "--since=")):
+		val, err := flagValueOf(name, args, i, "--since", "attach, now, a duration or a time")
+		if err != nil {
+			return true, err
+		}
+		switch val {
+		case SinceNow, SinceAttach:
+			cmd.SinceMode = val
+			return true, nil
+		}
+		cmd.SinceMode = SinceTime
+		cmd.SinceAgo, cmd.SinceAt, err = parseSince(val)
+		if err != nil {
+			err = usagef(name, "--since wants attach, now, a duration (10m) or an RFC 3339 time, not %s", quote(val))
+		}
+		return true, err
+	case name == CmdWaitFor && a == "--tenancy":
+		cmd.SinceMode = SinceTenancy
+		return true, nil
+	case (name == CmdSend || name == CmdExpect) && a == "--stdin":
+		cmd.Stdin = true
+		return true, nil
+	case (name == CmdSend || name == CmdExpect) && a == "--force":
+		cmd.Force = true
+		return true, nil
+	case name == CmdSend && a == "--hex":
+		cmd.Hex = true
+		return true, nil
+	case strings.HasPrefix(a, "-") && a != "-":
+		return true, usagef(name, "%s: unknown flag %s; try \"help %s\"", name, quote(a), name)
+	case name == CmdWaitFor && cmd.Pattern == "":
+		return true, setPattern(cmd, a)
+	case name == CmdSend || (name == CmdExpect && len(cmd.Args) == 0):
+		cmd.Args = append(cmd.Args, a)
+		return true, nil
+	}
+	return false, nil
+}
+
+// parsePattern reads flag's regular expression (--wait-for REGEX).
+func parsePattern(cmd *Command, args []string, i *int, flag string) error {
+	val, err := flagValueOf(cmd.Name, args, i, flag, "a regular expression")
+	if err != nil {
+		return err
+	}
+	return setPattern(cmd, val)
+}
+
+func setPattern(cmd *Command, val string) error {
+	if _, err := compilePattern(cmd.Name, val); err != nil {
+		return err
+	}
+	cmd.Pattern = val
+	return nil
+}
+
+// compilePattern compiles an RE2 pattern of at most MaxPattern bytes.
+func compilePattern(name Name, val string) (*regexp.Regexp, error) {
+	if val == "" {
+		return nil, usagef(name, "%s: empty regular expression", name)
+	}
+	if len(val) > MaxPattern {
+		return nil, usagef(name, "%s: regular expression longer than %d bytes", name, MaxPattern)
+	}
+	re, err := regexp.Compile(val)
+	if err != nil {
+		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+	}
+	return re, nil
+}
+
+func parseWait(name Name, val string) (time.Duration, error) {
+	d, err := time.ParseDuration(val)
+	if err != nil || d <= 0 || d > MaxWait {
+		return 0, usagef(name, "%s: --timeout wants a duration from 1ms to 24h, not %s", name, quote(val))
+	}
+	return d, nil
+}
+
+// checkAutomation checks what the automation commands need once parsed.
+func checkAutomation(cmd Command) error {
+	switch cmd.Name {
+	case CmdWaitFor:
+		if cmd.Pattern == "" {
+			return usagef(cmd.Name, "wait-for needs a regular expression")
+		}
+	case CmdSend:
+		if cmd.Stdin == (len(cmd.Args) > 0) {
+			return usagef(cmd.Name, "send needs TEXT or --stdin (not both)")
+		}
+		if !cmd.Stdin {
+			_, err := sendBytes(cmd)
+			return err
+		}
+	case CmdExpect:
+		if cmd.Stdin == (len(cmd.Args) > 0) {
+			return usagef(cmd.Name, "expect needs SCRIPT or --stdin (not both)")
+		}
+		if !cmd.Stdin {
+			_, err := ParseScript(strings.ReplaceAll(cmd.Args[0], ";", "\n"))
+			return err
+		}
+	case CmdPowerOn, CmdPowerCycle:
+		if cmd.Timeout > 0 && cmd.Pattern == "" {
+			return usagef(cmd.Name, "%s: --timeout goes with --wait-for", cmd.Name)
+		}
+	}
+	return nil
+}
+
+// sendBytes is what send TEXT... (or --hex) writes.
+func sendBytes(cmd Command) ([]byte, error) {
+	text := strings.Join(cmd.Args, " ")
+	var b []byte
+	var err error
+	if cmd.Hex {
+		b, err = hex.DecodeString(strings.ReplaceAll(text, " ", ""))
+		if err != nil {
+			return nil, usagef(CmdSend, "send --hex: not hex: %s", quote(text))
+		}
+	} else if b, err = unescape(text); err != nil {
+		return nil, usagef(CmdSend, "send: %v", err)
+	}
+	if len(b) == 0 || len(b) > MaxSend {
+		return nil, usagef(CmdSend, "send: 1 to %d bytes", MaxSend)
+	}
+	return b, nil
+}
+
+// unescape reads send's escapes: \r \n \t \\ \xHH; any other backslash is
+// an error (so that a typo never types something else).
+func unescape(s string) ([]byte, error) {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' {
+			out = append(out, c)
+			continue
+		}
+		if i+1 == len(s) {
+			return nil, fmt.Errorf("a lone \\ at the end")
+		}
+		i++
+		switch s[i] {
+		case 'r':
+			out = append(out, '\r')
+		case 'n':
+			out = append(out, '\n')
+		case 't':
+			out = append(out, '\t')
+		case '\\':
+			out = append(out, '\\')
+		case 'x':
+			if i+3 > len(s) {
+				return nil, fmt.Errorf("\\x wants two hex digits")
+			}
+			v, err := hex.DecodeString(s[i+1 : i+3])
+			if err != nil {
+				return nil, fmt.Errorf("\\x wants two hex digits")
+			}
+			out = append(out, v[0])
+			i += 2
+		default:
+			return nil, fmt.Errorf("unknown escape %s", quote(s[i-1:i+1]))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,124 @@
+package commands
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// An expect script is a list of steps, one per line:
+//
+//	wait REGEX [TIMEOUT]   wait for console output matching REGEX (RE2);
+//	                       REGEX may be 'quoted' or "quoted" to hold spaces
+//	send TEXT              type TEXT (the rest of the line, send's escapes)
+//	sleep D                pause for D (a Go duration, at most 24h)
+//	break                  send a serial break
+//
+// Blank lines and lines starting with # are skipped. A wait searches
+// output that arrived after the previous wait's match (or the script's
+// start), so `send` then `wait` never misses a fast answer.
+
+// StepKind is what a script step does.
+type StepKind string
+
+// Step kinds.
+const (
+	StepWait  StepKind = "wait"
+	StepSend  StepKind = "send"
+	StepSleep StepKind = "sleep"
+	StepBreak StepKind = "break"
+)
+
+// Step is one line of an expect script.
+type Step struct {
+	Line    int // 1-based line number in the script
+	Kind    StepKind
+	re      *regexp.Regexp
+	Timeout time.Duration // wait (0: the command's --timeout) or sleep
+	Data    []byte        // send
+}
+
+// maxSteps bounds a script's steps.
+const maxSteps = 1000
+
+// ParseScript parses an expect script; the error names the bad line.
+func ParseScript(text string) ([]Step, error) {
+	if len(text) > MaxScript {
+		return nil, usagef(CmdExpect, "expect: a script is at most %d bytes", MaxScript)
+	}
+	var steps []Step
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(strings.TrimSuffix(line, "\r"))
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		st, err := parseStep(line)
+		if err != nil {
+			return nil, usagef(CmdExpect, "expect: line %d: %v", i+1, err)
+		}
+		st.Line = i + 1
+		if steps = append(steps, st); len(steps) > maxSteps {
+			return nil, usagef(CmdExpect, "expect: at most %d steps", maxSteps)
+		}
+	}
+	if len(steps) == 0 {
+		return nil, usagef(CmdExpect, "expect: the script has no steps")
+	}
+	return steps, nil
+}
+
+func parseStep(line string) (Step, error) {
+	word, rest, _ := strings.Cut(line, " ")
+	rest = strings.TrimSpace(rest)
+	switch StepKind(word) {
+	case StepWait:
+		pat, tail := cutWord(rest)
+		if pat == "" {
+			return Step{}, fmt.Errorf("wait needs a regular expression")
+		}
+		re, err := compilePattern(CmdExpect, pat)
+		if err != nil {
+			return Step{}, err
+		}
+		st := Step{Kind: StepWait, re: re}
+		if tail != "" {
+			if st.Timeout, err = parseWait(CmdExpect, tail); err != nil {
+				return Step{}, err
+			}
+		}
+		return st, nil
+	case StepSend:
+		b, err := unescape(rest)
+		if err != nil {
+			return Step{}, err
+		}
+		if len(b) == 0 || len(b) > MaxSend {
+			return Step{}, fmt.Errorf("send wants 1 to %d bytes", MaxSend)
+		}
+		return Step{Kind: StepSend, Data: b}, nil
+	case StepSleep:
+		d, err := time.ParseDuration(rest)
+		if err != nil || d < 0 || d > MaxWait {
+			return Step{}, fmt.Errorf("sleep wants a duration up to 24h, not %s", quote(rest))
+		}
+		return Step{Kind: StepSleep, Timeout: d}, nil
+	case StepBreak:
+		if rest != "" {
+			return Step{}, fmt.Errorf("break takes no argument")
+		}
+		return Step{Kind: StepBreak}, nil
+	}
+	return Step{}, fmt.Errorf("unknown step %s (wait, send, sleep, break)", quote(word))
+}
+
+// cutWord cuts the first word of s, which may be quoted with ' or ".
+func cutWord(s string) (word, rest string) {
+	if s != "" && (s[0] == '\'' || s[0] == '"') {
+		if end := strings.IndexByte(s[1:], s[0]); end >= 0 {
+			return s[1 : end+1], strings.TrimSpace(s[end+2:])
+		}
+	}
+	word, rest, _ = strings.Cut(s, " ")
+	return word, strings.TrimSpace(rest)
+}

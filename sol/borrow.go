@@ -1,0 +1,80 @@
+package sol
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrWriterBusy: another viewer writes the console (Viewer.AsWriter
+// without force).
+var ErrWriterBusy = errors.New("another session is writing to this console")
+
+// AsWriter runs f (a Write or a Break of v) with v as the node's writer,
+// then hands the role back: to the viewer that wrote before, if it is
+// still attached (told "you are writing again"), else to nobody. While
+// another viewer writes it returns ErrWriterBusy without running f,
+// unless force: then that viewer is told that v is sending input, and is
+// read-only while f runs. It is how a one-off `send` writes without
+// becoming a console's writer.
+func (v *Viewer) AsWriter(force bool, f func() error) error {
+	n := v.n
+	n.mu.Lock()
+	if err := v.Err(); err != nil {
+		n.mu.Unlock()
+		return err
+	}
+	prev := n.writer
+	if prev == v {
+		prev = nil
+	}
+	if prev != nil && !force {
+		n.mu.Unlock()
+		return ErrWriterBusy
+	}
+	n.writer = v
+	if prev != nil {
+		prev.notice(v.name + " is sending input; you are read-only meanwhile")
+		n.wakeWritersLocked()
+	}
+	n.mu.Unlock()
+	err := f()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.writer == v {
+		n.writer = nil
+		if prev != nil && prev.Err() == nil && !n.retired {
+			n.writer = prev
+			prev.notice("you are writing again")
+		}
+		n.wakeWritersLocked()
+	}
+	return err
+}
+
+// upPoll is how often WaitUp looks at the link.
+const upPoll = 10 * time.Millisecond
+
+// WaitUp waits until the node's console is established (the link is up),
+// v ends (its error) or ctx ends: what a command that acts on the node and
+// then reads its answer (power-cycle --wait-for) waits for first, so that
+// nothing the node prints is missed while the link opens.
+func (v *Viewer) WaitUp(ctx context.Context) error {
+	t := time.NewTicker(upPoll)
+	defer t.Stop()
+	for {
+		v.n.mu.Lock()
+		up := v.n.up
+		v.n.mu.Unlock()
+		if up {
+			return nil
+		}
+		select {
+		case <-t.C:
+		case <-v.done:
+			return v.Err()
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
