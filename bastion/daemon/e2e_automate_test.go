@@ -273,3 +273,58 @@ func TestAutomateIPMI(t *testing.T) {
 		t.Fatal("wait-for not cut by the rotation")
 	}
 }
+
+// TestAutomateHostileGo, over x/crypto/ssh on the simulator: a client that
+// disconnects mid-wait leaves no session behind; binary output is matched
+// and printed escaped; an expect script and power-cycle --wait-for that
+// wait are cut by a rotation (exit 3).
+func TestAutomateHostileGo(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("ah")
+	bmc := o.Lab().BMC("ah", sim.ModeNormal)
+	execs := func() int {
+		r, err := o.execGo("ah", tok, "sessions")
+		if err != nil {
+			return -1
+		}
+		return strings.Count(r.Stdout, " exec ") - 1 // not this one
+	}
+
+	c, s := o.session(t, "ah", tok)
+	if err := s.Start("wait-for never-printed --timeout 10m"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the waiting session", func() bool { return execs() == 1 })
+	c.Close() // mid-wait
+	waitUntil(t, "the session gone after the disconnect", func() bool { return execs() == 0 })
+
+	// Bytes that are not UTF-8 match as U+FFFD.
+	done := make(chan execResult, 1)
+	go func() { // ends with the command
+		r, _ := o.execGo("ah", tok, `wait-for '\x00\x{FFFD}bin' --json --timeout 20s`)
+		done <- r
+	}()
+	res := auPrintUntil(t, func([]byte) error { bmc.Inject([]byte("junk\x1b[31m\x00\xffbin\r\n")); return nil }, "bin", done)
+	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"junk\u001b[31m\u0000\ufffdbin"`) {
+		t.Errorf("binary wait-for: got %+v", res)
+	}
+
+	for _, cmd := range []string{"expect 'send a\\r;wait never-printed 10m'", "power-cycle --wait-for never-printed --timeout 10m"} {
+		done := make(chan execResult, 1)
+		go func() { // ends with the command (cut)
+			r, _ := o.execGo("ah", tok, cmd)
+			done <- r
+		}()
+		waitUntil(t, "the waiting "+cmd, func() bool { return execs() == 1 })
+		tok = o.rotate("ah")
+		select {
+		case res := <-done:
+			if res.Code != 3 {
+				t.Errorf("%s cut by rotation: got %+v, want exit 3", cmd, res)
+			}
+		case <-time.After(e2eWait):
+			t.Fatalf("%s not cut", cmd)
+		}
+	}
+}
