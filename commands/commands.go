@@ -30,10 +30,28 @@
 //	                            untouched; --timestamps: lines prefixed with the arrival of their
 //	                            first byte, markers as "[obmd: ...]" lines; --cast: asciicast v2;
 //	                            --follow: then the live output until the session ends
+//	wait-for REGEX [--timeout D] [--since attach|now|DURATION|RFC3339] [--tenancy]
+//	                            the line holding the first match (control characters escaped);
+//	                            exit 5 when --timeout (5m) passes first
+//	send TEXT... | --stdin | --hex HEX [--force]
+//	                            node-17: sent 5 bytes
+//	expect SCRIPT | --stdin [--timeout D] [--force]
+//	                            node-17: expect: 4 steps done
+//	power-on --wait-for RE      node-17: powered on, then the matching line
+//	power-cycle --wait-for RE   node-17: power cycled, then the matching line
 //	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none);
 //	                            USER and REMOTE only on the requester's own sessions ("-" otherwise)
 //	version                     the version string
 //	help [COMMAND]              the usage text
+//
+// wait-for, send, expect and --wait-for run on the console through the
+// transport's Request.OpenConsole (a read-only viewer attached for the
+// command); send borrows the write role only for its write, and is
+// refused (ExitBusy, sol.ErrWriterBusy) while another session writes
+// unless --force. An expect script failing reports "expect: line N (KIND):
+// reason". The audit records console.send (the byte count, never the
+// bytes), console.wait and console.expect (result ok, timeout, busy or
+// error).
 //
 // The node label and any text from a driver are printed with control
 // characters escaped (\x1b, \u009b, ...).
@@ -51,6 +69,11 @@
 //	                the same credential from the same host); "writer" and "own" omitted if false
 //	version         "version": string
 //	help            "help": the usage text
+//	wait-for, power-on/power-cycle --wait-for, expect (its last wait):
+//	                "match": the matched text, "line": its line, "offset": its first byte
+//	                counted from the first byte searched, "time": RFC 3339 arrival
+//	send            "bytes": the count written
+//	expect          "steps": the steps done
 //	power-on, power-off, power-cycle, power-reset: nothing more
 //
 // For example {"node":"node-17","command":"power-status","ok":true,"power":"on"}
