@@ -258,6 +258,25 @@ func TestAutomateIPMI(t *testing.T) {
 	}
 	s.WaitSerial(t, []byte("ls\r\x00\xff"), e2eWait)
 
+	// expect: the host answers what the script sends; then a wait that
+	// never matches is exit 5, naming its line.
+	s.ResetSerial()
+	answered := make(chan struct{})
+	go func() { // ends once it answered, or at the test's end (WaitSerial fails it)
+		defer close(answered)
+		s.WaitSerial(t, []byte("ping\r"), e2eWait)
+		_ = s.WriteSerial([]byte("pong from the host\r\n"))
+	}()
+	res = o.opensshIn("ai", tok, strings.NewReader("send ping\\r\nwait 'pong from' 30s\n"), []string{"-T"}, "expect", "--stdin", "--json")
+	<-answered
+	if res.Code != 0 || !strings.Contains(res.Stdout, `"steps":2`) || !strings.Contains(res.Stdout, `"line":"pong from the host"`) {
+		t.Errorf("expect on ipmi_sim: got %+v", res)
+	}
+	res = o.openssh("ai", tok, nil, "expect", "'wait never-printed 1s'")
+	if res.Code != 5 || !strings.Contains(res.Stderr, "line 1 (wait)") {
+		t.Errorf("expect timeout on ipmi_sim: got %+v", res)
+	}
+
 	done = o.auBackground("ai", tok, "wait-for", "never-printed", "--timeout", "60s")
 	waitUntil(t, "the waiting session", func() bool {
 		r, err := o.execGo("ai", tok, "sessions")
