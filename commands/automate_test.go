@@ -143,3 +143,67 @@ func TestParseScript(t *testing.T) {
 		t.Error("too many steps accepted")
 	}
 }
+
+// runOn runs line for node-17 with con as its console and stdin.
+func runOn(t *testing.T, env *testEnv, con Console, stdin string, line string) (stdout, stderr string, code int) {
+	t.Helper()
+	argv, err := Split(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := Parse(argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rq := req("node-17")
+	rq.Stdin = strings.NewReader(stdin)
+	rq.OpenConsole = func(context.Context) (Console, error) { return con, nil }
+	var out, errb bytes.Buffer
+	code = env.r.Run(context.Background(), rq, cmd, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// TestRunAutomation through Runner.Run: wait-for --since attach finds the
+// scrollback; send is refused with exit 4 while another writes, audited
+// with the byte count only; expect reports its failing line; with no
+// console transport the commands fail cleanly.
+func TestRunAutomation(t *testing.T) {
+	env := newEnv(t, Config{})
+	con := &fakeConsole{out: make(chan []byte)}
+	out, _, code := runOn(t, env, con, "", "wait-for 'line [2]' --since attach --timeout 1s")
+	if code != ExitOK || out != "line 2\n" {
+		t.Errorf("wait-for --since attach: got %d %q", code, out)
+	}
+	out, _, code = runOn(t, env, con, "", "wait-for 'line 3' --since attach --json")
+	if code != ExitOK || !strings.Contains(out, `"line":"\u001b[1mline 3\u001b[0m"`) || !strings.Contains(out, `"offset":20`) {
+		t.Errorf("wait-for --json: got %d %q", code, out)
+	}
+	con.busy = true
+	_, errOut, code := runOn(t, env, con, "", "send secret-word")
+	if code != ExitBusy || !strings.Contains(errOut, "another session is writing") {
+		t.Errorf("busy send: got %d %q", code, errOut)
+	}
+	_, _, code = runOn(t, env, con, "secret\x00\n", "send --stdin --force")
+	if code != ExitOK || con.sent.String() != "secret\x00\n" {
+		t.Errorf("send --stdin --force: got %d, sent %q", code, con.sent.String())
+	}
+	var details []string
+	for _, e := range env.audit.events {
+		if e.Action == ActionConsoleSend {
+			details = append(details, e.Result+" "+e.Detail)
+		}
+	}
+	if strings.Join(details, ",") != "busy 11 bytes,ok 8 bytes (forced)" {
+		t.Errorf("console.send audit: got %q", details)
+	}
+	_, errOut, code = runOn(t, env, con, "break\nwait nothing 10ms\nsend x\n", "expect --stdin")
+	if code != ExitTimedOut || !strings.Contains(errOut, "expect: line 2 (wait): no match within 10ms") || con.breaks != 1 {
+		t.Errorf("expect: got %d %q (breaks %d)", code, errOut, con.breaks)
+	}
+
+	var outb, errb bytes.Buffer
+	code = env.r.Run(context.Background(), req("node-17"), Command{Name: CmdWaitFor, Pattern: "x"}, &outb, &errb)
+	if code != ExitFailed {
+		t.Errorf("no console: got %d %q", code, errb.String())
+	}
+}
