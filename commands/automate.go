@@ -128,26 +128,52 @@ func openConsole(ctx context.Context, req Request) (Console, error) {
 	return con, nil
 }
 
+// watching is a console opened for one command, with its matcher; the
+// caller closes con.
+type watching struct {
+	con   Console
+	m     matcher
+	re    *regexp.Regexp // cmd.Pattern (watchFor)
+	start time.Time
+}
+
+// watch opens req's console for a command.
+func (r *Runner) watch(ctx context.Context, req Request) (*watching, error) {
+	con, err := openConsole(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &watching{con: con, start: r.cfg.Now()}, nil
+}
+
+// watchFor is watch for a command that waits for cmd.Pattern.
+func (r *Runner) watchFor(ctx context.Context, req Request, cmd Command) (*watching, error) {
+	re, err := compilePattern(cmd.Name, cmd.Pattern)
+	if err != nil {
+		return nil, err
+	}
+	w, err := r.watch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	w.re = re
+	return w, nil
+}
+
 // waitFor is wait-for: the stored output --since asks for, then the live
 // output, until the pattern matches.
 func (r *Runner) waitFor(ctx context.Context, req Request, cmd Command) (Result, error) {
 	res := Result{Node: req.Node, Command: cmd.Name}
-	re, err := compilePattern(cmd.Name, cmd.Pattern)
+	w, err := r.watchFor(ctx, req, cmd)
 	if err != nil {
 		return res, err
 	}
-	con, err := openConsole(ctx, req)
-	if err != nil {
+	defer w.con.Close()
+	if err := r.feedStored(ctx, req, cmd, &w.m); err != nil {
 		return res, err
 	}
-	defer con.Close()
-	start := r.cfg.Now()
-	var m matcher
-	if err := r.feedStored(ctx, req, cmd, &m); err != nil {
-		return res, err
-	}
-	mt, err := m.wait(ctx, con, re, waitTimeout(cmd.Timeout))
-	r.auditWait(ctx, req, "console.wait", start, err)
+	mt, err := w.m.wait(ctx, w.con, w.re, waitTimeout(cmd.Timeout))
+	r.auditWait(ctx, req, ActionConsoleWait, w.start, err)
 	if err != nil {
 		return res, err
 	}
@@ -288,17 +314,13 @@ func (r *Runner) auditConsole(ctx context.Context, req Request, action, result, 
 // after it.
 func (r *Runner) powerWait(ctx context.Context, req Request, cmd Command) (Result, error) {
 	res := Result{Node: req.Node, Command: cmd.Name}
-	re, err := compilePattern(cmd.Name, cmd.Pattern)
+	w, err := r.watchFor(ctx, req, cmd)
 	if err != nil {
 		return res, err
 	}
-	con, err := openConsole(ctx, req)
-	if err != nil {
-		return res, err
-	}
-	defer con.Close()
+	defer w.con.Close()
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	err = con.Ready(rctx)
+	err = w.con.Ready(rctx)
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		return res, context.Cause(ctx)
@@ -310,10 +332,9 @@ func (r *Runner) powerWait(ctx context.Context, req Request, cmd Command) (Resul
 	if err != nil {
 		return res, err
 	}
-	start := r.cfg.Now()
-	var m matcher
-	mt, err := m.wait(ctx, con, re, waitTimeout(cmd.Timeout))
-	r.auditWait(ctx, req, "console.wait", start, err)
+	w.start = r.cfg.Now()
+	mt, err := w.m.wait(ctx, w.con, w.re, waitTimeout(cmd.Timeout))
+	r.auditWait(ctx, req, ActionConsoleWait, w.start, err)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", clean(req.Node, 0)+": "+op.done+", then", err)
 	}

@@ -40,17 +40,15 @@ func (r *Runner) expect(ctx context.Context, req Request, cmd Command) (Result, 
 	if err != nil {
 		return res, err
 	}
-	con, err := openConsole(ctx, req)
+	w, err := r.watch(ctx, req)
 	if err != nil {
 		return res, err
 	}
-	defer con.Close()
-	start := r.cfg.Now()
-	var m matcher
+	defer w.con.Close()
 	for _, st := range steps {
-		mt, err := r.step(ctx, req, cmd, con, &m, st)
+		mt, err := r.step(ctx, req, cmd, w, st)
 		if err != nil {
-			r.auditWait(ctx, req, ActionConsoleExpect, start, err)
+			r.auditWait(ctx, req, ActionConsoleExpect, w.start, err)
 			return res, &StepError{Line: st.Line, Kind: st.Kind, Err: err}
 		}
 		res.Steps++
@@ -58,20 +56,21 @@ func (r *Runner) expect(ctx context.Context, req Request, cmd Command) (Result, 
 			res.Match = mt
 		}
 	}
-	r.auditWait(ctx, req, ActionConsoleExpect, start, nil)
+	r.auditWait(ctx, req, ActionConsoleExpect, w.start, nil)
 	res.Text = fmt.Sprintf("%s: expect: %d steps done\n", clean(req.Node, 0), res.Steps)
 	return res, nil
 }
 
 // step runs one step; a wait returns its match.
-func (r *Runner) step(ctx context.Context, req Request, cmd Command, con Console, m *matcher, st Step) (*Match, error) {
+func (r *Runner) step(ctx context.Context, req Request, cmd Command, w *watching, st Step) (*Match, error) {
+	con := w.con
 	switch st.Kind {
 	case StepWait:
 		timeout := st.Timeout
 		if timeout == 0 {
 			timeout = waitTimeout(cmd.Timeout)
 		}
-		mt, err := m.wait(ctx, con, st.re, timeout)
+		mt, err := w.m.wait(ctx, con, st.re, timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -84,7 +83,7 @@ func (r *Runner) step(ctx context.Context, req Request, cmd Command, con Console
 		if err != nil {
 			result = ResultError
 		}
-		r.auditConsole(ctx, req, "console.break", result, "expect")
+		r.auditConsole(ctx, req, ActionConsoleBreak, result, "expect")
 		return nil, err
 	case StepSleep:
 		t := time.NewTimer(st.Timeout)

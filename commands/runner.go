@@ -77,6 +77,7 @@ const (
 	ActionConsoleSend   = "console.send"   // detail: the byte count, never the bytes
 	ActionConsoleWait   = "console.wait"   // wait-for, --wait-for
 	ActionConsoleExpect = "console.expect" // an expect script
+	ActionConsoleBreak  = "console.break"  // an expect script's break
 
 	ResultOK      = "ok"
 	ResultError   = "error"

@@ -45,6 +45,15 @@ func auPrintUntil(t *testing.T, print func([]byte) error, prefix string, done <-
 	}
 }
 
+// auSim starts a daemon with one simulator node, label; it returns the
+// daemon, the node's token and its BMC.
+func auSim(t *testing.T, label string) (*obmd, string, *sim.BMC) {
+	t.Helper()
+	o := startObmd(t)
+	tok := o.addSimNode(label)
+	return o, tok, o.Lab().BMC(label, sim.ModeNormal)
+}
+
 func simInject(b *sim.BMC) func([]byte) error {
 	return func(p []byte) error { b.Inject(p); return nil }
 }
@@ -81,9 +90,7 @@ func auHas(acts []string, prefix string) bool {
 // node (even with input on its stdin), and is audited.
 func TestAutomateWaitForSim(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t)
-	tok := o.addSimNode("aw")
-	bmc := o.Lab().BMC("aw", sim.ModeNormal)
+	o, tok, bmc := auSim(t, "aw")
 
 	done := o.auBackground("aw", tok, "wait-for", "'ready-[0-9]+'", "--timeout", "30s")
 	res := auPrintUntil(t, simInject(bmc), "ready", done)
@@ -142,9 +149,7 @@ func TestAutomateWaitForSim(t *testing.T) {
 // count, never the bytes.
 func TestAutomateSendSim(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t)
-	tok := o.addSimNode("as")
-	bmc := o.Lab().BMC("as", sim.ModeNormal)
+	o, tok, bmc := auSim(t, "as")
 
 	if res := o.openssh("as", tok, nil, "send", `'echo sent-one\r'`); res.Code != 0 || res.Stdout != "as: sent 14 bytes\n" {
 		t.Fatalf("send: got %+v", res)
@@ -194,8 +199,7 @@ func TestAutomateSendSim(t *testing.T) {
 // after the simulator's boot text, 5 when it never comes.
 func TestAutomatePowerCycleWaitSim(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t)
-	tok := o.addSimNode("ap")
+	o, tok, _ := auSim(t, "ap")
 	res := o.openssh("ap", tok, nil, "power-cycle", "--wait-for", "'login:'", "--timeout", "30s")
 	if res.Code != 0 || res.Stdout != "ap: power cycled\nsim login: \n" {
 		t.Errorf("power-cycle --wait-for: got %+v", res)
@@ -210,9 +214,7 @@ func TestAutomatePowerCycleWaitSim(t *testing.T) {
 // runs its steps in order; the first failing step stops it, named by line.
 func TestAutomateExpectSim(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t)
-	tok := o.addSimNode("ae")
-	bmc := o.Lab().BMC("ae", sim.ModeNormal)
+	o, tok, bmc := auSim(t, "ae")
 	script := "# boot and log in\nsend echo marker-a\\r\nwait 'marker-a\\r\\n' 10s\nsleep 10ms\nsend echo marker-b\\r\nwait marker-b\n"
 	res := o.opensshIn("ae", tok, strings.NewReader(script), []string{"-T"}, "expect", "--stdin")
 	if res.Code != 0 || res.Stdout != "ae: expect: 5 steps done\n" {
@@ -299,9 +301,7 @@ func TestAutomateIPMI(t *testing.T) {
 // wait are cut by a rotation (exit 3).
 func TestAutomateHostileGo(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t)
-	tok := o.addSimNode("ah")
-	bmc := o.Lab().BMC("ah", sim.ModeNormal)
+	o, tok, bmc := auSim(t, "ah")
 	execs := func() int {
 		r, err := o.execGo("ah", tok, "sessions")
 		if err != nil {
