@@ -244,18 +244,20 @@ func (c *channel) closeConn() {
 func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
 	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, User: c.a.User, Source: c.remote, Session: info.ID,
 		Epoch: info.Epoch, OpenConsole: c.openConsole(info), Stdin: c.ch}
-	// A command that waits on the console ends when the client leaves.
-	sctx, stop := context.WithCancelCause(sctx)
-	defer stop(nil)
-	c.wg.Add(1)
-	go func() { // owned by serve (c.wg); ends with the exec
-		defer c.wg.Done()
-		select {
-		case <-c.closed:
-			stop(errClientLeft)
-		case <-sctx.Done():
-		}
-	}()
+	if cmd.OnConsole() { // it may wait for hours: it ends when the client leaves
+		var stop context.CancelCauseFunc
+		sctx, stop = context.WithCancelCause(sctx)
+		defer stop(nil)
+		c.wg.Add(1)
+		go func() { // owned by serve (c.wg); ends with the exec
+			defer c.wg.Done()
+			select {
+			case <-c.closed:
+				stop(errClientLeft)
+			case <-sctx.Done():
+			}
+		}()
+	}
 	out, errOut := &gate{ctx: sctx, w: stdout}, &gate{ctx: sctx, w: stderr}
 	done := make(chan int, 1)
 	c.cmd.Add(1)

@@ -30,6 +30,11 @@ const (
 	SinceTenancy = "tenancy" // also the tenancy's whole history
 )
 
+// OnConsole reports whether cmd works on the node's console (wait-for,
+// send, expect, --wait-for): it needs Request.OpenConsole, and a client
+// that leaves ends it (it may wait for hours).
+func (c Command) OnConsole() bool { return isAutomation(c.Name) || c.Pattern != "" }
+
 func isAutomation(name Name) bool {
 	return name == CmdWaitFor || name == CmdSend || name == CmdExpect
 }

@@ -12,7 +12,11 @@
 // of another replica's, Seeded) is recorded in the node's console history
 // (History, over sol/history), and viewers' replays come from the history
 // of their tenancy (AttachOptions.Epoch); Hold keeps a link open with
-// nobody attached (capture always).
+// nobody attached (capture always). One viewer per node writes (TakeWrite,
+// ReadOnly); Viewer.AsWriter lets a read-only viewer borrow the role for one
+// write and hand it back (the `send` and `expect` commands), refused with
+// ErrWriterBusy while another viewer writes unless forced; WaitUp waits for
+// the link (power-cycle --wait-for opens it before the power operation).
 //
 // IPMIOptions is what the IPMI drivers share, and the composition root
 // owns: the cipher suites tried for a node that pins none and the memory
