@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,14 +45,22 @@ type Match struct {
 	At     time.Time // arrival of the output that completed the match
 }
 
-// window bounds the bytes a match may span; older output is forgotten.
-const window = 64 << 10
+// window bounds the output kept for a match's line; older output is
+// forgotten. maxSpan bounds the bytes a match may span: a search after a
+// miss starts maxSpan before the new output (at a line start), so a
+// console printing fast costs each waiting command a bounded scan per
+// chunk, not the whole window.
+const (
+	window  = 64 << 10
+	maxSpan = 8 << 10
+)
 
 // matcher searches console output for one pattern after another.
 type matcher struct {
-	buf  []byte
-	base int64 // offset of buf[0]
-	at   time.Time
+	buf     []byte
+	base    int64 // offset of buf[0]
+	at      time.Time
+	scanned int // len(buf) at the last miss: a match cannot end before it
 }
 
 // feed adds output that arrived at at.
@@ -60,6 +69,7 @@ func (m *matcher) feed(p []byte, at time.Time) {
 	if over := len(m.buf) - window; over > 0 {
 		m.buf = append(m.buf[:0], m.buf[over:]...)
 		m.base += int64(over)
+		m.scanned = max(m.scanned-over, 0)
 	}
 	m.at = at
 }
@@ -67,11 +77,19 @@ func (m *matcher) feed(p []byte, at time.Time) {
 // find looks for re in what was fed since the last match; a match
 // consumes the output up to its end.
 func (m *matcher) find(re *regexp.Regexp) (Match, bool) {
-	loc := re.FindIndex(m.buf)
+	from := 0
+	if m.scanned > maxSpan {
+		from = m.scanned - maxSpan
+		if nl := bytes.IndexByte(m.buf[from:m.scanned], '\n'); nl >= 0 {
+			from += nl + 1
+		}
+	}
+	loc := re.FindIndex(m.buf[from:])
 	if loc == nil {
+		m.scanned = len(m.buf)
 		return Match{}, false
 	}
-	start, end := loc[0], loc[1]
+	start, end := from+loc[0], from+loc[1]
 	ls := start
 	for ls > 0 && m.buf[ls-1] != '\n' {
 		ls--
@@ -87,6 +105,7 @@ func (m *matcher) find(re *regexp.Regexp) (Match, bool) {
 	mt := Match{Text: string(m.buf[start:end]), Line: line, Offset: m.base + int64(start), At: m.at}
 	m.base += int64(end)
 	m.buf = append(m.buf[:0], m.buf[end:]...)
+	m.scanned = 0
 	return mt, true
 }
 

@@ -207,3 +207,41 @@ func TestRunAutomation(t *testing.T) {
 		t.Errorf("no console: got %d %q", code, errb.String())
 	}
 }
+
+// BenchmarkMatcherNoMatch: the cost of a pattern that never matches on a
+// console printing 4 KiB chunks (each search covers the 64 KiB window).
+func BenchmarkMatcherNoMatch(b *testing.B) {
+	re := regexp.MustCompile(`(a|b)*c{3}[0-9]+login:`)
+	chunk := bytes.Repeat([]byte("kernel: some boot text ab\r\n"), 4096/27)
+	var m matcher
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		m.feed(chunk, time.Time{})
+		if _, ok := m.find(re); ok {
+			b.Fatal("matched")
+		}
+	}
+}
+
+// TestMatcherSpan: a match within maxSpan of new output is found after
+// many misses; the window keeps its line.
+func TestMatcherSpan(t *testing.T) {
+	var m matcher
+	re := regexp.MustCompile(`begin[^\n]*end`)
+	m.feed([]byte("noise\n"), time.Now())
+	for range 20 {
+		m.feed(bytes.Repeat([]byte("x"), 1000), time.Now())
+		if _, ok := m.find(re); ok {
+			t.Fatal("matched noise")
+		}
+	}
+	m.feed([]byte("\nbegin "+strings.Repeat("y", 6000)), time.Now())
+	if _, ok := m.find(re); ok {
+		t.Fatal("matched half")
+	}
+	m.feed([]byte(strings.Repeat("y", 1000)+" end\n"), time.Now())
+	mt, ok := m.find(re)
+	if !ok || mt.Offset != 6+20000+1 || !strings.HasPrefix(mt.Line, "begin y") {
+		t.Fatalf("got %+v %v", mt.Offset, ok)
+	}
+}
