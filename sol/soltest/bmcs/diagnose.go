@@ -128,7 +128,7 @@ func RunDiagnose(t *testing.T, newDriver Driver) {
 			checks := diagnose(t, driver(t, info, sol.IPMIOptions{}))
 			want(t, checks, info, allSteps, false, "SOL payload held by BMC session 0x", ipmicheck.HintSOLHeld)
 			t.Logf("held: %s", checks[3].Detail)
-			held := func(label string) bool { return label == Label }
+			held := func(_ context.Context, label string) bool { return label == Label }
 			checks = diagnose(t, driver(t, info, sol.IPMIOptions{ConsoleHeld: held}))
 			want(t, checks, info, allSteps, true, "held by obmd's console", "")
 			line := []byte("the other console still runs\r\n")
