@@ -195,7 +195,7 @@ func TestParse(t *testing.T) {
 func TestUsageListsEveryCommand(t *testing.T) {
 	u := Usage()
 	for _, name := range []Name{CmdPowerStatus, CmdPowerOn, CmdPowerOff, CmdPowerCycle, CmdPowerReset,
-		CmdBootdev, CmdConsole, CmdConsoleLog, CmdSessions, CmdHelp, CmdVersion} {
+		CmdBootdev, CmdConsole, CmdConsoleLog, CmdSessions, CmdDoctor, CmdHelp, CmdVersion} {
 		if !strings.Contains(u, "\n  "+string(name)) {
 			t.Errorf("usage lacks %s:\n%s", name, u)
 		}
