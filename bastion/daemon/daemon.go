@@ -46,6 +46,7 @@ type Daemon struct {
 
 	store    *db.Store
 	lab      *sim.Lab
+	ciphers  *sol.Ciphers // each node's negotiated IPMI cipher suite
 	types    *nodes.Table
 	resolver *nodes.Resolver
 	consoles *sol.Manager
