@@ -101,7 +101,10 @@ func (e *redfishE2E) power(t *testing.T) {
 		{[]string{"power-status"}, label + ": power off", "Off"},
 		{[]string{"power-on"}, label + ": powered on", "On"},
 		{[]string{"power-cycle"}, label + ": power cycled", "On"},
+		{[]string{"power-cycle", "--force"}, label + ": reset", "On"},
 		{[]string{"power-reset"}, label + ": reset", "On"},
+		{[]string{"power-off", "--soft"}, label + ": soft power-off requested", "Off"},
+		{[]string{"power-on"}, label + ": powered on", "On"},
 		{[]string{"bootdev", "disk", "--persistent"}, label + ": next boot from disk (persistent)", "On"},
 	} {
 		res := e.o.openssh(label, tok, nil, step.cmd...)
@@ -150,7 +153,8 @@ func (e *redfishE2E) power(t *testing.T) {
 	if boot := mustJSON(t, e.b.System(t)["Boot"]); !strings.Contains(boot, `"BootSourceOverrideTarget":"Pxe"`) {
 		t.Errorf("boot override after PUT boot_device pxe: got %s", boot)
 	}
-	want := []string{"ForceOff", "On", "ForceOff", "On", "ForceRestart", "ForceOff", "On", "ForceRestart"}
+	want := []string{"ForceOff", "On", "ForceOff", "On", "ForceRestart", "ForceRestart", "GracefulShutdown", "On",
+		"ForceOff", "On", "ForceRestart"}
 	if resets, _ := e.b.Recorded(); !slices.Equal(resets, want) {
 		t.Errorf("resets the mock received: got %q, want %q", resets, want)
 	}
@@ -166,13 +170,17 @@ func (e *redfishE2E) power(t *testing.T) {
 
 // console: the node's console is IPMI SOL on goipmi-server, with the
 // Redfish account and a negotiated cipher suite (17), which GET
-// /v1/nodes/{label} then shows.
+// /v1/nodes/{label} then shows; through OpenSSH and HIL's HTTP console.
 func (e *redfishE2E) console(t *testing.T) {
 	const label = "rf-console"
 	tok := e.o.addRedfish(label, e.redfishInfo())
 	p := sshPTY(t, e.o.SSHAddr(), label, tok, nil)
 	printUntilSeen(t, e.gis.WriteSerial, "rf", func(mk string) bool { return strings.Contains(p.out.String(), mk) })
 	p.detach()
+	payloadFree(t, e.gis)
+	h := e.o.consoleHTTP(t, label, tok)
+	printUntilSeen(t, e.gis.WriteSerial, "http", func(mk string) bool { return strings.Contains(h.out.String(), mk) })
+	h.stop()
 	pinned, inUse := e.o.nodeCipher(t, label)
 	if pinned != nil || inUse == nil || *inUse != 17 {
 		t.Errorf("GET /v1/nodes/%s: got cipher %v, cipher_in_use %v; want none and 17", label, pinned, inUse)
@@ -219,8 +227,18 @@ func (e *redfishE2E) doctor(t *testing.T) {
 		// is not one the system roots vouch for.
 		o := startObmd(t)
 		const label = "rf-dr-cert"
-		o.checkDoctor(t, label, o.addRedfish(label, e.redfishInfo()), e.safe, doctorWant{steps: redfishSteps[:2],
+		tok := o.addRedfish(label, e.redfishInfo())
+		o.checkDoctor(t, label, tok, e.safe, doctorWant{steps: redfishSteps[:2],
 			tenant: "BMC TLS certificate not trusted", hint: `give obmd the CA that signed the BMC's certificate, or register the node with "insecure": true`})
+		// A power command says so too, on both doors.
+		want := "power status of " + label + ": the BMC's TLS certificate is not trusted"
+		if res := o.openssh(label, tok, nil, "power-status"); res.Code != 1 || res.Stderr != "obmd: "+want+"\n" {
+			t.Errorf("power-status over OpenSSH: got %v, want exit 1 and %q", res, want)
+		}
+		code, body := o.request("GET", "/node/"+label+"/power_status?token="+url.QueryEscape(tok), nil, "", "")
+		if code != 500 || !strings.Contains(string(body), want) || strings.Contains(string(body), "127.0.0.1") {
+			t.Errorf("GET power_status: got %d %s, want 500 saying %q", code, body, want)
+		}
 	})
 	t.Run("console unreachable", func(t *testing.T) {
 		const label = "rf-dr-nosol"
