@@ -50,17 +50,6 @@ func TestIPMIBMCs(t *testing.T) {
 	t.Run("doctor", e.doctor)
 }
 
-// unpinned is info without a cipher suite: obmd negotiates one.
-func unpinned(info sol.Info) sol.Info {
-	info.Cipher = nil
-	return info
-}
-
-func pinnedTo(info sol.Info, suite int) sol.Info {
-	info.Cipher = &suite
-	return info
-}
-
 // add registers label with driver typ at info on o and returns its token.
 func (o *obmd) add(label, typ string, info sol.Info) string {
 	o.t.Helper()
@@ -106,7 +95,7 @@ func (e *bmcE2E) cipher(t *testing.T) {
 		}{{e.only17, 17}, {e.sim, 3}} {
 			label := fmt.Sprintf("ci-%s-%d-%s", e.short[tc.m.Kind()], tc.want, typ)
 			t.Run(label, func(t *testing.T) {
-				info := unpinned(tc.m.Info())
+				info := soltest.Unpinned(tc.m.Info())
 				tok := e.o.add(label, typ, info)
 				res := e.o.openssh(label, tok, nil, "power-status")
 				if res.Code != 0 || res.Stdout != label+": power on\n" {
@@ -131,7 +120,7 @@ func (e *bmcE2E) cipher(t *testing.T) {
 		}{{e.only17, 3}, {e.sim, 17}} {
 			label := fmt.Sprintf("ci-%s-pin%d-%s", e.short[tc.m.Kind()], tc.suite, typ)
 			t.Run(label, func(t *testing.T) {
-				info := pinnedTo(tc.m.Info(), tc.suite)
+				info := soltest.Pinned(tc.m.Info(), tc.suite)
 				tok := e.o.add(label, typ, info)
 				want := fmt.Sprintf("power status of %s: the BMC refused IPMI cipher suite %d", label, tc.suite)
 				res := e.o.openssh(label, tok, nil, "power-status")
@@ -192,7 +181,7 @@ func (e *bmcE2E) solEnable(t *testing.T) {
 			for _, typ := range conDrivers {
 				label := fmt.Sprintf("se-%s-%s", e.short[m.Kind()], typ)
 				setSOLOn(t, m, false)
-				tok := e.o.add(label, typ, unpinned(m.Info()))
+				tok := e.o.add(label, typ, soltest.Unpinned(m.Info()))
 				if typ == "ipmi" {
 					h := e.o.consoleHTTP(t, label, tok)
 					printUntilSeen(t, m.WriteSerial, "http", func(mk string) bool { return strings.Contains(h.out.String(), mk) })

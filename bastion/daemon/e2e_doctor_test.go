@@ -152,7 +152,7 @@ func (e *bmcE2E) doctor(t *testing.T) {
 	for _, typ := range conDrivers {
 		t.Run("cipher refused "+typ, func(t *testing.T) {
 			label := "dr-pin3-" + typ
-			info := pinnedTo(e.only17.Info(), 3)
+			info := soltest.Pinned(e.only17.Info(), 3)
 			e.o.checkDoctor(t, label, e.o.add(label, typ, info), info, doctorWant{steps: ipmiSteps[:2],
 				tenant: "the BMC refused IPMI cipher suite 3", hint: ipmicheck.HintCipher})
 		})
@@ -181,7 +181,7 @@ func (e *bmcE2E) doctor(t *testing.T) {
 
 // doctorOn runs the IPMI cases on m with driver typ.
 func (e *bmcE2E) doctorOn(t *testing.T, m soltest.Machine, typ string) {
-	info := unpinned(m.Info())
+	info := soltest.Unpinned(m.Info())
 	label := fmt.Sprintf("dr-%s-%s", e.short[m.Kind()], typ)
 	tok, ntok := e.o.add(label, typ, info), e.never.add(label, typ, info)
 	// The first session negotiates (ipmi_sim refuses 17); later ones start
@@ -209,7 +209,7 @@ func (e *bmcE2E) doctorOn(t *testing.T, m soltest.Machine, typ string) {
 		}
 	})
 	t.Run("wrong password", func(t *testing.T) {
-		bad := unpinned(m.WrongPassword())
+		bad := soltest.Unpinned(m.WrongPassword())
 		e.o.checkDoctor(t, label+"-pw", e.o.add(label+"-pw", typ, bad), bad, doctorWant{steps: ipmiSteps[:2],
 			tenant: sol.FaultCredentials.String(), hint: ipmicheck.HintCredentials})
 	})
