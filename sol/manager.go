@@ -253,9 +253,11 @@ func (m *Manager) LinkUp(label string) bool {
 	m.mu.Lock()
 	n := m.nodes[label]
 	m.mu.Unlock()
-	if n == nil {
-		return false
-	}
+	return n != nil && n.linkUp()
+}
+
+// linkUp reports whether n's console is established and n still serves.
+func (n *node) linkUp() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.up && !n.retired
