@@ -171,12 +171,18 @@ func (e *redfishE2E) power(t *testing.T) {
 // console: the node's console is IPMI SOL on goipmi-server, with the
 // Redfish account and a negotiated cipher suite (17), which GET
 // /v1/nodes/{label} then shows; through OpenSSH and HIL's HTTP console.
+// SOL starts off on the BMC: the console switches it on and obmd audits
+// sol.enable on the Redfish node.
 func (e *redfishE2E) console(t *testing.T) {
 	const label = "rf-console"
 	tok := e.o.addRedfish(label, e.redfishInfo())
+	setSOLOn(t, e.gis, false)
 	p := sshPTY(t, e.o.SSHAddr(), label, tok, nil)
 	printUntilSeen(t, e.gis.WriteSerial, "rf", func(mk string) bool { return strings.Contains(p.out.String(), mk) })
 	p.detach()
+	if !solOn(t, e.gis) || !slices.Contains(e.o.conAudit(label), "sol.enable ok") {
+		t.Errorf("SOL after the console opened: on %v, audit %q; want on and sol.enable", solOn(t, e.gis), e.o.conAudit(label))
+	}
 	payloadFree(t, e.gis)
 	h := e.o.consoleHTTP(t, label, tok)
 	printUntilSeen(t, e.gis.WriteSerial, "http", func(mk string) bool { return strings.Contains(h.out.String(), mk) })
