@@ -17,9 +17,9 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/goipmisrv"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // bmcE2E is what the subtests of TestIPMIBMCs share: the BMCs, and two

@@ -16,8 +16,8 @@ import (
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmicheck"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // doctorReport is GET /v1/nodes/{label}/doctor.

@@ -17,9 +17,9 @@ import (
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmicheck"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/redfish/redfishtest"
 	"github.com/obmd/obmd/sol/soltest/goipmisrv"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // redfishSteps is a healthy Redfish node's diagnosis without a console;

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // ctlFunc runs obmctl against d with stdin "", returning stdout, stderr
