@@ -10,15 +10,15 @@ import (
 
 // nodeFlags are node add's flags after the label.
 type nodeFlags struct {
-	typ, addr, user, iface, system, passFile string
-	port, cipher, solPort, solCipher         int
-	insecure, sol                            bool
-	set                                      []string // the names of the flags given
+	typ, addr, user, iface, system, passFile, capture string
+	port, cipher, solPort, solCipher                  int
+	insecure, sol                                     bool
+	set                                               []string // the names of the flags given
 }
 
-// typeFlags are the flags a node type takes beyond --type and --addr, and
-// whether it has a BMC password; ok is false for a type obmctl does not
-// know.
+// typeFlags are the flags a node type takes beyond --type, --addr and
+// --capture, and whether it has a BMC password; ok is false for a type
+// obmctl does not know.
 func typeFlags(typ string) (names []string, password, ok bool) {
 	switch typ {
 	case "ipmi":
@@ -51,6 +51,7 @@ func parseNodeFlags(args []string) (*nodeFlags, error) {
 	fs.IntVar(&f.solPort, "sol-port", 0, "redfish: the console's RMCP+ port (implies --sol; default 623)")
 	fs.IntVar(&f.solCipher, "sol-cipher", -1, "redfish: the console's cipher suite (implies --sol; default negotiated)")
 	fs.StringVar(&f.passFile, "pass-file", "", "file holding the BMC password")
+	fs.StringVar(&f.capture, "capture", "", "console capture: always, attached or default")
 	if err := fs.Parse(args); err != nil {
 		return nil, usageErr("%v", err)
 	}
@@ -64,7 +65,7 @@ func parseNodeFlags(args []string) (*nodeFlags, error) {
 	var wrong []string
 	fs.Visit(func(fl *flag.Flag) {
 		f.set = append(f.set, fl.Name)
-		if fl.Name != "type" && fl.Name != "addr" && !slices.Contains(takes, fl.Name) {
+		if !slices.Contains([]string{"type", "addr", "capture"}, fl.Name) && !slices.Contains(takes, fl.Name) {
 			wrong = append(wrong, "--"+fl.Name)
 		}
 	})

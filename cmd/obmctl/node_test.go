@@ -50,9 +50,9 @@ func TestObmctlNodeTypes(t *testing.T) {
 		wantErr  string   // substring of stderr
 	}{
 		{"add redfish", []string{"node", "add", "rf1", "--type", "redfish", "--addr", "https://bmc-7.example:8443", "--user", "obmd",
-			"--system", "System.Embedded.1", "--insecure", "--sol-port", "6230", "--sol-cipher", "17", "--pass-file", pw}, 0, []string{"rf1: registered"}, ""},
+			"--system", "System.Embedded.1", "--insecure", "--sol-port", "6230", "--sol-cipher", "17", "--capture", "attached", "--pass-file", pw}, 0, []string{"rf1: registered"}, ""},
 		{"show redfish", []string{"node", "show", "rf1"}, 0, []string{"type:     redfish\n", "bmc:      https://bmc-7.example:8443\n",
-			"system:   System.Embedded.1\n", "tls:      not verified (insecure)\n", "console:  IPMI SOL on port 6230\n", "cipher:   17 (pinned)\n"}, ""},
+			"system:   System.Embedded.1\n", "tls:      not verified (insecure)\n", "console:  IPMI SOL on port 6230\n", "cipher:   17 (pinned)\n", "capture:  attached\n"}, ""},
 		{"add redfish, no console", []string{"node", "add", "rf2", "--type", "redfish", "--addr", "https://bmc-8.example", "--user", "obmd",
 			"--pass-file", pw}, 0, []string{"rf2: registered"}, ""},
 		{"show redfish, no console", []string{"node", "show", "rf2"}, 0, []string{"system:   the BMC's only one\n", "tls:      verified\n",
