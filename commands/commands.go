@@ -41,6 +41,10 @@
 //	power-cycle --wait-for RE   node-17: power cycled, then the matching line
 //	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none);
 //	                            USER and REMOTE only on the requester's own sessions ("-" otherwise)
+//	doctor                      one line per step checked, "ok" or "FAIL", its name and result (on
+//	                            failure "; what to do: " and a hint), then "node-17: doctor: all 4
+//	                            checks passed" or "node-17: doctor: sol failed (...)"; the tenant's
+//	                            texts only (sol.Check.Tenant): never the BMC's address
 //	version                     the version string
 //	help [COMMAND]              the usage text
 //
@@ -68,6 +72,8 @@
 //	                "user" and "remote" only with "own": true (the requester's own session:
 //	                the same credential from the same host); "writer" and "own" omitted if false
 //	version         "version": string
+//	doctor          "checks": [{"name","ok","result","hint"}] (hint only on a failed step),
+//	                also when a step failed (then with "ok": false and "error")
 //	help            "help": the usage text
 //	wait-for, power-on/power-cycle --wait-for, expect (its last wait):
 //	                "match": the matched text, "line": its line, "offset": its first byte
@@ -100,6 +106,8 @@ import (
 	"errors"
 	"io"
 	"time"
+
+	"github.com/obmd/obmd/sol"
 )
 
 // Exit codes, the contract with scripts.
@@ -159,6 +167,7 @@ const (
 	CmdConsole     Name = "console"
 	CmdConsoleLog  Name = "console-log"
 	CmdSessions    Name = "sessions"
+	CmdDoctor      Name = "doctor"
 	CmdHelp        Name = "help"
 	CmdVersion     Name = "version"
 	CmdWaitFor     Name = "wait-for"
@@ -231,6 +240,9 @@ type Result struct {
 	Match    *Match        `json:"-"` // wait-for, --wait-for, expect (its last wait)
 	Bytes    int           `json:"-"` // send
 	Steps    int           `json:"-"` // expect: the steps done
+	// Checks is a doctor run's diagnosis, in order; also set when its last
+	// step failed (Do then returns a *CheckError as well).
+	Checks []sol.Check `json:"-"`
 	// Error is the failure, safe to show; set only on results that render an
 	// error (WriteError). Empty means the command succeeded ("ok": true).
 	Error string `json:"error,omitempty"`
