@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -243,5 +244,23 @@ func TestMatcherSpan(t *testing.T) {
 	mt, ok := m.find(re)
 	if !ok || mt.Offset != 6+20000+1 || !strings.HasPrefix(mt.Line, "begin y") {
 		t.Fatalf("got %+v %v", mt.Offset, ok)
+	}
+}
+
+// TestREADMEScript: the example script of README's "Automating a
+// console" parses, every step of it.
+func TestREADMEScript(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "  # boot.exp:")
+	block, _, ok2 := strings.Cut(rest, "  ```")
+	if !ok || !ok2 {
+		t.Fatal("README: no boot.exp block")
+	}
+	steps, err := ParseScript("#" + block)
+	if err != nil || len(steps) != 10 {
+		t.Fatalf("README's script: %d steps, %v", len(steps), err)
 	}
 }
