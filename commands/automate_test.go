@@ -260,7 +260,7 @@ func TestREADMEScript(t *testing.T) {
 		t.Fatal("README: no boot.exp block")
 	}
 	steps, err := ParseScript("#" + block)
-	if err != nil || len(steps) != 10 {
+	if err != nil || len(steps) != 9 {
 		t.Fatalf("README's script: %d steps, %v", len(steps), err)
 	}
 }
