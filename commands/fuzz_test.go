@@ -14,6 +14,9 @@ func FuzzSplitParse(f *testing.F) {
 		"console-log --lines 10", "console-log --lines=100000", "console-log --lines", "sessions", "help bootdev",
 		"version --json", "-h", "power-on --help", "foo bar", "\x1b[2J", "power-on\u009b", "a\u202eb",
 		"\xff\xfe", strings.Repeat("x ", 20), strings.Repeat("y", 2000), `""`, `'`, "--json",
+		"wait-for 'login:' --timeout 5m --since 10m", "wait-for (a|b)* --tenancy", "wait-for x --since=attach",
+		`send 'root\r'`, `send a\x4`, "send --hex 0d0a --force", "send --stdin", "expect 'wait x 1s;send y\\r;break'",
+		"expect --stdin --timeout 1m", "power-cycle --wait-for login: --timeout 1s", "power-on --wait-for=",
 	} {
 		f.Add(seed)
 	}
@@ -49,4 +52,20 @@ func checkFuzzErr(t *testing.T, err error) {
 			t.Fatalf("message %q holds non-printable %U", ue.Msg, r)
 		}
 	}
+}
+
+// FuzzScript: ParseScript never panics, and refuses with a usage error
+// naming a line.
+func FuzzScript(f *testing.F) {
+	for _, seed := range []string{"wait 'login:' 10m\nsend root\\r\nsleep 1s\nbreak\n", "# c\n\nwait (", "send \\x", "wait \"a b\" 0s",
+		strings.Repeat("break\n", 1001), "sleep -1s", "wait ' 1s"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, script string) {
+		steps, err := ParseScript(script)
+		checkFuzzErr(t, err)
+		if err == nil && (len(steps) == 0 || len(steps) > maxSteps) {
+			t.Fatalf("got %d steps", len(steps))
+		}
+	})
 }
