@@ -109,6 +109,22 @@ func (m *matcher) find(re *regexp.Regexp) (Match, bool) {
 	return mt, true
 }
 
+// scan feeds p, arrived at at, and looks for re after every maxSpan bytes
+// of it (a chunk larger than the window is searched whole); what follows
+// a match is kept for the next search.
+func (m *matcher) scan(p []byte, at time.Time, re *regexp.Regexp) (Match, bool) {
+	for len(p) > 0 {
+		k := min(len(p), maxSpan)
+		m.feed(p[:k], at)
+		p = p[k:]
+		if mt, ok := m.find(re); ok {
+			m.feed(p, at)
+			return mt, true
+		}
+	}
+	return Match{}, false
+}
+
 // wait reads con until re matches, timeout passes (ErrTimedOut) or ctx
 // ends (its cause).
 func (m *matcher) wait(ctx context.Context, con Console, re *regexp.Regexp, timeout time.Duration) (Match, error) {
@@ -128,8 +144,7 @@ func (m *matcher) wait(ctx context.Context, con Console, re *regexp.Regexp, time
 			}
 			return Match{}, err
 		}
-		m.feed(p, at)
-		if mt, ok := m.find(re); ok {
+		if mt, ok := m.scan(p, at, re); ok {
 			return mt, nil
 		}
 	}
@@ -188,10 +203,13 @@ func (r *Runner) waitFor(ctx context.Context, req Request, cmd Command) (Result,
 		return res, err
 	}
 	defer w.con.Close()
-	if err := r.feedStored(ctx, req, cmd, &w.m); err != nil {
+	mt, found, err := r.searchStored(ctx, req, cmd, w)
+	if err != nil {
 		return res, err
 	}
-	mt, err := w.m.wait(ctx, w.con, w.re, waitTimeout(cmd.Timeout))
+	if !found {
+		mt, err = w.m.wait(ctx, w.con, w.re, waitTimeout(cmd.Timeout))
+	}
 	r.auditWait(ctx, req, ActionConsoleWait, w.start, err)
 	if err != nil {
 		return res, err
@@ -208,19 +226,17 @@ func waitTimeout(d time.Duration) time.Duration {
 	return d
 }
 
-// feedStored feeds m what wait-for --since searches before the live
-// output: the scrollback (attach) or the tenancy's stored history.
-func (r *Runner) feedStored(ctx context.Context, req Request, cmd Command, m *matcher) error {
+// searchStored searches what wait-for --since asks for before the live
+// output: the scrollback (attach) or the tenancy's stored history, chunk
+// by chunk (a match early in a long history is found).
+func (r *Runner) searchStored(ctx context.Context, req Request, cmd Command, w *watching) (Match, bool, error) {
 	switch cmd.SinceMode {
 	case "", SinceNow:
-		return nil
-	case SinceAttach:
-		m.feed(r.consoles.Scrollback(req.Node), r.cfg.Now())
-		return nil
+		return Match{}, false, nil
 	}
-	if r.cfg.History == nil || req.Epoch <= 0 {
-		m.feed(r.consoles.Scrollback(req.Node), r.cfg.Now())
-		return nil
+	if cmd.SinceMode == SinceAttach || r.cfg.History == nil || req.Epoch <= 0 {
+		mt, ok := w.m.scan(r.consoles.Scrollback(req.Node), r.cfg.Now(), w.re)
+		return mt, ok, nil
 	}
 	q := history.Query{Node: req.Node, Epoch: req.Epoch}
 	if cmd.SinceMode == SinceTime {
@@ -228,14 +244,17 @@ func (r *Runner) feedStored(ctx context.Context, req Request, cmd Command, m *ma
 	}
 	chunks, err := r.cfg.History.Read(ctx, q)
 	if err != nil {
-		return historyError(err)
+		return Match{}, false, historyError(err)
 	}
 	for _, c := range chunks {
-		if c.Kind == history.KindOutput {
-			m.feed(c.Data, c.Until())
+		if c.Kind != history.KindOutput {
+			continue
+		}
+		if mt, ok := w.m.scan(c.Data, c.Until(), w.re); ok {
+			return mt, true, nil
 		}
 	}
-	return nil
+	return Match{}, false, nil
 }
 
 // send is send: it writes the bytes as the writer, for the write only.

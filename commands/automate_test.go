@@ -264,3 +264,18 @@ func TestREADMEScript(t *testing.T) {
 		t.Fatalf("README's script: %d steps, %v", len(steps), err)
 	}
 }
+
+// TestMatcherBigChunk: a match at the start of a chunk larger than the
+// window is found, and what follows it is kept for the next search.
+func TestMatcherBigChunk(t *testing.T) {
+	var m matcher
+	big := append([]byte("early-marker\n"), bytes.Repeat([]byte("z"), 3*window)...)
+	big = append(big, "late-marker\n"...)
+	mt, ok := m.scan(big, time.Now(), regexp.MustCompile("early-marker"))
+	if !ok || mt.Offset != 0 {
+		t.Fatalf("early: got %+v %v", mt, ok)
+	}
+	if _, ok := m.find(regexp.MustCompile("late-marker")); !ok {
+		t.Error("what followed the match was lost")
+	}
+}
