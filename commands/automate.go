@@ -310,7 +310,10 @@ func readStdin(req Request, limit int) ([]byte, error) {
 // sendOn writes data on con and audits it (the byte count, never the
 // bytes).
 func (r *Runner) sendOn(ctx context.Context, req Request, con Console, data []byte, force bool) error {
-	err := con.Send(ctx, data, force)
+	err := r.ready(ctx, con)
+	if err == nil {
+		err = con.Send(ctx, data, force)
+	}
 	result, detail := ResultOK, fmt.Sprintf("%d bytes", len(data))
 	switch {
 	case errors.Is(err, sol.ErrWriterBusy):
@@ -324,6 +327,19 @@ func (r *Runner) sendOn(ctx context.Context, req Request, con Console, data []by
 	r.auditConsole(ctx, req, ActionConsoleSend, result, detail)
 	if err != nil {
 		return fmt.Errorf("send to %s: %w", clean(req.Node, 0), err)
+	}
+	return nil
+}
+
+// ready waits, at most the BMC timeout, for con's link to be up: input
+// then goes to an established console, and a power operation's answer is
+// seen. Not up in time is no error (the link keeps trying; input waits
+// for it, a wait sees what comes once it is up); only ctx's end is.
+func (r *Runner) ready(ctx context.Context, con Console) error {
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	if err := con.Ready(rctx); err != nil && ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	return nil
 }
@@ -357,14 +373,9 @@ func (r *Runner) powerWait(ctx context.Context, req Request, cmd Command) (Resul
 		return res, err
 	}
 	defer w.con.Close()
-	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	err = w.con.Ready(rctx)
-	cancel()
-	if err != nil && ctx.Err() != nil {
-		return res, context.Cause(ctx)
+	if err := r.ready(ctx, w.con); err != nil {
+		return res, err
 	}
-	// Not up in time: the power operation runs anyway; the wait sees what
-	// comes once the link is up.
 	op, _ := opFor(cmd)
 	res, err = r.power(ctx, req, cmd, op)
 	if err != nil {

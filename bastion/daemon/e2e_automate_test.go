@@ -254,12 +254,6 @@ func TestAutomateIPMI(t *testing.T) {
 		t.Fatalf("wait-for on ipmi_sim: got %+v", res)
 	}
 
-	s.ResetSerial()
-	if res := o.openssh("ai", tok, nil, "send", "--hex", "6c730d00ff"); res.Code != 0 {
-		t.Fatalf("send on ipmi_sim: got %+v", res)
-	}
-	s.WaitSerial(t, []byte("ls\r\x00\xff"), e2eWait)
-
 	// expect: the host answers what the script sends; then a wait that
 	// never matches is exit 5, naming its line.
 	s.ResetSerial()
@@ -278,6 +272,12 @@ func TestAutomateIPMI(t *testing.T) {
 	if res.Code != 5 || !strings.Contains(res.Stderr, "line 1 (wait)") {
 		t.Errorf("expect timeout on ipmi_sim: got %+v", res)
 	}
+
+	s.ResetSerial()
+	if res := o.openssh("ai", tok, nil, "send", "--hex", "6c730d00ff"); res.Code != 0 {
+		t.Fatalf("send on ipmi_sim: got %+v", res)
+	}
+	s.WaitSerial(t, []byte("ls\r\x00\xff"), e2eWait)
 
 	done = o.auBackground("ai", tok, "wait-for", "never-printed", "--timeout", "60s")
 	waitUntil(t, "the waiting session", func() bool {
