@@ -88,6 +88,9 @@ type Revoker struct {
 
 	mu    sync.Mutex
 	nodes map[string]*nodeAccess // see pruneLocked
+	// creds are the credential changes made here whose outcome is not
+	// known yet (cred.go): the certificate sessions they name are refused.
+	creds []*db.CredChange
 }
 
 // nodeAccess is a node's revocation state.

@@ -110,12 +110,25 @@ func (w *Watcher) Run(ctx context.Context) error {
 			continue
 		}
 		for _, c := range changes {
-			w.rev.Revoke(c.Node, c.Epoch, whyChanged)
+			if c.Node == "" { // a credential change: no node's
+				w.rev.RevokeCred(c.Epoch, c.Cred, credWhy(c))
+			} else {
+				w.rev.Revoke(c.Node, c.Epoch, whyChanged)
+			}
 			cursor = c.Epoch
 		}
 		w.rev.Watched(cursor)
 		w.announce(ctx, cursor)
 	}
+}
+
+// credWhy is what the users a credential change ends are told: its
+// recorded reason ("certificate revoked").
+func credWhy(c db.Change) string {
+	if c.Reason == "" {
+		return db.ReasonCertRevoked
+	}
+	return c.Reason
 }
 
 // polled acts on the outcome of a look at the database: once it has failed
