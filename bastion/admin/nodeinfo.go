@@ -28,6 +28,8 @@ type Types interface {
 type nodeBody struct {
 	Type string          `json:"type"`
 	Info json.RawMessage `json:"info"`
+	// Principals (/v1 only) are read by decodePrincipals.
+	Principals json.RawMessage `json:"principals"`
 }
 
 // decodeNodeBody parses and validates a node registration body into the
@@ -75,10 +77,12 @@ type nodeView struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// InfoError says the stored info cannot be read (a changed sealing key).
 	InfoError string `json:"info_error,omitempty"`
-	// Detail, for GET /v1/nodes/{label} only.
-	HasToken *bool `json:"has_token,omitempty"`
-	Keys     *int  `json:"keys,omitempty"`
-	Sessions *int  `json:"sessions,omitempty"`
+	// Detail, for GET /v1/nodes/{label} only (and Principals after a PUT
+	// that set them).
+	HasToken   *bool     `json:"has_token,omitempty"`
+	Keys       *int      `json:"keys,omitempty"`
+	Sessions   *int      `json:"sessions,omitempty"`
+	Principals *[]string `json:"principals,omitempty"`
 
 	info any // nodes.Info.View, whose fields join these
 }

@@ -57,6 +57,18 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeBodyError(w, err)
 		return
 	}
+	var principals *[]string // the /v1 body's, if it has them
+	if v1 {
+		var only bool
+		if principals, only, err = decodePrincipals(data); err != nil {
+			writeBodyError(w, err)
+			return
+		}
+		if only {
+			a.putPrincipals(w, r, label, *principals)
+			return
+		}
+	}
 	info, err := a.decodeNodeBody(data, v1)
 	if err != nil {
 		writeBodyError(w, err)
@@ -92,7 +104,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 				return
 			}
 			if v1 {
-				writeJSON(w, http.StatusCreated, a.view(n))
+				a.putDone(w, r, http.StatusCreated, n, principals)
 			} else {
 				writeOK(w)
 			}
@@ -108,7 +120,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		same, openErr := a.sameNode(n, info)
 		if same {
 			if v1 {
-				writeJSON(w, http.StatusOK, a.view(n))
+				a.putDone(w, r, http.StatusOK, n, principals)
 			} else {
 				writeOK(w)
 			}
@@ -123,7 +135,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 			writeError(w, http.StatusConflict, msg)
 			return
 		}
-		a.updateNode(w, r, label, info)
+		a.updateNode(w, r, label, info, principals)
 		return
 	}
 	writeError(w, http.StatusConflict, "node "+quote(label)+" is being changed concurrently; try again")
@@ -131,7 +143,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 
 // updateNode replaces a node's type and info (/v1) and cuts its sessions:
 // they were opened against the old BMC.
-func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info) {
+func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info, principals *[]string) {
 	typ := string(info.Type())
 	sealed, err := a.types.Seal(label, info)
 	if err != nil {
@@ -153,7 +165,7 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, i
 		a.changeFailed(w, r, "update node", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.view(n))
+	a.putDone(w, r, http.StatusOK, n, principals)
 }
 
 // changeAccess is the one path of every access change made through the
@@ -314,16 +326,20 @@ func (a *API) getNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	acc, err := a.store.Access(ctx, label)
+	var ks []db.Key
+	var ps []string
 	if err == nil {
-		var ks []db.Key
 		ks, err = a.store.Keys(ctx, label)
-		if err == nil {
-			v := a.view(n)
-			nk, ns := len(ks), len(a.sessions.List(label))
-			v.HasToken, v.Keys, v.Sessions = &acc.HasToken, &nk, &ns
-			writeJSON(w, http.StatusOK, v)
-			return
-		}
+	}
+	if err == nil {
+		ps, err = a.store.NodePrincipals(ctx, label)
+	}
+	if err == nil {
+		v := a.view(n)
+		nk, ns := len(ks), len(a.sessions.List(label))
+		v.HasToken, v.Keys, v.Sessions, v.Principals = &acc.HasToken, &nk, &ns, &ps
+		writeJSON(w, http.StatusOK, v)
+		return
 	}
 	if errors.Is(err, db.ErrNotFound) {
 		nodeNotFound(w, label)
