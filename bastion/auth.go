@@ -42,6 +42,9 @@ type connState struct {
 	exists  bool             // the last key offer's node exists
 	dbDown  bool             // a key lookup failed on the database
 	refused bool             // the limiter refused a key offer (recorded then)
+	// certs are the certificates accepted when offered: "label
+	// fingerprint" (of the whole certificate) -> what was found (cert.go).
+	certs map[string]*certLogin
 	// settled: nothing is left to record when the connection ends (it
 	// authenticated, or a token try was recorded).
 	settled bool
@@ -59,9 +62,15 @@ func (st *connState) settle() {
 
 // authInfo is what a successful authentication established.
 type authInfo struct {
-	Method string // "password", "keyboard-interactive", "publickey"
-	User   string // "token" or "key SHA256:..."
-	Epoch  int64  // node access epoch read with the credential
+	Method string // "password", "keyboard-interactive", "publickey", "cert"
+	// Actor names who acts in audit records: "ssh:" + Method, or, for a
+	// certificate, "ssh:cert hil:alice serial 42" (set by accepted).
+	Actor string
+	User  string // "token", "key SHA256:..." or "cert hil:alice serial 42"
+	// Detail is the login's audit detail (default User).
+	Detail string
+	Epoch  int64      // node access epoch read with the credential
+	Cert   *certLogin // the certificate of a certificate login
 }
 
 func authFrom(ctx ssh.Context) *authInfo {
@@ -140,6 +149,9 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 // refused on a node under attack, after the lookup that says whether the
 // node exists (Limiter.Judge).
 func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
+	if cert, ok := key.(*gossh.Certificate); ok {
+		return s.certOffer(ctx, cert)
+	}
 	st := stateFrom(ctx)
 	label, fp := ctx.User(), keys.Fingerprint(key)
 	st.mu.Lock()
@@ -192,14 +204,19 @@ func (s *Server) refuseKeys(st *connState, label, which string, first bool) {
 	s.refuse(label, st.remote, "publickey", which, first)
 }
 
-// verifiedKey runs once the client has signed with a key that publicKey
-// accepted for the current user: the login succeeds.
+// verifiedKey runs once the client has signed with key, which publicKey
+// accepted for the current user: the login succeeds. key is the one whose
+// signature x/crypto verified, so it alone decides (see cert.go).
 func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 	fp := keys.Fingerprint(key)
 	st := stateFrom(ctx)
 	st.mu.Lock()
 	epoch, ok := st.offered[ctx.User()+" "+fp]
+	cl := st.certs[ctx.User()+" "+fp]
 	st.mu.Unlock()
+	if cl != nil {
+		return s.certVerified(ctx, cl)
+	}
 	if !ok { // cannot happen: x/crypto only verifies keys publicKey accepted
 		return errors.New("key was not accepted")
 	}
@@ -225,8 +242,8 @@ func (s *Server) connEnded(st *connState) {
 	switch {
 	case st.dbDown:
 		why = fmt.Sprintf("database unavailable (%d key(s) offered)", st.keys)
-	case len(st.offered) > 0:
-		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", st.keys, len(st.offered))
+	case len(st.offered)+len(st.certs) > 0:
+		why = fmt.Sprintf("%d key(s) offered, %d accepted but not signed with", st.keys, len(st.offered)+len(st.certs))
 	}
 	if !st.dbDown {
 		s.lim.Fail(st.src, st.user, st.exists)
@@ -235,6 +252,12 @@ func (s *Server) connEnded(st *connState) {
 }
 
 func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
+	if a.Actor == "" {
+		a.Actor = "ssh:" + a.Method
+	}
+	if a.Detail == "" {
+		a.Detail = a.User
+	}
 	ctx.SetValue(authKey{}, a)
 	st := stateFrom(ctx)
 	st.settle()
@@ -242,8 +265,8 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}
-	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + a.Method, Action: "auth",
-		Source: remoteString(ctx), Result: "ok", Detail: a.User})
+	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: a.Actor, Action: "auth",
+		Source: remoteString(ctx), Result: "ok", Detail: a.Detail})
 }
 
 func (s *Server) denied(ctx ssh.Context, method, why string) {
