@@ -14,8 +14,8 @@ import (
 
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/cluster"
-	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )
 
