@@ -1,0 +1,207 @@
+package daemon_test
+
+// Certificate logins end to end (issue 16): certificates signed by Debian's
+// ssh-keygen, used by the real OpenSSH client (ssh -o CertificateFile=) and
+// by x/crypto, on both database engines.
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion/daemon"
+)
+
+// ckFailDelay is the fail delay of the certificate tests: long enough to
+// see that every refusal waits for it.
+const ckFailDelay = 200 * time.Millisecond
+
+// TestCertLogin: a CA is trusted through /v1/cas (adding it again is 200;
+// GET lists it); a certificate signed with the README's ssh-keygen line
+// logs in through OpenSSH and x/crypto, and the audit names its key id
+// and serial; `-V +1m` right after a node's access change is refused (its
+// start is backdated: strict tenancy); a certificate from before a token
+// rotation is refused after it, one signed after works.
+func TestCertLogin(t *testing.T) {
+	t.Parallel()
+	onEngines(t, func(t *testing.T, dsn string) {
+		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
+		k := newIssuer(t)
+		fp := o.trust(k, "hil")
+		o.mustAPI(200, "POST", "/v1/cas", map[string]string{"key": k.ca, "name": "hil"})
+		if got := string(o.mustAPI(200, "GET", "/v1/cas", nil)); !strings.Contains(got, fp) || !strings.Contains(got, `"name":"hil"`) {
+			t.Errorf("GET /v1/cas: got %s, want the CA", got)
+		}
+		o.addSimNode("c17")
+		good := k.sign("-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-z", "42")
+		if res := o.openssh("c17", "", k.args(good), "power-status"); res.Code != 0 || res.Stdout != "c17: power on\n" {
+			t.Fatalf("OpenSSH with the certificate: got %v, want exit 0 and the status", res)
+		}
+		if res, err := o.fdExec("c17", "power-on", gossh.PublicKeys(k.signer(good))); err != nil || res.Code != 0 {
+			t.Fatalf("x/crypto with the certificate: got %v, %v", res, err)
+		}
+		var login, power bool
+		for _, e := range o.fdAudit("c17") {
+			if e.Actor != "ssh:cert hil:alice serial 42" {
+				continue
+			}
+			login = login || (e.Action == "auth" && e.Result == "ok" && strings.Contains(e.Detail, "principal c17"))
+			power = power || strings.HasPrefix(e.Action, "power")
+		}
+		if !login || !power {
+			t.Errorf("audit: login %v, power action %v by ssh:cert hil:alice serial 42; want both:\n%+v", login, power, o.fdAudit("c17"))
+		}
+
+		before := o.lastAudit("c17")
+		backdated := k.sign("-I", "alice", "-n", "c17", "-V", "+1m", "-z", "42")
+		if res := o.openssh("c17", "", k.args(backdated), "power-status"); res.Code != 255 {
+			t.Errorf("-V +1m just after the node's change: got %v, want refused", res)
+		}
+		if !o.certDenied("c17", "valid from before the node's last access change", before) {
+			t.Errorf("-V +1m: no audited refusal naming the tenancy")
+		}
+
+		// Rotation: the tenancy starts again.
+		waitUntil(t, "the certificate's start to pass", func() bool { return time.Now().After(validAfter(t, good)) })
+		o.rotate("c17")
+		before = o.lastAudit("c17")
+		if res := o.openssh("c17", "", k.args(good), "power-status"); res.Code != 255 {
+			t.Errorf("certificate signed before the rotation: got %v, want refused", res)
+		}
+		if !o.certDenied("c17", "before the node's last access change", before) {
+			t.Errorf("certificate from before the rotation: no audited refusal naming the tenancy")
+		}
+		fresh := k.sign("-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-z", "44")
+		if res := o.openssh("c17", "", k.args(fresh), "power-status"); res.Code != 0 {
+			t.Errorf("certificate signed after the rotation: got %v, want exit 0", res)
+		}
+	})
+}
+
+// TestCertRefused: each reason to refuse a certificate is refused through
+// OpenSSH with the answer an unregistered key gets, audited with its
+// reason, and (x/crypto) never sooner than fail_delay.
+func TestCertRefused(t *testing.T) {
+	t.Parallel()
+	onEngines(t, func(t *testing.T, dsn string) {
+		o := startObmd(t, fdNoLimits, func(c *daemon.Config) { c.DB, c.FailDelay = dsn, ckFailDelay })
+		k, untrusted := newIssuer(t), newIssuer(t)
+		o.trust(k, "hil")
+		o.addSimNode("c17")
+		o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 43})
+		o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"key_id": "mallory", "ca": "hil"})
+		_, strangerPath := newKey(t)
+		wrongKey := o.openssh("c17", "", []string{"-i", strangerPath}, "power-status")
+		if wrongKey.Code != 255 || !strings.Contains(wrongKey.Stderr, "Permission denied") {
+			t.Fatalf("unregistered key: got %v, want permission denied", wrongKey)
+		}
+		now := time.Now()
+		for _, tc := range []struct {
+			name string
+			k    *ckIssuer
+			args []string
+			why  string
+		}{
+			{"wrong principal", k, []string{"-I", "alice", "-n", "c18", "-V", "+1s:+1h"}, "no principal of the node"},
+			{"expired", k, []string{"-I", "alice", "-n", "c17", "-V", window(now.Add(-2*time.Hour), now.Add(-time.Hour))}, "expired"},
+			{"not yet valid", k, []string{"-I", "alice", "-n", "c17", "-V", "+2h:+3h"}, "not yet valid"},
+			{"untrusted CA", untrusted, []string{"-I", "alice", "-n", "c17", "-V", "+1s:+1h"}, "not trusted"},
+			{"revoked serial", k, []string{"-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-z", "43"}, "revoked by serial"},
+			{"revoked key id", k, []string{"-I", "mallory", "-n", "c17", "-V", "+1s:+1h", "-z", "7"}, "revoked by key id"},
+			{"unknown critical option", k, []string{"-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-O", "critical:frob@example.com=x"}, "critical option"},
+			{"force-command", k, []string{"-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-O", "force-command=power-off"}, "critical option"},
+			{"source-address mismatch", k, []string{"-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-O", "source-address=10.9.9.9/32"}, "source-address"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				cert := tc.k.sign(tc.args...)
+				before := o.lastAudit("c17")
+				res := o.openssh("c17", "", tc.k.args(cert), "power-status")
+				if res.Code != wrongKey.Code || res.Stderr != wrongKey.Stderr {
+					t.Errorf("OpenSSH: got %v, want what an unregistered key gets (%v)", res, wrongKey)
+				}
+				if !o.certDenied("c17", tc.why, before) {
+					t.Errorf("no audited refusal naming %q: %+v", tc.why, o.fdAudit("c17"))
+				}
+				start := time.Now()
+				if _, err := o.fdExec("c17", "power-status", gossh.PublicKeys(tc.k.signer(cert))); err == nil {
+					t.Errorf("x/crypto: logged in, want refused")
+				}
+				if took := time.Since(start); took < ckFailDelay {
+					t.Errorf("x/crypto refusal after %v, want at least the fail delay %v", took, ckFailDelay)
+				}
+			})
+		}
+		ok := k.sign("-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-O", "source-address=127.0.0.0/8,10.9.9.9/32")
+		if res := o.openssh("c17", "", k.args(ok), "power-status"); res.Code != 0 {
+			t.Errorf("source-address allowing 127.0.0.1: got %v, want exit 0", res)
+		}
+	})
+}
+
+// TestCertNoPTY: without permit-pty, a certificate session gets no PTY
+// and no console, but runs commands. A person typing `ssh np` at a
+// terminal is told why (OpenSSH goes on without the PTY it asked for);
+// `ssh -tt` gives up by itself, as it does with sshd.
+func TestCertNoPTY(t *testing.T) {
+	t.Parallel()
+	onEngines(t, func(t *testing.T, dsn string) {
+		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
+		k := newIssuer(t)
+		o.trust(k, "hil")
+		o.addSimNode("np")
+		cert := k.sign("-I", "bob", "-n", "np", "-V", "+1s:+1h", "-O", "no-pty")
+		con := startPTY(t, exec.Command("ssh", sshArgs(o.SSHAddr(), "np", append([]string{"-o", "PasswordAuthentication=no",
+			"-o", "KbdInteractiveAuthentication=no"}, k.args(cert)...)...)...))
+		con.expect("PTY allocation request failed")
+		con.expect("does not permit a console")
+		if code := con.exit(); code != 3 {
+			t.Errorf("ssh at a terminal without permit-pty: exit %d, want 3", code)
+		}
+		if res := o.openssh("np", "", append(k.args(cert), "-tt")); res.Code != 255 || !strings.Contains(res.Stderr, "PTY allocation request failed") {
+			t.Errorf("ssh -tt without permit-pty: got %v, want OpenSSH to give up", res)
+		}
+		if res := o.openssh("np", "", k.args(cert), "power-status"); res.Code != 0 || res.Stdout != "np: power on\n" {
+			t.Errorf("exec without permit-pty: got %v, want exit 0", res)
+		}
+		c, err := o.dial("np", gossh.PublicKeys(k.signer(cert)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.RequestPty("xterm", 24, 80, gossh.TerminalModes{}); err == nil {
+			t.Errorf("x/crypto pty-req without permit-pty: accepted, want refused")
+		}
+		if res, err := runSession(c, "console"); err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "does not permit a console") {
+			t.Errorf("exec console without permit-pty: got %v, %v; want exit 3 and why", res, err)
+		}
+	})
+}
+
+// ckView is a certificate session as GET /v1/sessions shows it.
+type ckView struct {
+	User    string
+	Expires time.Time
+	Cert    struct {
+		CA     string `json:"ca"`
+		Serial uint64 `json:"serial"`
+		KeyID  string `json:"key_id"`
+	}
+}
+
+func (o *obmd) certSessions(label string) []ckView {
+	o.t.Helper()
+	var out struct{ Sessions []ckView }
+	if err := json.Unmarshal(o.mustAPI(200, "GET", "/v1/sessions?node="+label, nil), &out); err != nil {
+		o.t.Fatal(err)
+	}
+	return out.Sessions
+}
