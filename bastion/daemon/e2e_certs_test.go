@@ -205,3 +205,42 @@ func (o *obmd) certSessions(label string) []ckView {
 	}
 	return out.Sessions
 }
+
+// TestCertKeyProof (CVE-2024-45337): offering another person's
+// certificate (public, so anyone may have it) without its private key
+// logs in no one; OpenSSH given someone else's certificate file and its
+// own key asks about the certificate (obmd accepts the offer), cannot
+// sign with it, and logs in with its own key: the audit and the session
+// name that key, never the certificate accepted earlier in the handshake.
+func TestCertKeyProof(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	k := newIssuer(t)
+	o.trust(k, "hil")
+	o.addSimNode("kp")
+	aliceCert := k.sign("-I", "alice", "-n", "kp", "-V", "+1s:+1h", "-z", "1")
+	alice := k.signer(aliceCert)
+	mallory, malloryKey := newKey(t)
+	fp := o.addKey("kp", mallory.PublicKey())
+	if c, err := o.dial("kp", gossh.PublicKeys(fdImpostor{pub: alice.PublicKey(), sign: mallory})); err == nil {
+		c.Close()
+		t.Fatal("the certificate without its private key authenticated")
+	}
+	con := sshPTY(t, o.SSHAddr(), "kp", "", []string{"-v", "-i", malloryKey, "-o", "CertificateFile=" + aliceCert})
+	con.out.wait(t, "console banner", 0, "console of kp")
+	if got := con.out.String(); !strings.Contains(got, "Server accepts key: "+aliceCert+" ED25519-CERT") {
+		t.Fatalf("OpenSSH never had the certificate accepted (the premise): %q", tailString(got, 2000))
+	}
+	if v := o.certSessions("kp"); len(v) != 1 || v[0].User != "key "+fp || v[0].Cert.KeyID != "" {
+		t.Errorf("GET /v1/sessions: got %+v, want mallory's key", v)
+	}
+	var ok []string
+	for _, e := range o.fdAudit("kp") {
+		if e.Action == "auth" && e.Result == "ok" {
+			ok = append(ok, e.Actor+" "+e.Detail)
+		}
+	}
+	if len(ok) != 1 || ok[0] != "ssh:publickey key "+fp {
+		t.Errorf("successful logins audited: got %q, want mallory's key only", ok)
+	}
+}
