@@ -21,11 +21,12 @@ import (
 const ckFailDelay = 200 * time.Millisecond
 
 // TestCertLogin: a CA is trusted through /v1/cas (adding it again is 200;
-// GET lists it); a certificate signed with the README's ssh-keygen line
-// logs in through OpenSSH and x/crypto, and the audit names its key id
-// and serial; `-V +1m` right after a node's access change is refused (its
-// start is backdated: strict tenancy); a certificate from before a token
-// rotation is refused after it, one signed after works.
+// GET lists it); a certificate signed with the README's line (ssh-keygen
+// -s CA -I alice@project-x -n node-17 -V +1s:+8h -z 42) logs in through
+// OpenSSH and x/crypto, and the audit names its key id and serial; `-V
+// +1m` right after a node's access change is refused (its start is
+// backdated: strict tenancy); a certificate from before a token rotation
+// is refused after it, one signed after works.
 func TestCertLogin(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
@@ -36,47 +37,47 @@ func TestCertLogin(t *testing.T) {
 		if got := string(o.mustAPI(200, "GET", "/v1/cas", nil)); !strings.Contains(got, fp) || !strings.Contains(got, `"name":"hil"`) {
 			t.Errorf("GET /v1/cas: got %s, want the CA", got)
 		}
-		o.addSimNode("c17")
-		good := k.sign("-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-z", "42")
-		if res := o.openssh("c17", "", k.args(good), "power-status"); res.Code != 0 || res.Stdout != "c17: power on\n" {
+		o.addSimNode("node-17")
+		good := k.sign("-I", "alice@project-x", "-n", "node-17", "-V", "+1s:+8h", "-z", "42")
+		if res := o.openssh("node-17", "", k.args(good), "power-status"); res.Code != 0 || res.Stdout != "node-17: power on\n" {
 			t.Fatalf("OpenSSH with the certificate: got %v, want exit 0 and the status", res)
 		}
-		if res, err := o.fdExec("c17", "power-on", gossh.PublicKeys(k.signer(good))); err != nil || res.Code != 0 {
+		if res, err := o.fdExec("node-17", "power-on", gossh.PublicKeys(k.signer(good))); err != nil || res.Code != 0 {
 			t.Fatalf("x/crypto with the certificate: got %v, %v", res, err)
 		}
 		var login, power bool
-		for _, e := range o.fdAudit("c17") {
-			if e.Actor != "ssh:cert hil:alice serial 42" {
+		for _, e := range o.fdAudit("node-17") {
+			if e.Actor != "ssh:cert hil:alice@project-x serial 42" {
 				continue
 			}
-			login = login || (e.Action == "auth" && e.Result == "ok" && strings.Contains(e.Detail, "principal c17"))
+			login = login || (e.Action == "auth" && e.Result == "ok" && strings.Contains(e.Detail, "principal node-17"))
 			power = power || strings.HasPrefix(e.Action, "power")
 		}
 		if !login || !power {
-			t.Errorf("audit: login %v, power action %v by ssh:cert hil:alice serial 42; want both:\n%+v", login, power, o.fdAudit("c17"))
+			t.Errorf("audit: login %v, power action %v by ssh:cert hil:alice@project-x serial 42; want both:\n%+v", login, power, o.fdAudit("node-17"))
 		}
 
-		before := o.lastAudit("c17")
-		backdated := k.sign("-I", "alice", "-n", "c17", "-V", "+1m", "-z", "42")
-		if res := o.openssh("c17", "", k.args(backdated), "power-status"); res.Code != 255 {
+		before := o.lastAudit("node-17")
+		backdated := k.sign("-I", "alice", "-n", "node-17", "-V", "+1m", "-z", "42")
+		if res := o.openssh("node-17", "", k.args(backdated), "power-status"); res.Code != 255 {
 			t.Errorf("-V +1m just after the node's change: got %v, want refused", res)
 		}
-		if !o.certDenied("c17", "valid from before the node's last access change", before) {
+		if !o.certDenied("node-17", "valid from before the node's last access change", before) {
 			t.Errorf("-V +1m: no audited refusal naming the tenancy")
 		}
 
 		// Rotation: the tenancy starts again.
 		waitUntil(t, "the certificate's start to pass", func() bool { return time.Now().After(validAfter(t, good)) })
-		o.rotate("c17")
-		before = o.lastAudit("c17")
-		if res := o.openssh("c17", "", k.args(good), "power-status"); res.Code != 255 {
+		o.rotate("node-17")
+		before = o.lastAudit("node-17")
+		if res := o.openssh("node-17", "", k.args(good), "power-status"); res.Code != 255 {
 			t.Errorf("certificate signed before the rotation: got %v, want refused", res)
 		}
-		if !o.certDenied("c17", "before the node's last access change", before) {
+		if !o.certDenied("node-17", "before the node's last access change", before) {
 			t.Errorf("certificate from before the rotation: no audited refusal naming the tenancy")
 		}
-		fresh := k.sign("-I", "alice", "-n", "c17", "-V", "+1s:+1h", "-z", "44")
-		if res := o.openssh("c17", "", k.args(fresh), "power-status"); res.Code != 0 {
+		fresh := k.sign("-I", "alice", "-n", "node-17", "-V", "+1s:+1h", "-z", "44")
+		if res := o.openssh("node-17", "", k.args(fresh), "power-status"); res.Code != 0 {
 			t.Errorf("certificate signed after the rotation: got %v, want exit 0", res)
 		}
 	})
