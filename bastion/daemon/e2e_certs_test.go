@@ -245,3 +245,23 @@ func TestCertKeyProof(t *testing.T) {
 		t.Errorf("successful logins audited: got %q, want mallory's key only", ok)
 	}
 }
+
+// TestCertRevocationsPurged: a revocation is kept until the certificates
+// it names would have expired anyway (its expiry, the skew and a margin),
+// then deleted by the purge every certs.purge_interval; one without an
+// expiry stays.
+func TestCertRevocationsPurged(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) { c.Certs.PurgeInterval = 50 * time.Millisecond })
+	past, future := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 1, "expires": past.Format(time.RFC3339)})
+	o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 2, "expires": future.Unix()})
+	o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"key_id": "alice"})
+	waitUntil(t, "the expired revocation purged", func() bool {
+		return !strings.Contains(string(o.mustAPI(200, "GET", "/v1/cas/revoked", nil)), `"serial":1,`)
+	})
+	got := string(o.mustAPI(200, "GET", "/v1/cas/revoked", nil))
+	if !strings.Contains(got, `"serial":2,`) || !strings.Contains(got, `"key_id":"alice"`) {
+		t.Errorf("GET /v1/cas/revoked after the purge: got %s, want serial 2 and key id alice kept", got)
+	}
+}
