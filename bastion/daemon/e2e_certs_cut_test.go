@@ -246,3 +246,41 @@ func TestCertAcrossReplicas(t *testing.T) {
 		}
 	})
 }
+
+// TestCertOldConnection: a connection that logged in with a certificate
+// opens no new session once the certificate is revoked or its CA removed,
+// though neither moved the node's epoch (the session's start checks the
+// certificate again), while a connection with another certificate does.
+func TestCertOldConnection(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	k := newIssuer(t)
+	fp := o.trust(k, "hil")
+	o.addSimNode("oc")
+	dial := func(serial string) *gossh.Client {
+		c, err := o.dial("oc", gossh.PublicKeys(k.signer(k.sign("-I", "frank", "-n", "oc", "-V", "+1s:+1h", "-z", serial))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if res, err := runSession(c, "power-status"); err != nil || res.Code != 0 {
+			t.Fatalf("before the change: got %v (%v), want exit 0", res, err)
+		}
+		return c
+	}
+	refused := func(c *gossh.Client, what string) {
+		t.Helper()
+		res, err := runSession(c, "power-status")
+		if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "access to oc was revoked") {
+			t.Errorf("%s: got %v (%v), want exit 3 and the reason", what, res, err)
+		}
+	}
+	revoked, kept, removed := dial("1"), dial("2"), dial("3")
+	o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 1})
+	refused(revoked, "the revoked certificate's connection")
+	if res, err := runSession(kept, "power-status"); err != nil || res.Code != 0 {
+		t.Errorf("another certificate's connection: got %v (%v), want exit 0", res, err)
+	}
+	o.mustAPI(200, "DELETE", "/v1/cas/"+url.PathEscape(fp), nil)
+	refused(removed, "a connection after its CA's removal")
+}
