@@ -138,16 +138,7 @@ func TestWatcherCred(t *testing.T) {
 	store := &fakeDB{}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	w := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store), r, nil, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: got %v, want nil", err)
-		}
-	}()
+	runWatcher(t, NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store), r, nil, log))
 	old := certSession(t, reg, "n1", "SHA256:ca", 42, "alice", 1)
 	token := session(t, reg, "n1", 1)
 	store.mu.Lock()
@@ -160,4 +151,17 @@ func TestWatcherCred(t *testing.T) {
 	if got := cons.taken(); len(got) != 0 {
 		t.Errorf("consoles cut: %q, want none", got)
 	}
+}
+
+// runWatcher runs w until the test ends, and checks that it ended well.
+func runWatcher(t *testing.T, w *Watcher) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }() // waited for at cleanup
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: got %v, want nil", err)
+		}
+	})
 }

@@ -43,6 +43,28 @@ func answer(r resp) string {
 	return r.body
 }
 
+// apiCase is one request of a table test and the answer it wants: the
+// status, and a substring of the error message (or of the body).
+type apiCase struct {
+	name, path, body string
+	code             int
+	want             string
+}
+
+// run sends each case with method (to path, unless the case has its own).
+func (e *env) run(t *testing.T, method, path string, cases []apiCase) {
+	for _, tt := range cases {
+		if tt.path == "" {
+			tt.path = path
+		}
+		t.Run(tt.name, func(t *testing.T) {
+			if r := e.admin(method, tt.path, tt.body); r.code != tt.code || !strings.Contains(answer(r), tt.want) {
+				t.Errorf("got %d %q, want %d ~%q", r.code, r.body, tt.code, tt.want)
+			}
+		})
+	}
+}
+
 // TestV1CAs: adding a CA (201, 200 again, 409 for a clash, 400 for a bad
 // name or key), listing, removing (a credential change only when it was
 // trusted), each audited.
@@ -57,28 +79,18 @@ func TestV1CAs(t *testing.T) {
 		}
 		smallPub, _ := gossh.NewPublicKey(&small.PublicKey)
 		smallLine := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(smallPub)))
-		for _, tt := range []struct {
-			name, body string
-			code       int
-			want       string // substring of the answer
-		}{
-			{"add", `{"key":"` + ca + `","name":"hil"}`, 201, `"fingerprint":"` + fp + `"`},
-			{"again", `{"key":"` + ca + `","name":"hil"}`, 200, `"name":"hil"`},
-			{"same key, other name", `{"key":"` + ca + `","name":"other"}`, 409, "is not added"},
-			{"same name, other key", `{"key":"` + other + `","name":"hil"}`, 409, "is not added"},
-			{"bad name", `{"key":"` + other + `","name":"hil ca"}`, 400, "only ASCII letters"},
-			{"no name", `{"key":"` + other + `"}`, 400, "CA name"},
-			{"certificate", `{"key":"` + certLine(t) + `","name":"c"}`, 400, "a certificate cannot be a CA"},
-			{"small RSA", `{"key":"` + smallLine + `","name":"r"}`, 400, "fewer than 2048 bits"},
-			{"malformed", `{"key":"ssh-ed25519 nope","name":"m"}`, 400, "CA key"},
-			{"unknown field", `{"key":"` + other + `","name":"x","y":1}`, 400, `unknown field "y"`},
-		} {
-			t.Run(tt.name, func(t *testing.T) {
-				if r := e.admin("POST", "/v1/cas", tt.body); r.code != tt.code || !strings.Contains(answer(r), tt.want) {
-					t.Errorf("got %d %q, want %d ~%q", r.code, r.body, tt.code, tt.want)
-				}
-			})
-		}
+		e.run(t, "POST", "/v1/cas", []apiCase{
+			{"add", "", `{"key":"` + ca + `","name":"hil"}`, 201, `"fingerprint":"` + fp + `"`},
+			{"again", "", `{"key":"` + ca + `","name":"hil"}`, 200, `"name":"hil"`},
+			{"same key, other name", "", `{"key":"` + ca + `","name":"other"}`, 409, "is not added"},
+			{"same name, other key", "", `{"key":"` + other + `","name":"hil"}`, 409, "is not added"},
+			{"bad name", "", `{"key":"` + other + `","name":"hil ca"}`, 400, "only ASCII letters"},
+			{"no name", "", `{"key":"` + other + `"}`, 400, "CA name"},
+			{"certificate", "", `{"key":"` + certLine(t) + `","name":"c"}`, 400, "a certificate cannot be a CA"},
+			{"small RSA", "", `{"key":"` + smallLine + `","name":"r"}`, 400, "fewer than 2048 bits"},
+			{"malformed", "", `{"key":"ssh-ed25519 nope","name":"m"}`, 400, "CA key"},
+			{"unknown field", "", `{"key":"` + other + `","name":"x","y":1}`, 400, `unknown field "y"`},
+		})
 		r := e.admin("GET", "/v1/cas", "")
 		var list struct {
 			CAs []struct{ Fingerprint, Name, Key string }
@@ -118,28 +130,18 @@ func TestV1Revoke(t *testing.T) {
 			t.Fatalf("add CA: %d %q", r.code, r.body)
 		}
 		e.rev.take()
-		for _, tt := range []struct {
-			name, body string
-			code       int
-			want       string
-		}{
-			{"serial", `{"serial":42}`, 200, `"serial":42`},
-			{"key id of a CA by name", `{"key_id":"alice","ca":"hil","expires":"2030-01-02T03:04:05Z"}`, 200, `"ca":"` + fp + `"`},
-			{"serial of a CA by fingerprint", `{"serial":7,"ca":"` + fp + `","expires":1893553445}`, 200, `"expires_at":"2030-01-02T03:04:05Z"`},
-			{"both", `{"serial":1,"key_id":"a"}`, 400, `exactly one of "serial" and "key_id"`},
-			{"neither", `{}`, 400, `exactly one of "serial" and "key_id"`},
-			{"empty key id", `{"key_id":""}`, 400, `"key_id" must be 1 to`},
-			{"unknown CA name", `{"serial":1,"ca":"nope"}`, 404, `no trusted CA is named "nope"`},
-			{"bad CA fingerprint", `{"serial":1,"ca":"SHA256:a b"}`, 400, "is not valid"},
-			{"bad expiry", `{"serial":1,"expires":"tomorrow"}`, 400, `"expires" must be`},
-			{"negative serial", `{"serial":-1}`, 400, "serial"},
-		} {
-			t.Run(tt.name, func(t *testing.T) {
-				if r := e.admin("POST", "/v1/cas/revoked", tt.body); r.code != tt.code || !strings.Contains(answer(r), tt.want) {
-					t.Errorf("got %d %q, want %d ~%q", r.code, r.body, tt.code, tt.want)
-				}
-			})
-		}
+		e.run(t, "POST", "/v1/cas/revoked", []apiCase{
+			{"serial", "", `{"serial":42}`, 200, `"serial":42`},
+			{"key id of a CA by name", "", `{"key_id":"alice","ca":"hil","expires":"2030-01-02T03:04:05Z"}`, 200, `"ca":"` + fp + `"`},
+			{"serial of a CA by fingerprint", "", `{"serial":7,"ca":"` + fp + `","expires":1893553445}`, 200, `"expires_at":"2030-01-02T03:04:05Z"`},
+			{"both", "", `{"serial":1,"key_id":"a"}`, 400, `exactly one of "serial" and "key_id"`},
+			{"neither", "", `{}`, 400, `exactly one of "serial" and "key_id"`},
+			{"empty key id", "", `{"key_id":""}`, 400, `"key_id" must be 1 to`},
+			{"unknown CA name", "", `{"serial":1,"ca":"nope"}`, 404, `no trusted CA is named "nope"`},
+			{"bad CA fingerprint", "", `{"serial":1,"ca":"SHA256:a b"}`, 400, "is not valid"},
+			{"bad expiry", "", `{"serial":1,"expires":"tomorrow"}`, 400, `"expires" must be`},
+			{"negative serial", "", `{"serial":-1}`, 400, "serial"},
+		})
 		calls := e.rev.take()
 		if len(calls) != 3 {
 			t.Fatalf("credential changes: got %+v, want 3", calls)
@@ -174,22 +176,12 @@ func TestV1Principals(t *testing.T) {
 		e := newEnv(t, eng, nil)
 		e.mustNode("n1")
 		e.rev.take()
-		for _, tt := range []struct {
-			name, path, body string
-			code             int
-			want             string
-		}{
+		e.run(t, "PUT", "", []apiCase{
 			{"set", "/v1/nodes/n1", `{"principals":["project-x","rack-4"]}`, 200, `"principals":["project-x","rack-4"]`},
 			{"unknown node", "/v1/nodes/nope", `{"principals":["p"]}`, 404, `node "nope" not found`},
 			{"bad principal", "/v1/nodes/n1", `{"principals":["a b"]}`, 400, "principals:"},
 			{"with a new node", "/v1/nodes/n2", `{"type":"ipmi","info":{"addr":"10.0.0.9","user":"root","pass":"` + testPass + `"},"principals":["p"]}`, 201, `"principals":["p"]`},
-		} {
-			t.Run(tt.name, func(t *testing.T) {
-				if r := e.admin("PUT", tt.path, tt.body); r.code != tt.code || !strings.Contains(answer(r), tt.want) {
-					t.Errorf("got %d %q, want %d ~%q", r.code, r.body, tt.code, tt.want)
-				}
-			})
-		}
+		})
 		if calls := e.rev.take(); len(calls) != 0 {
 			t.Errorf("adding principals: got changes %+v, want none", calls)
 		}

@@ -79,9 +79,7 @@ func (l *ckLive) cut(t *testing.T, start time.Time, reason string, bound time.Du
 func TestCertRevokeLive(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
-		k := newIssuer(t)
-		fp := o.trust(k, "hil")
+		o, k, fp := certObmd(t, dsn)
 		for i, sc := range []struct {
 			name, why string
 			change    func(label string, serial int)
@@ -101,7 +99,7 @@ func TestCertRevokeLive(t *testing.T) {
 				token := o.addSimNode(label)
 				cert := k.sign("-I", "alice@"+label, "-n", label, "-V", "+1s:+1h", "-z", fmt.Sprint(serial))
 				l := liveCert(t, o, k, label, cert, token)
-				for _, s := range o.certSessions(label) {
+				for _, s := range o.rvSessions(label) {
 					if s.Cert.KeyID != "" && (s.User != fmt.Sprintf("cert hil:alice@%s serial %d", label, serial) ||
 						s.Cert.Serial != uint64(serial) || s.Cert.CA != fp || s.Expires.IsZero()) {
 						t.Errorf("GET /v1/sessions: got %+v, want the certificate named", s)
@@ -124,9 +122,7 @@ func TestCertRevokeLive(t *testing.T) {
 // expired".
 func TestCertExpiryLive(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t, func(c *daemon.Config) { c.Certs.Skew = time.Second })
-	k := newIssuer(t)
-	o.trust(k, "hil")
+	o, k, _ := certObmd(t, "", func(c *daemon.Config) { c.Certs.Skew = time.Second })
 	token := o.addSimNode("ce")
 	now := time.Now().Truncate(time.Second)
 	end := now.Add(4 * time.Second)
@@ -146,9 +142,7 @@ func TestCertExpiryLive(t *testing.T) {
 func TestCertPrincipals(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
-		k := newIssuer(t)
-		o.trust(k, "hil")
+		o, k, _ := certObmd(t, dsn)
 		token := o.addSimNode("px1")
 		o.addSimNode("px2")
 		if got := string(o.mustAPI(200, "PUT", "/v1/nodes/px1", map[string]any{"principals": []string{"project-x"}})); !strings.Contains(got, `"principals":["project-x"]`) {
@@ -253,9 +247,7 @@ func TestCertAcrossReplicas(t *testing.T) {
 // certificate again), while a connection with another certificate does.
 func TestCertOldConnection(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t)
-	k := newIssuer(t)
-	fp := o.trust(k, "hil")
+	o, k, fp := certObmd(t, "")
 	o.addSimNode("oc")
 	dial := func(serial string) *gossh.Client {
 		c, err := o.dial("oc", gossh.PublicKeys(k.signer(k.sign("-I", "frank", "-n", "oc", "-V", "+1s:+1h", "-z", serial))))

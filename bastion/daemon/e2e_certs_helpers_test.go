@@ -16,6 +16,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/ipmisim"
 )
 
@@ -131,6 +132,15 @@ func (a *adminClient) trust(k *ckIssuer, name string) string {
 		a.t.Fatalf("add CA: %v", err)
 	}
 	return out.Fingerprint
+}
+
+// certObmd starts a daemon on dsn ("": SQLite) with opts, trusting a new
+// issuer's CA as "hil"; it returns the CA's fingerprint too.
+func certObmd(t *testing.T, dsn string, opts ...func(*daemon.Config)) (*obmd, *ckIssuer, string) {
+	t.Helper()
+	o := startObmd(t, append([]func(*daemon.Config){func(c *daemon.Config) { c.DB = dsn }}, opts...)...)
+	k := newIssuer(t)
+	return o, k, o.trust(k, "hil")
 }
 
 // certDenied reports whether node's audit has a denied certificate login

@@ -5,7 +5,6 @@ package daemon_test
 // by x/crypto, on both database engines.
 
 import (
-	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
@@ -30,9 +29,7 @@ const ckFailDelay = 200 * time.Millisecond
 func TestCertLogin(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
-		k := newIssuer(t)
-		fp := o.trust(k, "hil")
+		o, k, fp := certObmd(t, dsn)
 		o.mustAPI(200, "POST", "/v1/cas", map[string]string{"key": k.ca, "name": "hil"})
 		if got := string(o.mustAPI(200, "GET", "/v1/cas", nil)); !strings.Contains(got, fp) || !strings.Contains(got, `"name":"hil"`) {
 			t.Errorf("GET /v1/cas: got %s, want the CA", got)
@@ -89,9 +86,8 @@ func TestCertLogin(t *testing.T) {
 func TestCertRefused(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, fdNoLimits, func(c *daemon.Config) { c.DB, c.FailDelay = dsn, ckFailDelay })
-		k, untrusted := newIssuer(t), newIssuer(t)
-		o.trust(k, "hil")
+		o, k, _ := certObmd(t, dsn, fdNoLimits, func(c *daemon.Config) { c.FailDelay = ckFailDelay })
+		untrusted := newIssuer(t)
 		o.addSimNode("c17")
 		o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 43})
 		o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"key_id": "mallory", "ca": "hil"})
@@ -150,9 +146,7 @@ func TestCertRefused(t *testing.T) {
 func TestCertNoPTY(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
-		k := newIssuer(t)
-		o.trust(k, "hil")
+		o, k, _ := certObmd(t, dsn)
 		o.addSimNode("np")
 		cert := k.sign("-I", "bob", "-n", "np", "-V", "+1s:+1h", "-O", "no-pty")
 		con := startPTY(t, exec.Command("ssh", sshArgs(o.SSHAddr(), "np", append([]string{"-o", "PasswordAuthentication=no",
@@ -187,26 +181,6 @@ func TestCertNoPTY(t *testing.T) {
 	})
 }
 
-// ckView is a certificate session as GET /v1/sessions shows it.
-type ckView struct {
-	User    string
-	Expires time.Time
-	Cert    struct {
-		CA     string `json:"ca"`
-		Serial uint64 `json:"serial"`
-		KeyID  string `json:"key_id"`
-	}
-}
-
-func (o *obmd) certSessions(label string) []ckView {
-	o.t.Helper()
-	var out struct{ Sessions []ckView }
-	if err := json.Unmarshal(o.mustAPI(200, "GET", "/v1/sessions?node="+label, nil), &out); err != nil {
-		o.t.Fatal(err)
-	}
-	return out.Sessions
-}
-
 // TestCertKeyProof (CVE-2024-45337): offering another person's
 // certificate (public, so anyone may have it) without its private key
 // logs in no one; OpenSSH given someone else's certificate file and its
@@ -215,9 +189,7 @@ func (o *obmd) certSessions(label string) []ckView {
 // name that key, never the certificate accepted earlier in the handshake.
 func TestCertKeyProof(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t)
-	k := newIssuer(t)
-	o.trust(k, "hil")
+	o, k, _ := certObmd(t, "")
 	o.addSimNode("kp")
 	aliceCert := k.sign("-I", "alice", "-n", "kp", "-V", "+1s:+1h", "-z", "1")
 	alice := k.signer(aliceCert)
@@ -232,7 +204,7 @@ func TestCertKeyProof(t *testing.T) {
 	if got := con.out.String(); !strings.Contains(got, "Server accepts key: "+aliceCert+" ED25519-CERT") {
 		t.Fatalf("OpenSSH never had the certificate accepted (the premise): %q", tailString(got, 2000))
 	}
-	if v := o.certSessions("kp"); len(v) != 1 || v[0].User != "key "+fp || v[0].Cert.KeyID != "" {
+	if v := o.rvSessions("kp"); len(v) != 1 || v[0].User != "key "+fp || v[0].Cert.KeyID != "" {
 		t.Errorf("GET /v1/sessions: got %+v, want mallory's key", v)
 	}
 	var ok []string
