@@ -109,9 +109,7 @@ func TestCertRevokeLive(t *testing.T) {
 				sc.change(label, serial)
 				d := l.cut(t, start, fmt.Sprintf("access to %s was revoked (%s)", label, sc.why), 5*time.Second)
 				t.Logf("%s: sessions ended %v after the call began", sc.name, d.Round(time.Millisecond))
-				if res := o.openssh(label, "", k.args(cert), "power-status"); res.Code != 255 {
-					t.Errorf("the certificate after the change: got %v, want refused", res)
-				}
+				o.certRefused(k, label, cert, "the certificate after the change")
 			})
 		}
 	})
@@ -152,9 +150,7 @@ func TestCertPrincipals(t *testing.T) {
 			t.Errorf("GET node: got %s, want its principals", got)
 		}
 		cert := k.sign("-I", "dave", "-n", "project-x", "-V", "+1s:+1h", "-z", "9")
-		if res := o.openssh("px2", "", k.args(cert), "power-status"); res.Code != 255 {
-			t.Errorf("node without the principal: got %v, want refused", res)
-		}
+		o.certRefused(k, "px2", cert, "node without the principal")
 		l := liveCert(t, o, k, "px1", cert, token)
 		start := time.Now()
 		o.mustAPI(200, "PUT", "/v1/nodes/px1", map[string]any{"principals": []string{}})
@@ -163,9 +159,7 @@ func TestCertPrincipals(t *testing.T) {
 		l.token.end.wait(t, "token console")
 		l.token = nil
 		l.cut(t, start, "access to px1 was revoked", 5*time.Second)
-		if res := o.openssh("px1", "", k.args(cert), "power-status"); res.Code != 255 {
-			t.Errorf("after the principal's removal: got %v, want refused", res)
-		}
+		o.certRefused(k, "px1", cert, "after the principal's removal")
 	})
 }
 

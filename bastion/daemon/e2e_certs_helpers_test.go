@@ -143,6 +143,24 @@ func certObmd(t *testing.T, dsn string, opts ...func(*daemon.Config)) (*obmd, *c
 	return o, k, o.trust(k, "hil")
 }
 
+// certOpens checks that the certificate at cert (of k) runs power-status
+// on label through OpenSSH; what names the case.
+func (o *obmd) certOpens(k *ckIssuer, label, cert, what string) {
+	o.t.Helper()
+	if res := o.openssh(label, "", k.args(cert), "power-status"); res.Code != 0 || res.Stdout != label+": power on\n" {
+		o.t.Errorf("%s: got %v, want exit 0 and the power status", what, res)
+	}
+}
+
+// certRefused checks that OpenSSH cannot log in to label with the
+// certificate at cert (of k).
+func (o *obmd) certRefused(k *ckIssuer, label, cert, what string) {
+	o.t.Helper()
+	if res := o.openssh(label, "", k.args(cert), "power-status"); res.Code != 255 || !strings.Contains(res.Stderr, "Permission denied") {
+		o.t.Errorf("%s: got %v, want permission denied", what, res)
+	}
+}
+
 // certDenied reports whether node's audit has a denied certificate login
 // whose detail contains why, after the events seen before (by ID).
 func (o *obmd) certDenied(node, why string, after int64) bool {
