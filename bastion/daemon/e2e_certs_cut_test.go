@@ -270,3 +270,27 @@ func TestCertOldConnection(t *testing.T) {
 	o.mustAPI(200, "DELETE", "/v1/cas/"+url.PathEscape(fp), nil)
 	refused(removed, "a connection after its CA's removal")
 }
+
+// TestCertWatcherFallback: a replica no notice reaches (here: two obmd on
+// one database without peer links) cuts a revoked certificate's session
+// at its next poll of the database (epoch_poll, 100 ms here).
+func TestCertWatcherFallback(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	shared := func(c *daemon.Config) {
+		c.DB, c.SealKey, c.HostKey, c.AdminToken = dir+"/obmd.db", dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
+	}
+	r1, k, _ := certObmd(t, "", shared)
+	r2 := startObmd(t, shared)
+	r1.addSimNode("wf")
+	cert := k.sign("-I", "gina", "-n", "wf", "-V", "+1s:+1h", "-z", "8")
+	con := sshPTY(t, r2.SSHAddr(), "wf", "", k.args(cert))
+	con.out.wait(t, "console banner on r2", 0, "console of wf")
+	start := time.Now()
+	r1.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"key_id": "gina"})
+	d := con.end.wait(t, "console on r2").Sub(start)
+	t.Logf("r2's console ended %v after the call began", d.Round(time.Millisecond))
+	if got := con.out.String(); !strings.Contains(got, "access to wf was revoked (certificate revoked)") || d > 5*time.Second {
+		t.Errorf("r2: ended after %v with (tail) %q", d, tailString(got, 200))
+	}
+}
