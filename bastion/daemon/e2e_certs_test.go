@@ -5,6 +5,7 @@ package daemon_test
 // by x/crypto, on both database engines.
 
 import (
+	"database/sql"
 	"os/exec"
 	"strings"
 	"testing"
@@ -223,5 +224,42 @@ func TestCertRevocationsPurged(t *testing.T) {
 	got := string(o.mustAPI(200, "GET", "/v1/cas/revoked", nil))
 	if !strings.Contains(got, `"serial":2,`) || !strings.Contains(got, `"key_id":"alice"`) {
 		t.Errorf("GET /v1/cas/revoked after the purge: got %s, want serial 2 and key id alice kept", got)
+	}
+}
+
+// TestCertKeygenPlusOneMinute: the issue's line, ssh-keygen -s ca -I id
+// -n node-17 -V +1m -z 42, whose start ssh-keygen backdates by 60 to 119
+// s, logs in to a node whose tenancy began before that (as a node HIL
+// registered minutes ago). Waiting minutes is out of a test's budget, so
+// the node's last access change is moved five minutes back in the
+// database instead; just after a change the same line is refused
+// (TestCertLogin).
+func TestCertKeygenPlusOneMinute(t *testing.T) {
+	t.Parallel()
+	onEngines(t, func(t *testing.T, dsn string) {
+		o, k, _ := certObmd(t, dsn)
+		o.addSimNode("node-17")
+		cert := k.sign("-I", "id", "-n", "node-17", "-V", "+1m", "-z", "42")
+		o.certRefused(k, "node-17", cert, "-V +1m just after the node's registration")
+		backdateChanges(t, dsn, 5*time.Minute)
+		o.certOpens(k, "node-17", cert, "-V +1m on a node registered five minutes ago")
+	})
+}
+
+// backdateChanges moves every recorded access change of the database at
+// dsn back by d.
+func backdateChanges(t *testing.T, dsn string, d time.Duration) {
+	t.Helper()
+	driver, name := "sqlite", dsn
+	if after, ok := strings.CutPrefix(dsn, "mysql://"); ok {
+		driver, name = "mysql", after
+	}
+	conn, err := sql.Open(driver, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Exec(`UPDATE access_changes SET at = at - ?`, d.Milliseconds()); err != nil {
+		t.Fatalf("backdate access changes: %v", err)
 	}
 }
