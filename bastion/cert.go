@@ -79,6 +79,9 @@ func (s *Server) certOffer(ctx ssh.Context, cert *gossh.Certificate) bool {
 		return refuse(func() { s.denied(ctx, methodCert, "database unavailable") })
 	}
 	exists := err == nil
+	st.mu.Lock()
+	st.exists = exists // for connEnded, as publicKey does
+	st.mu.Unlock()
 	if ok, first := s.lim.Judge(st.src, label, exists); !ok {
 		s.lim.End(st.src, label, exists, false)
 		return refuse(func() { s.limited(ctx, methodCert, "node", first) })
