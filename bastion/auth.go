@@ -242,8 +242,11 @@ func (s *Server) connEnded(st *connState) {
 	switch {
 	case st.dbDown:
 		why = fmt.Sprintf("database unavailable (%d key(s) offered)", st.keys)
-	case len(st.offered)+len(st.certs) > 0:
-		why = fmt.Sprintf("%d key(s) offered, %d accepted but not signed with", st.keys, len(st.offered)+len(st.certs))
+	case len(st.certs) > 0:
+		why = fmt.Sprintf("%d key(s) offered, %d registered and %d certificate(s) accepted but not signed with",
+			st.keys, len(st.offered), len(st.certs))
+	case len(st.offered) > 0:
+		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", st.keys, len(st.offered))
 	}
 	if !st.dbDown {
 		s.lim.Fail(st.src, st.user, st.exists)
