@@ -146,18 +146,29 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	}
 }
 
-// banner is the line a viewer sees on attach.
+// banner is the line a viewer sees on attach. Viewers on this replica are
+// named by session ID; those another replica relays are only counted:
+// their name is that replica's, which is for operators.
 func (c *channel) banner(v *sol.Viewer) string {
 	var others []string
+	relays := 0
 	for _, o := range c.s.consoles.Viewers(c.label) {
-		if o.Name == v.Name() {
-			continue
-		}
-		if o.Writer {
+		switch {
+		case o.Name == v.Name():
+		case o.Relay:
+			relays++
+		case o.Writer:
 			others = append(others, o.Name+" (writing)")
-		} else {
+		default:
 			others = append(others, o.Name)
 		}
+	}
+	switch relays {
+	case 0:
+	case 1:
+		others = append(others, "viewers on another replica")
+	default:
+		others = append(others, fmt.Sprintf("viewers on %d other replicas", relays))
 	}
 	role, hint := "you are writing", c.s.esc.hint
 	if !c.pty {

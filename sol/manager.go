@@ -179,6 +179,9 @@ type ViewerInfo struct {
 	Name    string    `json:"name"`
 	Writer  bool      `json:"writer"`
 	Since   time.Time `json:"since"`
+	// Relay marks a viewer attached with AttachOptions.Relay: its Name
+	// names another replica, which is for operators, not tenants.
+	Relay bool `json:"relay"`
 }
 
 // Attach subscribes a viewer to label's console, starting the link if this
@@ -241,7 +244,7 @@ func (m *Manager) Viewers(label string) []ViewerInfo {
 	defer n.mu.Unlock()
 	out := make([]ViewerInfo, 0, len(n.viewers))
 	for _, v := range n.viewers {
-		out = append(out, ViewerInfo{Session: v.session, Name: v.name, Writer: n.writer == v, Since: v.since})
+		out = append(out, ViewerInfo{Session: v.session, Name: v.name, Writer: n.writer == v, Since: v.since, Relay: v.relay})
 	}
 	return out
 }

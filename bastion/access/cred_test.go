@@ -138,7 +138,11 @@ func TestWatcherCred(t *testing.T) {
 	store := &fakeDB{}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	runWatcher(t, NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store), r, nil, log))
+	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store, nil), r, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWatcher(t, w)
 	old := certSession(t, reg, "n1", "SHA256:ca", 42, "alice", 1)
 	token := session(t, reg, "n1", 1)
 	store.mu.Lock()
@@ -153,9 +157,14 @@ func TestWatcherCred(t *testing.T) {
 	}
 }
 
-// runWatcher runs w until the test ends, and checks that it ended well.
+// runWatcher starts and runs w until the test ends, and checks that it
+// ended well.
 func runWatcher(t *testing.T, w *Watcher) {
 	ctx, cancel := context.WithCancel(context.Background())
+	if err := w.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }() // waited for at cleanup
 	t.Cleanup(func() {

@@ -1,7 +1,8 @@
 // Package sessions owns the registry of live sessions (SSH consoles, SSH exec
 // commands, HTTP console streams) and is how access changes reach them: a
 // cut cancels every session of a node that authenticated before the change
-// and waits until each has ended.
+// and waits until each has ended. It also watches authenticated SSH
+// connections (Watch), so that a cut reaches those too.
 package sessions
 
 import (
@@ -138,7 +139,16 @@ type Registry struct {
 	byID     map[string]*entry
 	perNode  map[string]int
 	perSrc   map[srcKey]int
+	watchers map[uint64]*watcher // by Watch's sequence number
+	nextW    uint64
 	shutdown bool
+}
+
+// watcher is an authenticated connection Cut and CutAll end (Watch).
+type watcher struct {
+	node    string
+	epoch   int64
+	revoked func()
 }
 
 // srcKey counts a source's SSH and HTTP sessions apart.
@@ -157,7 +167,8 @@ type entry struct {
 // New returns an empty registry.
 func New(cfg Config) *Registry {
 	cfg.setDefaults()
-	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[srcKey]int{}}
+	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[srcKey]int{},
+		watchers: map[uint64]*watcher{}}
 }
 
 // SourceKey is obmd's name for the client host (an address without port)
@@ -235,21 +246,24 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	return ctx, info, end, nil
 }
 
-// Cut cancels every session of node whose epoch is below epoch (epoch <= 0
-// cuts them all) with cause, then waits until they have ended or the
-// configured bound passes. It returns how many were cut and how many had not
-// ended in time.
+// Cut tells the watched connections (Watch) of node from before epoch,
+// then cancels every session of node whose epoch is below epoch (epoch <= 0
+// cuts them all) with cause, and waits until they have ended or the
+// configured bound passes. It returns how many sessions were cut and how
+// many had not ended in time.
 func (r *Registry) Cut(node string, epoch int64, cause error) (cut, late int) {
-	victims, late := r.cutWhere(func(e *entry) bool {
-		return e.info.Node == node && (epoch <= 0 || e.info.Epoch < epoch)
-	}, func(string) error { return cause })
+	before := func(n string, e int64) bool { return n == node && (epoch <= 0 || e < epoch) }
+	r.endWatched(before)
+	victims, late := r.cutWhere(func(e *entry) bool { return before(e.info.Node, e.info.Epoch) }, func(string) error { return cause })
 	return len(victims), late
 }
 
-// CutAll cuts every live session, each with cause(its node), then waits
-// as Cut does: one bound for all of them. It returns how many sessions of
-// each node were cut, and how many sessions had not ended in time.
+// CutAll tells every watched connection, then cuts every live session,
+// each with cause(its node), and waits as Cut does: one bound for all of
+// them. It returns how many sessions of each node were cut, and how many
+// sessions had not ended in time.
 func (r *Registry) CutAll(cause func(node string) error) (cut map[string]int, late int) {
+	r.endWatched(func(string, int64) bool { return true })
 	victims, late := r.cutWhere(func(*entry) bool { return true }, cause)
 	return perNode(victims), late
 }
@@ -269,6 +283,43 @@ func perNode(victims []*entry) map[string]int {
 		cut[e.info.Node]++
 	}
 	return cut
+}
+
+// Watch registers an authenticated connection of node, whose credential
+// was checked at epoch: a Cut of node above epoch, or a CutAll, calls
+// revoked once, before it cuts any session (so the front door can tell
+// whether the connection holds one), and forgets it. The front door closes
+// a connection that holds none then: an access change leaves no idle
+// connection from before it open. forget (idempotent) forgets it when the
+// connection closes.
+func (r *Registry) Watch(node string, epoch int64, revoked func()) (forget func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextW++
+	id := r.nextW
+	r.watchers[id] = &watcher{node: node, epoch: epoch, revoked: revoked}
+	return func() {
+		r.mu.Lock()
+		delete(r.watchers, id)
+		r.mu.Unlock()
+	}
+}
+
+// endWatched forgets the watched connections match selects and calls their
+// revoked, outside the lock.
+func (r *Registry) endWatched(match func(node string, epoch int64) bool) {
+	var ended []*watcher
+	r.mu.Lock()
+	for id, w := range r.watchers {
+		if match(w.node, w.epoch) {
+			ended = append(ended, w)
+			delete(r.watchers, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range ended {
+		w.revoked()
+	}
 }
 
 // Kick cuts one session by ID; it reports whether the session existed.
