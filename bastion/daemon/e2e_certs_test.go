@@ -41,6 +41,10 @@ func TestCertLogin(t *testing.T) {
 		if res, err := o.fdExec("node-17", "power-on", gossh.PublicKeys(k.signer(good))); err != nil || res.Code != 0 {
 			t.Fatalf("x/crypto with the certificate: got %v, %v", res, err)
 		}
+		if res := o.openssh("node-17", "", k.args(good), "sessions", "--json"); res.Code != 0 ||
+			!strings.Contains(res.Stdout, `"user":"cert hil:alice@project-x serial 42"`) || !strings.Contains(res.Stdout, `"own":true`) {
+			t.Errorf("sessions by certificate: got %v, want its own session named by the certificate", res)
+		}
 		var login, power bool
 		for _, e := range o.fdAudit("node-17") {
 			if e.Actor != "ssh:cert hil:alice@project-x serial 42" {
