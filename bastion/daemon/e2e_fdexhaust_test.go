@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 const fxAdminToken = "fx-admin-token-for-the-descriptor-tests"

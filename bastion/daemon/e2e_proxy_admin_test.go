@@ -26,7 +26,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/bastion/proxyproto"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // pxCert writes net/http's test certificate (for 127.0.0.1, as

@@ -26,7 +26,7 @@ import (
 	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/bastion/proxyproto"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // pxBalancer is the address the balancers of these tests connect from.

@@ -23,8 +23,8 @@ import (
 	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db/dbtest"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // rvScenario is one kind of access change.
