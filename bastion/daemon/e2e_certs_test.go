@@ -254,7 +254,9 @@ func TestCertKeygenPlusOneMinute(t *testing.T) {
 // dsn back by d.
 func backdateChanges(t *testing.T, dsn string, d time.Duration) {
 	t.Helper()
-	driver, name := "sqlite", dsn
+	// SQLite as obmd opens it (db/open.go): the same VFS, whose wal-index
+	// is in this process's heap, and a wait for the daemon's writer.
+	driver, name := "sqlite", dsn+"?vfs=unix-excl&_pragma=busy_timeout%2810000%29&_txlock=immediate"
 	if after, ok := strings.CutPrefix(dsn, "mysql://"); ok {
 		driver, name = "mysql", after
 	}
