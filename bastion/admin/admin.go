@@ -89,6 +89,9 @@ type Config struct {
 	// request has presented the admin credential: the wiring then spares
 	// its connection from every cap (conncap.TrustContext).
 	Authenticated func(ctx context.Context)
+	// History, if set, serves the console history: GET
+	// /v1/nodes/{label}/console-log and /tenancies (history.go).
+	History History
 	// TenantSession, if set, is called with the request's context once a
 	// node-token request has been read whole and its session admitted:
 	// the wiring then spares its connection from the caps on
@@ -123,6 +126,7 @@ type Store interface {
 	Node(ctx context.Context, label string) (db.Node, error)
 	Nodes(ctx context.Context) ([]db.Node, error)
 	UpdateNodeInfo(ctx context.Context, label, typ string, sealed []byte) (db.Node, error)
+	SetCapture(ctx context.Context, label, capture string) (db.Node, error)
 	DeleteNode(ctx context.Context, label string) (int64, error)
 	SetToken(ctx context.Context, label string, h keys.TokenHash) (int64, error)
 	RevokeToken(ctx context.Context, label string) (int64, error)
@@ -273,6 +277,9 @@ func (a *API) routes() {
 	a.handle("POST /v1/cas/revoked", a.admin(a.revoke))
 	a.handle("GET /v1/cas/revoked", a.admin(a.listRevocations))
 	a.handle("DELETE /v1/cas/{fingerprint...}", a.admin(a.deleteCA))
+	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
+	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
+	a.handle("GET /v1/nodes/{label}/tenancies", a.admin(a.tenancies))
 	a.handle("GET /v1/audit", a.admin(a.audit))
 	a.handle("GET /v1/sessions", a.admin(a.listSessions))
 	a.handle("DELETE /v1/sessions/{id}", a.admin(a.kickSession))
