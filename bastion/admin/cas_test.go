@@ -181,6 +181,8 @@ func TestV1Principals(t *testing.T) {
 			{"unknown node", "/v1/nodes/nope", `{"principals":["p"]}`, 404, `node "nope" not found`},
 			{"bad principal", "/v1/nodes/n1", `{"principals":["a b"]}`, 400, "principals:"},
 			{"with a new node", "/v1/nodes/n2", `{"type":"ipmi","info":{"addr":"10.0.0.9","user":"root","pass":"` + testPass + `"},"principals":["p"]}`, 201, `"principals":["p"]`},
+			{"with capture", "/v1/nodes/n3", `{"type":"ipmi","info":{"addr":"10.0.0.8","user":"root","pass":"` + testPass + `"},"capture":"always","principals":["q"]}`, 201, `"principals":["q"]`},
+			{"capture is no principals-only body", "/v1/nodes/n1", `{"capture":"always","principals":["p"]}`, 400, "type"},
 		})
 		if calls := e.rev.take(); len(calls) != 0 {
 			t.Errorf("adding principals: got changes %+v, want none", calls)
