@@ -16,7 +16,9 @@ var ErrWriterBusy = errors.New("another session is writing to this console")
 // another viewer writes it returns ErrWriterBusy without running f,
 // unless force: then that viewer is told that v is sending input, and is
 // read-only while f runs. It is how a one-off `send` writes without
-// becoming a console's writer.
+// becoming a console's writer. The role is held until the input f queued
+// has gone to the link (at most Config.OpenTimeout), so that it is sent
+// as v's.
 func (v *Viewer) AsWriter(force bool, f func() error) error {
 	n := v.n
 	n.mu.Lock()
@@ -39,6 +41,9 @@ func (v *Viewer) AsWriter(force bool, f func() error) error {
 	}
 	n.mu.Unlock()
 	err := f()
+	if err == nil {
+		v.awaitInput(n.m.cfg.OpenTimeout)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.writer == v {
@@ -75,6 +80,24 @@ func (v *Viewer) WaitUp(ctx context.Context) error {
 			return v.Err()
 		case <-ctx.Done():
 			return context.Cause(ctx)
+		}
+	}
+}
+
+// awaitInput waits until the node's pending input has gone to the link,
+// v ends, or d passes.
+func (v *Viewer) awaitInput(d time.Duration) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	t := time.NewTicker(upPoll)
+	defer t.Stop()
+	for v.n.pendingInput() > 0 {
+		select {
+		case <-t.C:
+		case <-v.done:
+			return
+		case <-deadline.C:
+			return
 		}
 	}
 }
