@@ -8,11 +8,14 @@ package daemon_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/sol/sim"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
@@ -327,6 +330,22 @@ func TestAutomateHostileGo(t *testing.T) {
 	res := auPrintUntil(t, func([]byte) error { bmc.Inject([]byte("junk\x1b[31m\x00\xffbin\r\n")); return nil }, "bin", done)
 	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"junk\u001b[31m\u0000\ufffdbin"`) {
 		t.Errorf("binary wait-for: got %+v", res)
+	}
+
+	// send --stdin whose stdin never ends: cut by the rotation too.
+	c2, s2 := o.session(t, "ah", tok)
+	defer c2.Close()
+	if _, err := s2.StdinPipe(); err != nil { // held open
+		t.Fatal(err)
+	}
+	if err := s2.Start("send --stdin"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the send reading stdin", func() bool { return execs() == 1 })
+	tok = o.rotate("ah")
+	var ee *gossh.ExitError
+	if err := s2.Wait(); !errors.As(err, &ee) || ee.ExitStatus() != 3 {
+		t.Errorf("send --stdin cut by rotation: got %v, want exit 3", err)
 	}
 
 	for _, cmd := range []string{"expect 'send a\\r;wait never-printed 10m'", "power-cycle --wait-for never-printed --timeout 10m"} {
