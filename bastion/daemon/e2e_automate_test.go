@@ -300,8 +300,8 @@ func TestAutomateIPMI(t *testing.T) {
 
 // TestAutomateHostileGo, over x/crypto/ssh on the simulator: a client that
 // disconnects mid-wait leaves no session behind; binary output is matched
-// and printed escaped; an expect script and power-cycle --wait-for that
-// wait are cut by a rotation (exit 3).
+// and printed escaped; a send reading stdin, an expect script and
+// power-cycle --wait-for that wait are cut by a rotation (exit 3).
 func TestAutomateHostileGo(t *testing.T) {
 	t.Parallel()
 	o, tok, bmc := auSim(t, "ah")
