@@ -126,3 +126,20 @@ func TestAuditDeferredBounded(t *testing.T) {
 		t.Fatalf("rows after Audit on a full queue: got %d, want %d", n, auditLaterMax+1)
 	}
 }
+
+// TestDeferredAuditOnlyReads: power actions, access changes and every
+// action not listed stay committed before Audit returns.
+func TestDeferredAuditOnlyReads(t *testing.T) {
+	for _, a := range []string{"power.on", "power.off", "power.soft-off", "power.cycle", "power.reset", "bootdev",
+		"node.create", "node.delete", "token.rotate", "token.revoke", "key.add", "key.remove", "sol.enable",
+		"session.kick", "console.break", "admin.auth", ""} {
+		if DeferredAudit(a) {
+			t.Errorf("%q is deferred; it must be committed before Audit returns", a)
+		}
+	}
+	for _, a := range []string{"auth", "session.start", "session.end", "power.status"} {
+		if !DeferredAudit(a) {
+			t.Errorf("%q is not deferred", a)
+		}
+	}
+}
