@@ -29,7 +29,10 @@ type benchConfig struct {
 	obmdBin string // the obmd binary, built for this run
 	bareBin string // bench/baressh, built for this run
 	quick   bool   // shorter phases (a smoke run; figures are noisier)
-	log     io.Writer
+	// baseline is another obmd binary (-baseline) that section 1 also
+	// measures, for a before/after ratio in one run; "" for none.
+	baseline string
+	log      io.Writer
 }
 
 // scale shortens d in quick mode.
@@ -48,21 +51,22 @@ func main() {
 	out := flag.String("out", "BENCHMARKS.md", "file to write the table into (between the bench markers)")
 	only := flag.String("only", "", "comma-separated sections to run (1-6); default all")
 	quick := flag.Bool("quick", false, "shorter phases, for trying the bench itself (noisier figures)")
+	baseline := flag.String("baseline", "", "another obmd binary (an older build) that section 1 measures too")
 	flag.Parse()
-	if err := run(*out, *only, *quick); err != nil {
+	if err := run(*out, *only, *quick, *baseline); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, only string, quick bool) error {
+func run(out, only string, quick bool, baseline string) error {
 	began := time.Now()
 	tmp, err := os.MkdirTemp("", "obmd-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	cfg := benchConfig{tmp: tmp, quick: quick, log: os.Stderr}
+	cfg := benchConfig{tmp: tmp, quick: quick, log: os.Stderr, baseline: baseline}
 	cfg.logf("building obmd and baressh")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cfg.obmdBin, cfg.bareBin, err = buildBinaries(ctx, tmp)
