@@ -88,7 +88,7 @@ func run(out, only string, quick bool, baseline string) error {
 		cfg.logf("section %s took %v", s.id, time.Since(t).Round(time.Second))
 		sections = append(sections, sec)
 	}
-	header := runHeader(out, only, quick, time.Since(began))
+	header := runHeader(out, only, quick, baseline, time.Since(began))
 	gen := render(header, sections)
 	os.Stdout.Write(gen)
 	if only != "" {
@@ -105,13 +105,16 @@ func run(out, only string, quick bool, baseline string) error {
 }
 
 // runHeader says how the table was produced and on what.
-func runHeader(out, only string, quick bool, took time.Duration) []string {
+func runHeader(out, only string, quick bool, baseline string, took time.Duration) []string {
 	args := "-out " + out
 	if only != "" {
 		args += " -only " + only
 	}
 	if quick {
 		args += " -quick"
+	}
+	if baseline != "" {
+		args += " -baseline " + baseline
 	}
 	mysql := "set"
 	if os.Getenv("OBMD_TEST_MYSQL_DSN") == "" {
