@@ -296,6 +296,12 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 		}
 	}()
 	for c := range v.Output() { // closed once the viewer has ended
+		if seed, err := sendSeed(ch, c); seed || err != nil {
+			if err != nil {
+				break
+			}
+			continue
+		}
 		if len(c.Data) == 0 {
 			continue
 		}
@@ -331,7 +337,9 @@ func (s *PeerServer) attachRelay(ctx context.Context, req consoleOpen, from stri
 			return errNotHolder
 		}
 		var err error
-		v, err = s.hub.Attach(ctx, req.Label, sol.AttachOptions{Name: "peer " + from, Relay: true})
+		// Its replay first (the seed): of the relaying replica's tenancy.
+		v, err = s.hub.Attach(ctx, req.Label, sol.AttachOptions{Name: "peer " + from, Relay: true,
+			Replay: true, Epoch: int64(req.Epoch)})
 		return err
 	})
 	return v, err
