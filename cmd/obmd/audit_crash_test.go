@@ -21,41 +21,43 @@ import (
 //   - SIGTERM right after a power-status: shutdown commits its row.
 func TestBinaryAuditAfterKill(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, e engine) {
-		t.Parallel()
-		state := t.TempDir()
-		dsn := e.dsn(t, state)
-		p := startObmd(t, dbEnv(dsn), loopbackArgs(state)...)
-		admin := p.adminToken()
-		p.must(200, "PUT", "/node/n1", `{"type":"mock","info":{"addr":"10.0.0.4"}}`, admin)
-		tok := rotate(p, "n1", admin)
+	onEngines(t, auditAfterKill)
+}
 
-		sshExec(t, p, "n1", tok, "power-on", "powered on")
-		p.stop(syscall.SIGKILL, 15*time.Second)
-		got := auditActions(t, dsn, state, "n1")
-		for _, want := range []string{"auth", "session.start", "power.on"} {
-			if got[want] == 0 {
-				t.Errorf("after SIGKILL following an acknowledged power-on: no %s row (rows: %v)", want, got)
-			}
-		}
+func auditAfterKill(t *testing.T, e engine) {
+	t.Parallel()
+	state := t.TempDir()
+	dsn := e.dsn(t, state)
+	p := startObmd(t, dbEnv(dsn), loopbackArgs(state)...)
+	admin := p.adminToken()
+	p.must(200, "PUT", "/node/n1", `{"type":"mock","info":{"addr":"10.0.0.4"}}`, admin)
+	tok := rotate(p, "n1", admin)
 
-		p = startObmd(t, dbEnv(dsn), loopbackArgs(state)...)
-		sshExec(t, p, "n1", tok, "power-status", "n1: power ")
-		time.Sleep(3 * time.Second) // 60 windows: generous on a loaded machine
-		p.stop(syscall.SIGKILL, 15*time.Second)
-		if got := auditActions(t, dsn, state, "n1"); got["power.status"] != 1 {
-			t.Errorf("after SIGKILL 3 s after a power-status: %d power.status rows, want 1", got["power.status"])
+	sshExec(t, p, "n1", tok, "power-on", "powered on")
+	p.stop(syscall.SIGKILL, 15*time.Second)
+	got := auditActions(t, dsn, state, "n1")
+	for _, want := range []string{"auth", "session.start", "power.on"} {
+		if got[want] == 0 {
+			t.Errorf("after SIGKILL following an acknowledged power-on: no %s row (rows: %v)", want, got)
 		}
+	}
 
-		p = startObmd(t, dbEnv(dsn), loopbackArgs(state)...)
-		sshExec(t, p, "n1", tok, "power-status", "n1: power ")
-		if code, _ := p.stop(syscall.SIGTERM, 15*time.Second); code != 0 {
-			t.Errorf("SIGTERM: exit %d", code)
-		}
-		if got := auditActions(t, dsn, state, "n1"); got["power.status"] != 2 {
-			t.Errorf("after SIGTERM right after a power-status: %d power.status rows, want 2", got["power.status"])
-		}
-	})
+	p = startObmd(t, dbEnv(dsn), loopbackArgs(state)...)
+	sshExec(t, p, "n1", tok, "power-status", "n1: power ")
+	time.Sleep(3 * time.Second) // 60 windows: generous on a loaded machine
+	p.stop(syscall.SIGKILL, 15*time.Second)
+	if got := auditActions(t, dsn, state, "n1"); got["power.status"] != 1 {
+		t.Errorf("after SIGKILL 3 s after a power-status: %d power.status rows, want 1", got["power.status"])
+	}
+
+	p = startObmd(t, dbEnv(dsn), loopbackArgs(state)...)
+	sshExec(t, p, "n1", tok, "power-status", "n1: power ")
+	if code, _ := p.stop(syscall.SIGTERM, 15*time.Second); code != 0 {
+		t.Errorf("SIGTERM: exit %d", code)
+	}
+	if got := auditActions(t, dsn, state, "n1"); got["power.status"] != 2 {
+		t.Errorf("after SIGTERM right after a power-status: %d power.status rows, want 2", got["power.status"])
+	}
 }
 
 // sshExec runs cmd as node label with its token and wants want in the output.
