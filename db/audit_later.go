@@ -122,11 +122,13 @@ func (s *Store) flushLater() {
 	}
 }
 
-// laterQueued reports whether deferred events wait for a commit.
+// laterQueued reports whether deferred events wait for a commit, or may be
+// in the one in progress (busy: a commit of deferred events only may have
+// taken them).
 func (s *Store) laterQueued() bool {
 	s.audit.mu.Lock()
 	defer s.audit.mu.Unlock()
-	return len(s.audit.later.events) > 0
+	return len(s.audit.later.events) > 0 || s.audit.busy
 }
 
 // stopAuditLater ends deferring, commits what is queued and waits for the
