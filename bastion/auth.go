@@ -47,6 +47,9 @@ type connState struct {
 	// the connection's end counts it as a failure, as it counts keys that
 	// are not registered, so that a refusal tells nothing about the name.
 	nodeRefused bool
+	// certs are the certificates accepted when offered: "label
+	// fingerprint" (of the whole certificate) -> what was found (cert.go).
+	certs map[string]*certLogin
 	// settled: nothing is left to record when the connection ends (it
 	// authenticated, or a token try was recorded).
 	settled bool
@@ -78,9 +81,15 @@ func (st *connState) unwatch() {
 
 // authInfo is what a successful authentication established.
 type authInfo struct {
-	Method string // "password", "keyboard-interactive", "publickey"
-	User   string // "token" or "key SHA256:..."
-	Epoch  int64  // node access epoch read with the credential
+	Method string // "password", "keyboard-interactive", "publickey", "cert"
+	// Actor names who acts in audit records: "ssh:" + Method, or, for a
+	// certificate, "ssh:cert hil:alice serial 42" (set by accepted).
+	Actor string
+	User  string // "token", "key SHA256:..." or "cert hil:alice serial 42"
+	// Detail is the login's audit detail (default User).
+	Detail string
+	Epoch  int64      // node access epoch read with the credential
+	Cert   *certLogin // the certificate of a certificate login
 }
 
 func authFrom(ctx ssh.Context) *authInfo {
@@ -163,6 +172,9 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 // node exists (Limiter.Judge), and that refusal counts as the failure of a
 // connection whose keys are not registered does, when it ends.
 func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
+	if cert, ok := key.(*gossh.Certificate); ok {
+		return s.certOffer(ctx, cert)
+	}
 	st := stateFrom(ctx)
 	label, fp := ctx.User(), keys.Fingerprint(key)
 	st.mu.Lock()
@@ -218,14 +230,19 @@ func (s *Server) refuseKeys(st *connState, label, which string, first bool) {
 	s.refuse(label, st.remote, "publickey", which, first)
 }
 
-// verifiedKey runs once the client has signed with a key that publicKey
-// accepted for the current user: the login succeeds.
+// verifiedKey runs once the client has signed with key, which publicKey
+// accepted for the current user: the login succeeds. key is the one whose
+// signature x/crypto verified, so it alone decides (see cert.go).
 func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 	fp := keys.Fingerprint(key)
 	st := stateFrom(ctx)
 	st.mu.Lock()
 	epoch, ok := st.offered[ctx.User()+" "+fp]
+	cl := st.certs[ctx.User()+" "+fp]
 	st.mu.Unlock()
+	if cl != nil {
+		return s.certVerified(ctx, cl)
+	}
 	if !ok { // cannot happen: x/crypto only verifies keys publicKey accepted
 		return errors.New("key was not accepted")
 	}
@@ -255,6 +272,9 @@ func (s *Server) connEnded(st *connState) {
 		why = fmt.Sprintf("database unavailable (%d key(s) offered)", st.keys)
 	case st.nodeRefused:
 		why = fmt.Sprintf("rate limited (node; %d key(s) offered)", st.keys)
+	case len(st.certs) > 0:
+		why = fmt.Sprintf("%d key(s) offered, %d registered and %d certificate(s) accepted but not signed with",
+			st.keys, len(st.offered), len(st.certs))
 	case len(st.offered) > 0:
 		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", st.keys, len(st.offered))
 	}
@@ -265,6 +285,12 @@ func (s *Server) connEnded(st *connState) {
 }
 
 func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
+	if a.Actor == "" {
+		a.Actor = "ssh:" + a.Method
+	}
+	if a.Detail == "" {
+		a.Detail = a.User
+	}
 	ctx.SetValue(authKey{}, a)
 	st := stateFrom(ctx)
 	st.settle()
@@ -273,8 +299,8 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}
-	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + a.Method, Action: "auth",
-		Source: remoteString(ctx), Result: "ok", Detail: a.User})
+	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: a.Actor, Action: "auth",
+		Source: remoteString(ctx), Result: "ok", Detail: a.Detail})
 }
 
 // watch has the connection told of the next access change of node

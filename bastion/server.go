@@ -2,8 +2,9 @@
 // connections before they authenticate (login grace time, caps that
 // displace the oldest stranger, the PROXY protocol from listed balancers),
 // authenticates a tenant as a node (user name = node label; password or
-// keyboard-interactive = the node's token; or a public key registered for
-// the node; guesses counted by authlimit), then starts the session through
+// keyboard-interactive = the node's token; a public key registered for
+// the node; or an OpenSSH user certificate from a trusted CA, cert.go;
+// guesses counted by authlimit), then starts the session through
 // access (registered, admitted, cut on every access change) and serves the
 // node's console, with its escapes, or runs one command (exec).
 package bastion
@@ -28,6 +29,7 @@ import (
 	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -35,6 +37,7 @@ import (
 type Store interface {
 	Access(ctx context.Context, label string) (db.Access, error)
 	HasKey(ctx context.Context, label, fingerprint string) (epoch int64, ok bool, err error)
+	CertAccess(ctx context.Context, label, ca string, serial uint64, keyID string) (db.CertAccess, error)
 	Audit(ctx context.Context, e db.AuditEvent) error
 }
 
@@ -134,6 +137,9 @@ type Config struct {
 	// LegacyAlgorithms also offers and accepts the SHA-1 algorithms old
 	// clients may need (sshalgo.Legacy); by default only sshalgo.Modern.
 	LegacyAlgorithms bool
+	// Certs judges OpenSSH user certificates offered as a node credential
+	// (cert.go; default: sshcert's defaults).
+	Certs *sshcert.Policy
 }
 
 // Server is the SSH front door. Serve runs it; Shutdown stops it.
@@ -148,6 +154,7 @@ type Server struct {
 	srv      *ssh.Server
 	esc      escapeTexts // console messages naming cfg.Escape
 	admit    *admission  // connections before authentication, and per source
+	certs    *sshcert.Policy
 }
 
 // New validates cfg and returns a Server; it starts nothing.
@@ -190,9 +197,16 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Certs == nil {
+		var err error
+		if cfg.Certs, err = sshcert.New(sshcert.Config{Now: cfg.Now}); err != nil {
+			return nil, fmt.Errorf("bastion: %w", err)
+		}
+	}
 	algos := sshalgo.For(cfg.LegacyAlgorithms)
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, sessions: sess, log: log,
-		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc, maxConns)}
+		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc, maxConns),
+		certs: cfg.Certs}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",
 		PasswordHandler:            s.password,
@@ -273,7 +287,8 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 		s.tooMany(conn.RemoteAddr())
 		return nil
 	}
-	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, offered: map[string]int64{}}
+	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, offered: map[string]int64{},
+		certs: map[string]*certLogin{}}
 	st.conn = &countedConn{Conn: conn, ended: func() {
 		s.admit.end(t)
 		st.unwatch()

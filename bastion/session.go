@@ -74,7 +74,8 @@ func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel
 	}
 	c := &channel{s: s, ctx: ctx, a: a, label: ctx.User(), remote: remoteString(ctx), ch: ch,
 		closed: make(chan struct{})}
-	c.log = s.log.WithFields(logrus.Fields{"node": safe(c.label), "remote": c.remote, "method": a.Method})
+	c.log = s.log.WithFields(logrus.Fields{"node": safe(c.label), "remote": c.remote, "method": a.Method}).
+		WithFields(certFields(a.Cert))
 	c.serve(reqs)
 }
 
@@ -118,7 +119,7 @@ func (c *channel) requests(reqs <-chan *gossh.Request, starts chan<- start) {
 		var st *start
 		switch req.Type {
 		case "pty-req":
-			ok = !started
+			ok = !started && c.a.Cert.console() // no PTY without permit-pty, as sshd
 			if ok {
 				c.pty = true
 			}
@@ -177,14 +178,20 @@ func (c *channel) run(st start) int {
 	kind := sessions.KindExec
 	if cmd.Name == commands.CmdConsole {
 		kind = sessions.KindConsole
+		if !c.a.Cert.console() {
+			return c.noConsole(stderr)
+		}
+	}
+	info := sessions.Info{Node: c.label, Kind: kind, User: c.a.User, Remote: c.remote, Epoch: c.a.Epoch}
+	if cl := c.a.Cert; cl != nil {
+		info.Cert, info.Expires = cl.certInfo(), cl.grant.Expires
 	}
 	// Open registers the session (any access change from now on cuts it),
 	// refuses it if one came since the login, and clears away older
 	// sessions and their console output (even if the change was made on
 	// another replica) before it starts. A cut session whose client stops
 	// reading has its connection closed.
-	sess, err := c.s.sessions.Open(c.ctx, sessions.Info{Node: c.label, Kind: kind, User: c.a.User,
-		Remote: c.remote, Epoch: c.a.Epoch}, remoteHost(c.ctx.RemoteAddr()), c.closeConn)
+	sess, err := c.s.sessions.Open(c.ctx, info, remoteHost(c.ctx.RemoteAddr()), c.closeConn)
 	switch {
 	case errors.Is(err, sessions.ErrTooMany):
 		fmt.Fprintf(stderr, "obmd: %v\n", err)
@@ -200,6 +207,11 @@ func (c *channel) run(st start) int {
 		return commands.ExitFailed // the client left
 	}
 	c.sess = sess
+	if c.a.Cert != nil {
+		if code := c.recheckCert(stderr); code >= 0 {
+			return code
+		}
+	}
 	sctx, info := sess.Context(), sess.Info()
 	c.log = c.log.WithField("session", info.ID)
 	began := c.s.cfg.Now()
@@ -242,7 +254,7 @@ func (c *channel) closeConn() {
 // Once cut, the command's output is dropped, so nothing follows the reason
 // the user is given.
 func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
-	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, User: c.a.User, Source: c.remote, Session: info.ID,
+	req := commands.Request{Node: c.label, Actor: c.a.Actor, User: c.a.User, Source: c.remote, Session: info.ID,
 		Epoch: info.Epoch}
 	out, errOut := &gate{ctx: sctx, w: stdout}, &gate{ctx: sctx, w: stderr}
 	done := make(chan int, 1)
@@ -288,7 +300,7 @@ func (g *gate) close() {
 }
 
 func (c *channel) audit(ctx context.Context, action, result, detail string) {
-	c.s.audit(ctx, db.AuditEvent{Node: safe(c.label), Actor: "ssh:" + c.a.Method, Action: action,
+	c.s.audit(ctx, db.AuditEvent{Node: safe(c.label), Actor: c.a.Actor, Action: action,
 		Source: c.remote, Result: result, Detail: detail})
 }
 

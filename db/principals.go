@@ -19,7 +19,7 @@ const MaxNodePrincipals = 32
 // and is returned. Only adding (or no change) is a grant: no epoch moves,
 // 0 is returned.
 func (s *Store) SetNodePrincipals(ctx context.Context, label string, principals []string) (int64, error) {
-	if err := checkPrincipals(principals); err != nil {
+	if err := CheckPrincipals(principals); err != nil {
 		return 0, fmt.Errorf("set principals of %s: %w", label, err)
 	}
 	var epoch int64
@@ -74,7 +74,9 @@ func (s *Store) SetNodePrincipals(ctx context.Context, label string, principals 
 	return epoch, nil
 }
 
-func checkPrincipals(ps []string) error {
+// CheckPrincipals says what is wrong with ps as a node's principals (see
+// SetNodePrincipals), or nil; the error is safe to show the administrator.
+func CheckPrincipals(ps []string) error {
 	if len(ps) > MaxNodePrincipals {
 		return fmt.Errorf("%d principals; the limit is %d", len(ps), MaxNodePrincipals)
 	}

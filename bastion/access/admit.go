@@ -72,6 +72,10 @@ func (s *Session) End() {
 // unblock is called, which must make the transport's blocked writes fail
 // (a client that stops reading holds them by flow control, and would keep
 // a revoked session alive). host is the client's address without port.
+// A certificate session (info.Cert) must still have its login's read made
+// again and its certificate checked again once Open returns (see cred.go);
+// Open refuses it while a credential change made here that names its
+// certificate has an unknown outcome.
 //
 // On success the session runs until End. Its errors:
 //   - sessions.ErrTooMany (wrapped): a per-node or per-source limit; the
@@ -80,7 +84,8 @@ func (s *Session) End() {
 //   - a *sessions.RevokedError: the session was cut while being admitted
 //     (its cause), or, as a *StaleError, access changed since its login;
 //     the text is for its user;
-//   - ErrUnverified (wrapped, with the detail for the log);
+//   - ErrUnverified (wrapped, with the detail for the log): the database
+//     did not answer, or a change made here is still undecided;
 //   - context.Cause(ctx) if ctx ended first (the client left).
 func (r *Revoker) Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*Session, error) {
 	sctx, info, end, err := r.reg.Start(ctx, info, host)
@@ -94,6 +99,9 @@ func (r *Revoker) Open(ctx context.Context, info sessions.Info, host string, unb
 		r.watchCut(s, unblock)
 	}()
 	err = r.admit(sctx, info.Node, info.Epoch)
+	if err == nil {
+		err = r.certSettled(info.Cert)
+	}
 	if err == nil {
 		return s, nil
 	}

@@ -63,8 +63,10 @@ func (c *RevokerConfig) setDefaults() {
 // (cluster.Cluster): Notify returns nil once every live replica has
 // applied it (cut its sessions older than epoch and wiped the node's
 // console), or, when ctx ends first, an error naming those that have not.
+// NotifyCred does the same for a credential change (RevokeCred there).
 type Peers interface {
 	Notify(ctx context.Context, label string, epoch int64, why string) error
+	NotifyCred(ctx context.Context, epoch int64, c db.CredChange, why string) error
 }
 
 // Change is one access change made through this replica.

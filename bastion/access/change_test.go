@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
 )
 
 // fakePeers records notices and answers each with err.
@@ -25,6 +26,13 @@ func (f *fakePeers) Notify(_ context.Context, label string, epoch int64, why str
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, label+" "+why)
+	return f.err
+}
+
+func (f *fakePeers) NotifyCred(_ context.Context, epoch int64, c db.CredChange, why string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, c.Kind+" "+why)
 	return f.err
 }
 

@@ -100,6 +100,7 @@ func (h *Health) look(readErr error) error {
 type GateStore interface {
 	Access(ctx context.Context, label string) (db.Access, error)
 	HasKey(ctx context.Context, label, fingerprint string) (epoch int64, ok bool, err error)
+	CertAccess(ctx context.Context, label, ca string, serial uint64, keyID string) (db.CertAccess, error)
 	Epoch(ctx context.Context, label string) (int64, error)
 	Settle(ctx context.Context, label string) (int64, error)
 	Audit(ctx context.Context, e db.AuditEvent) error
@@ -152,6 +153,17 @@ func (g *Gate) HasKey(ctx context.Context, label, fingerprint string) (int64, bo
 	}
 	defer cancel()
 	return g.store.HasKey(ctx, label, fingerprint)
+}
+
+// CertAccess reads what a certificate login needs (db.Store.CertAccess),
+// gated.
+func (g *Gate) CertAccess(ctx context.Context, label, ca string, serial uint64, keyID string) (db.CertAccess, error) {
+	ctx, cancel, err := g.bounded(ctx)
+	if err != nil {
+		return db.CertAccess{}, err
+	}
+	defer cancel()
+	return g.store.CertAccess(ctx, label, ca, serial, keyID)
 }
 
 // Epoch reads a node's access epoch (db.Store.Epoch), gated.

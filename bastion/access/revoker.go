@@ -2,7 +2,9 @@
 // Revoker, through which every access change (token rotation or
 // revocation, key removal, node change or deletion, an admin kick, and
 // changes made on other replicas) cuts the sessions it ends and wipes the
-// node's console; the bounded, fail-closed making of a change (Change); the
+// node's console; credential changes (a CA removed, a certificate revoked:
+// cred.go), which end only the certificate sessions they name; the
+// bounded, fail-closed making of a change (Change, ChangeCred); the
 // console fence across replicas (Current, Serve); the Watcher, which picks
 // up changes made through other replicas and judges the database's health;
 // and the policy for a database that stops answering (Health, Gate: logins
@@ -88,6 +90,9 @@ type Revoker struct {
 
 	mu    sync.Mutex
 	nodes map[string]*nodeAccess // see pruneLocked
+	// creds are the credential changes made here whose outcome is not
+	// known yet (cred.go): the certificate sessions they name are refused.
+	creds []*db.CredChange
 }
 
 // nodeAccess is a node's revocation state.

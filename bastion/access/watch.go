@@ -148,7 +148,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 			continue
 		}
 		for _, c := range changes {
-			w.rev.Revoke(c.Node, c.Epoch, whyChanged)
+			if c.Node == "" { // a credential change: no node's
+				w.rev.RevokeCred(c.Epoch, c.Cred, credWhy(c))
+			} else {
+				w.rev.Revoke(c.Node, c.Epoch, whyChanged)
+			}
 			cursor = c.Epoch
 		}
 		w.rev.Watched(cursor)
@@ -158,6 +162,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.WithError(err).Warn("replica_announce_failed")
 		}
 	}
+}
+
+// credWhy is what the users a credential change ends are told: its
+// recorded reason ("certificate revoked").
+func credWhy(c db.Change) string {
+	if c.Reason == "" {
+		return db.ReasonCertRevoked
+	}
+	return c.Reason
 }
 
 // polled acts on the outcome of a look at the database: once it has failed

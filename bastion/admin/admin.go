@@ -1,6 +1,7 @@
 // Package admin owns obmd's HTTP admin API: the obmd-compatible routes HIL's
 // driver uses (node registration, token rotation, and the node-token power
 // and console routes), the /v1 JSON API for everything else (nodes, keys,
+// node principals, trusted certificate authorities and revocations,
 // sessions, audit), and the /healthz and /readyz probes.
 //
 // Authentication: admin routes take HTTP basic "admin:<admin token>" and
@@ -137,6 +138,13 @@ type Store interface {
 	AddKey(ctx context.Context, k db.Key) error
 	Keys(ctx context.Context, label string) ([]db.Key, error)
 	DeleteKey(ctx context.Context, label, fingerprint string) (int64, error)
+	SetNodePrincipals(ctx context.Context, label string, principals []string) (int64, error)
+	NodePrincipals(ctx context.Context, label string) ([]string, error)
+	AddCA(ctx context.Context, ca db.CA) (created bool, err error)
+	CAs(ctx context.Context) ([]db.CA, error)
+	DeleteCA(ctx context.Context, fingerprint string) (epoch int64, existed bool, err error)
+	Revoke(ctx context.Context, r db.Revocation) (int64, error)
+	Revocations(ctx context.Context) ([]db.Revocation, error)
 	Audit(ctx context.Context, e db.AuditEvent) error
 	AuditEvents(ctx context.Context, q db.AuditQuery) ([]db.AuditEvent, error)
 }
@@ -163,11 +171,16 @@ type Consoles interface {
 // stored, outcome unknown, or not confirmed by every replica), whose text
 // says so for the admin.
 //
+// ChangeCred makes a credential change (a CA removed, a certificate
+// revoked) in the same way: stored, the certificate sessions it names cut
+// here and on the other replicas, within the bound (access.ChangeCred).
+//
 // Open starts every node-token session (power routes, the HTTP console):
 // registered, admitted at the epoch its token was checked at, and watched
 // after a cut; its errors are documented there.
 type Revoker interface {
 	Change(ctx context.Context, c access.Change) error
+	ChangeCred(ctx context.Context, c access.CredChange) error
 	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
 }
 
@@ -179,6 +192,9 @@ const (
 	WhyTokenRevoke = "token revoked"
 	WhyKeyRemoved  = "key removed"
 	WhyKicked      = "kicked by admin"
+	WhyPrincipals  = db.ReasonPrincipals
+	WhyCARemoved   = db.ReasonCARemoved
+	WhyCertRevoked = db.ReasonCertRevoked
 )
 
 // API serves the admin HTTP API. Create it with New; it is safe for
@@ -261,6 +277,11 @@ func (a *API) routes() {
 	a.handle("GET /v1/nodes/{label}/keys", a.admin(a.listKeys))
 	a.handle("GET /v1/nodes/{label}/doctor", a.admin(a.doctor))
 	a.handle("DELETE /v1/nodes/{label}/keys/{fingerprint...}", a.admin(a.deleteKey))
+	a.handle("POST /v1/cas", a.admin(a.addCA))
+	a.handle("GET /v1/cas", a.admin(a.listCAs))
+	a.handle("POST /v1/cas/revoked", a.admin(a.revoke))
+	a.handle("GET /v1/cas/revoked", a.admin(a.listRevocations))
+	a.handle("DELETE /v1/cas/{fingerprint...}", a.admin(a.deleteCA))
 	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
 	a.handle("GET /v1/nodes/{label}/tenancies", a.admin(a.tenancies))

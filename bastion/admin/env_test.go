@@ -304,6 +304,18 @@ func (f *fakeRevoker) Change(ctx context.Context, c access.Change) error {
 	return err
 }
 
+func (f *fakeRevoker) ChangeCred(ctx context.Context, c access.CredChange) error {
+	epoch, err := c.Do(ctx)
+	if err == nil && epoch > 0 {
+		f.mu.Lock()
+		f.calls = append(f.calls, revokeCall{"", epoch, c.Why})
+		f.mu.Unlock()
+		f.reg.CutCerts(func(s sessions.Cert) bool { return s.Seen < epoch && c.Cred.Affects(s.CA, s.Serial, s.KeyID) },
+			func(node string) error { return &sessions.RevokedError{Node: node, Why: c.Why} })
+	}
+	return err
+}
+
 func (f *fakeRevoker) take() []revokeCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -28,6 +28,8 @@ type Types interface {
 type nodeBody struct {
 	Type string          `json:"type"`
 	Info json.RawMessage `json:"info"`
+	// Principals (/v1 only) are read by decodePrincipals.
+	Principals json.RawMessage `json:"principals"`
 	// Capture is read by nodeCapture.
 	Capture *string `json:"capture,omitempty"`
 }
@@ -100,10 +102,12 @@ type nodeView struct {
 	// with the node's BMC (an IPMI node that pins none, or a Redfish
 	// node's console); absent until a session has.
 	CipherInUse *int `json:"cipher_in_use,omitempty"`
-	// Detail, for GET /v1/nodes/{label} only.
-	HasToken *bool `json:"has_token,omitempty"`
-	Keys     *int  `json:"keys,omitempty"`
-	Sessions *int  `json:"sessions,omitempty"`
+	// Detail, for GET /v1/nodes/{label} only (and Principals after a PUT
+	// that set them).
+	HasToken   *bool     `json:"has_token,omitempty"`
+	Keys       *int      `json:"keys,omitempty"`
+	Sessions   *int      `json:"sessions,omitempty"`
+	Principals *[]string `json:"principals,omitempty"`
 
 	info any // nodes.Info.View, whose fields join these
 }

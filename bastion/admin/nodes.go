@@ -66,6 +66,19 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 	if !valid {
 		return
 	}
+	var principals *[]string // the /v1 body's, if it has them
+	if v1 {
+		var only bool
+		var err error
+		if principals, only, err = decodePrincipals(data); err != nil {
+			writeBodyError(w, err)
+			return
+		}
+		if only {
+			a.putPrincipals(w, r, label, *principals)
+			return
+		}
+	}
 	info, err := a.decodeNodeBody(data, v1)
 	if err != nil {
 		writeBodyError(w, err)
@@ -110,7 +123,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 				return
 			}
 			if v1 {
-				writeJSON(w, http.StatusCreated, a.view(n))
+				a.putDone(w, r, http.StatusCreated, n, principals)
 			} else {
 				writeOK(w)
 			}
@@ -130,7 +143,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 				return
 			}
 			if v1 {
-				writeJSON(w, http.StatusOK, a.view(n))
+				a.putDone(w, r, http.StatusOK, n, principals)
 			} else {
 				writeOK(w)
 			}
@@ -145,15 +158,16 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 			writeError(w, http.StatusConflict, msg)
 			return
 		}
-		a.updateNode(w, r, label, info, capture)
+		a.updateNode(w, r, label, info, principals, capture)
 		return
 	}
 	writeError(w, http.StatusConflict, "node "+quote(label)+" is being changed concurrently; try again")
 }
 
 // updateNode replaces a node's type and info (/v1) and cuts its sessions:
-// they were opened against the old BMC.
-func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info, capture *string) {
+// they were opened against the old BMC; then it sets the capture and the
+// principals the body gave (nil: none).
+func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info, principals *[]string, capture *string) {
 	typ := string(info.Type())
 	sealed, err := a.types.Seal(label, info)
 	if err != nil {
@@ -181,7 +195,7 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, i
 		a.changeFailed(w, r, "set capture", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.view(n))
+	a.putDone(w, r, http.StatusOK, n, principals)
 }
 
 // setCapture sets n's capture if the body set one that differs (not an
@@ -360,16 +374,20 @@ func (a *API) getNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	acc, err := a.store.Access(ctx, label)
+	var ks []db.Key
+	var ps []string
 	if err == nil {
-		var ks []db.Key
 		ks, err = a.store.Keys(ctx, label)
-		if err == nil {
-			v := a.view(n)
-			nk, ns := len(ks), len(a.sessions.List(label))
-			v.HasToken, v.Keys, v.Sessions = &acc.HasToken, &nk, &ns
-			writeJSON(w, http.StatusOK, v)
-			return
-		}
+	}
+	if err == nil {
+		ps, err = a.store.NodePrincipals(ctx, label)
+	}
+	if err == nil {
+		v := a.view(n)
+		nk, ns := len(ks), len(a.sessions.List(label))
+		v.HasToken, v.Keys, v.Sessions, v.Principals = &acc.HasToken, &nk, &ns, &ps
+		writeJSON(w, http.StatusOK, v)
+		return
 	}
 	if errors.Is(err, db.ErrNotFound) {
 		nodeNotFound(w, label)

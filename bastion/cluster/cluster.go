@@ -64,11 +64,13 @@ type Store interface {
 // cluster opens a node's console link or relay only once this replica has
 // applied the node's current access epoch (Current), serves a relay only
 // to a replica at that epoch (Serve, which applies it here first if need
-// be), and applies the changes other replicas announce (Apply).
+// be), and applies the changes other replicas announce (Apply, and
+// ApplyCred for a credential change: a CA removed, a certificate revoked).
 type Access interface {
 	Current(ctx context.Context, label string) (int64, error)
 	Serve(ctx context.Context, label string, epoch int64, attach func() error) error
 	Apply(label string, epoch int64, why string)
+	ApplyCred(epoch int64, c db.CredChange, why string)
 }
 
 // Config configures one replica's part in the cluster (its tunables: the

@@ -158,3 +158,55 @@ func TestNotify(t *testing.T) {
 		}
 	})
 }
+
+// TestNotifyCred: a credential change is passed to every announced
+// replica over the peer link (the notice carries the change whole), not
+// to a lease holder that does not announce itself; a replica that cannot
+// be reached (or refuses the notice: one from before credential notices)
+// counts once its announcement shows the change applied.
+func TestNotifyCred(t *testing.T) {
+	engines(t, func(t *testing.T, dsn string) {
+		key, lab := newHostKey(t), sim.NewLab()
+		st := openStore(t, dsn)
+		var rs []*replica
+		for i := range 3 {
+			rs = append(rs, startReplica(t, fmt.Sprintf("r%d", i), openStore(t, dsn), lab, key))
+		}
+		ctx := context.Background()
+		for _, r := range rs[:2] { // r2 never announces: it holds n1's SOL lease
+			if err := r.c.Announce(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := st.AcquireLease(ctx, rs[2].c.lease("n1", db.LeaseSOL, newToken()), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		c := db.CredChange{Kind: db.CredKeyID, CA: "SHA256:abc", KeyID: "alice smith"}
+		if err := rs[0].c.NotifyCred(ctx, 5, c, db.ReasonCertRevoked); err != nil {
+			t.Fatalf("NotifyCred: %v", err)
+		}
+		want := "cred key_id SHA256:abc 0 alice smith 5 certificate revoked"
+		if got := rs[1].acc.taken(); len(got) != 1 || got[0] != want {
+			t.Errorf("r1: got notices %q, want %q", got, want)
+		}
+		if got := rs[2].acc.taken(); len(got) != 0 {
+			t.Errorf("r2 (not announced, lease holder): got notices %q, want none", got)
+		}
+
+		// A replica that refuses the notice is waited for through its
+		// announcement.
+		rs[1].kill(t)
+		rs[1].store.dead.Store(false)
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			if err := rs[1].c.Announce(ctx, 6); err != nil {
+				t.Error(err)
+			}
+		}()
+		cctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		if err := rs[0].c.NotifyCred(cctx, 6, db.CredChange{Kind: db.CredCA, CA: "SHA256:abc"}, db.ReasonCARemoved); err != nil {
+			t.Errorf("NotifyCred with r1 unreachable, then announcing: %v", err)
+		}
+	})
+}

@@ -389,6 +389,12 @@ func (a *testAccess) Apply(label string, epoch int64, why string) {
 	a.applyLocked(label, epoch)
 }
 
+func (a *testAccess) ApplyCred(epoch int64, c db.CredChange, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.notices = append(a.notices, fmt.Sprintf("cred %s %s %d %s %d %s", c.Kind, c.CA, c.Serial, c.KeyID, epoch, why))
+}
+
 func (a *testAccess) taken() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()

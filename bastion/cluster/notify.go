@@ -35,6 +35,28 @@ func (c *Cluster) Notify(ctx context.Context, label string, epoch int64, why str
 		return fmt.Errorf("tell the other replicas: %w", err)
 	}
 	notice := gossh.Marshal(accessNotice{Label: label, Epoch: uint64(epoch), Why: why})
+	return c.tellAll(ctx, targets, epoch, noticeRequest, notice)
+}
+
+// NotifyCred tells every other live replica of a credential change made
+// here (c, of epoch: see access.RevokeCred) and returns once each has
+// applied it, as Notify does. No SOL lease holder needs telling as such: a
+// credential change wipes no console, it ends sessions, on whichever
+// replica they are.
+func (c *Cluster) NotifyCred(ctx context.Context, epoch int64, cred db.CredChange, why string) error {
+	targets, err := c.notifyTargets(ctx, "")
+	if err != nil {
+		return fmt.Errorf("tell the other replicas: %w", err)
+	}
+	notice := gossh.Marshal(credNotice{Epoch: uint64(epoch), Kind: cred.Kind, CA: cred.CA, Serial: cred.Serial,
+		KeyID: cred.KeyID, Why: why})
+	return c.tellAll(ctx, targets, epoch, credNoticeRequest, notice)
+}
+
+// tellAll sends notice (a request of type kind) to every target, each
+// confirmed as notifyOne says, and returns an error naming those that were
+// not when ctx ends.
+func (c *Cluster) tellAll(ctx context.Context, targets map[string]string, epoch int64, kind string, notice []byte) error {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -44,7 +66,7 @@ func (c *Cluster) Notify(ctx context.Context, label string, epoch int64, why str
 		wg.Add(1)
 		go func() { // ends when the replica confirmed, or at ctx's end
 			defer wg.Done()
-			if err := c.notifyOne(ctx, id, addr, epoch, notice); err != nil {
+			if err := c.notifyOne(ctx, id, addr, epoch, kind, notice); err != nil {
 				mu.Lock()
 				failed = append(failed, fmt.Sprintf("%s (%v)", id, err))
 				mu.Unlock()
@@ -60,7 +82,8 @@ func (c *Cluster) Notify(ctx context.Context, label string, epoch int64, why str
 }
 
 // notifyTargets returns the other live replicas by ID, with their peer
-// addresses: those whose announcement has not expired FenceMargin ago.
+// addresses (those whose announcement has not expired FenceMargin ago),
+// and the holder of label's SOL lease (label "": none).
 func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]string, error) {
 	reps, err := c.store.ReplicasWithin(ctx, c.cfg.FenceMargin)
 	if err != nil {
@@ -71,6 +94,9 @@ func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]s
 		if r.ID != c.cfg.ReplicaID {
 			targets[r.ID] = r.Addr
 		}
+	}
+	if label == "" {
+		return targets, nil
 	}
 	l, err := c.store.Lease(ctx, label, db.LeaseSOL)
 	switch {
@@ -86,8 +112,8 @@ func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]s
 // notifyOne tells replica id at addr, or failing that waits for its
 // announcement to show epoch applied (or to have expired FenceMargin ago),
 // until ctx ends.
-func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, notice []byte) error {
-	err := c.sendNotice(ctx, id, addr, notice)
+func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, kind string, notice []byte) error {
+	err := c.sendNotice(ctx, id, addr, kind, notice)
 	if err == nil {
 		return nil
 	}
@@ -113,9 +139,9 @@ func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, n
 	}
 }
 
-// sendNotice delivers notice to replica id's peer server at addr and waits
-// for its answer.
-func (c *Cluster) sendNotice(ctx context.Context, id, addr string, notice []byte) error {
+// sendNotice delivers notice (a request of type kind) to replica id's peer
+// server at addr and waits for its answer.
+func (c *Cluster) sendNotice(ctx context.Context, id, addr, kind string, notice []byte) error {
 	if addr == "" {
 		return errors.New("no peer address")
 	}
@@ -126,7 +152,7 @@ func (c *Cluster) sendNotice(ctx context.Context, id, addr string, notice []byte
 	defer client.Close()
 	stop := context.AfterFunc(ctx, func() { client.Close() }) // unblocks the request
 	defer stop()
-	ok, _, err := client.SendRequest(noticeRequest, true, notice)
+	ok, _, err := client.SendRequest(kind, true, notice)
 	switch {
 	case err != nil:
 		return errors.Join(err, ctx.Err())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/sshalgo"
 	text "github.com/obmd/obmd/commands/printable"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -211,8 +212,11 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 		defer wg.Done()
 		for r := range reqs {
 			ok := r.Type == keepaliveRequest
-			if r.Type == noticeRequest {
+			switch r.Type {
+			case noticeRequest:
 				ok = s.notice(r.Payload, log)
+			case credNoticeRequest:
+				ok = s.credNotice(r.Payload, log)
 			}
 			if r.WantReply {
 				r.Reply(ok, nil)
@@ -357,6 +361,24 @@ func (s *PeerServer) notice(payload []byte, log logrus.FieldLogger) bool {
 	why := printable(n.Why)
 	s.c.cfg.Access.Apply(n.Label, int64(n.Epoch), why)
 	log.WithFields(logrus.Fields{"node": printable(n.Label), "epoch": n.Epoch, "why": why}).Debug("peer_notice_applied")
+	return true
+}
+
+// credNotice applies a credential change another replica announced (a
+// credNoticeRequest's payload) and reports whether it was well formed; it
+// returns once the change is applied here. A kind this replica does not
+// know is applied too: it ends every certificate session from before it
+// (db.CredChange.Affects fails closed).
+func (s *PeerServer) credNotice(payload []byte, log logrus.FieldLogger) bool {
+	var n credNotice
+	if err := gossh.Unmarshal(payload, &n); err != nil || n.Epoch == 0 || n.Epoch > math.MaxInt64 {
+		log.Warn("peer_notice_malformed")
+		return false
+	}
+	why := printable(n.Why)
+	c := db.CredChange{Kind: n.Kind, CA: n.CA, Serial: n.Serial, KeyID: n.KeyID}
+	s.c.cfg.Access.ApplyCred(int64(n.Epoch), c, why)
+	log.WithFields(logrus.Fields{"kind": printable(n.Kind), "epoch": n.Epoch, "why": why}).Debug("peer_notice_applied")
 	return true
 }
 

@@ -22,13 +22,16 @@ import (
 // the channel request breakRequest sends a serial break; the global request
 // keepaliveRequest probes a connection, and noticeRequest (an accessNotice,
 // on a connection of its own) tells a replica of an access change, which it
-// answers once applied.
+// answers once applied; credNoticeRequest (a credNotice) of a credential
+// change (a replica that does not know it refuses it, and is then waited
+// for through its announcements).
 const (
-	peerUser         = "obmd-peer"
-	consoleChannel   = "console@obmd"
-	breakRequest     = "break@obmd"
-	keepaliveRequest = "keepalive@obmd"
-	noticeRequest    = "access@obmd"
+	peerUser          = "obmd-peer"
+	consoleChannel    = "console@obmd"
+	breakRequest      = "break@obmd"
+	keepaliveRequest  = "keepalive@obmd"
+	noticeRequest     = "access@obmd"
+	credNoticeRequest = "credential@obmd"
 )
 
 // staleMessage begins the rejection of a consoleChannel whose epoch is not
@@ -50,6 +53,17 @@ type accessNotice struct {
 	Label string
 	Epoch uint64
 	Why   string
+}
+
+// credNotice is the payload of a credNoticeRequest: db.CredChange with its
+// epoch and reason.
+type credNotice struct {
+	Epoch  uint64
+	Kind   string
+	CA     string
+	Serial uint64
+	KeyID  string
+	Why    string
 }
 
 // errStale is a relay the holder refused because this replica was behind

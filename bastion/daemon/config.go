@@ -14,6 +14,7 @@ import (
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/obmd/obmd/sol/ipmitool"
@@ -183,12 +184,30 @@ type Config struct {
 	// IPMI console): the cipher suites tried for a node that pins none,
 	// and what to do when SOL is off on a BMC.
 	IPMIOptions sol.IPMIOptions `yaml:"ipmi_options"`
+	// Certs configures certificate logins (OpenSSH user certificates from
+	// the CAs registered through the admin API).
+	Certs CertsConfig `yaml:"certs"`
 
 	// Demo registers node "demo" on the built-in simulator and prints a
 	// fresh token for it at start (make run).
 	Demo bool `yaml:"demo"`
 	// Version is shown by `version` and logged at start.
 	Version string `yaml:"-"`
+}
+
+// CertsConfig is the certs section: how certificates are judged
+// (keys/sshcert) and how long revocations are kept.
+type CertsConfig struct {
+	// Skew is the clock difference tolerated between a CA and obmd at both
+	// ends of a certificate's validity (default 60 s, at most 10 min); a
+	// session ends at valid_before plus the skew.
+	Skew time.Duration `yaml:"skew"`
+	// LegacyAlgorithms accepts CA signatures made with SHA-1 ("ssh-rsa"),
+	// which OpenSSH refuses by default since 8.2.
+	LegacyAlgorithms bool `yaml:"legacy_algorithms"`
+	// PurgeInterval is how often revocations whose certificates have
+	// expired (plus the skew) are deleted (default 1 h).
+	PurgeInterval time.Duration `yaml:"purge_interval"`
 }
 
 // DemoNode is the label of the demo node.
@@ -237,6 +256,12 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.replicaDefaults(); err != nil {
 		return err
+	}
+	if c.Certs.Skew < 0 || c.Certs.Skew > sshcert.MaxSkew {
+		return fmt.Errorf("certs.skew must be from 0 to %v", sshcert.MaxSkew)
+	}
+	if c.Certs.PurgeInterval <= 0 {
+		c.Certs.PurgeInterval = time.Hour
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("tls_cert and tls_key go together")

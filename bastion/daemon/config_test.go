@@ -112,3 +112,27 @@ func TestAliases(t *testing.T) {
 		t.Errorf("both names, two values: got %v, want an error naming both", err)
 	}
 }
+
+// TestCertsConfig: certs.skew is bounded (0 takes sshcert's default),
+// certs.purge_interval defaults to an hour.
+func TestCertsConfig(t *testing.T) {
+	for _, skew := range []time.Duration{-time.Second, 11 * time.Minute} {
+		c := Config{StateDir: t.TempDir()}
+		c.Certs.Skew = skew
+		if _, err := c.WithDefaults(); err == nil || !strings.Contains(err.Error(), "certs.skew") {
+			t.Errorf("skew %v: got %v, want an error naming certs.skew", skew, err)
+		}
+	}
+	c, err := Config{StateDir: t.TempDir()}.WithDefaults()
+	if err != nil || c.Certs.PurgeInterval != time.Hour {
+		t.Errorf("defaults: got %v, purge interval %v; want 1h", err, c.Certs.PurgeInterval)
+	}
+	d := &Daemon{cfg: c}
+	p, err := d.certPolicy()
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	if p.Skew() != time.Minute {
+		t.Errorf("policy skew: got %v, want 1m", p.Skew())
+	}
+}

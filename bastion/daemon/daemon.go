@@ -36,6 +36,7 @@ import (
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
 )
@@ -59,6 +60,7 @@ type Daemon struct {
 	watcher  *access.Watcher
 	limiter  *authlimit.Limiter
 	ssh      *bastion.Server
+	certs    *sshcert.Policy // certificate logins (certs.go)
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
 
@@ -125,6 +127,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(d.servePeer)
+	g.Go(func() error { return d.purgeRevocations(gctx, d.certs.Skew()) })
 	g.Go(func() error { return d.runCapture(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()

@@ -21,6 +21,13 @@ type rvSession struct {
 	Node string `json:"node"`
 	Kind string `json:"kind"`
 	User string `json:"user"`
+	// Expires and Cert: of a certificate login.
+	Expires time.Time `json:"expires"`
+	Cert    struct {
+		CA     string `json:"ca"`
+		Serial uint64 `json:"serial"`
+		KeyID  string `json:"key_id"`
+	} `json:"cert"`
 }
 
 // rvSessions lists label's live sessions.

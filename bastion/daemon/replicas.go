@@ -15,6 +15,7 @@ import (
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -219,4 +220,8 @@ func (a clusterAccess) Serve(ctx context.Context, label string, epoch int64, att
 
 func (a clusterAccess) Apply(label string, epoch int64, why string) {
 	a.d.revoker.Apply(label, epoch, why)
+}
+
+func (a clusterAccess) ApplyCred(epoch int64, c db.CredChange, why string) {
+	a.d.revoker.ApplyCred(epoch, c, why)
 }

@@ -246,11 +246,15 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	if err != nil {
 		return err
 	}
+	if d.certs, err = d.certPolicy(); err != nil {
+		return err
+	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.Escape,
 		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
 		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
 		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
-		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms,
+		Certs: d.certs},
 		gate, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err

@@ -96,7 +96,7 @@ func (r *Registry) WriteTo(out io.Writer) (int64, error) {
 		w.Sample("_sum", h.sum, "action", k[0], "result", k[1])
 		w.Sample("_count", float64(h.n), "action", k[0], "result", k[1])
 	}
-	w.Family("obmd_auth_attempts_total", "counter", "Authentication attempts by method (SSH: password, keyboard-interactive, publickey; admin API: http-admin, http-token) and result.")
+	w.Family("obmd_auth_attempts_total", "counter", "Authentication attempts by method (SSH: password, keyboard-interactive, publickey, cert; admin API: http-admin, http-token) and result.")
 	for _, k := range sortedKeys(r.auth) {
 		w.Sample("", float64(r.auth[k]), "method", k[0], "result", k[1])
 	}

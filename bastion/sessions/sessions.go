@@ -43,20 +43,54 @@ func (e *RevokedError) Error() string {
 	return fmt.Sprintf("access to %s was revoked (%s)", e.Node, e.Why)
 }
 
+// WhyExpired is the Why of an ExpiredError.
+const WhyExpired = "certificate expired"
+
+// ExpiredError is the cause given to a session whose credential expired
+// (Info.Expires): "your certificate for node-17 expired". It is the
+// *RevokedError it wraps (errors.As), with its own text.
+type ExpiredError struct{ *RevokedError }
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("your certificate for %s expired", e.Node)
+}
+
+// Unwrap returns the revocation.
+func (e *ExpiredError) Unwrap() error { return e.RevokedError }
+
 // Info describes a live session. Epoch is the node's access epoch at
-// authentication.
+// authentication. Every field is plain data.
 type Info struct {
 	ID      string    `json:"id"`
 	Node    string    `json:"node"`
 	Kind    Kind      `json:"kind"`
-	User    string    `json:"user"`   // auth method and identity, e.g. "key SHA256:..." or "token"
+	User    string    `json:"user"`   // auth method and identity, e.g. "key SHA256:...", "token", "cert hil:alice serial 42"
 	Remote  string    `json:"remote"` // client address
 	Started time.Time `json:"started"`
 	Epoch   int64     `json:"-"`
+	// Expires, if set, is when the session ends by itself (a certificate's
+	// expiry): it is cut then with an *ExpiredError.
+	Expires time.Time `json:"expires,omitzero"`
+	// Cert is the certificate the session logged in with (nil: another
+	// credential); credential changes are matched against it (CutCerts).
+	Cert *Cert `json:"cert,omitempty"`
 	// HTTP marks a session of the admin API's node-token routes (console
 	// streams, power calls): they count against Config.MaxPerSourceHTTP,
 	// SSH sessions against MaxPerSource.
 	HTTP bool `json:"-"`
+}
+
+// Cert is the OpenSSH certificate a session logged in with, as a
+// credential change (a CA removed, a serial or key id revoked) names it.
+type Cert struct {
+	CA     string `json:"ca"`      // SHA256:... of the CA's key
+	CAName string `json:"ca_name"` // the admin's name for the CA
+	Serial uint64 `json:"serial"`
+	KeyID  string `json:"key_id"` // exactly as signed
+	// Seen is the latest access epoch when the login read the database:
+	// every credential change up to it was reflected in that read, so only
+	// a later one (epoch > Seen) can end the session.
+	Seen int64 `json:"-"`
 }
 
 // Config bounds sessions (the YAML section sessions). Zero values take the
@@ -183,9 +217,19 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	r.byID[info.ID] = e
 	r.perNode[info.Node]++
 	r.perSrc[src]++
+	// The expiry's timer only cancels (its goroutine is short-lived); end
+	// stops it.
+	stopExpiry := func() bool { return false }
+	if !info.Expires.IsZero() {
+		node := info.Node
+		stopExpiry = time.AfterFunc(time.Until(info.Expires), func() {
+			cancel(&ExpiredError{&RevokedError{Node: node, Why: WhyExpired}})
+		}).Stop
+	}
 	var once sync.Once
 	end = func() {
 		once.Do(func() {
+			stopExpiry()
 			r.mu.Lock()
 			delete(r.byID, info.ID)
 			if r.perNode[info.Node]--; r.perNode[info.Node] <= 0 {
@@ -221,11 +265,24 @@ func (r *Registry) Cut(node string, epoch int64, cause error) (cut, late int) {
 func (r *Registry) CutAll(cause func(node string) error) (cut map[string]int, late int) {
 	r.endWatched(func(string, int64) bool { return true })
 	victims, late := r.cutWhere(func(*entry) bool { return true }, cause)
-	cut = map[string]int{}
+	return perNode(victims), late
+}
+
+// CutCerts cuts every session that logged in with a certificate (Info.Cert)
+// match selects, each with cause(its node), then waits as Cut does. It
+// returns how many sessions of each node were cut, and how many had not
+// ended in time.
+func (r *Registry) CutCerts(match func(Cert) bool, cause func(node string) error) (cut map[string]int, late int) {
+	victims, late := r.cutWhere(func(e *entry) bool { return e.info.Cert != nil && match(*e.info.Cert) }, cause)
+	return perNode(victims), late
+}
+
+func perNode(victims []*entry) map[string]int {
+	cut := map[string]int{}
 	for _, e := range victims {
 		cut[e.info.Node]++
 	}
-	return cut, late
+	return cut
 }
 
 // Watch registers an authenticated connection of node, whose credential

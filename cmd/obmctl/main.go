@@ -5,6 +5,8 @@
 //	obmctl [global flags] doctor LABEL
 //	obmctl [global flags] token rotate LABEL | token revoke LABEL
 //	obmctl [global flags] key add LABEL FILE|- | key ls LABEL | key rm LABEL FINGERPRINT
+//	obmctl [global flags] ca add NAME FILE|- | ca ls | ca rm FINGERPRINT | ca revoke ... | ca revoked
+//	obmctl [global flags] principals LABEL [PRINCIPAL ...|--none]
 //	obmctl [global flags] sessions [LABEL] | kick ID | audit [--node N] [--since T] [--limit N]
 //	obmctl [global flags] health
 //
@@ -68,6 +70,7 @@ const usage = `usage: obmctl [--url URL] [--token-file FILE] [--json] COMMAND
   key add LABEL FILE|-          allow an authorized_keys line (one key) on the node
   key ls LABEL                  list a node's keys
   key rm LABEL FINGERPRINT      remove a key (cuts the node's sessions)
+` + caUsage + `
   sessions [LABEL]              live sessions
   kick ID                       end one session
   audit [--node N] [--since T] [--limit N]   audit events (T: RFC 3339 or unix seconds)
@@ -146,6 +149,10 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv f
 		return c.keyList(args[1:])
 	case cmd == "key" && sub == "rm":
 		return c.keyRemove(args[1:])
+	case cmd == "ca":
+		return c.ca(sub, args, stdin)
+	case cmd == "principals":
+		return c.principals(args)
 	case cmd == "sessions":
 		return c.sessions(args)
 	case cmd == "kick":
@@ -430,13 +437,7 @@ func (c *client) keyAdd(args []string, stdin io.Reader) error {
 	if len(args) != 2 {
 		return usageErr("key add LABEL FILE|-")
 	}
-	var data []byte
-	var err error
-	if args[1] == "-" {
-		data, err = io.ReadAll(io.LimitReader(stdin, 64<<10))
-	} else {
-		data, err = os.ReadFile(args[1])
-	}
+	data, err := readFileOrStdin(args[1], stdin)
 	if err != nil {
 		return fmt.Errorf("read key: %w", err)
 	}
@@ -446,6 +447,15 @@ func (c *client) keyAdd(args []string, stdin io.Reader) error {
 	}
 	fmt.Fprintln(c.out, out.Fingerprint)
 	return nil
+}
+
+// readFileOrStdin reads the file at path, or stdin if path is "-" (at
+// most 64 KiB of it: one key line).
+func readFileOrStdin(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(io.LimitReader(stdin, 64<<10))
+	}
+	return os.ReadFile(path)
 }
 
 func (c *client) keyList(args []string) error {

@@ -62,6 +62,10 @@ func TestObmctl(t *testing.T) {
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	signer, _ := gossh.NewSignerFromKey(priv)
 	pub := string(gossh.MarshalAuthorizedKey(signer.PublicKey()))
+	_, caPriv, _ := ed25519.GenerateKey(rand.Reader)
+	caSigner, _ := gossh.NewSignerFromKey(caPriv)
+	caFP := gossh.FingerprintSHA256(caSigner.PublicKey())
+	caPub := string(gossh.MarshalAuthorizedKey(caSigner.PublicKey()))
 
 	steps := []struct {
 		name     string
@@ -81,6 +85,19 @@ func TestObmctl(t *testing.T) {
 		{"add key", pub, []string{"key", "add", "n1", "-"}, 0, "SHA256:", ""},
 		{"list keys", "", []string{"key", "ls", "n1"}, 0, "SHA256:", ""},
 		{"remove key", "", []string{"key", "rm", "n1", gossh.FingerprintSHA256(signer.PublicKey())}, 0, "removed", ""},
+		{"add CA", caPub, []string{"ca", "add", "hil", "-"}, 0, caFP + ": trusted as hil", ""},
+		{"add CA again", caPub, []string{"ca", "add", "other", "-"}, 1, "", "not added"},
+		{"list CAs", "", []string{"ca", "ls"}, 0, caFP + "  hil", ""},
+		{"revoke serial", "", []string{"ca", "revoke", "--serial", "42", "--ca", "hil", "--expires", "2030-01-02T03:04:05Z"}, 0, "revoked", ""},
+		{"revoke key id", "", []string{"ca", "revoke", "--key-id", "alice"}, 0, "revoked", ""},
+		{"revoke both", "", []string{"ca", "revoke", "--serial", "1", "--key-id", "alice"}, 2, "", "ca revoke --serial"},
+		{"list revocations", "", []string{"ca", "revoked"}, 0, caFP + "  2030-01-02T03:04:05Z", ""},
+		{"list revocations of every CA", "", []string{"ca", "revoked"}, 0, "every CA", ""},
+		{"set principals", "", []string{"principals", "n2", "project-x", "rack-4"}, 0, "n2: principals project-x rack-4", ""},
+		{"show principals", "", []string{"principals", "n2"}, 0, "n2: principals project-x rack-4", ""},
+		{"clear principals", "", []string{"principals", "n2", "--none"}, 0, "n2: principals none", ""},
+		{"remove CA", "", []string{"ca", "rm", caFP}, 0, caFP + ": removed", ""},
+		{"remove CA again", "", []string{"ca", "rm", caFP}, 0, "was not trusted", ""},
 		{"sessions", "", []string{"sessions"}, 0, "ID", ""},
 		{"audit", "", []string{"audit", "--node", "n1"}, 0, "token.rotate", ""},
 		{"json", "", []string{"--json", "node", "show", "n2"}, 0, `"label":"n2"`, ""},

@@ -1,0 +1,206 @@
+package bastion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"github.com/gliderlabs/ssh"
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/keys/sshcert"
+)
+
+// Certificate logins (OpenSSH user certificates, keys/sshcert).
+//
+// CVE-2024-45337: x/crypto calls the public-key callback (gliderlabs's
+// PublicKeyHandler, publicKey here) for every key a client asks about,
+// signed or not, and gliderlabs remembers the last key it accepted, not
+// the one the client signed with. So nothing is decided from that handler
+// alone nor from the session's PublicKey(): certOffer only judges the
+// certificate and keeps what it found, keyed by the node and the
+// fingerprint of the whole certificate; verifiedKey, which x/crypto calls
+// with the key whose signature it has verified, grants the login from
+// that entry alone. The certificate's own permissions are never copied to
+// the connection's (shared by every offer); the policy judges its
+// critical options itself.
+
+// methodCert is a certificate login's method (metrics) and actor prefix.
+const methodCert = "cert"
+
+// certLogin is a certificate the policy accepted for a node on one
+// connection: what certOffer found, for verifiedKey and the session.
+type certLogin struct {
+	cert   *gossh.Certificate
+	client netip.Addr // the client's address (PROXY-resolved), for source-address
+	grant  sshcert.Grant
+	epoch  int64 // the node's access epoch, as read
+	seen   int64 // the latest epoch, as read (db.CertAccess.Seen)
+}
+
+// console reports whether the certificate lets the session have a console
+// (permit-pty); a login without a certificate always may.
+func (cl *certLogin) console() bool { return cl == nil || cl.grant.Console }
+
+// certOffer answers a certificate offered for ctx.User(). Unlike a plain
+// key, a certificate offered is a try: the database is read, the policy
+// checks it, and a refusal is recorded as a failed login (audited, counted
+// by the guessing limits) that looks to the client exactly as a wrong
+// token does, the same answer after at least FailDelay, whatever the
+// reason (an unknown node, a wrong principal, an untrusted CA, an expired
+// or revoked certificate...: the reason is in the audit only).
+func (s *Server) certOffer(ctx ssh.Context, cert *gossh.Certificate) bool {
+	start := s.cfg.Now()
+	st := stateFrom(ctx)
+	label := ctx.User()
+	st.mu.Lock()
+	st.user = label
+	st.mu.Unlock()
+	refuse := func(record func()) bool {
+		st.settle() // recorded here: nothing left for the connection's end
+		record()
+		s.waitFrom(start)
+		return false
+	}
+	if ok, first := s.lim.Begin(ctx, st.src); !ok {
+		return refuse(func() { s.limited(ctx, methodCert, "source", first) })
+	}
+	acc, err := s.readCert(ctx, label, cert)
+	if err != nil && !errors.Is(err, db.ErrNotFound) {
+		s.lim.End(st.src, label, false, false) // not the client's failure
+		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
+		return refuse(func() { s.denied(ctx, methodCert, "database unavailable") })
+	}
+	exists := err == nil
+	st.mu.Lock()
+	st.exists = exists // for connEnded, as publicKey does
+	st.mu.Unlock()
+	if ok, first := s.lim.Judge(st.src, label, exists); !ok {
+		s.lim.End(st.src, label, exists, false)
+		return refuse(func() { s.limited(ctx, methodCert, "node", first) })
+	}
+	cl := &certLogin{cert: cert, client: clientAddr(st.remote), epoch: acc.Epoch, seen: acc.Seen}
+	if exists {
+		cl.grant, err = s.certs.Check(cert, s.login(label, cl.client, acc))
+	} else {
+		err = errors.New("unknown node")
+	}
+	if err != nil {
+		s.lim.End(st.src, label, exists, true)
+		return refuse(func() { s.denied(ctx, methodCert, err.Error()) })
+	}
+	s.lim.End(st.src, label, exists, false)
+	st.mu.Lock()
+	st.keys++
+	st.certs[label+" "+keys.Fingerprint(cert)] = cl
+	st.mu.Unlock()
+	return true
+}
+
+// readCert reads what the policy needs about cert for label, by what cert
+// claims (verified by the policy, not here).
+func (s *Server) readCert(ctx context.Context, label string, cert *gossh.Certificate) (db.CertAccess, error) {
+	ca, serial, keyID := sshcert.Claims(cert)
+	return s.store.CertAccess(ctx, label, ca, serial, keyID)
+}
+
+// login is the policy's view of a login to label from client, as acc
+// read it.
+func (s *Server) login(label string, client netip.Addr, acc db.CertAccess) sshcert.Login {
+	return sshcert.Login{Node: label, Principals: acc.Principals, TenancyStart: acc.TenancyStart,
+		Client: client, Authorities: acc, Revocations: acc}
+}
+
+// certVerified grants the login of a certificate certOffer accepted, once
+// the client has signed with it; it refuses one that has expired since, as
+// certOffer refuses.
+func (s *Server) certVerified(ctx ssh.Context, cl *certLogin) error {
+	g := cl.grant
+	if !g.Expires.IsZero() && !s.cfg.Now().Before(g.Expires) {
+		start := s.cfg.Now()
+		st := stateFrom(ctx)
+		st.settle()
+		s.lim.Fail(st.src, ctx.User(), true)
+		s.denied(ctx, methodCert, "certificate "+g.Who()+": expired before the client signed with it")
+		s.waitFrom(start)
+		return errors.New("certificate expired")
+	}
+	detail := fmt.Sprintf("%s, principal %s, key %s", g.Who(), safe(g.Principal), keys.Fingerprint(cl.cert.Key))
+	if !g.Expires.IsZero() {
+		detail += ", until " + g.Expires.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	s.accepted(ctx, &authInfo{Method: methodCert, Actor: g.Identity(), User: methodCert + " " + g.Who(),
+		Detail: detail, Epoch: cl.epoch, Cert: cl})
+	return nil
+}
+
+// clientAddr is the address of remote ("host:port"); the zero Addr if it
+// is none (a source-address option then allows nothing).
+func clientAddr(remote string) netip.Addr {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr()
+}
+
+// certInfo is a certificate session's registration: what credential
+// changes are matched against, and when it expires.
+func (cl *certLogin) certInfo() *sessions.Cert {
+	g := cl.grant
+	return &sessions.Cert{CA: g.CAFingerprint, CAName: g.CA, Serial: g.Serial, KeyID: g.KeyID, Seen: cl.seen}
+}
+
+// recheckCert checks a certificate session again once it is registered:
+// its login's read is made again and the certificate checked again, so a
+// credential change (a CA removed, a serial revoked) committed between the
+// login and the registration, which the registry did not see, refuses it;
+// one committed after finds it registered. It returns -1, or the exit code
+// of a refused session (told on stderr why).
+func (c *channel) recheckCert(stderr io.Writer) int {
+	cl := c.a.Cert
+	acc, err := c.s.readCert(c.ctx, c.label, cl.cert)
+	if err == nil && acc.Epoch == c.a.Epoch {
+		_, err = c.s.certs.Check(cl.cert, c.s.login(c.label, cl.client, acc))
+		if err == nil {
+			return -1
+		}
+		c.log.WithError(err).Info("certificate_refused_at_start")
+		err = &sessions.RevokedError{Node: c.label, Why: "certificate no longer accepted"}
+	}
+	var revoked *sessions.RevokedError
+	switch {
+	case errors.As(err, &revoked):
+	case err == nil, errors.Is(err, db.ErrNotFound): // the node changed or went since the login
+		err = &sessions.RevokedError{Node: c.label, Why: "access changed"}
+	default:
+		c.log.WithError(err).Error("certificate_check_failed")
+		fmt.Fprintln(stderr, "obmd: cannot verify access right now; try again")
+		return commands.ExitFailed
+	}
+	fmt.Fprintf(stderr, "obmd: %v\n", err)
+	c.audit(c.ctx, "session.start", "denied", err.Error())
+	return commands.ExitNotAllowed
+}
+
+// noConsole refuses a console to a certificate without permit-pty.
+func (c *channel) noConsole(stderr io.Writer) int {
+	c.log.Info("console_not_permitted")
+	fmt.Fprintf(stderr, "obmd: your certificate for %s does not permit a console (no permit-pty); run a command instead (help)\n", safe(c.label))
+	return commands.ExitNotAllowed
+}
+
+// certFields are a certificate login's log fields.
+func certFields(cl *certLogin) logrus.Fields {
+	if cl == nil {
+		return nil
+	}
+	return logrus.Fields{"cert": cl.grant.Who()}
+}
