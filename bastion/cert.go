@@ -173,7 +173,7 @@ func (c *channel) recheckCert(stderr io.Writer) int {
 			return -1
 		}
 		c.log.WithError(err).Info("certificate_refused_at_start")
-		err = &sessions.RevokedError{Node: c.label, Why: "certificate no longer accepted"}
+		err = &sessions.RevokedError{Node: c.label, Why: refusedWhy(err)}
 	}
 	var revoked *sessions.RevokedError
 	switch {
@@ -188,6 +188,20 @@ func (c *channel) recheckCert(stderr io.Writer) int {
 	fmt.Fprintf(stderr, "obmd: %v\n", err)
 	c.audit(c.ctx, "session.start", "denied", err.Error())
 	return commands.ExitNotAllowed
+}
+
+// refusedWhy is the reason a session is told when its certificate is
+// refused at the start: the words a live cut for the same change gives
+// (db's reasons), so that a session cut while it started reads as one cut
+// a moment later does.
+func refusedWhy(err error) string {
+	switch {
+	case errors.Is(err, sshcert.ErrRevoked):
+		return db.ReasonCertRevoked
+	case errors.Is(err, sshcert.ErrUntrustedCA):
+		return db.ReasonCARemoved
+	}
+	return "certificate no longer accepted"
 }
 
 // noConsole refuses a console to a certificate without permit-pty.

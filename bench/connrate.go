@@ -105,6 +105,13 @@ func measureRate(t rateTarget) (rateResult, error) {
 	return res, nil
 }
 
+// obmdDefaults puts back the limits startObmdProc raises: section 1 runs
+// obmd as it is configured out of the box.
+func obmdDefaults() map[string]any {
+	return map[string]any{"auth_limits": map[string]any{}, "max_conns_per_source": 0,
+		"max_sessions_per_node": 0, "max_sessions_per_source": 0}
+}
+
 // connRate is section 1.
 func connRate(cfg benchConfig) *section {
 	s := &section{Title: "1. Connection rate: connect + auth + power-status + close, 8 concurrent clients"}
@@ -142,13 +149,13 @@ func connRate(cfg benchConfig) *section {
 		t.auth = func(int) gossh.AuthMethod { return gossh.Password(pass) }
 		return measureRate(t)
 	})
-	obmdOn := func(dsn string) func() (rateResult, error) {
+	obmdOn := func(bin, dsn string) func() (rateResult, error) {
 		return func() (rateResult, error) {
 			dir, err := os.MkdirTemp(cfg.tmp, "rate-obmd-")
 			if err != nil {
 				return rateResult{}, err
 			}
-			o, err := startObmdProc(cfg.obmdBin, dir, dsn, nil)
+			o, err := startObmdProc(bin, dir, dsn, obmdDefaults())
 			if err != nil {
 				return rateResult{}, err
 			}
@@ -167,13 +174,22 @@ func connRate(cfg benchConfig) *section {
 			return measureRate(t)
 		}
 	}
-	run("obmd-sqlite", obmdOn(""))
-	dsn, dropDB, err := scratchMySQL()
-	if err != nil {
-		errs["obmd-mysql"] = err
-	} else {
-		run("obmd-mysql", obmdOn(dsn))
+	run("obmd-sqlite", obmdOn(cfg.obmdBin, ""))
+	if cfg.baseline != "" {
+		run("baseline-sqlite", obmdOn(cfg.baseline, ""))
+	}
+	onMySQL := func(key, bin string) { // each on a scratch database of its own
+		dsn, dropDB, err := scratchMySQL()
+		if err != nil {
+			errs[key] = err
+			return
+		}
+		run(key, obmdOn(bin, dsn))
 		dropDB()
+	}
+	onMySQL("obmd-mysql", cfg.obmdBin)
+	if cfg.baseline != "" {
+		onMySQL("baseline-mysql", cfg.baseline)
 	}
 	run("sshd", func() (rateResult, error) {
 		dir, err := os.MkdirTemp(cfg.tmp, "sshd-")
@@ -194,7 +210,11 @@ func connRate(cfg benchConfig) *section {
 
 	bare, haveBare := results["bare"]
 	sshd, haveSSHD := results["sshd"]
-	for _, e := range []struct{ key, label string }{{"obmd-sqlite", "SQLite"}, {"obmd-mysql", "MariaDB"}} {
+	for _, e := range []struct{ key, label string }{{"obmd-sqlite", "SQLite"}, {"obmd-mysql", "MariaDB"},
+		{"baseline-sqlite", "SQLite, -baseline binary,"}, {"baseline-mysql", "MariaDB, -baseline binary,"}} {
+		if _, ok := errs[e.key]; !ok && strings.HasPrefix(e.key, "baseline") && cfg.baseline == "" {
+			continue
+		}
 		r, ok := results[e.key]
 		rateName := fmt.Sprintf("conn/s, token auth on %s", e.label)
 		cpuName := fmt.Sprintf("server CPU per connection, %s", e.label)
@@ -230,27 +250,10 @@ func connRate(cfg benchConfig) *section {
 		}
 	}
 	if r, ok := results["obmd-sqlite"]; ok && haveBare && r.perSec < 0.8*bare.perSec {
-		s.note("Why obmd is below 0.8x the bare server: both do the same SSH handshake (%s vs %s of client CPU per connection; the clients, on the same 2 cores, cap conn/s), but obmd's server CPU per connection is %s to the bare server's %s. The difference is what a bastion does and a bare server does not: per connection obmd reads the node's token hash, re-reads its access epoch before the session starts (a login racing a rotation must fail) and resolves the node's driver (three prepared queries), and commits four audit rows (auth, session.start, power.status, session.end) durably (SQLite synchronous=FULL, so an acknowledged revocation and the audit trail survive a power loss). Concurrent connections share audit commits (group commit), but one connection's rows are sequential. A CPU profile (pprof, obmd in-process on SQLite, 8 clients, 8 s; client and server CPU together) puts 13%% of all CPU in audit commits, most of it SQLite's WAL writes and fsync, and 4%% in the three lookups; the SSH handshake is most of the rest. Closing the gap would mean giving up audit durability or the per-connection access checks, which obmd keeps on purpose.",
+		s.note("Why obmd is below 0.8x the bare server: both do the same SSH handshake (%s vs %s of client CPU per connection; the clients, on the same 2 cores, cap conn/s), but obmd's server CPU per connection is %s to the bare server's %s. The difference is what a bastion does and a bare server does not: per connection obmd reads the node's token hash, re-reads its access epoch before the session starts (a login racing a rotation must fail) and resolves the node's driver (three prepared queries), and queues four audit rows (auth, session.start, power.status, session.end) that one goroutine group-commits within 50 ms. See \"Connection rate: where the time goes\" above for the profile.",
 			ms(r.clientCPU), ms(bare.clientCPU), ms(r.cpuPerConn), ms(bare.cpuPerConn))
 	}
-	engine, dsn, drop := "MariaDB", "", func() {}
-	if d, dr, err := scratchMySQL(); err == nil {
-		dsn, drop = d, dr
-	} else {
-		engine = "SQLite"
-	}
-	refused, total, err := refusedAtDefaults(cfg, workers, dsn)
-	drop()
-	switch {
-	case err != nil:
-		s.note("The probe of the default auth limits failed: %v", err)
-	case refused > 0:
-		s.note("These rows raise auth_limits.per_source: every client here comes from 127.0.0.1. At the default (5 token tries per source, tries in flight counted as failures to come), %d of %d connections from these 8 parallel clients, all with the right token, were refused in a %v run on %s: parallel automation behind one address (HIL, a NAT) sees spurious authentication failures, each after the 300 ms fail delay.",
-			refused, total, cfg.scale(2*time.Second), engine)
-	default:
-		s.note("These rows raise auth_limits.per_source: every client here comes from 127.0.0.1. At the default (5 token tries per source; tries in flight count, and one beyond the budget waits for an earlier one to settle) none of %d connections from these 8 parallel clients was refused in a %v run on %s.",
-			total, cfg.scale(2*time.Second), engine)
-	}
+	s.note("obmd runs at its defaults here (auth_limits: 5 token tries per source, tries in flight counted; max_conns_per_source 64; session limits), and every client comes from 127.0.0.1: parallel automation behind one address. A refused login would show as a failed connection above.")
 	s.note("Each client is golang.org/x/crypto/ssh in the bench process; every server is a separate process whose CPU (utime+stime, plus reaped children for sshd) is read from /proc before and after. Clients share the 2 cores with the server, so conn/s is bounded by client+server CPU; CPU per connection is the server's own cost.")
 	s.note("Every client offers only the curve25519-sha256 key exchange (what OpenSSH 9.2 and x/crypto share), so every server does the same handshake work. MariaDB's own CPU (mariadbd, found in /proc; shared with anything else using that server) is shown apart.")
 	s.note("obmd and the bare server use password auth (obmd: the node token, checked against the database); sshd uses an ed25519 key (it has no token store), runs as the current user with UsePAM no, and its ForceCommand script prints a fixed power status (a real wrapper would also run ipmitool, ~70 ms more).")
@@ -341,43 +344,4 @@ func dbServerPid() int {
 		}
 	}
 	return pid
-}
-
-// refusedAtDefaults runs the connection-rate load briefly against obmd
-// (on dsn, SQLite if "") with its default auth limits and counts refused
-// logins.
-func refusedAtDefaults(cfg benchConfig, workers int, dsn string) (refused, total int, err error) {
-	dir, err := os.MkdirTemp(cfg.tmp, "limits-obmd-")
-	if err != nil {
-		return 0, 0, err
-	}
-	o, err := startObmdProc(cfg.obmdBin, dir, dsn, map[string]any{"auth_limits": map[string]any{}})
-	if err != nil {
-		return 0, 0, err
-	}
-	defer o.Stop()
-	tokens, err := o.admin().addSimNodes("limits", workers)
-	if err != nil {
-		return 0, 0, err
-	}
-	var ok, bad atomic.Int64
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(cfg.scale(2 * time.Second))
-	for w := range workers {
-		wg.Add(1)
-		go func() { // owned by refusedAtDefaults
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				err := execOnce(o.SSHAddr, fmt.Sprintf("limits-%03d", w), gossh.Password(tokens[w]), "power-status", "power on")
-				switch {
-				case err == nil:
-					ok.Add(1)
-				case strings.Contains(err.Error(), "unable to authenticate"):
-					bad.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return int(bad.Load()), int(ok.Load() + bad.Load()), nil
 }

@@ -29,7 +29,10 @@ type benchConfig struct {
 	obmdBin string // the obmd binary, built for this run
 	bareBin string // bench/baressh, built for this run
 	quick   bool   // shorter phases (a smoke run; figures are noisier)
-	log     io.Writer
+	// baseline is another obmd binary (-baseline) that section 1 also
+	// measures, for a before/after ratio in one run; "" for none.
+	baseline string
+	log      io.Writer
 }
 
 // scale shortens d in quick mode.
@@ -48,21 +51,22 @@ func main() {
 	out := flag.String("out", "BENCHMARKS.md", "file to write the table into (between the bench markers)")
 	only := flag.String("only", "", "comma-separated sections to run (1-6); default all")
 	quick := flag.Bool("quick", false, "shorter phases, for trying the bench itself (noisier figures)")
+	baseline := flag.String("baseline", "", "another obmd binary (an older build) that section 1 measures too")
 	flag.Parse()
-	if err := run(*out, *only, *quick); err != nil {
+	if err := run(*out, *only, *quick, *baseline); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, only string, quick bool) error {
+func run(out, only string, quick bool, baseline string) error {
 	began := time.Now()
 	tmp, err := os.MkdirTemp("", "obmd-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	cfg := benchConfig{tmp: tmp, quick: quick, log: os.Stderr}
+	cfg := benchConfig{tmp: tmp, quick: quick, log: os.Stderr, baseline: baseline}
 	cfg.logf("building obmd and baressh")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cfg.obmdBin, cfg.bareBin, err = buildBinaries(ctx, tmp)
@@ -84,7 +88,7 @@ func run(out, only string, quick bool) error {
 		cfg.logf("section %s took %v", s.id, time.Since(t).Round(time.Second))
 		sections = append(sections, sec)
 	}
-	header := runHeader(out, only, quick, time.Since(began))
+	header := runHeader(out, only, quick, baseline, time.Since(began))
 	gen := render(header, sections)
 	os.Stdout.Write(gen)
 	if only != "" {
@@ -101,13 +105,16 @@ func run(out, only string, quick bool) error {
 }
 
 // runHeader says how the table was produced and on what.
-func runHeader(out, only string, quick bool, took time.Duration) []string {
+func runHeader(out, only string, quick bool, baseline string, took time.Duration) []string {
 	args := "-out " + out
 	if only != "" {
 		args += " -only " + only
 	}
 	if quick {
 		args += " -quick"
+	}
+	if baseline != "" {
+		args += " -baseline " + baseline
 	}
 	mysql := "set"
 	if os.Getenv("OBMD_TEST_MYSQL_DSN") == "" {

@@ -25,10 +25,22 @@ const (
 // and cut to their column's size, so text from the network (an SSH user
 // name is any string) never makes the write fail.
 //
-// Audit returns once the event is committed. Concurrent calls share one
-// transaction (group commit): every connection writes several events and a
-// revocation ends many sessions at once, and one commit (one fsync on
-// SQLite) per event would make the audit log the daemon's bottleneck.
+// Two kinds of event (DeferredAudit says which):
+//
+//   - A change or an action (an access change, a power action, anything not
+//     listed by DeferredAudit): Audit returns once the event is committed,
+//     together with every deferred event queued before it. Concurrent calls
+//     share one transaction (group commit): one commit (one fsync on SQLite)
+//     per event would make the audit log the daemon's bottleneck.
+//   - A read or a session's bounds (auth, session.start, session.end,
+//     power.status): Audit queues it and returns at once. The store's audit
+//     goroutine commits the queue within AuditWindow of its first event (or
+//     as soon as it holds auditBatchMax events), Close commits what is left,
+//     and AuditEvents commits it before reading. A crash or power loss can
+//     lose such events queued in the last AuditWindow (plus the commit in
+//     progress), never an acknowledged change or action. When auditLaterMax
+//     events are queued, a deferred event is committed like a change (the
+//     queue is bounded; its caller waits).
 //
 // Audit ignores ctx's cancellation and deadline (it keeps its values): the
 // transaction carries other callers' events too, and a cut session's last
@@ -40,6 +52,27 @@ func (s *Store) Audit(ctx context.Context, e AuditEvent) error {
 	if e.At.IsZero() {
 		e.At = s.now()
 	}
+	if DeferredAudit(e.Action) && s.deferAudit(e) {
+		return nil
+	}
+	return s.commitAudit(ctx, &e)
+}
+
+// DeferredAudit reports whether events of action are group-committed
+// within AuditWindow rather than before Audit returns: logins (successful
+// or not), session starts and ends, and power status reads. None of them
+// changes anything that a crash could leave unrecorded.
+func DeferredAudit(action string) bool {
+	switch action {
+	case "auth", "session.start", "session.end", "power.status":
+		return true
+	}
+	return false
+}
+
+// commitAudit commits e (nil: only the deferred queue) with whatever else
+// is queued, in one group commit.
+func (s *Store) commitAudit(ctx context.Context, e *AuditEvent) error {
 	r := &auditReq{e: e, done: make(chan error, 1)}
 	q := &s.audit
 	q.mu.Lock()
@@ -68,50 +101,43 @@ var errAuditLead = errors.New("audit: take the lead")
 // auditQueue is the group-commit queue of Audit. One caller at a time (the
 // leader, busy) commits everything queued, then hands the lead to the first
 // caller that queued meanwhile, so no caller commits more than two batches.
+// later holds the deferred events (see Audit and audit_later.go).
 type auditQueue struct {
 	mu      sync.Mutex
 	pending []*auditReq
 	busy    bool
 	flushes int // group commits begun, for tests
+	later   auditLater
 }
 
 type auditReq struct {
-	e    AuditEvent
-	done chan error // buffered: the commit's result, or errAuditLead
+	e    *AuditEvent // nil: a commit of the deferred events only
+	done chan error  // buffered: the commit's result, or errAuditLead
 }
 
-// flushAudit commits the queued events in one transaction and answers each.
+// flushAudit commits the queued events, the deferred ones first, in one
+// transaction and answers each caller.
 func (s *Store) flushAudit(ctx context.Context) {
 	q := &s.audit
 	q.mu.Lock()
 	batch := q.pending
 	q.pending = nil
+	events := q.later.take()
 	q.flushes++
 	q.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
-	// Prepared before the transaction: SQLite's writer pool has one
-	// connection, which the transaction would hold.
-	insert, err := s.prepared(ctx, s.w,
-		`INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`)
-	if err == nil {
-		err = s.withTx(ctx, func(tx *sql.Tx) error {
-			stmt := tx.StmtContext(ctx, insert)
-			defer stmt.Close()
-			for _, r := range batch {
-				e := r.e
-				if _, err := stmt.ExecContext(ctx, toMillis(e.At), clip(e.Node, auditNodeLen), clip(e.Actor, auditActorLen),
-					clip(e.Action, auditActionLen), clip(e.Source, auditSourceLen), clip(e.Result, auditResultLen),
-					clip(e.Detail, auditDetailLen)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	deferred := len(events)
+	for _, r := range batch {
+		if r.e != nil {
+			events = append(events, *r.e)
+		}
 	}
-	cancel()
+
+	err := s.insertAudit(ctx, events)
 	if err != nil {
-		err = fmt.Errorf("append %d audit event(s): %w", len(batch), err)
+		err = fmt.Errorf("append %d audit event(s): %w", len(events), err)
+		if deferred > 0 {
+			s.log.WithError(err).WithField("deferred", deferred).Error("audit_lost")
+		}
 	}
 	for _, r := range batch {
 		r.done <- err
@@ -128,7 +154,36 @@ func (s *Store) flushAudit(ctx context.Context) {
 	next.done <- errAuditLead
 }
 
-// AuditEvents returns events matching q, oldest first.
+// insertAudit writes events in one transaction (none: nothing to do).
+func (s *Store) insertAudit(ctx context.Context, events []AuditEvent) error {
+	if len(events) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
+	defer cancel()
+	// Prepared before the transaction: SQLite's writer pool has one
+	// connection, which the transaction would hold.
+	insert, err := s.prepared(ctx, s.w,
+		`INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	return s.withTx(ctx, func(tx *sql.Tx) error {
+		stmt := tx.StmtContext(ctx, insert)
+		defer stmt.Close()
+		for _, e := range events {
+			if _, err := stmt.ExecContext(ctx, toMillis(e.At), clip(e.Node, auditNodeLen), clip(e.Actor, auditActorLen),
+				clip(e.Action, auditActionLen), clip(e.Source, auditSourceLen), clip(e.Result, auditResultLen),
+				clip(e.Detail, auditDetailLen)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// AuditEvents returns events matching q, oldest first, after committing
+// the deferred events queued so far (see Audit).
 //
 // Node matches exactly; Since keeps events at or after it. When more than
 // Limit (default and maximum 1000) events match, the most recent Limit are
@@ -149,6 +204,11 @@ func (s *Store) AuditEvents(ctx context.Context, q AuditQuery) ([]AuditEvent, er
 	limit := q.Limit
 	if limit <= 0 || limit > MaxLimit {
 		limit = MaxLimit
+	}
+	if s.laterQueued() {
+		if err := s.commitAudit(ctx, nil); err != nil {
+			return nil, fmt.Errorf("query audit events: %w", err)
+		}
 	}
 	query := `SELECT id, at, node, actor, action, source, result, detail FROM audit_events`
 	if len(where) > 0 {

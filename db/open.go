@@ -80,6 +80,7 @@ func Open(ctx context.Context, dsn string, log logrus.FieldLogger, opts ...Optio
 	for _, o := range opts {
 		o(s)
 	}
+	s.startAuditLater()
 	return s, nil
 }
 
@@ -360,8 +361,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pool.
+// Close commits the deferred audit events (see Audit), then closes the
+// pool.
 func (s *Store) Close() error {
+	s.stopAuditLater() // commits the deferred audit events first
 	errs := []error{s.waitProbe(), s.closeStmts()}
 	if s.r != s.w {
 		errs = append(errs, s.r.Close())

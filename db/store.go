@@ -12,6 +12,10 @@
 // revoked) is a credential change: it takes an epoch and a row too, with
 // no node (Change.Cred says which sessions it ends), so replicas learn it
 // in the same poll, in order with the node changes.
+//
+// The audit log (Audit) commits a change's or a power action's event before
+// Audit returns; reads and session bounds (DeferredAudit) are committed by
+// the store's own goroutine within AuditWindow, and by Close.
 package db
 
 import (

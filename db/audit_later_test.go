@@ -1,0 +1,145 @@
+package db
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/obmd/obmd/db/dbtest"
+)
+
+// openWindowStore opens and migrates dsn with a deferred-audit window of w;
+// the caller closes it.
+func openWindowStore(t *testing.T, dsn string, w time.Duration) *Store {
+	t.Helper()
+	log, _ := logtest.NewNullLogger()
+	s, err := Open(context.Background(), dsn, log, WithAuditWindow(w))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		s.Close()
+		t.Fatalf("migrate: %v", err)
+	}
+	return s
+}
+
+// storedAudit counts the committed audit rows of action, read straight
+// from the database (not through AuditEvents, which commits the queue).
+func storedAudit(t *testing.T, s *Store, action string) int {
+	t.Helper()
+	var n int
+	if err := s.r.QueryRowContext(context.Background(),
+		`SELECT COUNT(*) FROM audit_events WHERE action = ?`, action).Scan(&n); err != nil {
+		t.Fatalf("count audit rows: %v", err)
+	}
+	return n
+}
+
+func auditOK(t *testing.T, s *Store, action string) {
+	t.Helper()
+	if err := s.Audit(context.Background(), AuditEvent{Node: "n1", Actor: "test", Action: action, Result: "ok"}); err != nil {
+		t.Fatalf("audit %s: %v", action, err)
+	}
+}
+
+// TestAuditDeferredCommit: what Audit promises about deferred events. With
+// a window far longer than the test, a read's row is not committed when
+// Audit returns; a power action's is, and carries the reads queued before
+// it; AuditEvents sees queued rows; Close commits the rest, so a fresh
+// store finds them all.
+func TestAuditDeferredCommit(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			dsn := e.DSN(t)
+			s := openWindowStore(t, dsn, time.Hour)
+			auditOK(t, s, "session.start")
+			auditOK(t, s, "power.status")
+			if n := storedAudit(t, s, "power.status"); n != 0 {
+				t.Fatalf("power.status committed before the window ended (%d rows): not deferred", n)
+			}
+			auditOK(t, s, "power.on")
+			if n := storedAudit(t, s, "power.on"); n != 1 {
+				t.Fatalf("power.on rows after Audit returned: got %d, want 1", n)
+			}
+			if n := storedAudit(t, s, "power.status"); n != 1 {
+				t.Fatalf("a read queued before a power action is not committed with it: %d rows", n)
+			}
+			auditOK(t, s, "session.end")
+			got, err := s.AuditEvents(context.Background(), AuditQuery{Node: "n1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 4 || got[3].Action != "session.end" {
+				t.Fatalf("AuditEvents does not see the queued row: %+v", got)
+			}
+			auditOK(t, s, "auth")
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s2 := openWindowStore(t, dsn, time.Hour)
+			defer s2.Close()
+			if n := storedAudit(t, s2, "auth"); n != 1 {
+				t.Fatalf("Close did not commit the queued auth row: %d rows", n)
+			}
+		})
+	}
+}
+
+// TestAuditDeferredWindow: with the default window a deferred row reaches
+// the database by itself (no further Audit, read or Close).
+func TestAuditDeferredWindow(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			s := openTestStore(t, e.DSN(t))
+			auditOK(t, s, "auth")
+			deadline := time.Now().Add(10 * time.Second) // generous: a shared machine
+			for storedAudit(t, s, "auth") == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("a deferred row was not committed within 10 s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestAuditDeferredBounded: the deferred queue holds at most auditLaterMax
+// events; with it full, the next one is committed (with the queue) before
+// Audit returns.
+func TestAuditDeferredBounded(t *testing.T) {
+	s := openWindowStore(t, dbtest.SQLiteDSN(t), time.Hour)
+	defer s.Close()
+	ev := AuditEvent{Node: "n1", Actor: "test", Action: "power.status", Result: "ok", At: time.Now()}
+	s.audit.mu.Lock()
+	for range auditLaterMax {
+		s.audit.later.events = append(s.audit.later.events, ev)
+	}
+	s.audit.mu.Unlock()
+	if s.deferAudit(ev) {
+		t.Fatal("a full queue took one more event")
+	}
+	auditOK(t, s, "power.status")
+	if n := storedAudit(t, s, "power.status"); n != auditLaterMax+1 {
+		t.Fatalf("rows after Audit on a full queue: got %d, want %d", n, auditLaterMax+1)
+	}
+}
+
+// TestDeferredAuditOnlyReads: power actions, access changes and every
+// action not listed stay committed before Audit returns.
+func TestDeferredAuditOnlyReads(t *testing.T) {
+	for _, a := range []string{"power.on", "power.off", "power.soft-off", "power.cycle", "power.reset", "bootdev",
+		"node.create", "node.delete", "token.rotate", "token.revoke", "key.add", "key.remove", "sol.enable",
+		"session.kick", "console.break", "admin.auth", ""} {
+		if DeferredAudit(a) {
+			t.Errorf("%q is deferred; it must be committed before Audit returns", a)
+		}
+	}
+	for _, a := range []string{"auth", "session.start", "session.end", "power.status"} {
+		if !DeferredAudit(a) {
+			t.Errorf("%q is not deferred", a)
+		}
+	}
+}
