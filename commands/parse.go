@@ -32,19 +32,19 @@ func specs() []spec {
 				"--follow: then the live output until you hang up.\n--cast: asciicast v2 (asciinema play)."},
 		{CmdWaitFor, "REGEX [flags]",
 			"wait for console text matching REGEX (RE2)",
-			"Exits 0 printing the matching line, 5 at the timeout; never writes to the node.\n" +
-				"--tenancy: also this tenancy's whole history.\n" +
+			"Exits 0 printing the matching line, 5 at the timeout; never writes.\n" +
 				"--timeout D: how long to wait (default 5m, at most 24h).\n" +
 				"--since WHEN: where the search starts:\n" +
-				"  now: only output after the command starts (the default); attach: also the\n" +
-				"  scrollback an attach replays; 10m|RFC3339: also this tenancy's history since."},
+				"  now: only output after the command starts (the default); attach: also\n" +
+				"  the scrollback an attach replays; 10m|RFC3339: this tenancy's history since.\n" +
+				"--tenancy: also this tenancy's whole history."},
 		{CmdSend, "TEXT...|--stdin [flags]", "type on the console, as the writer",
-			"TEXT: the words joined by spaces, with \\r \\n \\t \\\\ \\xHH escapes; nothing is added\n" +
-				"(send 'root\\r' types root and Enter). --stdin: the bytes of stdin, untouched.\n" +
+			"TEXT: the words joined by spaces, with \\r \\n \\t \\\\ \\xHH escapes; nothing\n" +
+				"is added (send 'root\\r' types root and Enter). --stdin: stdin's bytes.\n" +
 				"--hex: TEXT is the bytes spelled in hex (\"0d0a\"). Exits 4 while another session\n" +
 				"writes, unless --force: then it writes for a moment and hands the role back."},
 		{CmdExpect, "SCRIPT|--stdin [flags]", "run an expect script on the console",
-			"Lines: wait REGEX [TIMEOUT] | send TEXT | sleep D | break; # comments.\n" +
+			"Lines: wait REGEX [TIMEOUT] | send TEXT | sleep D | break | # a comment.\n" +
 				"Stops at the first failing step, naming its line; exits 5 if a wait timed out.\n" +
 				"SCRIPT is the script with lines separated by ';'. --stdin: the script is stdin.\n" +
 				"--timeout D: a wait's default (5m). --force: send even while a session writes."},
