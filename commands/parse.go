@@ -41,12 +41,12 @@ func specs() []spec {
 		{CmdSend, "TEXT...|--stdin [flags]", "type on the console, as the writer",
 			"TEXT: the words joined by spaces, with \\r \\n \\t \\\\ \\xHH escapes; nothing\n" +
 				"is added (send 'root\\r' types root and Enter). --stdin: stdin's bytes.\n" +
-				"--hex: TEXT is the bytes spelled in hex (\"0d0a\"). Exits 4 while another session\n" +
-				"writes, unless --force: then it writes for a moment and hands the role back."},
+				"--hex: TEXT is bytes in hex (\"0d0a\"). Exits 4 while another session writes,\n" +
+				"unless --force: then it writes for a moment and hands the role back."},
 		{CmdExpect, "SCRIPT|--stdin [flags]", "run an expect script on the console",
 			"Lines: wait REGEX [TIMEOUT] | send TEXT | sleep D | break | # a comment.\n" +
 				"Stops at the first failing step, naming its line; exits 5 if a wait timed out.\n" +
-				"SCRIPT is the script with lines separated by ';'. --stdin: the script is stdin.\n" +
+				"SCRIPT: the script, lines separated by ';'. --stdin: the script is stdin.\n" +
 				"--timeout D: a wait's default (5m). --force: send even while a session writes."},
 		{CmdPowerStatus, "", "print the power state", ""},
 		{CmdPowerOn, "[--wait-for RE]", "power on (--wait-for: then wait for RE)",
@@ -56,7 +56,7 @@ func specs() []spec {
 			"--soft: ask the OS to shut down (ACPI) instead of cutting power."},
 		{CmdPowerCycle, "[--force] [flags]", "power off, then on (--force: hard reset)",
 			"--force: hard reset instead of power off and on.\n" +
-				"--wait-for REGEX: then wait for console output after the power operation to match;\n" +
+				"--wait-for RE: then wait for console output after the power operation to match;\n" +
 				"exits 5 if it did not come within --timeout D (default 5m)."},
 		{CmdPowerReset, "", "hard reset (power stays on)", ""},
 		{CmdBootdev, "DEVICE [--persistent]", "next boot device: pxe|disk|bios|cdrom|none",
