@@ -50,13 +50,13 @@ func specs() []spec {
 				"--timeout D: a wait's default (5m). --force: send even while a session writes."},
 		{CmdPowerStatus, "", "print the power state", ""},
 		{CmdPowerOn, "[--wait-for RE]", "power on (--wait-for: then wait for RE)",
-			"--wait-for RE: then wait for console output after the power operation to match;\n" +
+			"--wait-for RE: then wait for output after the power operation to match RE;\n" +
 				"exits 5 if it did not come within --timeout D (default 5m)."},
 		{CmdPowerOff, "[--soft]", "power off (--soft: ask the OS to shut down)",
 			"--soft: ask the OS to shut down (ACPI) instead of cutting power."},
 		{CmdPowerCycle, "[--force] [flags]", "power off, then on (--force: hard reset)",
 			"--force: hard reset instead of power off and on.\n" +
-				"--wait-for RE: then wait for console output after the power operation to match;\n" +
+				"--wait-for RE: then wait for output after the power operation to match RE;\n" +
 				"exits 5 if it did not come within --timeout D (default 5m)."},
 		{CmdPowerReset, "", "hard reset (power stays on)", ""},
 		{CmdBootdev, "DEVICE [--persistent]", "next boot device: pxe|disk|bios|cdrom|none",
