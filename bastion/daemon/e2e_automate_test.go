@@ -239,8 +239,10 @@ func TestAutomateExpectSim(t *testing.T) {
 }
 
 // TestAutomateIPMI: against ipmi_sim (a host writing boot text on the
-// serial side): wait-for sees it, send reaches the serial side byte-exact,
-// and a rotation cuts a waiting wait-for (exit 3).
+// serial side): wait-for sees it, power-cycle --wait-for sees the login
+// prompt after the power operation, an expect script gets the host's
+// answer (and a wait that never matches is exit 5), send reaches the
+// serial side byte-exact, and a rotation cuts a waiting wait-for (exit 3).
 func TestAutomateIPMI(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ipmitool", "ssh", "sshpass")
@@ -255,6 +257,13 @@ func TestAutomateIPMI(t *testing.T) {
 	}, "line", done)
 	if res.Code != 0 || !strings.Contains(res.Stdout, " done") {
 		t.Fatalf("wait-for on ipmi_sim: got %+v", res)
+	}
+
+	// power-cycle --wait-for: the host prints its login prompt after it.
+	done = o.auBackground("ai", tok, "power-cycle", "--wait-for", "'host login:'", "--timeout", "40s")
+	res = auPrintUntil(t, func(p []byte) error { return s.WriteSerial([]byte("host login: \r\n")) }, "login", done)
+	if res.Code != 0 || res.Stdout != "ai: power cycled\nhost login: \n" {
+		t.Errorf("power-cycle --wait-for on ipmi_sim: got %+v", res)
 	}
 
 	// expect: the host answers what the script sends; then a wait that
