@@ -1,6 +1,7 @@
 package access
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -110,7 +111,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 			continue
 		}
 		for _, c := range changes {
-			w.rev.Revoke(c.Node, c.Epoch, whyChanged)
+			// The change's own reason ("token rotated"), recorded by the
+			// replica that made it; older rows have none.
+			w.rev.Revoke(c.Node, c.Epoch, cmp.Or(c.Reason, whyChanged))
 			cursor = c.Epoch
 		}
 		w.rev.Watched(cursor)

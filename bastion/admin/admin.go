@@ -157,13 +157,16 @@ type Revoker interface {
 	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
 }
 
-// Reasons given to Revoker, shown to the users whose sessions end.
+// Reasons given to Revoker, shown to the users whose sessions end. Those
+// of access changes are the database's (db.Reason*), which the change
+// records, so that a replica that learns of it from the database tells its
+// sessions the same reason.
 const (
-	WhyNodeDeleted = "node deleted"
-	WhyNodeChanged = "node changed"
-	WhyTokenRotate = "token rotated"
-	WhyTokenRevoke = "token revoked"
-	WhyKeyRemoved  = "key removed"
+	WhyNodeDeleted = db.ReasonNodeDeleted
+	WhyNodeChanged = db.ReasonNodeChanged
+	WhyTokenRotate = db.ReasonTokenRotated
+	WhyTokenRevoke = db.ReasonTokenRevoked
+	WhyKeyRemoved  = db.ReasonKeyRemoved
 	WhyKicked      = "kicked by admin"
 )
 
