@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
@@ -80,6 +79,26 @@ type memRelay struct {
 	mu    sync.Mutex
 	roles func(sol.Roles)
 	buf   []byte
+	// held: the holder's answers are kept back (a slow peer link) until
+	// release; late says one is due.
+	held, late bool
+}
+
+// hold keeps the holder's answers back until release.
+func (c *memRelay) hold() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held = true
+}
+
+func (c *memRelay) release() {
+	c.mu.Lock()
+	c.held = false
+	late := c.late
+	c.mu.Unlock()
+	if late {
+		c.sendRoles()
+	}
 }
 
 func (c *memRelay) Arbitrate(roles func(sol.Roles)) { c.roles = roles }
@@ -87,6 +106,9 @@ func (c *memRelay) Arbitrate(roles func(sol.Roles)) { c.roles = roles }
 func (c *memRelay) sendRoles() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.late = c.held; c.held {
+		return
+	}
 	c.roles(c.v.Roles())
 }
 
@@ -235,36 +257,35 @@ func TestClusterOneWriter(t *testing.T) {
 // of a viewer the holder no longer counts as the writer never reaches the
 // node, however late that hub learns of the takeover.
 func TestClusterNonWriterInputDropped(t *testing.T) {
-	b, _, holder, relays, _ := newCluster(t)
+	b, _, holder, relays, via := newCluster(t)
 	b1, _ := attached(t, relays[0], "b1", sol.AttachOptions{})
 	c1, _ := attached(t, relays[1], "c1", sol.AttachOptions{})
 	typed(t, b, b1, "first:")
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // ends at stop
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			b1.Write([]byte("b")) // ErrReadOnly once its hub knows
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	time.Sleep(20 * time.Millisecond)
+	// b1's hub hears nothing from the holder for a while: it still thinks
+	// b1 writes when c1 takes over.
+	via[0].mu.Lock()
+	slow := via[0].live[0]
+	via[0].mu.Unlock()
+	slow.hold()
 	c1.TakeWrite()
 	waitFor(t, "the holder to count c1 as the writer", func() bool { return holder.Writer("n1") == "c1" })
-	mark := len(b.Typed())
-	time.Sleep(50 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	if late := string(b.Typed()[mark:]); strings.Contains(late, "b") {
-		t.Errorf("b1's keys reached the node after the holder gave c1 the role: %q", late)
+	if _, err := b1.Write([]byte("late")); err != nil || !b1.Writer() {
+		t.Fatalf("b1, not told yet: write %v, writing %v; want its hub to send its keys", err, b1.Writer())
+	}
+	// The break follows b1's keys to the holder (one order), so when it
+	// is refused they were dropped there.
+	if err := b1.Break(testCtx(t)); !errors.Is(err, sol.ErrReadOnly) {
+		t.Errorf("b1's break, not told yet: got %v, want the holder's %v", err, sol.ErrReadOnly)
 	}
 	typed(t, b, c1, "c")
+	slow.release()
+	waitFor(t, "b1 told", func() bool { return !b1.Writer() })
+	if got := string(b.Typed()); got != "first:c" {
+		t.Errorf("typed on the serial side: got %q, want %q (none of b1's keys after the takeover)", got, "first:c")
+	}
+	if b.Breaks() != 0 {
+		t.Errorf("b1's break reached the node")
+	}
 }
 
 // TestClusterHolderChange: when the holder goes, the write role is
