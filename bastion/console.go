@@ -86,6 +86,11 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	}
 	defer v.Close()
 	say := func(msg string) { fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: %s]\r\n", msg) }
+	if d := c.s.cfg.RoleWait; d > 0 {
+		wctx, cancel := context.WithTimeout(sctx, d)
+		v.AwaitRole(wctx) // undecided after d: the banner says what this replica knows
+		cancel()
+	}
 	say(c.banner(v))
 
 	keys := newKeystrokes()
@@ -149,15 +154,19 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 // banner is the line a viewer sees on attach.
 func (c *channel) banner(v *sol.Viewer) string {
 	var others []string
+	writer := c.s.consoles.Writer(c.label) // on another replica, perhaps
 	for _, o := range c.s.consoles.Viewers(c.label) {
-		if o.Name == v.Name() {
-			continue
-		}
-		if o.Writer {
+		switch {
+		case o.Name == v.Name():
+		case o.Name == writer:
+			writer = ""
 			others = append(others, o.Name+" (writing)")
-		} else {
+		default:
 			others = append(others, o.Name)
 		}
+	}
+	if writer != "" && writer != v.Name() {
+		others = append(others, writer+" (writing, on another replica)")
 	}
 	role, hint := "you are writing", c.s.esc.hint
 	if !c.pty {

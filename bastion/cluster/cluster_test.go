@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,10 @@ func TestConfigValidates(t *testing.T) {
 }
 
 // TestOneLinkManyReplicas: viewers of one node on three replicas share one
-// SOL payload: they all see the same output, input and breaks from any of
-// them reach the BMC, and the BMC was activated once.
+// SOL payload: they all see the same output, the BMC was activated once,
+// and the holder arbitrates one writer among all of them: only the
+// writer's keys and breaks reach the BMC, from whichever replica it is
+// on, and a takeover through a relay tells the previous writer.
 func TestOneLinkManyReplicas(t *testing.T) {
 	engines(t, func(t *testing.T, dsn string) {
 		key, lab := newHostKey(t), sim.NewLab()
@@ -63,6 +66,11 @@ func TestOneLinkManyReplicas(t *testing.T) {
 		v1, v2 := attach(t, rs[1], "n1", "bob"), attach(t, rs[2], "n1", "carol")
 		rec := []*recorder{record(v0), record(v1), record(v2)}
 		seeAll(t, b, "hello-1\n", rec...)
+		for _, v := range []*sol.Viewer{v1, v2} {
+			if !v.AwaitRole(context.Background()) {
+				t.Fatalf("%s: role never decided", v.Name())
+			}
+		}
 
 		if !rs[0].c.Holds("n1") || rs[1].c.Holds("n1") || rs[2].c.Holds("n1") {
 			t.Errorf("holders: got %v %v %v, want r0 only", rs[0].c.Holds("n1"), rs[1].c.Holds("n1"), rs[2].c.Holds("n1"))
@@ -70,33 +78,56 @@ func TestOneLinkManyReplicas(t *testing.T) {
 		if _, opens, deacts := b.ConsoleStats(); opens != 1 || deacts != 0 {
 			t.Errorf("BMC: got %d opens and %d deactivations, want 1 and 0", opens, deacts)
 		}
-		// The holder's hub lists the relays as viewers that do not write.
-		var peers int
-		for _, vi := range rs[0].hub.Viewers("n1") {
-			if strings.HasPrefix(vi.Name, "peer ") {
-				peers++
-				if vi.Writer {
-					t.Errorf("relay viewer %q is the writer", vi.Name)
-				}
+		// The holder lists the relayed viewers themselves, not the relays.
+		waitFor(t, "the holder listing every viewer", func() bool {
+			var names []string
+			for _, vi := range rs[0].hub.Viewers("n1") {
+				names = append(names, fmt.Sprintf("%s/%v/%v", vi.Name, vi.Remote, vi.Writer))
 			}
-		}
-		if peers != 2 {
-			t.Errorf("relay viewers on the holder: got %d, want 2", peers)
+			slices.Sort(names)
+			return fmt.Sprint(names) == "[alice/false/true bob/true/false carol/true/false]"
+		})
+		for i := 1; i < 3; i++ {
+			if got := rs[i].hub.Writer("n1"); got != "alice" {
+				t.Errorf("replica %d: writer %q, want alice", i, got)
+			}
 		}
 
-		// Each replica's writer reaches the BMC; the holder's writer is
-		// alice, yet bob (writer on r1) writes through the relay.
-		for i, v := range []*sol.Viewer{v1, v2, v0} {
-			if _, err := v.Write([]byte(fmt.Sprintf("k%d", i))); err != nil {
-				t.Fatalf("write through replica %d: %v", i, err)
-			}
-			want := fmt.Sprintf("k%d", i)
-			waitFor(t, want+" on the serial side", func() bool { return strings.Contains(string(b.Typed()), want) })
-		}
+		// Only the writer types, wherever it is.
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
+		if _, err := v1.Write([]byte("no")); !errors.Is(err, sol.ErrReadOnly) {
+			t.Errorf("bob (reading) writes: got %v, want %v", err, sol.ErrReadOnly)
+		}
+		if err := v2.Break(ctx); !errors.Is(err, sol.ErrReadOnly) {
+			t.Errorf("carol (reading) breaks: got %v, want %v", err, sol.ErrReadOnly)
+		}
+		typeKeys := func(v *sol.Viewer, k string) {
+			t.Helper()
+			if _, err := v.Write([]byte(k)); err != nil {
+				t.Fatalf("%s writes: %v", v.Name(), err)
+			}
+			waitFor(t, k+" on the serial side", func() bool { return strings.Contains(string(b.Typed()), k) })
+		}
+		typeKeys(v0, "k0")
+		v2.TakeWrite()
+		waitFor(t, "alice told of carol's takeover", func() bool {
+			return rec[0].hasNotice("carol took over writing; you are read-only")
+		})
+		typeKeys(v2, "k2")
 		if err := v2.Break(ctx); err != nil {
 			t.Errorf("break through a relay: %v", err)
+		}
+		v1.TakeWrite()
+		waitFor(t, "carol told of bob's takeover", func() bool {
+			return rec[2].hasNotice("bob took over writing; you are read-only")
+		})
+		typeKeys(v1, "k1")
+		if _, err := v2.Write([]byte("no")); !errors.Is(err, sol.ErrReadOnly) {
+			t.Errorf("carol after bob's takeover: got %v, want %v", err, sol.ErrReadOnly)
+		}
+		if got := string(b.Typed()); got != "k0k2k1" {
+			t.Errorf("typed on the serial side: got %q, want %q", got, "k0k2k1")
 		}
 		if got := b.Breaks(); got != 1 {
 			t.Errorf("breaks: got %d, want 1", got)

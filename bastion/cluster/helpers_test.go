@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,6 +209,12 @@ func (r *recorder) has(s string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return strings.Contains(r.data.String(), s)
+}
+
+func (r *recorder) hasNotice(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.notices, s)
 }
 
 func (r *recorder) String() string {

@@ -33,8 +33,9 @@ const handshakeTimeout = 10 * time.Second
 
 // PeerServer serves this replica's consoles to other replicas: for a node
 // whose SOL lease this replica holds, it attaches a relay viewer to the hub
-// (live output, no replay) and carries its output, input and breaks over
-// the peer connection. Only a client that proves the shared host key gets
+// (live output, no replay) and carries its output, and the relaying
+// replica's viewers' input, breaks and write roles, over the peer
+// connection. Only a client that proves the shared host key gets
 // in.
 type PeerServer struct {
 	c   *Cluster
@@ -240,8 +241,8 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 }
 
 // relay serves one console channel: a relay viewer of the node on this
-// replica's hub, whose output goes to the channel and to which the
-// channel's input and breaks go.
+// replica's hub, whose output goes to the channel, and which carries the
+// relaying replica's viewers (their roles, input and breaks: roles.go).
 func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 	var req consoleOpen
 	if err := gossh.Unmarshal(nc.ExtraData(), &req); err != nil || req.Label == "" {
@@ -272,39 +273,32 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 		return
 	}
 	log.Info("peer_relay_started")
+	roles := &relayRoles{v: v, ch: ch}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { // ends when the channel's input ends or the viewer ends
+	go func() { // ends when the channel closes (no input comes as data)
+		defer wg.Done()
+		io.Copy(io.Discard, ch)
+	}()
+	go func() { // ends when the channel closes or the viewer ends
 		defer wg.Done()
 		defer v.Close()
-		io.Copy(viewerWriter{v}, ch)
-	}()
-	go func() { // ends when the channel closes
-		defer wg.Done()
-		for r := range reqs {
-			ok := false
-			if r.Type == breakRequest {
-				if err := v.Break(ctx); err != nil {
-					log.WithError(err).Info("peer_relay_break_failed")
-				} else {
-					ok = true
-				}
-			}
-			if r.WantReply {
-				r.Reply(ok, nil)
-			}
-		}
+		serveRelayRequests(ctx, v, roles, reqs, log)
 	}()
 	for c := range v.Output() { // closed once the viewer has ended
-		if len(c.Data) == 0 {
-			continue
+		var err error
+		switch {
+		case c.Roles:
+			err = roles.send()
+		case len(c.Data) > 0:
+			_, err = ch.Write(c.Data)
 		}
-		if _, err := ch.Write(c.Data); err != nil {
+		if err != nil {
 			break
 		}
 	}
 	v.Close()
-	ch.Close() // ends the input copy and the requests loop
+	ch.Close() // ends the requests loop
 	wg.Wait()
 	log.WithError(v.Err()).Info("peer_relay_ended")
 }
@@ -351,11 +345,6 @@ func (s *PeerServer) notice(payload []byte, log logrus.FieldLogger) bool {
 	log.WithFields(logrus.Fields{"node": printable(n.Label), "epoch": n.Epoch, "why": why}).Debug("peer_notice_applied")
 	return true
 }
-
-// viewerWriter writes a viewer's input; its errors end the copy.
-type viewerWriter struct{ v *sol.Viewer }
-
-func (w viewerWriter) Write(p []byte) (int, error) { return w.v.Write(p) }
 
 // printable bounds and cleans a peer-supplied name for banners and logs.
 func printable(s string) string {

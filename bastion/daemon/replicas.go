@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -210,4 +211,14 @@ func (a clusterAccess) Serve(ctx context.Context, label string, epoch int64, att
 
 func (a clusterAccess) Apply(label string, epoch int64, why string) {
 	a.d.revoker.Apply(label, epoch, why)
+}
+
+// roleWait is how long a console's banner waits to learn who writes: in
+// cluster mode the SOL lease holder decides (the dial to it is bounded by
+// the cluster's dial timeout); a single replica decides at once.
+func (d *Daemon) roleWait() time.Duration {
+	if d.cfg.PeerAddr == "" {
+		return 0
+	}
+	return 5 * time.Second
 }

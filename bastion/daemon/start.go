@@ -168,7 +168,11 @@ func (d *Daemon) ipmiOptions() sol.IPMIOptions {
 // guessing limiter. It returns the gated database the doors look up logins
 // in.
 func (d *Daemon) buildAccess() *access.Gate {
-	d.reg = sessions.New(d.cfg.Sessions)
+	scfg := d.cfg.Sessions
+	if d.rep.cluster != nil {
+		scfg.IDPrefix = d.cfg.ReplicaID + "-"
+	}
+	d.reg = sessions.New(scfg)
 	d.health = access.NewHealth(d.store)
 	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout)
 	var peers access.Peers
@@ -209,7 +213,8 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
 		MaxUnauthenticated: d.cfg.MaxUnauthenticated, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
 		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
-		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms},
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms,
+		RoleWait: d.roleWait()},
 		gate, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err

@@ -75,6 +75,10 @@ type Config struct {
 	// finish (default 2 s). A session that does not end in time is logged
 	// by the caller; it has been cancelled regardless.
 	CutWait time.Duration `yaml:"cut_wait"`
+	// IDPrefix begins every session ID (set by the daemon, not
+	// configured): in cluster mode the replica ID and "-", so that IDs are
+	// unique in the cluster and name the replica holding the session.
+	IDPrefix string `yaml:"-"`
 }
 
 // setDefaults fills the defaults; afterwards a limit of 0 means none.
@@ -165,7 +169,7 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	if maxSrc > 0 && r.perSrc[src] >= maxSrc {
 		return nil, Info{}, nil, fmt.Errorf("%w from your address (limit %d)", ErrTooMany, maxSrc)
 	}
-	info.ID = strconv.FormatUint(r.nextID.Add(1), 10)
+	info.ID = r.cfg.IDPrefix + strconv.FormatUint(r.nextID.Add(1), 10)
 	info.Started = time.Now()
 	ctx, cancel := context.WithCancelCause(parent)
 	e := &entry{info: info, src: src, cancel: cancel, done: make(chan struct{})}
