@@ -12,6 +12,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
@@ -454,4 +455,75 @@ func tailString(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
+}
+
+// TestSessionsAcrossReplicas: a replica lists the other replicas'
+// sessions, each marked with its replica, and kicks one on the replica
+// holding it, which ends it with the reason given; a session no replica
+// holds is not found.
+func TestSessionsAcrossReplicas(t *testing.T) {
+	engines(t, func(t *testing.T, dsn string) {
+		key, lab := newHostKey(t), sim.NewLab()
+		var rs []*replica
+		for i := range 3 {
+			r := startReplica(t, fmt.Sprintf("r%d", i), openStore(t, dsn), lab, key)
+			announce(t, r)
+			rs = append(rs, r)
+		}
+		type started struct {
+			ctx context.Context
+			id  string
+		}
+		var ss []started
+		for i, r := range rs {
+			ctx, info, end, err := r.reg.Start(context.Background(), sessions.Info{Node: "n1", Kind: sessions.KindConsole,
+				User: "token", Remote: "127.0.0.1:1"}, "127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(end)
+			if want := fmt.Sprintf("r%d-1", i); info.ID != want {
+				t.Errorf("session ID on r%d: got %q, want %q", i, info.ID, want)
+			}
+			ss = append(ss, started{ctx, info.ID})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		list, err := rs[2].c.RemoteSessions(ctx, "n1")
+		if err != nil {
+			t.Fatalf("remote sessions: %v", err)
+		}
+		var got []string
+		for _, s := range list {
+			got = append(got, s.Replica+":"+s.ID)
+		}
+		slices.Sort(got)
+		if fmt.Sprint(got) != "[r0:r0-1 r1:r1-1]" {
+			t.Errorf("r2's list of the others: got %v, want r0's and r1's", got)
+		}
+		if list, err := rs[2].c.RemoteSessions(ctx, "other"); err != nil || len(list) != 0 {
+			t.Errorf("another node's sessions: got %v, %v, want none", list, err)
+		}
+
+		node, err := rs[2].c.Kick(ctx, ss[0].id, "kicked by admin")
+		if err != nil || node != "n1" {
+			t.Fatalf("kick r0's session through r2: got %q, %v", node, err)
+		}
+		select {
+		case <-ss[0].ctx.Done():
+		default:
+			t.Fatal("r0's session still runs after the kick was answered")
+		}
+		if cause := context.Cause(ss[0].ctx); cause == nil || cause.Error() != "access to n1 was revoked (kicked by admin)" {
+			t.Errorf("kicked session's cause: got %v", cause)
+		}
+		if ss[1].ctx.Err() != nil {
+			t.Error("r1's session ended too")
+		}
+		for _, id := range []string{ss[0].id, "r1-99", "nobody-1", "17", ss[2].id} {
+			if _, err := rs[2].c.Kick(ctx, id, "x"); !errors.Is(err, ErrNoSession) {
+				t.Errorf("kick %q: got %v, want %v", id, err, ErrNoSession)
+			}
+		}
+	})
 }

@@ -38,10 +38,11 @@ const handshakeTimeout = 10 * time.Second
 // connection. Only a client that proves the shared host key gets
 // in.
 type PeerServer struct {
-	c   *Cluster
-	hub Hub
-	log logrus.FieldLogger
-	cfg *gossh.ServerConfig
+	c        *Cluster
+	hub      Hub
+	sessions Sessions // this replica's, listed and kicked for the others (sessions.go)
+	log      logrus.FieldLogger
+	cfg      *gossh.ServerConfig
 
 	wg sync.WaitGroup // connection handlers and everything they start
 
@@ -53,10 +54,11 @@ type PeerServer struct {
 	conns  map[net.Conn]struct{}
 }
 
-// NewPeerServer returns the peer server of c's replica over hub. It starts
+// NewPeerServer returns the peer server of c's replica over hub, serving
+// reg's sessions to the other replicas (sessions.go). It starts
 // nothing.
-func NewPeerServer(c *Cluster, hub Hub, log logrus.FieldLogger) (*PeerServer, error) {
-	if c == nil || hub == nil || log == nil {
+func NewPeerServer(c *Cluster, hub Hub, reg Sessions, log logrus.FieldLogger) (*PeerServer, error) {
+	if c == nil || hub == nil || reg == nil || log == nil {
 		return nil, errors.New("cluster: peer server: missing dependency")
 	}
 	want := c.cfg.HostKey.PublicKey().Marshal()
@@ -77,7 +79,7 @@ func NewPeerServer(c *Cluster, hub Hub, log logrus.FieldLogger) (*PeerServer, er
 		return nil, fmt.Errorf("cluster: peer server: %w", err)
 	}
 	cfg.AddHostKey(hostKey)
-	return &PeerServer{c: c, hub: hub, log: log, cfg: cfg, done: make(chan struct{}),
+	return &PeerServer{c: c, hub: hub, sessions: reg, log: log, cfg: cfg, done: make(chan struct{}),
 		ls: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}, nil
 }
 
@@ -211,12 +213,22 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 	go func() { // ends when the connection closes
 		defer wg.Done()
 		for r := range reqs {
-			ok := r.Type == keepaliveRequest
-			if r.Type == noticeRequest {
+			var (
+				ok    bool
+				reply []byte
+			)
+			switch r.Type {
+			case keepaliveRequest:
+				ok = true
+			case noticeRequest:
 				ok = s.notice(r.Payload, log)
+			case sessionsRequest:
+				ok, reply = s.peerSessions(r.Payload)
+			case kickRequest:
+				ok, reply = s.peerKick(r.Payload, log)
 			}
 			if r.WantReply {
-				r.Reply(ok, nil)
+				r.Reply(ok, reply)
 			}
 		}
 	}()

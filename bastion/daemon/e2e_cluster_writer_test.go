@@ -6,7 +6,9 @@ package daemon_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +110,66 @@ func rpSurvivingWriter(t *testing.T, bmc *ipmisim.Sim, survivors []*client, befo
 	time.Sleep(200 * time.Millisecond) // the other relay's keys, were they sent
 	if bytes.Contains(bmc.Serial(), []byte(lost)) {
 		t.Errorf("after the holder's death, a survivor that was not writing typed %q onto the serial port", lost)
+	}
+}
+
+// rpOneSessionList: with viewers on every replica, `sessions` through any
+// replica and GET /v1/sessions list every replica's sessions (IDs name
+// their replica), the writer marked wherever it is; DELETE /v1/sessions
+// through one replica ends a session on another, with the reason.
+func rpOneSessionList(t *testing.T, reps []*rpReplica, tok, writerOn string) {
+	a, c := reps[0], reps[2]
+	extra := a.goViewer(t, "n1", tok)
+	extra.out.wait(t, "the extra viewer's banner", 0, "console of n1")
+	type listed struct {
+		ID, Kind, Replica string
+		Started           time.Time
+	}
+	var body struct{ Sessions []listed }
+	if err := json.Unmarshal(c.on(t).mustAPI(200, "GET", "/v1/sessions?node=n1", nil), &body); err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	var newest listed
+	for _, s := range body.Sessions {
+		per[s.Replica]++
+		if !strings.HasPrefix(s.ID, s.Replica+"-") {
+			t.Errorf("session %q of replica %q: the ID does not name its replica", s.ID, s.Replica)
+		}
+		if s.Replica == a.name && s.Started.After(newest.Started) {
+			newest = s
+		}
+	}
+	for i, want := range []int{2, 1, 1} { // A's two viewers; B's; C's
+		if per[reps[i].name] != want {
+			t.Errorf("GET /v1/sessions through %s: %d sessions of %s, want %d (all: %+v)", c.name, per[reps[i].name], reps[i].name, want, body.Sessions)
+		}
+	}
+	res, err := reps[1].exec("n1", tok, "sessions")
+	if err != nil || res.Code != 0 {
+		t.Fatalf("sessions through %s: %v, %v", reps[1].name, res, err)
+	}
+	for _, r := range reps {
+		if !strings.Contains(res.Stdout, r.name+"-") {
+			t.Errorf("`sessions` through %s lists no session of %s:\n%s", reps[1].name, r.name, res.Stdout)
+		}
+	}
+	var writers []string
+	for _, line := range strings.Split(res.Stdout, "\n") {
+		if strings.HasSuffix(line, " yes") {
+			writers = append(writers, line)
+		}
+	}
+	if len(writers) != 1 || !strings.HasPrefix(writers[0], writerOn+"-") {
+		t.Errorf("`sessions` through %s: writers %q, want one, on %s:\n%s", reps[1].name, writers, writerOn, res.Stdout)
+	}
+
+	c.on(t).mustAPI(200, "DELETE", "/v1/sessions/"+newest.ID, nil)
+	extra.end.wait(t, "the session kicked through "+c.name)
+	if !strings.Contains(extra.out.String(), "access to n1 was revoked (kicked by admin)") {
+		t.Errorf("kicked viewer on %s: no reason; screen %q", a.name, tailString(extra.out.String(), 300))
+	}
+	if code, _ := c.on(t).api("DELETE", "/v1/sessions/"+newest.ID, nil); code != 404 {
+		t.Errorf("kick the ended session again: got %d, want 404", code)
 	}
 }

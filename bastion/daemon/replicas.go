@@ -124,7 +124,7 @@ func (d *Daemon) startPeer() error {
 		return nil
 	}
 	var err error
-	d.rep.peer, err = cluster.NewPeerServer(d.rep.cluster, d.consoles, d.log.WithField("part", "peer"))
+	d.rep.peer, err = cluster.NewPeerServer(d.rep.cluster, d.consoles, d.reg, d.log.WithField("part", "peer"))
 	return err
 }
 

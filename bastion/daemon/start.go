@@ -57,6 +57,9 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	gate := d.buildAccess()
+	if err := d.startPeer(); err != nil { // serves the registry buildAccess made
+		return err
+	}
 	if err := d.buildDoors(ctx, sec, gate, powerBMCs); err != nil {
 		return err
 	}
@@ -126,7 +129,7 @@ func (d *Daemon) loadSecrets() (secrets, error) {
 
 // buildBMCSide builds what reaches the BMCs: the table of node types over
 // the drivers, the resolver, in cluster mode the cluster around it, the
-// console hub and the peer server. It returns the BMCs as the commands
+// console hub. It returns the BMCs as the commands
 // reach them.
 func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	if err := d.cfg.Redfish.LoadCAs(); err != nil {
@@ -147,7 +150,7 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	if d.consoles, err = sol.NewManager(d.cfg.Console, bmcs, d.log.WithField("part", "sol")); err != nil {
 		return nil, fmt.Errorf("console hub: %w", err)
 	}
-	return powerBMCs, d.startPeer()
+	return powerBMCs, nil
 }
 
 // ipmiOptions are the IPMI drivers' shared options: the configured ones,
@@ -170,7 +173,7 @@ func (d *Daemon) ipmiOptions() sol.IPMIOptions {
 func (d *Daemon) buildAccess() *access.Gate {
 	scfg := d.cfg.Sessions
 	if d.rep.cluster != nil {
-		scfg.IDPrefix = d.cfg.ReplicaID + "-"
+		scfg.Replica = d.cfg.ReplicaID
 	}
 	d.reg = sessions.New(scfg)
 	d.health = access.NewHealth(d.store)
@@ -194,7 +197,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower},
-		powerBMCs, d.consoles, sessionList{d.reg, d.consoles}, auditor{d.store, d.log}, d.log)
+		powerBMCs, d.consoles, sessionList{d.allSessions(), d.consoles}, auditor{d.store, d.log}, d.log)
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
@@ -202,7 +205,11 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	if err != nil {
 		return err
 	}
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Limiter: d.limiter, Metrics: d.metrics,
+	var clusterSessions admin.ClusterSessions
+	if d.rep.cluster != nil {
+		clusterSessions = d.allSessions()
+	}
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))

@@ -11,6 +11,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,10 @@ type Info struct {
 	User    string    `json:"user"`   // auth method and identity, e.g. "key SHA256:..." or "token"
 	Remote  string    `json:"remote"` // client address
 	Started time.Time `json:"started"`
-	Epoch   int64     `json:"-"`
+	// Replica is the ID of the replica holding the session, in cluster
+	// mode.
+	Replica string `json:"replica,omitempty"`
+	Epoch   int64  `json:"-"`
 	// HTTP marks a session of the admin API's node-token routes (console
 	// streams, power calls): they count against Config.MaxPerSourceHTTP,
 	// SSH sessions against MaxPerSource.
@@ -75,10 +79,20 @@ type Config struct {
 	// finish (default 2 s). A session that does not end in time is logged
 	// by the caller; it has been cancelled regardless.
 	CutWait time.Duration `yaml:"cut_wait"`
-	// IDPrefix begins every session ID (set by the daemon, not
-	// configured): in cluster mode the replica ID and "-", so that IDs are
-	// unique in the cluster and name the replica holding the session.
-	IDPrefix string `yaml:"-"`
+	// Replica is this replica's ID in cluster mode (set by the daemon, not
+	// configured; "" for a single replica): session IDs are then
+	// "Replica-N", unique in the cluster and naming the replica that holds
+	// the session (ReplicaOf), and Info.Replica is set.
+	Replica string `yaml:"-"`
+}
+
+// ReplicaOf returns the replica named by a cluster-mode session ID ("" if
+// id names none).
+func ReplicaOf(id string) string {
+	if i := strings.LastIndexByte(id, '-'); i > 0 {
+		return id[:i]
+	}
+	return ""
 }
 
 // setDefaults fills the defaults; afterwards a limit of 0 means none.
@@ -169,7 +183,10 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	if maxSrc > 0 && r.perSrc[src] >= maxSrc {
 		return nil, Info{}, nil, fmt.Errorf("%w from your address (limit %d)", ErrTooMany, maxSrc)
 	}
-	info.ID = r.cfg.IDPrefix + strconv.FormatUint(r.nextID.Add(1), 10)
+	info.ID = strconv.FormatUint(r.nextID.Add(1), 10)
+	if info.Replica = r.cfg.Replica; info.Replica != "" {
+		info.ID = info.Replica + "-" + info.ID
+	}
 	info.Started = time.Now()
 	ctx, cancel := context.WithCancelCause(parent)
 	e := &entry{info: info, src: src, cancel: cancel, done: make(chan struct{})}
@@ -279,8 +296,8 @@ func (r *Registry) List(node string) []Info {
 	}
 	r.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
-		a, _ := strconv.ParseUint(out[i].ID, 10, 64)
-		b, _ := strconv.ParseUint(out[j].ID, 10, 64)
+		a, _ := strconv.ParseUint(strings.TrimPrefix(out[i].ID, r.cfg.Replica+"-"), 10, 64)
+		b, _ := strconv.ParseUint(strings.TrimPrefix(out[j].ID, r.cfg.Replica+"-"), 10, 64)
 		return a < b
 	})
 	return out

@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion/sessions"
+)
+
+// One session list across replicas. Each replica serves its own sessions
+// to the others over the peer link: the global request sessionsRequest (a
+// sessionsQuery) is answered with the sessions as JSON, kickRequest (a
+// kickOrder) ends one and is answered with its node. Like notices, each
+// goes on a connection of its own.
+const (
+	sessionsRequest = "sessions@obmd"
+	kickRequest     = "kick@obmd"
+)
+
+// maxSessionsReply bounds a sessionsRequest's answer, which must fit in
+// one SSH packet (256 KiB): about a thousand sessions. A longer list is
+// cut, and says so (sessionsReply.More).
+const maxSessionsReply = 200 << 10
+
+// Sessions is this replica's session registry as the peer server serves
+// it to the others (sessions.Registry).
+type Sessions interface {
+	List(node string) []sessions.Info
+	Kick(id string, cause error) bool
+}
+
+type sessionsQuery struct{ Node string }
+
+type kickOrder struct{ ID, Why string }
+
+type sessionsReply struct {
+	Sessions []sessions.Info `json:"sessions"`
+	More     bool            `json:"more,omitempty"`
+}
+
+// ErrNoSession is returned by Kick for a session no live replica holds.
+var ErrNoSession = errors.New("no such session")
+
+// RemoteSessions lists the sessions of node ("": of every node) on every
+// other live replica, each marked with its replica (Info.Replica), oldest
+// first. Replicas that do not answer within ctx and DialTimeout are named
+// in the error, along with the lists of those that did.
+func (c *Cluster) RemoteSessions(ctx context.Context, node string) ([]sessions.Info, error) {
+	reps, err := c.store.Replicas(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the other replicas' sessions: %w", err)
+	}
+	query := gossh.Marshal(sessionsQuery{Node: node})
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		out    []sessions.Info
+		failed []string
+	)
+	for _, r := range reps {
+		if r.ID == c.cfg.ReplicaID {
+			continue
+		}
+		wg.Add(1)
+		go func() { // ends when the replica answered, or at the dial bound
+			defer wg.Done()
+			list, err := c.askSessions(ctx, r.ID, r.Addr, query)
+			mu.Lock()
+			defer mu.Unlock()
+			out = append(out, list...)
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s (%v)", r.ID, err))
+			}
+		}()
+	}
+	wg.Wait()
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		return out, fmt.Errorf("no session list from replica %s", strings.Join(failed, ", "))
+	}
+	return out, nil
+}
+
+func (c *Cluster) askSessions(ctx context.Context, id, addr string, query []byte) ([]sessions.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	reply, err := c.ask(ctx, id, addr, sessionsRequest, query)
+	if err != nil {
+		return nil, err
+	}
+	var r sessionsReply
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return nil, fmt.Errorf("malformed session list: %w", err)
+	}
+	for i := range r.Sessions {
+		r.Sessions[i].Replica = id // whatever it said: it is the one that answered
+	}
+	if r.More {
+		err = fmt.Errorf("the list was cut at %d sessions", len(r.Sessions))
+	}
+	return r.Sessions, err
+}
+
+// Kick ends session id, which another replica holds (the one its ID
+// names, sessions.ReplicaOf), with the cause `access to NODE was revoked
+// (why)`, and returns its node once it has ended there. ErrNoSession: no
+// live replica holds it.
+func (c *Cluster) Kick(ctx context.Context, id, why string) (string, error) {
+	owner := sessions.ReplicaOf(id)
+	if owner == "" || owner == c.cfg.ReplicaID {
+		return "", ErrNoSession
+	}
+	reps, err := c.store.Replicas(ctx)
+	if err != nil {
+		return "", fmt.Errorf("kick session %s: %w", id, err)
+	}
+	for _, r := range reps {
+		if r.ID != owner {
+			continue
+		}
+		node, err := c.ask(ctx, r.ID, r.Addr, kickRequest, gossh.Marshal(kickOrder{ID: id, Why: why}))
+		if errors.Is(err, errRefused) {
+			return "", ErrNoSession
+		}
+		if err != nil {
+			return "", fmt.Errorf("kick session %s: %w", id, err)
+		}
+		return string(node), nil
+	}
+	return "", ErrNoSession
+}
+
+// ---- the peer server's side ----
+
+// peerSessions answers a sessionsRequest with this replica's sessions.
+func (s *PeerServer) peerSessions(payload []byte) (bool, []byte) {
+	var q sessionsQuery
+	if s.sessions == nil || gossh.Unmarshal(payload, &q) != nil {
+		return false, nil
+	}
+	r := sessionsReply{Sessions: s.sessions.List(q.Node)}
+	for {
+		out, err := json.Marshal(r)
+		if err != nil {
+			return false, nil
+		}
+		if len(out) <= maxSessionsReply || len(r.Sessions) == 0 {
+			return true, out
+		}
+		r.Sessions, r.More = r.Sessions[:len(r.Sessions)*3/4], true
+	}
+}
+
+// peerKick answers a kickRequest: the session ends with the reason given,
+// and the answer (its node) comes once it has ended.
+func (s *PeerServer) peerKick(payload []byte, log logrus.FieldLogger) (bool, []byte) {
+	var k kickOrder
+	if s.sessions == nil || gossh.Unmarshal(payload, &k) != nil {
+		return false, nil
+	}
+	for _, si := range s.sessions.List("") {
+		if si.ID == k.ID {
+			ok := s.sessions.Kick(k.ID, &sessions.RevokedError{Node: si.Node, Why: printable(k.Why)})
+			log.WithFields(logrus.Fields{"session": k.ID, "node": si.Node, "ok": ok}).Info("peer_kick")
+			return ok, []byte(si.Node)
+		}
+	}
+	return false, nil
+}
