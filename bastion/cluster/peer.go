@@ -287,7 +287,11 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 	log.Info("peer_relay_started")
 	roles := &relayRoles{v: v, ch: ch}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() { // ends with the viewer
+		defer wg.Done()
+		s.c.endWhenNotHolder(req.Label, v, log)
+	}()
 	go func() { // ends when the channel closes (no input comes as data)
 		defer wg.Done()
 		io.Copy(io.Discard, ch)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/sshalgo"
@@ -202,6 +203,29 @@ func keepalive(conn requester, every time.Duration, stop <-chan struct{}) {
 		_, _, err := conn.SendRequest(keepaliveRequest, true, nil)
 		late.Stop()
 		if err != nil {
+			return
+		}
+	}
+}
+
+// endWhenNotHolder ends relay viewer v of label once this replica no
+// longer holds the node's link (checked every Renew), so the relaying
+// replica looks for the holder again: a holder that lost its lease (it
+// cannot reach the database) keeps its hub's viewers while it tries to
+// reopen the link, and would keep the relays with them. It returns when v
+// ends.
+func (c *Cluster) endWhenNotHolder(label string, v *sol.Viewer, log logrus.FieldLogger) {
+	t := time.NewTicker(c.cfg.Renew)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.Done():
+			return
+		case <-t.C:
+		}
+		if !c.Holds(label) {
+			log.Info("peer_relay_not_holder")
+			v.Close()
 			return
 		}
 	}
