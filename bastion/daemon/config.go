@@ -14,6 +14,7 @@ import (
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/obmd/obmd/sol/ipmitool"
@@ -140,6 +141,10 @@ type Config struct {
 	// (new logins are refused at once): after it they are cut, as access
 	// changes can no longer reach this replica (default 30 s).
 	DBGrace time.Duration `yaml:"db_grace"`
+	// DBOptions are passed to db.Open (tests only: no file key or
+	// variable sets them), e.g. db.WithClockSkew for a replica whose clock
+	// is wrong.
+	DBOptions []db.Option `yaml:"-"`
 
 	// Each component's own settings, as its package documents them (keys
 	// and defaults): the console hub, the session registry, the cluster's

@@ -83,7 +83,7 @@ func (d *Daemon) openStore(ctx context.Context) error {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	var err error
-	if d.store, err = db.Open(ctx, d.cfg.DB, d.log); err != nil {
+	if d.store, err = db.Open(ctx, d.cfg.DB, d.log, d.cfg.DBOptions...); err != nil {
 		return err
 	}
 	return d.store.Migrate(ctx)
