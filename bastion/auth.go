@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -41,10 +42,16 @@ type connState struct {
 	offered map[string]int64 // registered keys offered: "label fingerprint" -> epoch
 	exists  bool             // the last key offer's node exists
 	dbDown  bool             // a key lookup failed on the database
-	refused bool             // the limiter refused a key offer (recorded then)
+	refused bool             // the limiter refused a key offer for the source (recorded then)
+	// nodeRefused: the limiter refused a key offer on a node under attack;
+	// the connection's end counts it as a failure, as it counts keys that
+	// are not registered, so that a refusal tells nothing about the name.
+	nodeRefused bool
 	// settled: nothing is left to record when the connection ends (it
 	// authenticated, or a token try was recorded).
 	settled bool
+	forget  func() // forgets the registry's watch (watch); nil if none
+	ended   bool   // the connection has closed (unwatch ran)
 }
 
 func stateFrom(ctx ssh.Context) *connState {
@@ -55,6 +62,18 @@ func (st *connState) settle() {
 	st.mu.Lock()
 	st.settled = true
 	st.mu.Unlock()
+}
+
+// unwatch forgets the registry's watch of the connection, which has
+// closed; a watch set later is forgotten at once.
+func (st *connState) unwatch() {
+	st.mu.Lock()
+	f := st.forget
+	st.forget, st.ended = nil, true
+	st.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // authInfo is what a successful authentication established.
@@ -105,7 +124,10 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	}
 	exists := err == nil
 	if ok, first := s.lim.Judge(src, label, exists); !ok {
-		s.lim.End(src, label, exists, false)
+		// A failure of the source, as a wrong token is: a refusal that did
+		// not count would let a source tell a name that is no node (whose
+		// shared entry is under attack) from a node by its lockout.
+		s.lim.End(src, label, exists, true)
 		s.limited(ctx, method, "node", first)
 		s.waitFrom(start)
 		return false
@@ -138,14 +160,15 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 // and ends without authenticating is recorded once (connEnded). A source
 // the limiter has locked out is refused without a database read; one
 // refused on a node under attack, after the lookup that says whether the
-// node exists (Limiter.Judge).
+// node exists (Limiter.Judge), and that refusal counts as the failure of a
+// connection whose keys are not registered does, when it ends.
 func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	st := stateFrom(ctx)
 	label, fp := ctx.User(), keys.Fingerprint(key)
 	st.mu.Lock()
 	st.user = label
 	st.keys++
-	refused := st.refused
+	refused := st.refused || st.nodeRefused
 	st.mu.Unlock()
 	if refused { // once per connection: the limiter is not asked again
 		return false
@@ -167,9 +190,12 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	st.mu.Lock()
 	st.exists = exists
 	st.mu.Unlock()
-	if judged, first := s.lim.Judge(st.src, label, exists); !judged {
-		s.lim.End(st.src, label, exists, false)
-		s.refuseKeys(st, label, "node", first)
+	if judged, _ := s.lim.Judge(st.src, label, exists); !judged {
+		s.lim.End(st.src, label, exists, false) // counted at the connection's end (connEnded)
+		st.mu.Lock()
+		st.nodeRefused = true
+		st.mu.Unlock()
+		s.log.WithFields(logrus.Fields{"node": safe(label), "remote": st.remote}).Debug("key_offer_refused")
 		return false
 	}
 	s.lim.End(st.src, label, exists, false) // the connection's end may count a failure
@@ -211,9 +237,11 @@ func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 // offering keys, and trying no token (a token try is recorded already):
 // one failed login of its source in the limiter, one audit row, one
 // metric, whatever the number of keys. A connection whose key offer the
-// limiter refused was recorded then (as a refusal: audited if it was its
-// lockout's first), and one that met a database failure is not the
-// client's failure: it is audited, not counted.
+// limiter refused for its source was recorded then (as a refusal: audited
+// if it was its lockout's first), and one that met a database failure is
+// not the client's failure: it is audited, not counted. One whose offer
+// was refused on a node under attack counts as one with unregistered keys
+// does, so that the refusal does not tell which names are nodes.
 func (s *Server) connEnded(st *connState) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -225,6 +253,8 @@ func (s *Server) connEnded(st *connState) {
 	switch {
 	case st.dbDown:
 		why = fmt.Sprintf("database unavailable (%d key(s) offered)", st.keys)
+	case st.nodeRefused:
+		why = fmt.Sprintf("rate limited (node; %d key(s) offered)", st.keys)
 	case len(st.offered) > 0:
 		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", st.keys, len(st.offered))
 	}
@@ -239,11 +269,40 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	st := stateFrom(ctx)
 	st.settle()
 	s.admit.authenticated(st.ticket) // no login grace time any more
+	s.watch(st, ctx.Value(chansKey{}).(*atomic.Int32), ctx.User(), a.Epoch)
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}
 	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: "ssh:" + a.Method, Action: "auth",
 		Source: remoteString(ctx), Result: "ok", Detail: a.User})
+}
+
+// watch has the connection told of the next access change of node
+// (Sessions.WatchConn); chans counts its session channels. A connection
+// holding no session then is closed: none authenticated before a change
+// stays open idle. One holding a session is left to its client: the
+// session is cut and says why, and the client closes the connection once
+// it ends (closing it under the session would lose its exit status);
+// Open refuses a session opened on it afterwards, as it does on a
+// connection whose login read the epoch just before a change and
+// registered just after it.
+func (s *Server) watch(st *connState, chans *atomic.Int32, node string, epoch int64) {
+	forget := s.sessions.WatchConn(node, epoch, func() {
+		if chans.Load() > 0 {
+			return
+		}
+		s.log.WithFields(logrus.Fields{"node": safe(node), "remote": st.remote}).Info("connection_closed_revoked")
+		st.conn.Close()
+	})
+	st.mu.Lock()
+	ended := st.ended
+	if !ended {
+		st.forget = forget
+	}
+	st.mu.Unlock()
+	if ended {
+		forget()
+	}
 }
 
 func (s *Server) denied(ctx ssh.Context, method, why string) {

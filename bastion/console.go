@@ -151,7 +151,10 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	}
 }
 
-// banner is the line a viewer sees on attach.
+// banner is the line a viewer sees on attach. Viewers are named by
+// session ID (in cluster mode a random prefix per replica, never a
+// replica's name: that is for operators), those of other replicas as the
+// holder knows them, and the writer wherever it is.
 func (c *channel) banner(v *sol.Viewer) string {
 	var others []string
 	writer := c.s.consoles.Writer(c.label) // on another replica, perhaps

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/conncap"
 	"github.com/obmd/obmd/bastion/proxyproto"
 )
 
@@ -20,7 +21,7 @@ type PreauthStats struct {
 	Open      int    // connections not authenticated yet
 	Expired   uint64 // closed at the login grace time
 	Displaced uint64 // closed to make room for a newer connection
-	Refused   uint64 // refused: every connection of the source authenticated and the source at its cap
+	Refused   uint64 // refused: every connection authenticated, and the source (or all) at its cap
 }
 
 // admission bounds connections before they authenticate, as OpenSSH's
@@ -28,26 +29,37 @@ type PreauthStats struct {
 // whatever phase it stalls (version exchange, key exchange, auth), or a
 // timer closes it; and at most maxPre are unauthenticated at once, maxPreSrc
 // of them from one source, with maxConnsSrc connections of any kind per
-// source. A new connection that finds a cap full displaces the oldest
-// unauthenticated connection it competes with instead of being refused: an
-// honest client authenticates within milliseconds of connecting, so the
-// oldest is the one least likely to be one, and a flood that never
-// authenticates only displaces itself while logins go on. A source whose
-// connections are all authenticated and at maxConnsSrc is refused.
+// source and maxConns in all. A new connection that finds a cap full
+// displaces an unauthenticated connection it competes with instead of being
+// refused: for the per-source caps the source's oldest; for the global ones
+// the oldest of the source holding the most unauthenticated connections, a
+// lone connection of a source that holds one coming last (when every source
+// holds one, the oldest). A flood that never authenticates, from however
+// many sources, thus only displaces itself, and a client taking its time at
+// the password prompt keeps its one connection while the flood churns.
+// Among the candidates, one that has not begun to authenticate (its key
+// exchange not done, no auth request sent: authenticating) goes before one
+// that has, so a login from the very address of a flood of bare TCP
+// connections or stalled handshakes keeps its place while it works through
+// the prompt; only a flood that completes key exchanges competes with it.
+// A source whose connections are all authenticated and at maxConnsSrc is
+// refused, and so is any connection when all maxConns are authenticated.
 //
 // A deadline on the socket would not do: gliderlabs/ssh v0.3.8 resets the
 // connection's deadline on every Read and Write (see go-deps notes), so the
 // bound is a timer (time.AfterFunc; its short-lived goroutine only closes
 // the socket, and end stops it).
 type admission struct {
-	grace                         time.Duration
-	maxPre, maxPreSrc, maxConnSrc int // 0: no limit
+	grace                                   time.Duration
+	maxPre, maxPreSrc, maxConnSrc, maxConns int // 0: no limit
 
 	mu     sync.Mutex
 	closed bool
 	pre    list.List             // unauthenticated tickets, oldest first
 	preSrc map[string]*list.List // the same, per source
+	heavy  conncap.Tally[string] // sources by their unauthenticated tickets
 	conns  map[string]int        // open connections per source
+	total  int                   // open connections
 	stats  PreauthStats
 }
 
@@ -58,10 +70,11 @@ type ticket struct {
 	timer   *time.Timer
 	el, sel *list.Element // in pre and preSrc while unauthenticated
 	counted bool          // holds a place in conns
+	authing bool          // has offered a credential (authenticating)
 }
 
-func newAdmission(grace time.Duration, maxPre, maxPreSrc, maxConnSrc int) *admission {
-	return &admission{grace: grace, maxPre: maxPre, maxPreSrc: maxPreSrc, maxConnSrc: maxConnSrc,
+func newAdmission(grace time.Duration, maxPre, maxPreSrc, maxConnSrc, maxConns int) *admission {
+	return &admission{grace: grace, maxPre: maxPre, maxPreSrc: maxPreSrc, maxConnSrc: maxConnSrc, maxConns: maxConns,
 		preSrc: map[string]*list.List{}, conns: map[string]int{}}
 }
 
@@ -79,22 +92,28 @@ func (g *admission) admit(src string, closeConn func() error) *ticket {
 		if l == nil || l.Len() == 0 {
 			return false
 		}
-		v := l.Front().Value.(*ticket)
+		v := victimOf(l)
 		g.dropLocked(v)
 		g.stats.Displaced++
 		victims = append(victims, v)
 		return true
 	}
-	if g.maxConnSrc > 0 && g.conns[src] >= g.maxConnSrc && !displace(g.preSrc[src]) {
+	refuse := func() *ticket {
 		g.stats.Refused++
 		g.mu.Unlock()
 		return nil
+	}
+	if g.maxConnSrc > 0 && g.conns[src] >= g.maxConnSrc && !displace(g.preSrc[src]) {
+		return refuse()
 	}
 	if l := g.preSrc[src]; g.maxPreSrc > 0 && l != nil && l.Len() >= g.maxPreSrc {
 		displace(l)
 	}
 	if g.maxPre > 0 && g.pre.Len() >= g.maxPre {
-		displace(&g.pre)
+		displace(g.heaviestLocked())
+	}
+	if g.maxConns > 0 && g.total >= g.maxConns && !displace(g.heaviestLocked()) {
+		return refuse()
 	}
 	t := &ticket{src: src, close: closeConn, counted: true}
 	t.el = g.pre.PushBack(t)
@@ -104,13 +123,45 @@ func (g *admission) admit(src string, closeConn func() error) *ticket {
 		g.preSrc[src] = l
 	}
 	t.sel = l.PushBack(t)
+	g.heavy.Move(src, l.Len()-1, l.Len())
 	g.conns[src]++
+	g.total++
 	t.timer = time.AfterFunc(g.grace, func() { g.expire(t) })
 	g.mu.Unlock()
 	for _, v := range victims {
 		v.close()
 	}
 	return t
+}
+
+// victimOf is the ticket of l to displace: the oldest that has not begun
+// to authenticate, or else the oldest. l is not empty; it is bounded by a
+// cap, so the walk is short.
+func victimOf(l *list.List) *ticket {
+	for e := l.Front(); e != nil; e = e.Next() {
+		if t := e.Value.(*ticket); !t.authing {
+			return t
+		}
+	}
+	return l.Front().Value.(*ticket)
+}
+
+// authenticating notes that t's connection has sent its first auth
+// request (its key exchange is done): it is displaced after those that have not.
+func (g *admission) authenticating(t *ticket) {
+	g.mu.Lock()
+	t.authing = true
+	g.mu.Unlock()
+}
+
+// heaviestLocked is the list to displace from for a global cap: the
+// unauthenticated tickets of a source holding the most, or, when none
+// holds more than one, all of them (the oldest goes). g.mu held.
+func (g *admission) heaviestLocked() *list.List {
+	if src, n := g.heavy.Top(); n > 1 {
+		return g.preSrc[src]
+	}
+	return &g.pre
 }
 
 // dropLocked takes t out of the unauthenticated lists and gives back its
@@ -127,6 +178,7 @@ func (g *admission) unlistLocked(t *ticket) {
 	g.pre.Remove(t.el)
 	l := g.preSrc[t.src]
 	l.Remove(t.sel)
+	g.heavy.Move(t.src, l.Len()+1, l.Len())
 	if l.Len() == 0 {
 		delete(g.preSrc, t.src)
 	}
@@ -138,6 +190,7 @@ func (g *admission) uncountLocked(t *ticket) {
 		return
 	}
 	t.counted = false
+	g.total--
 	if g.conns[t.src]--; g.conns[t.src] <= 0 {
 		delete(g.conns, t.src)
 	}
@@ -199,10 +252,7 @@ func (g *admission) snapshot() PreauthStats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.stats
-	st.Open = g.pre.Len()
-	for _, n := range g.conns {
-		st.Conns += n
-	}
+	st.Open, st.Conns = g.pre.Len(), g.total
 	return st
 }
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestQuickAck reproduces OpenSSH's handshake pattern (Nagle on, two small

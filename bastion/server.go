@@ -58,9 +58,12 @@ type Limiter interface {
 // Sessions starts every session (access.Revoker.Open, which documents the
 // errors): registered, so that access changes cut it; admitted at the
 // epoch its login read; and watched, so that a cut session whose client
-// stops reading is unblocked (here: its connection closed).
+// stops reading is unblocked (here: its connection closed). WatchConn
+// (access.Revoker.WatchConn) tells an authenticated connection of the
+// access change that ends it, so that one holding no session is closed.
 type Sessions interface {
 	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
+	WatchConn(node string, epoch int64, revoked func()) (forget func())
 }
 
 // Consoles is the console hub.
@@ -99,6 +102,11 @@ type Config struct {
 	// cannot keep anyone out. Negative: no limit.
 	MaxUnauthenticated          int
 	MaxUnauthenticatedPerSource int
+	// MaxConns bounds every open connection, authenticated or not (the
+	// wiring sizes it from the open-file limit; default and negative: no
+	// limit). At the cap a new connection displaces an unauthenticated one,
+	// as above, and is refused only if every connection is authenticated.
+	MaxConns int
 	// MaxChannels bounds session channels on one connection (default 4).
 	MaxChannels int
 	// MaxConnsPerSource bounds the open connections, authenticated or not,
@@ -185,19 +193,23 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 		return nil, fmt.Errorf("bastion: unauthenticated connections per source (%d) must be at most the global limit (%d)", maxPreSrc, maxPre)
 	}
 	maxConnSrc := limitOr(cfg.MaxConnsPerSource, 64)
+	maxConns := max(cfg.MaxConns, 0)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	algos := sshalgo.For(cfg.LegacyAlgorithms)
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, sessions: sess, log: log,
-		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc)}
+		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc, maxConns)}
 	s.srv = &ssh.Server{
 		Version:                    "obmd",
 		PasswordHandler:            s.password,
 		KeyboardInteractiveHandler: s.keyboardInteractive,
 		PublicKeyHandler:           s.publicKey,
 		ConnCallback:               s.connected,
-		BannerHandler: func(ssh.Context) string {
+		// x/crypto asks for the banner at the first auth request, when the
+		// key exchange is done: the connection is authenticating.
+		BannerHandler: func(ctx ssh.Context) string {
+			s.admit.authenticating(stateFrom(ctx).ticket)
 			if cfg.Banner == nil {
 				return ""
 			}
@@ -271,6 +283,7 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, offered: map[string]int64{}}
 	st.conn = &countedConn{Conn: conn, ended: func() {
 		s.admit.end(t)
+		st.unwatch()
 		s.connEnded(st)
 	}}
 	ctx.SetValue(stateKey{}, st)

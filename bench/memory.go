@@ -11,7 +11,7 @@ import (
 	"github.com/creack/pty"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // memory is section 2.

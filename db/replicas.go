@@ -56,8 +56,17 @@ func (s *Store) Withdraw(ctx context.Context, id string) error {
 // database's clock, by ID. Expired ones are left in place (a restart with
 // the same ID overwrites its row).
 func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
+	return s.ReplicasWithin(ctx, 0)
+}
+
+// ReplicasWithin returns the replicas whose announcement has not expired,
+// or expired less than grace ago, on the database's clock, by ID: those
+// another replica must still count as running when it leaves a margin
+// (cluster.Config.FenceMargin). The announcement's expiry is stamped and
+// compared by the same clock, so the replicas' clocks play no part.
+func (s *Store) ReplicasWithin(ctx context.Context, grace time.Duration) ([]Replica, error) {
 	rows, err := s.query(ctx, `SELECT id, peer_addr, applied, expires_at - `+s.dbNow()+`
-		FROM replicas WHERE expires_at > `+s.dbNow()+` ORDER BY id`)
+		FROM replicas WHERE expires_at > `+s.dbNow()+` - ? ORDER BY id`, grace.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}

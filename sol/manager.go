@@ -182,7 +182,8 @@ type ViewerInfo struct {
 	Writer  bool      `json:"writer"`
 	Since   time.Time `json:"since"`
 	// Remote: a viewer of another hub, relayed through this one (Session
-	// is then empty).
+	// is then empty; its Name is what that hub calls it, never a
+	// replica's). Relay viewers themselves are not listed.
 	Remote bool `json:"remote,omitempty"`
 }
 

@@ -110,6 +110,17 @@ func (r *Revoker) Open(ctx context.Context, info sessions.Info, host string, unb
 	return nil, fmt.Errorf("%w: %w", ErrUnverified, err)
 }
 
+// WatchConn has the registry tell an authenticated connection of node,
+// whose credential was checked at epoch, of the first access change that
+// ends it (sessions.Registry.Watch): a change of node above epoch, or a cut
+// of every session, calls revoked once, before any session is cut, so that
+// the front door can close the connection if it holds none (an access
+// change leaves no idle connection from before it open). forget
+// (idempotent) forgets it when the connection closes.
+func (r *Revoker) WatchConn(node string, epoch int64, revoked func()) (forget func()) {
+	return r.reg.Watch(node, epoch, revoked)
+}
+
 // watchCut unblocks the client of s if it is cut and does not finish
 // within CutGrace; it returns once s has finished, or after unblocking.
 func (r *Revoker) watchCut(s *Session, unblock func()) {

@@ -26,29 +26,42 @@ type HealthStore interface {
 	OldestWrite() time.Duration
 }
 
+// Fence tells whether this replica has fenced itself (cluster mode:
+// *cluster.Cluster): its announcement may lapse for the other replicas,
+// which then act without it, so it must not serve as if it could use the
+// database.
+type Fence interface {
+	Fenced() bool
+}
+
 // Health is this replica's judgement of its database: whether the last look
-// at it (the Watcher's poll) failed, and whether a write has been stuck past
-// WriteStall (seen at once, without waiting for the next poll). Safe for
-// concurrent use.
+// at it (the Watcher's poll) failed, whether a write has been stuck past
+// WriteStall (seen at once, without waiting for the next poll), and, in
+// cluster mode, whether it is fenced. Safe for concurrent use.
 type Health struct {
 	store HealthStore
+	fence Fence // nil: single-replica mode
 	// down is set while the last look failed; written by the Watcher.
 	down atomic.Bool
 }
 
 // NewHealth returns the Health of store, which counts as answering until
-// the Watcher's first look says otherwise.
-func NewHealth(store HealthStore) *Health { return &Health{store: store} }
+// the Watcher's first look says otherwise. fence is nil in single-replica
+// mode.
+func NewHealth(store HealthStore, fence Fence) *Health { return &Health{store: store, fence: fence} }
 
-// Usable reports whether this replica can use its database now.
+// Usable reports whether this replica can use its database now: it
+// answers, completes writes, and (cluster mode) this replica is not fenced.
 func (h *Health) Usable() bool {
-	return !h.down.Load() && h.store.OldestWrite() <= WriteStall
+	return !h.down.Load() && h.store.OldestWrite() <= WriteStall && !h.fenced()
 }
+
+func (h *Health) fenced() bool { return h.fence != nil && h.fence.Fenced() }
 
 // Ready is /readyz's check: the database answers a read, completes the
 // write probe (waited for a little longer than WriteStall, so that a probe
-// held by a frozen disk counts as stuck in this very check), and this
-// replica's last look at it was good.
+// held by a frozen disk counts as stuck in this very check), this
+// replica's last look at it was good, and it is not fenced.
 func (h *Health) Ready(ctx context.Context) error {
 	if err := h.store.Ping(ctx); err != nil {
 		return err
@@ -60,6 +73,9 @@ func (h *Health) Ready(ctx context.Context) error {
 	}
 	if h.down.Load() {
 		return errors.New("the last poll of the database failed")
+	}
+	if h.fenced() {
+		return errors.New("this replica could not renew its announcement in time: it is fenced")
 	}
 	return nil
 }

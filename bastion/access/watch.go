@@ -12,7 +12,8 @@ import (
 )
 
 // WhyDBLost is why the sessions of a replica that has not reached its
-// database for WatchConfig.DBGrace end.
+// database for WatchConfig.DBGrace end (and those of a replica that fenced
+// itself, Watcher.Fence).
 const WhyDBLost = "this obmd lost its database and cannot check access; reconnect"
 
 // WatchConfig configures a Watcher. Zero values take the defaults noted.
@@ -28,6 +29,14 @@ type WatchConfig struct {
 	// access changes made through other replicas can no longer reach this
 	// one (default 30 s).
 	DBGrace time.Duration
+	// FenceAfter, in cluster mode, is how long after its last announcement
+	// began this replica fences itself (cluster.Cluster.FenceAfter; zero in
+	// single-replica mode): the fence cuts every session then (Fence), so
+	// in cluster mode sessions outlast the database by no more than that,
+	// whatever DBGrace (a longer DBGrace is logged at Start:
+	// db_grace_capped). Poll must be below half of it, so that one late
+	// poll does not fence a replica whose database answers.
+	FenceAfter time.Duration
 }
 
 func (c *WatchConfig) setDefaults() {
@@ -42,6 +51,14 @@ func (c *WatchConfig) setDefaults() {
 	}
 }
 
+func (c *WatchConfig) check() error {
+	if c.FenceAfter > 0 && 2*c.Poll >= c.FenceAfter {
+		return fmt.Errorf("epoch_poll %v must be below half of %v (lease_ttl less the fence margin): a replica that has not announced itself by then stops serving",
+			c.Poll, c.FenceAfter)
+	}
+	return nil
+}
+
 // WatchStore is where the Watcher reads access changes (*db.Store).
 type WatchStore interface {
 	LatestChange(ctx context.Context) (int64, error)
@@ -53,45 +70,66 @@ type WatchStore interface {
 // Revoker; changes made here were applied by their admin call already, and
 // the Revoker skips them. Each poll is also this replica's look at the
 // database's health (Health): while the database does not answer, logins
-// are refused; once it has not answered for DBGrace, every session is cut.
+// are refused; once it has not answered for DBGrace, or (cluster mode) once
+// this replica has fenced itself (Fence), every session is cut.
 type Watcher struct {
 	cfg      WatchConfig
 	store    WatchStore
 	health   *Health
 	rev      *Revoker
-	announce func(ctx context.Context, applied int64)
+	announce func(ctx context.Context, applied int64) error
 	log      logrus.FieldLogger
 
+	// cursor is the newest change applied: set by Start, then owned by Run.
+	cursor int64
 	// downSince is when the database stopped answering (zero while it
 	// answers). Owned by Run.
 	downSince time.Time
 }
 
-// NewWatcher returns a Watcher. announce, if set, is told after each poll
+// NewWatcher returns a Watcher, or an error if cfg.Poll does not fit in
+// cfg.FenceAfter. announce, if set, is told at Start and after each poll
 // how far this replica has applied changes (cluster mode: the replica's
-// announcement to the others). It starts nothing: Run polls.
+// announcement to the others). It starts nothing: Start takes the first
+// look, Run polls.
 func NewWatcher(cfg WatchConfig, store WatchStore, health *Health, rev *Revoker,
-	announce func(ctx context.Context, applied int64), log logrus.FieldLogger) *Watcher {
+	announce func(ctx context.Context, applied int64) error, log logrus.FieldLogger) (*Watcher, error) {
 	cfg.setDefaults()
-	if announce == nil {
-		announce = func(context.Context, int64) {}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	return &Watcher{cfg: cfg, store: store, health: health, rev: rev, announce: announce, log: log}
+	if announce == nil {
+		announce = func(context.Context, int64) error { return nil }
+	}
+	return &Watcher{cfg: cfg, store: store, health: health, rev: rev, announce: announce, log: log}, nil
 }
 
-// Run polls until ctx ends; its caller owns it (the daemon's run group).
-// It returns nil, or an error if the first read fails (the start is then
-// wrong: the database answered a moment ago).
-func (w *Watcher) Run(ctx context.Context) error {
+// Start reads where the access changes stand (those made before this
+// replica started have nothing to cut here) and announces it, before the
+// replica serves anything: in cluster mode a replica is fenced until its
+// first announcement, since no other replica would wait for it. Either
+// failing fails the start (the database answered a moment ago).
+func (w *Watcher) Start(ctx context.Context) error {
 	cursor, err := w.store.LatestChange(ctx)
 	if err != nil {
-		if ctx.Err() != nil { // stopped while starting: not a failure
-			return nil
-		}
 		return fmt.Errorf("read access changes: %w", err)
 	}
-	w.rev.Watched(cursor) // changes before this replica started have nothing to cut here
-	w.announce(ctx, cursor)
+	w.rev.Watched(cursor)
+	if err := w.announce(ctx, cursor); err != nil {
+		return fmt.Errorf("announce this replica: %w", err)
+	}
+	w.cursor = cursor
+	if w.cfg.FenceAfter > 0 && w.cfg.DBGrace > w.cfg.FenceAfter {
+		w.log.WithFields(logrus.Fields{"db_grace": w.cfg.DBGrace.String(), "fence_after": w.cfg.FenceAfter.String()}).
+			Info("db_grace_capped")
+	}
+	return nil
+}
+
+// Run polls, from where Start left off, until ctx ends; its caller owns it
+// (the daemon's run group). It returns nil.
+func (w *Watcher) Run(ctx context.Context) error {
+	cursor := w.cursor
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
 	for {
@@ -117,13 +155,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 			cursor = c.Epoch
 		}
 		w.rev.Watched(cursor)
-		w.announce(ctx, cursor)
+		if err := w.announce(ctx, cursor); err != nil && ctx.Err() == nil {
+			// The announcement expires, and replicas that change access
+			// then stop waiting for this one, which fences itself first.
+			w.log.WithError(err).Warn("replica_announce_failed")
+		}
 	}
 }
 
 // polled acts on the outcome of a look at the database: once it has failed
-// for DBGrace, every session is cut (as revoked, with WhyDBLost) and their
-// nodes' consoles wiped, in one pass over the registry.
+// for DBGrace, every session is cut (cutAll).
 func (w *Watcher) polled(err error) {
 	switch {
 	case err == nil:
@@ -135,9 +176,22 @@ func (w *Watcher) polled(err error) {
 	case w.downSince.IsZero():
 		w.downSince = time.Now()
 	case time.Since(w.downSince) >= w.cfg.DBGrace:
-		if cut := w.rev.CutAll(WhyDBLost); cut > 0 {
-			w.log.WithField("cut", cut).Warn("sessions_cut_db_lost")
-		}
+		w.cutAll("sessions_cut_db_lost")
 	}
 	w.log.WithError(err).Warn("access_poll_failed")
+}
+
+// Fence cuts every session at once, as the loss of the database does after
+// DBGrace: this replica has fenced itself (cluster.Cluster.Guard calls it),
+// since its announcement may lapse for the other replicas, which then act
+// without it. Health refuses logins and sessions until it announces itself
+// again.
+func (w *Watcher) Fence() { w.cutAll("sessions_cut_fenced") }
+
+// cutAll cuts every session (as revoked, with WhyDBLost) and wipes their
+// nodes' consoles, in one pass over the registry; event names the log line.
+func (w *Watcher) cutAll(event string) {
+	if cut := w.rev.CutAll(WhyDBLost); cut > 0 {
+		w.log.WithField("cut", cut).Warn(event)
+	}
 }

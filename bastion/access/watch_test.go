@@ -64,11 +64,17 @@ func (f *fakeDB) OldestWrite() time.Duration                       { return 0 }
 func TestWatcher(t *testing.T) {
 	r, _, reg, _ := newTestRevoker()
 	store := &fakeDB{}
-	health := NewHealth(store)
+	health := NewHealth(store, nil)
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	w := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond, DBGrace: 100 * time.Millisecond}, store, health, r, nil, log)
+	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond, DBGrace: 100 * time.Millisecond}, store, health, r, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	defer func() {

@@ -88,10 +88,16 @@ type Config struct {
 	// completing; any other as the database not reachable.
 	Ready func(ctx context.Context) error
 	// Authenticated, if set, is called with the request's context once a
-	// request has presented a valid credential (the admin token, or the
-	// node's token): the wiring then spares its connection from the caps
-	// on unauthenticated connections (conncap.TrustContext).
+	// request has presented the admin credential: the wiring then spares
+	// its connection from every cap (conncap.TrustContext).
 	Authenticated func(ctx context.Context)
+	// TenantSession, if set, is called with the request's context once a
+	// node-token request has been read whole and its session admitted:
+	// the wiring then spares its connection from the caps on
+	// unauthenticated connections, though not from being closed to make
+	// room (conncap.TrustTenantContext), so that a tenant cannot hold the
+	// port against the rotation that would cut it.
+	TenantSession func(ctx context.Context)
 }
 
 // Limiter bounds secret guessing per source address and per node
@@ -388,7 +394,7 @@ func (a *API) admin(fn http.HandlerFunc) http.HandlerFunc {
 // guessing limits do not protect it (API.admin), so it must be strong.
 const MinAdminTokenLen = 32
 
-// authenticated tells Config.Authenticated that r presented a valid
+// authenticated tells Config.Authenticated that r presented the admin
 // credential.
 func (a *API) authenticated(r *http.Request) {
 	if a.cfg.Authenticated != nil {

@@ -30,9 +30,9 @@ type grant struct {
 // unknown node, a node without a token, no token or a wrong one, all alike)
 // or 429 (the source is locked out by the guessing limits, Config.Limiter)
 // itself; a node under attack refuses the sources that failed on it with
-// the same 401. An unknown node and a wrong token are failures of
-// the source and of the node (every name that is no node counts as one
-// node, judged after the lookup that tells).
+// the same 401. An unknown node, a wrong token and that refusal are
+// failures of the source and of the node (every name that is no node
+// counts as one node, judged after the lookup that tells).
 func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	start := a.cfg.Now()
 	label, valid := pathLabel(w, r)
@@ -57,7 +57,10 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 		// name that is no node shares one such state, so a 429 here would
 		// tell an unknown name from a known one: the refusal looks like a
 		// wrong token instead (as over SSH), and is recorded as a refusal.
-		a.cfg.Limiter.End(host, label, exists, false)
+		// It counts against the source as a wrong token does: otherwise a
+		// source would be locked out by probes of a node and never by
+		// probes of a name that is none, which would tell them apart.
+		a.cfg.Limiter.End(host, label, exists, true)
 		a.refused(r, "http-token", db.AuditEvent{Node: label, Actor: actorToken, Action: "auth"}, "node", first)
 		a.refuseToken(w, r, start)
 		return grant{}, false
@@ -83,7 +86,8 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	}
 	a.cfg.Limiter.End(host, label, true, false)
 	a.observe("http-token", "ok")
-	a.authenticated(r)
+	// Not trusted by the caps yet (Config.TenantSession): a tenant's token
+	// must not make a request whose body never comes hold the port.
 	return grant{label: label, epoch: acc.Epoch}, true
 }
 
@@ -111,13 +115,23 @@ func (a *API) refuseToken(w http.ResponseWriter, r *http.Request, start time.Tim
 // so that a change between the token check and now refuses it (a change in
 // that window would not have seen this session); and watched: unblock, if
 // set, is called when a cut session keeps writing to a client that does
-// not read. The session's context is cancelled by a cut; End it once the
-// request is done. On failure it has answered.
+// not read. The request is read whole first (a route that takes no body
+// reads it too, up to Config.MaxBody, within the server's read timeout),
+// and once admitted its connection is trusted as a tenant's
+// (Config.TenantSession). The session's context is cancelled by a cut; End
+// it once the request is done. On failure it has answered.
 func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind sessions.Kind, unblock func()) (*access.Session, bool) {
+	if _, err := a.readBody(w, r); err != nil {
+		writeBodyError(w, err)
+		return nil, false
+	}
 	s, err := a.revoker.Open(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
 		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r), unblock)
 	if err == nil {
 		g.session = s.Info().ID
+		if a.cfg.TenantSession != nil {
+			a.cfg.TenantSession(r.Context())
+		}
 		return s, true
 	}
 	var stale *access.StaleError

@@ -21,7 +21,10 @@
 // only at the node's current epoch, applied there first (Access.Serve).
 // The replica that takes a change tells the others (Notify: a notice over
 // the peer link, or their announcements in the database) before it is
-// acknowledged, so the holder has cut the previous tenancy by then.
+// acknowledged, so the holder has cut the previous tenancy by then. One
+// that cannot be told is counted out only once its announcement has
+// expired by a margin; it has fenced itself a margin before that
+// (fence.go: Guard, and the SOL links' own deadlines).
 //
 // Replicas authenticate each other with the SSH host key they already
 // share: the peer channel is SSH, the server proves the shared host key and
@@ -54,7 +57,7 @@ type Store interface {
 	Lease(ctx context.Context, node, kind string) (db.Lease, error)
 	Announce(ctx context.Context, id, addr string, applied int64, ttl time.Duration) error
 	Withdraw(ctx context.Context, id string) error
-	Replicas(ctx context.Context) ([]db.Replica, error)
+	ReplicasWithin(ctx context.Context, grace time.Duration) ([]db.Replica, error)
 }
 
 // Access is this replica's side of access changes (access.Revoker). The
@@ -84,8 +87,15 @@ type Config struct {
 	// Access is this replica's revocation state. Required.
 	Access Access `yaml:"-"`
 	// LeaseTTL is how long a lease outlives its last renewal, so how long
-	// a dead holder blocks the takeover of its consoles (default 6 s).
+	// a dead holder blocks the takeover of its consoles (default 6 s), and
+	// how long an announcement lasts.
 	LeaseTTL time.Duration `yaml:"-"`
+	// FenceMargin is how long before its announcement (or a SOL lease)
+	// expires this replica stops serving, and how long after another
+	// replica's announcement expired this one counts it stopped (default
+	// LeaseTTL/6, below LeaseTTL/2): it covers the time a fence takes and
+	// the clocks (fence.go). The wiring leaves it at its default.
+	FenceMargin time.Duration `yaml:"-"`
 	// Renew is how often a held SOL lease is renewed (default LeaseTTL/3).
 	Renew time.Duration `yaml:"renew"`
 	// PowerHold bounds one power operation that comes without a deadline
@@ -110,7 +120,7 @@ func (c *Config) setDefaults() error {
 		return errors.New("no host key")
 	case c.Access == nil:
 		return errors.New("no access state")
-	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0:
+	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0 || c.FenceMargin < 0:
 		return errors.New("negative duration")
 	}
 	if c.LeaseTTL == 0 {
@@ -119,8 +129,14 @@ func (c *Config) setDefaults() error {
 	if c.Renew == 0 {
 		c.Renew = c.LeaseTTL / 3
 	}
-	if c.Renew >= c.LeaseTTL {
-		return fmt.Errorf("renew interval %v must be below the lease TTL %v", c.Renew, c.LeaseTTL)
+	if c.FenceMargin == 0 {
+		c.FenceMargin = DefaultFenceMargin(c.LeaseTTL)
+	}
+	if c.FenceMargin >= c.LeaseTTL/2 {
+		return fmt.Errorf("fence margin %v must be below half the lease TTL %v", c.FenceMargin, c.LeaseTTL)
+	}
+	if c.Renew >= c.LeaseTTL-c.FenceMargin {
+		return fmt.Errorf("renew interval %v must be below the lease TTL %v less the fence margin %v", c.Renew, c.LeaseTTL, c.FenceMargin)
 	}
 	if c.PowerHold == 0 {
 		c.PowerHold = time.Minute
@@ -134,6 +150,9 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// DefaultFenceMargin is Config.FenceMargin's default for a lease TTL.
+func DefaultFenceMargin(leaseTTL time.Duration) time.Duration { return leaseTTL / 6 }
+
 // Cluster is one replica's view of the cluster: a sol.Resolver (and, via
 // ForCommands, a commands.Resolver) whose BMCs take leases, and the record
 // of which SOL leases this replica holds (for its PeerServer).
@@ -143,8 +162,11 @@ type Cluster struct {
 	local sol.Resolver
 	log   logrus.FieldLogger
 
-	mu   sync.Mutex
-	held map[string]string // label -> token of the SOL lease this replica holds
+	mu    sync.Mutex
+	held  map[string]string         // label -> token of the SOL lease this replica holds
+	links map[*heldConsole]struct{} // the SOL links open under those leases
+
+	fence fence // fence.go
 }
 
 // New validates cfg and returns a Cluster over local, the resolver that
@@ -156,7 +178,8 @@ func New(cfg Config, store Store, local sol.Resolver, log logrus.FieldLogger) (*
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	return &Cluster{cfg: cfg, store: store, local: local, log: log, held: map[string]string{}}, nil
+	return &Cluster{cfg: cfg, store: store, local: local, log: log, held: map[string]string{},
+		links: map[*heldConsole]struct{}{}, fence: newFence()}, nil
 }
 
 // Resolve returns label's BMC as the cluster shares it: power operations
@@ -184,8 +207,15 @@ func (r commandsResolver) Resolve(ctx context.Context, label string) (commands.B
 // LeaseTTL) and has applied every access change up to applied: the others
 // tell it of their changes (Notify) and, when it cannot be reached, read
 // there whether it applied them. The change watcher calls it at each poll.
+// A successful announcement moves this replica's fence (fence.go) to
+// LeaseTTL less FenceMargin after the write began.
 func (c *Cluster) Announce(ctx context.Context, applied int64) error {
-	return c.store.Announce(ctx, c.cfg.ReplicaID, c.cfg.PeerAddr, applied, c.cfg.LeaseTTL)
+	start := time.Now()
+	if err := c.store.Announce(ctx, c.cfg.ReplicaID, c.cfg.PeerAddr, applied, c.cfg.LeaseTTL); err != nil {
+		return err
+	}
+	c.fence.move(start.Add(c.fenceAfter()))
+	return nil
 }
 
 // Withdraw removes this replica's announcement (a clean stop), so that no

@@ -481,6 +481,7 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			go func() { <-ctx.Done(); end() }() // a session ends when cut; ends at the latest at cleanup
 			t.Cleanup(end)
 			if want := fmt.Sprintf("r%d-1", i); info.ID != want {
 				t.Errorf("session ID on r%d: got %q, want %q", i, info.ID, want)

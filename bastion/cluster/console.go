@@ -38,13 +38,14 @@ func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
 	var lastErr error
 	caughtUp := false
 	for {
+		start := time.Now() // the lease expires no sooner than LeaseTTL after this
 		held, err := c.store.AcquireLease(ctx, c.lease(b.label, db.LeaseSOL, token), c.cfg.LeaseTTL)
 		if err == nil {
 			if _, err := c.cfg.Access.Current(ctx, b.label); err != nil {
 				b.drop(token)
 				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 			}
-			return b.openHeld(ctx, token, held.ExpiresAt, log)
+			return b.openHeld(ctx, token, start.Add(c.fenceAfter()), log)
 		}
 		// A lease this attempt held (it met an active payload) is lost.
 		b.mu.Lock()
@@ -105,10 +106,11 @@ func (c *Cluster) pause(ctx context.Context, expires time.Time) error {
 	}
 }
 
-// openHeld activates SOL under the lease token holds. An active payload
-// keeps the lease for the hub's deactivate-and-retry; any other failure
-// gives it up.
-func (b *bmc) openHeld(ctx context.Context, token string, expires time.Time, log logrus.FieldLogger) (sol.Console, error) {
+// openHeld activates SOL under the lease token holds, which this replica
+// must give up by deadline unless it renews it (fence.go). An active
+// payload keeps the lease for the hub's deactivate-and-retry; any other
+// failure gives it up.
+func (b *bmc) openHeld(ctx context.Context, token string, deadline time.Time, log logrus.FieldLogger) (sol.Console, error) {
 	c := b.c
 	c.hold(b.label, token)
 	b.mu.Lock()
@@ -129,17 +131,23 @@ func (b *bmc) openHeld(ctx context.Context, token string, expires time.Time, log
 	b.mu.Lock()
 	b.pending = ""
 	b.mu.Unlock()
-	h := &heldConsole{Console: con, c: c, label: b.label, token: token, expires: expires, log: log,
-		stop: make(chan struct{}), done: make(chan struct{})}
+	h := &heldConsole{Console: con, c: c, label: b.label, token: token, deadline: deadline, log: log,
+		stop: make(chan struct{}), done: make(chan struct{}), fenced: make(chan struct{})}
+	c.track(h)
+	// The fence closes the link at the deadline whatever the renewer is
+	// doing (a renewal stuck in the database). Owned by h: Close stops it,
+	// or waits for it if it has fired.
+	h.fence = time.AfterFunc(time.Until(deadline), h.expire)
 	go h.renew() // owned by h: Close stops it and waits
 	return h, nil
 }
 
 // heldConsole is the real console of a node whose SOL lease this replica
 // holds. A goroutine renews the lease while it is open; if the lease is
-// lost (taken by another replica after this one could not renew it in
-// time) the console is closed under the hub, whose Read then fails, so the
-// hub reconnects through the cluster again.
+// lost (taken by another replica, or not renewed FenceMargin before it
+// would expire, or this replica fenced itself) the console is closed under
+// the hub, whose Read then fails, so the hub reconnects through the
+// cluster again.
 type heldConsole struct {
 	sol.Console
 	c     *Cluster
@@ -149,11 +157,15 @@ type heldConsole struct {
 
 	stop      chan struct{} // closed by Close: the renewer stops
 	done      chan struct{} // closed by the renewer when it returns
+	fence     *time.Timer   // runs expire at the deadline; moved by the renewer
+	fenced    chan struct{} // closed by expire when it has run
 	closeOnce sync.Once
 	closeErr  error
-	// expires is when the lease runs out as last renewed: set before the
-	// renewer starts, then read and written by the renewer alone.
-	expires time.Time
+	// deadline is when the link must be closed unless the lease is
+	// renewed: FenceMargin before the lease runs out as last renewed,
+	// measured from before the renewal (fence.go). Set before the renewer
+	// starts, then read and written by the renewer alone.
+	deadline time.Time
 
 	mu   sync.Mutex
 	lost error // why the lease was lost; nil while held. Set by the renewer, read by Read
@@ -178,10 +190,29 @@ func (h *heldConsole) Read(p []byte) (int, error) {
 func (h *heldConsole) Close() error {
 	close(h.stop)
 	<-h.done
+	if !h.fence.Stop() {
+		<-h.fenced
+	}
+	h.c.untrack(h)
 	err := h.closeInner()
 	h.c.releaseSOL(h.label, h.token)
 	h.log.Info("sol_lease_released")
 	return err
+}
+
+// lose closes the console under the hub because the lease is lost (why);
+// the hub's Read then reports why. The first reason stays.
+func (h *heldConsole) lose(why error) {
+	h.mu.Lock()
+	first := h.lost == nil
+	if first {
+		h.lost = why
+	}
+	h.mu.Unlock()
+	if first {
+		h.log.WithError(why).Warn("sol_lease_lost")
+	}
+	h.closeInner() // unblocks the hub's Read, which then reports lost
 }
 
 func (h *heldConsole) closeInner() error {
@@ -189,41 +220,56 @@ func (h *heldConsole) closeInner() error {
 	return h.closeErr
 }
 
-// renew keeps the lease while the console is open. A renewal the database
-// refuses (the token no longer holds it) loses the lease at once; failed
-// renewals (database unreachable) lose it when it expires, since another
-// replica may take it from then on.
+// expire closes the link at its deadline: the lease was not renewed in
+// time, and another replica may take it over soon after.
+func (h *heldConsole) expire() {
+	defer close(h.fenced)
+	h.lose(fmt.Errorf("SOL lease of %s not renewed in time: its link is closed before the lease expires", h.label))
+}
+
+// renew keeps the lease while the console is open, moving the fence after
+// each renewal. A renewal the database refuses (the token no longer holds
+// it) loses the lease at once; failed or slow renewals (database
+// unreachable) lose it at the deadline (expire). A renewal is bounded by
+// the deadline too, and the first one comes at once if less than two
+// renewal intervals are left (a console slow to open).
 func (h *heldConsole) renew() {
 	defer close(h.done)
-	t := time.NewTicker(h.c.cfg.Renew)
-	defer t.Stop()
+	next := h.c.cfg.Renew
+	if time.Until(h.deadline) < 2*next {
+		next = 0
+	}
+	tick := time.NewTimer(next)
+	defer tick.Stop()
 	for {
 		select {
 		case <-h.stop:
 			return
-		case <-t.C:
+		case <-h.fenced:
+			return
+		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.c.cfg.Renew)
-		exp, err := h.c.store.RenewLease(ctx, h.label, db.LeaseSOL, h.token, h.c.cfg.LeaseTTL)
+		tick.Reset(h.c.cfg.Renew)
+		start := time.Now()
+		bound := start.Add(h.c.cfg.Renew)
+		if h.deadline.Before(bound) {
+			bound = h.deadline
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), bound)
+		_, err := h.c.store.RenewLease(ctx, h.label, db.LeaseSOL, h.token, h.c.cfg.LeaseTTL)
 		cancel()
-		var lost error
 		switch {
 		case err == nil:
-			h.expires = exp
+			if !h.fence.Stop() {
+				return // fenced meanwhile
+			}
+			h.deadline = start.Add(h.c.fenceAfter())
+			h.fence.Reset(time.Until(h.deadline))
 		case errors.Is(err, db.ErrNotFound):
-			lost = fmt.Errorf("SOL lease of %s lost: another replica took it", h.label)
-		case !time.Now().Before(h.expires):
-			lost = fmt.Errorf("SOL lease of %s expired: cannot renew it: %w", h.label, err)
+			h.lose(fmt.Errorf("SOL lease of %s lost: another replica took it", h.label))
+			return
 		default:
 			h.log.WithError(err).Warn("sol_lease_renew_failed")
-		}
-		if lost != nil {
-			h.mu.Lock()
-			h.lost = lost
-			h.mu.Unlock()
-			h.log.WithError(lost).Warn("sol_lease_lost")
-			h.closeInner() // unblocks the hub's Read, which then reports lost
-			return
 		}
 	}
 }

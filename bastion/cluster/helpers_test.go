@@ -103,6 +103,54 @@ func (k *killableStore) ReleaseLease(ctx context.Context, node, kind, token stri
 	return k.Store.ReleaseLease(ctx, node, kind, token)
 }
 
+// killableLab is the lab as one replica reaches it: once the replica is
+// killed, its consoles' Close no longer reaches the BMC (a killed process
+// closes nothing: its payload stays active, though this in-process
+// replica's goroutines, its fence among them, still run).
+type killableLab struct {
+	sol.Resolver
+	dead *atomic.Bool
+}
+
+func (k killableLab) Resolve(ctx context.Context, label string) (sol.BMC, error) {
+	b, err := k.Resolver.Resolve(ctx, label)
+	if err != nil {
+		return nil, err
+	}
+	return killableBMC{b, k.dead}, nil
+}
+
+type killableBMC struct {
+	sol.BMC
+	dead *atomic.Bool
+}
+
+// Exclusive passes the simulator's mock mode through (sol.Exclusive).
+func (b killableBMC) Exclusive() bool {
+	x, ok := b.BMC.(sol.Exclusive)
+	return ok && x.Exclusive()
+}
+
+func (b killableBMC) OpenConsole(ctx context.Context) (sol.Console, error) {
+	c, err := b.BMC.OpenConsole(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return killableConsole{c, b.dead}, nil
+}
+
+type killableConsole struct {
+	sol.Console
+	dead *atomic.Bool
+}
+
+func (c killableConsole) Close() error {
+	if c.dead.Load() {
+		return nil
+	}
+	return c.Console.Close()
+}
+
 // replica is one obmd replica's cluster part: a Cluster over the shared
 // lab (one set of BMCs), its console hub, its peer server and its access
 // state.
@@ -134,7 +182,8 @@ func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.
 		acc.db = epochs[0]
 	}
 	c, err := New(Config{ReplicaID: id, PeerAddr: l.Addr().String(), HostKey: key, Access: acc,
-		LeaseTTL: testTTL, Renew: testRenew, DialTimeout: 2 * time.Second, Keepalive: time.Second}, ks, lab, quietLog())
+		LeaseTTL: testTTL, Renew: testRenew, DialTimeout: 2 * time.Second, Keepalive: time.Second}, ks,
+		killableLab{lab, &ks.dead}, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +193,7 @@ func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.
 		t.Fatal(err)
 	}
 	acc.hub = hub
-	reg := sessions.New(sessions.Config{Replica: id})
+	reg := sessions.New(sessions.Config{Replica: id, IDPrefix: id + "-"})
 	peer, err := NewPeerServer(c, hub, reg, quietLog())
 	if err != nil {
 		t.Fatal(err)

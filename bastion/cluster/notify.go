@@ -25,7 +25,9 @@ import (
 // A replica is told over the peer link (a noticeRequest it answers once
 // the change is applied). One that cannot be reached there counts as
 // confirmed once its announcement shows the change applied (it polls the
-// database) or has expired (it stopped). Notify returns an error naming
+// database) or expired FenceMargin ago: it stopped, or it has fenced
+// itself FenceMargin before its announcement expired (fence.go), so it
+// serves no session of the node any more. Notify returns an error naming
 // the replicas not confirmed when ctx ends.
 func (c *Cluster) Notify(ctx context.Context, label string, epoch int64, why string) error {
 	targets, err := c.notifyTargets(ctx, label)
@@ -58,9 +60,9 @@ func (c *Cluster) Notify(ctx context.Context, label string, epoch int64, why str
 }
 
 // notifyTargets returns the other live replicas by ID, with their peer
-// addresses.
+// addresses: those whose announcement has not expired FenceMargin ago.
 func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]string, error) {
-	reps, err := c.store.Replicas(ctx)
+	reps, err := c.store.ReplicasWithin(ctx, c.cfg.FenceMargin)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +84,8 @@ func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]s
 }
 
 // notifyOne tells replica id at addr, or failing that waits for its
-// announcement to show epoch applied (or to expire), until ctx ends.
+// announcement to show epoch applied (or to have expired FenceMargin ago),
+// until ctx ends.
 func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, notice []byte) error {
 	err := c.sendNotice(ctx, id, addr, notice)
 	if err == nil {
@@ -90,7 +93,7 @@ func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, n
 	}
 	c.log.WithError(err).WithField("replica", id).Warn("peer_notice_failed")
 	for {
-		reps, rerr := c.store.Replicas(ctx)
+		reps, rerr := c.store.ReplicasWithin(ctx, c.cfg.FenceMargin)
 		if rerr == nil {
 			live := false
 			for _, r := range reps {
@@ -99,7 +102,7 @@ func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, n
 				}
 			}
 			if !live {
-				return nil // applied it (seen in the database), or stopped
+				return nil // applied it (seen in the database), or stopped or fenced
 			}
 		}
 		select {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
@@ -18,7 +19,8 @@ import (
 // One session list across replicas. Each replica serves its own sessions
 // to the others over the peer link: the global request sessionsRequest (a
 // sessionsQuery) is answered with the sessions as JSON, kickRequest (a
-// kickOrder) ends one and is answered with its node. Like notices, each
+// kickOrder) ends one and is answered with its node (refused by a replica
+// that does not hold it). Like notices, each
 // goes on a connection of its own.
 const (
 	sessionsRequest = "sessions@obmd"
@@ -29,6 +31,11 @@ const (
 // one SSH packet (256 KiB): about a thousand sessions. A longer list is
 // cut, and says so (sessionsReply.More).
 const maxSessionsReply = 200 << 10
+
+// kickWait bounds the wait for a kicked session to end on its replica
+// (beyond the dial), above what a registry waits for it (its CutWait, 2 s
+// by default).
+const kickWait = 10 * time.Second
 
 // Sessions is this replica's session registry as the peer server serves
 // it to the others (sessions.Registry).
@@ -54,7 +61,7 @@ var ErrNoSession = errors.New("no such session")
 // first. Replicas that do not answer within ctx and DialTimeout are named
 // in the error, along with the lists of those that did.
 func (c *Cluster) RemoteSessions(ctx context.Context, node string) ([]sessions.Info, error) {
-	reps, err := c.store.Replicas(ctx)
+	reps, err := c.store.ReplicasWithin(ctx, 0)
 	if err != nil {
 		return nil, fmt.Errorf("list the other replicas' sessions: %w", err)
 	}
@@ -110,31 +117,49 @@ func (c *Cluster) askSessions(ctx context.Context, id, addr string, query []byte
 	return r.Sessions, err
 }
 
-// Kick ends session id, which another replica holds (the one its ID
-// names, sessions.ReplicaOf), with the cause `access to NODE was revoked
-// (why)`, and returns its node once it has ended there. ErrNoSession: no
-// live replica holds it.
+// Kick ends session id on whichever other live replica holds it (each is
+// asked), with the cause `access to NODE was revoked (why)`, and returns
+// its node once it has ended there. ErrNoSession: none holds it (an error
+// instead if some could not be asked).
 func (c *Cluster) Kick(ctx context.Context, id, why string) (string, error) {
-	owner := sessions.ReplicaOf(id)
-	if owner == "" || owner == c.cfg.ReplicaID {
-		return "", ErrNoSession
-	}
-	reps, err := c.store.Replicas(ctx)
+	reps, err := c.store.ReplicasWithin(ctx, 0)
 	if err != nil {
 		return "", fmt.Errorf("kick session %s: %w", id, err)
 	}
+	order := gossh.Marshal(kickOrder{ID: id, Why: why})
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		node   string
+		failed []string
+	)
 	for _, r := range reps {
-		if r.ID != owner {
+		if r.ID == c.cfg.ReplicaID {
 			continue
 		}
-		node, err := c.ask(ctx, r.ID, r.Addr, kickRequest, gossh.Marshal(kickOrder{ID: id, Why: why}))
-		if errors.Is(err, errRefused) {
-			return "", ErrNoSession
-		}
-		if err != nil {
-			return "", fmt.Errorf("kick session %s: %w", id, err)
-		}
-		return string(node), nil
+		wg.Add(1)
+		go func() { // ends when the replica answered, or at the dial bound
+			defer wg.Done()
+			actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout+kickWait)
+			defer cancel()
+			got, err := c.ask(actx, r.ID, r.Addr, kickRequest, order)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				node = string(got)
+			case !errors.Is(err, errRefused):
+				failed = append(failed, fmt.Sprintf("%s (%v)", r.ID, err))
+			}
+		}()
+	}
+	wg.Wait()
+	switch {
+	case node != "":
+		return node, nil
+	case len(failed) > 0:
+		sort.Strings(failed)
+		return "", fmt.Errorf("kick session %s: no answer from replica %s", id, strings.Join(failed, ", "))
 	}
 	return "", ErrNoSession
 }

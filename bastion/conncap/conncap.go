@@ -2,25 +2,38 @@
 // without credentials cannot exhaust obmd's file descriptors, and so that
 // those caps never keep out a client that has one.
 //
-// A connection is a stranger until its server calls Trust (the admin API:
-// once a request on it has presented a valid credential; the peer server:
-// once the replica has authenticated). Strangers are capped globally and per
-// source address; every connection is capped too (the file descriptors the
-// listener may use). A cap never refuses a new connection while a stranger
-// holds a slot: the oldest stranger (of the same source, for the per-source
-// cap) is closed to make room, then, at the overall cap, the oldest trusted
-// connection that is idle between requests. Only when every slot is held by
-// a trusted connection busy with a request is the new one refused.
+// A connection is a stranger until its server vouches for it, at one of two
+// levels. Trust is for a credential that must never be kept out (the admin
+// API's admin credential; the peer server's authenticated replica): such a
+// connection is never closed to make room. TrustTenant is for a tenant's
+// credential (the admin API's node token, once the request has been read
+// whole and its session has started): such a connection leaves the
+// stranger caps, but it may be closed to make room at the overall cap, and
+// a source holds at most MaxTenantsPerSource of them; a tenant must not
+// hold the port against the rotation that would cut it.
 //
-// The stranger closed for the global caps is the oldest of the source that
-// holds the most strangers, among the sources that have never had a
-// connection trusted (of the last MaxFriends that have, the "friends") if
-// any hold one. A flood without credentials therefore pushes out its own
-// connections: a client that has authenticated before (HIL) keeps its new
-// connection while it authenticates again, whatever the flood; a first-time
-// client holding one connection is at risk only from a flood spread over as
-// many addresses as the stranger cap has slots, and then only if it takes
-// longer to authenticate than that flood takes to open as many connections.
+// Strangers are capped globally and per source address; every connection
+// is capped too (the file descriptors the listener may use). A cap never
+// refuses a new connection while a stranger or a tenant connection holds a
+// slot: the oldest stranger (of the same source, for the per-source cap) is
+// closed to make room, then, at the overall cap, a stranger or a tenant
+// connection (of the source holding the most; for tenant connections, its
+// oldest idle one, else its oldest). Only when every slot is held by trusted
+// connections is the new one refused.
+//
+// The connection closed for the global caps is taken among the sources that
+// have never had a connection trusted (of the last MaxFriends that have, the
+// "friends") while any holds one: at the overall cap their strangers, then
+// their tenant connections, then the friends' strangers, then the friends'
+// tenant connections. A flood without credentials, or of a tenant's
+// connections, therefore pushes out its own connections: a client that has
+// authenticated before (HIL) keeps its new connection while it
+// authenticates again, and its tenant connections (console streams),
+// whatever the flood; a
+// first-time client holding one connection is at risk only from a flood
+// spread over as many addresses as the stranger cap has slots, and then only
+// if it takes longer to authenticate than that flood takes to open as many
+// connections.
 package conncap
 
 import (
@@ -44,11 +57,15 @@ type Config struct {
 	// MaxStrangersPerSource bounds those from one source (default and at
 	// most MaxStrangers).
 	MaxStrangersPerSource int
+	// MaxTenantsPerSource bounds the connections of one source trusted with
+	// TrustTenant (default and at most Max); over it, the source's oldest
+	// idle one, else its oldest, is closed.
+	MaxTenantsPerSource int
 	// Source maps a remote address to the key the per-source cap counts
 	// (default: the IP address).
 	Source func(net.Addr) string
 	// MaxFriends is how many sources that have had a connection trusted
-	// are remembered, most recent first (default 1024).
+	// (Trust) are remembered, most recent first (default 1024).
 	MaxFriends int
 	// Name names the listener in logs ("admin", "peer").
 	Name string
@@ -60,10 +77,10 @@ type Config struct {
 
 // Stats counts what the caps have done since the listener was created.
 type Stats struct {
-	Open, Strangers int    // open connections, of which strangers
-	Evicted         uint64 // strangers closed to make room
-	EvictedIdle     uint64 // idle trusted connections closed to make room
-	Refused         uint64 // new connections closed: every slot busy and trusted
+	Open, Strangers, Tenants int    // open connections, of which strangers and tenant connections
+	Evicted                  uint64 // strangers closed to make room
+	EvictedTenants           uint64 // tenant connections closed to make room
+	Refused                  uint64 // new connections closed: every slot trusted
 }
 
 // Listener is a net.Listener whose connections are counted and capped.
@@ -76,14 +93,17 @@ type Listener struct {
 	mu        sync.Mutex
 	open      int
 	strangers list.List          // of *Conn, oldest first
+	tenants   list.List          // of *Conn, oldest first
 	trusted   list.List          // of *Conn, oldest first
-	sources   map[string]*source // sources with strangers
-	others    tally              // of the sources that are not friends
-	friendly  tally              // of the friends
-	friends   friends
-	stats     Stats
-	logged    Stats // stats at the last log line
-	lastLog   time.Time
+	sources   map[string]*source // sources with strangers or tenant connections
+	// Strangers and tenant connections by source, of the sources that are
+	// not friends and of the friends.
+	others, friendly       Tally[*source]
+	tenOthers, tenFriendly Tally[*source]
+	friends                friends
+	stats                  Stats
+	logged                 Stats // stats at the last log line
+	lastLog                time.Time
 }
 
 // New wraps l. It starts nothing.
@@ -99,6 +119,9 @@ func New(l net.Listener, cfg Config, log logrus.FieldLogger) (*Listener, error) 
 	}
 	if cfg.MaxStrangersPerSource <= 0 || cfg.MaxStrangersPerSource > cfg.MaxStrangers {
 		cfg.MaxStrangersPerSource = cfg.MaxStrangers
+	}
+	if cfg.MaxTenantsPerSource <= 0 || cfg.MaxTenantsPerSource > cfg.Max {
+		cfg.MaxTenantsPerSource = cfg.Max
 	}
 	if cfg.Source == nil {
 		cfg.Source = hostOf
@@ -144,7 +167,7 @@ func (l *Listener) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.stats
-	s.Open, s.Strangers = l.open, l.strangers.Len()
+	s.Open, s.Strangers, s.Tenants = l.open, l.strangers.Len(), l.tenants.Len()
 	return s
 }
 
@@ -172,7 +195,7 @@ func (l *Listener) admit(nc net.Conn) *Conn {
 	if !refused {
 		l.open++
 		c.all = l.strangers.PushBack(c)
-		l.addToSourceLocked(c)
+		l.addToSourceLocked(c, l.strangerKind())
 	}
 	logNow := l.logDueLocked()
 	l.mu.Unlock()
@@ -183,7 +206,7 @@ func (l *Listener) admit(nc net.Conn) *Conn {
 		nc.Close()
 	}
 	if logNow != nil {
-		l.log.WithFields(logrus.Fields{"listener": l.cfg.Name, "evicted": logNow.Evicted, "evicted_idle": logNow.EvictedIdle,
+		l.log.WithFields(logrus.Fields{"listener": l.cfg.Name, "evicted": logNow.Evicted, "evicted_tenants": logNow.EvictedTenants,
 			"refused": logNow.Refused, "open": logNow.Open, "strangers": logNow.Strangers, "max": l.cfg.Max,
 			"max_strangers": l.cfg.MaxStrangers, "max_strangers_per_source": l.cfg.MaxStrangersPerSource}).Warn("conns_capped")
 	}
@@ -193,26 +216,16 @@ func (l *Listener) admit(nc net.Conn) *Conn {
 	return c
 }
 
-// victimLocked picks the connection to close at the overall cap: a
-// stranger (heaviestLocked), else the oldest idle trusted connection, else
-// none.
-func (l *Listener) victimLocked() *Conn {
-	if l.strangers.Len() > 0 {
-		return l.heaviestLocked()
-	}
-	for e := l.trusted.Front(); e != nil; e = e.Next() {
-		if c := e.Value.(*Conn); c.idle {
-			return c
-		}
-	}
-	return nil
-}
+// victimLocked picks the connection to close at the overall cap
+// (overallVictimLocked), or none: trusted connections are never closed to
+// make room.
+func (l *Listener) victimLocked() *Conn { return l.overallVictimLocked() }
 
 // evictLocked releases c's slot and counts it; the caller closes its
 // socket once l.mu is released.
 func (l *Listener) evictLocked(c *Conn) *Conn {
-	if c.trusted {
-		l.stats.EvictedIdle++
+	if c.level == levelTenant {
+		l.stats.EvictedTenants++
 	} else {
 		l.stats.Evicted++
 	}
@@ -227,27 +240,36 @@ func (l *Listener) releaseLocked(c *Conn) {
 	}
 	c.released = true
 	l.open--
-	if c.trusted {
+	l.unlistLocked(c)
+}
+
+// unlistLocked takes c out of the list of its level (and its source's).
+func (l *Listener) unlistLocked(c *Conn) {
+	switch c.level {
+	case levelTrusted:
 		l.trusted.Remove(c.all)
-		return
+	case levelTenant:
+		l.tenants.Remove(c.all)
+		l.dropFromSourceLocked(c, l.tenantKind())
+	default:
+		l.strangers.Remove(c.all)
+		l.dropFromSourceLocked(c, l.strangerKind())
 	}
-	l.strangers.Remove(c.all)
-	l.dropFromSourceLocked(c)
 }
 
 // logDueLocked returns what to log about evictions and refusals since the
 // last line, if there are any and LogEvery has passed.
 func (l *Listener) logDueLocked() *Stats {
 	s := l.stats
-	if s.Evicted == l.logged.Evicted && s.EvictedIdle == l.logged.EvictedIdle && s.Refused == l.logged.Refused {
+	if s.Evicted == l.logged.Evicted && s.EvictedTenants == l.logged.EvictedTenants && s.Refused == l.logged.Refused {
 		return nil
 	}
 	now := time.Now()
 	if now.Sub(l.lastLog) < l.cfg.LogEvery {
 		return nil
 	}
-	d := Stats{Open: l.open, Strangers: l.strangers.Len(), Evicted: s.Evicted - l.logged.Evicted,
-		EvictedIdle: s.EvictedIdle - l.logged.EvictedIdle, Refused: s.Refused - l.logged.Refused}
+	d := Stats{Open: l.open, Strangers: l.strangers.Len(), Tenants: l.tenants.Len(), Evicted: s.Evicted - l.logged.Evicted,
+		EvictedTenants: s.EvictedTenants - l.logged.EvictedTenants, Refused: s.Refused - l.logged.Refused}
 	l.logged, l.lastLog = s, now
 	return &d
 }
@@ -259,30 +281,63 @@ type Conn struct {
 	src string
 
 	// Under l.mu.
-	trusted, idle, released bool
-	all                     *list.Element // in l.strangers or l.trusted
-	mine                    *list.Element // in its source's strangers (strangers only)
+	level          int // levelStranger, levelTenant or levelTrusted
+	idle, released bool
+	all            *list.Element // in l.strangers, l.tenants or l.trusted
+	mine           *list.Element // in its source's strangers or tenants (not trusted)
 }
 
-// Trust marks c as a connection whose client has authenticated: the
-// stranger caps stop counting it, and it is closed to make room only while
-// idle (SetIdle).
+// Levels of trust of a connection.
+const (
+	levelStranger = iota
+	levelTenant
+	levelTrusted
+)
+
+// Trust marks c as a connection whose client holds a credential that must
+// never be kept out (the admin credential, a replica's key): the caps stop
+// counting it, it is never closed to make room, and its source becomes a
+// friend.
 func (c *Conn) Trust() {
 	l := c.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c.trusted || c.released {
+	if c.level == levelTrusted || c.released {
 		return
 	}
-	l.strangers.Remove(c.all)
-	l.dropFromSourceLocked(c)
-	c.trusted = true
+	l.unlistLocked(c)
+	c.level = levelTrusted
 	c.all = l.trusted.PushBack(c)
 	l.befriendLocked(c.src)
 }
 
+// TrustTenant marks c, a stranger, as a connection of a tenant's: the
+// stranger caps stop counting it, but it may still be closed to make room
+// at the overall cap, and at MaxTenantsPerSource its source's oldest idle
+// (else oldest) tenant connection is closed for it.
+func (c *Conn) TrustTenant() {
+	l := c.l
+	l.mu.Lock()
+	if c.level != levelStranger || c.released {
+		l.mu.Unlock()
+		return
+	}
+	var victim *Conn
+	if s := l.sources[c.src]; s != nil && s.tenants.Len() >= l.cfg.MaxTenantsPerSource {
+		victim = l.evictLocked(oldestIdle(&s.tenants))
+	}
+	l.unlistLocked(c)
+	c.level = levelTenant
+	c.all = l.tenants.PushBack(c)
+	l.addToSourceLocked(c, l.tenantKind())
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Conn.Close()
+	}
+}
+
 // SetIdle records whether c is between requests (HTTP keep-alive): an idle
-// trusted connection may be closed to make room at the overall cap, as a
+// tenant connection is the first of its source closed to make room, as a
 // client reconnects for its next request.
 func (c *Conn) SetIdle(idle bool) {
 	c.l.mu.Lock()
@@ -337,5 +392,13 @@ func NewContext(ctx context.Context, c *Conn) context.Context {
 func TrustContext(ctx context.Context) {
 	if c, ok := ctx.Value(ctxKey{}).(*Conn); ok {
 		c.Trust()
+	}
+}
+
+// TrustTenantContext trusts the connection ctx carries (NewContext), if
+// any, as a tenant's (TrustTenant).
+func TrustTenantContext(ctx context.Context) {
+	if c, ok := ctx.Value(ctxKey{}).(*Conn); ok {
+		c.TrustTenant()
 	}
 }

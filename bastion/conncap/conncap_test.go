@@ -152,39 +152,125 @@ func TestStrangers(t *testing.T) {
 	wantOpen(t, "trusted", trusted)
 }
 
-// TestOverallCap: at the overall cap a stranger goes first, then an idle
-// trusted connection; busy trusted connections are never closed, and when
-// only they remain, the new connection is refused.
+// TestOverallCap: at the overall cap a stranger goes first, then a tenant
+// connection (of the source holding the most, its idle one first); trusted
+// connections are never closed, idle or not, and when only they remain,
+// the new connection is refused. (Before the two levels of trust, an idle
+// trusted connection was closed too: a tenant's node token made its
+// connection trusted, so a tenant could hold the port against the admin.)
 func TestOverallCap(t *testing.T) {
 	s := newServer(t, Config{Max: 3})
-	busy1, busy2 := s.dial(2), s.dial(2)
-	s.side(busy1).Trust()
-	s.side(busy2).Trust()
-	idle := s.dial(3)
-	s.side(idle).Trust()
-	s.side(idle).SetIdle(true)
+	idleAdmin := s.dial(2)
+	s.side(idleAdmin).Trust()
+	s.side(idleAdmin).SetIdle(true)
+	tenantBusy, tenantIdle := s.dial(3), s.dial(3)
+	s.side(tenantBusy).TrustTenant()
+	s.side(tenantIdle).TrustTenant()
+	s.side(tenantIdle).SetIdle(true)
 
 	stranger := s.dial(4)
-	wantClosed(t, "idle trusted at the overall cap", idle)
-	wantOpen(t, "busy trusted", busy1)
+	wantClosed(t, "idle tenant connection at the overall cap", tenantIdle)
+	wantOpen(t, "busy tenant connection", tenantBusy)
 	stranger2 := s.dial(5)
 	wantClosed(t, "stranger at the overall cap", stranger)
 	wantOpen(t, "newer stranger", stranger2)
 	s.side(stranger2).Trust()
+	next := s.dial(6)
+	wantClosed(t, "busy tenant connection, the last one", tenantBusy)
+	s.side(next).Trust()
 
-	refused := s.dial(6)
-	wantClosed(t, "new connection with every slot busy and trusted", refused)
-	for _, c := range []net.Conn{busy1, busy2, stranger2} {
-		wantOpen(t, "busy trusted", c)
+	refused := s.dial(7)
+	wantClosed(t, "new connection with every slot trusted", refused)
+	for _, c := range []net.Conn{idleAdmin, stranger2, next} {
+		wantOpen(t, "trusted", c)
 	}
-	if st := s.l.Stats(); st.Refused != 1 || st.EvictedIdle != 1 || st.Evicted != 1 || st.Open != 3 {
-		t.Errorf("got %+v, want 1 refused, 1 idle and 1 stranger evicted, 3 open", st)
+	if st := s.l.Stats(); st.Refused != 1 || st.EvictedTenants != 2 || st.Evicted != 1 || st.Open != 3 {
+		t.Errorf("got %+v, want 1 refused, 2 tenant connections and 1 stranger evicted, 3 open", st)
 	}
 
 	// A slot given back is taken again.
-	s.side(busy1).Close()
-	again := s.dial(7)
+	s.side(next).Close()
+	again := s.dial(8)
 	wantOpen(t, "connection after a slot was given back", again)
+}
+
+// TestTenantsPerSource: a source over its cap of tenant connections loses
+// its own oldest idle one, else its oldest; another source's stay.
+func TestTenantsPerSource(t *testing.T) {
+	s := newServer(t, Config{Max: 100, MaxTenantsPerSource: 2})
+	other := s.dial(3)
+	s.side(other).TrustTenant()
+	a1, a2, a3 := s.dial(2), s.dial(2), s.dial(2)
+	s.side(a1).TrustTenant()
+	s.side(a2).TrustTenant()
+	s.side(a2).SetIdle(true)
+	s.side(a3).TrustTenant()
+	wantClosed(t, "idle tenant connection of 127.0.0.2", a2)
+	wantOpen(t, "busy tenant connection of 127.0.0.2", a1)
+	a4 := s.dial(2)
+	s.side(a4).TrustTenant()
+	wantClosed(t, "oldest tenant connection of 127.0.0.2", a1)
+	for _, c := range []net.Conn{a3, a4, other} {
+		wantOpen(t, "tenant connection", c)
+	}
+	if st := s.l.Stats(); st.EvictedTenants != 2 || st.Tenants != 3 || st.Strangers != 0 {
+		t.Errorf("got %+v, want 2 tenant connections evicted, 3 open", st)
+	}
+}
+
+// TestOverallCapFriendsLast: at the overall cap, full of tenants'
+// connections, a friend's new connection (HIL's, still a stranger while it
+// sends the admin credential) outlasts newcomers: they push out tenant
+// connections of the other sources first, then strangers of theirs, never
+// the friend's stranger while those are there. (A tenant flooding with
+// console streams otherwise pushed HIL's rotation out.)
+func TestOverallCapFriendsLast(t *testing.T) {
+	s := newServer(t, Config{Max: 3})
+	before := s.dial(9)
+	s.side(before).Trust()
+	s.side(before).Close()
+	var tenants []net.Conn
+	for _, from := range []byte{3, 3, 4} {
+		c := s.dial(from)
+		s.side(c).TrustTenant()
+		tenants = append(tenants, c)
+	}
+	hil := s.dial(9) // a stranger until its request is read
+	wantClosed(t, "oldest tenant connection of the heaviest source", tenants[0])
+	flood := s.dial(5)
+	wantOpen(t, "the friend's stranger, with tenant connections of others to close", hil)
+	s.side(flood).TrustTenant()
+	s.dial(6) // two tenant connections of others and the friend's stranger: a tenant's goes
+	s.dial(7) // now a stranger of another source goes first
+	wantOpen(t, "the friend's stranger", hil)
+	if st := s.l.Stats(); st.Open != 3 || st.Refused != 0 || st.EvictedTenants != 3 || st.Evicted != 1 {
+		t.Errorf("got %+v, want 3 open, 3 tenant connections and 1 stranger evicted, none refused", st)
+	}
+}
+
+// TestTenantFlood: tenant connections from many sources fill the overall
+// cap; a friend's tenant connection (HIL's console stream: HIL's address
+// has used the admin credential) and trusted connections stay, and every
+// new connection gets a slot.
+func TestTenantFlood(t *testing.T) {
+	s := newServer(t, Config{Max: 20, MaxStrangers: 10})
+	admin := s.dial(9)
+	s.side(admin).Trust()
+	stream := s.dial(9)
+	s.side(stream).TrustTenant()
+	for i := range 200 {
+		c := s.dial(byte(10 + i%40))
+		if sc := s.side(c); sc != nil {
+			sc.TrustTenant()
+		} else {
+			t.Fatalf("connection %d refused with tenant connections to close", i)
+		}
+	}
+	wantOpen(t, "friend's tenant connection", stream)
+	wantOpen(t, "trusted connection", admin)
+	if st := s.l.Stats(); st.Open != 20 || st.Refused != 0 {
+		t.Errorf("got %+v, want 20 open, none refused", st)
+	}
 }
 
 // TestTrustAfterEviction: trusting or closing a connection that was closed

@@ -27,8 +27,8 @@ import (
 	"github.com/creack/pty"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 func TestMain(m *testing.M) {

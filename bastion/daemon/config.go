@@ -65,6 +65,16 @@ type Config struct {
 	AdminMaxConns                int `yaml:"admin_max_conns"`
 	AdminMaxUnauthConns          int `yaml:"admin_max_unauth_conns"`
 	AdminMaxUnauthConnsPerSource int `yaml:"admin_max_unauth_conns_per_source"`
+	// AdminMaxTokenConnsPerSource bounds the connections of one address
+	// whose node-token request has started (a tenant's, or HIL's console
+	// streams); they may be closed to make room for any newcomer, the
+	// admin credential's never (zero: half of admin_max_conns).
+	AdminMaxTokenConnsPerSource int `yaml:"admin_max_token_conns_per_source"`
+	// AdminProxyProtocolFrom lists the TCP load balancers (addresses or
+	// networks) that send a PROXY protocol header (v1 or v2) on the admin
+	// port, before TLS: their connections must start with one, which names
+	// the real client.
+	AdminProxyProtocolFrom []string `yaml:"admin_proxy_protocol_from"`
 
 	// Escape is the console escape prefix, two bytes (default Ctrl-E c).
 	Escape string `yaml:"escape"`
@@ -90,10 +100,14 @@ type Config struct {
 	// LoginGraceTime bounds the time an SSH connection may take to
 	// authenticate, in every phase before it (default 30 s).
 	LoginGraceTime time.Duration `yaml:"login_grace_time"`
-	// MaxUnauthenticated bounds SSH connections that have not
-	// authenticated (default 1024), MaxUnauthenticatedPerSource those of
-	// one address (default 32); when full, a new connection displaces the
-	// oldest unauthenticated one (negative: no limit).
+	// MaxConns bounds open SSH connections, authenticated or not
+	// (default: a quarter of the open-file limit, at most 65,536);
+	// MaxUnauthenticated those that have not authenticated (default: an
+	// eighth of it, at most half of MaxConns and at most 1024),
+	// MaxUnauthenticatedPerSource those of one address (default 32); when
+	// full, a new connection displaces the oldest unauthenticated one of the
+	// address holding the most (negative: no limit).
+	MaxConns                    int `yaml:"max_conns"`
 	MaxUnauthenticated          int `yaml:"max_unauthenticated"`
 	MaxUnauthenticatedPerSource int `yaml:"max_unauthenticated_per_source"`
 	// ProxyProtocolFrom lists the load balancers (addresses or networks)
@@ -236,6 +250,9 @@ func (c *Config) doorDefaults() error {
 		return errors.New("login_grace_time must not be negative")
 	}
 	_, _, err := c.balancers()
+	if err == nil {
+		_, err = c.adminBalancers()
+	}
 	return err
 }
 
@@ -248,6 +265,15 @@ func (c *Config) balancers() (proxyFrom, trustedProxies realip.Trusted, err erro
 		return nil, nil, fmt.Errorf("trusted_proxies: %w", err)
 	}
 	return proxyFrom, trustedProxies, nil
+}
+
+// adminBalancers parses AdminProxyProtocolFrom.
+func (c *Config) adminBalancers() (realip.Trusted, error) {
+	t, err := realip.ParseTrusted(c.AdminProxyProtocolFrom)
+	if err != nil {
+		return nil, fmt.Errorf("admin_proxy_protocol_from: %w", err)
+	}
+	return t, nil
 }
 
 // loopback reports whether addr's host is a loopback address or localhost.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/conncap"
+	"github.com/obmd/obmd/bastion/proxyproto"
 	"github.com/obmd/obmd/bastion/sessions"
 )
 
@@ -22,7 +24,7 @@ func (c *Config) adminDefaults() error {
 			return errors.New("admin timeouts must not be negative")
 		}
 	}
-	if c.AdminMaxConns < 0 || c.AdminMaxUnauthConns < 0 || c.AdminMaxUnauthConnsPerSource < 0 {
+	if c.AdminMaxConns < 0 || c.AdminMaxUnauthConns < 0 || c.AdminMaxUnauthConnsPerSource < 0 || c.AdminMaxTokenConnsPerSource < 0 {
 		return errors.New("admin connection caps must not be negative (0: sized from the open-file limit)")
 	}
 	if c.AdminReadHeaderTimeout == 0 {
@@ -37,24 +39,30 @@ func (c *Config) adminDefaults() error {
 	return nil
 }
 
-// connCaps are the connection caps of the admin and peer listeners.
+// connCaps are the connection caps of the admin, peer and SSH listeners.
 type connCaps struct {
 	nofile                                   uint64 // the open-file limit they were sized from
 	admin, adminUnauth, adminUnauthPerSource int
+	adminTokenPerSource                      int
 	peer, peerUnauth                         int
+	ssh, sshUnauth                           int // negative: no limit (configured so)
 }
 
 // sizeCaps sizes the caps left at zero in cfg from nofile, the soft
 // open-file limit. The admin port may hold a quarter of it (at most 16,384
 // connections, half of them unauthenticated and a quarter of those from one
-// address) and the peer port an eighth (a quarter of that unauthenticated),
-// so that with both full at least five eighths remain for what must keep
-// working: the database pool, BMC sockets and ipmitool's terminals, SSH,
-// and obmd's own files. An access change then still reaches the database.
+// address, and half of them of one address's node-token requests), the SSH
+// port a quarter (at most 65,536 connections, half of them and at most 1,024
+// unauthenticated) and the peer port an eighth (a quarter of that
+// unauthenticated), so that with all of them full at least three eighths
+// remain for what must keep working: the database pool, BMC sockets and
+// ipmitool's terminals, and obmd's own files. An access change then still
+// reaches the database.
 func sizeCaps(cfg Config, nofile uint64) connCaps {
 	clamp := func(v uint64, lo, hi int) int { return int(min(max(v, uint64(lo)), uint64(hi))) }
 	c := connCaps{nofile: nofile, admin: cfg.AdminMaxConns, adminUnauth: cfg.AdminMaxUnauthConns,
-		adminUnauthPerSource: cfg.AdminMaxUnauthConnsPerSource}
+		adminUnauthPerSource: cfg.AdminMaxUnauthConnsPerSource, adminTokenPerSource: cfg.AdminMaxTokenConnsPerSource,
+		ssh: cfg.MaxConns, sshUnauth: cfg.MaxUnauthenticated}
 	if c.admin == 0 {
 		c.admin = clamp(nofile/4, 16, 16384)
 	}
@@ -64,10 +72,22 @@ func sizeCaps(cfg Config, nofile uint64) connCaps {
 	if c.adminUnauthPerSource == 0 {
 		c.adminUnauthPerSource = max(c.adminUnauth/4, 4)
 	}
+	if c.adminTokenPerSource == 0 {
+		c.adminTokenPerSource = max(c.admin/2, 4)
+	}
 	c.peer = clamp(nofile/8, 16, 8192)
 	// Per source as much as in all: the peer port's sources are a few
 	// replicas, which may open many relays at once.
 	c.peerUnauth = max(c.peer/4, 8)
+	if c.ssh == 0 {
+		c.ssh = clamp(nofile/4, 16, 65536)
+	}
+	if c.sshUnauth == 0 {
+		c.sshUnauth = clamp(nofile/8, 8, 1024)
+		if c.ssh > 0 {
+			c.sshUnauth = min(c.sshUnauth, max(c.ssh/2, 1))
+		}
+	}
 	return c
 }
 
@@ -84,11 +104,42 @@ func sourceKey(a net.Addr) string {
 // capAdmin wraps the admin listener in its caps.
 func (d *Daemon) capAdmin(l net.Listener) (net.Listener, error) {
 	c, err := conncap.New(l, conncap.Config{Max: d.caps.admin, MaxStrangers: d.caps.adminUnauth,
-		MaxStrangersPerSource: d.caps.adminUnauthPerSource, Source: sourceKey, Name: "admin"}, d.log.WithField("part", "admin"))
+		MaxStrangersPerSource: d.caps.adminUnauthPerSource, MaxTenantsPerSource: d.caps.adminTokenPerSource,
+		Source: sourceKey, Name: "admin"}, d.log.WithField("part", "admin"))
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	return c, nil
+}
+
+// proxyHeaderTimeout bounds the read of a PROXY header on the admin port,
+// as on the SSH port (bastion.Config.ProxyHeaderTimeout's default).
+const proxyHeaderTimeout = 5 * time.Second
+
+// proxyAdmin wraps the admin listener so that connections from the
+// balancers in AdminProxyProtocolFrom start with a PROXY header naming the
+// client (read before TLS, which follows it), with the SSH port's rules: a
+// connection from a listed balancer without a valid header is closed, and
+// from anyone else a header is not honoured. With none listed, l as it is.
+func (d *Daemon) proxyAdmin(l net.Listener) (net.Listener, error) {
+	from, err := d.cfg.adminBalancers()
+	if err != nil || len(from) == 0 {
+		return l, err
+	}
+	log := d.log.WithField("part", "admin")
+	pl, err := proxyproto.NewListener(l, proxyproto.ListenerConfig{From: from.ContainsAddr, Timeout: proxyHeaderTimeout,
+		Refused: func(peer net.Addr, err error) {
+			log := log.WithError(err).WithField("balancer", peer.String())
+			if errors.Is(err, io.EOF) { // a TCP health check: connect, close
+				log.Debug("proxy_header_missing")
+			} else {
+				log.Warn("proxy_header_refused")
+			}
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	return pl, nil
 }
 
 // capPeer wraps the peer listener in its caps; the peer server trusts a
@@ -107,8 +158,10 @@ func (d *Daemon) capPeer(l net.Listener) (net.Listener, error) {
 // has been read (and before the handler for a request without one), so a
 // console stream or a slow power operation outlives it (verified by
 // TestAdminReadTimeoutSparesStreams). A connection is trusted by the caps
-// once a request on it presents a valid credential (admin.Config's
-// Authenticated), and counted idle between requests.
+// once a request on it presents the admin credential (admin.Config's
+// Authenticated), trusted as a tenant's once a node-token request on it
+// has been read and its session started (TenantSession), and counted idle
+// between requests.
 func (d *Daemon) newHTTPServer(ctx context.Context, h http.Handler) *http.Server {
 	return &http.Server{Handler: h,
 		ReadHeaderTimeout: d.cfg.AdminReadHeaderTimeout, ReadTimeout: d.cfg.AdminReadTimeout,
@@ -129,9 +182,10 @@ func (d *Daemon) newHTTPServer(ctx context.Context, h http.Handler) *http.Server
 	}
 }
 
-// capsFields are the caps for the start's log line.
+// capsFields are the caps for the start's log line (0: no limit).
 func (c connCaps) fields() logrus.Fields {
 	return logrus.Fields{"open_files_limit": c.nofile, "admin_max_conns": c.admin,
 		"admin_max_unauth_conns": c.adminUnauth, "admin_max_unauth_conns_per_source": c.adminUnauthPerSource,
-		"peer_max_conns": c.peer}
+		"admin_max_token_conns_per_source": c.adminTokenPerSource, "peer_max_conns": c.peer,
+		"max_conns": max(c.ssh, 0), "max_unauthenticated": max(c.sshUnauth, 0)}
 }

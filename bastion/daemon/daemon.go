@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -61,7 +62,7 @@ type Daemon struct {
 	rep      replicas // cluster mode (replicas.go)
 
 	sshL, adminL  net.Listener
-	caps          connCaps // of the admin and peer listeners (conns.go)
+	caps          connCaps // of the admin, peer and SSH listeners (conns.go)
 	adminToken    string
 	newAdminToken string // adminToken when this Start generated it
 	fingerprint   string
@@ -113,12 +114,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	g.Go(func() error { return d.watcher.Run(gctx) })
-	g.Go(func() error { return d.limiter.Run(gctx) })
+	// The loops that use the database end before shutdown closes it.
+	var loops sync.WaitGroup
+	for _, loop := range []func(context.Context) error{d.watcher.Run, d.guard, d.limiter.Run} {
+		loops.Add(1)
+		g.Go(func() error {
+			defer loops.Done()
+			return loop(gctx)
+		})
+	}
 	g.Go(d.servePeer)
 	g.Go(func() error {
 		<-gctx.Done()
-		return d.shutdown()
+		return d.shutdown(loops.Wait)
 	})
 	return g.Wait()
 }
@@ -127,7 +135,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 // their sessions have ended.
 const hangupGrace = time.Second
 
-func (d *Daemon) shutdown() error {
+// shutdown stops everything; waitLoops returns once the loops that use
+// the database have ended (they end with Run's context).
+func (d *Daemon) shutdown(waitLoops func()) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	d.log.Info("obmd_stopping")
@@ -157,6 +167,9 @@ func (d *Daemon) shutdown() error {
 		errs = append(errs, err)
 	}
 	d.withdraw(ctx)
+	if err := waitFor(ctx, waitLoops); err != nil {
+		errs = append(errs, fmt.Errorf("stop the access watcher: %w", err))
+	}
 	if err := d.closeStore(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -178,6 +191,22 @@ func (d *Daemon) closeStore(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close database: not done within the shutdown bound (a write is stuck?)")
+	}
+}
+
+// waitFor runs wait and returns when it does, or with ctx's error once ctx
+// ends first (wait's goroutine is then left to finish on its own).
+func waitFor(ctx context.Context, wait func()) error {
+	done := make(chan struct{})
+	go func() { // ends when wait does
+		wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -65,15 +65,17 @@ func acTrickle(c net.Conn, p string, interval time.Duration, stop <-chan struct{
 
 // TestAdminSlowClientsCut: a client that trickles its headers is cut at
 // the read-header timeout; one that trickles a body, with or without a
-// credential, at the read timeout; an idle keep-alive connection at the
-// idle timeout. Before, headers had 10 s and a body no bound at all.
+// credential (the admin's, or a node token: a tenant's power call, or a
+// route that takes no body), at the read timeout; an idle keep-alive
+// connection at the idle timeout. Before, headers had 10 s and a body no
+// bound at all.
 func TestAdminSlowClientsCut(t *testing.T) {
 	t.Parallel()
 	const header, read, idle = 600 * time.Millisecond, 1500 * time.Millisecond, time.Second
 	o := startObmd(t, func(c *daemon.Config) {
 		c.AdminReadHeaderTimeout, c.AdminReadTimeout, c.AdminIdleTimeout = header, read, idle
 	})
-	o.addSimNode("slow1")
+	tok := url.QueryEscape(o.addSimNode("slow1"))
 	auth := "Authorization: Basic " + basicAuth("admin", o.AdminToken()) + "\r\n"
 	trickled := strings.Repeat("x", 1000)
 	cases := []struct {
@@ -86,6 +88,10 @@ func TestAdminSlowClientsCut(t *testing.T) {
 		{"slow body without credential", "POST /node/slow1/token HTTP/1.1\r\nHost: obmd\r\nContent-Length: 1000\r\n\r\n", true, read},
 		{"slow body with the admin credential", "PUT /v1/nodes/slow1 HTTP/1.1\r\nHost: obmd\r\n" + auth +
 			"Content-Length: 1000\r\n\r\n{\"type\":\"sim\",", true, read},
+		{"slow body with a node token", "POST /node/slow1/power_cycle?token=" + tok + " HTTP/1.1\r\nHost: obmd\r\n" +
+			"Content-Length: 1000\r\n\r\n{\"force\":", true, read},
+		{"body never sent, node token, route without a body", "POST /node/slow1/power_on?token=" + tok + " HTTP/1.1\r\nHost: obmd\r\n" +
+			"Content-Length: 1000\r\n\r\n", false, read},
 		{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: obmd\r\n\r\n", false, idle},
 	}
 	for _, tc := range cases {
@@ -171,12 +177,23 @@ type acFlood struct {
 }
 
 func acStartFlood(t testing.TB, addr string, sources []string, pause time.Duration, hold int, static bool) *acFlood {
+	return acStartFloodOf(t, addr, sources, pause, hold, static, acHostile)
+}
+
+// acHostile are the starts of the hostile connections of acStartFlood:
+// none, headers trickled, a body trickled without a credential.
+var acHostile = []string{"", "GET /healthz HTTP/1.1\r\nHost: obmd\r\nX-Slow: ",
+	"POST /node/x/token HTTP/1.1\r\nHost: obmd\r\nContent-Length: 100000\r\n\r\n"}
+
+// acStartFloodOf is acStartFlood with the connections starting with
+// starts, in turn.
+func acStartFloodOf(t testing.TB, addr string, sources []string, pause time.Duration, hold int, static bool, starts []string) *acFlood {
 	f := &acFlood{stop: make(chan struct{})}
 	for w, src := range sources {
 		f.wg.Add(1)
 		go func() { // ends at stop
 			defer f.wg.Done()
-			f.work(addr, src, w, pause, hold, static)
+			f.work(addr, src, w, pause, hold, static, starts)
 		}()
 	}
 	t.Cleanup(func() {
@@ -187,15 +204,13 @@ func acStartFlood(t testing.TB, addr string, sources []string, pause time.Durati
 	return f
 }
 
-func (f *acFlood) work(addr, src string, w int, pause time.Duration, hold int, static bool) {
+func (f *acFlood) work(addr, src string, w int, pause time.Duration, hold int, static bool, starts []string) {
 	var mine []net.Conn
 	defer func() {
 		f.mu.Lock()
 		f.held = append(f.held, mine...)
 		f.mu.Unlock()
 	}()
-	starts := []string{"", "GET /healthz HTTP/1.1\r\nHost: obmd\r\nX-Slow: ",
-		"POST /node/x/token HTTP/1.1\r\nHost: obmd\r\nContent-Length: 100000\r\n\r\n"}
 	trickle := time.NewTicker(200 * time.Millisecond)
 	defer trickle.Stop()
 	for i := w; ; i++ {
@@ -294,7 +309,10 @@ func acRotate(t testing.TB, client *http.Client, base, adminToken, label string)
 // time, HIL's rotation on a new connection succeeds and cuts the tenant,
 // every time; HIL's console stream, opened before the flood, keeps
 // streaming; and no more hostile connections stay open than the cap on
-// unauthenticated connections.
+// unauthenticated connections. Besides the strangers, a tenant floods with
+// its own node's token, from a few addresses: console streams (sessions
+// that start) and power calls whose body never comes, more than the port
+// holds; they neither block the rotation nor push out HIL's stream.
 func TestAdminCapsKeepRotation(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
@@ -313,7 +331,15 @@ func TestAdminCapsKeepRotation(t *testing.T) {
 		// HIL's address is known (it has authenticated), so its new
 		// connections are the last to be pushed out.
 		flood := acStartFlood(t, o.AdminAddr(), acSources(2, 48), 5*time.Millisecond, 10, false)
-		waitUntil(t, "the flood to fill the caps", func() bool { return flood.dialed.Load() > 3*maxConns })
+		tenTok := o.addSimNode("ten1")
+		q := url.QueryEscape(tenTok)
+		tenant := acStartFloodOf(t, o.AdminAddr(), acSources(60, 6), 5*time.Millisecond, 12, false, []string{
+			"GET /node/ten1/console?token=" + q + " HTTP/1.1\r\nHost: obmd\r\n\r\n",
+			"POST /node/ten1/power_cycle?token=" + q + " HTTP/1.1\r\nHost: obmd\r\nContent-Length: 100000\r\n\r\n",
+			"POST /node/ten1/power_on?token=" + q + " HTTP/1.1\r\nHost: obmd\r\nContent-Length: 100000\r\n\r\n"})
+		waitUntil(t, "the floods to fill the caps", func() bool {
+			return flood.dialed.Load() > 3*maxConns && tenant.dialed.Load() > 2*maxConns
+		})
 
 		client, base := acFreshClient(), "http://"+o.AdminAddr()
 		for round := range 5 {
@@ -331,6 +357,7 @@ func TestAdminCapsKeepRotation(t *testing.T) {
 
 		// Those still queued are accepted, pushing out older ones.
 		waitUntil(t, fmt.Sprintf("at most %d hostile connections open", maxUnauth), func() bool { return flood.serverOpen() <= maxUnauth })
-		t.Logf("%d hostile connections opened, %d still open", flood.dialed.Load(), flood.serverOpen())
+		t.Logf("%d hostile connections opened, %d still open; the tenant opened %d, %d still open",
+			flood.dialed.Load(), flood.serverOpen(), tenant.dialed.Load(), tenant.serverOpen())
 	})
 }

@@ -25,8 +25,8 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // blPowerTimeout bounds each power call, so that a silent BMC costs little.

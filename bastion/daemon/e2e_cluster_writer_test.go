@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // rpOneWriter: viewers vs on replicas reps (vs[0] attached first, so its
@@ -22,11 +22,18 @@ import (
 // and no key typed by a viewer that does not write reaches the node.
 func rpOneWriter(t *testing.T, bmc *ipmisim.Sim, vs []*client, reps []*rpReplica, keyFile string) {
 	va, vb, vc := vs[0], vs[1], vs[2]
-	named := regexp.MustCompile(`#` + regexp.QuoteMeta(reps[0].name) + `-\d+ \(writing, on another replica\)`)
+	named := regexp.MustCompile(`#[0-9a-f]{8}-\d+ \(writing, on another replica\)`)
 	for i, v := range vs[1:] {
 		v.out.wait(t, "the banner on "+reps[i+1].name, 0, "(writing, on another replica)")
 		if !named.MatchString(v.out.String()) {
 			t.Errorf("banner on %s does not name the writer on %s: %q", reps[i+1].name, reps[0].name, tailString(v.out.String(), 400))
+		}
+	}
+	for i, v := range vs {
+		for _, r := range reps {
+			if strings.Contains(v.out.String(), r.name) {
+				t.Errorf("the screen on %s names replica %s (for operators only): %q", reps[i].name, r.name, tailString(v.out.String(), 400))
+			}
 		}
 	}
 	var lost []string // typed by viewers that were not writing
@@ -114,8 +121,8 @@ func rpSurvivingWriter(t *testing.T, bmc *ipmisim.Sim, survivors []*client, befo
 }
 
 // rpOneSessionList: with viewers on every replica, `sessions` through any
-// replica and GET /v1/sessions list every replica's sessions (IDs name
-// their replica), the writer marked wherever it is; DELETE /v1/sessions
+// replica and GET /v1/sessions list every replica's sessions (the admin's
+// naming the replica, IDs unique), the writer marked wherever it is; DELETE /v1/sessions
 // through one replica ends a session on another, with the reason.
 func rpOneSessionList(t *testing.T, reps []*rpReplica, tok, writerOn string) {
 	a, c := reps[0], reps[2]
@@ -129,15 +136,20 @@ func rpOneSessionList(t *testing.T, reps []*rpReplica, tok, writerOn string) {
 	if err := json.Unmarshal(c.on(t).mustAPI(200, "GET", "/v1/sessions?node=n1", nil), &body); err != nil {
 		t.Fatal(err)
 	}
-	per := map[string]int{}
+	per, ids := map[string]int{}, map[string]bool{}
 	var newest listed
+	writerID := ""
 	for _, s := range body.Sessions {
 		per[s.Replica]++
-		if !strings.HasPrefix(s.ID, s.Replica+"-") {
-			t.Errorf("session %q of replica %q: the ID does not name its replica", s.ID, s.Replica)
+		if ids[s.ID] {
+			t.Errorf("session ID %q listed twice", s.ID)
 		}
+		ids[s.ID] = true
 		if s.Replica == a.name && s.Started.After(newest.Started) {
 			newest = s
+		}
+		if s.Replica == writerOn {
+			writerID = s.ID
 		}
 	}
 	for i, want := range []int{2, 1, 1} { // A's two viewers; B's; C's
@@ -149,9 +161,9 @@ func rpOneSessionList(t *testing.T, reps []*rpReplica, tok, writerOn string) {
 	if err != nil || res.Code != 0 {
 		t.Fatalf("sessions through %s: %v, %v", reps[1].name, res, err)
 	}
-	for _, r := range reps {
-		if !strings.Contains(res.Stdout, r.name+"-") {
-			t.Errorf("`sessions` through %s lists no session of %s:\n%s", reps[1].name, r.name, res.Stdout)
+	for id := range ids {
+		if !strings.Contains(res.Stdout, id) {
+			t.Errorf("`sessions` through %s does not list %s:\n%s", reps[1].name, id, res.Stdout)
 		}
 	}
 	var writers []string
@@ -160,7 +172,7 @@ func rpOneSessionList(t *testing.T, reps []*rpReplica, tok, writerOn string) {
 			writers = append(writers, line)
 		}
 	}
-	if len(writers) != 1 || !strings.HasPrefix(writers[0], writerOn+"-") {
+	if len(writers) != 1 || writerID == "" || !strings.HasPrefix(writers[0], writerID+" ") {
 		t.Errorf("`sessions` through %s: writers %q, want one, on %s:\n%s", reps[1].name, writers, writerOn, res.Stdout)
 	}
 

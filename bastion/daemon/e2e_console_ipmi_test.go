@@ -18,7 +18,7 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // conDrivers are the driver types that reach a real BMC.

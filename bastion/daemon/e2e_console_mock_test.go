@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // cliEnv, set to a console URL, makes this test binary run as a console CLI

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/daemon"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // conNode is a node whose serial side a test drives.

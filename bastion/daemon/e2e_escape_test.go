@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/obmd/obmd/bastion/daemon"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestConsoleEscapeConfigured: with another escape prefix (YAML `escape`),

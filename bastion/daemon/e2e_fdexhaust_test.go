@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 const fxAdminToken = "fx-admin-token-for-the-descriptor-tests"
@@ -67,10 +67,10 @@ func fxLogins(t *testing.T, r *rpReplica, label, tok string) {
 // TestFDExhaustionAdminFlood: obmd with 256 descriptors, its admin port
 // flooded from 200 addresses with 3,000 connections that never
 // authenticate (before: those accepted held every descriptor, and the
-// rotation's connection waited behind the rest), and its peer port with
-// 1,000 more. The caps, sized from the limit, keep obmd well below it;
-// HIL's rotation goes through, reaches the database and cuts the tenant,
-// and SSH logins with the new token work.
+// rotation's connection waited behind the rest), its peer port with 1,000
+// more, and its SSH port with 1,000 silent ones. The caps, sized from the
+// limit, keep obmd well below it; HIL's rotation goes through, reaches the
+// database and cuts the tenant, and SSH logins with the new token work.
 func TestFDExhaustionAdminFlood(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
@@ -88,11 +88,13 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 		// descriptor (those that trickle a body, for good).
 		flood := acStartFlood(t, r.listening["admin"], acSources(2, 200), 2*time.Millisecond, 15, true)
 		peers := acStartFlood(t, r.listening["peer"], acSources(2, 100), 2*time.Millisecond, 10, true)
-		waitUntil(t, "the floods to open 4,000 connections", func() bool {
-			return flood.dialed.Load() >= 3000 && peers.dialed.Load() >= 1000
+		ssh := acStartFloodOf(t, r.listening["ssh"], acSources(2, 100), 2*time.Millisecond, 10, true, []string{""})
+		waitUntil(t, "the floods to open 5,000 connections", func() bool {
+			return flood.dialed.Load() >= 3000 && peers.dialed.Load() >= 1000 && ssh.dialed.Load() >= 1000
 		})
-		// The caps' share (a quarter for admin, an eighth for peers) and
-		// obmd's own files.
+		// The caps' share of strangers (an eighth of the limit for admin,
+		// a thirty-second for peers, an eighth for SSH) and obmd's own
+		// files.
 		if n := fxOpenFiles(t, r.cmd.Process.Pid); n > nofile/2 {
 			t.Errorf("obmd holds %d descriptors of %d under the flood, want at most half", n, nofile)
 		} else {

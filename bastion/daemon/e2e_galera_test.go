@@ -11,7 +11,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/db/dbtest/galera"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // galeraCluster is the test binary's Galera cluster (db/dbtest/galera),

@@ -22,7 +22,7 @@ import (
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // isoRounds is how many rotations TestReplicaIsolation attacks.
@@ -79,6 +79,21 @@ func rpClusterOn(t *testing.T, dsns []string, env map[string]string) []*rpReplic
 	return reps
 }
 
+// isoPartitionEvery: every isoPartitionEvery-th round of
+// TestReplicaIsolation, the holder is cut off from the database and from
+// the other replicas (not from its tenants nor its BMC) before the
+// rotation.
+const isoPartitionEvery = 5
+
+// isoReplica is a replica of TestReplicaIsolation with its links to the
+// database and to the other replicas, which a round can cut (nil for
+// rep-a, which is never cut off).
+type isoReplica struct {
+	*rpReplica
+	db   *rpProxy
+	peer *atkPipe
+}
+
 // TestReplicaIsolation: three replicas on MariaDB in front of ipmi_sim.
 // In each round the old tenant has a console on the replica holding the
 // node's SOL link (x/crypto) and one on a replica relaying it (OpenSSH);
@@ -86,12 +101,26 @@ func rpClusterOn(t *testing.T, dsns []string, env map[string]string) []*rpReplic
 // attaches there at once. From the moment the rotation is answered, the
 // test prints markers on the serial port and types as the old tenant: the
 // old tenant must see none of those markers (the new tenant sees them),
-// and none of its keys may reach the serial port.
+// and none of its keys may reach the serial port. In every fifth round the
+// holder is cut off from the database and the other replicas first: the
+// rotation is then answered only once the holder has fenced itself.
 func TestReplicaIsolation(t *testing.T) {
 	dsn := dbtest.MySQLDSN(t)
 	ipmisim.Require(t, "ssh", "sshpass", "ipmitool")
 	bmc := ipmisim.Start(t)
-	reps := rpCluster(t, dsn, map[string]string{"OBMD_LEASE_TTL": rpLeaseTTL.String()})
+	bin, vars := atkReplicaEnv(t)
+	reps := []*isoReplica{{rpReplica: rpStart(t, bin, "rep-a", vars(dsn, ""))}}
+	for _, name := range []string{"rep-b", "rep-c"} {
+		r := &isoReplica{db: rpStartProxy(t, dsn), peer: atkStartPipe(t)}
+		if r.rpReplica = rpStart(t, bin, name, vars(r.db.dsn, r.peer.addr())); r.rpReplica == nil {
+			t.FailNow()
+		}
+		r.peer.setTarget(r.listening["peer"])
+		reps = append(reps, r)
+	}
+	if reps[0].rpReplica == nil {
+		t.FailNow()
+	}
 	a := reps[0]
 	a.mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	tok := a.rotate("n1")
@@ -101,8 +130,13 @@ func TestReplicaIsolation(t *testing.T) {
 	for round := range isoRounds {
 		// The holder alternates between rep-b and rep-c.
 		holder, relayer := reps[1+round%2], reps[2-round%2]
-		failed := !t.Run(fmt.Sprintf("round_%02d_holder_%s", round, holder.name), func(t *testing.T) {
-			tok = isoRound(t, bmc, st, a, holder, relayer, tok, round)
+		partition := round%isoPartitionEvery == isoPartitionEvery-1
+		name := fmt.Sprintf("round_%02d_holder_%s", round, holder.name)
+		if partition {
+			name += "_cut_off"
+		}
+		failed := !t.Run(name, func(t *testing.T) {
+			tok = isoRound(t, bmc, st, a.rpReplica, holder, relayer.rpReplica, tok, round, partition)
 		})
 		if failed {
 			leaks++
@@ -113,9 +147,25 @@ func TestReplicaIsolation(t *testing.T) {
 	}
 }
 
-// isoRound runs one round of TestReplicaIsolation and returns the new
-// token.
-func isoRound(t *testing.T, bmc *ipmisim.Sim, st *db.Store, a, holder, relayer *rpReplica, tok string, round int) string {
+// isoCut cuts r off from the database and the other replicas; the
+// function it returns reconnects it and waits until it serves again.
+func isoCut(t *testing.T, r *isoReplica) (heal func()) {
+	r.db.cut(true)
+	r.peer.cut()
+	return func() {
+		r.db.cut(false)
+		r.peer.heal()
+		waitUntil(t, r.name+" to serve again", func() bool {
+			code, _ := r.on(t).request("GET", "/readyz", nil, "", "")
+			return code == 200
+		})
+	}
+}
+
+// isoRound runs one round of TestReplicaIsolation (cutting the holder off
+// before the rotation if partition) and returns the new token.
+func isoRound(t *testing.T, bmc *ipmisim.Sim, st *db.Store, a *rpReplica, holder *isoReplica, relayer *rpReplica, tok string,
+	round int, partition bool) string {
 	// The previous round's link (held by a) must be gone, so that the old
 	// tenant's first console makes holder the holder.
 	waitUntil(t, "no SOL lease of n1", func() bool {
@@ -136,6 +186,10 @@ func isoRound(t *testing.T, bmc *ipmisim.Sim, st *db.Store, a, holder, relayer *
 	}
 	typedFrom := len(bmc.Serial())
 
+	if partition {
+		heal := isoCut(t, holder)
+		defer heal()
+	}
 	newTok := a.on(t).rotate("n1")
 	// Acknowledged: from now on the old tenant gets nothing and sends
 	// nothing. It keeps trying, on both replicas, for isoLeakWindow.

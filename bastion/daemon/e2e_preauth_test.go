@@ -19,7 +19,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/daemon"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // paConn is a raw TCP connection to the SSH port from a chosen address; it
@@ -236,7 +236,8 @@ func paHold(t testing.TB, o *obmd, src string, n int) *paHolder {
 
 // TestPreauthCaps: at most max_unauthenticated_per_source unauthenticated
 // connections from one address and max_unauthenticated in all are held: a
-// newer one displaces the oldest; while an attacker holds every cap full,
+// newer one displaces the oldest of its address, or, for the global cap,
+// of the address holding the most; while an attacker holds every cap full,
 // logins with the token (x/crypto and OpenSSH, from the attacker's address
 // and from another) get in; an address whose max_conns_per_source
 // connections are all authenticated is refused more.
@@ -263,10 +264,15 @@ func TestPreauthCaps(t *testing.T) {
 			t.Errorf("connection %d of the address: closed, want the newest %d held", i+2, perSource)
 		}
 	}
-	// Globally: 4 + 8 fill the cap; 4 more displace the oldest 4 (a[2:]).
+	// Globally: a newer connection displaces the oldest of the address
+	// holding the most, never a lone one while others hold more. a[2:]
+	// (4 from .90, the oldest), a lone one, 4 from .91 and 3 from .92 fill
+	// the cap; 2 from .93 displace the oldest of .90 and of .91 (4 each).
+	lone := paDial(t, o, "127.0.0.95")
+	lone.admitted(t)
 	var b []*paConn
 	for _, src := range []string{"127.0.0.91", "127.0.0.91", "127.0.0.91", "127.0.0.91",
-		"127.0.0.92", "127.0.0.92", "127.0.0.92", "127.0.0.92", "127.0.0.93", "127.0.0.93", "127.0.0.93", "127.0.0.93"} {
+		"127.0.0.92", "127.0.0.92", "127.0.0.92", "127.0.0.93", "127.0.0.93"} {
 		c := paDial(t, o, src)
 		c.admitted(t)
 		b = append(b, c)
@@ -274,15 +280,14 @@ func TestPreauthCaps(t *testing.T) {
 			t.Fatalf("unauthenticated connections: %v, over the cap of %d", n, global)
 		}
 	}
-	for _, c := range a[2:] {
-		c.closedAt(t, "an old connection once the global cap is full")
-	}
-	for i, c := range b {
+	a[2].closedAt(t, "the oldest connection of an address holding the most")
+	b[0].closedAt(t, "the oldest connection of the other address holding the most")
+	for i, c := range append(append([]*paConn{lone}, a[3:]...), b[1:]...) {
 		if !c.open() {
-			t.Errorf("connection %d of the newest %d: closed, want held", i, global)
+			t.Errorf("connection %d of those not displaced: closed, want held", i)
 		}
 	}
-	for _, c := range b {
+	for _, c := range append(append([]*paConn{lone}, a[3:]...), b[1:]...) {
 		c.Close()
 	}
 
@@ -302,6 +307,19 @@ func TestPreauthCaps(t *testing.T) {
 		if res := o.openssh("pc1", tok, []string{"-b", src}, "power-status"); res.Code != 0 {
 			t.Errorf("OpenSSH login from %s with the caps full: %v", src, res)
 		}
+	}
+	// A person takes a while at the password prompt: the attacker's
+	// connections churn the global cap meanwhile (each one closed comes
+	// back and displaces another), but only its own, never the lone
+	// connection of the person's address.
+	slow := gossh.PasswordCallback(func() (string, error) {
+		time.Sleep(3 * time.Second)
+		return tok, nil
+	})
+	if c, err := o.fdDialFrom("127.0.0.99", "pc1", slow); err != nil {
+		t.Errorf("a login taking 3 s at the prompt with the caps full: %v", err)
+	} else {
+		c.Close()
 	}
 	waitUntil(t, "the attacker to fill the caps again", func() bool { return o.afMetric("obmd_ssh_unauthenticated") == global })
 	for _, h := range holders {

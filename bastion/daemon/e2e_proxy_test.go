@@ -16,9 +16,6 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +26,7 @@ import (
 	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/bastion/proxyproto"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // pxBalancer is the address the balancers of these tests connect from.
@@ -282,47 +279,7 @@ func TestProxyHAProxy(t *testing.T) {
 	ipmisim.Require(t, "haproxy", "ssh", "sshpass")
 	o := startObmd(t, pxLimits, func(c *daemon.Config) { c.ProxyProtocolFrom = []string{pxBalancer} })
 	v2, v1 := pxFreePort(t), pxFreePort(t)
-	cfg := fmt.Sprintf(`global
-  maxconn 200
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-listen ssh_v2
-  bind 127.0.0.1:%d
-  server obmd %s send-proxy-v2 source %s check inter 300ms
-listen ssh_v1
-  bind 127.0.0.1:%d
-  server obmd %s send-proxy source %s check inter 300ms
-`, v2, o.SSHAddr(), pxBalancer, v1, o.SSHAddr(), pxBalancer)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("haproxy", "-db", "-f", file)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("haproxy: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("haproxy:\n%s", logs.String())
-		}
-	})
-	for _, port := range []int{v2, v1} {
-		waitUntil(t, "haproxy to listen", func() bool {
-			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		})
-	}
+	pxHAProxy(t, pxHAProxyConfig("ssh", o.SSHAddr(), v2, v1), v2, v1)
 	for i, port := range []int{v2, v1} {
 		node := fmt.Sprintf("ha%d", i)
 		tok := o.addSimNode(node)

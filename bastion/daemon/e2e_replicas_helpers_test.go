@@ -26,7 +26,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // ---- replicas as processes ----

@@ -32,7 +32,7 @@ import (
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // Lease and poll timings of the replicas under test. The epoch poll is the

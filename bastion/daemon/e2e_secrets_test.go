@@ -21,7 +21,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // scRecorder keeps every text obmd showed: API bodies, SSH output.

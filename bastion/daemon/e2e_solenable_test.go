@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestSOLEnableAudited: a console on a BMC whose SOL is switched off

@@ -17,7 +17,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/daemon"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // alRSAKey returns a new RSA signer and the path of its OpenSSH private

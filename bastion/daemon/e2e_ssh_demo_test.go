@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // demoLine matches the printed one-shot command.

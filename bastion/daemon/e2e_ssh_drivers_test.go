@@ -16,8 +16,8 @@ import (
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // fdDriverCase is one row of the power table (the rows of sol/soltest,

@@ -32,7 +32,7 @@ import (
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // syncBuffer collects log output from many goroutines.

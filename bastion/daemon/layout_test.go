@@ -53,7 +53,7 @@ var layoutRules = []layoutRule{
 	{why: "test helpers stay out of obmd's binaries",
 		from: []string{mod + "cmd/...", mod + "bastion/...", mod + "commands/...", mod + "db", mod + "keys", mod + "sol",
 			mod + "sol/ipmi", mod + "sol/ipmitool", mod + "sol/redfish", mod + "sol/sim"},
-		forbidden: []string{mod + "sol/soltest/...", mod + "sol/ipmisim", mod + "sol/redfish/redfishtest", mod + "db/dbtest"},
+		forbidden: []string{mod + "sol/soltest/...", mod + "sol/redfish/redfishtest", mod + "db/dbtest"},
 		deps:      true},
 }
 

@@ -32,7 +32,7 @@ func (d *Daemon) newMetrics() *metrics.Registry {
 		pre := d.ssh.PreauthStats()
 		w.Gauge("obmd_ssh_connections", "Open SSH connections, authenticated or not.", float64(pre.Conns))
 		w.Gauge("obmd_ssh_unauthenticated", "SSH connections that have not authenticated yet.", float64(pre.Open))
-		w.Family("obmd_ssh_unauthenticated_closed_total", "counter", "SSH connections closed before authenticating, by reason (grace: login_grace_time passed; displaced: by a newer connection at a cap; refused: the address at max_conns_per_source, all authenticated).")
+		w.Family("obmd_ssh_unauthenticated_closed_total", "counter", "SSH connections closed before authenticating, by reason (grace: login_grace_time passed; displaced: by a newer connection at a cap; refused: the address at max_conns_per_source, or obmd at max_conns, all authenticated).")
 		w.Sample("", float64(pre.Expired), "reason", "grace")
 		w.Sample("", float64(pre.Displaced), "reason", "displaced")
 		w.Sample("", float64(pre.Refused), "reason", "refused")

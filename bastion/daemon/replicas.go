@@ -128,6 +128,16 @@ func (d *Daemon) startPeer() error {
 	return err
 }
 
+// guard fences this replica whenever its announcement may have lapsed for
+// the others (cluster.Guard): its links are closed and every session cut,
+// before any other replica may count it stopped. It returns when ctx ends.
+func (d *Daemon) guard(ctx context.Context) error {
+	if d.rep.cluster == nil {
+		return nil
+	}
+	return d.rep.cluster.Guard(ctx, d.watcher.Fence)
+}
+
 // servePeer serves other replicas until the peer server closes.
 func (d *Daemon) servePeer() error {
 	if d.rep.peer == nil {
@@ -152,17 +162,16 @@ func (d *Daemon) closePeer() {
 
 // announce tells the other replicas, through the database, that this one
 // is alive and has applied every access change up to applied (cluster
-// mode). A failure is logged: the announcement expires, and replicas that
-// change access then stop waiting for this one.
-func (d *Daemon) announce(ctx context.Context, applied int64) {
+// mode), within ChangeTimeout. The Watcher logs a failure: the
+// announcement expires, and replicas that change access then stop waiting
+// for this one, which fences itself first (guard).
+func (d *Daemon) announce(ctx context.Context, applied int64) error {
 	if d.rep.cluster == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	defer cancel()
-	if err := d.rep.cluster.Announce(ctx, applied); err != nil && ctx.Err() == nil {
-		d.log.WithError(err).Warn("replica_announce_failed")
-	}
+	return d.rep.cluster.Announce(ctx, applied)
 }
 
 // withdraw removes this replica's announcement at a clean stop.

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"time"
 
@@ -25,6 +27,19 @@ func (d *Daemon) allSessions() clusterSessions {
 	// Each replica asked is bounded by the cluster's dial timeout.
 	return clusterSessions{reg: d.reg, cluster: d.rep.cluster, wait: 10 * time.Second,
 		log: d.log.WithField("part", "sessions")}
+}
+
+// sessionsConfig is the session registry's configuration: in cluster
+// mode its session IDs begin with a random prefix (unique in the cluster
+// without naming the replica) and name the replica for operators.
+func (d *Daemon) sessionsConfig() sessions.Config {
+	c := d.cfg.Sessions
+	if d.rep.cluster != nil {
+		var b [4]byte
+		rand.Read(b[:]) // never fails (crypto/rand)
+		c.IDPrefix, c.Replica = hex.EncodeToString(b[:])+"-", d.cfg.ReplicaID
+	}
+	return c
 }
 
 // List returns node's sessions ("": every node's) on every replica that

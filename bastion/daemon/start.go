@@ -56,7 +56,10 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	gate := d.buildAccess()
+	gate, err := d.buildAccess()
+	if err != nil {
+		return err
+	}
 	if err := d.startPeer(); err != nil { // serves the registry buildAccess made
 		return err
 	}
@@ -67,6 +70,9 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		if err := d.registerDemo(ctx); err != nil {
 			return err
 		}
+	}
+	if err := d.watcher.Start(ctx); err != nil {
+		return err
 	}
 	d.log.WithFields(d.caps.fields()).WithFields(logrus.Fields{
 		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
@@ -167,28 +173,32 @@ func (d *Daemon) ipmiOptions() sol.IPMIOptions {
 }
 
 // buildAccess builds who may use a node: the session registry, the
-// database's health and gate, the Revoker and its change watcher, and the
-// guessing limiter. It returns the gated database the doors look up logins
-// in.
-func (d *Daemon) buildAccess() *access.Gate {
-	scfg := d.cfg.Sessions
+// database's health (in cluster mode with the replica's fence) and gate,
+// the Revoker and its change watcher, and the guessing limiter. It returns
+// the gated database the doors look up logins in.
+func (d *Daemon) buildAccess() (*access.Gate, error) {
+	d.reg = sessions.New(d.sessionsConfig())
+	var (
+		peers      access.Peers
+		fence      access.Fence
+		fenceAfter time.Duration
+	)
 	if d.rep.cluster != nil {
-		scfg.Replica = d.cfg.ReplicaID
+		peers, fence, fenceAfter = d.rep.cluster, d.rep.cluster, d.rep.cluster.FenceAfter()
 	}
-	d.reg = sessions.New(scfg)
-	d.health = access.NewHealth(d.store)
+	d.health = access.NewHealth(d.store, fence)
 	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout)
-	var peers access.Peers
-	if d.rep.cluster != nil {
-		peers = d.rep.cluster
-	}
 	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
 		d.consoles, d.reg, gate, d.log)
-	d.watcher = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout, DBGrace: d.cfg.DBGrace},
-		d.store, d.health, d.revoker, d.announce, d.log)
+	var err error
+	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout,
+		DBGrace: d.cfg.DBGrace, FenceAfter: fenceAfter}, d.store, d.health, d.revoker, d.announce, d.log)
+	if err != nil {
+		return nil, err
+	}
 	// One guessing budget per source for SSH and the admin API.
 	d.limiter = authlimit.New(d.cfg.AuthLimits, time.Now)
-	return gate
+	return gate, nil
 }
 
 // buildDoors builds the metrics, the command runner, the admin API and the
@@ -211,14 +221,14 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	}
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
-		Authenticated: conncap.TrustContext, FailDelay: d.cfg.FailDelay},
+		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
 	}
 	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.Escape,
 		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
-		MaxUnauthenticated: d.cfg.MaxUnauthenticated, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
+		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
 		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
 		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms,
 		RoleWait: d.roleWait()},
@@ -249,6 +259,9 @@ func (d *Daemon) listen() error {
 		return fmt.Errorf("listen for admin HTTP: %w", err)
 	}
 	d.caps = sizeCaps(d.cfg, openFileLimit())
+	if d.adminL, err = d.proxyAdmin(d.adminL); err != nil { // before the caps: they count the real client
+		return err
+	}
 	if d.adminL, err = d.capAdmin(d.adminL); err != nil {
 		return err
 	}

@@ -3,9 +3,11 @@
 // TCP load balancer sends ahead of the client's bytes, so that a server
 // behind it sees the real client's address. Parse reads a header from
 // bytes, Accept reads one from a connection within a deadline and a size
-// bound; Header.Append writes one (for tests and tools). Whether a peer may
-// send a header at all is the caller's decision: a header from anyone else
-// is a forgery.
+// bound, Listener reads one from every connection of listed balancers
+// before its Accept returns it (for servers that read the connection
+// themselves: net/http, crypto/tls); Header.Append writes one (for tests and
+// tools). Whether a peer may send a header at all is the caller's
+// decision: a header from anyone else is a forgery.
 package proxyproto
 
 import (

@@ -1,7 +1,8 @@
 // Package sessions owns the registry of live sessions (SSH consoles, SSH exec
 // commands, HTTP console streams) and is how access changes reach them: a
 // cut cancels every session of a node that authenticated before the change
-// and waits until each has ended.
+// and waits until each has ended. It also watches authenticated SSH
+// connections (Watch), so that a cut reaches those too.
 package sessions
 
 import (
@@ -79,20 +80,13 @@ type Config struct {
 	// finish (default 2 s). A session that does not end in time is logged
 	// by the caller; it has been cancelled regardless.
 	CutWait time.Duration `yaml:"cut_wait"`
-	// Replica is this replica's ID in cluster mode (set by the daemon, not
-	// configured; "" for a single replica): session IDs are then
-	// "Replica-N", unique in the cluster and naming the replica that holds
-	// the session (ReplicaOf), and Info.Replica is set.
-	Replica string `yaml:"-"`
-}
-
-// ReplicaOf returns the replica named by a cluster-mode session ID ("" if
-// id names none).
-func ReplicaOf(id string) string {
-	if i := strings.LastIndexByte(id, '-'); i > 0 {
-		return id[:i]
-	}
-	return ""
+	// IDPrefix and Replica are set by the daemon in cluster mode, not
+	// configured. Session IDs are IDPrefix and a number: a random prefix
+	// per replica makes them unique in the cluster without naming the
+	// replica (tenants see IDs; replica IDs are for operators). Replica
+	// is this replica's ID, given in Info.Replica.
+	IDPrefix string `yaml:"-"`
+	Replica  string `yaml:"-"`
 }
 
 // setDefaults fills the defaults; afterwards a limit of 0 means none.
@@ -122,7 +116,16 @@ type Registry struct {
 	byID     map[string]*entry
 	perNode  map[string]int
 	perSrc   map[srcKey]int
+	watchers map[uint64]*watcher // by Watch's sequence number
+	nextW    uint64
 	shutdown bool
+}
+
+// watcher is an authenticated connection Cut and CutAll end (Watch).
+type watcher struct {
+	node    string
+	epoch   int64
+	revoked func()
 }
 
 // srcKey counts a source's SSH and HTTP sessions apart.
@@ -141,7 +144,8 @@ type entry struct {
 // New returns an empty registry.
 func New(cfg Config) *Registry {
 	cfg.setDefaults()
-	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[srcKey]int{}}
+	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[srcKey]int{},
+		watchers: map[uint64]*watcher{}}
 }
 
 // SourceKey is obmd's name for the client host (an address without port)
@@ -183,10 +187,8 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	if maxSrc > 0 && r.perSrc[src] >= maxSrc {
 		return nil, Info{}, nil, fmt.Errorf("%w from your address (limit %d)", ErrTooMany, maxSrc)
 	}
-	info.ID = strconv.FormatUint(r.nextID.Add(1), 10)
-	if info.Replica = r.cfg.Replica; info.Replica != "" {
-		info.ID = info.Replica + "-" + info.ID
-	}
+	info.ID = r.cfg.IDPrefix + strconv.FormatUint(r.nextID.Add(1), 10)
+	info.Replica = r.cfg.Replica
 	info.Started = time.Now()
 	ctx, cancel := context.WithCancelCause(parent)
 	e := &entry{info: info, src: src, cancel: cancel, done: make(chan struct{})}
@@ -212,27 +214,67 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	return ctx, info, end, nil
 }
 
-// Cut cancels every session of node whose epoch is below epoch (epoch <= 0
-// cuts them all) with cause, then waits until they have ended or the
-// configured bound passes. It returns how many were cut and how many had not
-// ended in time.
+// Cut tells the watched connections (Watch) of node from before epoch,
+// then cancels every session of node whose epoch is below epoch (epoch <= 0
+// cuts them all) with cause, and waits until they have ended or the
+// configured bound passes. It returns how many sessions were cut and how
+// many had not ended in time.
 func (r *Registry) Cut(node string, epoch int64, cause error) (cut, late int) {
-	victims, late := r.cutWhere(func(e *entry) bool {
-		return e.info.Node == node && (epoch <= 0 || e.info.Epoch < epoch)
-	}, func(string) error { return cause })
+	before := func(n string, e int64) bool { return n == node && (epoch <= 0 || e < epoch) }
+	r.endWatched(before)
+	victims, late := r.cutWhere(func(e *entry) bool { return before(e.info.Node, e.info.Epoch) }, func(string) error { return cause })
 	return len(victims), late
 }
 
-// CutAll cuts every live session, each with cause(its node), then waits
-// as Cut does: one bound for all of them. It returns how many sessions of
-// each node were cut, and how many sessions had not ended in time.
+// CutAll tells every watched connection, then cuts every live session,
+// each with cause(its node), and waits as Cut does: one bound for all of
+// them. It returns how many sessions of each node were cut, and how many
+// sessions had not ended in time.
 func (r *Registry) CutAll(cause func(node string) error) (cut map[string]int, late int) {
+	r.endWatched(func(string, int64) bool { return true })
 	victims, late := r.cutWhere(func(*entry) bool { return true }, cause)
 	cut = map[string]int{}
 	for _, e := range victims {
 		cut[e.info.Node]++
 	}
 	return cut, late
+}
+
+// Watch registers an authenticated connection of node, whose credential
+// was checked at epoch: a Cut of node above epoch, or a CutAll, calls
+// revoked once, before it cuts any session (so the front door can tell
+// whether the connection holds one), and forgets it. The front door closes
+// a connection that holds none then: an access change leaves no idle
+// connection from before it open. forget (idempotent) forgets it when the
+// connection closes.
+func (r *Registry) Watch(node string, epoch int64, revoked func()) (forget func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextW++
+	id := r.nextW
+	r.watchers[id] = &watcher{node: node, epoch: epoch, revoked: revoked}
+	return func() {
+		r.mu.Lock()
+		delete(r.watchers, id)
+		r.mu.Unlock()
+	}
+}
+
+// endWatched forgets the watched connections match selects and calls their
+// revoked, outside the lock.
+func (r *Registry) endWatched(match func(node string, epoch int64) bool) {
+	var ended []*watcher
+	r.mu.Lock()
+	for id, w := range r.watchers {
+		if match(w.node, w.epoch) {
+			ended = append(ended, w)
+			delete(r.watchers, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range ended {
+		w.revoked()
+	}
 }
 
 // Kick cuts one session by ID; it reports whether the session existed.
@@ -296,8 +338,8 @@ func (r *Registry) List(node string) []Info {
 	}
 	r.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
-		a, _ := strconv.ParseUint(strings.TrimPrefix(out[i].ID, r.cfg.Replica+"-"), 10, 64)
-		b, _ := strconv.ParseUint(strings.TrimPrefix(out[j].ID, r.cfg.Replica+"-"), 10, 64)
+		a, _ := strconv.ParseUint(strings.TrimPrefix(out[i].ID, r.cfg.IDPrefix), 10, 64)
+		b, _ := strconv.ParseUint(strings.TrimPrefix(out[j].ID, r.cfg.IDPrefix), 10, 64)
 		return a < b
 	})
 	return out

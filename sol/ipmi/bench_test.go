@@ -12,8 +12,8 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // waitSerialLen waits until the sim's serial port has received n bytes.

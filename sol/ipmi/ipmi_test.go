@@ -17,9 +17,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/bmcs"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // testLogger discards output unless OBMD_TEST_DEBUG=1 (then Debug goes to

@@ -13,8 +13,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestNoGoroutineLeak: after power operations, failed ones, and a console

@@ -17,8 +17,8 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 func openConsole(t *testing.T, b *BMC) *Console {

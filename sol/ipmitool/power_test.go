@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 func TestNew(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/bmcs"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // The shared conformance tables: the same checks the native driver passes.

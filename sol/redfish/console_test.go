@@ -9,8 +9,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestNoConsole: without "sol" details the console calls say plainly that

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/rmcp"
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/bmcs"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestPing: both BMCs answer a presence ping; a silent port does not, and

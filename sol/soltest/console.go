@@ -32,7 +32,7 @@ const (
 
 // RunConsole runs the console table. newBMC is called once per subtest and
 // must return a driver for a fresh machine whose serial port has seen
-// nothing yet and whose SOL payload is free (with sol/ipmisim: a new Sim per
+// nothing yet and whose SOL payload is free (with sol/soltest/ipmisim: a new Sim per
 // call).
 func RunConsole(t *testing.T, newBMC func(t *testing.T) (sol.BMC, SerialObserver)) {
 	t.Run("output", func(t *testing.T) {

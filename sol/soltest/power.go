@@ -1,6 +1,6 @@
 // Package soltest is a conformance table for sol.BMC drivers: the same
 // power and console checks run against every driver (sol/ipmi, sol/ipmitool)
-// talking to real BMCs: OpenIPMI's ipmi_sim (sol/ipmisim) and go-ipmi's own
+// talking to real BMCs: OpenIPMI's ipmi_sim (sol/soltest/ipmisim) and go-ipmi's own
 // goipmi-server (sol/soltest/goipmisrv).
 //
 // The two BMCs differ in what their machine does, and the power table says

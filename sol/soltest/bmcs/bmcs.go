@@ -1,14 +1,14 @@
 // Package bmcs starts the real BMCs that the driver conformance tables run
-// on: OpenIPMI's ipmi_sim (sol/ipmisim) and go-ipmi's goipmi-server
+// on: OpenIPMI's ipmi_sim (sol/soltest/ipmisim) and go-ipmi's goipmi-server
 // (sol/soltest/goipmisrv), one of each per call.
 package bmcs
 
 import (
 	"testing"
 
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/goipmisrv"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // Each runs fn as two subtests, "ipmi_sim" and "goipmi-server", each with a

@@ -13,9 +13,9 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/obmd/obmd/sol"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/goipmisrv"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // Label is the node label the tables give drivers.

@@ -10,9 +10,9 @@ import (
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmicheck"
-	"github.com/obmd/obmd/sol/ipmisim"
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/goipmisrv"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // allSteps is a healthy IPMI node's diagnosis.

@@ -1,6 +1,6 @@
 // Package goipmisrv runs go-ipmi's own BMC, goipmi-server (the version of
 // github.com/bougou/go-ipmi that obmd uses), for tests: a second IPMI v2.0
-// implementation beside OpenIPMI's ipmi_sim (sol/ipmisim), with cipher
+// implementation beside OpenIPMI's ipmi_sim (sol/soltest/ipmisim), with cipher
 // suites up to 17 and SOL on a pty whose other end the test holds as the
 // node's serial port.
 //
