@@ -14,6 +14,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
 )
 
 // One session list across replicas. Each replica serves its own sessions
@@ -61,40 +62,57 @@ var ErrNoSession = errors.New("no such session")
 // first. Replicas that do not answer within ctx and DialTimeout are named
 // in the error, along with the lists of those that did.
 func (c *Cluster) RemoteSessions(ctx context.Context, node string) ([]sessions.Info, error) {
-	reps, err := c.store.ReplicasWithin(ctx, 0)
+	query := gossh.Marshal(sessionsQuery{Node: node})
+	var (
+		mu  sync.Mutex
+		out []sessions.Info
+	)
+	failed, err := c.eachOther(ctx, func(r db.Replica) error {
+		list, err := c.askSessions(ctx, r.ID, r.Addr, query)
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, list...)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list the other replicas' sessions: %w", err)
 	}
-	query := gossh.Marshal(sessionsQuery{Node: node})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	if len(failed) > 0 {
+		return out, fmt.Errorf("no session list from replica %s", strings.Join(failed, ", "))
+	}
+	return out, nil
+}
+
+// eachOther runs f for every other live replica at once and returns, once
+// all have returned, those whose f failed ("ID (error)", sorted); err if
+// the replicas cannot be listed.
+func (c *Cluster) eachOther(ctx context.Context, f func(r db.Replica) error) (failed []string, err error) {
+	reps, err := c.store.ReplicasWithin(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
 	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		out    []sessions.Info
-		failed []string
+		wg sync.WaitGroup
+		mu sync.Mutex
 	)
 	for _, r := range reps {
 		if r.ID == c.cfg.ReplicaID {
 			continue
 		}
 		wg.Add(1)
-		go func() { // ends when the replica answered, or at the dial bound
+		go func() { // ends when f does (f bounds its own wait)
 			defer wg.Done()
-			list, err := c.askSessions(ctx, r.ID, r.Addr, query)
-			mu.Lock()
-			defer mu.Unlock()
-			out = append(out, list...)
-			if err != nil {
+			if err := f(r); err != nil {
+				mu.Lock()
 				failed = append(failed, fmt.Sprintf("%s (%v)", r.ID, err))
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
-	if len(failed) > 0 {
-		sort.Strings(failed)
-		return out, fmt.Errorf("no session list from replica %s", strings.Join(failed, ", "))
-	}
-	return out, nil
+	sort.Strings(failed)
+	return failed, nil
 }
 
 func (c *Cluster) askSessions(ctx context.Context, id, addr string, query []byte) ([]sessions.Info, error) {
@@ -122,43 +140,31 @@ func (c *Cluster) askSessions(ctx context.Context, id, addr string, query []byte
 // its node once it has ended there. ErrNoSession: none holds it (an error
 // instead if some could not be asked).
 func (c *Cluster) Kick(ctx context.Context, id, why string) (string, error) {
-	reps, err := c.store.ReplicasWithin(ctx, 0)
-	if err != nil {
-		return "", fmt.Errorf("kick session %s: %w", id, err)
-	}
 	order := gossh.Marshal(kickOrder{ID: id, Why: why})
 	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		node   string
-		failed []string
+		mu   sync.Mutex
+		node string
 	)
-	for _, r := range reps {
-		if r.ID == c.cfg.ReplicaID {
-			continue
+	failed, err := c.eachOther(ctx, func(r db.Replica) error {
+		actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout+kickWait)
+		defer cancel()
+		got, err := c.ask(actx, r.ID, r.Addr, kickRequest, order)
+		if errors.Is(err, errRefused) {
+			return nil // not there
 		}
-		wg.Add(1)
-		go func() { // ends when the replica answered, or at the dial bound
-			defer wg.Done()
-			actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout+kickWait)
-			defer cancel()
-			got, err := c.ask(actx, r.ID, r.Addr, kickRequest, order)
+		if err == nil {
 			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				node = string(got)
-			case !errors.Is(err, errRefused):
-				failed = append(failed, fmt.Sprintf("%s (%v)", r.ID, err))
-			}
-		}()
-	}
-	wg.Wait()
+			node = string(got)
+			mu.Unlock()
+		}
+		return err
+	})
 	switch {
+	case err != nil:
+		return "", fmt.Errorf("kick session %s: %w", id, err)
 	case node != "":
 		return node, nil
 	case len(failed) > 0:
-		sort.Strings(failed)
 		return "", fmt.Errorf("kick session %s: no answer from replica %s", id, strings.Join(failed, ", "))
 	}
 	return "", ErrNoSession
