@@ -75,7 +75,8 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	// Other viewers are shown the session ID alone (banner, takeover
 	// notice), as `sessions` lists it, never the viewer's address or
 	// credential.
-	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Session: info.ID, ReadOnly: cmd.ReadOnly, Replay: true})
+	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Session: info.ID, ReadOnly: cmd.ReadOnly, Replay: true,
+		Epoch: info.Epoch})
 	if err != nil {
 		if sctx.Err() != nil { // cut before it could attach: the caller says why
 			return commands.ExitFailed, context.Cause(sctx)

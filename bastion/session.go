@@ -171,6 +171,9 @@ func (c *channel) run(st start) int {
 			return commands.WriteError(stdout, stderr, c.label, cmd, err)
 		}
 	}
+	if cmd.Name == commands.CmdConsoleLog && !cmd.JSON {
+		stdout = c.ch // the console's bytes as the node sent them, as a console shows them
+	}
 	kind := sessions.KindExec
 	if cmd.Name == commands.CmdConsole {
 		kind = sessions.KindConsole
@@ -239,7 +242,8 @@ func (c *channel) closeConn() {
 // Once cut, the command's output is dropped, so nothing follows the reason
 // the user is given.
 func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
-	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, User: c.a.User, Source: c.remote, Session: info.ID}
+	req := commands.Request{Node: c.label, Actor: "ssh:" + c.a.Method, User: c.a.User, Source: c.remote, Session: info.ID,
+		Epoch: info.Epoch}
 	out, errOut := &gate{ctx: sctx, w: stdout}, &gate{ctx: sctx, w: stderr}
 	done := make(chan int, 1)
 	c.cmd.Add(1)

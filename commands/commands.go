@@ -25,7 +25,11 @@
 //	power-reset                 node-17: reset
 //	bootdev pxe                 node-17: next boot from pxe
 //	bootdev pxe --persistent    node-17: next boot from pxe (persistent)
-//	console-log [--lines N]     the scrollback bytes as the node sent them, untouched
+//	console-log [--lines N] [--since 10m|RFC3339] [--timestamps] [--follow] [--cast]
+//	                            this tenancy's console history: the bytes as the node sent them,
+//	                            untouched; --timestamps: lines prefixed with the arrival of their
+//	                            first byte, markers as "[obmd: ...]" lines; --cast: asciicast v2;
+//	                            --follow: then the live output until the session ends
 //	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none);
 //	                            USER and REMOTE only on the requester's own sessions ("-" otherwise)
 //	version                     the version string
@@ -142,8 +146,14 @@ type Command struct {
 	Device     string // bootdev DEVICE
 	Persistent bool   // bootdev --persistent
 	Lines      int    // console-log --lines N (0 = all)
-	ReadOnly   bool   // console --read-only
-	Topic      Name   // help COMMAND, or COMMAND --help: the command to describe ("" = all)
+	// console-log --since: SinceAgo back from now, or SinceAt (zero: all).
+	SinceAgo   time.Duration
+	SinceAt    time.Time
+	Timestamps bool // console-log --timestamps (text with times and markers)
+	Follow     bool // console-log --follow
+	Cast       bool // console-log --cast (asciicast v2)
+	ReadOnly   bool // console --read-only
+	Topic      Name // help COMMAND, or COMMAND --help: the command to describe ("" = all)
 }
 
 // Request says who runs a command where; it feeds audit records and logs,
@@ -155,6 +165,10 @@ type Request struct {
 	User    string // the credential, as sessions list it: "token" or "key SHA256:..."
 	Source  string // remote address
 	Session string // session id, for logs
+	// Epoch is the node's access epoch the session was admitted at: the
+	// tenancy console-log reads and operations are marked in (0: none;
+	// console-log then prints the live scrollback).
+	Epoch int64
 }
 
 // Result is the typed outcome of a command, rendered by Render. Its JSON form

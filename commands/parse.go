@@ -25,8 +25,11 @@ func specs() []spec {
 	return []spec{
 		{CmdConsole, "[--read-only]", "attach to the serial console (the default)",
 			"--read-only: watch without ever taking the write side."},
-		{CmdConsoleLog, "[--lines N]", "print this tenancy's console scrollback",
-			"--lines N: only the last N lines (1 to 100000)."},
+		{CmdConsoleLog, "[--lines N] [flags]",
+			"print this tenancy's console history",
+			"--lines N: only the last N lines (1 to 100000).\n--since 10m|RFC3339: only what came since.\n" +
+				"--timestamps: each line prefixed with the time its first byte arrived, and obmd's markers.\n" +
+				"--follow: then the live output until you hang up.\n--cast: asciicast v2 (asciinema play)."},
 		{CmdPowerStatus, "", "print the power state", ""},
 		{CmdPowerOn, "", "power on", ""},
 		{CmdPowerOff, "[--soft]", "power off (--soft: ask the OS to shut down)",
@@ -137,19 +140,27 @@ func Parse(argv []string) (Command, error) {
 		case name == CmdConsole && a == "--read-only":
 			cmd.ReadOnly = true
 		case name == CmdConsoleLog && (a == "--lines" || strings.HasPrefix(a, "--lines=")):
-			val, ok := strings.CutPrefix(a, "--lines=")
-			if !ok {
-				if i+1 == len(args) {
-					return cmd, usagef(name, "--lines needs a number")
-				}
-				i++
-				val = args[i]
-			}
-			n, err := parseLines(val)
+			val, err := flagValue(args, &i, "--lines", "a number")
 			if err != nil {
 				return cmd, err
 			}
-			cmd.Lines = n
+			if cmd.Lines, err = parseLines(val); err != nil {
+				return cmd, err
+			}
+		case name == CmdConsoleLog && (a == "--since" || strings.HasPrefix(a, "--since=")):
+			val, err := flagValue(args, &i, "--since", "a duration or a time")
+			if err != nil {
+				return cmd, err
+			}
+			if cmd.SinceAgo, cmd.SinceAt, err = parseSince(val); err != nil {
+				return cmd, err
+			}
+		case name == CmdConsoleLog && a == "--timestamps":
+			cmd.Timestamps = true
+		case name == CmdConsoleLog && a == "--follow":
+			cmd.Follow = true
+		case name == CmdConsoleLog && a == "--cast":
+			cmd.Cast = true
 		case strings.HasPrefix(a, "-") && a != "-":
 			return cmd, usagef(name, "%s: unknown flag %s; try \"help %s\"", name, quote(a), name)
 		case name == CmdBootdev && cmd.Device == "":
@@ -170,7 +181,23 @@ func Parse(argv []string) (Command, error) {
 	if name == CmdBootdev && cmd.Device == "" {
 		return cmd, usagef(name, "bootdev needs a device: pxe, disk, bios, cdrom or none")
 	}
+	if cmd.JSON && (cmd.Follow || cmd.Cast) {
+		return cmd, usagef(name, "console-log: --json does not go with --follow or --cast")
+	}
 	return cmd, nil
+}
+
+// flagValue is the value of flag args[*i]: after "=" or the next word
+// (then *i moves past it).
+func flagValue(args []string, i *int, flag, what string) (string, error) {
+	if val, ok := strings.CutPrefix(args[*i], flag+"="); ok {
+		return val, nil
+	}
+	if *i+1 == len(args) {
+		return "", usagef(CmdConsoleLog, "%s needs %s", flag, what)
+	}
+	*i++
+	return args[*i], nil
 }
 
 func usagef(name Name, format string, args ...any) *UsageError {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 )
 
@@ -118,6 +119,15 @@ func TestParse(t *testing.T) {
 		{"console-log lines", []string{"console-log", "--lines", "20"}, Command{Name: CmdConsoleLog, Lines: 20}, "", ""},
 		{"console-log lines=", []string{"console-log", "--lines=100000"}, Command{Name: CmdConsoleLog, Lines: 100000}, "", ""},
 		{"console-log lines 1", []string{"console-log", "--json", "--lines", "1"}, Command{Name: CmdConsoleLog, Lines: 1, JSON: true}, "", ""},
+		{"console-log since", []string{"console-log", "--since", "10m"}, Command{Name: CmdConsoleLog, SinceAgo: 10 * time.Minute}, "", ""},
+		{"console-log since time", []string{"console-log", "--since=2026-12-01T03:00:00Z"},
+			Command{Name: CmdConsoleLog, SinceAt: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}, "", ""},
+		{"console-log history flags", []string{"console-log", "--timestamps", "--follow", "--cast"},
+			Command{Name: CmdConsoleLog, Timestamps: true, Follow: true, Cast: true}, "", ""},
+		{"console-log bad since", []string{"console-log", "--since", "yesterday"}, Command{Name: CmdConsoleLog}, "--since wants", CmdConsoleLog},
+		{"console-log since missing", []string{"console-log", "--since"}, Command{Name: CmdConsoleLog}, "--since needs", CmdConsoleLog},
+		{"console-log follow json", []string{"console-log", "--follow", "--json"}, Command{Name: CmdConsoleLog, Follow: true, JSON: true},
+			"--json does not go", CmdConsoleLog},
 		{"sessions", []string{"sessions"}, Command{Name: CmdSessions}, "", ""},
 		{"help", []string{"help"}, Command{Name: CmdHelp}, "", ""},
 		{"help topic", []string{"help", "bootdev"}, Command{Name: CmdHelp, Topic: CmdBootdev}, "", ""},

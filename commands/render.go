@@ -19,6 +19,9 @@ const maxErrorText = 1024
 // success the text (or, with --json, one JSON object) on stdout; on failure
 // as WriteError does. It returns the exit code.
 func (r *Runner) Run(ctx context.Context, req Request, cmd Command, stdout, stderr io.Writer) int {
+	if cmd.Name == CmdConsoleLog && cmd.Follow && r.cfg.History != nil && req.Epoch > 0 {
+		return r.followLog(ctx, req, cmd, stdout, stderr)
+	}
 	res, err := r.Do(ctx, req, cmd)
 	if err != nil {
 		return WriteError(stdout, stderr, req.Node, cmd, err)

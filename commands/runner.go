@@ -98,6 +98,10 @@ type Config struct {
 	// Observe, if set, is told of every power and boot-device operation
 	// (the audit action, its result and how long it took), for metrics.
 	Observe func(action, result string, took time.Duration)
+	// History, if set, is what console-log reads (the tenancy of the
+	// request's Epoch) and where operations are marked; nil: console-log
+	// prints the live scrollback.
+	History History
 }
 
 // Runner runs commands for every node. It is safe for concurrent use.
@@ -181,6 +185,11 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 	case CmdConsoleLog:
 		if cmd.Lines < 0 || cmd.Lines > MaxLines {
 			return res, usagef(CmdConsoleLog, "--lines wants a number from 1 to %d", MaxLines)
+		}
+		if r.cfg.History != nil && req.Epoch > 0 {
+			text, err := r.historyLog(ctx, req, cmd)
+			res.Text = text
+			return res, err
 		}
 		res.Text = string(lastLines(r.consoles.Scrollback(req.Node), cmd.Lines))
 		return res, nil
@@ -287,6 +296,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 		res.Text = node + ": " + op.done + "\n"
 	}
 	r.record(ctx, req, op.action, ResultOK, detail, nil, res.Took)
+	r.markHistory(req, cmd)
 	return res, nil
 }
 

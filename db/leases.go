@@ -180,3 +180,29 @@ func (s *Store) Lease(ctx context.Context, node, kind string) (Lease, error) {
 	l.ExpiresAt = s.fromNow(left)
 	return l, nil
 }
+
+// Leases returns the live leases of kind (not expired on the database's
+// clock), by node: which nodes' SOL links are held, and by whom.
+func (s *Store) Leases(ctx context.Context, kind string) ([]Lease, error) {
+	rows, err := s.query(ctx,
+		`SELECT node, owner, token, peer_addr, expires_at - `+s.dbNow()+` FROM node_leases
+		 WHERE kind = ? AND expires_at > `+s.dbNow()+` ORDER BY node`, kind)
+	if err != nil {
+		return nil, fmt.Errorf("list %s leases: %w", kind, err)
+	}
+	defer rows.Close()
+	var out []Lease
+	for rows.Next() {
+		l := Lease{Kind: kind}
+		var left int64 // on the database's clock
+		if err := rows.Scan(&l.Node, &l.Owner, &l.Token, &l.Addr, &left); err != nil {
+			return nil, fmt.Errorf("list %s leases: %w", kind, err)
+		}
+		l.ExpiresAt = s.fromNow(left)
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list %s leases: %w", kind, err)
+	}
+	return out, nil
+}

@@ -22,6 +22,9 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 	if n.InfoSealed == nil {
 		n.InfoSealed = []byte{} // the column is NOT NULL
 	}
+	if err := checkCapture(n.Capture); err != nil {
+		return Node{}, fmt.Errorf("create node %s: %w", n.Label, err)
+	}
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		epoch, err := s.recordChange(ctx, tx, n.Label, ReasonNodeCreated)
 		if err != nil {
@@ -31,9 +34,9 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 		n.CreatedAt = s.stamp()
 		n.UpdatedAt = n.CreatedAt
 		_, err = tx.ExecContext(ctx,
-			`INSERT INTO nodes (label, type, info_sealed, access_epoch, created_at, updated_at)
-			 VALUES (?, ?, ?, ?, ?, ?)`,
-			n.Label, n.Type, n.InfoSealed, n.Epoch, toMillis(n.CreatedAt), toMillis(n.UpdatedAt))
+			`INSERT INTO nodes (label, type, info_sealed, access_epoch, capture, created_at, updated_at)
+			 VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			n.Label, n.Type, n.InfoSealed, n.Epoch, n.Capture, toMillis(n.CreatedAt), toMillis(n.UpdatedAt))
 		if isDuplicate(err) {
 			return ErrExists
 		}
@@ -45,7 +48,7 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 	return n, nil
 }
 
-const nodeColumns = `label, type, info_sealed, access_epoch, created_at, updated_at`
+const nodeColumns = `label, type, info_sealed, access_epoch, capture, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -54,7 +57,7 @@ func scanNode(r scanner) (Node, error) {
 		n                Node
 		created, updated int64
 	)
-	if err := r.Scan(&n.Label, &n.Type, &n.InfoSealed, &n.Epoch, &created, &updated); err != nil {
+	if err := r.Scan(&n.Label, &n.Type, &n.InfoSealed, &n.Epoch, &n.Capture, &created, &updated); err != nil {
 		return Node{}, err
 	}
 	n.CreatedAt, n.UpdatedAt = fromMillis(created), fromMillis(updated)
@@ -105,16 +108,9 @@ func (s *Store) UpdateNodeInfo(ctx context.Context, label, typ string, sealed []
 		if err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx,
+		n, err = updateNode(ctx, tx, label,
 			`UPDATE nodes SET type = ?, info_sealed = ?, access_epoch = ?, updated_at = ? WHERE label = ?`,
 			typ, sealed, epoch, toMillis(s.stamp()), label)
-		if err != nil {
-			return err
-		}
-		if err := mustAffect(res); err != nil {
-			return err
-		}
-		n, err = scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
 		return err
 	})
 	if err != nil {
@@ -143,6 +139,79 @@ func (s *Store) DeleteNode(ctx context.Context, label string) (int64, error) {
 		return 0, fmt.Errorf("delete node %s: %w", label, err)
 	}
 	return epoch, nil
+}
+
+// SetCapture sets the node's capture (CaptureAlways, CaptureAttached or
+// "" for the daemon's default) and returns the node. It is not an access
+// change: no epoch moves, no session is cut, the tenancy goes on.
+// ErrNotFound.
+func (s *Store) SetCapture(ctx context.Context, label, capture string) (Node, error) {
+	if err := checkCapture(capture); err != nil {
+		return Node{}, fmt.Errorf("set capture of %s: %w", label, err)
+	}
+	var n Node
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		n, err = updateNode(ctx, tx, label, `UPDATE nodes SET capture = ?, updated_at = ? WHERE label = ?`,
+			capture, toMillis(s.stamp()), label)
+		return err
+	})
+	if err != nil {
+		return Node{}, fmt.Errorf("set capture of %s: %w", label, err)
+	}
+	return n, nil
+}
+
+// updateNode runs update (of label's row) in tx and returns the node as it
+// is then; ErrNotFound if no row changed.
+func updateNode(ctx context.Context, tx *sql.Tx, label, update string, args ...any) (Node, error) {
+	res, err := tx.ExecContext(ctx, update, args...)
+	if err != nil {
+		return Node{}, err
+	}
+	if err := mustAffect(res); err != nil {
+		return Node{}, err
+	}
+	return scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE label = ?`, label))
+}
+
+// checkCapture refuses a capture setting the column does not take.
+func checkCapture(c string) error {
+	switch c {
+	case "", CaptureAlways, CaptureAttached:
+		return nil
+	}
+	return fmt.Errorf("capture %q is not %q, %q or empty", c, CaptureAlways, CaptureAttached)
+}
+
+// NodeCapture is what the capture of a node's console depends on.
+type NodeCapture struct {
+	Label   string
+	Type    string
+	Capture string // Node.Capture
+}
+
+// Captures lists every node's type and capture setting, by label, without
+// reading its sealed info: what each replica looks at to decide which
+// consoles to hold open.
+func (s *Store) Captures(ctx context.Context) ([]NodeCapture, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT label, type, capture FROM nodes ORDER BY label`)
+	if err != nil {
+		return nil, fmt.Errorf("list captures: %w", err)
+	}
+	defer rows.Close()
+	var out []NodeCapture
+	for rows.Next() {
+		var c NodeCapture
+		if err := rows.Scan(&c.Label, &c.Type, &c.Capture); err != nil {
+			return nil, fmt.Errorf("list captures: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list captures: %w", err)
+	}
+	return out, nil
 }
 
 // Epoch returns the node's current epoch; ErrNotFound.

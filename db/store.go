@@ -36,10 +36,20 @@ type Node struct {
 	// Epoch changes on every change of who may access the node (token
 	// rotation or revocation, key removal, info change, deletion). Sessions
 	// remember the epoch they authenticated at and end when it moves.
-	Epoch     int64
+	Epoch int64
+	// Capture is whether the node's console is captured with nobody
+	// attached: CaptureAlways, CaptureAttached, or "" (the daemon's
+	// default for its type). Not access: it moves no epoch.
+	Capture   string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
+
+// Capture settings of a node (Node.Capture).
+const (
+	CaptureAlways   = "always"   // its link is held open with nobody attached
+	CaptureAttached = "attached" // its link is open while someone watches
+)
 
 // Access is what authentication needs about a node, read in one query.
 type Access struct {

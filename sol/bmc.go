@@ -98,6 +98,33 @@ type Exclusive interface {
 	Exclusive() bool
 }
 
+// ErrHeldElsewhere is returned (wrapped) by OwnConsoler.OpenOwnConsole when
+// another replica holds the node's console link: that replica captures
+// and records it.
+var ErrHeldElsewhere = errors.New("another replica holds this node's console link")
+
+// OwnConsoler may be implemented by a BMC whose console can also be reached
+// through another replica (a cluster's): OpenOwnConsole opens it only as
+// its holder, never through a relay, and returns ErrHeldElsewhere when
+// another replica holds it. The Manager opens a link held for capture with
+// nobody attached (Hold) this way, and lets the node go on
+// ErrHeldElsewhere: a viewer-less relay would only mirror what the holder
+// records.
+type OwnConsoler interface {
+	OpenOwnConsole(ctx context.Context) (Console, error)
+}
+
+// Seeded is implemented by a Console that relays another replica's link of
+// the node (a cluster's relay). Seed is the holder's replay of the node's
+// history as the relay began: the console output just before the relay's
+// first byte. The Manager records nothing of a relayed link (the holder
+// does) and replays to its viewers the seed and what followed, so that a
+// viewer on any replica gets the holder's replay, with no byte lost or
+// repeated before live output.
+type Seeded interface {
+	Seed() []byte
+}
+
 // Info is how to reach a node's BMC: what an administrator registers. The JSON
 // names are obmd's ("addr", "user", "pass") plus optional extras.
 type Info struct {

@@ -8,7 +8,11 @@
 // Check, which the node types table runs at registration. The Manager
 // keeps one Link per node with a scrollback ring and fans its output out to
 // Viewers (a viewer's session ID travels in AttachOptions); it knows
-// nothing of SSH or HTTP, nor of any driver.
+// nothing of SSH or HTTP, nor of any driver. A link it holds (not a relay
+// of another replica's, Seeded) is recorded in the node's console history
+// (History, over sol/history), and viewers' replays come from the history
+// of their tenancy (AttachOptions.Epoch); Hold keeps a link open with
+// nobody attached (capture always).
 //
 // IPMIOptions is what the IPMI drivers share, and the composition root
 // owns: the cipher suites tried for a node that pins none and the memory

@@ -39,7 +39,7 @@ func newManager(t testing.TB, cfg sol.Config, r sol.Resolver) *sol.Manager {
 	if cfg.Backoff.Min == 0 {
 		cfg.Backoff = sol.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}
 	}
-	m, err := sol.NewManager(cfg, r, quietLog())
+	m, err := sol.NewManager(cfg, r, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

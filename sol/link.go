@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/sol/history"
 )
 
 const (
@@ -34,9 +36,10 @@ const (
 	noticeUp       = "console connected"
 )
 
-// node is one console: its viewers, scrollback, pending input and the link
-// owner goroutine (run). A node lives from the first Attach until it is
-// retired (linger expired, Cut, Close); a later Attach makes a new node.
+// node is one console: its viewers, scrollback, history recording, pending
+// input and the link owner goroutine (run). A node lives from the first
+// Attach (or Hold) until it is retired (linger expired, Cut, Close); a
+// later Attach makes a new node.
 type node struct {
 	m      *Manager
 	label  string
@@ -64,6 +67,14 @@ type node struct {
 	up        bool          // a console is established
 	exclusive bool          // the BMC is Exclusive: one viewer at a time, no linger
 	status    string        // current trouble notice, repeated to new viewers; "" if none
+	held      bool          // held for capture (Manager.Hold): no linger
+	// relay: the last console established relays another replica's link
+	// (Seeded): replays come from the ring, which it seeded. Set by run.
+	relay bool
+	// rec records the node's output: this replica holds its link. Set by
+	// run when a console it holds comes up, closed by finish.
+	rec     *history.Recording
+	waiting []*replayJob // replays waiting for the link to come up (replay.go)
 
 	// The arbitration of the writer across hubs (roles.go): the
 	// established console if it is an Arbiter, the messages queued for it
@@ -115,6 +126,16 @@ func (n *node) run(ctx context.Context) {
 			}
 			return
 		}
+		if errors.Is(err, ErrHeldElsewhere) {
+			n.log.WithError(err).Info("console capture held elsewhere")
+			if n.letGo() {
+				return
+			}
+			continue // a viewer attached meanwhile: open for it
+		}
+		if err == nil {
+			err = n.linkUp(ctx, con, lost)
+		}
 		if err != nil {
 			n.m.st.openErrors.Add(1)
 			n.log.WithField("state", stateOpenFailed).WithError(err).Warn("console link state")
@@ -132,10 +153,14 @@ func (n *node) run(ctx context.Context) {
 		n.state(stateOpen)
 		n.setUp(true, lost)
 		lost = false
+		if n.idleRelay() {
+			n.letGo() // its holder captures it; serve stops at once
+		}
 		upAt := time.Now()
 		err = n.serve(ctx, con)
 		n.setUp(false, false)
 		if err == nil {
+			n.closed(ctx)
 			return
 		}
 		// A link that opens and drops at once keeps backing off; one that
@@ -146,6 +171,7 @@ func (n *node) run(ctx context.Context) {
 		lost = true
 		n.m.st.reconnects.Add(1)
 		n.log.WithField("state", stateLost).WithError(err).Warn("console link state")
+		n.mark(history.LinkLost())
 		n.trouble(noticeLost)
 		if !n.sleep(ctx, b.next()) {
 			return
@@ -176,9 +202,82 @@ func (n *node) finish() {
 	if n.lingerT != nil {
 		n.lingerT.Stop()
 	}
+	n.mu.Lock()
+	rec := n.rec
+	n.rec = nil
+	n.mu.Unlock()
+	if rec != nil {
+		rec.Close()
+	}
 	m.st.links.Add(-1)
 	n.state(stateClosed)
 	close(n.linkDone)
+}
+
+// linkUp completes the opening of con: a console this replica holds is
+// recorded in the node's history (its recording opened on the first one,
+// which verifies the node's access epoch: a failure closes con and fails
+// the open), a relay seeds the ring with the holder's replay; the replays
+// waiting for the link then read from the one or the other. Owner only.
+func (n *node) linkUp(ctx context.Context, con Console, wasLost bool) error {
+	seeded, relay := con.(Seeded)
+	var rec *history.Recording
+	if !relay && n.m.hist != nil && n.recording() == nil {
+		octx, cancel := context.WithTimeout(ctx, n.m.cfg.OpenTimeout)
+		r, err := n.m.hist.Open(octx, n.label)
+		cancel()
+		if err != nil {
+			n.closeConsole(con)
+			return fmt.Errorf("open console history: %w", err)
+		}
+		rec = r
+	}
+	n.mu.Lock()
+	old := rec
+	if relay {
+		old, n.rec = n.rec, nil // the holder records it now
+		n.ring.reset()
+		n.ring.write(seeded.Seed())
+	} else if rec != nil {
+		old, n.rec = nil, rec
+	}
+	n.relay = relay
+	if wasLost && n.rec != nil {
+		n.rec.Mark(history.LinkRestored())
+	}
+	n.chooseWaitingLocked()
+	n.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+// recording returns the node's recording, nil if this replica does not
+// record it.
+func (n *node) recording() *history.Recording {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rec
+}
+
+// mark records m in the node's history, if this replica records it.
+func (n *node) mark(m history.Marker) {
+	if rec := n.recording(); rec != nil {
+		rec.Mark(m)
+	}
+}
+
+// closed runs when an established console was closed on purpose: a node
+// held for capture that stops because obmd does marks the gap in its
+// history (until another replica, or this one restarted, captures it).
+func (n *node) closed(ctx context.Context) {
+	n.mu.Lock()
+	held := n.held
+	n.mu.Unlock()
+	if held && errors.Is(context.Cause(ctx), ErrShutdown) {
+		n.mark(history.LinkLost())
+	}
 }
 
 func (n *node) state(s string) {
@@ -201,7 +300,10 @@ func (n *node) open(ctx context.Context) (Console, error) {
 		n.mu.Unlock()
 		n.checkIdle() // a timer armed meanwhile may be too long
 	}
-	con, err := openConsole(ctx, bmc, t)
+	n.mu.Lock()
+	own := n.held && len(n.viewers) == 0 // a capture: never relay
+	n.mu.Unlock()
+	con, err := openConsole(ctx, bmc, t, own)
 	if errors.Is(err, ErrPayloadActive) {
 		n.state(stateDeactivating)
 		dctx, cancel := context.WithTimeout(ctx, t)
@@ -210,7 +312,10 @@ func (n *node) open(ctx context.Context) (Console, error) {
 		if derr != nil {
 			return nil, fmt.Errorf("deactivate stale SOL: %w", derr)
 		}
-		con, err = openConsole(ctx, bmc, t)
+		con, err = openConsole(ctx, bmc, t, own)
+	}
+	if errors.Is(err, ErrHeldElsewhere) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open SOL: %w", err)
@@ -218,11 +323,15 @@ func (n *node) open(ctx context.Context) (Console, error) {
 	return con, nil
 }
 
-// openConsole calls OpenConsole with its own timeout; the ctx given to the
-// driver bounds only the opening, never the console's life.
-func openConsole(ctx context.Context, bmc BMC, t time.Duration) (Console, error) {
+// openConsole calls OpenConsole (OpenOwnConsole if own and the BMC has
+// it) with its own timeout; the ctx given to the driver bounds only the
+// opening, never the console's life.
+func openConsole(ctx context.Context, bmc BMC, t time.Duration, own bool) (Console, error) {
 	octx, cancel := context.WithTimeout(ctx, t)
 	defer cancel()
+	if o, ok := bmc.(OwnConsoler); ok && own {
+		return o.OpenOwnConsole(octx)
+	}
 	return bmc.OpenConsole(octx)
 }
 
@@ -294,6 +403,9 @@ func (n *node) watch(ctx context.Context, lost <-chan error, timeout <-chan time
 		case <-timeout:
 			return false, nil
 		case <-n.wake:
+			if n.idleRelay() {
+				n.letGo() // its holder captures it; ctx ends now
+			}
 			n.checkIdle()
 		case <-n.lingerC():
 			if n.lingerExpired() {
@@ -303,11 +415,20 @@ func (n *node) watch(ctx context.Context, lost <-chan error, timeout <-chan time
 	}
 }
 
-// checkIdle arms the linger timer when the last viewer has gone and disarms
-// it when one is back; an Exclusive node's timer fires at once. Owner only.
+// idleRelay reports whether n is held with nobody attached while its link
+// relays another replica's: that replica captures it.
+func (n *node) idleRelay() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.held && n.relay && n.up && len(n.viewers) == 0
+}
+
+// checkIdle arms the linger timer when the last viewer has gone (and the
+// node is not held) and disarms it when one is back; an Exclusive node's
+// timer fires at once. Owner only.
 func (n *node) checkIdle() {
 	n.mu.Lock()
-	idle, d := len(n.viewers) == 0, n.m.cfg.Linger
+	idle, d := len(n.viewers) == 0 && !n.held, n.m.cfg.Linger
 	if n.exclusive {
 		d = 0
 	}
@@ -338,7 +459,7 @@ func (n *node) lingerExpired() bool {
 	defer m.mu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.viewers) > 0 && !n.retired {
+	if (len(n.viewers) > 0 || n.held) && !n.retired {
 		return false
 	}
 	m.retireLocked(n, ErrDetached)
@@ -540,6 +661,9 @@ func (n *node) publish(p []byte) {
 		return
 	}
 	n.ring.write(p)
+	if n.rec != nil {
+		n.rec.Write(p) // never waits for the database
+	}
 	cfg := &n.m.cfg
 	var slow []*Viewer
 	for _, v := range n.viewers {
@@ -558,7 +682,7 @@ func (n *node) publish(p []byte) {
 	}
 }
 
-// addLocked subscribes v (replaying the scrollback first if asked). It
+// addLocked subscribes v (its replay first if asked: replay.go). It
 // becomes the writer if nobody writes, as far as this hub knows; the
 // holder of a relayed console is told (and decides).
 func (n *node) addLocked(v *Viewer, o AttachOptions) {
@@ -575,7 +699,7 @@ func (n *node) addLocked(v *Viewer, o AttachOptions) {
 		v.decided = true
 	}
 	if o.Replay {
-		v.pushRing(&n.ring, n.m.cfg.QueueBytes)
+		n.replayLocked(v, true)
 	}
 	if n.status != "" {
 		v.notice(n.status)

@@ -337,51 +337,57 @@ func BenchmarkFanout(b *testing.B) {
 	for _, viewers := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("viewers=%d", viewers), func(b *testing.B) {
 			lab := sim.NewLab()
-			bmc := lab.BMC("n1", sim.ModeNormal)
-			m := newManager(b, sol.Config{}, lab)
-			counts := make([]atomic.Int64, viewers)
-			var wg sync.WaitGroup
-			for i := range viewers {
-				v := attach(b, m, "n1", fmt.Sprint(i), sol.AttachOptions{})
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for c := range v.Output() {
-						counts[i].Add(int64(len(c.Data) + c.Skipped))
-					}
-				}()
-			}
-			waitConsole(b, bmc, true)
-			payload := []byte(strings.Repeat("0123456789abcdef", 256)) // 4 KiB
-			// Keep the slowest viewer within a window well under its queue,
-			// so the rate measured is delivery, not skipping.
-			const window = 128 << 10
-			slowest := func() int64 {
-				low := counts[0].Load()
-				for i := range counts {
-					low = min(low, counts[i].Load())
-				}
-				return low
-			}
-			b.SetBytes(int64(len(payload)))
-			b.ResetTimer()
-			for i := range b.N {
-				bmc.Inject(payload)
-				for int64((i+1)*len(payload))-slowest() > window {
-					time.Sleep(20 * time.Microsecond)
-				}
-			}
-			total := int64(b.N * len(payload))
-			for i := range counts {
-				waitFor(b, "viewers to drain", func() bool { return counts[i].Load() >= total })
-			}
-			b.StopTimer()
-			s := m.Stats()
-			b.ReportMetric(float64(s.Skipped)/float64(total*int64(viewers)), "skipped/byte")
-			m.Close(context.Background())
-			wg.Wait()
+			fanout(b, newManager(b, sol.Config{}, lab), lab, viewers)
 		})
 	}
+}
+
+// fanout measures m's delivery of n1's output at full speed to viewers
+// (BenchmarkFanout, BenchmarkFanoutCaptured), reporting the share of
+// bytes viewers skipped.
+func fanout(b *testing.B, m *sol.Manager, lab *sim.Lab, viewers int) {
+	bmc := lab.BMC("n1", sim.ModeNormal)
+	counts := make([]atomic.Int64, viewers)
+	var wg sync.WaitGroup
+	for i := range viewers {
+		v := attach(b, m, "n1", fmt.Sprint(i), sol.AttachOptions{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range v.Output() {
+				counts[i].Add(int64(len(c.Data) + c.Skipped))
+			}
+		}()
+	}
+	waitConsole(b, bmc, true)
+	payload := []byte(strings.Repeat("0123456789abcdef", 256)) // 4 KiB
+	// Keep the slowest viewer within a window well under its queue,
+	// so the rate measured is delivery, not skipping.
+	const window = 128 << 10
+	slowest := func() int64 {
+		low := counts[0].Load()
+		for i := range counts {
+			low = min(low, counts[i].Load())
+		}
+		return low
+	}
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	for i := range b.N {
+		bmc.Inject(payload)
+		for int64((i+1)*len(payload))-slowest() > window {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	total := int64(b.N * len(payload))
+	for i := range counts {
+		waitFor(b, "viewers to drain", func() bool { return counts[i].Load() >= total })
+	}
+	b.StopTimer()
+	s := m.Stats()
+	b.ReportMetric(float64(s.Skipped)/float64(total*int64(viewers)), "skipped/byte")
+	m.Close(context.Background())
+	wg.Wait()
 }
 
 // BenchmarkMockConsole measures the mock console's throughput through the

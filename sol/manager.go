@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/sol/history"
 )
 
 // Errors of the console hub. Their texts are shown to users as they are.
@@ -63,14 +65,32 @@ type Config struct {
 	OpenTimeout time.Duration `yaml:"open_timeout"`
 	// Backoff paces reopen attempts (default 250 ms .. 10 s).
 	Backoff Backoff `yaml:"backoff"`
+	// Capture is the daemon's default of a node's capture, for nodes whose
+	// registration sets none: "always" (its link is held open with nobody
+	// attached, so its history records everything it prints), "attached"
+	// (open while someone watches), or "" (always for ipmi and ipmitool
+	// nodes, attached for the others). The hub holds the links it is told
+	// to (Hold); the wiring applies this setting.
+	Capture string `yaml:"capture"`
+	// RelayWait, in cluster mode (set by the wiring), is how long an
+	// attach replay waits for a link that is being opened to show whether
+	// this replica holds the node's link (the replay then comes from the
+	// history) or relays it (from the holder's replay, Seeded). Zero: it
+	// never waits (a single replica holds every link).
+	RelayWait time.Duration `yaml:"-"`
 	// Now is the clock for ViewerInfo.Since (default time.Now).
 	Now func() time.Time `yaml:"-"`
 }
 
 func (c *Config) setDefaults() error {
 	if c.Scrollback < 0 || c.QueueBytes < 0 || c.Linger < 0 || c.OpenTimeout < 0 ||
-		c.Backoff.Min < 0 || c.Backoff.Max < 0 {
+		c.Backoff.Min < 0 || c.Backoff.Max < 0 || c.RelayWait < 0 {
 		return errors.New("negative size or duration")
+	}
+	switch c.Capture {
+	case "", CaptureAlways, CaptureAttached:
+	default:
+		return fmt.Errorf("capture %q: want %q or %q", c.Capture, CaptureAlways, CaptureAttached)
 	}
 	if c.Scrollback == 0 {
 		c.Scrollback = 16 << 10
@@ -99,41 +119,71 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// Capture settings (Config.Capture, and a node's own).
+const (
+	CaptureAlways   = "always"
+	CaptureAttached = "attached"
+)
+
+// History is the console history the hub records its links' output in and
+// takes replays from (the daemon's history.Recorder, with the node's
+// access epoch from the access fence).
+type History interface {
+	// Open starts recording label's output in the node's current tenancy
+	// (its access epoch, verified): the hub calls it when a link of label
+	// opens on this replica as the node's holder, not as a relay. An error
+	// fails the open (no console without verified access); it is retried
+	// with the link.
+	Open(ctx context.Context, label string) (*history.Recording, error)
+	// Cut takes a cut of the history for a replay (history.Recorder.Cut):
+	// it never blocks.
+	Cut(q history.Query) (*history.Cut, error)
+}
+
 // Manager is the console hub: at most one SOL link per node, opened when the
-// first viewer attaches and closed Linger after the last one leaves, its
-// output kept in a scrollback ring and fanned out to every viewer without
-// ever waiting for one (except the one viewer of an Exclusive console, which
-// sets its console's pace).
+// first viewer attaches (or when the node is held for capture, Hold) and
+// closed Linger after the last one leaves, its output recorded in the
+// node's console history (History), kept in a scrollback ring and fanned
+// out to every viewer without ever waiting for one (except the one viewer
+// of an Exclusive console, which sets its console's pace). A viewer's
+// replay (on attach, and Viewer.Replay) comes from the history of its
+// tenancy where the hub has one, else from the ring.
 //
 // Goroutines: one owner per link (open, reconnect, linger, Close of the
 // Console), which runs a reader (Read, scrollback, fan-out) and a writer
 // (coalesced input, Break) per established console and waits for both; one
-// pump per viewer (queue -> Output channel). The Manager's WaitGroup tracks
-// owners and pumps; Close waits for them.
+// pump per viewer (queue -> Output channel); one reader per replay (its
+// history cut, read at once). The Manager's WaitGroup tracks owners, pumps
+// and replay readers; Close waits for them.
 //
 // Locks: Manager.mu, then node.mu, then Viewer.mu; none is held across BMC
 // I/O or a channel send that can block.
 type Manager struct {
-	cfg Config
-	r   Resolver
-	log logrus.FieldLogger
-	wg  sync.WaitGroup
-	st  counters
+	cfg  Config
+	r    Resolver
+	hist History // nil: no history, replays from the ring
+	log  logrus.FieldLogger
+	wg   sync.WaitGroup
+	st   counters
 	// nextID numbers viewers (Viewer.id).
 	nextID atomic.Uint64
 
 	mu     sync.Mutex
 	closed bool
 	nodes  map[string]*node
+	// holds are the labels held for capture (Hold): their nodes keep their
+	// links with nobody attached, and come back after a Cut.
+	holds map[string]bool
 	// tails holds, per label, the done channel of the newest link owner
 	// still running (possibly retired): a new link waits for it so that two
 	// links never hold the same node's SOL payload.
 	tails map[string]chan struct{}
 }
 
-// NewManager validates cfg and returns an idle Manager. It starts nothing:
-// links open on Attach.
-func NewManager(cfg Config, r Resolver, log logrus.FieldLogger) (*Manager, error) {
+// NewManager validates cfg and returns an idle Manager over the resolver r
+// and the history hist (nil: none; replays come from the scrollback ring).
+// It starts nothing: links open on Attach and Hold.
+func NewManager(cfg Config, r Resolver, hist History, log logrus.FieldLogger) (*Manager, error) {
 	if r == nil {
 		return nil, errors.New("new console manager: nil resolver")
 	}
@@ -146,8 +196,10 @@ func NewManager(cfg Config, r Resolver, log logrus.FieldLogger) (*Manager, error
 	return &Manager{
 		cfg:   cfg,
 		r:     r,
+		hist:  hist,
 		log:   log,
 		nodes: map[string]*node{},
+		holds: map[string]bool{},
 		tails: map[string]chan struct{}{},
 	}, nil
 }
@@ -164,9 +216,15 @@ type AttachOptions struct {
 	Name string
 	// ReadOnly: never becomes writer by itself (it may still TakeWrite).
 	ReadOnly bool
-	// Replay delivers the node's scrollback first, atomically with the
+	// Replay delivers the node's replay first, atomically with the
 	// subscription: no byte is lost or repeated between replay and live.
+	// It is the last Config.Scrollback bytes of the history of tenancy
+	// Epoch (where the hub has a history and Epoch is set), else the
+	// scrollback ring.
 	Replay bool
+	// Epoch is the access epoch the viewer's session was admitted at: the
+	// tenancy whose history its replays read. 0: replays from the ring.
+	Epoch int64
 	// Relay marks a viewer that carries another obmd replica's console
 	// (its viewers reach this node's link through this one). It is no
 	// person: it never writes, and Viewers does not list it. The viewers it
@@ -229,6 +287,7 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 	if v.relay = o.Relay; v.relay {
 		v.members = map[uint64]*Viewer{}
 	}
+	v.epoch = o.Epoch
 	m.wg.Add(1)
 	go v.pump()
 	n.mu.Lock()
@@ -286,21 +345,27 @@ func (m *Manager) Scrollback(label string) []byte {
 // returns every viewer's Done is closed and the scrollback is empty; the link
 // finishes closing in the background, and a new link for label waits until
 // it has. Output read from the old link is never shown to a later viewer.
+// A node held for capture gets a new link at once (for the next tenancy),
+// also one whose link had given up.
 func (m *Manager) Cut(label string, cause error) {
 	if cause == nil {
 		cause = ErrCut
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := m.nodes[label]
-	if n == nil {
-		return
+	if n := m.nodes[label]; n != nil {
+		n.mu.Lock()
+		k := len(n.viewers)
+		m.retireLocked(n, cause)
+		n.mu.Unlock()
+		n.log.WithField("viewers", k).WithError(cause).Info("console cut")
 	}
-	n.mu.Lock()
-	k := len(n.viewers)
-	m.retireLocked(n, cause)
-	n.mu.Unlock()
-	n.log.WithField("viewers", k).WithError(cause).Info("console cut")
+	if m.holds[label] && !m.closed {
+		// Held for capture: a new link records the next tenancy, once
+		// this one has closed.
+		_, start := m.newNodeLocked(label)
+		start()
+	}
 }
 
 // Close ends every viewer with ErrShutdown, closes every link (Console.Close
@@ -340,6 +405,7 @@ func (m *Manager) newNodeLocked(label string) (n *node, start func()) {
 		log:      m.log.WithField("node", label),
 		cancel:   cancel,
 		prev:     m.tails[label],
+		held:     m.holds[label],
 		linkDone: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		inReady:  make(chan struct{}, 1),
@@ -378,6 +444,7 @@ func (m *Manager) retireLocked(n *node, cause error) {
 	n.writer = nil
 	n.ring.reset()
 	n.in = nil
+	n.endReplaysLocked()
 	n.cancel(cause)
 }
 
@@ -393,6 +460,10 @@ type Stats struct {
 	BytesIn    uint64 // bytes written to BMC consoles
 	Overflows  uint64 // viewer queue overflows
 	Skipped    uint64 // bytes slow viewers skipped
+	// CapturedUp and CapturedDown count the links held for capture
+	// (Hold) whose console is established, and those opening or
+	// reconnecting (a BMC that does not answer).
+	CapturedUp, CapturedDown int64
 }
 
 type counters struct {
@@ -404,16 +475,19 @@ type counters struct {
 // Stats returns the current counters.
 func (m *Manager) Stats() Stats {
 	s := &m.st
+	up, down := m.captured()
 	return Stats{
-		Links:      s.links.Load(),
-		LinksUp:    s.linksUp.Load(),
-		Viewers:    s.viewers.Load(),
-		Opens:      s.opens.Load(),
-		OpenErrors: s.openErrors.Load(),
-		Reconnects: s.reconnects.Load(),
-		BytesOut:   s.bytesOut.Load(),
-		BytesIn:    s.bytesIn.Load(),
-		Overflows:  s.overflows.Load(),
-		Skipped:    s.skipped.Load(),
+		CapturedUp:   up,
+		CapturedDown: down,
+		Links:        s.links.Load(),
+		LinksUp:      s.linksUp.Load(),
+		Viewers:      s.viewers.Load(),
+		Opens:        s.opens.Load(),
+		OpenErrors:   s.openErrors.Load(),
+		Reconnects:   s.reconnects.Load(),
+		BytesOut:     s.bytesOut.Load(),
+		BytesIn:      s.bytesIn.Load(),
+		Overflows:    s.overflows.Load(),
+		Skipped:      s.skipped.Load(),
 	}
 }

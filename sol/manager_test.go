@@ -31,7 +31,7 @@ func TestNewManagerValidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := sol.NewManager(tt.cfg, tt.r, quietLog())
+			_, err := sol.NewManager(tt.cfg, tt.r, nil, quietLog())
 			if got := err == nil; got != tt.ok {
 				t.Errorf("got ok %v (%v), want %v", got, err, tt.ok)
 			}
@@ -499,7 +499,7 @@ func TestInputCoalesced(t *testing.T) {
 func TestCloseWaitsForEverything(t *testing.T) {
 	before := runtime.NumGoroutine()
 	lab := sim.NewLab()
-	m, err := sol.NewManager(sol.Config{Linger: time.Minute, OpenTimeout: time.Hour}, lab, quietLog())
+	m, err := sol.NewManager(sol.Config{Linger: time.Minute, OpenTimeout: time.Hour}, lab, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

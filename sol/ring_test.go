@@ -2,7 +2,6 @@ package sol
 
 import (
 	"bytes"
-	"reflect"
 	"testing"
 	"time"
 )
@@ -90,38 +89,5 @@ func TestViewerPushSkipsAhead(t *testing.T) {
 	}
 	if c, _ := v.take(); v.queued != 0 || c.Skipped != 15 {
 		t.Errorf("take: got %+v and %d queued, want the gap chunk and 0", c, v.queued)
-	}
-}
-
-// TestPushRing: replaying the scrollback straight from the ring's two
-// halves queues what pushing a copy of it would, wrapped or not, whether it
-// fits, overflows a queue with bytes already in it, or is cut inside either
-// half.
-func TestPushRing(t *testing.T) {
-	wrapped := ring{size: 8}
-	wrapped.write([]byte("0123456"))
-	wrapped.write([]byte("789AB")) // held: "456789AB", wrapped after '7'
-	if a, b := wrapped.halves(); len(b) == 0 {
-		t.Fatalf("ring did not wrap: halves %q %q", a, b)
-	}
-	flat := ring{size: 8}
-	flat.write([]byte("abcde"))
-	for _, r := range []ring{wrapped, flat} {
-		for _, queued := range []string{"", "xy"} {
-			for _, limit := range []int{100, 10, 8, 6, 3, 1} {
-				got := newViewer(nil, nil, "got", time.Time{})
-				want := newViewer(nil, nil, "want", time.Time{})
-				if queued != "" {
-					got.push([]byte(queued), limit, false)
-					want.push([]byte(queued), limit, false)
-				}
-				got.pushRing(&r, limit)
-				want.push(r.bytes(), limit, false)
-				if !reflect.DeepEqual(got.q, want.q) || got.queued != want.queued {
-					t.Errorf("ring %q, queued %q, limit %d: got %+v (%d bytes), want %+v (%d bytes)",
-						r.bytes(), queued, limit, got.q, got.queued, want.q, want.queued)
-				}
-			}
-		}
 	}
 }

@@ -23,6 +23,12 @@ type Chunk struct {
 	// changed; Viewer.Roles says who it is now. Any number of changes since
 	// the last such chunk come as one.
 	Roles bool
+	// Replay marks Data as the viewer's replay (AttachOptions.Replay,
+	// Viewer.Replay), not live output. A relay viewer gets its replays
+	// even when empty: its replica waits for the first one.
+	Replay bool
+
+	job *replayJob // in the queue only: a replay to deliver here
 }
 
 // Viewer is one subscriber of a node's console. Its methods are safe for
@@ -37,6 +43,7 @@ type Viewer struct {
 	since   time.Time
 	id      uint64        // unique in the Manager: the viewer's name to an Arbiter (RoleMsg.Viewer)
 	relay   bool          // AttachOptions.Relay: carries another hub's viewers (roles.go)
+	epoch   int64         // AttachOptions.Epoch: the tenancy its replays read
 	out     chan Chunk    // closed by pump when the viewer has ended; nil for a member
 	done    chan struct{} // closed by end
 	ready   chan struct{} // cap 1: the queue is not empty (sent by push/notice, drained by pump)
@@ -211,16 +218,17 @@ func (v *Viewer) Break(ctx context.Context) error {
 	}
 }
 
-// Replay queues the node's current scrollback for v again (the `r` escape),
-// in order with live output.
+// Replay queues the node's replay for v again (the `r` escape), in order
+// with live output: the history's last Config.Scrollback bytes as of now
+// (AttachOptions.Replay says where they come from).
 func (v *Viewer) Replay() {
 	n := v.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.retired {
+	if n.retired || v.Err() != nil {
 		return
 	}
-	v.pushRing(&n.ring, v.m.cfg.QueueBytes)
+	n.replayLocked(v, false)
 }
 
 // Close detaches v (cause ErrDetached). It is idempotent; Output is closed
@@ -259,11 +267,16 @@ func (v *Viewer) push(p []byte, limit int, dropSlow bool) (skipped int, drop boo
 	return v.push2(p, nil, limit, dropSlow)
 }
 
-// pushRing queues the scrollback held by r (node.mu is held) like push,
-// copying it once: straight from the ring into the queue.
-func (v *Viewer) pushRing(r *ring, limit int) {
-	a, b := r.halves()
-	v.push2(a, b, limit, false)
+// queueReplay queues replay job j, in order with what is queued (it is
+// kept on overflow, as notices are).
+func (v *Viewer) queueReplay(j *replayJob) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.err != nil {
+		return
+	}
+	v.q = append(v.q, Chunk{job: j})
+	signal(v.ready)
 }
 
 // push2 is push of the bytes a then b.
@@ -276,7 +289,7 @@ func (v *Viewer) push2(a, b []byte, limit int, dropSlow bool) (skipped int, drop
 	}
 	if v.queued+size <= limit {
 		v.queued += size
-		if k := len(v.q); k > 0 && v.q[k-1].Notice == "" {
+		if k := len(v.q); k > 0 && v.q[k-1].Notice == "" && v.q[k-1].job == nil {
 			v.q[k-1].Data = append(append(v.q[k-1].Data, a...), b...)
 		} else {
 			v.q = append(v.q, Chunk{Data: concat(a, b)})
@@ -290,7 +303,7 @@ func (v *Viewer) push2(a, b []byte, limit int, dropSlow bool) (skipped int, drop
 	gap := 0
 	kept := v.q[:0]
 	for _, c := range v.q {
-		if c.Notice != "" {
+		if c.Notice != "" || c.job != nil {
 			kept = append(kept, c)
 			continue
 		}
@@ -346,9 +359,10 @@ func (v *Viewer) take() (Chunk, bool) {
 	c := v.q[0]
 	v.q[0] = Chunk{}
 	v.q = v.q[1:]
-	if c.Notice != "" {
+	switch {
+	case c.Notice != "":
 		v.notes--
-	} else {
+	case c.job == nil:
 		v.queued -= len(c.Data)
 	}
 	return c, true
@@ -376,7 +390,18 @@ func (v *Viewer) pump() {
 				return
 			}
 		}
-		if len(c.Data) > 0 {
+		if c.job != nil {
+			select { // what was queued after it waits
+			case <-c.job.done:
+			case <-v.done:
+				return
+			}
+			c = Chunk{Data: c.job.data, Replay: true}
+			if len(c.Data) == 0 && !v.relay {
+				continue
+			}
+		}
+		if c.Notice == "" && !c.Roles {
 			signal(v.n.room) // the queue shrank: an Exclusive link may read again
 		}
 		select {

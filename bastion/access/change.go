@@ -43,6 +43,11 @@ type RevokerConfig struct {
 	// Peers, in cluster mode, passes changes made here to the other
 	// replicas; nil in single-replica mode.
 	Peers Peers
+	// OnApply, if set, is told of every access change applied here, once
+	// its sessions and console are cut, under the node's revocation lock:
+	// the console history moves to the new tenancy there. It must not
+	// block.
+	OnApply func(label string, epoch int64)
 }
 
 // DefaultChangeTimeout is RevokerConfig.ChangeTimeout's default.

@@ -311,6 +311,9 @@ func (r *Revoker) applyLocked(n *nodeAccess, label string, epoch int64, why stri
 	cause := &sessions.RevokedError{Node: label, Why: why}
 	cut, late := r.reg.Cut(label, epoch, cause)
 	r.consoles.Cut(label, cause)
+	if r.cfg.OnApply != nil {
+		r.cfg.OnApply(label, epoch)
+	}
 	log := r.log.WithFields(logrus.Fields{"node": safe(label), "epoch": epoch, "why": why, "cut": cut})
 	switch {
 	case late > 0:

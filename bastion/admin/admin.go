@@ -91,6 +91,9 @@ type Config struct {
 	// request has presented the admin credential: the wiring then spares
 	// its connection from every cap (conncap.TrustContext).
 	Authenticated func(ctx context.Context)
+	// History, if set, serves the console history: GET
+	// /v1/nodes/{label}/console-log and /tenancies (history.go).
+	History History
 	// TenantSession, if set, is called with the request's context once a
 	// node-token request has been read whole and its session admitted:
 	// the wiring then spares its connection from the caps on
@@ -125,6 +128,7 @@ type Store interface {
 	Node(ctx context.Context, label string) (db.Node, error)
 	Nodes(ctx context.Context) ([]db.Node, error)
 	UpdateNodeInfo(ctx context.Context, label, typ string, sealed []byte) (db.Node, error)
+	SetCapture(ctx context.Context, label, capture string) (db.Node, error)
 	DeleteNode(ctx context.Context, label string) (int64, error)
 	SetToken(ctx context.Context, label string, h keys.TokenHash) (int64, error)
 	RevokeToken(ctx context.Context, label string) (int64, error)
@@ -266,6 +270,9 @@ func (a *API) routes() {
 	a.handle("POST /v1/nodes/{label}/keys", a.admin(a.addKey))
 	a.handle("GET /v1/nodes/{label}/keys", a.admin(a.listKeys))
 	a.handle("DELETE /v1/nodes/{label}/keys/{fingerprint...}", a.admin(a.deleteKey))
+	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
+	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
+	a.handle("GET /v1/nodes/{label}/tenancies", a.admin(a.tenancies))
 	a.handle("GET /v1/audit", a.admin(a.audit))
 	a.handle("GET /v1/sessions", a.admin(a.listSessions))
 	a.handle("DELETE /v1/sessions/{id}", a.admin(a.kickSession))

@@ -398,7 +398,7 @@ func testTypes(t testing.TB, sealer *keys.Sealer) *nodes.Table {
 func newConsoles(t testing.TB) *sol.Manager {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	m, err := sol.NewManager(sol.Config{Linger: time.Millisecond}, lineBMCs{}, quiet)
+	m, err := sol.NewManager(sol.Config{Linger: time.Millisecond}, lineBMCs{}, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

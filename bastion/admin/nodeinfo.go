@@ -28,6 +28,25 @@ type Types interface {
 type nodeBody struct {
 	Type string          `json:"type"`
 	Info json.RawMessage `json:"info"`
+	// Capture is read by nodeCapture.
+	Capture *string `json:"capture,omitempty"`
+}
+
+// nodeCapture is a registration body's capture: nil when it sets none
+// (the node keeps its own, or the default), else "always", "attached" or
+// "" (back to the daemon's default). A bad value is the client's error.
+func nodeCapture(data []byte) (*string, error) {
+	var b struct {
+		Capture *string `json:"capture"`
+	}
+	if err := json.Unmarshal(data, &b); err != nil || b.Capture == nil {
+		return nil, nil // decodeNodeBody answers for the body
+	}
+	switch *b.Capture {
+	case "", db.CaptureAlways, db.CaptureAttached:
+		return b.Capture, nil
+	}
+	return nil, badBody("field \"capture\" must be %q, %q or \"\" (the default)", db.CaptureAlways, db.CaptureAttached)
 }
 
 // decodeNodeBody parses and validates a node registration body into the
@@ -69,8 +88,10 @@ func (a *API) sameNode(n db.Node, info nodes.Info) (bool, error) {
 // nodeView is a node as the /v1 API shows it: its label and type, its
 // type's view of its BMC info (never the password), and its dates.
 type nodeView struct {
-	Label     string    `json:"label"`
-	Type      string    `json:"type"`
+	Label string `json:"label"`
+	Type  string `json:"type"`
+	// Capture is the node's own capture setting ("" : the default).
+	Capture   string    `json:"capture,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// InfoError says the stored info cannot be read (a changed sealing key).
@@ -102,7 +123,7 @@ func (v nodeView) MarshalJSON() ([]byte, error) {
 }
 
 func (a *API) view(n db.Node) nodeView {
-	v := nodeView{Label: n.Label, Type: n.Type, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
+	v := nodeView{Label: n.Label, Type: n.Type, Capture: n.Capture, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
 	info, err := a.types.Open(n)
 	if err != nil {
 		a.log.WithError(err).WithField("node", n.Label).Warn("node_info_unreadable")

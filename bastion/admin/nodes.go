@@ -47,17 +47,31 @@ func (a *API) putNodeV1(w http.ResponseWriter, r *http.Request) {
 	a.putNode(w, r, true)
 }
 
-func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
+// labelBody is a PUT's node label and body; on failure it has answered.
+func (a *API) labelBody(w http.ResponseWriter, r *http.Request) (string, []byte, bool) {
 	label, valid := pathLabel(w, r)
 	if !valid {
-		return
+		return "", nil, false
 	}
 	data, err := a.readBody(w, r)
 	if err != nil {
 		writeBodyError(w, err)
+		return "", nil, false
+	}
+	return label, data, true
+}
+
+func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
+	label, data, valid := a.labelBody(w, r)
+	if !valid {
 		return
 	}
 	info, err := a.decodeNodeBody(data, v1)
+	if err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	capture, err := nodeCapture(data)
 	if err != nil {
 		writeBodyError(w, err)
 		return
@@ -81,7 +95,11 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 			// A change too (it moves an epoch), bounded like the others.
 			err = a.change(r, access.Change{Node: label, Do: func(ctx context.Context) (int64, error) {
 				var err error
-				n, err = a.store.CreateNode(ctx, db.Node{Label: label, Type: typ, InfoSealed: sealed})
+				node := db.Node{Label: label, Type: typ, InfoSealed: sealed}
+				if capture != nil {
+					node.Capture = *capture
+				}
+				n, err = a.store.CreateNode(ctx, node)
 				return n.Epoch, err
 			}}, "node.create", "type "+typ)
 			if errors.Is(err, db.ErrExists) {
@@ -107,6 +125,10 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		}
 		same, openErr := a.sameNode(n, info)
 		if same {
+			if n, err = a.setCapture(ctx, r, n, capture); err != nil {
+				a.changeFailed(w, r, "set capture", err)
+				return
+			}
 			if v1 {
 				writeJSON(w, http.StatusOK, a.view(n))
 			} else {
@@ -123,7 +145,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 			writeError(w, http.StatusConflict, msg)
 			return
 		}
-		a.updateNode(w, r, label, info)
+		a.updateNode(w, r, label, info, capture)
 		return
 	}
 	writeError(w, http.StatusConflict, "node "+quote(label)+" is being changed concurrently; try again")
@@ -131,7 +153,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 
 // updateNode replaces a node's type and info (/v1) and cuts its sessions:
 // they were opened against the old BMC.
-func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info) {
+func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info, capture *string) {
 	typ := string(info.Type())
 	sealed, err := a.types.Seal(label, info)
 	if err != nil {
@@ -153,7 +175,31 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, i
 		a.changeFailed(w, r, "update node", err)
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
+	defer cancel()
+	if n, err = a.setCapture(ctx, r, n, capture); err != nil {
+		a.changeFailed(w, r, "set capture", err)
+		return
+	}
 	writeJSON(w, http.StatusOK, a.view(n))
+}
+
+// setCapture sets n's capture if the body set one that differs (not an
+// access change: no session is cut), audited as node.capture.
+func (a *API) setCapture(ctx context.Context, r *http.Request, n db.Node, capture *string) (db.Node, error) {
+	if capture == nil || *capture == n.Capture {
+		return n, nil
+	}
+	n, err := a.store.SetCapture(ctx, n.Label, *capture)
+	if err != nil {
+		return n, err
+	}
+	detail := *capture
+	if detail == "" {
+		detail = "default"
+	}
+	a.auditEvent(r, db.AuditEvent{Node: n.Label, Actor: "admin", Action: "node.capture", Result: "ok", Detail: "capture " + detail})
+	return n, nil
 }
 
 // changeAccess is the one path of every access change made through the

@@ -165,7 +165,8 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.
 	}
 	defer s.End()
 	ctx := s.Context()
-	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, User: "token", Source: r.RemoteAddr, Session: g.session}, cmd)
+	res, err := a.runner.Do(ctx, commands.Request{Node: g.label, Actor: actorToken, User: "token", Source: r.RemoteAddr, Session: g.session,
+		Epoch: g.epoch}, cmd)
 	if err != nil {
 		a.commandError(w, r, ctx, g.label, cmd.Name, err)
 		return

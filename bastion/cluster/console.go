@@ -27,6 +27,12 @@ import (
 // epoch moved, this replica applies the change, which cuts the console
 // being opened: the open fails.
 func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
+	return b.open(ctx, false)
+}
+
+// open is OpenConsole; own (OpenOwnConsole) never relays: a lease held by
+// another replica is sol.ErrHeldElsewhere.
+func (b *bmc) open(ctx context.Context, own bool) (sol.Console, error) {
 	c := b.c
 	b.mu.Lock()
 	token := b.pending
@@ -61,6 +67,8 @@ func (b *bmc) OpenConsole(ctx context.Context) (sol.Console, error) {
 		case held.Owner == c.cfg.ReplicaID:
 			// A previous run of this replica (same ID) held it: wait.
 			lastErr = fmt.Errorf("SOL lease held by an earlier run of this replica until %s", held.ExpiresAt.Format(time.RFC3339))
+		case own:
+			return nil, fmt.Errorf("open console of %s: replica %s holds it: %w", b.label, held.Owner, sol.ErrHeldElsewhere)
 		case held.Addr == "":
 			lastErr = fmt.Errorf("SOL lease held by replica %s, which has no peer address", held.Owner)
 		default:

@@ -188,7 +188,7 @@ func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.
 		t.Fatal(err)
 	}
 	hub, err := sol.NewManager(sol.Config{Linger: 100 * time.Millisecond,
-		Backoff: sol.Backoff{Min: 20 * time.Millisecond, Max: 100 * time.Millisecond}}, c, quietLog())
+		Backoff: sol.Backoff{Min: 20 * time.Millisecond, Max: 100 * time.Millisecond}}, c, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -301,9 +301,20 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 		defer v.Close()
 		serveRelayRequests(ctx, v, roles, reqs, log)
 	}()
+	// The seed (the relay viewer's replay) goes first: roles that come
+	// before it wait for it.
+	seeded, rolesDue := false, false
 	for c := range v.Output() { // closed once the viewer has ended
-		var err error
+		seed, err := sendSeed(ch, c)
 		switch {
+		case err != nil:
+		case seed:
+			seeded = true
+			if rolesDue {
+				err = roles.send()
+			}
+		case c.Roles && !seeded:
+			rolesDue = true
 		case c.Roles:
 			err = roles.send()
 		case len(c.Data) > 0:
@@ -341,7 +352,9 @@ func (s *PeerServer) attachRelay(ctx context.Context, req consoleOpen, from stri
 			return errNotHolder
 		}
 		var err error
-		v, err = s.hub.Attach(ctx, req.Label, sol.AttachOptions{Name: "peer " + from, Relay: true})
+		// Its replay first (the seed): of the relaying replica's tenancy.
+		v, err = s.hub.Attach(ctx, req.Label, sol.AttachOptions{Name: "peer " + from, Relay: true,
+			Replay: true, Epoch: int64(req.Epoch)})
 		return err
 	})
 	return v, err

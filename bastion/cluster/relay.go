@@ -130,7 +130,13 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 		client.Close()
 		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, o.err)
 	}
-	r := &relayConsole{client: client, ch: o.ch, holder: holder.Owner, stop: make(chan struct{})}
+	seed, err := c.awaitSeed(ctx, o.reqs)
+	if err != nil {
+		o.ch.Close()
+		client.Close()
+		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
+	}
+	r := &relayConsole{client: client, ch: o.ch, holder: holder.Owner, seed: seed, stop: make(chan struct{})}
 	r.wg.Add(2)
 	go func() { // ends when the channel closes
 		defer r.wg.Done()
@@ -150,6 +156,7 @@ type relayConsole struct {
 	client *gossh.Client
 	ch     gossh.Channel
 	holder string
+	seed   []byte        // the holder's replay as the relay began (Seed)
 	stop   chan struct{} // closed by Close: the keepalive stops
 	wg     sync.WaitGroup
 	once   sync.Once

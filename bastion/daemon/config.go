@@ -160,6 +160,20 @@ type Config struct {
 	// is wrong.
 	DBOptions []db.Option `yaml:"-"`
 
+	// ConsoleCapture is console.capture under a top-level name: the
+	// capture of nodes whose registration sets none ("always": their link
+	// is held open with nobody attached and everything they print is
+	// recorded; "attached": open while someone watches; default: always
+	// for ipmi and ipmitool nodes, attached for the others).
+	ConsoleCapture string `yaml:"console_capture"`
+	// HistoryBytes bounds the console history kept per tenancy (default
+	// 1 MiB, at least 64 KiB): the oldest output goes first.
+	HistoryBytes int `yaml:"history_bytes"`
+	// HistoryRetention keeps the history of an ended tenancy (an access
+	// change ends it) this long, for admins only (default 0: deleted at
+	// once).
+	HistoryRetention time.Duration `yaml:"history_retention"`
+
 	// Each component's own settings, as its package documents them (keys
 	// and defaults): the console hub, the session registry, the cluster's
 	// tunables, and the BMC drivers (a Redfish node's serial console uses
@@ -297,6 +311,7 @@ func (c *Config) aliases() error {
 		alias(&c.Console.Linger, c.Linger, "linger", "console.linger"),
 		alias(&c.Console.QueueBytes, c.ViewerQueue, "viewer_queue", "console.viewer_queue"),
 		alias(&c.Console.DropSlow, c.DropSlowViewers, "drop_slow_viewers", "console.drop_slow_viewers"),
+		alias(&c.Console.Capture, c.ConsoleCapture, "console_capture", "console.capture"),
 		alias(&c.Sessions.MaxPerNode, c.MaxSessionsPerNode, "max_sessions_per_node", "sessions.max_per_node"),
 		alias(&c.Sessions.MaxPerSource, c.MaxSessionsPerSource, "max_sessions_per_source", "sessions.max_per_source"),
 		alias(&c.Sessions.MaxPerSourceHTTP, c.MaxHTTPSessionsPerSource, "max_http_sessions_per_source",

@@ -51,6 +51,7 @@ type Daemon struct {
 	types    *nodes.Table
 	resolver *nodes.Resolver
 	consoles *sol.Manager
+	history  *consoleHistory // history.go
 	reg      *sessions.Registry
 	metrics  *metrics.Registry
 	revoker  *access.Revoker
@@ -124,6 +125,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(d.servePeer)
+	g.Go(func() error { return d.runCapture(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
 		return d.shutdown(loops.Wait)
@@ -145,6 +147,9 @@ func (d *Daemon) shutdown(waitLoops func()) error {
 	var errs []error
 	if err := d.consoles.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close consoles: %w", err))
+	}
+	if err := d.history.close(ctx); err != nil { // after the hub: nothing writes
+		errs = append(errs, err)
 	}
 	// Every session has been told and has ended: SSH connections still open
 	// belong to clients that have not hung up yet (x/crypto clients, an
@@ -221,6 +226,11 @@ func (d *Daemon) closeAll() {
 	if d.consoles != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		d.consoles.Close(ctx)
+		cancel()
+	}
+	if d.history != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d.history.close(ctx)
 		cancel()
 	}
 	if d.store != nil {

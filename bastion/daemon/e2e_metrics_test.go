@@ -2,11 +2,13 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/sim"
 )
 
@@ -103,4 +105,26 @@ func metricSample(exposition, series string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// TestMetricsCaptured: /metrics counts the links held for capture by
+// state: a node whose BMC answers is up, one whose BMC fails keeps
+// retrying and is down; the history's counters move as output is recorded.
+func TestMetricsCaptured(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	o.Lab().BMC("broken", sim.ModeNormal).SetFail(errors.New("BMC unreachable"))
+	o.addSimNode("broken")
+	tok := o.addSimNode("fine")
+	printUntilSeen(t, inject(o.Lab().BMC("fine", sim.ModeNormal)), "counted", o.logShows("fine", tok))
+	var m string
+	waitUntil(t, "one captured link up, one down", func() bool {
+		_, body := o.request("GET", "/metrics", nil, "", "")
+		m = string(body)
+		return strings.Contains(m, `obmd_console_captured_links{state="up"} 1`) &&
+			strings.Contains(m, `obmd_console_captured_links{state="down"} 1`)
+	})
+	if got, ok := metricSample(m, "obmd_history_written_bytes_total"); !ok || got < float64(len("<counted-1>\r\n")) {
+		t.Errorf("obmd_history_written_bytes_total: got %v (present %v), want the bytes recorded", got, ok)
+	}
 }

@@ -153,7 +153,16 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.consoles, err = sol.NewManager(d.cfg.Console, bmcs, d.log.WithField("part", "sol")); err != nil {
+	if d.history, err = d.newConsoleHistory(); err != nil {
+		return nil, err
+	}
+	hub := d.cfg.Console
+	if d.rep.cluster != nil {
+		// A replay waits for a link being opened to know whether it is a
+		// relay (the holder's replay) or held here (the history).
+		hub.RelayWait = max(d.cfg.Cluster.DialTimeout, 5*time.Second)
+	}
+	if d.consoles, err = sol.NewManager(hub, bmcs, d.history, d.log.WithField("part", "sol")); err != nil {
 		return nil, fmt.Errorf("console hub: %w", err)
 	}
 	return powerBMCs, nil
@@ -188,7 +197,8 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 	}
 	d.health = access.NewHealth(d.store, fence)
 	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout)
-	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers},
+	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers,
+		OnApply: d.history.applied},
 		d.consoles, d.reg, gate, d.log)
 	var err error
 	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout,
@@ -206,7 +216,7 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate, powerBMCs commands.Resolver) error {
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
-		Observe: d.metrics.ObservePower},
+		Observe: d.metrics.ObservePower, History: d.history},
 		powerBMCs, d.consoles, sessionList{d.allSessions(), d.consoles}, auditor{d.store, d.log}, d.log)
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
@@ -221,7 +231,8 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	}
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
-		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay},
+		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay,
+		History: d.history},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err

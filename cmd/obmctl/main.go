@@ -1,6 +1,7 @@
 // Command obmctl administers obmd over its HTTP admin API.
 //
-//	obmctl [global flags] node ls | node show LABEL | node add LABEL ... | node rm LABEL
+//	obmctl [global flags] node ls | node show LABEL | node add LABEL ... | node set LABEL --capture C | node rm LABEL
+//	obmctl [global flags] console-log LABEL [--since T] [--lines N] [--format raw|text|cast] [--timestamps] [--tenancy E]
 //	obmctl [global flags] token rotate LABEL | token revoke LABEL
 //	obmctl [global flags] key add LABEL FILE|- | key ls LABEL | key rm LABEL FINGERPRINT
 //	obmctl [global flags] sessions [LABEL] | kick ID | audit [--node N] [--since T] [--limit N]
@@ -48,9 +49,13 @@ func usageErr(format string, a ...any) error {
 const usage = `usage: obmctl [--url URL] [--token-file FILE] [--json] COMMAND
   node ls                       list nodes
   node show LABEL               one node (never its BMC password)
-  node add LABEL --type T --addr A [--user U] [--port P] [--cipher C] [--interface I]
+  node add LABEL --type T --addr A [--user U] [--port P] [--cipher C] [--interface I] [--capture C]
                                 register (or change) a node; the BMC password comes from
                                 --pass-file FILE, OBMD_BMC_PASS, or a prompt
+  node set LABEL --capture C    console capture: always (recorded with nobody attached),
+                                attached, or default (always for ipmi and ipmitool)
+  console-log LABEL [--since T] [--lines N] [--format raw|text|cast] [--timestamps] [--tenancy E]
+                                the console history of the current (or a kept) tenancy
   node rm LABEL                 delete a node (cuts its sessions)
   token rotate LABEL            issue a new token (printed once; cuts the node's sessions)
   token revoke LABEL            revoke the token (cuts the node's sessions)
@@ -117,6 +122,10 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv f
 		return c.nodeShow(args[1:])
 	case cmd == "node" && sub == "add":
 		return c.nodeAdd(args[1:], stdin, stderr, getenv)
+	case cmd == "node" && sub == "set":
+		return c.nodeSet(args[1:])
+	case cmd == "console-log":
+		return c.consoleLog(args)
 	case cmd == "node" && sub == "rm":
 		return c.simple("DELETE", "/v1/nodes/%s", args[1:], "deleted")
 	case cmd == "token" && sub == "rotate":
@@ -256,6 +265,7 @@ func (c *client) table(header string, rows [][]string) {
 type node struct {
 	Label     string    `json:"label"`
 	Type      string    `json:"type"`
+	Capture   string    `json:"capture"`
 	Addr      string    `json:"addr"`
 	Port      int       `json:"port"`
 	User      string    `json:"user"`
@@ -303,8 +313,12 @@ func (c *client) nodeShow(args []string) error {
 		}
 		return *p
 	}
-	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ntoken:    %v\nkeys:     %d\nsessions: %d\n",
-		n.Label, n.Type, hostPort(n), n.User, n.HasToken != nil && *n.HasToken, deref(n.Keys), deref(n.Sessions))
+	capture := n.Capture
+	if capture == "" {
+		capture = "default"
+	}
+	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ncapture:  %s\ntoken:    %v\nkeys:     %d\nsessions: %d\n",
+		n.Label, n.Type, hostPort(n), n.User, capture, n.HasToken != nil && *n.HasToken, deref(n.Keys), deref(n.Sessions))
 	return nil
 }
 
@@ -322,6 +336,7 @@ func (c *client) nodeAdd(args []string, stdin io.Reader, stderr io.Writer, geten
 	cipher := fs.Int("cipher", -1, "IPMI cipher suite (default: the driver's, 3)")
 	iface := fs.String("interface", "", "ipmitool interface: lan or lanplus")
 	passFile := fs.String("pass-file", "", "file holding the BMC password")
+	capture := fs.String("capture", "", "always, attached or default")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageErr("%v", err)
 	}
@@ -345,7 +360,15 @@ func (c *client) nodeAdd(args []string, stdin io.Reader, stderr io.Writer, geten
 			info["interface"] = *iface
 		}
 	}
-	if err := c.call("PUT", "/v1/nodes/"+esc(label), map[string]any{"type": *typ, "info": info}, nil); err != nil {
+	body := map[string]any{"type": *typ, "info": info}
+	if *capture != "" {
+		v, err := captureValue(*capture)
+		if err != nil {
+			return err
+		}
+		body["capture"] = v
+	}
+	if err := c.call("PUT", "/v1/nodes/"+esc(label), body, nil); err != nil {
 		return done(err)
 	}
 	fmt.Fprintf(c.out, "%s: registered\n", label)

@@ -22,7 +22,8 @@ func startDaemon(t *testing.T) *daemon.Daemon {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(&bytes.Buffer{})
-	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: t.TempDir()}, log)
+	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: t.TempDir(),
+		ConsoleCapture: "attached"}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +87,13 @@ func TestObmctl(t *testing.T) {
 		{"health", "", []string{"health"}, 0, "/readyz: 200", ""},
 		{"revoke", "", []string{"token", "revoke", "n1"}, 0, "token revoked", ""},
 		{"delete", "", []string{"node", "rm", "n1"}, 0, "deleted", ""},
+		{"add captured node", "", []string{"node", "add", "n5", "--type", "sim", "--addr", "sim", "--capture", "always"}, 0, "n5: registered", ""},
+		{"show capture", "", []string{"node", "show", "n5"}, 0, "capture:  always", ""},
+		{"bad capture", "", []string{"node", "set", "n5", "--capture", "sometimes"}, 2, "", "always, attached or default"},
+		{"set capture", "", []string{"node", "set", "n5", "--capture", "default"}, 0, "n5: capture default", ""},
+		{"show default capture", "", []string{"node", "show", "n5"}, 0, "capture:  default", ""},
+		{"console-log", "", []string{"console-log", "n5", "--format", "cast"}, 0, `"version":2`, ""},
+		{"console-log of no node", "", []string{"console-log", "nope"}, 1, "", "no node"},
 		{"unknown node", "", []string{"node", "show", "nope"}, 1, "", "not found"},
 		{"unknown command", "", []string{"frob"}, 2, "", "unknown command"},
 	}

@@ -229,6 +229,8 @@ func TestBinaryHILFlow(t *testing.T) {
 		// tokens and admin credentials), past the default guessing limit,
 		// which would then lock this client out of the rest.
 		env["OBMD_AUTH_LIMITS_PER_SOURCE"] = "100"
+		// bmc1 is at an address nobody answers: no link is held for it.
+		env["OBMD_CONSOLE_CAPTURE"] = "attached"
 		p := startObmd(t, env, loopbackArgs(state)...)
 		admin := p.adminToken()
 		firstHostKey := p.HostKey

@@ -21,7 +21,7 @@ func TestInputAcrossReconnects(t *testing.T) {
 	const rounds = 6
 	b, s := newSimBMC(t, fastConfig)
 	m, err := sol.NewManager(sol.Config{Backoff: sol.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}},
-		oneBMC{b}, testLogger(t))
+		oneBMC{b}, nil, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,191 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol/history"
+)
+
+// History is what the admin API reads of the console history: the
+// daemon's recorder (Read merges what is stored with what this replica
+// has not flushed yet), and the tenancies the database keeps.
+type History interface {
+	Read(ctx context.Context, q history.Query) ([]history.Chunk, error)
+	Tenancies(ctx context.Context, node string) ([]db.Tenancy, error)
+	// Epoch is the node's current access epoch: its current tenancy.
+	Epoch(ctx context.Context, label string) (int64, error)
+}
+
+// consoleLog is GET /v1/nodes/{label}/console-log: a tenancy's console
+// history, the node's current one or, with tenancy=EPOCH, any kept one
+// (also of a node deleted since), in format=raw (default; the bytes as
+// the node sent them), text (markers as "[obmd: ...]" lines;
+// timestamps=1 stamps each line) or cast (asciicast v2). since=10m or
+// RFC 3339 and lines=N narrow it.
+func (a *API) consoleLog(w http.ResponseWriter, r *http.Request) {
+	label, valid := a.historyLabel(w, r)
+	if !valid {
+		return
+	}
+	q, f, opts, err := a.logQuery(r, label)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.ChangeTimeout)
+	defer cancel()
+	if q.Epoch == 0 {
+		if q.Epoch, err = a.cfg.History.Epoch(ctx, label); errors.Is(err, db.ErrNotFound) {
+			writeError(w, http.StatusNotFound, "no node "+quote(label)+" (a kept tenancy of a deleted node: tenancy=EPOCH)")
+			return
+		} else if err != nil {
+			a.storeError(w, r, "read node epoch", err)
+			return
+		}
+	}
+	chunks, err := a.cfg.History.Read(ctx, q)
+	switch {
+	case errors.Is(err, history.ErrNoTenancy):
+		writeError(w, http.StatusNotFound, "no tenancy "+strconv.FormatInt(q.Epoch, 10)+" of node "+quote(label))
+		return
+	case err != nil:
+		a.storeError(w, r, "read console history", err)
+		return
+	}
+	types := map[history.Format]string{history.FormatRaw: "application/octet-stream",
+		history.FormatText: "text/plain; charset=utf-8", history.FormatCast: "application/x-asciicast"}
+	w.Header().Set("Content-Type", types[f])
+	enc, _ := history.NewEncoder(w, f, opts) // f was parsed
+	for _, c := range chunks {
+		if err := enc.Encode(c); err != nil {
+			return // the client left
+		}
+	}
+	_ = enc.Close()
+}
+
+// historyLabel is the node label of a history route; on failure (or with
+// no history) it has answered.
+func (a *API) historyLabel(w http.ResponseWriter, r *http.Request) (string, bool) {
+	label, valid := pathLabel(w, r)
+	if valid && a.cfg.History == nil {
+		notFound(w)
+		return "", false
+	}
+	return label, valid
+}
+
+// logQuery parses console-log's parameters; Epoch 0 means the current
+// tenancy.
+func (a *API) logQuery(r *http.Request, label string) (history.Query, history.Format, history.Options, error) {
+	p := r.URL.Query()
+	q := history.Query{Node: label, Admin: true}
+	var opts history.Options
+	f := history.FormatRaw
+	var err error
+	if s := p.Get("format"); s != "" {
+		if f, err = history.ParseFormat(s); err != nil {
+			return q, f, opts, errors.New("format must be raw, text or cast")
+		}
+	}
+	opts.Timestamps = p.Get("timestamps") == "1" || p.Get("timestamps") == "true"
+	if s := p.Get("tenancy"); s != "" {
+		if q.Epoch, err = strconv.ParseInt(s, 10, 64); err != nil || q.Epoch <= 0 {
+			return q, f, opts, errors.New("tenancy must be a tenancy's epoch (GET /v1/nodes/{label}/tenancies)")
+		}
+	}
+	if s := p.Get("lines"); s != "" {
+		if q.Lines, err = strconv.Atoi(s); err != nil || q.Lines <= 0 || q.Lines > 1_000_000 {
+			return q, f, opts, errors.New("lines must be a number from 1 to 1000000")
+		}
+	}
+	if s := p.Get("since"); s != "" {
+		if d, err := time.ParseDuration(s); err == nil && d > 0 {
+			q.Since = a.cfg.Now().Add(-d)
+		} else if q.Since, err = time.Parse(time.RFC3339, s); err != nil {
+			return q, f, opts, errors.New("since must be a duration (10m) or an RFC 3339 time")
+		}
+	}
+	return q, f, opts, nil
+}
+
+// tenancyView is a stored tenancy as GET /v1/nodes/{label}/tenancies
+// shows it.
+type tenancyView struct {
+	Epoch     int64      `json:"tenancy"`
+	Current   bool       `json:"current"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	PurgeAt   *time.Time `json:"purge_at,omitempty"`
+	Bytes     int64      `json:"bytes"`
+}
+
+// tenancies is GET /v1/nodes/{label}/tenancies: the node's stored
+// tenancies, oldest first (the current one, and the ended ones kept with
+// history_retention).
+func (a *API) tenancies(w http.ResponseWriter, r *http.Request) {
+	label, valid := a.historyLabel(w, r)
+	if !valid {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.ChangeTimeout)
+	defer cancel()
+	ts, err := a.cfg.History.Tenancies(ctx, label)
+	if err != nil {
+		a.storeError(w, r, "list tenancies", err)
+		return
+	}
+	out := []tenancyView{}
+	for _, t := range ts {
+		v := tenancyView{Epoch: t.Epoch, Current: t.Current, StartedAt: t.StartedAt.UTC(), Bytes: t.Bytes}
+		if !t.EndedAt.IsZero() {
+			e, p := t.EndedAt.UTC(), t.PurgeAt.UTC()
+			v.EndedAt, v.PurgeAt = &e, &p
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"node": label, "tenancies": out})
+}
+
+// captureBody is the body of PUT /v1/nodes/{label}/capture.
+type captureBody struct {
+	Capture *string `json:"capture"`
+}
+
+// putCapture is PUT /v1/nodes/{label}/capture {"capture": "always" |
+// "attached" | ""}: the node's capture alone (no BMC info needed), not an
+// access change.
+func (a *API) putCapture(w http.ResponseWriter, r *http.Request) {
+	label, data, valid := a.labelBody(w, r)
+	if !valid {
+		return
+	}
+	if err := decode(data, &captureBody{}, true, "body"); err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	capture, err := nodeCapture(data)
+	if err != nil || capture == nil {
+		writeBodyError(w, badBody("field \"capture\" must be %q, %q or \"\" (the default)", db.CaptureAlways, db.CaptureAttached))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
+	defer cancel()
+	n, err := a.store.Node(ctx, label)
+	if err == nil {
+		n, err = a.setCapture(ctx, r, n, capture)
+	}
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no node "+quote(label))
+	case err != nil:
+		a.storeError(w, r, "set capture", err)
+	default:
+		writeJSON(w, http.StatusOK, a.view(n))
+	}
+}

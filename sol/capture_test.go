@@ -1,0 +1,155 @@
+package sol_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/history"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// histRig is a console history over a real SQLite database holding node
+// "n1": the History a Manager records in, as the daemon's.
+type histRig struct {
+	store *db.Store
+	rec   *history.Recorder
+	epoch int64
+}
+
+func newHistRig(t testing.TB) *histRig {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := db.Open(ctx, filepath.Join(t.TempDir(), "obmd.db"), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := st.CreateNode(ctx, db.Node{Label: "n1", Type: "sim", InfoSealed: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := history.New(history.Config{FlushInterval: 50 * time.Millisecond}, st, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rec.Close(context.Background()) })
+	return &histRig{store: st, rec: rec, epoch: n.Epoch}
+}
+
+// Open and Cut are sol.History's.
+func (h *histRig) Open(ctx context.Context, label string) (*history.Recording, error) {
+	epoch, err := h.store.Epoch(ctx, label)
+	if err != nil {
+		return nil, err
+	}
+	return h.rec.Open(label, epoch)
+}
+
+func (h *histRig) Cut(q history.Query) (*history.Cut, error) { return h.rec.Cut(q) }
+
+// output is n1's recorded output in its tenancy, as its tenant reads it.
+func (h *histRig) output(t *testing.T) string {
+	t.Helper()
+	chunks, err := h.rec.Read(testCtx(t), history.Query{Node: "n1", Epoch: h.epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, c := range chunks {
+		if c.Kind == history.KindOutput {
+			b.Write(c.Data)
+		}
+	}
+	return b.String()
+}
+
+func (h *histRig) manager(t testing.TB, lab *sim.Lab) *sol.Manager {
+	t.Helper()
+	m, err := sol.NewManager(sol.Config{Linger: 20 * time.Millisecond,
+		Backoff: sol.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}}, lab, h, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// heldN1 is a hub over a history rig and a simulated n1, holding n1.
+func heldN1(t *testing.T) (*histRig, *sim.Lab, *sim.BMC, *sol.Manager) {
+	t.Helper()
+	h := newHistRig(t)
+	lab := sim.NewLab()
+	bmc := lab.BMC("n1", sim.ModeNormal)
+	m := h.manager(t, lab)
+	if err := m.Hold("n1"); err != nil {
+		t.Fatal(err)
+	}
+	return h, lab, bmc, m
+}
+
+// TestHoldRecordsWithNoViewer: a held node's link opens with nobody
+// attached and what it prints is recorded; Stats counts it up (down while
+// its BMC fails); Release lets it close after linger.
+func TestHoldRecordsWithNoViewer(t *testing.T) {
+	h, _, bmc, m := heldN1(t)
+	waitConsole(t, bmc, true)
+	bmc.Inject([]byte("printed to nobody\r\n"))
+	waitFor(t, "the output recorded", func() bool { return strings.Contains(h.output(t), "printed to nobody") })
+	if st := m.Stats(); st.CapturedUp != 1 || st.CapturedDown != 0 || st.Viewers != 0 {
+		t.Errorf("stats: got %+v, want one captured link up and no viewer", st)
+	}
+	m.Release("n1")
+	waitConsole(t, bmc, false)
+	if got := m.Holding(); len(got) != 0 {
+		t.Errorf("holding after release: %v", got)
+	}
+}
+
+// TestHoldComesBackAfterCut: an access change (Cut) ends the tenancy, not
+// the capture: a held node gets a new link.
+func TestHoldComesBackAfterCut(t *testing.T) {
+	_, _, bmc, m := heldN1(t)
+	waitFor(t, "the first link up", func() bool { return m.Stats().Opens == 1 && m.Stats().CapturedUp == 1 })
+	m.Cut("n1", nil)
+	waitFor(t, "a second link", func() bool { return m.Stats().Opens >= 2 && bmc.ConsoleActive() })
+	if got := m.Holding(); len(got) != 1 || got[0] != "n1" {
+		t.Errorf("holding after a cut: %v, want [n1]", got)
+	}
+}
+
+// TestReplayFromHistory: a viewer's replay is its tenancy's history: also
+// on a new hub (a restart) whose scrollback ring is empty, and never the
+// history of another tenancy.
+func TestReplayFromHistory(t *testing.T) {
+	h, lab, bmc, m := heldN1(t)
+	waitConsole(t, bmc, true)
+	bmc.Inject([]byte("before the restart\r\n"))
+	waitFor(t, "the output recorded", func() bool { return strings.Contains(h.output(t), "before the restart") })
+	if err := m.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rec.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := h.manager(t, lab)
+	if got := m2.Scrollback("n1"); len(got) != 0 {
+		t.Fatalf("a new hub's ring: %q, want empty", got)
+	}
+	r := record(attach(t, m2, "n1", "after", sol.AttachOptions{Replay: true, Epoch: h.epoch}))
+	r.waitData(t, "before the restart\r\n")
+	other := record(attach(t, m2, "n1", "other tenancy", sol.AttachOptions{Replay: true, Epoch: h.epoch + 1000}))
+	bmc.Inject([]byte("live\r\n"))
+	other.waitData(t, "live\r\n")
+	if got := other.Data(); strings.Contains(got, "before the restart") {
+		t.Errorf("a viewer of another tenancy got %q in its replay", got)
+	}
+}

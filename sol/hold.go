@@ -1,0 +1,119 @@
+package sol
+
+import (
+	"errors"
+	"sort"
+)
+
+// Hold keeps label's console link open with nobody attached, until
+// Release: what capture "always" does, so that the node's history records
+// what it prints when no one watches. The link opens now if it is not open
+// yet, reconnects with the usual backoff while the BMC does not answer,
+// and comes back after a Cut (an access change ends the tenancy, not the
+// capture). A link held with nobody attached never relays: if another
+// replica holds the node's link (OwnConsoler, ErrHeldElsewhere), that one
+// captures it and the hold is dropped here, as it is once a held link has
+// become a relay and its last viewer leaves. A held node whose BMC has no
+// console at all (ErrNotSupported) stays held and closed, counted down in
+// Stats, until an access change of it (Cut) or Release. Holding a held
+// label does nothing; after Close it returns ErrShutdown (wrapped).
+func (m *Manager) Hold(label string) error {
+	if label == "" {
+		return errors.New("hold: empty node label")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.Join(errors.New("hold "+label), ErrShutdown)
+	}
+	if m.holds[label] {
+		return nil
+	}
+	m.holds[label] = true
+	if n := m.nodes[label]; n != nil {
+		n.mu.Lock()
+		n.held = true
+		n.mu.Unlock()
+		signal(n.wake) // no linger now
+		return nil
+	}
+	_, start := m.newNodeLocked(label)
+	start()
+	return nil
+}
+
+// Release ends label's hold: its link closes Linger after its last viewer
+// has left, as any other. Releasing a label not held does nothing.
+func (m *Manager) Release(label string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropHoldLocked(label)
+}
+
+// dropHoldLocked ends label's hold. m.mu is held.
+func (m *Manager) dropHoldLocked(label string) {
+	if !m.holds[label] {
+		return
+	}
+	delete(m.holds, label)
+	if n := m.nodes[label]; n != nil {
+		n.mu.Lock()
+		n.held = false
+		n.mu.Unlock()
+		signal(n.wake) // linger, if nobody is attached
+	}
+}
+
+// Holding lists the labels held, sorted.
+func (m *Manager) Holding() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.holds))
+	for label := range m.holds {
+		out = append(out, label)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// captured counts the held links whose console is up, and the others.
+func (m *Manager) captured() (up, down int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for label := range m.holds {
+		n := m.nodes[label]
+		if n == nil {
+			down++
+			continue
+		}
+		n.mu.Lock()
+		if n.up {
+			up++
+		} else {
+			down++
+		}
+		n.mu.Unlock()
+	}
+	return up, down
+}
+
+// letGo ends the hold of n, a node held with nobody attached, and retires
+// it with ErrDetached: another replica holds its link (ErrHeldElsewhere),
+// or it has become a relay and its last viewer left. It reports whether it
+// did (not if a viewer attached meanwhile). Owner only.
+func (n *node) letGo() bool {
+	m := n.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.viewers) > 0 || n.retired {
+		return n.retired
+	}
+	if m.nodes[n.label] == n {
+		delete(m.holds, n.label)
+	}
+	n.held = false
+	m.retireLocked(n, ErrDetached)
+	return true
+}

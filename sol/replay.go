@@ -1,0 +1,160 @@
+package sol
+
+import (
+	"context"
+	"time"
+
+	"github.com/obmd/obmd/sol/history"
+)
+
+// A replay is the last Config.Scrollback bytes of console output a viewer
+// gets before live output: on attach (AttachOptions.Replay) and on
+// Viewer.Replay. It sits in the viewer's queue as a job, in order with
+// live output and notices: the pump delivers it in its place, holding back
+// what was queued after it until it has been read. Its source is chosen
+// under the node's lock, where the link's output is published (so the
+// replay ends exactly where the viewer's live output begins):
+//   - the node's history, when this replica records the node (it holds
+//     the link) or, with no link yet, when it can hold no other way
+//     (Config.RelayWait zero): a history cut of the viewer's tenancy,
+//     read at once by the job's own goroutine (a cut holds the node's
+//     flushes off until it is read);
+//   - the ring, when the link relays another replica's (its ring starts
+//     with the holder's replay, Seeded), or with no history;
+//   - undecided while a link is being opened in cluster mode: the job
+//     waits for the link (which chooses when it comes up) at most
+//     RelayWait, then chooses itself.
+type replayJob struct {
+	n     *node
+	q     history.Query // Epoch 0: the ring
+	ready chan struct{} // closed once the source is chosen (a waiting job)
+	done  chan struct{} // closed once data is set
+
+	// Set under n.mu by choose; read by the job's goroutine after ready
+	// (or under n.mu).
+	chosen bool
+	cut    *history.Cut
+	data   []byte
+}
+
+// replayLocked queues a replay job for v and starts its reader; wait lets
+// it wait for a link being opened. n.mu is held.
+func (n *node) replayLocked(v *Viewer, wait bool) {
+	m := n.m
+	j := &replayJob{n: n, ready: make(chan struct{}), done: make(chan struct{})}
+	if m.hist != nil && v.epoch > 0 {
+		j.q = history.Query{Node: n.label, Epoch: v.epoch, MaxBytes: m.cfg.Scrollback + history.MaxChunkBytes}
+	}
+	wait = wait && j.q.Epoch > 0 && m.cfg.RelayWait > 0 && n.rec == nil && !n.relay && !n.retired
+	if wait {
+		n.waiting = append(n.waiting, j)
+	} else {
+		n.chooseLocked(j)
+	}
+	v.queueReplay(j)
+	m.wg.Add(1)
+	go func() { // owned by m.wg; ends once the replay is read (bounded)
+		defer m.wg.Done()
+		j.run(wait)
+	}()
+}
+
+// chooseLocked picks j's source now (see replayJob). n.mu is held.
+func (n *node) chooseLocked(j *replayJob) {
+	if j.chosen {
+		return
+	}
+	j.chosen = true
+	defer close(j.ready)
+	if j.q.Epoch > 0 && !n.relay && !n.retired {
+		if c, err := n.m.hist.Cut(j.q); err == nil {
+			j.cut = c
+			return
+		} else {
+			n.log.WithError(err).Warn("console_replay_cut_failed")
+		}
+	}
+	j.data = n.ring.bytes()
+}
+
+// chooseWaitingLocked picks the source of every waiting job: the link
+// has just come up (or the node retires). n.mu is held.
+func (n *node) chooseWaitingLocked() {
+	for _, j := range n.waiting {
+		n.chooseLocked(j)
+	}
+	n.waiting = nil
+}
+
+// endReplaysLocked ends the waiting jobs of a retiring node with nothing
+// (its viewers have ended). n.mu is held.
+func (n *node) endReplaysLocked() {
+	for _, j := range n.waiting {
+		if !j.chosen {
+			j.chosen = true
+			close(j.ready)
+		}
+	}
+	n.waiting = nil
+}
+
+// run is the job's reader: it waits for the source to be chosen (at most
+// RelayWait, then chooses itself), reads a history cut, and sets data.
+func (j *replayJob) run(wait bool) {
+	defer close(j.done)
+	n := j.n
+	if wait {
+		t := time.NewTimer(n.m.cfg.RelayWait)
+		select {
+		case <-j.ready:
+		case <-t.C:
+			n.mu.Lock()
+			for i, w := range n.waiting {
+				if w == j {
+					n.waiting = append(n.waiting[:i], n.waiting[i+1:]...)
+					break
+				}
+			}
+			n.chooseLocked(j)
+			n.mu.Unlock()
+		}
+		t.Stop()
+	}
+	if j.cut == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.m.cfg.OpenTimeout)
+	defer cancel()
+	chunks, err := j.cut.Read(ctx)
+	if err != nil {
+		n.log.WithError(err).Debug("console_replay_read_failed") // ErrEnded: the session is being cut
+		return
+	}
+	j.data = lastOutput(chunks, n.m.cfg.Scrollback)
+}
+
+// lastOutput is the last limit bytes of the console output in chunks.
+func lastOutput(chunks []history.Chunk, limit int) []byte {
+	size := 0
+	first := len(chunks)
+	for first > 0 && size < limit {
+		first--
+		if chunks[first].Kind == history.KindOutput {
+			size += len(chunks[first].Data)
+		}
+	}
+	out := make([]byte, 0, min(size, limit))
+	skip := max(size-limit, 0)
+	for _, c := range chunks[first:] {
+		if c.Kind != history.KindOutput {
+			continue
+		}
+		d := c.Data
+		if skip > 0 {
+			k := min(skip, len(d))
+			d, skip = d[k:], skip-k
+		}
+		out = append(out, d...)
+	}
+	return out
+}
