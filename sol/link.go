@@ -564,19 +564,6 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 	}
 }
 
-// sendCtl sends the role messages queued for arb (none without one).
-func (n *node) sendCtl(arb Arbiter) error {
-	if arb == nil {
-		return nil
-	}
-	for _, m := range n.takeCtl(arb) {
-		if err := arb.Tell(m); err != nil {
-			return fmt.Errorf("tell the console's holder: %w", err)
-		}
-	}
-	return nil
-}
-
 // sendInput writes up to limit (at most maxWrite) pending input bytes to
 // con; it returns what it took. What a failed Write did not deliver goes
 // back to the head of the pending input, for the next link: input in flight

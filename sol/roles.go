@@ -320,6 +320,19 @@ func (n *node) stopRolesLocked() {
 	n.linked, n.arb, n.ctl = false, nil, nil
 }
 
+// sendCtl sends the role messages queued for arb (none without one).
+func (n *node) sendCtl(arb Arbiter) error {
+	if arb == nil {
+		return nil
+	}
+	for _, m := range n.takeCtl(arb) {
+		if err := arb.Tell(m); err != nil {
+			return fmt.Errorf("tell the console's holder: %w", err)
+		}
+	}
+	return nil
+}
+
 // takeCtl removes the role messages queued for arb.
 func (n *node) takeCtl(arb Arbiter) []RoleMsg {
 	n.mu.Lock()
