@@ -32,6 +32,10 @@
 //	                            --follow: then the live output until the session ends
 //	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none);
 //	                            USER and REMOTE only on the requester's own sessions ("-" otherwise)
+//	doctor                      one line per step checked, "ok" or "FAIL", its name and result (on
+//	                            failure "; what to do: " and a hint), then "node-17: doctor: all 4
+//	                            checks passed" or "node-17: doctor: sol failed (...)"; the tenant's
+//	                            texts only (sol.Check.Tenant): never the BMC's address
 //	version                     the version string
 //	help [COMMAND]              the usage text
 //
@@ -50,6 +54,8 @@
 //	                "user" and "remote" only with "own": true (the requester's own session:
 //	                the same credential from the same host); "writer" and "own" omitted if false
 //	version         "version": string
+//	doctor          "checks": [{"name","ok","result","hint"}] (hint only on a failed step),
+//	                also when a step failed (then with "ok": false and "error")
 //	help            "help": the usage text
 //	power-on, power-off, power-cycle, power-reset: nothing more
 //
@@ -75,6 +81,8 @@ package commands
 import (
 	"errors"
 	"time"
+
+	"github.com/obmd/obmd/sol"
 )
 
 // Exit codes, the contract with scripts.
@@ -133,6 +141,7 @@ const (
 	CmdConsole     Name = "console"
 	CmdConsoleLog  Name = "console-log"
 	CmdSessions    Name = "sessions"
+	CmdDoctor      Name = "doctor"
 	CmdHelp        Name = "help"
 	CmdVersion     Name = "version"
 )
@@ -184,6 +193,9 @@ type Result struct {
 	Text     string        `json:"-"` // the text rendering: a line for power ops; the body for help, version, console-log, sessions
 	Sessions []SessionInfo `json:"sessions,omitempty"`
 	Version  string        `json:"version,omitempty"`
+	// Checks is a doctor run's diagnosis, in order; also set when its last
+	// step failed (Do then returns a *CheckError as well).
+	Checks []sol.Check `json:"-"`
 	// Error is the failure, safe to show; set only on results that render an
 	// error (WriteError). Empty means the command succeeded ("ok": true).
 	Error string `json:"error,omitempty"`

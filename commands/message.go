@@ -46,7 +46,10 @@ func Message(err error) string {
 func reason(err error) string {
 	var te *timeoutError
 	var be *BusyError
+	var ce *CheckError
 	switch {
+	case errors.As(err, &ce):
+		return ce.Check.Name + ": " + ce.Check.Tenant
 	case errors.As(err, &be):
 		return be.Error()
 	case errors.Is(err, ErrBusy):

@@ -40,6 +40,8 @@ func specs() []spec {
 		{CmdBootdev, "DEVICE [--persistent]", "next boot device: pxe|disk|bios|cdrom|none",
 			"DEVICE: pxe, disk, bios, cdrom or none.\n--persistent: every boot, not only the next one."},
 		{CmdSessions, "", "list the live sessions on this node", ""},
+		{CmdDoctor, "", "check the BMC step by step, changing nothing",
+			"Checks, in order, the BMC's address, the login, the power status and the\nconsole (for Redfish also the service, the system and its resets), stops at\nthe first that fails and says what to do about it. Exit 0 only if all pass."},
 		{CmdHelp, "[COMMAND]", "print this help, or one command's", ""},
 		{CmdVersion, "", "print the obmd version", ""},
 	}

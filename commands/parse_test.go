@@ -129,6 +129,8 @@ func TestParse(t *testing.T) {
 		{"console-log follow json", []string{"console-log", "--follow", "--json"}, Command{Name: CmdConsoleLog, Follow: true, JSON: true},
 			"--json does not go", CmdConsoleLog},
 		{"sessions", []string{"sessions"}, Command{Name: CmdSessions}, "", ""},
+		{"doctor", []string{"doctor"}, Command{Name: CmdDoctor}, "", ""},
+		{"doctor json", []string{"doctor", "--json"}, Command{Name: CmdDoctor, JSON: true}, "", ""},
 		{"help", []string{"help"}, Command{Name: CmdHelp}, "", ""},
 		{"help topic", []string{"help", "bootdev"}, Command{Name: CmdHelp, Topic: CmdBootdev}, "", ""},
 		{"dash h", []string{"-h"}, Command{Name: CmdHelp}, "", ""},
@@ -165,6 +167,8 @@ func TestParse(t *testing.T) {
 		{"lines empty", []string{"console-log", "--lines="}, Command{Name: CmdConsoleLog}, "from 1 to 100000", CmdConsoleLog},
 		{"lines positional", []string{"console-log", "10"}, Command{Name: CmdConsoleLog}, "unexpected argument", CmdConsoleLog},
 		{"console extra", []string{"console", "now"}, Command{Name: CmdConsole}, "unexpected argument", CmdConsole},
+		{"doctor extra", []string{"doctor", "sol"}, Command{Name: CmdDoctor}, `doctor: unexpected argument "sol"`, CmdDoctor},
+		{"doctor flag", []string{"doctor", "--force"}, Command{Name: CmdDoctor}, "unknown flag", CmdDoctor},
 		{"help unknown topic", []string{"help", "foo"}, Command{Name: CmdHelp}, `unknown command "foo"`, ""},
 		{"help two topics", []string{"help", "power-on", "power-off"}, Command{Name: CmdHelp, Topic: CmdPowerOn}, "unexpected argument", CmdHelp},
 		{"long arg cut", []string{"power-on", strings.Repeat("x", 200)}, Command{Name: CmdPowerOn}, `"...`, CmdPowerOn},
@@ -205,7 +209,7 @@ func TestParse(t *testing.T) {
 func TestUsageListsEveryCommand(t *testing.T) {
 	u := Usage()
 	for _, name := range []Name{CmdPowerStatus, CmdPowerOn, CmdPowerOff, CmdPowerCycle, CmdPowerReset,
-		CmdBootdev, CmdConsole, CmdConsoleLog, CmdSessions, CmdHelp, CmdVersion} {
+		CmdBootdev, CmdConsole, CmdConsoleLog, CmdSessions, CmdDoctor, CmdHelp, CmdVersion} {
 		if !strings.Contains(u, "\n  "+string(name)) {
 			t.Errorf("usage lacks %s:\n%s", name, u)
 		}

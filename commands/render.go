@@ -24,7 +24,7 @@ func (r *Runner) Run(ctx context.Context, req Request, cmd Command, stdout, stde
 	}
 	res, err := r.Do(ctx, req, cmd)
 	if err != nil {
-		return WriteError(stdout, stderr, req.Node, cmd, err)
+		return writeFailure(stdout, stderr, res, cmd, err)
 	}
 	if err := Render(stdout, res, cmd.JSON); err != nil {
 		// The command was done; only its report was lost (client gone).
@@ -61,14 +61,24 @@ func Render(w io.Writer, res Result, asJSON bool) error {
 // With cmd.JSON, stdout also gets one JSON object
 // {"node","command","ok":false,"error"}.
 func WriteError(stdout, stderr io.Writer, node string, cmd Command, err error) int {
+	return writeFailure(stdout, stderr, Result{Node: node, Command: cmd.Name}, cmd, err)
+}
+
+// writeFailure is WriteError for a command whose failed run still has
+// something to show (a doctor run's steps, res.Text): that goes to stdout
+// first, in text or, with the error, in the JSON object.
+func writeFailure(stdout, stderr io.Writer, res Result, cmd Command, err error) int {
 	if err == nil {
 		return ExitOK
 	}
 	msg := clean(Message(err), maxErrorText)
+	// Write errors are ignored: the exit code is what still reaches the
+	// client.
 	if cmd.JSON {
-		// Write errors are ignored: the exit code is what still reaches
-		// the client.
-		_ = Render(stdout, Result{Node: node, Command: cmd.Name, Error: msg}, true)
+		res.Error = msg
+		_ = Render(stdout, res, true)
+	} else if res.Text != "" {
+		_ = Render(stdout, res, false)
 	}
 	var b strings.Builder
 	b.WriteString("obmd: " + msg + "\n")
@@ -98,8 +108,12 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Sessions   *[]SessionInfo `json:"sessions,omitempty"`
 		Version    *string        `json:"version,omitempty"`
 		Help       *string        `json:"help,omitempty"`
+		Checks     []checkJSON    `json:"checks,omitempty"`
 	}
 	w := wire{Node: r.Node, Command: string(r.Command), OK: r.Error == "", Error: r.Error}
+	if r.Command == CmdDoctor {
+		w.Checks = tenantChecks(r.Checks)
+	}
 	if w.OK {
 		switch r.Command {
 		case CmdPowerStatus:

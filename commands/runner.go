@@ -197,6 +197,8 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 		if cmd.Device == "" {
 			return res, usagef(CmdBootdev, "bootdev needs a device: pxe, disk, bios, cdrom or none")
 		}
+	case CmdDoctor:
+		return r.doctor(ctx, req)
 	}
 	op, ok := opFor(cmd)
 	if !ok {
@@ -372,6 +374,12 @@ func (r *Runner) record(ctx context.Context, req Request, action, result, detail
 	if r.cfg.Observe != nil {
 		r.cfg.Observe(action, result, took)
 	}
+	r.note(ctx, req, action, result, detail, err, "power operation")
+}
+
+// note audits one action and logs it at Info as msg (record, without the
+// power metrics).
+func (r *Runner) note(ctx context.Context, req Request, action, result, detail string, err error, msg string) {
 	r.audit.Audit(context.WithoutCancel(ctx), Event{
 		Node:   req.Node,
 		Actor:  req.Actor,
@@ -391,7 +399,7 @@ func (r *Runner) record(ctx context.Context, req Request, action, result, detail
 	if err != nil {
 		l = l.WithError(err)
 	}
-	l.Info("power operation")
+	l.Info(msg)
 }
 
 // lastLines returns the last n lines of b (all of b when n <= 0). A final

@@ -38,8 +38,10 @@ type IPMIOptions struct {
 	OnSOLEnable func(ctx context.Context, e SOLEnabled) `yaml:"-"`
 	// ConsoleHeld, when set, reports whether obmd (this replica or another)
 	// holds the SOL link of the node label, so that a diagnosis can tell
-	// obmd's own active payload from someone else's. Nil: obmd holds none.
-	ConsoleHeld func(label string) bool `yaml:"-"`
+	// obmd's own active payload from someone else's. It may ask the
+	// database (the cluster's SOL lease), within ctx; it must not call
+	// back into the driver. Nil: obmd holds none.
+	ConsoleHeld func(ctx context.Context, label string) bool `yaml:"-"`
 }
 
 // DefaultCipherOrder is the order of cipher suites tried when a node names
@@ -106,8 +108,8 @@ func (o IPMIOptions) WithDefaults(supported func(int) bool) (IPMIOptions, error)
 }
 
 // Held reports whether obmd holds label's SOL link (ConsoleHeld).
-func (o IPMIOptions) Held(label string) bool {
-	return o.ConsoleHeld != nil && o.ConsoleHeld(label)
+func (o IPMIOptions) Held(ctx context.Context, label string) bool {
+	return o.ConsoleHeld != nil && o.ConsoleHeld(ctx, label)
 }
 
 // Ciphers remembers, per node, the IPMI cipher suite that last opened a

@@ -135,7 +135,7 @@ func TestNegotiate(t *testing.T) {
 func TestIPMIOptionsDefaults(t *testing.T) {
 	all := func(int) bool { return true }
 	o, err := sol.IPMIOptions{}.WithDefaults(all)
-	if err != nil || !slices.Equal(o.CipherOrder, []int{17, 3}) || o.SOLEnable != sol.SOLEnableAuto || o.Held("n") {
+	if err != nil || !slices.Equal(o.CipherOrder, []int{17, 3}) || o.SOLEnable != sol.SOLEnableAuto || o.Held(context.Background(), "n") {
 		t.Errorf("zero value: got %+v, %v; want order 17, 3, sol_enable auto", o, err)
 	}
 	for _, bad := range []sol.IPMIOptions{
@@ -147,8 +147,8 @@ func TestIPMIOptionsDefaults(t *testing.T) {
 			t.Errorf("%+v: got nil error, want one", bad)
 		}
 	}
-	held := sol.IPMIOptions{ConsoleHeld: func(l string) bool { return l == "n1" }}
-	if !held.Held("n1") || held.Held("n2") {
+	held := sol.IPMIOptions{ConsoleHeld: func(_ context.Context, l string) bool { return l == "n1" }}
+	if !held.Held(context.Background(), "n1") || held.Held(context.Background(), "n2") {
 		t.Error("Held: want the hook's answer")
 	}
 }

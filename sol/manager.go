@@ -322,6 +322,23 @@ func (m *Manager) Viewers(label string) []ViewerInfo {
 	return out
 }
 
+// LinkUp reports whether label's link has an established console: this
+// hub holds the node's SOL payload (or, in a cluster, a relay to the
+// replica that does). Doctor asks it to tell obmd's payload from another's.
+func (m *Manager) LinkUp(label string) bool {
+	m.mu.Lock()
+	n := m.nodes[label]
+	m.mu.Unlock()
+	return n != nil && n.established()
+}
+
+// established reports whether n's console is up and n still serves.
+func (n *node) established() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.up && !n.retired
+}
+
 // Scrollback returns a copy of label's scrollback: what the node printed
 // since its link (or the last Cut) began, up to Config.Scrollback bytes.
 // It is empty when the node has no link.

@@ -357,13 +357,22 @@ func TestLinger(t *testing.T) {
 		lab := sim.NewLab()
 		b := lab.BMC("n1", sim.ModeNormal)
 		m := newManager(t, sol.Config{Linger: 30 * time.Millisecond}, lab)
+		if m.LinkUp("n1") {
+			t.Error("LinkUp before any viewer: got true, want false")
+		}
 		v := attach(t, m, "n1", "one", sol.AttachOptions{})
 		waitConsole(t, b, true)
 		b.Inject([]byte("hello\r\n"))
 		waitFor(t, "scrollback", func() bool { return len(m.Scrollback("n1")) > 0 })
+		if !m.LinkUp("n1") || m.LinkUp("n2") {
+			t.Errorf("LinkUp with a console open: got n1 %v, n2 %v; want true, false", m.LinkUp("n1"), m.LinkUp("n2"))
+		}
 		v.Close()
 		waitConsole(t, b, false)
 		waitFor(t, "the link to go", func() bool { return m.Stats().Links == 0 })
+		if m.LinkUp("n1") {
+			t.Error("LinkUp after the link closed: got true, want false")
+		}
 		if got := m.Scrollback("n1"); len(got) != 0 {
 			t.Errorf("got scrollback %q after the link closed, want none", got)
 		}

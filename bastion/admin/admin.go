@@ -87,6 +87,10 @@ type Config struct {
 	// error wrapping db.ErrWriteStuck is reported as writes not
 	// completing; any other as the database not reachable.
 	Ready func(ctx context.Context) error
+	// CipherInUse, if set, tells the IPMI cipher suite this replica last
+	// negotiated with a node's BMC (sol.Ciphers.Suite), which the node
+	// views show as "cipher_in_use".
+	CipherInUse func(label string) (suite int, ok bool)
 	// Authenticated, if set, is called with the request's context once a
 	// request has presented the admin credential: the wiring then spares
 	// its connection from every cap (conncap.TrustContext).
@@ -269,6 +273,7 @@ func (a *API) routes() {
 	a.handle("DELETE /v1/nodes/{label}/token", a.admin(a.revokeToken))
 	a.handle("POST /v1/nodes/{label}/keys", a.admin(a.addKey))
 	a.handle("GET /v1/nodes/{label}/keys", a.admin(a.listKeys))
+	a.handle("GET /v1/nodes/{label}/doctor", a.admin(a.doctor))
 	a.handle("DELETE /v1/nodes/{label}/keys/{fingerprint...}", a.admin(a.deleteKey))
 	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))

@@ -96,6 +96,10 @@ type nodeView struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// InfoError says the stored info cannot be read (a changed sealing key).
 	InfoError string `json:"info_error,omitempty"`
+	// CipherInUse is the IPMI cipher suite this replica last negotiated
+	// with the node's BMC (an IPMI node that pins none, or a Redfish
+	// node's console); absent until a session has.
+	CipherInUse *int `json:"cipher_in_use,omitempty"`
 	// Detail, for GET /v1/nodes/{label} only.
 	HasToken *bool `json:"has_token,omitempty"`
 	Keys     *int  `json:"keys,omitempty"`
@@ -124,6 +128,11 @@ func (v nodeView) MarshalJSON() ([]byte, error) {
 
 func (a *API) view(n db.Node) nodeView {
 	v := nodeView{Label: n.Label, Type: n.Type, Capture: n.Capture, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
+	if a.cfg.CipherInUse != nil {
+		if suite, ok := a.cfg.CipherInUse(n.Label); ok {
+			v.CipherInUse = &suite
+		}
+	}
 	info, err := a.types.Open(n)
 	if err != nil {
 		a.log.WithError(err).WithField("node", n.Label).Warn("node_info_unreadable")

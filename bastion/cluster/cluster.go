@@ -232,6 +232,25 @@ func (c *Cluster) Holds(label string) bool {
 	return c.held[label] != ""
 }
 
+// ConsoleHeld reports whether any replica holds label's SOL lease, so
+// that obmd (in the cluster) holds, or is opening, the node's one SOL
+// link: what a diagnosis (doctor) takes an active payload held by obmd to
+// mean. A lease it cannot read counts as not held (the diagnosis then
+// reports the payload as another's, which is the cautious answer).
+func (c *Cluster) ConsoleHeld(ctx context.Context, label string) bool {
+	if c.Holds(label) {
+		return true
+	}
+	l, err := c.store.Lease(ctx, label, db.LeaseSOL)
+	if err != nil {
+		if !errors.Is(err, db.ErrNotFound) {
+			c.log.WithError(err).WithField("node", label).Debug("lease_read_failed")
+		}
+		return false
+	}
+	return time.Now().Before(l.ExpiresAt)
+}
+
 func (c *Cluster) hold(label, token string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -322,6 +341,16 @@ func (b *bmc) Exclusive() bool {
 }
 
 func (b *bmc) PowerStatus(ctx context.Context) (string, error) { return b.inner.PowerStatus(ctx) }
+
+// Diagnose passes the driver's diagnosis through (doctor). It takes no
+// lease: a diagnosis changes nothing on the node. A driver that cannot
+// diagnose gives none.
+func (b *bmc) Diagnose(ctx context.Context) []sol.Check {
+	if d, ok := b.inner.(sol.Diagnoser); ok {
+		return d.Diagnose(ctx)
+	}
+	return nil
+}
 
 func (b *bmc) PowerOn(ctx context.Context) error {
 	return b.c.exclusive(ctx, b.label, b.inner.PowerOn)

@@ -144,8 +144,16 @@ func TestHolderLeavesLinkStays(t *testing.T) {
 	b := lab.BMC("n1", sim.ModeNormal)
 	dsn := dbtest.SQLiteDSN(t)
 	r0, r1 := startReplica(t, "r0", openStore(t, dsn), lab, key), startReplica(t, "r1", openStore(t, dsn), lab, key)
+	if r0.c.ConsoleHeld(ctxFor(t), "n1") || r1.c.ConsoleHeld(ctxFor(t), "n1") {
+		t.Error("ConsoleHeld before any link: got true, want false")
+	}
 	v0 := attach(t, r0, "n1", "alice")
 	waitFor(t, "the link", func() bool { return r0.hub.Stats().LinksUp == 1 })
+	// Doctor on either replica sees obmd's link: r1 from the lease alone.
+	if !r0.c.ConsoleHeld(ctxFor(t), "n1") || !r1.c.ConsoleHeld(ctxFor(t), "n1") || r1.c.ConsoleHeld(ctxFor(t), "n2") {
+		t.Errorf("ConsoleHeld with r0 holding n1: got r0 %v, r1 %v, r1 of n2 %v; want true, true, false",
+			r0.c.ConsoleHeld(ctxFor(t), "n1"), r1.c.ConsoleHeld(ctxFor(t), "n1"), r1.c.ConsoleHeld(ctxFor(t), "n2"))
+	}
 	v1 := attach(t, r1, "n1", "bob")
 	rec1 := record(v1)
 	seeAll(t, b, "one\n", rec1)
@@ -162,6 +170,9 @@ func TestHolderLeavesLinkStays(t *testing.T) {
 	waitFor(t, "the lease to be released", func() bool { return !r0.c.Holds("n1") })
 	if _, err := openStore(t, dsn).Lease(context.Background(), "n1", db.LeaseSOL); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("lease after the last viewer left: got %v, want ErrNotFound", err)
+	}
+	if r1.c.ConsoleHeld(ctxFor(t), "n1") {
+		t.Error("ConsoleHeld after the lease was released: got true, want false")
 	}
 }
 

@@ -48,6 +48,7 @@ type Daemon struct {
 
 	store    *db.Store
 	lab      *sim.Lab
+	ciphers  *sol.Ciphers // each node's negotiated IPMI cipher suite
 	types    *nodes.Table
 	resolver *nodes.Resolver
 	consoles *sol.Manager

@@ -115,6 +115,20 @@ func TestReplicas(t *testing.T) {
 		rpOneSessionList(t, reps, tok, c.name) // C writes (one_writer_in_the_cluster)
 	})
 
+	// doctor, on any replica, tells obmd's payload (the lease holder's)
+	// from another's: the SOL step passes everywhere, holder or not.
+	t.Run("doctor_sees_obmd_holding_the_payload", func(t *testing.T) {
+		for _, r := range reps {
+			res, err := r.exec("n1", tok, "doctor")
+			if err != nil || res.Code != 0 || !strings.Contains(res.Stdout, "held by obmd's console") {
+				t.Errorf("doctor through %s: got %v, %v, want exit 0 and the payload held by obmd", r.name, res, err)
+			}
+		}
+		if got := rpActivePayloads(t, bmc); got != 1 {
+			t.Errorf("active SOL payloads after the doctor runs: got %d, want 1", got)
+		}
+	})
+
 	t.Run("rotation_ends_sessions_everywhere", func(t *testing.T) {
 		if len(viewers) != 3 {
 			t.Skip("no viewers")

@@ -169,16 +169,32 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 }
 
 // ipmiOptions are the IPMI drivers' shared options: the configured ones,
-// with this replica's memory of each node's cipher suite, and the
-// sol.enable audit event for every BMC on which a driver switched SOL on.
+// with this replica's memory of each node's cipher suite (d.ciphers, which
+// the admin API shows), the sol.enable audit event for every BMC on which
+// a driver switched SOL on, and whether obmd holds a node's console
+// (consoleHeld), for doctor.
 func (d *Daemon) ipmiOptions() sol.IPMIOptions {
 	opts := d.cfg.IPMIOptions
-	opts.Ciphers = sol.NewCiphers()
+	d.ciphers = sol.NewCiphers()
+	opts.Ciphers = d.ciphers
 	opts.OnSOLEnable = func(ctx context.Context, e sol.SOLEnabled) {
 		auditor{d.store, d.log}.Audit(ctx, commands.Event{Node: e.Node, Actor: "obmd", Action: "sol.enable",
 			Result: commands.ResultOK, Detail: strings.Join(e.Changes, ", ")})
 	}
+	opts.ConsoleHeld = d.consoleHeld
 	return opts
+}
+
+// consoleHeld reports whether obmd holds label's SOL payload: in cluster
+// mode, whether any replica holds the node's SOL lease (the one holder of
+// its link, wherever the doctor runs); otherwise whether this replica's
+// console hub has the node's link up. The drivers call it only once the
+// daemon has started (a diagnosis), when both exist.
+func (d *Daemon) consoleHeld(ctx context.Context, label string) bool {
+	if d.rep.cluster != nil {
+		return d.rep.cluster.ConsoleHeld(ctx, label)
+	}
+	return d.consoles.LinkUp(label)
 }
 
 // buildAccess builds who may use a node: the session registry, the
@@ -232,7 +248,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay,
-		History: d.history},
+		CipherInUse: d.ciphers.Suite, History: d.history},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err

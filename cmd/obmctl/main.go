@@ -2,6 +2,7 @@
 //
 //	obmctl [global flags] node ls | node show LABEL | node add LABEL ... | node set LABEL --capture C | node rm LABEL
 //	obmctl [global flags] console-log LABEL [--since T] [--lines N] [--format raw|text|cast] [--timestamps] [--tenancy E]
+//	obmctl [global flags] doctor LABEL
 //	obmctl [global flags] token rotate LABEL | token revoke LABEL
 //	obmctl [global flags] key add LABEL FILE|- | key ls LABEL | key rm LABEL FINGERPRINT
 //	obmctl [global flags] sessions [LABEL] | kick ID | audit [--node N] [--since T] [--limit N]
@@ -51,12 +52,17 @@ const usage = `usage: obmctl [--url URL] [--token-file FILE] [--json] COMMAND
   node show LABEL               one node (never its BMC password)
   node add LABEL --type T --addr A [--user U] [--port P] [--cipher C] [--interface I] [--capture C]
                                 register (or change) a node; the BMC password comes from
-                                --pass-file FILE, OBMD_BMC_PASS, or a prompt
+                                --pass-file FILE, OBMD_BMC_PASS, or a prompt. T: ipmi,
+                                ipmitool, redfish, mock or sim; --cipher unset: negotiated (17, then 3)
+  node add LABEL --type redfish --addr https://HOST[:PORT] --user U [--system S] [--insecure]
+        [--sol] [--sol-port P] [--sol-cipher C] [--capture C]
+                                a Redfish node; --sol: its console over IPMI SOL on the same host
   node set LABEL --capture C    console capture: always (recorded with nobody attached),
                                 attached, or default (always for ipmi and ipmitool)
   console-log LABEL [--since T] [--lines N] [--format raw|text|cast] [--timestamps] [--tenancy E]
                                 the console history of the current (or a kept) tenancy
   node rm LABEL                 delete a node (cuts its sessions)
+  doctor LABEL                  check the node's BMC step by step (exit 1 if a step fails)
   token rotate LABEL            issue a new token (printed once; cuts the node's sessions)
   token revoke LABEL            revoke the token (cuts the node's sessions)
   key add LABEL FILE|-          allow an authorized_keys line (one key) on the node
@@ -122,6 +128,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv f
 		return c.nodeShow(args[1:])
 	case cmd == "node" && sub == "add":
 		return c.nodeAdd(args[1:], stdin, stderr, getenv)
+	case cmd == "doctor":
+		return c.doctor(args)
 	case cmd == "node" && sub == "set":
 		return c.nodeSet(args[1:])
 	case cmd == "console-log":
@@ -171,20 +179,38 @@ func adminToken(file string, getenv func(string) string) (string, error) {
 	return strings.TrimSpace(string(data)), nil
 }
 
-// call sends a request and decodes a JSON answer into out (if non-nil). A
+// call sends a request and decodes a JSON answer into out (if non-nil);
+// with --json it prints the answer instead (and returns errPrinted). A
 // non-2xx answer becomes an error carrying the API's {"error": ...} text.
 func (c *client) call(method, path string, body any, out any) error {
+	data, err := c.fetch(method, path, body)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		c.printJSON(data)
+		return errPrinted
+	}
+	if out != nil && len(data) > 0 {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// fetch sends a request and returns the answer's body; a non-2xx answer
+// becomes an error carrying the API's {"error": ...} text.
+func (c *client) fetch(method, path string, body any) ([]byte, error) {
 	var r io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		r = bytes.NewReader(data)
 	}
 	req, err := http.NewRequest(method, c.base+path, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.SetBasicAuth("admin", c.token)
 	if body != nil {
@@ -192,34 +218,32 @@ func (c *client) call(method, path string, body any, out any) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e struct{ Error string }
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			if resp.StatusCode == http.StatusNotFound && e.Error == "not found" {
-				return errors.New("not found (or the admin token is wrong)")
+				return nil, errors.New("not found (or the admin token is wrong)")
 			}
-			return errors.New(e.Error)
+			return nil, errors.New(e.Error)
 		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+		return nil, fmt.Errorf("%s %s: %s", method, path, resp.Status)
 	}
-	if c.asJSON {
-		c.out.Write(data)
-		if len(data) > 0 && data[len(data)-1] != '\n' {
-			fmt.Fprintln(c.out)
-		}
-		return errPrinted
+	return data, nil
+}
+
+// printJSON prints an API answer as it came, ending in a newline.
+func (c *client) printJSON(data []byte) {
+	c.out.Write(data)
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		fmt.Fprintln(c.out)
 	}
-	if out != nil && len(data) > 0 {
-		return json.Unmarshal(data, out)
-	}
-	return nil
 }
 
 // errPrinted: the raw JSON was printed (--json); nothing more to do.
@@ -263,12 +287,21 @@ func (c *client) table(header string, rows [][]string) {
 }
 
 type node struct {
-	Label     string    `json:"label"`
-	Type      string    `json:"type"`
-	Capture   string    `json:"capture"`
-	Addr      string    `json:"addr"`
-	Port      int       `json:"port"`
-	User      string    `json:"user"`
+	Label       string `json:"label"`
+	Type        string `json:"type"`
+	Capture     string `json:"capture"`
+	Addr        string `json:"addr"`
+	Port        int    `json:"port"`
+	User        string `json:"user"`
+	Cipher      *int   `json:"cipher"`
+	CipherInUse *int   `json:"cipher_in_use"`
+	Interface   string `json:"interface"`
+	System      string `json:"system"`
+	Insecure    bool   `json:"insecure"`
+	SOL         *struct {
+		Port   int  `json:"port"`
+		Cipher *int `json:"cipher"`
+	} `json:"sol"`
 	UpdatedAt time.Time `json:"updated_at"`
 	HasToken  *bool     `json:"has_token"`
 	Keys      *int      `json:"keys"`
@@ -317,8 +350,8 @@ func (c *client) nodeShow(args []string) error {
 	if capture == "" {
 		capture = "default"
 	}
-	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ncapture:  %s\ntoken:    %v\nkeys:     %d\nsessions: %d\n",
-		n.Label, n.Type, hostPort(n), n.User, capture, n.HasToken != nil && *n.HasToken, deref(n.Keys), deref(n.Sessions))
+	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ncapture:  %s\n%stoken:    %v\nkeys:     %d\nsessions: %d\n",
+		n.Label, n.Type, hostPort(n), n.User, capture, nodeDetail(n), n.HasToken != nil && *n.HasToken, deref(n.Keys), deref(n.Sessions))
 	return nil
 }
 
@@ -327,42 +360,17 @@ func (c *client) nodeAdd(args []string, stdin io.Reader, stderr io.Writer, geten
 		return usageErr("node add needs a label first")
 	}
 	label := args[0]
-	fs := flag.NewFlagSet("node add", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	typ := fs.String("type", "ipmi", "ipmi, ipmitool, mock or sim")
-	addr := fs.String("addr", "", "BMC address")
-	user := fs.String("user", "", "BMC user")
-	port := fs.Int("port", 0, "RMCP+ port (default 623)")
-	cipher := fs.Int("cipher", -1, "IPMI cipher suite (default: the driver's, 3)")
-	iface := fs.String("interface", "", "ipmitool interface: lan or lanplus")
-	passFile := fs.String("pass-file", "", "file holding the BMC password")
-	capture := fs.String("capture", "", "always, attached or default")
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageErr("%v", err)
+	f, err := parseNodeFlags(args[1:])
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q (the BMC password is never an argument: use --pass-file, OBMD_BMC_PASS or the prompt)", fs.Arg(0))
+	info, err := f.info(func() (string, error) { return bmcPassword(f.passFile, stdin, stderr, getenv) })
+	if err != nil {
+		return err
 	}
-	info := map[string]any{"addr": *addr}
-	if *typ == "ipmi" || *typ == "ipmitool" {
-		pass, err := bmcPassword(*passFile, stdin, stderr, getenv)
-		if err != nil {
-			return err
-		}
-		info["user"], info["pass"] = *user, pass
-		if *port != 0 {
-			info["port"] = *port
-		}
-		if *cipher >= 0 {
-			info["cipher"] = *cipher
-		}
-		if *iface != "" {
-			info["interface"] = *iface
-		}
-	}
-	body := map[string]any{"type": *typ, "info": info}
-	if *capture != "" {
-		v, err := captureValue(*capture)
+	body := map[string]any{"type": f.typ, "info": info}
+	if f.capture != "" {
+		v, err := captureValue(f.capture)
 		if err != nil {
 			return err
 		}

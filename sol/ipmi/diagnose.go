@@ -85,7 +85,7 @@ func (b *BMC) checkSOL(ctx context.Context, s *session) sol.Check {
 			id = info.SessionID
 		}
 	}
-	held := b.opts.Held(b.label)
+	held := b.opts.Held(ctx, b.label)
 	owner := ""
 	if st.Instance01Activated && !held {
 		owner = b.sessionOwner(ctx, s, id)

@@ -115,7 +115,7 @@ func (b *BMC) payloadCheck(ctx context.Context, suite int) sol.Check {
 			}
 		}
 	}
-	held := b.opts.Held(b.label)
+	held := b.opts.Held(ctx, b.label)
 	owner := ""
 	if active && !held {
 		owner = b.sessionOwner(ctx, suite, id)

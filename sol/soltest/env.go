@@ -29,6 +29,18 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
+// Unpinned is info with no cipher suite: the driver negotiates one.
+func Unpinned(info sol.Info) sol.Info {
+	info.Cipher = nil
+	return info
+}
+
+// Pinned is info pinned to cipher suite suite.
+func Pinned(info sol.Info, suite int) sol.Info {
+	info.Cipher = &suite
+	return info
+}
+
 // IPMITool runs the real ipmitool against the BMC of info (lanplus, info's
 // cipher suite or 3, the password in the environment only) and returns its
 // standard output, or fails t with what it printed. Tests use it to set a

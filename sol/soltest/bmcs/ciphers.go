@@ -28,17 +28,6 @@ type Driver func(t *testing.T, info sol.Info, opts sol.IPMIOptions, log logrus.F
 // opTimeout bounds each operation of the tables.
 const opTimeout = 30 * time.Second
 
-// unpinned is info with no cipher suite: the driver negotiates.
-func unpinned(info sol.Info) sol.Info {
-	info.Cipher = nil
-	return info
-}
-
-func pinned(info sol.Info, suite int) sol.Info {
-	info.Cipher = &suite
-	return info
-}
-
 // endpoint is the key the drivers remember a suite under.
 func endpoint(info sol.Info) string { return net.JoinHostPort(info.Addr, strconv.Itoa(info.Port)) }
 
@@ -87,7 +76,7 @@ func RunCiphers(t *testing.T, newDriver Driver) {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := sol.NewCiphers()
 			log, hook := logs(t)
-			b := newDriver(t, unpinned(tc.m.Info()), sol.IPMIOptions{Ciphers: mem}, log)
+			b := newDriver(t, soltest.Unpinned(tc.m.Info()), sol.IPMIOptions{Ciphers: mem}, log)
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
 			for i := range 2 {
@@ -107,7 +96,7 @@ func RunCiphers(t *testing.T, newDriver Driver) {
 
 	t.Run("remembered suite refused: from the top", func(t *testing.T) {
 		mem := sol.NewCiphers()
-		info := unpinned(only17.Info())
+		info := soltest.Unpinned(only17.Info())
 		mem.Remember(Label, endpoint(info), 3) // what worked before the BMC changed
 		log, _ := logs(t)
 		b := newDriver(t, info, sol.IPMIOptions{Ciphers: mem}, log)
@@ -127,9 +116,9 @@ func RunCiphers(t *testing.T, newDriver Driver) {
 		opts  sol.IPMIOptions
 		suite string
 	}{
-		{"pinned 3 on goipmi-server with only 17", pinned(only17.Info(), 3), sol.IPMIOptions{}, "IPMI cipher suite 3"},
-		{"pinned 17 on ipmi_sim", pinned(sim.Info(), 17), sol.IPMIOptions{}, "IPMI cipher suite 17"},
-		{"every suite of the order refused", unpinned(only17.Info()), sol.IPMIOptions{CipherOrder: []int{3, 2}}, "IPMI cipher suites 3 and 2"},
+		{"pinned 3 on goipmi-server with only 17", soltest.Pinned(only17.Info(), 3), sol.IPMIOptions{}, "IPMI cipher suite 3"},
+		{"pinned 17 on ipmi_sim", soltest.Pinned(sim.Info(), 17), sol.IPMIOptions{}, "IPMI cipher suite 17"},
+		{"every suite of the order refused", soltest.Unpinned(only17.Info()), sol.IPMIOptions{CipherOrder: []int{3, 2}}, "IPMI cipher suites 3 and 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := sol.NewCiphers()
@@ -171,7 +160,7 @@ func RunCiphers(t *testing.T, newDriver Driver) {
 
 	t.Run("wrong password is no cipher problem", func(t *testing.T) {
 		log, _ := logs(t)
-		b := newDriver(t, unpinned(sim.WrongPassword()), sol.IPMIOptions{}, log)
+		b := newDriver(t, soltest.Unpinned(sim.WrongPassword()), sol.IPMIOptions{}, log)
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
 		_, err := b.PowerStatus(ctx)

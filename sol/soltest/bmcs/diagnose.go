@@ -98,7 +98,7 @@ func RunDiagnose(t *testing.T, newDriver Driver) {
 			if m.Kind() == soltest.IPMISim {
 				suite = "cipher suite 3, privilege administrator (suite 17 refused)"
 			}
-			checks := diagnose(t, driver(t, unpinned(info), sol.IPMIOptions{}))
+			checks := diagnose(t, driver(t, soltest.Unpinned(info), sol.IPMIOptions{}))
 			want(t, checks, info, allSteps, true, "SOL is enabled; its payload is free", "")
 			if !strings.Contains(checks[1].Tenant, suite) {
 				t.Errorf("authentication: got %q, want it to say %q", checks[1].Tenant, suite)
@@ -128,7 +128,7 @@ func RunDiagnose(t *testing.T, newDriver Driver) {
 			checks := diagnose(t, driver(t, info, sol.IPMIOptions{}))
 			want(t, checks, info, allSteps, false, "SOL payload held by BMC session 0x", ipmicheck.HintSOLHeld)
 			t.Logf("held: %s", checks[3].Detail)
-			held := func(label string) bool { return label == Label }
+			held := func(_ context.Context, label string) bool { return label == Label }
 			checks = diagnose(t, driver(t, info, sol.IPMIOptions{ConsoleHeld: held}))
 			want(t, checks, info, allSteps, true, "held by obmd's console", "")
 			line := []byte("the other console still runs\r\n")
@@ -143,7 +143,7 @@ func RunDiagnose(t *testing.T, newDriver Driver) {
 
 	t.Run("cipher refused", func(t *testing.T) {
 		only17 := goipmisrv.Start(t, goipmisrv.Options{CipherSuites: []int{17}})
-		info := pinned(only17.Info(), 3)
+		info := soltest.Pinned(only17.Info(), 3)
 		checks := diagnose(t, driver(t, info, sol.IPMIOptions{}))
 		want(t, checks, info, allSteps[:2], false, "the BMC refused IPMI cipher suite 3", ipmicheck.HintCipher)
 	})

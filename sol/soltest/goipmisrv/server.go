@@ -53,6 +53,10 @@ type Options struct {
 	// (GOIPMI_SERVER_CIPHER_SUITES); nil means goipmi-server's default, 3
 	// and 17.
 	CipherSuites []int
+	// Pass is the user's password (default Pass): a test that needs the
+	// BMC to share a password with another service sets it (a Redfish
+	// node's IPMI console logs in with the Redfish account's).
+	Pass string
 }
 
 // Server is one running goipmi-server.
@@ -144,7 +148,7 @@ func (s *Server) launch(bin string) (slave string, err error) {
 		"PATH=/usr/bin:/bin",
 		"GOIPMI_SERVER_PORT=" + strconv.Itoa(s.Port),
 		"GOIPMI_SERVER_USER=" + User,
-		"GOIPMI_SERVER_PASS=" + Pass,
+		"GOIPMI_SERVER_PASS=" + s.pass(),
 		"GOIPMI_SERVER_CONSOLE=pty",
 		"GOIPMI_SERVER_TRACE=1",
 		"GOIPMI_SERVER_VM_SOCKET=" + filepath.Join(s.Dir, "vm.sock"),
@@ -305,7 +309,15 @@ func (s *Server) Info() sol.Info {
 	if len(s.opts.CipherSuites) > 0 {
 		c = s.opts.CipherSuites[0]
 	}
-	return sol.Info{Addr: "127.0.0.1", Port: s.Port, User: User, Pass: Pass, Cipher: &c}
+	return sol.Info{Addr: "127.0.0.1", Port: s.Port, User: User, Pass: s.pass(), Cipher: &c}
+}
+
+// pass is the user's password (Options.Pass).
+func (s *Server) pass() string {
+	if s.opts.Pass != "" {
+		return s.opts.Pass
+	}
+	return Pass
 }
 
 // WrongPassword is how obmd would reach s with a password s refuses.
