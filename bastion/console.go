@@ -87,6 +87,11 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	}
 	defer v.Close()
 	say := func(msg string) { fmt.Fprintf(c.ch.Stderr(), "\r\n[obmd: %s]\r\n", msg) }
+	if d := c.s.cfg.RoleWait; d > 0 {
+		wctx, cancel := context.WithTimeout(sctx, d)
+		v.AwaitRole(wctx) // undecided after d: the banner says what this replica knows
+		cancel()
+	}
 	say(c.banner(v))
 
 	keys := newKeystrokes()
@@ -147,29 +152,25 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	}
 }
 
-// banner is the line a viewer sees on attach. Viewers on this replica are
-// named by session ID; those another replica relays are only counted:
-// their name is that replica's, which is for operators.
+// banner is the line a viewer sees on attach. Viewers are named by
+// session ID (in cluster mode a random prefix per replica, never a
+// replica's name: that is for operators), those of other replicas as the
+// holder knows them, and the writer wherever it is.
 func (c *channel) banner(v *sol.Viewer) string {
 	var others []string
-	relays := 0
+	writer := c.s.consoles.Writer(c.label) // on another replica, perhaps
 	for _, o := range c.s.consoles.Viewers(c.label) {
 		switch {
 		case o.Name == v.Name():
-		case o.Relay:
-			relays++
-		case o.Writer:
+		case o.Name == writer:
+			writer = ""
 			others = append(others, o.Name+" (writing)")
 		default:
 			others = append(others, o.Name)
 		}
 	}
-	switch relays {
-	case 0:
-	case 1:
-		others = append(others, "viewers on another replica")
-	default:
-		others = append(others, fmt.Sprintf("viewers on %d other replicas", relays))
+	if writer != "" && writer != v.Name() {
+		others = append(others, writer+" (writing, on another replica)")
 	}
 	role, hint := "you are writing", c.s.esc.hint
 	if !c.pty {

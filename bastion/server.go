@@ -73,6 +73,8 @@ type Sessions interface {
 type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
 	Viewers(label string) []sol.ViewerInfo
+	// Writer names label's writer wherever in the cluster it is.
+	Writer(label string) string
 }
 
 // Config configures the front door. Zero values take the defaults noted.
@@ -140,6 +142,11 @@ type Config struct {
 	// Certs judges OpenSSH user certificates offered as a node credential
 	// (cert.go; default: sshcert's defaults).
 	Certs *sshcert.Policy
+	// RoleWait, in cluster mode, bounds how long a console's banner waits
+	// for the replica holding the node's SOL link to say who writes
+	// (sol.Viewer.AwaitRole), so that it names the writer wherever it is;
+	// 0 (single-replica mode) does not wait: the hub decides at once.
+	RoleWait time.Duration
 }
 
 // Server is the SSH front door. Serve runs it; Shutdown stops it.

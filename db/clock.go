@@ -17,21 +17,29 @@ import "time"
 //     clock to decide anything.
 //
 // Times that come back to a caller for it to act on (Lease.ExpiresAt,
-// Replica.ExpiresAt) are on the store's clock: the database's remaining time
-// added to the store's time of the call.
+// Replica.ExpiresAt) are on the store's clock (time.Now, whatever
+// WithClockSkew says): the database's remaining time added to the store's
+// time of the call.
 
 // Option configures a Store at Open.
 type Option func(*Store)
 
-// WithClockSkew puts the store's own clock d ahead of the system's (behind
+// WithClockSkew puts the store's wall clock d ahead of the system's (behind
 // when negative): for tests of a replica whose clock is wrong. Leases and
 // announcements follow the database's clock and are not affected; audit
-// and creation times are.
+// and creation times are. As on a host whose wall clock is wrong, durations
+// are not: the ExpiresAt the store returns is on the process's time.Now(),
+// as the lease's holder and readers compare it.
 func WithClockSkew(d time.Duration) Option {
 	return func(s *Store) {
 		s.now = func() time.Time { return time.Now().Add(d) }
+		s.skew = d
 	}
 }
+
+// durationBase is the store's time without WithClockSkew's: what the
+// ExpiresAt it returns are measured from.
+func (s *Store) durationBase() time.Time { return s.now().Add(-s.skew) }
 
 // SQL expressions of the database's current time in unix milliseconds (the
 // unit of every time column), fixed for the whole statement on both engines.
@@ -58,8 +66,8 @@ func millis(d time.Duration) int64 {
 	return max(d.Milliseconds(), 1)
 }
 
-// fromNow returns the store's time plus left milliseconds of the
-// database's clock.
+// fromNow returns the store's time (durationBase) plus left milliseconds
+// of the database's clock.
 func (s *Store) fromNow(left int64) time.Time {
-	return s.now().Add(time.Duration(left) * time.Millisecond)
+	return s.durationBase().Add(time.Duration(left) * time.Millisecond)
 }

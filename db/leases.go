@@ -96,7 +96,7 @@ func (s *Store) AcquireLease(ctx context.Context, l Lease, ttl time.Duration) (L
 	if ttl < time.Millisecond {
 		return Lease{}, errors.New("acquire lease: ttl must be at least 1 ms")
 	}
-	sent := s.now()
+	sent := s.durationBase()
 	res, err := s.exec(ctx,
 		`UPDATE node_leases SET owner = ?, token = ?, peer_addr = ?, expires_at = `+s.dbNow()+` + ?
 		 WHERE node = ? AND kind = ? AND (token = ? OR expires_at <= `+s.dbNow()+`)`,
@@ -143,7 +143,7 @@ func (s *Store) RenewLease(ctx context.Context, node, kind, token string, ttl ti
 	if ttl < time.Millisecond {
 		return time.Time{}, errors.New("renew lease: ttl must be at least 1 ms")
 	}
-	sent := s.now()
+	sent := s.durationBase()
 	res, err := s.exec(ctx,
 		`UPDATE node_leases SET expires_at = `+s.dbNow()+` + ? WHERE node = ? AND kind = ? AND token = ?`,
 		millis(ttl), node, kind, token)

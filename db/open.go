@@ -38,6 +38,7 @@ type Store struct {
 	r       *sql.DB
 	log     logrus.FieldLogger
 	now     func() time.Time // tests replace it
+	skew    time.Duration    // WithClockSkew's: in now's wall time, not in durations (since)
 	audit   auditQueue
 	stmts   stmtCache
 	writes  writeWatch

@@ -11,14 +11,16 @@ import (
 var ErrWriterBusy = errors.New("another session is writing to this console")
 
 // AsWriter runs f (a Write or a Break of v) with v as the node's writer,
-// then hands the role back: to the viewer that wrote before, if it is
-// still attached (told "you are writing again"), else to nobody. While
-// another viewer writes it returns ErrWriterBusy without running f,
-// unless force: then that viewer is told that v is sending input, and is
-// read-only while f runs. It is how a one-off `send` writes without
-// becoming a console's writer. The role is held until the input f queued
-// has gone to the link (at most Config.OpenTimeout), so that it is sent
-// as v's.
+// then hands the role back: to the viewer of this hub that wrote before,
+// if it is still attached (told "you are writing again"), else to nobody.
+// While another viewer writes, anywhere in the cluster, it returns
+// ErrWriterBusy without running f, unless force: then that viewer is told
+// (here: that v is sending input; on another replica: that v took over)
+// and is read-only while f runs; a writer on another replica does not get
+// the role back. The role moves through the node's arbitration (roles.go)
+// like TakeWrite's, and is held until the input f queued has gone to the
+// link (at most Config.OpenTimeout), so that it is sent as v's. It is how a
+// one-off `send` writes without becoming a console's writer.
 func (v *Viewer) AsWriter(force bool, f func() error) error {
 	n := v.n
 	n.mu.Lock()
@@ -30,14 +32,15 @@ func (v *Viewer) AsWriter(force bool, f func() error) error {
 	if prev == v {
 		prev = nil
 	}
-	if prev != nil && !force {
+	if (prev != nil || n.remoteWriter != "") && !force {
 		n.mu.Unlock()
 		return ErrWriterBusy
 	}
-	n.writer = v
-	if prev != nil {
+	n.setWriterLocked(v)
+	n.remoteWriter = ""
+	n.tellLocked(RoleMsg{Op: RoleTake, Viewer: v.id})
+	if prev != nil && prev.carrier == nil {
 		prev.notice(v.name + " is sending input; you are read-only meanwhile")
-		n.wakeWritersLocked()
 	}
 	n.mu.Unlock()
 	err := f()
@@ -46,14 +49,19 @@ func (v *Viewer) AsWriter(force bool, f func() error) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.writer == v {
-		n.writer = nil
-		if prev != nil && prev.Err() == nil && !n.retired {
-			n.writer = prev
+	if n.writer != v || n.retired {
+		return err // someone took over meanwhile
+	}
+	if prev != nil && prev.Err() == nil {
+		n.setWriterLocked(prev)
+		n.tellLocked(RoleMsg{Op: RoleTake, Viewer: prev.id})
+		if prev.carrier == nil {
 			prev.notice("you are writing again")
 		}
-		n.wakeWritersLocked()
+		return err
 	}
+	n.setWriterLocked(nil)
+	n.tellLocked(RoleMsg{Op: RoleRelease, Viewer: v.id})
 	return err
 }
 

@@ -75,10 +75,23 @@ type node struct {
 	// run when a console it holds comes up, closed by finish.
 	rec     *history.Recording
 	waiting []*replayJob // replays waiting for the link to come up (replay.go)
+
+	// The arbitration of the writer across hubs (roles.go): the
+	// established console if it is an Arbiter, the messages queued for it
+	// and how many were queued (the link's writer loop sends them), the
+	// writer's name when it is no viewer of this hub, and the channel
+	// AwaitRole waits on (closed when a role is decided).
+	linked       bool // the established console's part has begun (startRolesLocked)
+	arb          Arbiter
+	ctl          []RoleMsg
+	told         uint64
+	remoteWriter string
+	decidedC     chan struct{}
 }
 
 type breakReq struct {
 	ctx   context.Context
+	from  *Viewer    // the writer that asked
 	reply chan error // buffered 1
 }
 
@@ -332,6 +345,18 @@ func (n *node) closeConsole(con Console) {
 // the node retires or lingers out (nil). It alone closes con, then waits for
 // the reader and writer it started.
 func (n *node) serve(ctx context.Context, con Console) error {
+	arb, _ := con.(Arbiter)
+	if arb != nil {
+		arb.Arbitrate(func(r Roles) { n.applyRoles(arb, r) })
+	}
+	n.mu.Lock()
+	n.startRolesLocked(arb)
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.stopRolesLocked()
+		n.mu.Unlock()
+	}()
 	cctx, cancel := context.WithCancel(ctx)
 	lost := make(chan error, 2) // one send each from reader and writer, never blocks
 	var wg sync.WaitGroup
@@ -495,17 +520,18 @@ func (n *node) waitRoom(ctx context.Context) (int, error) {
 // writeLoop sends pending input, coalesced into writes of up to maxWrite
 // bytes, and serves Break requests in order with it, until ctx is done.
 func (n *node) writeLoop(ctx context.Context, con Console) error {
+	arb, _ := con.(Arbiter)
 	buf := make([]byte, 0, maxWrite)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case req := <-n.breaks:
-			// Input written before the Break goes first (select picks at
-			// random when both are ready): "Enter, then break" must reach
-			// the node in that order (ipmitool takes a break only at a
-			// line start).
-			var err error
+			// Role messages and input written before the Break go first
+			// (select picks at random when both are ready): "Enter, then
+			// break" must reach the node in that order (ipmitool takes a
+			// break only at a line start).
+			err := n.sendCtl(arb)
 			for left := n.pendingInput(); left > 0 && err == nil; {
 				buf, err = n.sendInput(con, buf[:0], left)
 				left -= len(buf)
@@ -519,12 +545,19 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 			}
 			bctx, cancel := context.WithCancel(req.ctx)
 			stop := context.AfterFunc(ctx, cancel)
-			req.reply <- con.Break(bctx)
+			if arb != nil {
+				req.reply <- arb.BreakAs(bctx, req.from.id)
+			} else {
+				req.reply <- con.Break(bctx)
+			}
 			stop()
 			cancel()
 		case <-n.inReady:
-			var err error
-			if buf, err = n.sendInput(con, buf[:0], maxWrite); err != nil {
+			err := n.sendCtl(arb)
+			if err == nil {
+				buf, err = n.sendInput(con, buf[:0], maxWrite)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -536,26 +569,35 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 // back to the head of the pending input, for the next link: input in flight
 // when a link is lost is not lost with it.
 func (n *node) sendInput(con Console, buf []byte, limit int) ([]byte, error) {
-	buf = n.takeInput(buf, min(limit, maxWrite))
+	buf, from := n.takeInput(buf, min(limit, maxWrite))
 	if len(buf) == 0 {
 		return buf, nil
 	}
-	k, err := con.Write(buf)
+	var (
+		k   int
+		err error
+	)
+	if arb, ok := con.(Arbiter); ok {
+		k, err = arb.WriteAs(from.id, buf)
+	} else {
+		k, err = con.Write(buf)
+	}
 	k = min(max(k, 0), len(buf))
 	n.m.st.bytesIn.Add(uint64(k))
 	if err != nil {
-		n.untakeInput(buf[k:])
+		n.untakeInput(buf[k:], from)
 		return buf, fmt.Errorf("write console: %w", err)
 	}
 	return buf, nil
 }
 
-// untakeInput puts p back in front of the pending input (unless the node
-// has retired: its input is dropped with it) and tells the writer loop.
-func (n *node) untakeInput(p []byte) {
+// untakeInput puts p, input of writer from, back in front of the pending
+// input (unless the node has retired or the writer changed: its input is
+// dropped) and tells the writer loop.
+func (n *node) untakeInput(p []byte, from *Viewer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.retired || len(p) == 0 {
+	if n.retired || len(p) == 0 || n.writer != from {
 		return
 	}
 	n.in = append(append(make([]byte, 0, len(p)+len(n.in)), p...), n.in...)
@@ -568,8 +610,10 @@ func (n *node) pendingInput() int {
 	return len(n.in)
 }
 
-// takeInput moves up to limit pending input bytes into buf.
-func (n *node) takeInput(buf []byte, limit int) []byte {
+// takeInput moves up to limit pending input bytes into buf, and returns
+// whose they are: the writer's (pending input is dropped when the writer
+// changes).
+func (n *node) takeInput(buf []byte, limit int) ([]byte, *Viewer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	full := len(n.in) >= maxInput
@@ -582,7 +626,7 @@ func (n *node) takeInput(buf []byte, limit int) []byte {
 	if full {
 		n.wakeWritersLocked()
 	}
-	return buf
+	return buf, n.writer
 }
 
 // wakeWritersLocked wakes the Writes waiting for room in a full input
@@ -625,12 +669,21 @@ func (n *node) publish(p []byte) {
 	}
 }
 
-// addLocked subscribes v (its replay first if asked: replay.go).
+// addLocked subscribes v (its replay first if asked: replay.go). It
+// becomes the writer if nobody writes, as far as this hub knows; the
+// holder of a relayed console is told (and decides).
 func (n *node) addLocked(v *Viewer, o AttachOptions) {
 	n.viewers = append(n.viewers, v)
 	n.m.st.viewers.Add(1)
-	if !o.ReadOnly && !o.Relay && n.writer == nil {
-		n.writer = v
+	if !o.ReadOnly && !o.Relay && n.writer == nil && n.remoteWriter == "" {
+		n.setWriterLocked(v)
+	}
+	switch {
+	case o.Relay:
+	case n.arb != nil:
+		v.joinSeq = n.tellLocked(RoleMsg{Op: RoleJoin, Viewer: v.id, Name: v.name, Want: !o.ReadOnly})
+	case n.linked:
+		v.decided = true
 	}
 	if o.Replay {
 		n.replayLocked(v, true)
@@ -653,7 +706,12 @@ func (n *node) removeLocked(v *Viewer, cause error) {
 		}
 	}
 	if n.writer == v {
-		n.writer = nil
+		n.setWriterLocked(nil)
+	}
+	if v.relay {
+		v.endMembersLocked(cause)
+	} else {
+		n.tellLocked(RoleMsg{Op: RoleLeave, Viewer: v.id})
 	}
 	v.end(cause)
 }

@@ -165,6 +165,8 @@ type Manager struct {
 	log  logrus.FieldLogger
 	wg   sync.WaitGroup
 	st   counters
+	// nextID numbers viewers (Viewer.id).
+	nextID atomic.Uint64
 
 	mu     sync.Mutex
 	closed bool
@@ -224,10 +226,10 @@ type AttachOptions struct {
 	// tenancy whose history its replays read. 0: replays from the ring.
 	Epoch int64
 	// Relay marks a viewer that carries another obmd replica's console
-	// (its viewers reach this node's link through this one): it may Write
-	// and Break whether or not it is the writer, because that replica
-	// arbitrates among its own viewers (writer arbitration is per
-	// replica), and it never becomes the writer by attaching.
+	// (its viewers reach this node's link through this one). It is no
+	// person: it never writes, and Viewers does not list it. The viewers it
+	// carries join it (Arbitrate) and write and break through it (WriteAs,
+	// BreakAs), arbitrated with this hub's own (roles.go).
 	Relay bool
 }
 
@@ -237,9 +239,10 @@ type ViewerInfo struct {
 	Name    string    `json:"name"`
 	Writer  bool      `json:"writer"`
 	Since   time.Time `json:"since"`
-	// Relay marks a viewer attached with AttachOptions.Relay: its Name
-	// names another replica, which is for operators, not tenants.
-	Relay bool `json:"relay"`
+	// Remote: a viewer of another hub, relayed through this one (Session
+	// is then empty; its Name is what that hub calls it, never a
+	// replica's). Relay viewers themselves are not listed.
+	Remote bool `json:"remote,omitempty"`
 }
 
 // Attach subscribes a viewer to label's console, starting the link if this
@@ -279,8 +282,11 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 		o.Name = "#" + o.Session
 	}
 	v := newViewer(m, n, o.Name, m.cfg.Now())
+	v.id = m.nextID.Add(1)
 	v.session = o.Session
-	v.relay = o.Relay
+	if v.relay = o.Relay; v.relay {
+		v.members = map[uint64]*Viewer{}
+	}
 	v.epoch = o.Epoch
 	m.wg.Add(1)
 	go v.pump()
@@ -291,7 +297,9 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 	return v, nil
 }
 
-// Viewers lists who is attached to label, in attach order.
+// Viewers lists who is attached to label, in attach order: this hub's
+// viewers, and in place of each relay viewer the viewers of the replica it
+// carries (Remote).
 func (m *Manager) Viewers(label string) []ViewerInfo {
 	m.mu.Lock()
 	n := m.nodes[label]
@@ -303,7 +311,13 @@ func (m *Manager) Viewers(label string) []ViewerInfo {
 	defer n.mu.Unlock()
 	out := make([]ViewerInfo, 0, len(n.viewers))
 	for _, v := range n.viewers {
-		out = append(out, ViewerInfo{Session: v.session, Name: v.name, Writer: n.writer == v, Since: v.since, Relay: v.relay})
+		if !v.relay {
+			out = append(out, ViewerInfo{Session: v.session, Name: v.name, Writer: n.writer == v, Since: v.since})
+			continue
+		}
+		for _, mv := range v.memberList {
+			out = append(out, ViewerInfo{Name: mv.name, Writer: n.writer == mv, Since: mv.since, Remote: true})
+		}
 	}
 	return out
 }
@@ -437,6 +451,9 @@ func (m *Manager) retireLocked(n *node, cause error) {
 		delete(m.nodes, n.label)
 	}
 	for _, v := range n.viewers {
+		if v.relay {
+			v.endMembersLocked(cause)
+		}
 		v.end(cause)
 	}
 	m.st.viewers.Add(-int64(len(n.viewers)))

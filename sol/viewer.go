@@ -19,6 +19,10 @@ type Chunk struct {
 	// Skipped > 0: this many console bytes were dropped just before Data
 	// because the viewer fell behind.
 	Skipped int
+	// Roles (relay viewers only, alone in its chunk): the node's writer
+	// changed; Viewer.Roles says who it is now. Any number of changes since
+	// the last such chunk come as one.
+	Roles bool
 	// Replay marks Data as the viewer's replay (AttachOptions.Replay,
 	// Viewer.Replay), not live output. A relay viewer gets its replays
 	// even when empty: its replica waits for the first one.
@@ -37,17 +41,35 @@ type Viewer struct {
 	name    string
 	session string // AttachOptions.Session
 	since   time.Time
-	relay   bool          // AttachOptions.Relay: writes without being the writer
+	id      uint64        // unique in the Manager: the viewer's name to an Arbiter (RoleMsg.Viewer)
+	relay   bool          // AttachOptions.Relay: carries another hub's viewers (roles.go)
 	epoch   int64         // AttachOptions.Epoch: the tenancy its replays read
-	out     chan Chunk    // closed by pump when the viewer has ended
+	out     chan Chunk    // closed by pump when the viewer has ended; nil for a member
 	done    chan struct{} // closed by end
 	ready   chan struct{} // cap 1: the queue is not empty (sent by push/notice, drained by pump)
 
-	mu     sync.Mutex
-	err    error
-	q      []Chunk // pending deliveries; adjacent console bytes are merged
-	queued int     // console bytes in q
-	notes  int     // notices in q
+	// A member (roles.go) is a viewer of another hub that relay viewer
+	// carrier carries, known there as remote. It has no queue and no pump:
+	// it gets no output and no notices (its own hub tells its viewer).
+	carrier *Viewer
+	remote  uint64
+
+	// Guarded by the node's mu. A relay viewer's members (by remote ID,
+	// and in join order) and how many RoleMsgs it applied; on a relaying
+	// hub, the sequence number of the viewer's RoleJoin on the current
+	// Arbiter, and whether its role is decided (AwaitRole).
+	members    map[uint64]*Viewer
+	memberList []*Viewer
+	seq        uint64
+	joinSeq    uint64
+	decided    bool
+
+	mu         sync.Mutex
+	err        error
+	q          []Chunk // pending deliveries; adjacent console bytes are merged
+	queued     int     // console bytes in q
+	notes      int     // notices in q
+	rolesDirty bool    // relay viewer: a Roles chunk is due (markRoles)
 }
 
 func newViewer(m *Manager, n *node, name string, since time.Time) *Viewer {
@@ -80,8 +102,8 @@ func (v *Viewer) Err() error {
 func (v *Viewer) Name() string { return v.name }
 
 // Write queues p for the node's console; the link coalesces queued input
-// into few Console.Write calls. Only the writer (or a relay viewer, see
-// AttachOptions.Relay) may write (ErrReadOnly).
+// into few Console.Write calls. Only the writer may write (ErrReadOnly); a
+// relay viewer never is the writer (its members write: WriteAs).
 // Write blocks while too much input is pending (a long paste into a slow or
 // reconnecting link) until it drains, the viewer stops being the writer, or
 // the viewer ends. Input is dropped if the node is cut. Input that a lost
@@ -97,7 +119,7 @@ func (v *Viewer) Write(p []byte) (int, error) {
 			n.mu.Unlock()
 			return written, err
 		}
-		if n.writer != v && !v.relay {
+		if n.writer != v {
 			n.mu.Unlock()
 			return written, ErrReadOnly
 		}
@@ -124,20 +146,17 @@ func (v *Viewer) Write(p []byte) (int, error) {
 }
 
 // TakeWrite makes v the writer. The previous writer, if any, gets a notice
-// and becomes read-only. It does nothing once v has ended.
+// and becomes read-only, wherever in the cluster it is (roles.go). It does
+// nothing once v has ended, or for a relay viewer.
 func (v *Viewer) TakeWrite() {
 	n := v.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if v.Err() != nil || n.retired {
+	if v.Err() != nil || n.retired || v.relay {
 		return
 	}
-	prev := n.writer
-	n.writer = v
-	if prev != nil && prev != v {
-		prev.notice(v.name + " took over writing; you are read-only")
-		n.wakeWritersLocked() // prev may be blocked in Write
-	}
+	n.takeWriteLocked(v)
+	n.tellLocked(RoleMsg{Op: RoleTake, Viewer: v.id})
 }
 
 // ReadOnly gives up writing. Nobody writes until someone takes over.
@@ -145,10 +164,13 @@ func (v *Viewer) ReadOnly() {
 	n := v.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.writer == v {
-		n.writer = nil
-		n.wakeWritersLocked() // v may be blocked in Write
+	if v.Err() != nil || n.retired || v.relay {
+		return
 	}
+	if n.writer == v {
+		n.setWriterLocked(nil)
+	}
+	n.tellLocked(RoleMsg{Op: RoleRelease, Viewer: v.id})
 }
 
 // Writer reports whether v is the writer.
@@ -169,7 +191,7 @@ func (v *Viewer) Break(ctx context.Context) error {
 	err := v.Err()
 	switch {
 	case err != nil:
-	case n.writer != v && !v.relay:
+	case n.writer != v:
 		err = ErrReadOnly
 	case !n.up:
 		err = ErrLinkDown
@@ -180,7 +202,7 @@ func (v *Viewer) Break(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.m.cfg.OpenTimeout)
 	defer cancel()
-	req := breakReq{ctx: ctx, reply: make(chan error, 1)}
+	req := breakReq{ctx: ctx, from: v, reply: make(chan error, 1)}
 	select {
 	case n.breaks <- req:
 	case <-ctx.Done():
@@ -315,7 +337,7 @@ func concat(a, b []byte) []byte {
 func (v *Viewer) notice(msg string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.err != nil || v.notes >= maxNotices {
+	if v.err != nil || v.notes >= maxNotices || v.carrier != nil {
 		return
 	}
 	v.q = append(v.q, Chunk{Notice: msg})
@@ -327,6 +349,10 @@ func (v *Viewer) notice(msg string) {
 func (v *Viewer) take() (Chunk, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.err == nil && v.rolesDirty {
+		v.rolesDirty = false
+		return Chunk{Roles: true}, true
+	}
 	if v.err != nil || len(v.q) == 0 {
 		return Chunk{}, false
 	}
@@ -375,7 +401,7 @@ func (v *Viewer) pump() {
 				continue
 			}
 		}
-		if c.Notice == "" {
+		if c.Notice == "" && !c.Roles {
 			signal(v.n.room) // the queue shrank: an Exclusive link may read again
 		}
 		select {

@@ -1,6 +1,7 @@
 package access
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -151,7 +152,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if c.Node == "" { // a credential change: no node's
 				w.rev.RevokeCred(c.Epoch, c.Cred, credWhy(c))
 			} else {
-				w.rev.Revoke(c.Node, c.Epoch, whyChanged)
+				// The change's own reason ("token rotated"), recorded by
+				// the replica that made it; older rows have none.
+				w.rev.Revoke(c.Node, c.Epoch, cmp.Or(c.Reason, whyChanged))
 			}
 			cursor = c.Epoch
 		}

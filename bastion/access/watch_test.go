@@ -88,9 +88,17 @@ func TestWatcher(t *testing.T) {
 	store.mu.Lock()
 	store.changes = append(store.changes, db.Change{Node: "n1", Epoch: 2})
 	store.mu.Unlock()
-	waitCut(t, old, "access to n1 was revoked (access changed)")
+	waitCut(t, old, "access to n1 was revoked (access changed)") // a change recorded without its reason
 
-	live := session(t, reg, "n2", 3)
+	// A change's recorded reason is what its sessions read, wherever it
+	// was made.
+	rotated := session(t, reg, "n1", 2)
+	store.mu.Lock()
+	store.changes = append(store.changes, db.Change{Node: "n1", Epoch: 3, Reason: db.ReasonTokenRotated})
+	store.mu.Unlock()
+	waitCut(t, rotated, "access to n1 was revoked (token rotated)")
+
+	live := session(t, reg, "n2", 4)
 	store.setDown(true)
 	waitUntil(t, "the database to count as unusable", func() bool { return !health.Usable() })
 	if err := health.Ready(context.Background()); err == nil {

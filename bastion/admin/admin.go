@@ -52,6 +52,9 @@ const DefaultFailDelay = 300 * time.Millisecond
 type Config struct {
 	// AdminToken is the secret of the "admin" basic-auth user. Required.
 	AdminToken string
+	// Cluster, in cluster mode, lists and kicks the sessions of every
+	// replica (GET and DELETE /v1/sessions); nil: this replica's registry.
+	Cluster ClusterSessions
 	// MaxBody bounds request bodies in bytes (default DefaultMaxBody); a
 	// larger body is answered 413.
 	MaxBody int64
@@ -184,13 +187,24 @@ type Revoker interface {
 	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
 }
 
-// Reasons given to Revoker, shown to the users whose sessions end.
+// ClusterSessions is the session list of every replica (the daemon's).
+type ClusterSessions interface {
+	List(ctx context.Context, node string) []sessions.Info
+	// Kick ends session id on the replica holding it with "access to NODE
+	// was revoked (why)"; found is false if none does.
+	Kick(ctx context.Context, id, why string) (node string, found bool, err error)
+}
+
+// Reasons given to Revoker, shown to the users whose sessions end. Those
+// of access changes are the database's (db.Reason*), which the change
+// records, so that a replica that learns of it from the database tells its
+// sessions the same reason.
 const (
-	WhyNodeDeleted = "node deleted"
-	WhyNodeChanged = "node changed"
-	WhyTokenRotate = "token rotated"
-	WhyTokenRevoke = "token revoked"
-	WhyKeyRemoved  = "key removed"
+	WhyNodeDeleted = db.ReasonNodeDeleted
+	WhyNodeChanged = db.ReasonNodeChanged
+	WhyTokenRotate = db.ReasonTokenRotated
+	WhyTokenRevoke = db.ReasonTokenRevoked
+	WhyKeyRemoved  = db.ReasonKeyRemoved
 	WhyKicked      = "kicked by admin"
 	WhyPrincipals  = db.ReasonPrincipals
 	WhyCARemoved   = db.ReasonCARemoved

@@ -196,6 +196,9 @@ func (a *API) listSessions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	list := a.sessions.List(node)
+	if a.cfg.Cluster != nil {
+		list = a.cfg.Cluster.List(r.Context(), node)
+	}
 	if list == nil {
 		list = []sessions.Info{}
 	}
@@ -204,19 +207,30 @@ func (a *API) listSessions(w http.ResponseWriter, r *http.Request) {
 	}{list})
 }
 
+// kick ends session id: on whichever replica holds it in cluster mode.
+func (a *API) kick(ctx context.Context, id string) (node string, found bool, err error) {
+	if a.cfg.Cluster != nil {
+		return a.cfg.Cluster.Kick(ctx, id, WhyKicked)
+	}
+	for _, s := range a.sessions.List("") {
+		if s.ID == id {
+			return s.Node, a.sessions.Kick(id, &sessions.RevokedError{Node: s.Node, Why: WhyKicked}), nil
+		}
+	}
+	return "", false, nil
+}
+
 // kickSession is DELETE /v1/sessions/{id}: the session ends with "kicked
 // by admin"; the answer comes once it has ended (or the cut bound passed).
 func (a *API) kickSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var node string
-	found := false
-	for _, s := range a.sessions.List("") {
-		if s.ID == id {
-			node, found = s.Node, true
-			break
-		}
+	node, found, err := a.kick(r.Context(), id)
+	if err != nil {
+		a.log.WithError(err).WithField("session", id).Warn("session_kick_failed")
+		writeError(w, http.StatusServiceUnavailable, "cannot reach the replica holding session "+quote(id)+"; retry")
+		return
 	}
-	if !found || !a.sessions.Kick(id, &sessions.RevokedError{Node: node, Why: WhyKicked}) {
+	if !found {
 		writeError(w, http.StatusNotFound, "no session "+quote(id))
 		return
 	}

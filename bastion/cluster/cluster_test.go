@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
@@ -48,8 +50,10 @@ func TestConfigValidates(t *testing.T) {
 }
 
 // TestOneLinkManyReplicas: viewers of one node on three replicas share one
-// SOL payload: they all see the same output, input and breaks from any of
-// them reach the BMC, and the BMC was activated once.
+// SOL payload: they all see the same output, the BMC was activated once,
+// and the holder arbitrates one writer among all of them: only the
+// writer's keys and breaks reach the BMC, from whichever replica it is
+// on, and a takeover through a relay tells the previous writer.
 func TestOneLinkManyReplicas(t *testing.T) {
 	engines(t, func(t *testing.T, dsn string) {
 		key, lab := newHostKey(t), sim.NewLab()
@@ -63,6 +67,11 @@ func TestOneLinkManyReplicas(t *testing.T) {
 		v1, v2 := attach(t, rs[1], "n1", "bob"), attach(t, rs[2], "n1", "carol")
 		rec := []*recorder{record(v0), record(v1), record(v2)}
 		seeAll(t, b, "hello-1\n", rec...)
+		for _, v := range []*sol.Viewer{v1, v2} {
+			if !v.AwaitRole(context.Background()) {
+				t.Fatalf("%s: role never decided", v.Name())
+			}
+		}
 
 		if !rs[0].c.Holds("n1") || rs[1].c.Holds("n1") || rs[2].c.Holds("n1") {
 			t.Errorf("holders: got %v %v %v, want r0 only", rs[0].c.Holds("n1"), rs[1].c.Holds("n1"), rs[2].c.Holds("n1"))
@@ -70,33 +79,56 @@ func TestOneLinkManyReplicas(t *testing.T) {
 		if _, opens, deacts := b.ConsoleStats(); opens != 1 || deacts != 0 {
 			t.Errorf("BMC: got %d opens and %d deactivations, want 1 and 0", opens, deacts)
 		}
-		// The holder's hub lists the relays as viewers that do not write.
-		var peers int
-		for _, vi := range rs[0].hub.Viewers("n1") {
-			if strings.HasPrefix(vi.Name, "peer ") {
-				peers++
-				if vi.Writer {
-					t.Errorf("relay viewer %q is the writer", vi.Name)
-				}
+		// The holder lists the relayed viewers themselves, not the relays.
+		waitFor(t, "the holder listing every viewer", func() bool {
+			var names []string
+			for _, vi := range rs[0].hub.Viewers("n1") {
+				names = append(names, fmt.Sprintf("%s/%v/%v", vi.Name, vi.Remote, vi.Writer))
 			}
-		}
-		if peers != 2 {
-			t.Errorf("relay viewers on the holder: got %d, want 2", peers)
+			slices.Sort(names)
+			return fmt.Sprint(names) == "[alice/false/true bob/true/false carol/true/false]"
+		})
+		for i := 1; i < 3; i++ {
+			if got := rs[i].hub.Writer("n1"); got != "alice" {
+				t.Errorf("replica %d: writer %q, want alice", i, got)
+			}
 		}
 
-		// Each replica's writer reaches the BMC; the holder's writer is
-		// alice, yet bob (writer on r1) writes through the relay.
-		for i, v := range []*sol.Viewer{v1, v2, v0} {
-			if _, err := v.Write([]byte(fmt.Sprintf("k%d", i))); err != nil {
-				t.Fatalf("write through replica %d: %v", i, err)
-			}
-			want := fmt.Sprintf("k%d", i)
-			waitFor(t, want+" on the serial side", func() bool { return strings.Contains(string(b.Typed()), want) })
-		}
+		// Only the writer types, wherever it is.
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
+		if _, err := v1.Write([]byte("no")); !errors.Is(err, sol.ErrReadOnly) {
+			t.Errorf("bob (reading) writes: got %v, want %v", err, sol.ErrReadOnly)
+		}
+		if err := v2.Break(ctx); !errors.Is(err, sol.ErrReadOnly) {
+			t.Errorf("carol (reading) breaks: got %v, want %v", err, sol.ErrReadOnly)
+		}
+		typeKeys := func(v *sol.Viewer, k string) {
+			t.Helper()
+			if _, err := v.Write([]byte(k)); err != nil {
+				t.Fatalf("%s writes: %v", v.Name(), err)
+			}
+			waitFor(t, k+" on the serial side", func() bool { return strings.Contains(string(b.Typed()), k) })
+		}
+		typeKeys(v0, "k0")
+		v2.TakeWrite()
+		waitFor(t, "alice told of carol's takeover", func() bool {
+			return rec[0].hasNotice("carol took over writing; you are read-only")
+		})
+		typeKeys(v2, "k2")
 		if err := v2.Break(ctx); err != nil {
 			t.Errorf("break through a relay: %v", err)
+		}
+		v1.TakeWrite()
+		waitFor(t, "carol told of bob's takeover", func() bool {
+			return rec[2].hasNotice("bob took over writing; you are read-only")
+		})
+		typeKeys(v1, "k1")
+		if _, err := v2.Write([]byte("no")); !errors.Is(err, sol.ErrReadOnly) {
+			t.Errorf("carol after bob's takeover: got %v, want %v", err, sol.ErrReadOnly)
+		}
+		if got := string(b.Typed()); got != "k0k2k1" {
+			t.Errorf("typed on the serial side: got %q, want %q", got, "k0k2k1")
 		}
 		if got := b.Breaks(); got != 1 {
 			t.Errorf("breaks: got %d, want 1", got)
@@ -434,4 +466,76 @@ func tailString(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
+}
+
+// TestSessionsAcrossReplicas: a replica lists the other replicas'
+// sessions, each marked with its replica, and kicks one on the replica
+// holding it, which ends it with the reason given; a session no replica
+// holds is not found.
+func TestSessionsAcrossReplicas(t *testing.T) {
+	engines(t, func(t *testing.T, dsn string) {
+		key, lab := newHostKey(t), sim.NewLab()
+		var rs []*replica
+		for i := range 3 {
+			r := startReplica(t, fmt.Sprintf("r%d", i), openStore(t, dsn), lab, key)
+			announce(t, r)
+			rs = append(rs, r)
+		}
+		type started struct {
+			ctx context.Context
+			id  string
+		}
+		var ss []started
+		for i, r := range rs {
+			ctx, info, end, err := r.reg.Start(context.Background(), sessions.Info{Node: "n1", Kind: sessions.KindConsole,
+				User: "token", Remote: "127.0.0.1:1"}, "127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { <-ctx.Done(); end() }() // a session ends when cut; ends at the latest at cleanup
+			t.Cleanup(end)
+			if want := fmt.Sprintf("r%d-1", i); info.ID != want {
+				t.Errorf("session ID on r%d: got %q, want %q", i, info.ID, want)
+			}
+			ss = append(ss, started{ctx, info.ID})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		list, err := rs[2].c.RemoteSessions(ctx, "n1")
+		if err != nil {
+			t.Fatalf("remote sessions: %v", err)
+		}
+		var got []string
+		for _, s := range list {
+			got = append(got, s.Replica+":"+s.ID)
+		}
+		slices.Sort(got)
+		if fmt.Sprint(got) != "[r0:r0-1 r1:r1-1]" {
+			t.Errorf("r2's list of the others: got %v, want r0's and r1's", got)
+		}
+		if list, err := rs[2].c.RemoteSessions(ctx, "other"); err != nil || len(list) != 0 {
+			t.Errorf("another node's sessions: got %v, %v, want none", list, err)
+		}
+
+		node, err := rs[2].c.Kick(ctx, ss[0].id, "kicked by admin")
+		if err != nil || node != "n1" {
+			t.Fatalf("kick r0's session through r2: got %q, %v", node, err)
+		}
+		select {
+		case <-ss[0].ctx.Done():
+		default:
+			t.Fatal("r0's session still runs after the kick was answered")
+		}
+		if cause := context.Cause(ss[0].ctx); cause == nil || cause.Error() != "access to n1 was revoked (kicked by admin)" {
+			t.Errorf("kicked session's cause: got %v", cause)
+		}
+		if ss[1].ctx.Err() != nil {
+			t.Error("r1's session ended too")
+		}
+		for _, id := range []string{ss[0].id, "r1-99", "nobody-1", "17", ss[2].id} {
+			if _, err := rs[2].c.Kick(ctx, id, "x"); !errors.Is(err, ErrNoSession) {
+				t.Errorf("kick %q: got %v, want %v", id, err, ErrNoSession)
+			}
+		}
+	})
 }

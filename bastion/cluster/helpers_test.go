@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
@@ -157,6 +159,7 @@ type replica struct {
 	c     *Cluster
 	hub   *sol.Manager
 	peer  *PeerServer
+	reg   *sessions.Registry
 	store *killableStore
 	acc   *testAccess
 	l     net.Listener
@@ -190,11 +193,12 @@ func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.
 		t.Fatal(err)
 	}
 	acc.hub = hub
-	peer, err := NewPeerServer(c, hub, quietLog())
+	reg := sessions.New(sessions.Config{Replica: id, IDPrefix: id + "-"})
+	peer, err := NewPeerServer(c, hub, reg, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{id: id, c: c, hub: hub, peer: peer, store: ks, acc: acc, l: l, done: make(chan error, 1)}
+	r := &replica{id: id, c: c, hub: hub, peer: peer, reg: reg, store: ks, acc: acc, l: l, done: make(chan error, 1)}
 	go func() { r.done <- peer.Serve(l) }() // waited for by stop
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -257,6 +261,12 @@ func (r *recorder) has(s string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return strings.Contains(r.data.String(), s)
+}
+
+func (r *recorder) hasNotice(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.notices, s)
 }
 
 func (r *recorder) String() string {
@@ -399,4 +409,12 @@ func (a *testAccess) taken() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]string(nil), a.notices...)
+}
+
+// announce announces r in the database, so the others find it.
+func announce(t testing.TB, r *replica) {
+	t.Helper()
+	if err := r.c.Announce(context.Background(), 0); err != nil {
+		t.Fatalf("announce %s: %v", r.id, err)
+	}
 }

@@ -142,22 +142,32 @@ func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, k
 // sendNotice delivers notice (a request of type kind) to replica id's peer
 // server at addr and waits for its answer.
 func (c *Cluster) sendNotice(ctx context.Context, id, addr, kind string, notice []byte) error {
+	_, err := c.ask(ctx, id, addr, kind, notice)
+	return err
+}
+
+// errRefused: a peer answered a request with a refusal.
+var errRefused = errors.New("the replica refused the request")
+
+// ask sends the global request name with payload to replica id's peer
+// server at addr, on a connection of its own, and returns its answer.
+func (c *Cluster) ask(ctx context.Context, id, addr, name string, payload []byte) ([]byte, error) {
 	if addr == "" {
-		return errors.New("no peer address")
+		return nil, errors.New("no peer address")
 	}
 	client, err := c.dialPeer(ctx, addr, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer client.Close()
 	stop := context.AfterFunc(ctx, func() { client.Close() }) // unblocks the request
 	defer stop()
-	ok, _, err := client.SendRequest(kind, true, notice)
+	ok, reply, err := client.SendRequest(name, true, payload)
 	switch {
 	case err != nil:
-		return errors.Join(err, ctx.Err())
+		return nil, errors.Join(err, ctx.Err())
 	case !ok:
-		return errors.New("the replica refused the notice")
+		return nil, errRefused
 	}
-	return nil
+	return reply, nil
 }

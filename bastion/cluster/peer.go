@@ -34,14 +34,16 @@ const handshakeTimeout = 10 * time.Second
 
 // PeerServer serves this replica's consoles to other replicas: for a node
 // whose SOL lease this replica holds, it attaches a relay viewer to the hub
-// (live output, no replay) and carries its output, input and breaks over
-// the peer connection. Only a client that proves the shared host key gets
+// (live output, no replay) and carries its output, and the relaying
+// replica's viewers' input, breaks and write roles, over the peer
+// connection. Only a client that proves the shared host key gets
 // in.
 type PeerServer struct {
-	c   *Cluster
-	hub Hub
-	log logrus.FieldLogger
-	cfg *gossh.ServerConfig
+	c        *Cluster
+	hub      Hub
+	sessions Sessions // this replica's, listed and kicked for the others (sessions.go)
+	log      logrus.FieldLogger
+	cfg      *gossh.ServerConfig
 
 	wg sync.WaitGroup // connection handlers and everything they start
 
@@ -53,10 +55,11 @@ type PeerServer struct {
 	conns  map[net.Conn]struct{}
 }
 
-// NewPeerServer returns the peer server of c's replica over hub. It starts
+// NewPeerServer returns the peer server of c's replica over hub, serving
+// reg's sessions to the other replicas (sessions.go). It starts
 // nothing.
-func NewPeerServer(c *Cluster, hub Hub, log logrus.FieldLogger) (*PeerServer, error) {
-	if c == nil || hub == nil || log == nil {
+func NewPeerServer(c *Cluster, hub Hub, reg Sessions, log logrus.FieldLogger) (*PeerServer, error) {
+	if c == nil || hub == nil || reg == nil || log == nil {
 		return nil, errors.New("cluster: peer server: missing dependency")
 	}
 	want := c.cfg.HostKey.PublicKey().Marshal()
@@ -77,7 +80,7 @@ func NewPeerServer(c *Cluster, hub Hub, log logrus.FieldLogger) (*PeerServer, er
 		return nil, fmt.Errorf("cluster: peer server: %w", err)
 	}
 	cfg.AddHostKey(hostKey)
-	return &PeerServer{c: c, hub: hub, log: log, cfg: cfg, done: make(chan struct{}),
+	return &PeerServer{c: c, hub: hub, sessions: reg, log: log, cfg: cfg, done: make(chan struct{}),
 		ls: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}, nil
 }
 
@@ -211,15 +214,24 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 	go func() { // ends when the connection closes
 		defer wg.Done()
 		for r := range reqs {
-			ok := r.Type == keepaliveRequest
+			var (
+				ok    bool
+				reply []byte
+			)
 			switch r.Type {
+			case keepaliveRequest:
+				ok = true
 			case noticeRequest:
 				ok = s.notice(r.Payload, log)
 			case credNoticeRequest:
 				ok = s.credNotice(r.Payload, log)
+			case sessionsRequest:
+				ok, reply = s.peerSessions(r.Payload)
+			case kickRequest:
+				ok, reply = s.peerKick(r.Payload, log)
 			}
 			if r.WantReply {
-				r.Reply(ok, nil)
+				r.Reply(ok, reply)
 			}
 		}
 	}()
@@ -244,8 +256,8 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 }
 
 // relay serves one console channel: a relay viewer of the node on this
-// replica's hub, whose output goes to the channel and to which the
-// channel's input and breaks go.
+// replica's hub, whose output goes to the channel, and which carries the
+// relaying replica's viewers (their roles, input and breaks: roles.go).
 func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 	var req consoleOpen
 	if err := gossh.Unmarshal(nc.ExtraData(), &req); err != nil || req.Label == "" {
@@ -276,45 +288,47 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 		return
 	}
 	log.Info("peer_relay_started")
+	roles := &relayRoles{v: v, ch: ch}
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { // ends when the channel's input ends or the viewer ends
+	wg.Add(3)
+	go func() { // ends with the viewer
+		defer wg.Done()
+		s.c.endWhenNotHolder(req.Label, v, log)
+	}()
+	go func() { // ends when the channel closes (no input comes as data)
+		defer wg.Done()
+		io.Copy(io.Discard, ch)
+	}()
+	go func() { // ends when the channel closes or the viewer ends
 		defer wg.Done()
 		defer v.Close()
-		io.Copy(viewerWriter{v}, ch)
+		serveRelayRequests(ctx, v, roles, reqs, log)
 	}()
-	go func() { // ends when the channel closes
-		defer wg.Done()
-		for r := range reqs {
-			ok := false
-			if r.Type == breakRequest {
-				if err := v.Break(ctx); err != nil {
-					log.WithError(err).Info("peer_relay_break_failed")
-				} else {
-					ok = true
-				}
-			}
-			if r.WantReply {
-				r.Reply(ok, nil)
-			}
-		}
-	}()
+	// The seed (the relay viewer's replay) goes first: roles that come
+	// before it wait for it.
+	seeded, rolesDue := false, false
 	for c := range v.Output() { // closed once the viewer has ended
-		if seed, err := sendSeed(ch, c); seed || err != nil {
-			if err != nil {
-				break
+		seed, err := sendSeed(ch, c)
+		switch {
+		case err != nil:
+		case seed:
+			seeded = true
+			if rolesDue {
+				err = roles.send()
 			}
-			continue
+		case c.Roles && !seeded:
+			rolesDue = true
+		case c.Roles:
+			err = roles.send()
+		case len(c.Data) > 0:
+			_, err = ch.Write(c.Data)
 		}
-		if len(c.Data) == 0 {
-			continue
-		}
-		if _, err := ch.Write(c.Data); err != nil {
+		if err != nil {
 			break
 		}
 	}
 	v.Close()
-	ch.Close() // ends the input copy and the requests loop
+	ch.Close() // ends the requests loop
 	wg.Wait()
 	log.WithError(v.Err()).Info("peer_relay_ended")
 }
@@ -381,11 +395,6 @@ func (s *PeerServer) credNotice(payload []byte, log logrus.FieldLogger) bool {
 	log.WithFields(logrus.Fields{"kind": printable(n.Kind), "epoch": n.Epoch, "why": why}).Debug("peer_notice_applied")
 	return true
 }
-
-// viewerWriter writes a viewer's input; its errors end the copy.
-type viewerWriter struct{ v *sol.Viewer }
-
-func (w viewerWriter) Write(p []byte) (int, error) { return w.v.Write(p) }
 
 // printable bounds and cleans a peer-supplied name for banners and logs.
 func printable(s string) string {

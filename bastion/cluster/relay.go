@@ -9,17 +9,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol"
 )
 
 // The peer protocol: SSH between replicas, user peerUser, public-key auth
 // with the shared host key (and the server proves the same key). One
 // connection per relayed console, one channel of type consoleChannel whose
-// extra data is a consoleOpen. Channel data is console bytes both ways;
-// the channel request breakRequest sends a serial break; the global request
+// extra data is a consoleOpen. Channel data is the console's output; the
+// relaying replica's viewers' input, role changes and breaks are channel
+// requests (roles.go); the global request
 // keepaliveRequest probes a connection, and noticeRequest (an accessNotice,
 // on a connection of its own) tells a replica of an access change, which it
 // answers once applied; credNoticeRequest (a credNotice) of a credential
@@ -151,7 +154,7 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 	r.wg.Add(2)
 	go func() { // ends when the channel closes
 		defer r.wg.Done()
-		gossh.DiscardRequests(o.reqs)
+		r.holderRequests(o.reqs)
 	}()
 	go func() { // ends at Close or when the connection fails
 		defer r.wg.Done()
@@ -161,7 +164,7 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 }
 
 // relayConsole is a node's console served by the replica holding its SOL
-// lease. Read fails when the holder goes away (or stops serving it), which
+// lease, which decides who writes (a sol.Arbiter: roles.go). Read fails when the holder goes away (or stops serving it), which
 // makes this replica's hub reconnect through the cluster.
 type relayConsole struct {
 	client *gossh.Client
@@ -171,6 +174,9 @@ type relayConsole struct {
 	stop   chan struct{} // closed by Close: the keepalive stops
 	wg     sync.WaitGroup
 	once   sync.Once
+
+	mu    sync.Mutex
+	roles func(sol.Roles) // set by Arbitrate
 }
 
 func (r *relayConsole) Read(p []byte) (int, error) {
@@ -179,28 +185,6 @@ func (r *relayConsole) Read(p []byte) (int, error) {
 		return n, fmt.Errorf("console relay from replica %s ended: %w", r.holder, err)
 	}
 	return n, nil
-}
-
-func (r *relayConsole) Write(p []byte) (int, error) { return r.ch.Write(p) }
-
-// Break asks the holder to send a serial break.
-func (r *relayConsole) Break(ctx context.Context) error {
-	reply := make(chan error, 1)
-	r.wg.Add(1)
-	go func() { // ends when the holder answers or the channel closes
-		defer r.wg.Done()
-		ok, err := r.ch.SendRequest(breakRequest, true, nil)
-		if err == nil && !ok {
-			err = errors.New("break refused by the holder")
-		}
-		reply <- err
-	}()
-	select {
-	case err := <-reply:
-		return err
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // Close ends the relay: the holder detaches its relay viewer.
@@ -240,6 +224,29 @@ func keepalive(conn requester, every time.Duration, stop <-chan struct{}) {
 		_, _, err := conn.SendRequest(keepaliveRequest, true, nil)
 		late.Stop()
 		if err != nil {
+			return
+		}
+	}
+}
+
+// endWhenNotHolder ends relay viewer v of label once this replica no
+// longer holds the node's link (checked every Renew), so the relaying
+// replica looks for the holder again: a holder that lost its lease (it
+// cannot reach the database) keeps its hub's viewers while it tries to
+// reopen the link, and would keep the relays with them. It returns when v
+// ends.
+func (c *Cluster) endWhenNotHolder(label string, v *sol.Viewer, log logrus.FieldLogger) {
+	t := time.NewTicker(c.cfg.Renew)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.Done():
+			return
+		case <-t.C:
+		}
+		if !c.Holds(label) {
+			log.Info("peer_relay_not_holder")
+			v.Close()
 			return
 		}
 	}

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runConsoleCLI(u)) // a child process of TestConsoleMockBufferedPipe
 	}
 	code := m.Run()
+	galeraCluster.Close()
 	if builtDir != "" {
 		os.RemoveAll(builtDir)
 	}

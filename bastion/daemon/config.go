@@ -14,6 +14,7 @@ import (
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmi"
@@ -155,6 +156,10 @@ type Config struct {
 	// (new logins are refused at once): after it they are cut, as access
 	// changes can no longer reach this replica (default 30 s).
 	DBGrace time.Duration `yaml:"db_grace"`
+	// DBOptions are passed to db.Open (tests only: no file key or
+	// variable sets them), e.g. db.WithClockSkew for a replica whose clock
+	// is wrong.
+	DBOptions []db.Option `yaml:"-"`
 
 	// ConsoleCapture is console.capture under a top-level name: the
 	// capture of nodes whose registration sets none ("always": their link

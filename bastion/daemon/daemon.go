@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -256,21 +257,20 @@ func (a auditor) Audit(ctx context.Context, e commands.Event) {
 }
 
 // sessionList answers the `sessions` command (commands.Sessions): the
-// registry's sessions of a node, with the console's writer marked.
+// node's sessions on every replica (clusterSessions), with the console's
+// writer marked wherever it is.
 type sessionList struct {
-	reg      *sessions.Registry
+	all      clusterSessions
 	consoles *sol.Manager
 }
 
 func (l sessionList) Sessions(node string) []commands.SessionInfo {
-	writer := ""
-	for _, v := range l.consoles.Viewers(node) {
-		if v.Writer {
-			writer = v.Session
-		}
-	}
+	// A console viewer is named "#" and its session ID (bastion.console).
+	writer, _ := strings.CutPrefix(l.consoles.Writer(node), "#")
+	ctx, cancel := context.WithTimeout(context.Background(), l.all.wait)
+	defer cancel()
 	var out []commands.SessionInfo
-	for _, s := range l.reg.List(node) {
+	for _, s := range l.all.List(ctx, node) {
 		out = append(out, commands.SessionInfo{ID: s.ID, Kind: string(s.Kind), User: s.User, Remote: s.Remote,
 			Started: s.Started, Writer: s.ID == writer && writer != ""})
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -36,6 +37,13 @@ const isoLeakWindow = 1500 * time.Millisecond
 // shared keys and admin token, in cluster mode, with env added.
 func rpCluster(t *testing.T, dsn string, env map[string]string) []*rpReplica {
 	t.Helper()
+	return rpClusterOn(t, []string{dsn, dsn, dsn}, env)
+}
+
+// rpClusterOn starts three replicas, replica i on database dsns[i] (the
+// nodes of one Galera cluster, or one server).
+func rpClusterOn(t *testing.T, dsns []string, env map[string]string) []*rpReplica {
+	t.Helper()
 	bin := obmdBinary(t)
 	shared := t.TempDir()
 	hostKey, sealKey := filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
@@ -45,7 +53,7 @@ func rpCluster(t *testing.T, dsn string, env map[string]string) []*rpReplica {
 	if _, err := keys.LoadOrCreateSealer(sealKey); err != nil {
 		t.Fatal(err)
 	}
-	vars := map[string]string{"OBMD_DB": dsn, "OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
+	vars := map[string]string{"OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
 		"OBMD_ADMIN_TOKEN": rpRandom(t), "OBMD_PEER_ADDR": "127.0.0.1:0"}
 	for k, v := range env {
 		vars[k] = v
@@ -57,7 +65,9 @@ func rpCluster(t *testing.T, dsn string, env map[string]string) []*rpReplica {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reps[i] = rpStart(t, bin, name, vars)
+			own := maps.Clone(vars)
+			own["OBMD_DB"] = dsns[i]
+			reps[i] = rpStart(t, bin, name, own)
 		}()
 	}
 	wg.Wait()

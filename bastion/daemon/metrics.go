@@ -40,6 +40,8 @@ func (d *Daemon) newMetrics() *metrics.Registry {
 		w.Sample("", float64(pre.Expired), "reason", "grace")
 		w.Sample("", float64(pre.Displaced), "reason", "displaced")
 		w.Sample("", float64(pre.Refused), "reason", "refused")
+		w.Counter("obmd_db_conflict_retries_total", "Database writes run again after a deadlock or lock wait timeout (on Galera: a lost certification).",
+			float64(d.store.ConflictRetries()))
 		w.Gauge("obmd_auth_limiter_entries", "Sources, nodes and (node, source) pairs the guessing limiter tracks.", float64(d.limiter.Tracked()))
 	})
 	return m

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -124,7 +125,7 @@ func (d *Daemon) startPeer() error {
 		return nil
 	}
 	var err error
-	d.rep.peer, err = cluster.NewPeerServer(d.rep.cluster, d.consoles, d.log.WithField("part", "peer"))
+	d.rep.peer, err = cluster.NewPeerServer(d.rep.cluster, d.consoles, d.reg, d.log.WithField("part", "peer"))
 	return err
 }
 
@@ -224,4 +225,14 @@ func (a clusterAccess) Apply(label string, epoch int64, why string) {
 
 func (a clusterAccess) ApplyCred(epoch int64, c db.CredChange, why string) {
 	a.d.revoker.ApplyCred(epoch, c, why)
+}
+
+// roleWait is how long a console's banner waits to learn who writes: in
+// cluster mode the SOL lease holder decides (the dial to it is bounded by
+// the cluster's dial timeout); a single replica decides at once.
+func (d *Daemon) roleWait() time.Duration {
+	if d.cfg.PeerAddr == "" {
+		return 0
+	}
+	return 5 * time.Second
 }

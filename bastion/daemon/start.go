@@ -60,6 +60,9 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := d.startPeer(); err != nil { // serves the registry buildAccess made
+		return err
+	}
 	if err := d.buildDoors(ctx, sec, gate, powerBMCs); err != nil {
 		return err
 	}
@@ -86,7 +89,7 @@ func (d *Daemon) openStore(ctx context.Context) error {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	var err error
-	if d.store, err = db.Open(ctx, d.cfg.DB, d.log); err != nil {
+	if d.store, err = db.Open(ctx, d.cfg.DB, d.log, d.cfg.DBOptions...); err != nil {
 		return err
 	}
 	return d.store.Migrate(ctx)
@@ -132,7 +135,7 @@ func (d *Daemon) loadSecrets() (secrets, error) {
 
 // buildBMCSide builds what reaches the BMCs: the table of node types over
 // the drivers, the resolver, in cluster mode the cluster around it, the
-// console hub and the peer server. It returns the BMCs as the commands
+// console hub. It returns the BMCs as the commands
 // reach them.
 func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	if err := d.cfg.Redfish.LoadCAs(); err != nil {
@@ -162,7 +165,7 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	if d.consoles, err = sol.NewManager(hub, bmcs, d.history, d.log.WithField("part", "sol")); err != nil {
 		return nil, fmt.Errorf("console hub: %w", err)
 	}
-	return powerBMCs, d.startPeer()
+	return powerBMCs, nil
 }
 
 // ipmiOptions are the IPMI drivers' shared options: the configured ones,
@@ -199,7 +202,7 @@ func (d *Daemon) consoleHeld(ctx context.Context, label string) bool {
 // the Revoker and its change watcher, and the guessing limiter. It returns
 // the gated database the doors look up logins in.
 func (d *Daemon) buildAccess() (*access.Gate, error) {
-	d.reg = sessions.New(d.cfg.Sessions)
+	d.reg = sessions.New(d.sessionsConfig())
 	var (
 		peers      access.Peers
 		fence      access.Fence
@@ -230,7 +233,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	d.metrics = d.newMetrics()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower, History: d.history},
-		powerBMCs, d.consoles, sessionList{d.reg, d.consoles}, auditor{d.store, d.log}, d.log)
+		powerBMCs, d.consoles, sessionList{d.allSessions(), d.consoles}, auditor{d.store, d.log}, d.log)
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
@@ -238,7 +241,11 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	if err != nil {
 		return err
 	}
-	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Limiter: d.limiter, Metrics: d.metrics,
+	var clusterSessions admin.ClusterSessions
+	if d.rep.cluster != nil {
+		clusterSessions = d.allSessions()
+	}
+	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay,
 		CipherInUse: d.ciphers.Suite, History: d.history},
@@ -254,7 +261,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
 		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
 		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms,
-		Certs: d.certs},
+		Certs: d.certs, RoleWait: d.roleWait()},
 		gate, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +68,10 @@ type Info struct {
 	User    string    `json:"user"`   // auth method and identity, e.g. "key SHA256:...", "token", "cert hil:alice serial 42"
 	Remote  string    `json:"remote"` // client address
 	Started time.Time `json:"started"`
-	Epoch   int64     `json:"-"`
+	// Replica is the ID of the replica holding the session, in cluster
+	// mode.
+	Replica string `json:"replica,omitempty"`
+	Epoch   int64  `json:"-"`
 	// Expires, if set, is when the session ends by itself (a certificate's
 	// expiry): it is cut then with an *ExpiredError.
 	Expires time.Time `json:"expires,omitzero"`
@@ -110,6 +114,13 @@ type Config struct {
 	// finish (default 2 s). A session that does not end in time is logged
 	// by the caller; it has been cancelled regardless.
 	CutWait time.Duration `yaml:"cut_wait"`
+	// IDPrefix and Replica are set by the daemon in cluster mode, not
+	// configured. Session IDs are IDPrefix and a number: a random prefix
+	// per replica makes them unique in the cluster without naming the
+	// replica (tenants see IDs; replica IDs are for operators). Replica
+	// is this replica's ID, given in Info.Replica.
+	IDPrefix string `yaml:"-"`
+	Replica  string `yaml:"-"`
 }
 
 // setDefaults fills the defaults; afterwards a limit of 0 means none.
@@ -210,7 +221,8 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	if maxSrc > 0 && r.perSrc[src] >= maxSrc {
 		return nil, Info{}, nil, fmt.Errorf("%w from your address (limit %d)", ErrTooMany, maxSrc)
 	}
-	info.ID = strconv.FormatUint(r.nextID.Add(1), 10)
+	info.ID = r.cfg.IDPrefix + strconv.FormatUint(r.nextID.Add(1), 10)
+	info.Replica = r.cfg.Replica
 	info.Started = time.Now()
 	ctx, cancel := context.WithCancelCause(parent)
 	e := &entry{info: info, src: src, cancel: cancel, done: make(chan struct{})}
@@ -383,8 +395,8 @@ func (r *Registry) List(node string) []Info {
 	}
 	r.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
-		a, _ := strconv.ParseUint(out[i].ID, 10, 64)
-		b, _ := strconv.ParseUint(out[j].ID, 10, 64)
+		a, _ := strconv.ParseUint(strings.TrimPrefix(out[i].ID, r.cfg.IDPrefix), 10, 64)
+		b, _ := strconv.ParseUint(strings.TrimPrefix(out[j].ID, r.cfg.IDPrefix), 10, 64)
 		return a < b
 	})
 	return out

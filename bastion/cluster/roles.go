@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/sol"
+)
+
+// The write role over a relay (sol's roles.go arbitrates it; this carries
+// it). Everything the relaying replica sends goes as channel requests, in
+// one ordered stream that the holder serves one at a time: roleRequest (a
+// roleMsg: one of its viewers joined, left, took over or went read-only),
+// inputRequest (an inputMsg: keys typed by one of its viewers) and
+// breakRequest (a breakMsg, answered once sent). So a viewer's keys and
+// breaks reach the holder in the order given and behind every role change
+// the relaying replica told before them, and the holder checks each
+// against its writer. The holder sends rolesRequest (a rolesMsg: who
+// writes) after each roleRequest and whenever its writer changes. Channel
+// data is the console's output, holder to relaying replica only.
+const (
+	roleRequest  = "role@obmd"
+	inputRequest = "input@obmd"
+	rolesRequest = "roles@obmd"
+)
+
+type roleMsg struct {
+	Op     uint8
+	Viewer uint64
+	Name   string
+	Want   bool
+}
+
+type inputMsg struct {
+	Viewer uint64
+	Data   []byte
+}
+
+type breakMsg struct {
+	Viewer uint64
+}
+
+type rolesMsg struct {
+	Writer uint64
+	Name   string
+	Seq    uint64
+}
+
+// ---- the relaying replica: relayConsole is a sol.Arbiter ----
+
+// Arbitrate sets the function the holder's answers go to (sol.Arbiter).
+// Answers that come before it are dropped: the hub tells the holder of
+// every viewer first, and follows the answers to that.
+func (r *relayConsole) Arbitrate(roles func(sol.Roles)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.roles = roles
+}
+
+// Tell tells the holder what one of this replica's viewers did.
+func (r *relayConsole) Tell(m sol.RoleMsg) error {
+	msg := roleMsg{Op: uint8(m.Op), Viewer: m.Viewer, Name: m.Name, Want: m.Want}
+	if _, err := r.ch.SendRequest(roleRequest, false, gossh.Marshal(msg)); err != nil {
+		return fmt.Errorf("console relay to replica %s: %w", r.holder, err)
+	}
+	return nil
+}
+
+// WriteAs sends viewer's keys to the holder, which drops them unless
+// viewer writes.
+func (r *relayConsole) WriteAs(viewer uint64, p []byte) (int, error) {
+	if _, err := r.ch.SendRequest(inputRequest, false, gossh.Marshal(inputMsg{Viewer: viewer, Data: p})); err != nil {
+		return 0, fmt.Errorf("console relay to replica %s: %w", r.holder, err)
+	}
+	return len(p), nil
+}
+
+// BreakAs asks the holder to send a serial break for viewer.
+func (r *relayConsole) BreakAs(ctx context.Context, viewer uint64) error {
+	reply := make(chan error, 1)
+	r.wg.Add(1)
+	go func() { // ends when the holder answers or the channel closes
+		defer r.wg.Done()
+		ok, err := r.ch.SendRequest(breakRequest, true, gossh.Marshal(breakMsg{Viewer: viewer}))
+		if err == nil && !ok {
+			err = errors.New("break refused by the holder")
+		}
+		reply <- err
+	}()
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// errNoViewer: input or a break on a relay without a viewer's name (the
+// hub sends them with WriteAs and BreakAs).
+var errNoViewer = errors.New("console relay: input needs a viewer")
+
+func (r *relayConsole) Write([]byte) (int, error)       { return 0, errNoViewer }
+func (r *relayConsole) Break(ctx context.Context) error { return errNoViewer }
+
+// holderRequests serves the holder's requests: its answers go to the
+// function given to Arbitrate. It returns when the channel closes.
+func (r *relayConsole) holderRequests(reqs <-chan *gossh.Request) {
+	for req := range reqs {
+		var m rolesMsg
+		if req.Type == rolesRequest && gossh.Unmarshal(req.Payload, &m) == nil {
+			r.mu.Lock()
+			roles := r.roles
+			r.mu.Unlock()
+			if roles != nil {
+				roles(sol.Roles{Writer: m.Writer, Name: m.Name, Seq: m.Seq})
+			}
+		}
+		if req.WantReply {
+			req.Reply(false, nil)
+		}
+	}
+}
+
+// ---- the holder: a relay viewer's requests ----
+
+// relayRoles sends relay viewer v's Roles to the relaying replica; mu
+// keeps them in the order they were read.
+type relayRoles struct {
+	v  *sol.Viewer
+	ch gossh.Channel
+	mu sync.Mutex
+}
+
+func (s *relayRoles) send() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.v.Roles()
+	_, err := s.ch.SendRequest(rolesRequest, false, gossh.Marshal(rolesMsg{Writer: r.Writer, Name: r.Name, Seq: r.Seq}))
+	return err
+}
+
+// serveRelayRequests serves the relaying replica's requests for relay
+// viewer v, one at a time, until the channel closes or v ends. A
+// non-writer's keys are dropped (the relaying replica learns from the
+// roles it is sent that its viewer does not write).
+func serveRelayRequests(ctx context.Context, v *sol.Viewer, roles *relayRoles, reqs <-chan *gossh.Request, log logrus.FieldLogger) {
+	for req := range reqs {
+		ok, err := relayRequest(ctx, v, roles, req)
+		if err != nil {
+			log.WithError(err).WithField("request", req.Type).Info("peer_relay_request_failed")
+		}
+		if req.WantReply {
+			req.Reply(ok, nil)
+		}
+		if v.Err() != nil {
+			return
+		}
+	}
+}
+
+func relayRequest(ctx context.Context, v *sol.Viewer, roles *relayRoles, req *gossh.Request) (bool, error) {
+	switch req.Type {
+	case roleRequest:
+		var m roleMsg
+		if err := gossh.Unmarshal(req.Payload, &m); err != nil {
+			return false, fmt.Errorf("malformed: %w", err)
+		}
+		err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleOp(m.Op), Viewer: m.Viewer, Name: printable(m.Name), Want: m.Want})
+		if serr := roles.send(); serr != nil {
+			return false, serr
+		}
+		return err == nil, err
+	case inputRequest:
+		var m inputMsg
+		if err := gossh.Unmarshal(req.Payload, &m); err != nil {
+			return false, fmt.Errorf("malformed: %w", err)
+		}
+		if _, err := v.WriteAs(m.Viewer, m.Data); err != nil && !errors.Is(err, sol.ErrReadOnly) {
+			return false, err
+		}
+		return true, nil
+	case breakRequest:
+		var m breakMsg
+		if err := gossh.Unmarshal(req.Payload, &m); err != nil {
+			return false, fmt.Errorf("malformed: %w", err)
+		}
+		err := v.BreakAs(ctx, m.Viewer)
+		return err == nil, err
+	}
+	return false, nil
+}

@@ -1,0 +1,209 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/db"
+)
+
+// One session list across replicas. Each replica serves its own sessions
+// to the others over the peer link: the global request sessionsRequest (a
+// sessionsQuery) is answered with the sessions as JSON, kickRequest (a
+// kickOrder) ends one and is answered with its node (refused by a replica
+// that does not hold it). Like notices, each
+// goes on a connection of its own.
+const (
+	sessionsRequest = "sessions@obmd"
+	kickRequest     = "kick@obmd"
+)
+
+// maxSessionsReply bounds a sessionsRequest's answer, which must fit in
+// one SSH packet (256 KiB): about a thousand sessions. A longer list is
+// cut, and says so (sessionsReply.More).
+const maxSessionsReply = 200 << 10
+
+// kickWait bounds the wait for a kicked session to end on its replica
+// (beyond the dial), above what a registry waits for it (its CutWait, 2 s
+// by default).
+const kickWait = 10 * time.Second
+
+// Sessions is this replica's session registry as the peer server serves
+// it to the others (sessions.Registry).
+type Sessions interface {
+	List(node string) []sessions.Info
+	Kick(id string, cause error) bool
+}
+
+type sessionsQuery struct{ Node string }
+
+type kickOrder struct{ ID, Why string }
+
+type sessionsReply struct {
+	Sessions []sessions.Info `json:"sessions"`
+	More     bool            `json:"more,omitempty"`
+}
+
+// ErrNoSession is returned by Kick for a session no live replica holds.
+var ErrNoSession = errors.New("no such session")
+
+// RemoteSessions lists the sessions of node ("": of every node) on every
+// other live replica, each marked with its replica (Info.Replica), oldest
+// first. Replicas that do not answer within ctx and DialTimeout are named
+// in the error, along with the lists of those that did.
+func (c *Cluster) RemoteSessions(ctx context.Context, node string) ([]sessions.Info, error) {
+	query := gossh.Marshal(sessionsQuery{Node: node})
+	var (
+		mu  sync.Mutex
+		out []sessions.Info
+	)
+	failed, err := c.eachOther(ctx, func(r db.Replica) error {
+		list, err := c.askSessions(ctx, r.ID, r.Addr, query)
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, list...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the other replicas' sessions: %w", err)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	if len(failed) > 0 {
+		return out, fmt.Errorf("no session list from replica %s", strings.Join(failed, ", "))
+	}
+	return out, nil
+}
+
+// eachOther runs f for every other live replica at once and returns, once
+// all have returned, those whose f failed ("ID (error)", sorted); err if
+// the replicas cannot be listed.
+func (c *Cluster) eachOther(ctx context.Context, f func(r db.Replica) error) (failed []string, err error) {
+	reps, err := c.store.ReplicasWithin(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	for _, r := range reps {
+		if r.ID == c.cfg.ReplicaID {
+			continue
+		}
+		wg.Add(1)
+		go func() { // ends when f does (f bounds its own wait)
+			defer wg.Done()
+			if err := f(r); err != nil {
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s (%v)", r.ID, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Strings(failed)
+	return failed, nil
+}
+
+func (c *Cluster) askSessions(ctx context.Context, id, addr string, query []byte) ([]sessions.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	reply, err := c.ask(ctx, id, addr, sessionsRequest, query)
+	if err != nil {
+		return nil, err
+	}
+	var r sessionsReply
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return nil, fmt.Errorf("malformed session list: %w", err)
+	}
+	for i := range r.Sessions {
+		r.Sessions[i].Replica = id // whatever it said: it is the one that answered
+	}
+	if r.More {
+		err = fmt.Errorf("the list was cut at %d sessions", len(r.Sessions))
+	}
+	return r.Sessions, err
+}
+
+// Kick ends session id on whichever other live replica holds it (each is
+// asked), with the cause `access to NODE was revoked (why)`, and returns
+// its node once it has ended there. ErrNoSession: none holds it (an error
+// instead if some could not be asked).
+func (c *Cluster) Kick(ctx context.Context, id, why string) (string, error) {
+	order := gossh.Marshal(kickOrder{ID: id, Why: why})
+	var (
+		mu   sync.Mutex
+		node string
+	)
+	failed, err := c.eachOther(ctx, func(r db.Replica) error {
+		actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout+kickWait)
+		defer cancel()
+		got, err := c.ask(actx, r.ID, r.Addr, kickRequest, order)
+		if errors.Is(err, errRefused) {
+			return nil // not there
+		}
+		if err == nil {
+			mu.Lock()
+			node = string(got)
+			mu.Unlock()
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("kick session %s: %w", id, err)
+	case node != "":
+		return node, nil
+	case len(failed) > 0:
+		return "", fmt.Errorf("kick session %s: no answer from replica %s", id, strings.Join(failed, ", "))
+	}
+	return "", ErrNoSession
+}
+
+// ---- the peer server's side ----
+
+// peerSessions answers a sessionsRequest with this replica's sessions.
+func (s *PeerServer) peerSessions(payload []byte) (bool, []byte) {
+	var q sessionsQuery
+	if s.sessions == nil || gossh.Unmarshal(payload, &q) != nil {
+		return false, nil
+	}
+	r := sessionsReply{Sessions: s.sessions.List(q.Node)}
+	for {
+		out, err := json.Marshal(r)
+		if err != nil {
+			return false, nil
+		}
+		if len(out) <= maxSessionsReply || len(r.Sessions) == 0 {
+			return true, out
+		}
+		r.Sessions, r.More = r.Sessions[:len(r.Sessions)*3/4], true
+	}
+}
+
+// peerKick answers a kickRequest: the session ends with the reason given,
+// and the answer (its node) comes once it has ended.
+func (s *PeerServer) peerKick(payload []byte, log logrus.FieldLogger) (bool, []byte) {
+	var k kickOrder
+	if s.sessions == nil || gossh.Unmarshal(payload, &k) != nil {
+		return false, nil
+	}
+	for _, si := range s.sessions.List("") {
+		if si.ID == k.ID {
+			ok := s.sessions.Kick(k.ID, &sessions.RevokedError{Node: si.Node, Why: printable(k.Why)})
+			log.WithFields(logrus.Fields{"session": k.ID, "node": si.Node, "ok": ok}).Info("peer_kick")
+			return ok, []byte(si.Node)
+		}
+	}
+	return false, nil
+}
