@@ -48,3 +48,36 @@ func TestAsWriter(t *testing.T) {
 	}
 	waitFor(t, "the borrowed writes", func() bool { return string(b.Typed()) == "ab" })
 }
+
+// TestClusterAsWriter: on a relaying hub, a read-only viewer's borrowed
+// write is refused while a viewer on the holder writes; forced, it reaches
+// the node as the borrower's (the holder drops a non-writer's input), and
+// the role goes to nobody (a writer elsewhere does not get it back).
+func TestClusterAsWriter(t *testing.T) {
+	b, _, holder, relays, _ := newCluster(t)
+	a1, ra1 := attached(t, holder, "a1", sol.AttachOptions{})
+	bot, _ := attached(t, relays[0], "bot", sol.AttachOptions{ReadOnly: true})
+	if err := bot.WaitUp(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	write := func(p string) func() error {
+		return func() error { _, err := bot.Write([]byte(p)); return err }
+	}
+	if err := bot.AsWriter(false, write("refused")); !errors.Is(err, sol.ErrWriterBusy) {
+		t.Fatalf("while a1 writes on the holder: got %v, want ErrWriterBusy", err)
+	}
+	if err := bot.AsWriter(true, write("F")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forced write on the serial side", func() bool { return string(b.Typed()) == "F" })
+	ra1.waitNotice(t, "bot took over writing; you are read-only")
+	waitFor(t, "nobody writing", func() bool { return holder.Writer("n1") == "" && relays[0].Writer("n1") == "" })
+	if a1.Writer() || bot.Writer() {
+		t.Errorf("after: a1 %v, bot %v, want nobody", a1.Writer(), bot.Writer())
+	}
+	// With nobody writing, a borrowed write needs no force.
+	if err := bot.AsWriter(false, write("G")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second write", func() bool { return string(b.Typed()) == "FG" })
+}
