@@ -8,14 +8,18 @@ import (
 	"github.com/obmd/obmd/sol/sim"
 )
 
+// simNode is a hub over one simulated node, n1.
+func simNode(t *testing.T) (*sim.BMC, *sol.Manager) {
+	lab := sim.NewLab()
+	return lab.BMC("n1", sim.ModeNormal), newManager(t, sol.Config{}, lab)
+}
+
 // TestAsWriter: a read-only viewer borrows the write role for one write:
 // refused while another viewer writes, forced with notices both ways, the
 // role handed back to that writer (or to nobody when nobody wrote); the
 // link is up before WaitUp returns.
 func TestAsWriter(t *testing.T) {
-	lab := sim.NewLab()
-	b := lab.BMC("n1", sim.ModeNormal)
-	m := newManager(t, sol.Config{}, lab)
+	b, m := simNode(t)
 	bot := attach(t, m, "n1", "bot", sol.AttachOptions{ReadOnly: true})
 	record(bot)
 	if err := bot.WaitUp(testCtx(t)); err != nil {
