@@ -122,7 +122,7 @@ func TestHistoryTenancies(t *testing.T) {
 				follow := o.goConsole(t, label, tok, conOpts{cmd: "console-log --follow"})
 				follow.expect(old)
 
-				sc.change(o, label, "")
+				sc.change(o.adminClient, label, "")
 				follow.end.wait(t, "the old tenancy's follower")
 				switch sc.name {
 				case "rotate", "revoke": // the change's own token is not kept
@@ -156,8 +156,8 @@ func TestHistoryTenancies(t *testing.T) {
 }
 
 // withKey is a change that removes key fp, whatever fp it is given.
-func withKey(change func(o *obmd, label, fp string), fp string) func(o *obmd, label, fp string) {
-	return func(o *obmd, label, _ string) { change(o, label, fp) }
+func withKey(change func(a *adminClient, label, fp string), fp string) func(a *adminClient, label, fp string) {
+	return func(a *adminClient, label, _ string) { change(a, label, fp) }
 }
 
 // capturedSim starts obmd capturing every node, registers sim node label
