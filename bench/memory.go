@@ -28,6 +28,13 @@ func memory(cfg benchConfig) *section {
 	if err := nativeLinks(cfg, s, links, viewerKB); err != nil {
 		s.skip(fmt.Sprintf("RSS per open native BMC link (%d ipmi links)", links), err)
 	}
+	captured := 500
+	if cfg.quick {
+		captured = 50
+	}
+	if err := capturedIdle(cfg, s, captured); err != nil {
+		s.skip(fmt.Sprintf("RSS per always-captured idle sim node (%d nodes)", captured), err)
+	}
 	return s
 }
 

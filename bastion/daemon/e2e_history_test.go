@@ -15,6 +15,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/history"
+	"github.com/obmd/obmd/sol/history/casttest"
 	"github.com/obmd/obmd/sol/sim"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
@@ -121,7 +122,7 @@ func TestHistoryTenancies(t *testing.T) {
 				follow := o.goConsole(t, label, tok, conOpts{cmd: "console-log --follow"})
 				follow.expect(old)
 
-				sc.change(o, label, "")
+				sc.change(o.adminClient, label, "")
 				follow.end.wait(t, "the old tenancy's follower")
 				switch sc.name {
 				case "rotate", "revoke": // the change's own token is not kept
@@ -155,8 +156,8 @@ func TestHistoryTenancies(t *testing.T) {
 }
 
 // withKey is a change that removes key fp, whatever fp it is given.
-func withKey(change func(o *obmd, label, fp string), fp string) func(o *obmd, label, fp string) {
-	return func(o *obmd, label, _ string) { change(o, label, fp) }
+func withKey(change func(a *adminClient, label, fp string), fp string) func(a *adminClient, label, fp string) {
+	return func(a *adminClient, label, _ string) { change(a, label, fp) }
 }
 
 // capturedSim starts obmd capturing every node, registers sim node label
@@ -202,7 +203,8 @@ func TestHistoryRestart(t *testing.T) {
 // UTF-8, NUL, a bare newline) comes back byte-exact from console-log over
 // real OpenSSH, and on a PTY too (no newline rewriting);
 // power and boot-device operations are markers of --timestamps, with who
-// ran them; --cast is asciicast v2 whose "o" events carry the same text.
+// ran them; --cast is asciicast v2 whose "o" events carry the same text,
+// and Debian's `asciinema cat` of it prints the raw console-log's bytes.
 func TestHistoryFormats(t *testing.T) {
 	t.Parallel()
 	o, tok, bmc, sync := capturedSim(t, "hostile", "sync")
@@ -230,7 +232,14 @@ func TestHistoryFormats(t *testing.T) {
 			t.Errorf("console-log --timestamps lacks the marker %q:\n%q", want, res.Stdout)
 		}
 	}
+	raw := o.openssh("hostile", tok, nil, "console-log")
 	res = o.openssh("hostile", tok, nil, "console-log", "--cast")
+	// Debian's asciinema replays the raw bytes, except that each byte
+	// that is not UTF-8 becomes U+FFFD (JSON strings hold only Unicode);
+	// escape sequences and NUL pass through untouched.
+	if got, want := string(casttest.AsciinemaCat(t, []byte(res.Stdout))), string([]rune(raw.Stdout)); raw.Code != 0 || got != want {
+		t.Errorf("asciinema cat of console-log --cast over OpenSSH: got %q, want the raw console-log %q", got, want)
+	}
 	lines := strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n")
 	var header struct{ Version int }
 	if res.Code != 0 || len(lines) < 2 || json.Unmarshal([]byte(lines[0]), &header) != nil || header.Version != 2 {

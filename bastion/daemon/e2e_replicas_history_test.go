@@ -6,15 +6,19 @@ import (
 	"testing"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
+
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
+	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestReplicasHistory: three replicas on MariaDB and a node captured
-// always, with nobody attached. An access change made through another
-// replica than the holder hides the old tenancy from the next tenant's
-// console-log and replay everywhere. One replica holds its link (a lease);
+// always, with nobody attached. Each kind of access change (token rotated
+// or revoked, key removed, node deleted and registered again, node changed
+// by PUT), made through another replica, hides the old tenancy from the
+// next tenant's console-log, replay and --follow on the other replicas. One replica holds its link (a lease);
 // console-log returns the same history on each replica; a viewer
 // attaching on any replica gets it in its replay; after SIGKILL of the
 // holder, a survivor takes the capture over and appends to the same
@@ -36,17 +40,14 @@ func TestReplicasHistory(t *testing.T) {
 		return res.Stdout
 	}
 	printUntilSeen(t, bmc.WriteSerial, "captured", func(m string) bool { return strings.Contains(logOn(a), m) })
-	// An access change made through another replica: the next tenant sees
-	// nothing of this tenancy, on any replica.
-	secret := "old-tenancy-" + rpRandom(t)[:8]
-	if err := bmc.WriteSerial([]byte(secret + "\r\n")); err != nil {
-		t.Fatal(err)
+	// Each kind of access change, made through another replica than the
+	// reader: the next tenant sees nothing from before it, on any replica.
+	var secrets []string
+	for _, sc := range rvScenarios() {
+		var secret string
+		tok, secret = rpHistoryChange(t, reps, bmc, sc, tok)
+		secrets = append(secrets, secret)
 	}
-	waitUntil(t, "the old tenancy's output stored", func() bool { return strings.Contains(logOn(reps[2]), secret) })
-	tok = reps[1].rotate("n1")
-	// The held link comes back for the new tenancy: output in between is
-	// not captured (the BMC has no one to send it to).
-	printUntilSeen(t, bmc.WriteSerial, "new-tenancy", func(m string) bool { return strings.Contains(logOn(a), m) })
 	before := "before-the-kill-" + rpRandom(t)[:8]
 	if err := bmc.WriteSerial([]byte(before + "\r\n")); err != nil {
 		t.Fatal(err)
@@ -65,8 +66,10 @@ func TestReplicasHistory(t *testing.T) {
 	for i, r := range reps {
 		v := r.goViewer(t, "n1", tok)
 		v.out.wait(t, "the replay on "+reps[i].name, 0, before)
-		if strings.Contains(v.out.String(), secret) || strings.Contains(logs[i], secret) {
-			t.Errorf("%s shows the previous tenancy's output to the next tenant", reps[i].name)
+		for _, secret := range secrets {
+			if strings.Contains(v.out.String(), secret) || strings.Contains(logs[i], secret) {
+				t.Errorf("%s shows a previous tenancy's output (%s) to the next tenant", reps[i].name, secret)
+			}
 		}
 	}
 
@@ -130,4 +133,60 @@ func TestReplicasHistory(t *testing.T) {
 		t.Errorf("the SOL lease is still %s's right after its SIGTERM stop", l.Owner)
 	}
 	printUntilSeen(t, bmc.WriteSerial, "after-the-stop", func(m string) bool { return strings.Contains(logOn(last), m) })
+}
+
+// rpHistoryChange runs one access change of sc on node n1 (captured, on
+// bmc) through reps[1], the current tenant holding tok, and returns the
+// next tenant's token and a secret the old tenancy printed. On reps[2]
+// and reps[0], the next tenant's console-log, attach replay and --follow
+// show the new tenancy's output and not the secret.
+func rpHistoryChange(t *testing.T, reps []*rpReplica, bmc *ipmisim.Sim, sc rvScenario, tok string) (string, string) {
+	t.Helper()
+	logShows := func(r *rpReplica, tok string) func(string) bool {
+		return func(m string) bool {
+			res, err := r.exec("n1", tok, "console-log")
+			return err == nil && res.Code == 0 && strings.Contains(res.Stdout, m)
+		}
+	}
+	fp := ""
+	if sc.key {
+		k, _ := newKey(t)
+		fp = reps[0].addKey("n1", k.PublicKey())
+	}
+	secret := printUntilSeen(t, bmc.WriteSerial, "old-"+sc.name, logShows(reps[2], tok))
+	switch sc.name {
+	case "info-change": // the node stays on bmc, with another cipher choice
+		reps[1].mustAPI(200, "PUT", "/v1/nodes/n1", map[string]any{"type": "ipmi", "info": soltest.Unpinned(bmc.Info())})
+	default:
+		sc.change(reps[1].adminClient, "n1", fp)
+	}
+	switch sc.name {
+	case "rotate", "revoke":
+		tok = reps[1].rotate("n1")
+	case "node-deletion":
+		reps[1].mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
+		tok = reps[1].rotate("n1")
+	}
+	// The held link comes back for the new tenancy: output in between is
+	// not captured (the BMC has no one to send it to).
+	fresh := printUntilSeen(t, bmc.WriteSerial, "new-"+sc.name, logShows(reps[2], tok))
+	for _, r := range []*rpReplica{reps[2], reps[0]} {
+		follow := goSession(t, r.listening["ssh"], "n1", gossh.Password(tok), conOpts{cmd: "console-log --follow"})
+		viewer := r.goViewer(t, "n1", tok)
+		follow.expect(fresh)
+		viewer.expect(fresh) // the replay
+		live := printUntilSeen(t, bmc.WriteSerial, "live-"+sc.name, shows(viewer.out))
+		follow.expect(live) // from the database: one flush later
+		res, err := r.exec("n1", tok, "console-log")
+		if err != nil || res.Code != 0 || !strings.Contains(res.Stdout, live) {
+			t.Fatalf("%s on %s: console-log of the new tenancy: %v %v, want %s", sc.name, r.name, res, err, live)
+		}
+		for what, out := range map[string]string{"console-log": res.Stdout, "--follow": follow.out.String(),
+			"attach replay": viewer.out.String()} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%s on %s after %s shows the previous tenancy: %q", what, r.name, sc.name, out)
+			}
+		}
+	}
+	return tok, secret
 }

@@ -33,25 +33,25 @@ type rvScenario struct {
 	why  string // the reason users are shown
 	key  bool   // the SSH sessions authenticate with a key (removed by the change)
 	// change makes the change through the admin API.
-	change func(o *obmd, label, fp string)
+	change func(a *adminClient, label, fp string)
 }
 
 func rvScenarios() []rvScenario {
 	return []rvScenario{
-		{name: "rotate", why: "token rotated", change: func(o *obmd, label, _ string) {
-			o.mustAPI(200, "POST", "/node/"+label+"/token", nil)
+		{name: "rotate", why: "token rotated", change: func(a *adminClient, label, _ string) {
+			a.mustAPI(200, "POST", "/node/"+label+"/token", nil)
 		}},
-		{name: "revoke", why: "token revoked", change: func(o *obmd, label, _ string) {
-			o.mustAPI(200, "DELETE", "/node/"+label+"/token", nil)
+		{name: "revoke", why: "token revoked", change: func(a *adminClient, label, _ string) {
+			a.mustAPI(200, "DELETE", "/node/"+label+"/token", nil)
 		}},
-		{name: "key-removal", why: "key removed", key: true, change: func(o *obmd, label, fp string) {
-			o.mustAPI(200, "DELETE", "/v1/nodes/"+label+"/keys/"+url.PathEscape(fp), nil)
+		{name: "key-removal", why: "key removed", key: true, change: func(a *adminClient, label, fp string) {
+			a.mustAPI(200, "DELETE", "/v1/nodes/"+label+"/keys/"+url.PathEscape(fp), nil)
 		}},
-		{name: "node-deletion", why: "node deleted", change: func(o *obmd, label, _ string) {
-			o.mustAPI(200, "DELETE", "/node/"+label, nil)
+		{name: "node-deletion", why: "node deleted", change: func(a *adminClient, label, _ string) {
+			a.mustAPI(200, "DELETE", "/node/"+label, nil)
 		}},
-		{name: "info-change", why: "node changed", change: func(o *obmd, label, _ string) {
-			o.mustAPI(200, "PUT", "/v1/nodes/"+label, map[string]any{"type": "sim", "info": map[string]string{"addr": "elsewhere"}})
+		{name: "info-change", why: "node changed", change: func(a *adminClient, label, _ string) {
+			a.mustAPI(200, "PUT", "/v1/nodes/"+label, map[string]any{"type": "sim", "info": map[string]string{"addr": "elsewhere"}})
 		}},
 	}
 }
@@ -177,7 +177,7 @@ func rvRevokeOnce(t *testing.T, o *obmd, sc rvScenario, label string) (rvDelays,
 	if setup := start.Sub(exStarted); setup > rvInFlight*8/10 {
 		t.Fatalf("the sessions took %v to start: the power-cycle may end before the change", setup)
 	}
-	sc.change(o, label, fp)
+	sc.change(o.adminClient, label, fp)
 	returned := time.Now()
 	if left := o.rvSessions(label); len(left) != 0 {
 		t.Errorf("after the admin call returned: got live sessions %+v, want none", left)

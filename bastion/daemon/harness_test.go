@@ -177,13 +177,13 @@ func (o *obmd) addIPMINode(label, typ string, s *ipmisim.Sim) string {
 }
 
 // addKey registers pub on label and returns its fingerprint.
-func (o *obmd) addKey(label string, pub gossh.PublicKey) string {
-	o.t.Helper()
+func (a *adminClient) addKey(label string, pub gossh.PublicKey) string {
+	a.t.Helper()
 	line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pub)))
 	var out struct{ Fingerprint string }
-	data := o.mustAPI(201, "POST", "/v1/nodes/"+url.PathEscape(label)+"/keys", map[string]string{"key": line})
+	data := a.mustAPI(201, "POST", "/v1/nodes/"+url.PathEscape(label)+"/keys", map[string]string{"key": line})
 	if err := json.Unmarshal(data, &out); err != nil {
-		o.t.Fatalf("add key: %v", err)
+		a.t.Fatalf("add key: %v", err)
 	}
 	return out.Fingerprint
 }

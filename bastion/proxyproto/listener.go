@@ -74,16 +74,25 @@ func NewListener(l net.Listener, cfg ListenerConfig) (*Listener, error) {
 // ones (EMFILE) at its own pace: the loop accepts again only once the
 // error has been taken.
 func (l *Listener) Accept() (net.Conn, error) {
-	l.start.Do(func() {
-		l.wg.Add(1)
-		go l.loop() // owned by l: Close waits for it
-	})
+	l.start.Do(l.startLoop)
 	select {
 	case a := <-l.ready:
 		return a.c, a.err
 	case <-l.done:
 		return nil, net.ErrClosed
 	}
+}
+
+// startLoop starts the accept loop unless Close came first: under l.mu,
+// so that Close's Wait never runs beside the Add.
+func (l *Listener) startLoop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.wg.Add(1)
+	go l.loop() // owned by l: Close waits for it
 }
 
 // Close closes the wrapped listener and the connections whose header is

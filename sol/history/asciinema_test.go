@@ -1,63 +1,10 @@
 package history
 
 import (
-	"bytes"
-	"context"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/creack/pty"
+	"github.com/obmd/obmd/sol/history/casttest"
 )
-
-// asciinemaCat runs Debian's `asciinema cat` on cast and returns what it
-// prints. It reads /dev/tty, so it runs on a pty of its own (its
-// controlling terminal), with stdout to a pipe: what it writes arrives
-// untouched by a terminal's line discipline.
-func asciinemaCat(t *testing.T, cast string) []byte {
-	t.Helper()
-	bin, err := exec.LookPath("asciinema")
-	if err != nil {
-		if os.Getenv("OBMD_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("asciinema is not installed and OBMD_REQUIRE_INTEGRATION=1")
-		}
-		t.Skip("asciinema is not installed")
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "out.cast")
-	if err := os.WriteFile(path, []byte(cast), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		t.Fatalf("open pty: %v", err)
-	}
-	defer ptmx.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "cat", path)
-	cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "PYTHONIOENCODING=utf-8"}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	drained := make(chan struct{})
-	go func() { // nothing is echoed, but a full pty would block the child
-		defer close(drained)
-		_, _ = io.Copy(io.Discard, ptmx)
-	}()
-	err = cmd.Run()
-	tty.Close()
-	ptmx.Close()
-	<-drained
-	if err != nil {
-		t.Fatalf("asciinema cat: %v; stderr: %s", err, stderr.Bytes())
-	}
-	return stdout.Bytes()
-}
 
 func TestCastThroughAsciinemaCat(t *testing.T) {
 	valid := "boot \x1b[1mbold\x1b[0m\r\n\ttab é 漢字 🙂 \"q\" \\ </x>\r\nprompt# "
@@ -71,7 +18,7 @@ func TestCastThroughAsciinemaCat(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			writes := fuzzWrites([]byte(tt.out), []byte{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5}, true)
 			cast := encode(t, FormatCast, Options{}, chunksOf(writes, 7))
-			if got := asciinemaCat(t, cast); string(got) != tt.want {
+			if got := casttest.AsciinemaCat(t, []byte(cast)); string(got) != tt.want {
 				t.Errorf("asciinema cat printed %q, want %q", got, tt.want)
 			}
 		})
