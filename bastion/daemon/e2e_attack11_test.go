@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +24,6 @@ import (
 	"github.com/obmd/obmd/bastion/proxyproto"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
-	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
@@ -313,14 +311,7 @@ func (p *atkPipe) cut() {
 func atkReplicaEnv(t *testing.T) (string, func(db, advertise string) map[string]string) {
 	t.Helper()
 	bin := obmdBinary(t)
-	shared := t.TempDir()
-	hostKey, sealKey := filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
-	if _, err := keys.LoadOrCreateHostKey(hostKey); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := keys.LoadOrCreateSealer(sealKey); err != nil {
-		t.Fatal(err)
-	}
+	hostKey, sealKey := sharedReplicaKeys(t)
 	return bin, func(db, advertise string) map[string]string {
 		m := map[string]string{"OBMD_DB": db, "OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
 			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_PEER_ADDR": "127.0.0.1:0",

@@ -40,19 +40,27 @@ func rpCluster(t *testing.T, dsn string, env map[string]string) []*rpReplica {
 	return rpClusterOn(t, []string{dsn, dsn, dsn}, env)
 }
 
-// rpClusterOn starts three replicas, replica i on database dsns[i] (the
-// nodes of one Galera cluster, or one server).
-func rpClusterOn(t *testing.T, dsns []string, env map[string]string) []*rpReplica {
+// sharedReplicaKeys makes the host key and sealing key every replica of
+// one cluster shares, and returns their paths.
+func sharedReplicaKeys(t *testing.T) (hostKey, sealKey string) {
 	t.Helper()
-	bin := obmdBinary(t)
 	shared := t.TempDir()
-	hostKey, sealKey := filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
+	hostKey, sealKey = filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
 	if _, err := keys.LoadOrCreateHostKey(hostKey); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := keys.LoadOrCreateSealer(sealKey); err != nil {
 		t.Fatal(err)
 	}
+	return hostKey, sealKey
+}
+
+// rpClusterOn starts three replicas, replica i on database dsns[i] (the
+// nodes of one Galera cluster, or one server).
+func rpClusterOn(t *testing.T, dsns []string, env map[string]string) []*rpReplica {
+	t.Helper()
+	bin := obmdBinary(t)
+	hostKey, sealKey := sharedReplicaKeys(t)
 	vars := map[string]string{"OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
 		"OBMD_ADMIN_TOKEN": rpRandom(t), "OBMD_PEER_ADDR": "127.0.0.1:0"}
 	for k, v := range env {
