@@ -123,7 +123,7 @@ func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]s
 // announcement to show epoch applied (or to have expired FenceMargin ago),
 // until ctx ends.
 func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, kind string, notice []byte) error {
-	err := c.sendNotice(ctx, id, addr, kind, notice)
+	_, err := c.ask(ctx, id, addr, kind, notice)
 	if err == nil {
 		return nil
 	}
@@ -147,13 +147,6 @@ func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, k
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// sendNotice delivers notice (a request of type kind) to replica id's peer
-// server at addr and waits for its answer.
-func (c *Cluster) sendNotice(ctx context.Context, id, addr, kind string, notice []byte) error {
-	_, err := c.ask(ctx, id, addr, kind, notice)
-	return err
 }
 
 // errRefused: a peer answered a request with a refusal.
