@@ -57,6 +57,19 @@ func (c *Cluster) NotifyCred(ctx context.Context, epoch int64, cred db.CredChang
 // confirmed as notifyOne says, and returns an error naming those that were
 // not when ctx ends.
 func (c *Cluster) tellAll(ctx context.Context, targets map[string]string, epoch int64, kind string, notice []byte) error {
+	failed := fanOut(targets, func(id, addr string) error {
+		return c.notifyOne(ctx, id, addr, epoch, kind, notice)
+	})
+	if len(failed) > 0 {
+		return fmt.Errorf("not confirmed by replica %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// fanOut runs f for every target (replica ID to peer address) at once and
+// returns, once all have returned, those whose f failed ("ID (error)",
+// sorted). f bounds its own wait.
+func fanOut(targets map[string]string, f func(id, addr string) error) []string {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -64,9 +77,9 @@ func (c *Cluster) tellAll(ctx context.Context, targets map[string]string, epoch 
 	)
 	for id, addr := range targets {
 		wg.Add(1)
-		go func() { // ends when the replica confirmed, or at ctx's end
+		go func() { // ends when f does
 			defer wg.Done()
-			if err := c.notifyOne(ctx, id, addr, epoch, kind, notice); err != nil {
+			if err := f(id, addr); err != nil {
 				mu.Lock()
 				failed = append(failed, fmt.Sprintf("%s (%v)", id, err))
 				mu.Unlock()
@@ -74,11 +87,8 @@ func (c *Cluster) tellAll(ctx context.Context, targets map[string]string, epoch 
 		}()
 	}
 	wg.Wait()
-	if len(failed) > 0 {
-		sort.Strings(failed)
-		return fmt.Errorf("not confirmed by replica %s", strings.Join(failed, ", "))
-	}
-	return nil
+	sort.Strings(failed)
+	return failed
 }
 
 // notifyTargets returns the other live replicas by ID, with their peer
@@ -113,7 +123,7 @@ func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]s
 // announcement to show epoch applied (or to have expired FenceMargin ago),
 // until ctx ends.
 func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, kind string, notice []byte) error {
-	err := c.sendNotice(ctx, id, addr, kind, notice)
+	_, err := c.ask(ctx, id, addr, kind, notice)
 	if err == nil {
 		return nil
 	}
@@ -137,13 +147,6 @@ func (c *Cluster) notifyOne(ctx context.Context, id, addr string, epoch int64, k
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// sendNotice delivers notice (a request of type kind) to replica id's peer
-// server at addr and waits for its answer.
-func (c *Cluster) sendNotice(ctx context.Context, id, addr, kind string, notice []byte) error {
-	_, err := c.ask(ctx, id, addr, kind, notice)
-	return err
 }
 
 // errRefused: a peer answered a request with a refusal.

@@ -14,7 +14,6 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/sessions"
-	"github.com/obmd/obmd/db"
 )
 
 // One session list across replicas. Each replica serves its own sessions
@@ -67,8 +66,8 @@ func (c *Cluster) RemoteSessions(ctx context.Context, node string) ([]sessions.I
 		mu  sync.Mutex
 		out []sessions.Info
 	)
-	failed, err := c.eachOther(ctx, func(r db.Replica) error {
-		list, err := c.askSessions(ctx, r.ID, r.Addr, query)
+	failed, err := c.eachOther(ctx, func(id, addr string) error {
+		list, err := c.askSessions(ctx, id, addr, query)
 		mu.Lock()
 		defer mu.Unlock()
 		out = append(out, list...)
@@ -87,32 +86,18 @@ func (c *Cluster) RemoteSessions(ctx context.Context, node string) ([]sessions.I
 // eachOther runs f for every other live replica at once and returns, once
 // all have returned, those whose f failed ("ID (error)", sorted); err if
 // the replicas cannot be listed.
-func (c *Cluster) eachOther(ctx context.Context, f func(r db.Replica) error) (failed []string, err error) {
+func (c *Cluster) eachOther(ctx context.Context, f func(id, addr string) error) (failed []string, err error) {
 	reps, err := c.store.ReplicasWithin(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
-	var (
-		wg sync.WaitGroup
-		mu sync.Mutex
-	)
+	others := make(map[string]string, len(reps))
 	for _, r := range reps {
-		if r.ID == c.cfg.ReplicaID {
-			continue
+		if r.ID != c.cfg.ReplicaID {
+			others[r.ID] = r.Addr
 		}
-		wg.Add(1)
-		go func() { // ends when f does (f bounds its own wait)
-			defer wg.Done()
-			if err := f(r); err != nil {
-				mu.Lock()
-				failed = append(failed, fmt.Sprintf("%s (%v)", r.ID, err))
-				mu.Unlock()
-			}
-		}()
 	}
-	wg.Wait()
-	sort.Strings(failed)
-	return failed, nil
+	return fanOut(others, f), nil
 }
 
 func (c *Cluster) askSessions(ctx context.Context, id, addr string, query []byte) ([]sessions.Info, error) {
@@ -145,10 +130,10 @@ func (c *Cluster) Kick(ctx context.Context, id, why string) (string, error) {
 		mu   sync.Mutex
 		node string
 	)
-	failed, err := c.eachOther(ctx, func(r db.Replica) error {
+	failed, err := c.eachOther(ctx, func(id, addr string) error {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout+kickWait)
 		defer cancel()
-		got, err := c.ask(actx, r.ID, r.Addr, kickRequest, order)
+		got, err := c.ask(actx, id, addr, kickRequest, order)
 		if errors.Is(err, errRefused) {
 			return nil // not there
 		}
