@@ -186,7 +186,7 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 		return false
 	}
 	if ok, first := s.lim.Begin(ctx, st.src); !ok {
-		s.refuseKeys(st, label, "source", first)
+		s.refuseKeys(st, label, first)
 		return false
 	}
 	epoch, ok, err := s.store.HasKey(ctx, label, fp)
@@ -221,13 +221,13 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	return true
 }
 
-// refuseKeys records a key offer the limiter refused; the connection's
-// later offers are refused without asking it again.
-func (s *Server) refuseKeys(st *connState, label, which string, first bool) {
+// refuseKeys records a key offer the limiter refused for its source; the
+// connection's later offers are refused without asking it again.
+func (s *Server) refuseKeys(st *connState, label string, first bool) {
 	st.mu.Lock()
 	st.refused = true
 	st.mu.Unlock()
-	s.refuse(label, st.remote, "publickey", which, first)
+	s.refuse(label, st.remote, "publickey", "source", first)
 }
 
 // verifiedKey runs once the client has signed with key, which publicKey

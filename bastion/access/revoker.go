@@ -19,6 +19,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -232,7 +234,9 @@ func (r *Revoker) CutAll(why string) int {
 	for _, s := range r.reg.List("") {
 		nodes[s.Node] = true
 	}
-	for label := range nodes {
+	// In one order: two CutAll at once (the loss of the database and a
+	// fence) would otherwise each hold a lock the other waits for.
+	for _, label := range slices.Sorted(maps.Keys(nodes)) {
 		n := r.use(label)
 		n.lock <- struct{}{}
 		defer r.done(label, n)

@@ -358,6 +358,41 @@ func TestRevokerCutAll(t *testing.T) {
 	}
 }
 
+// TestRevokerCutAllConcurrent: the loss of the database (the change
+// watcher) and a fence (the cluster's guard) cut every session from two
+// goroutines, often together since one causes the other; each CutAll
+// takes the locks of many nodes, so they must take them in one order, or
+// each holds a lock the other waits for and neither returns.
+func TestRevokerCutAllConcurrent(t *testing.T) {
+	reg := sessions.New(sessions.Config{CutWait: time.Millisecond})
+	cons := &fakeCutter{reg: reg}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	r := NewRevoker(RevokerConfig{}, cons, reg, &fakeEpochs{epoch: map[string]int64{}}, log)
+	for i := range 32 {
+		// Sessions that never end by themselves stay listed, so that every
+		// CutAll below takes every node's lock.
+		_, _, end, err := reg.Start(context.Background(), sessions.Info{Node: fmt.Sprintf("n%d", i), Epoch: 5}, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer end()
+	}
+	for round := range 20 {
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() { r.CutAll("db lost") })
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: two CutAll at once did not return (each holds a lock the other waits for)", round)
+		}
+	}
+}
+
 // TestRevokerForgets: the Revoker keeps a node's state only while it is in
 // use or knows an epoch the change watcher has not passed; dropping it
 // changes nothing: the watcher's replay of a change made here, and a

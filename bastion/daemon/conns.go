@@ -112,13 +112,10 @@ func (d *Daemon) capAdmin(l net.Listener) (net.Listener, error) {
 	return c, nil
 }
 
-// proxyHeaderTimeout bounds the read of a PROXY header on the admin port,
-// as on the SSH port (bastion.Config.ProxyHeaderTimeout's default).
-const proxyHeaderTimeout = 5 * time.Second
-
 // proxyAdmin wraps the admin listener so that connections from the
 // balancers in AdminProxyProtocolFrom start with a PROXY header naming the
-// client (read before TLS, which follows it), with the SSH port's rules: a
+// client (read before TLS, which follows it, within the Listener's default
+// timeout, as long as the SSH port's), with the SSH port's rules: a
 // connection from a listed balancer without a valid header is closed, and
 // from anyone else a header is not honoured. With none listed, l as it is.
 func (d *Daemon) proxyAdmin(l net.Listener) (net.Listener, error) {
@@ -127,7 +124,7 @@ func (d *Daemon) proxyAdmin(l net.Listener) (net.Listener, error) {
 		return l, err
 	}
 	log := d.log.WithField("part", "admin")
-	pl, err := proxyproto.NewListener(l, proxyproto.ListenerConfig{From: from.ContainsAddr, Timeout: proxyHeaderTimeout,
+	pl, err := proxyproto.NewListener(l, proxyproto.ListenerConfig{From: from.ContainsAddr,
 		Refused: func(peer net.Addr, err error) {
 			log := log.WithError(err).WithField("balancer", peer.String())
 			if errors.Is(err, io.EOF) { // a TCP health check: connect, close
