@@ -140,7 +140,7 @@ func (m *matcher) wait(ctx context.Context, con Console, re *regexp.Regexp, time
 				return Match{}, context.Cause(ctx)
 			}
 			if tctx.Err() != nil {
-				return Match{}, fmt.Errorf("no match within %s: %w", timeout, ErrTimedOut)
+				return Match{}, &noMatchError{after: timeout}
 			}
 			return Match{}, err
 		}
@@ -392,13 +392,11 @@ func (r *Runner) powerWait(ctx context.Context, req Request, cmd Command) (Resul
 	return res, nil
 }
 
-// timedOutText is a wait's timeout as the client is told: the text of the
-// wrapping error that says how long it waited (it holds no driver text).
-func timedOutText(err error) string {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if strings.HasPrefix(e.Error(), "no match within ") {
-			return e.Error()
-		}
-	}
-	return ErrTimedOut.Error()
+// noMatchError is a wait that timed out (ErrTimedOut), saying how long
+// it waited: what the client is told (it holds no driver text).
+type noMatchError struct{ after time.Duration }
+
+func (e *noMatchError) Error() string {
+	return fmt.Sprintf("no match within %s: %s", e.after, ErrTimedOut)
 }
+func (e *noMatchError) Unwrap() error { return ErrTimedOut }

@@ -48,6 +48,7 @@ func Message(err error) string {
 // reason is why an operation failed, as the client is told.
 func reason(err error) string {
 	var te *timeoutError
+	var nm *noMatchError
 	var be *BusyError
 	var ce *CheckError
 	switch {
@@ -59,8 +60,10 @@ func reason(err error) string {
 		return ErrBusy.Error()
 	case errors.As(err, &te):
 		return te.Error()
+	case errors.As(err, &nm):
+		return nm.Error()
 	case errors.Is(err, ErrTimedOut):
-		return timedOutText(err)
+		return ErrTimedOut.Error()
 	case errors.Is(err, context.Canceled):
 		return "cancelled"
 	}

@@ -264,35 +264,18 @@ func (v *Viewer) end(cause error) {
 // newest limit bytes of p are kept, and the gap is reported in the next
 // chunk's Skipped. skipped counts the bytes newly discarded.
 func (v *Viewer) push(p []byte, limit int, dropSlow bool) (skipped int, drop bool) {
-	return v.push2(p, nil, limit, dropSlow)
-}
-
-// queueReplay queues replay job j, in order with what is queued (it is
-// kept on overflow, as notices are).
-func (v *Viewer) queueReplay(j *replayJob) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.err != nil {
-		return
-	}
-	v.q = append(v.q, Chunk{job: j})
-	signal(v.ready)
-}
-
-// push2 is push of the bytes a then b.
-func (v *Viewer) push2(a, b []byte, limit int, dropSlow bool) (skipped int, drop bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	size := len(a) + len(b)
+	size := len(p)
 	if v.err != nil || size == 0 {
 		return 0, false
 	}
 	if v.queued+size <= limit {
 		v.queued += size
 		if k := len(v.q); k > 0 && v.q[k-1].Notice == "" && v.q[k-1].job == nil {
-			v.q[k-1].Data = append(append(v.q[k-1].Data, a...), b...)
+			v.q[k-1].Data = append(v.q[k-1].Data, p...)
 		} else {
-			v.q = append(v.q, Chunk{Data: concat(a, b)})
+			v.q = append(v.q, Chunk{Data: append([]byte(nil), p...)})
 		}
 		signal(v.ready)
 		return 0, false
@@ -315,17 +298,25 @@ func (v *Viewer) push2(a, b []byte, limit int, dropSlow bool) (skipped int, drop
 	if cut := size - limit; cut > 0 { // keep the newest limit bytes
 		gap += cut
 		skipped += cut
-		if cut >= len(a) {
-			a, b = nil, b[cut-len(a):]
-		} else {
-			a = a[cut:]
-		}
+		p = p[cut:]
 		size = limit
 	}
-	v.q = append(v.q, Chunk{Data: concat(a, b), Skipped: gap})
+	v.q = append(v.q, Chunk{Data: append([]byte(nil), p...), Skipped: gap})
 	v.queued = size
 	signal(v.ready)
 	return skipped, false
+}
+
+// queueReplay queues replay job j, in order with what is queued (it is
+// kept on overflow, as notices are).
+func (v *Viewer) queueReplay(j *replayJob) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.err != nil {
+		return
+	}
+	v.q = append(v.q, Chunk{job: j})
+	signal(v.ready)
 }
 
 // concat returns a new slice holding a then b.
