@@ -172,3 +172,25 @@ func TestAuditDeferredQueueBounded(t *testing.T) {
 		t.Fatal("queued node shares the caller's string")
 	}
 }
+
+// TestAuditDeferredFullAtOnce: a full batch is committed at once even when
+// its signal is the one that wakes the goroutine (as after a commit during
+// which both the first event's and the full queue's signals were sent).
+func TestAuditDeferredFullAtOnce(t *testing.T) {
+	s := openWindowStore(t, dbtest.SQLiteDSN(t), time.Hour)
+	defer s.Close()
+	ev := AuditEvent{Node: "n1", Actor: "test", Action: "power.status", Result: "ok", At: time.Now()}
+	s.audit.mu.Lock()
+	for range auditBatchMax {
+		s.audit.later.events = append(s.audit.later.events, ev)
+	}
+	s.audit.mu.Unlock()
+	signal(s.audit.later.full)
+	deadline := time.Now().Add(10 * time.Second) // generous: a shared machine; the window is an hour
+	for storedAudit(t, s, "power.status") != auditBatchMax {
+		if time.Now().After(deadline) {
+			t.Fatal("a full deferred batch waited for the window")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
