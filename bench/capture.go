@@ -28,19 +28,8 @@ func capturedIdle(cfg benchConfig, s *section, n int) error {
 		return err
 	}
 	const up = `obmd_console_captured_links{state="up"}`
-	deadline := time.Now().Add(cfg.scale(2 * time.Minute))
-	for {
-		v, err := gauge(o, up)
-		if err != nil {
-			return err
-		}
-		if int(v) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is %v after %v, want %d", up, v, cfg.scale(2*time.Minute), n)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := waitGauge(o, up, float64(n), cfg.scale(2*time.Minute)); err != nil {
+		return err
 	}
 	after, err := settledRSS(o.Pid(), 10*time.Second)
 	if err != nil {

@@ -52,6 +52,9 @@ func (s *Store) Audit(ctx context.Context, e AuditEvent) error {
 	if e.At.IsZero() {
 		e.At = s.now()
 	}
+	// Cut before queuing: the deferred queue then holds at most the column
+	// sizes per event, whatever an unauthenticated client sent.
+	e = e.clipped()
 	if DeferredAudit(e.Action) && s.deferAudit(e) {
 		return nil
 	}
@@ -154,7 +157,24 @@ func (s *Store) flushAudit(ctx context.Context) {
 	next.done <- errAuditLead
 }
 
-// insertAudit writes events in one transaction (none: nothing to do).
+// clipped returns e with every field valid UTF-8 and cut to its column,
+// in strings of its own: a cut field does not keep the caller's long one
+// alive while the event waits in the deferred queue.
+func (e AuditEvent) clipped() AuditEvent {
+	own := func(v string, max int) string {
+		c := clip(v, max)
+		if len(v) > max {
+			c = strings.Clone(c)
+		}
+		return c
+	}
+	e.Node, e.Actor, e.Action = own(e.Node, auditNodeLen), own(e.Actor, auditActorLen), own(e.Action, auditActionLen)
+	e.Source, e.Result, e.Detail = own(e.Source, auditSourceLen), own(e.Result, auditResultLen), own(e.Detail, auditDetailLen)
+	return e
+}
+
+// insertAudit writes events (cut by Audit) in one transaction (none:
+// nothing to do).
 func (s *Store) insertAudit(ctx context.Context, events []AuditEvent) error {
 	if len(events) == 0 {
 		return nil
@@ -172,9 +192,7 @@ func (s *Store) insertAudit(ctx context.Context, events []AuditEvent) error {
 		stmt := tx.StmtContext(ctx, insert)
 		defer stmt.Close()
 		for _, e := range events {
-			if _, err := stmt.ExecContext(ctx, toMillis(e.At), clip(e.Node, auditNodeLen), clip(e.Actor, auditActorLen),
-				clip(e.Action, auditActionLen), clip(e.Source, auditSourceLen), clip(e.Result, auditResultLen),
-				clip(e.Detail, auditDetailLen)); err != nil {
+			if _, err := stmt.ExecContext(ctx, toMillis(e.At), e.Node, e.Actor, e.Action, e.Source, e.Result, e.Detail); err != nil {
 				return err
 			}
 		}

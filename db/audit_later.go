@@ -95,7 +95,9 @@ func (s *Store) runAuditLater() {
 	for {
 		select {
 		case <-l.kick:
-		case <-l.full:
+		case <-l.full: // a full queue is committed at once, not a window on
+			s.flushLater()
+			continue
 		case <-l.stop:
 			s.flushLater()
 			return

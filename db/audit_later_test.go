@@ -2,8 +2,10 @@ package db
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
@@ -141,5 +143,54 @@ func TestDeferredAuditOnlyReads(t *testing.T) {
 		if !DeferredAudit(a) {
 			t.Errorf("%q is not deferred", a)
 		}
+	}
+}
+
+// TestAuditDeferredQueueBounded: an unauthenticated client picks the node
+// and user it logs in with; a flood of huge names must not fill the
+// deferred queue with them. Each queued event holds at most its columns'
+// sizes, in strings of its own (not slices of the caller's).
+func TestAuditDeferredQueueBounded(t *testing.T) {
+	s := openWindowStore(t, dbtest.SQLiteDSN(t), time.Hour)
+	defer s.Close()
+	huge := strings.Repeat("x", 256<<10)
+	if err := s.Audit(context.Background(), AuditEvent{Node: huge, Actor: huge, Action: "auth", Source: huge, Result: huge, Detail: huge}); err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	s.audit.mu.Lock()
+	queued := append([]AuditEvent(nil), s.audit.later.events...)
+	s.audit.mu.Unlock()
+	if len(queued) != 1 {
+		t.Fatalf("queued %d events, want 1", len(queued))
+	}
+	q := queued[0]
+	size := len(q.Node) + len(q.Actor) + len(q.Action) + len(q.Source) + len(q.Result) + len(q.Detail)
+	if max := auditNodeLen + auditActorLen + auditActionLen + auditSourceLen + auditResultLen + auditDetailLen; size > max {
+		t.Fatalf("queued event holds %d bytes, want at most %d", size, max)
+	}
+	if unsafe.StringData(q.Node) == unsafe.StringData(huge) {
+		t.Fatal("queued node shares the caller's string")
+	}
+}
+
+// TestAuditDeferredFullAtOnce: a full batch is committed at once even when
+// its signal is the one that wakes the goroutine (as after a commit during
+// which both the first event's and the full queue's signals were sent).
+func TestAuditDeferredFullAtOnce(t *testing.T) {
+	s := openWindowStore(t, dbtest.SQLiteDSN(t), time.Hour)
+	defer s.Close()
+	ev := AuditEvent{Node: "n1", Actor: "test", Action: "power.status", Result: "ok", At: time.Now()}
+	s.audit.mu.Lock()
+	for range auditBatchMax {
+		s.audit.later.events = append(s.audit.later.events, ev)
+	}
+	s.audit.mu.Unlock()
+	signal(s.audit.later.full)
+	deadline := time.Now().Add(10 * time.Second) // generous: a shared machine; the window is an hour
+	for storedAudit(t, s, "power.status") != auditBatchMax {
+		if time.Now().After(deadline) {
+			t.Fatal("a full deferred batch waited for the window")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
