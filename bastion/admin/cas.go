@@ -163,6 +163,7 @@ type revocationView struct {
 	CreatedAt time.Time  `json:"created_at"`
 }
 
+// viewRevocation is v as /v1/cas/revoked shows it.
 func viewRevocation(v db.Revocation) revocationView {
 	out := revocationView{Kind: v.Kind, CA: v.CA, CreatedAt: v.CreatedAt.UTC()}
 	if v.Kind == db.CredKeyID {

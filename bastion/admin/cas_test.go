@@ -12,6 +12,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/db/dbtest"
+	"github.com/obmd/obmd/keys/sshcert"
 )
 
 // certLine is an authorized-keys line of a user certificate signed by its
@@ -137,6 +138,8 @@ func TestV1Revoke(t *testing.T) {
 			{"both", "", `{"serial":1,"key_id":"a"}`, 400, `exactly one of "serial" and "key_id"`},
 			{"neither", "", `{}`, 400, `exactly one of "serial" and "key_id"`},
 			{"empty key id", "", `{"key_id":""}`, 400, `"key_id" must be 1 to`},
+			{"key id too long", "", `{"key_id":"` + strings.Repeat("k", sshcert.MaxKeyIDLen+1) + `"}`, 400, `"key_id" must be 1 to`},
+			{"CA name too long", "", `{"serial":1,"ca":"` + strings.Repeat("n", sshcert.MaxNameLen+1) + `"}`, 400, `"ca" must be`},
 			{"unknown CA name", "", `{"serial":1,"ca":"nope"}`, 404, `no trusted CA is named "nope"`},
 			{"bad CA fingerprint", "", `{"serial":1,"ca":"SHA256:a b"}`, 400, "is not valid"},
 			{"bad expiry", "", `{"serial":1,"expires":"tomorrow"}`, 400, `"expires" must be`},

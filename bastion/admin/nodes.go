@@ -35,6 +35,26 @@ func nodeNotFound(w http.ResponseWriter, label string) {
 	writeError(w, http.StatusNotFound, "node "+quote(label)+" not found")
 }
 
+// nodeReadFailed answers a failed read of label: 404 for an unknown node,
+// else a store error (op).
+func (a *API) nodeReadFailed(w http.ResponseWriter, r *http.Request, label, op string, err error) {
+	if errors.Is(err, db.ErrNotFound) {
+		nodeNotFound(w, label)
+		return
+	}
+	a.storeError(w, r, op, err)
+}
+
+// nodeChangeFailed answers a failed change of label: 404 for an unknown
+// node, else as changeFailed (op).
+func (a *API) nodeChangeFailed(w http.ResponseWriter, r *http.Request, label, op string, err error) {
+	if errors.Is(err, db.ErrNotFound) {
+		nodeNotFound(w, label)
+		return
+	}
+	a.changeFailed(w, r, op, err)
+}
+
 // putNodeObmd is obmd's PUT /node/{label}: create, or accept an identical
 // re-registration; a different one is 409 (obmd answered 500).
 func (a *API) putNodeObmd(w http.ResponseWriter, r *http.Request) {
@@ -310,12 +330,8 @@ func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
 	err = a.changeAccess(r, label, "token.rotate", "", WhyTokenRotate, func(ctx context.Context) (int64, error) {
 		return a.store.SetToken(ctx, label, keys.HashToken(tok))
 	})
-	if errors.Is(err, db.ErrNotFound) {
-		nodeNotFound(w, label)
-		return
-	}
 	if err != nil {
-		a.changeFailed(w, r, "set token", err)
+		a.nodeChangeFailed(w, r, label, "set token", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, tokenResponse{Token: tok})
@@ -330,12 +346,8 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 	err := a.changeAccess(r, label, "token.revoke", "", WhyTokenRevoke, func(ctx context.Context) (int64, error) {
 		return a.store.RevokeToken(ctx, label)
 	})
-	if errors.Is(err, db.ErrNotFound) {
-		nodeNotFound(w, label)
-		return
-	}
 	if err != nil {
-		a.changeFailed(w, r, "revoke token", err)
+		a.nodeChangeFailed(w, r, label, "revoke token", err)
 		return
 	}
 	writeOK(w)
@@ -365,12 +377,8 @@ func (a *API) getNode(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	n, err := a.store.Node(ctx, label)
-	if errors.Is(err, db.ErrNotFound) {
-		nodeNotFound(w, label)
-		return
-	}
 	if err != nil {
-		a.storeError(w, r, "read node", err)
+		a.nodeReadFailed(w, r, label, "read node", err)
 		return
 	}
 	acc, err := a.store.Access(ctx, label)
@@ -389,9 +397,5 @@ func (a *API) getNode(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, v)
 		return
 	}
-	if errors.Is(err, db.ErrNotFound) {
-		nodeNotFound(w, label)
-		return
-	}
-	a.storeError(w, r, "read node access", err)
+	a.nodeReadFailed(w, r, label, "read node access", err)
 }

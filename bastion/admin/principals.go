@@ -50,12 +50,8 @@ func (a *API) putPrincipals(w http.ResponseWriter, r *http.Request, label string
 		return
 	}
 	n, err := a.store.Node(r.Context(), label)
-	if errors.Is(err, db.ErrNotFound) {
-		nodeNotFound(w, label)
-		return
-	}
 	if err != nil {
-		a.storeError(w, r, "read node", err)
+		a.nodeReadFailed(w, r, label, "read node", err)
 		return
 	}
 	v := a.view(n)
@@ -77,12 +73,9 @@ func (a *API) putDone(w http.ResponseWriter, r *http.Request, status int, n db.N
 	writeJSON(w, status, v)
 }
 
+// principalsFailed answers a failed setPrincipals of label.
 func (a *API) principalsFailed(w http.ResponseWriter, r *http.Request, label string, err error) {
-	if errors.Is(err, db.ErrNotFound) {
-		nodeNotFound(w, label)
-		return
-	}
-	a.changeFailed(w, r, "set principals", err)
+	a.nodeChangeFailed(w, r, label, "set principals", err)
 }
 
 // setPrincipals replaces label's principals with ps through the Revoker

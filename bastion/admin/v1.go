@@ -77,12 +77,8 @@ func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ks, err := a.store.Keys(r.Context(), label)
-	if errors.Is(err, db.ErrNotFound) {
-		nodeNotFound(w, label)
-		return
-	}
 	if err != nil {
-		a.storeError(w, r, "list keys", err)
+		a.nodeReadFailed(w, r, label, "list keys", err)
 		return
 	}
 	out := struct {
