@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/obmd/obmd/keys/sshcert"
 )
 
 // CertAccess is what a certificate login needs to know about one
@@ -76,7 +78,10 @@ const certAccessQuery = `SELECT n.access_epoch, c.at, p.principal,
 // verifies the certificate.
 func (s *Store) CertAccess(ctx context.Context, label, ca string, serial uint64, keyID string) (CertAccess, error) {
 	a := CertAccess{ca: ca, serial: serial, keyID: keyID, Principals: []string{}}
-	rows, err := s.query(ctx, certAccessQuery, ca, ca, int64(serial), ca, keyID, label)
+	// A key id is the client's, read before any signature is checked, and
+	// may be as long as an SSH packet; none over sshcert.MaxKeyIDLen can be
+	// revoked, so the query needs only enough of it to match nothing.
+	rows, err := s.query(ctx, certAccessQuery, ca, ca, int64(serial), ca, keyID[:min(len(keyID), sshcert.MaxKeyIDLen+1)], label)
 	if err != nil {
 		return CertAccess{}, fmt.Errorf("get certificate access of %s: %w", label, err)
 	}
