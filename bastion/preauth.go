@@ -37,11 +37,14 @@ type PreauthStats struct {
 // holds one, the oldest). A flood that never authenticates, from however
 // many sources, thus only displaces itself, and a client taking its time at
 // the password prompt keeps its one connection while the flood churns.
-// Among the candidates, one that has not begun to authenticate (its key
-// exchange not done, no auth request sent: authenticating) goes before one
-// that has, so a login from the very address of a flood of bare TCP
-// connections or stalled handshakes keeps its place while it works through
-// the prompt; only a flood that completes key exchanges competes with it.
+// Among the candidates the one that has come least far goes first, oldest
+// first within a stage: a connection that has sent nothing (silent), then
+// one that has sent bytes but not finished its key exchange (speaking),
+// then one that has sent an auth request (authenticating). A login from
+// the very address of a flood of bare TCP connections thus keeps its place
+// however long its key exchange takes on a loaded host, and one past its
+// key exchange keeps it against a flood of stalled handshakes too; only a
+// flood that completes key exchanges competes with it.
 // A source whose connections are all authenticated and at maxConnsSrc is
 // refused, and so is any connection when all maxConns are authenticated.
 //
@@ -70,8 +73,18 @@ type ticket struct {
 	timer   *time.Timer
 	el, sel *list.Element // in pre and preSrc while unauthenticated
 	counted bool          // holds a place in conns
-	authing bool          // has offered a credential (authenticating)
+	stage   stage         // how far the connection has come
 }
+
+// stage is how far an unauthenticated connection has come; a lower one is
+// displaced first.
+type stage uint8
+
+const (
+	silent         stage = iota // has sent nothing
+	speaking                    // has sent bytes (its version line, its key exchange)
+	authenticating              // has sent an auth request: its key exchange is done
+)
 
 func newAdmission(grace time.Duration, maxPre, maxPreSrc, maxConnSrc, maxConns int) *admission {
 	return &admission{grace: grace, maxPre: maxPre, maxPreSrc: maxPreSrc, maxConnSrc: maxConnSrc, maxConns: maxConns,
@@ -134,23 +147,24 @@ func (g *admission) admit(src string, closeConn func() error) *ticket {
 	return t
 }
 
-// victimOf is the ticket of l to displace: the oldest that has not begun
-// to authenticate, or else the oldest. l is not empty; it is bounded by a
-// cap, so the walk is short.
+// victimOf is the ticket of l to displace: the oldest of those at the
+// lowest stage. l is not empty; it is bounded by a cap, so the walk is
+// short.
 func victimOf(l *list.List) *ticket {
-	for e := l.Front(); e != nil; e = e.Next() {
-		if t := e.Value.(*ticket); !t.authing {
-			return t
+	v := l.Front().Value.(*ticket)
+	for e := l.Front().Next(); e != nil && v.stage > silent; e = e.Next() {
+		if t := e.Value.(*ticket); t.stage < v.stage {
+			v = t
 		}
 	}
-	return l.Front().Value.(*ticket)
+	return v
 }
 
-// authenticating notes that t's connection has sent its first auth
-// request (its key exchange is done): it is displaced after those that have not.
-func (g *admission) authenticating(t *ticket) {
+// advance notes that t's connection has come as far as st: it is then
+// displaced after those at a lower stage.
+func (g *admission) advance(t *ticket, st stage) {
 	g.mu.Lock()
-	t.authing = true
+	t.stage = max(t.stage, st)
 	g.mu.Unlock()
 }
 

@@ -88,32 +88,47 @@ func TestAdmissionMaxConns(t *testing.T) {
 	p.open(t, "e", "10.0.0.6")
 }
 
-// TestAdmissionAuthenticatingKept: a connection that has begun to
-// authenticate is displaced after every one of its competitors that has
-// not, for the per-source cap and for the global one: a login from the very
-// address of a flood of bare connections keeps its place while the flood
-// churns, and only when every competitor authenticates does the oldest go.
-func TestAdmissionAuthenticatingKept(t *testing.T) {
-	p := &preConns{g: newAdmission(time.Minute, 5, 3, 0, 0), closed: map[string]bool{}}
-	p.open(t, "f0", "10.0.0.1")
-	login := p.open(t, "login", "10.0.0.1")
-	p.g.authenticating(login)
-	for i := range 30 { // the flood at the login's address and another
-		p.open(t, fmt.Sprintf("f%d", i+1), fmt.Sprintf("10.0.0.%d", 1+i%2))
+// TestAdmissionStages: a connection is displaced after every competitor
+// that has come less far (silent, then speaking, then authenticating), for
+// the per-source cap and for the global one, and the oldest goes within a
+// stage: a login from the very address of a flood of bare connections keeps
+// its place while the flood churns, whether it is still in its key exchange
+// or at the prompt, and a login at the prompt keeps it against a flood of
+// stalled handshakes.
+func TestAdmissionStages(t *testing.T) {
+	for _, login := range []stage{speaking, authenticating} {
+		p := &preConns{g: newAdmission(time.Minute, 5, 3, 0, 0), closed: map[string]bool{}}
+		p.open(t, "f0", "10.0.0.1")
+		p.g.advance(p.open(t, "login", "10.0.0.1"), login)
+		for i := range 30 { // the flood at the login's address and another
+			p.open(t, fmt.Sprintf("f%d", i+1), fmt.Sprintf("10.0.0.%d", 1+i%2))
+		}
+		if p.closed["login"] {
+			t.Fatalf("a login at stage %d was displaced by silent connections: %v", login, p.closed)
+		}
+		if st := p.g.snapshot(); st.Open != 5 {
+			t.Errorf("open %d, want the cap of 5", st.Open)
+		}
 	}
-	if p.closed["login"] {
-		t.Fatalf("the authenticating connection was displaced by bare ones: %v", p.closed)
+	// A flood of stalled handshakes displaces its own, not the login at
+	// the prompt.
+	p := &preConns{g: newAdmission(time.Minute, 0, 3, 0, 0), closed: map[string]bool{}}
+	p.g.advance(p.open(t, "login", "10.0.0.1"), authenticating)
+	for i := range 10 {
+		p.g.advance(p.open(t, fmt.Sprintf("h%d", i), "10.0.0.1"), speaking)
 	}
-	if st := p.g.snapshot(); st.Open != 5 {
-		t.Errorf("open %d, want the cap of 5", st.Open)
+	if p.closed["login"] || len(p.closed) != 8 {
+		t.Errorf("displaced %v, want h0..h7 and not the login", p.closed)
 	}
-	// Its competitors authenticating too: the oldest of them goes.
-	q := &preConns{g: newAdmission(time.Minute, 0, 2, 0, 0), closed: map[string]bool{}}
-	for _, n := range []string{"a", "b"} {
-		q.g.authenticating(q.open(t, n, "10.0.0.1"))
-	}
-	q.open(t, "c", "10.0.0.1")
-	if !q.closed["a"] || len(q.closed) != 1 {
-		t.Errorf("displaced %v, want the oldest, a", q.closed)
+	// Every competitor at the same stage: the oldest goes.
+	for _, st := range []stage{silent, speaking, authenticating} {
+		q := &preConns{g: newAdmission(time.Minute, 0, 2, 0, 0), closed: map[string]bool{}}
+		for _, n := range []string{"a", "b"} {
+			q.g.advance(q.open(t, n, "10.0.0.1"), st)
+		}
+		q.open(t, "c", "10.0.0.1")
+		if !q.closed["a"] || len(q.closed) != 1 {
+			t.Errorf("stage %d: displaced %v, want the oldest, a", st, q.closed)
+		}
 	}
 }

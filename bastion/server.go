@@ -223,7 +223,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 		// x/crypto asks for the banner at the first auth request, when the
 		// key exchange is done: the connection is authenticating.
 		BannerHandler: func(ctx ssh.Context) string {
-			s.admit.authenticating(stateFrom(ctx).ticket)
+			s.admit.advance(stateFrom(ctx).ticket, authenticating)
 			if cfg.Banner == nil {
 				return ""
 			}
@@ -296,7 +296,7 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 	}
 	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, offered: map[string]int64{},
 		certs: map[string]*certLogin{}}
-	st.conn = &countedConn{Conn: conn, ended: func() {
+	st.conn = &countedConn{Conn: conn, spoke: func() { s.admit.advance(t, speaking) }, ended: func() {
 		s.admit.end(t)
 		st.unwatch()
 		s.connEnded(st)
@@ -339,14 +339,27 @@ func remoteHost(a net.Addr) string {
 	return host
 }
 
-// countedConn runs ended once it is closed: that gives back its place in
-// the admission and records a failed login (gliderlabs closes every
-// connection it handles, once done). The socket is closed first, so the
-// client is not held while that is written.
+// countedConn runs spoke once the client has sent its first bytes (the
+// admission then displaces it after silent connections), and ended once it
+// is closed: that gives back its place in the admission and records a
+// failed login (gliderlabs closes every connection it handles, once done).
+// The socket is closed first, so the client is not held while that is
+// written.
 type countedConn struct {
 	net.Conn
+	heard atomic.Bool
+	spoke func()
 	once  sync.Once
 	ended func()
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.heard.Load() {
+		c.heard.Store(true)
+		c.spoke()
+	}
+	return n, err
 }
 
 func (c *countedConn) Close() error {

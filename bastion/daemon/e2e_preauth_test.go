@@ -234,6 +234,22 @@ func paHold(t testing.TB, o *obmd, src string, n int) *paHolder {
 	return h
 }
 
+// slowWrites delays each write on a client's socket after the first (its
+// version line, sent at once as every client does): its key exchange
+// takes seconds.
+type slowWrites struct {
+	net.Conn
+	delay  time.Duration
+	writes int
+}
+
+func (c *slowWrites) Write(p []byte) (int, error) {
+	if c.writes++; c.writes > 1 {
+		time.Sleep(c.delay)
+	}
+	return c.Conn.Write(p)
+}
+
 // TestPreauthCaps: at most max_unauthenticated_per_source unauthenticated
 // connections from one address and max_unauthenticated in all are held: a
 // newer one displaces the oldest of its address, or, for the global cap,
@@ -307,6 +323,15 @@ func TestPreauthCaps(t *testing.T) {
 		if res := o.openssh("pc1", tok, []string{"-b", src}, "power-status"); res.Code != 0 {
 			t.Errorf("OpenSSH login from %s with the caps full: %v", src, res)
 		}
+	}
+	// A login whose key exchange takes seconds (a loaded host, a slow
+	// link), from the attacker's address: the attacker's silent
+	// connections churn its address's cap meanwhile, and only they go.
+	slowKex := func(c net.Conn) net.Conn { return &slowWrites{Conn: c, delay: 700 * time.Millisecond} }
+	if c, err := dialWrapped(o.SSHAddr(), "127.0.0.94", "pc1", slowKex, gossh.Password(tok)); err != nil {
+		t.Errorf("a login with a slow key exchange from the attacker's address: %v", err)
+	} else {
+		c.Close()
 	}
 	// A person takes a while at the password prompt: the attacker's
 	// connections churn the global cap meanwhile (each one closed comes

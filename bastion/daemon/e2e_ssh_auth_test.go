@@ -60,11 +60,17 @@ func (o *obmd) fdDialFrom(src, user string, auth ...gossh.AuthMethod) (*gossh.Cl
 
 // dialFrom connects to addr from the local address src as user.
 func dialFrom(addr, src, user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
+	return dialWrapped(addr, src, user, func(c net.Conn) net.Conn { return c }, auth...)
+}
+
+// dialWrapped is dialFrom with the client's socket wrapped (a slow link).
+func dialWrapped(addr, src, user string, wrap func(net.Conn) net.Conn, auth ...gossh.AuthMethod) (*gossh.Client, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	nc, err := d.Dial("tcp", addr)
+	raw, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	nc := wrap(raw)
 	nc.SetDeadline(time.Now().Add(30 * time.Second))
 	conn, chans, reqs, err := gossh.NewClientConn(nc, addr, &gossh.ClientConfig{
 		User: user, Auth: auth, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
