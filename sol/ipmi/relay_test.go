@@ -17,6 +17,7 @@ type relay struct {
 	target *net.UDPAddr   // ipmi_sim
 
 	silent atomic.Bool
+	sent   atomic.Int64 // datagrams from the driver
 
 	mu    sync.Mutex
 	rng   *rand.Rand
@@ -71,6 +72,7 @@ func (r *relay) fromDriver() {
 			}
 			continue
 		}
+		r.sent.Add(1)
 		up := r.peer(from)
 		if up == nil || r.dropNow() {
 			continue
