@@ -190,4 +190,3 @@ func TestKeptSessionConcurrent(t *testing.T) {
 		t.Fatalf("stats %+v, want 1 idle, some reused, none reopened", st)
 	}
 }
-

@@ -26,7 +26,7 @@ type relay struct {
 	wg    sync.WaitGroup          // forwarding goroutines, waited by close
 }
 
-func startRelay(t *testing.T, simPort int) *relay {
+func startRelay(t testing.TB, simPort int) *relay {
 	t.Helper()
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
