@@ -187,50 +187,109 @@ func startPstatSims(cfg benchConfig) (after, before *ipmisim.Sim, err error) {
 	return sims[0], sims[1], nil
 }
 
+// bmcDelayEach is what the delaying relay adds each way: a BMC that takes
+// 5 ms longer per request than ipmi_sim on loopback.
+const bmcDelayEach = 2500 * time.Microsecond
+
+// pstatLab is what section 8 runs: two ipmi_sims (A for the obmd keeping
+// sessions and for ipmitool, B for the obmd keeping none), each also
+// behind a delaying relay, the two obmds, and an sshd running ipmitool.
+type pstatLab struct {
+	simA, simB   *ipmisim.Sim
+	slowA, slowB *udpDelay
+	kept, unkept *pstatObmd
+	negToken     string
+	slowK, slowU string // tokens of node psd on kept and unkept
+	sshd         *sshdServer
+	sshdDir      string
+	sshdErr      error
+	stops        []func()
+}
+
+func (l *pstatLab) Close() {
+	for i := len(l.stops) - 1; i >= 0; i-- {
+		l.stops[i]()
+	}
+}
+
+// startPstatLab starts everything; on error what started is stopped.
+func startPstatLab(cfg benchConfig) (l *pstatLab, err error) {
+	l = &pstatLab{}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	if l.simA, l.simB, err = startPstatSims(cfg); err != nil {
+		return nil, err
+	}
+	l.stops = append(l.stops, func() { l.simA.Close() }, func() { l.simB.Close() })
+	for _, x := range []struct {
+		sim *ipmisim.Sim
+		out **udpDelay
+	}{{l.simA, &l.slowA}, {l.simB, &l.slowB}} {
+		if *x.out, err = startUDPDelay(x.sim.Port, bmcDelayEach); err != nil {
+			return nil, err
+		}
+		l.stops = append(l.stops, (*x.out).Close)
+	}
+	if l.kept, err = startPstatObmd(cfg, "pstat-obmd", l.simA.Info(), nil); err != nil {
+		return nil, err
+	}
+	l.stops = append(l.stops, l.kept.Stop)
+	unkeptCfg := map[string]any{"ipmi": map[string]any{"session_linger": "-1s"}}
+	if l.unkept, err = startPstatObmd(cfg, "pstat-unkept", l.simB.Info(), unkeptCfg); err != nil {
+		return nil, err
+	}
+	l.stops = append(l.stops, l.unkept.Stop)
+	negotiated := l.simA.Info()
+	negotiated.Cipher = nil
+	if l.negToken, err = addAttachedNode(l.kept, "psn", negotiated); err != nil {
+		return nil, err
+	}
+	if l.slowK, err = addAttachedNode(l.kept, "psd", slowInfo(l.simA, l.slowA)); err != nil {
+		return nil, err
+	}
+	if l.slowU, err = addAttachedNode(l.unkept, "psd", slowInfo(l.simB, l.slowB)); err != nil {
+		return nil, err
+	}
+	if l.sshdDir, err = os.MkdirTemp(cfg.tmp, "pstat-sshd-"); err != nil {
+		return nil, err
+	}
+	if l.sshd, l.sshdErr = startSSHDWith(l.sshdDir, ipmitoolScript(l.simA.Info())); l.sshdErr == nil {
+		l.stops = append(l.stops, l.sshd.Stop)
+	}
+	return l, nil
+}
+
+// slowInfo is sim's BMC reached through its delaying relay.
+func slowInfo(sim *ipmisim.Sim, d *udpDelay) sol.Info {
+	info := sim.Info()
+	info.Port = d.Port()
+	return info
+}
+
+// addAttachedNode registers label on o with capture attached (node ps
+// holds the BMC's SOL payload: another node on it must not fight for it)
+// and returns its token.
+func addAttachedNode(o *pstatObmd, label string, info sol.Info) (string, error) {
+	token, err := o.admin().addNode(label, "ipmi", info)
+	if err != nil {
+		return "", err
+	}
+	return token, o.admin().call("PUT", "/v1/nodes/"+label+"/capture", map[string]string{"capture": "attached"}, nil)
+}
+
 // powerStatusBench is section 8.
 func powerStatusBench(cfg benchConfig) *section {
 	s := &section{Title: "8. Power status latency: `ssh node@obmd power-status` and HIL's `power_status` route vs ipmitool run locally (native ipmi node on ipmi_sim)"}
-	const what = "power-status wall time, through obmd vs local ipmitool"
-	simA, simB, err := startPstatSims(cfg)
+	l, err := startPstatLab(cfg)
 	if err != nil {
-		s.skip(what, err)
+		s.skip("power-status wall time, through obmd vs local ipmitool", err)
 		return s
 	}
-	defer simA.Close()
-	defer simB.Close()
-	kept, err := startPstatObmd(cfg, "pstat-obmd", simA.Info(), nil)
-	if err != nil {
-		s.skip(what, err)
-		return s
-	}
-	defer kept.Stop()
-	unkept, err := startPstatObmd(cfg, "pstat-unkept", simB.Info(),
-		map[string]any{"ipmi": map[string]any{"session_linger": "-1s"}})
-	if err != nil {
-		s.skip(what, err)
-		return s
-	}
-	defer unkept.Stop()
-	negotiated := simA.Info()
-	negotiated.Cipher = nil
-	negToken, err := kept.admin().addNode("psn", "ipmi", negotiated)
-	if err == nil { // ps holds simA's SOL payload: psn must not fight it for it
-		err = kept.admin().call("PUT", "/v1/nodes/psn/capture", map[string]string{"capture": "attached"}, nil)
-	}
-	if err != nil {
-		s.skip(what, err)
-		return s
-	}
-	dir, err := os.MkdirTemp(cfg.tmp, "pstat-sshd-")
-	if err != nil {
-		s.skip(what, err)
-		return s
-	}
-	sshd, sshdErr := startSSHDWith(dir, ipmitoolScript(simA.Info()))
-	if sshdErr == nil {
-		defer sshd.Stop()
-	}
-	probes := pstatProbes(kept, unkept, simA.Info(), negToken, sshd, dir)
+	defer l.Close()
+	probes := pstatProbes(l)
 	runs, warm := 40, 3
 	if cfg.quick {
 		runs, warm = 8, 1
@@ -243,9 +302,6 @@ func powerStatusBench(cfg benchConfig) *section {
 				p.took = nil // warm-up done
 			}
 		}
-	}
-	if sshdErr != nil {
-		probes[pViaSSHD].err = sshdErr
 	}
 	pstatRows(s, probes)
 	pstatNotes(s, runs, warm)
@@ -263,28 +319,34 @@ const (
 	pUnkept
 	pNegotiated
 	pHelp
+	pSlowIpmitool
+	pSlowKept
+	pSlowUnkept
 )
 
 // pstatProbes lists the probes, in the order of the indexes above.
-func pstatProbes(kept, unkept *pstatObmd, info sol.Info, negToken string, sshd *sshdServer, sshdDir string) []*pstatProbe {
-	via := &pstatProbe{name: "ssh to sshd running ipmitool", want: "Chassis Power is on"}
-	if sshd != nil {
-		via.argv = append(openSSH(sshd.Addr, sshd.User, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-			"-i", filepath.Join(sshdDir, "id_ed25519")), "power-status")
-	} else {
-		via.err = notMeasured("sshd")
+func pstatProbes(l *pstatLab) []*pstatProbe {
+	info := l.simA.Info()
+	via := &pstatProbe{name: "ssh to sshd running ipmitool", want: "Chassis Power is on", err: l.sshdErr}
+	if l.sshd != nil {
+		via.argv = append(openSSH(l.sshd.Addr, l.sshd.User, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+			"-i", filepath.Join(l.sshdDir, "id_ed25519")), "power-status")
 	}
 	keepAlive := &http.Client{Timeout: 30 * time.Second}
+	slow := slowInfo(l.simA, l.slowA)
 	return []*pstatProbe{
 		{name: "ipmitool", argv: ipmitoolArgv(info), env: []string{"IPMI_PASSWORD=" + info.Pass}, want: "Chassis Power is on"},
-		kept.sshKey("ssh, key"),
-		kept.sshToken("ssh, token", "ps", kept.token),
+		l.kept.sshKey("ssh, key"),
+		l.kept.sshToken("ssh, token", "ps", l.kept.token),
 		via,
-		{name: "curl", argv: []string{"curl", "-sS", "--fail-with-body", kept.statusURL()}, want: `"power_status":"on"`},
-		{name: "HTTP keep-alive", call: httpGet(keepAlive, kept.statusURL()), want: `"power_status":"on"`},
-		unkept.sshKey("ssh, key, sessions not kept"),
-		kept.sshToken("ssh, token, cipher negotiated", "psn", negToken),
-		kept.sshKey("ssh, key, help", "help", "power-status"),
+		{name: "curl", argv: []string{"curl", "-sS", "--fail-with-body", l.kept.statusURL()}, want: `"power_status":"on"`},
+		{name: "HTTP keep-alive", call: httpGet(keepAlive, l.kept.statusURL()), want: `"power_status":"on"`},
+		l.unkept.sshKey("ssh, key, sessions not kept"),
+		l.kept.sshToken("ssh, token, cipher negotiated", "psn", l.negToken),
+		l.kept.sshKey("ssh, key, help", "help", "power-status"),
+		{name: "ipmitool, slower BMC", argv: ipmitoolArgv(slow), env: []string{"IPMI_PASSWORD=" + info.Pass}, want: "Chassis Power is on"},
+		l.kept.sshToken("ssh, token, slower BMC", "psd", l.slowK),
+		l.unkept.sshToken("ssh, token, slower BMC, not kept", "psd", l.slowU),
 	}
 }
 
@@ -324,6 +386,10 @@ func pstatRows(s *section, ps []*pstatProbe) {
 	cmp("`ssh` (key) `power-status`, IPMI session kept (default) vs not kept (`ipmi.session_linger: -1s`), p50", ps[pKey], ps[pUnkept], "not kept", false, false)
 	cmp("`ssh` (key) `power-status`, not kept vs local ipmitool, p50", ps[pUnkept], ipmitool, "ipmitool", true, false)
 	cmp("`ssh` (key) `help` (obmd's SSH path alone: no BMC call) vs `ssh` (key) `power-status`, p50", ps[pHelp], ps[pKey], "power-status", false, false)
+	slow := fmt.Sprintf("BMC %v slower per request (a relay holding each datagram %v each way)", 2*bmcDelayEach, bmcDelayEach)
+	cmp("`sshpass` + `ssh` (token) `power-status` vs local ipmitool, "+slow+", p50", ps[pSlowKept], ps[pSlowIpmitool], "ipmitool", true, false)
+	cmp("the same, IPMI session not kept vs local ipmitool, p50", ps[pSlowUnkept], ps[pSlowIpmitool], "ipmitool", true, false)
+	cmp("the same, kept vs not kept, p50", ps[pSlowKept], ps[pSlowUnkept], "not kept", false, false)
 	cmp("`sshpass` + `ssh` (token), node without a pinned cipher (negotiated: 17 refused, 3 remembered) vs pinned 3, p50", ps[pNegotiated], ps[pToken], "pinned", false, false)
 }
 

@@ -1,6 +1,7 @@
 // Package ipmi is the native IPMI v2.0 (RMCP+, "lanplus") BMC driver, built
-// on github.com/bougou/go-ipmi: power and boot-device operations each over
-// one short RMCP+ session, and a serial-over-LAN console with its own
+// on github.com/bougou/go-ipmi: power and boot-device operations over short
+// RMCP+ sessions, the last one kept warm for the node's next status or
+// boot-device call (Sessions), and a serial-over-LAN console with its own
 // session whose input is batched into full SOL packets.
 //
 // go-ipmi does the session work (RAKP, keys, encryption, IPMI commands); this
@@ -75,7 +76,8 @@ const (
 const lanRetries = 4
 
 // BMC is one node's BMC reached over RMCP+. It is safe for concurrent use:
-// every operation runs its own session.
+// every operation runs on a session of its own (a new one, or one kept in
+// Config.Sessions that no other operation holds).
 type BMC struct {
 	label  string
 	addr   string // host name or IP address
