@@ -1,6 +1,7 @@
 package ipmi
 
 import (
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -18,6 +19,9 @@ type relay struct {
 
 	silent atomic.Bool
 	sent   atomic.Int64 // datagrams from the driver
+	// session is the BMC session ID the driver's last RMCP+ datagram in a
+	// session carried.
+	session atomic.Uint32
 
 	mu    sync.Mutex
 	rng   *rand.Rand
@@ -73,6 +77,11 @@ func (r *relay) fromDriver() {
 			continue
 		}
 		r.sent.Add(1)
+		if p := buf[:n]; n >= 10 && p[3] == 0x07 && p[4] == 0x06 {
+			if id := binary.LittleEndian.Uint32(p[6:10]); id != 0 {
+				r.session.Store(id)
+			}
+		}
 		up := r.peer(from)
 		if up == nil || r.dropNow() {
 			continue
