@@ -149,10 +149,7 @@ func BenchmarkOutput(b *testing.B) {
 // driver, on a new session each time and on the kept one, with the
 // requests it sends (requests/op, counted by a relay).
 func BenchmarkPowerStatus(b *testing.B) {
-	s := ipmisim.Start(b)
-	rl := startRelay(b, s.Port)
-	info := s.Info()
-	info.Port = rl.port()
+	rl, info := simBehindRelay(b)
 	for _, c := range []struct {
 		name   string
 		linger time.Duration

@@ -25,6 +25,13 @@ func keptConfig(t *testing.T, linger time.Duration) Config {
 	return cfg
 }
 
+// keptSim starts an ipmi_sim and a driver for it keeping sessions for linger.
+func keptSim(t *testing.T, linger time.Duration) (*ipmisim.Sim, *BMC, Config) {
+	s := ipmisim.Start(t)
+	cfg := keptConfig(t, linger)
+	return s, newBMC(t, s.Info(), cfg), cfg
+}
+
 func wantStatus(t *testing.T, b *BMC, want string) {
 	t.Helper()
 	got, err := b.PowerStatus(context.Background())
@@ -40,9 +47,7 @@ func wantStatus(t *testing.T, b *BMC, want string) {
 // first run on the kept session, and each reads the BMC (a power change
 // made between them shows at once: no result is kept).
 func TestKeptSessionReused(t *testing.T) {
-	s := ipmisim.Start(t)
-	cfg := keptConfig(t, 5*time.Second)
-	b := newBMC(t, s.Info(), cfg)
+	s, b, cfg := keptSim(t, 5*time.Second)
 	ctx := context.Background()
 	wantStatus(t, b, sol.PowerOn)
 	if err := b.PowerOff(ctx, false); err != nil { // a fresh session; one is kept already
@@ -78,10 +83,7 @@ func TestKeptSessionReused(t *testing.T) {
 // RAKP 1, RAKP 3, Set Session Privilege Level, Get Chassis Status, Close
 // Session), one on a kept session.
 func TestKeptSessionRoundTrips(t *testing.T) {
-	s := ipmisim.Start(t)
-	relay := startRelay(t, s.Port)
-	info := s.Info()
-	info.Port = relay.port()
+	relay, info := simBehindRelay(t)
 	cfg := keptConfig(t, 5*time.Second)
 	b := newBMC(t, info, cfg)
 	count := func() int64 {
@@ -106,9 +108,7 @@ func TestKeptSessionRoundTrips(t *testing.T) {
 // call notices within one attempt_timeout and runs on a new session, once.
 // With the BMC gone for good, the call fails as without a kept session.
 func TestKeptSessionBMCRestart(t *testing.T) {
-	s := ipmisim.Start(t)
-	cfg := keptConfig(t, 30*time.Second)
-	b := newBMC(t, s.Info(), cfg)
+	s, b, cfg := keptSim(t, 30*time.Second)
 	wantStatus(t, b, sol.PowerOn)
 	s.Kill()
 	if err := s.Restart(); err != nil {
@@ -136,9 +136,7 @@ func TestKeptSessionBMCRestart(t *testing.T) {
 // TestKeptSessionExpires: a kept session is closed once it lingered, and
 // none is kept with a negative linger or after Close.
 func TestKeptSessionExpires(t *testing.T) {
-	s := ipmisim.Start(t)
-	cfg := keptConfig(t, 100*time.Millisecond)
-	b := newBMC(t, s.Info(), cfg)
+	s, b, cfg := keptSim(t, 100*time.Millisecond)
 	wantStatus(t, b, sol.PowerOn)
 	deadline := time.Now().Add(5 * time.Second)
 	for cfg.Sessions.Stats().Idle != 0 {
@@ -200,16 +198,15 @@ func TestKeptSessionConcurrent(t *testing.T) {
 // BMC (as a BMC drops an idle session); the next call notices and runs on
 // a new session, and the BMC then counts one session of obmd's, not two.
 func TestKeptSessionDroppedByBMC(t *testing.T) {
-	s := ipmisim.Start(t)
-	relay := startRelay(t, s.Port)
-	info := s.Info()
-	info.Port = relay.port()
+	relay, info := simBehindRelay(t)
+	direct := info
+	direct.Port = relay.target.Port
 	cfg := keptConfig(t, 30*time.Second)
 	b := newBMC(t, info, cfg)
 	ctx := context.Background()
 	wantStatus(t, b, sol.PowerOn)
 	id := relay.session.Load() // the kept session's, from its last request
-	other, err := newBMC(t, s.Info(), fastConfig).dial(ctx)
+	other, err := newBMC(t, direct, fastConfig).dial(ctx)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // relay is a UDP forwarder between the driver and ipmi_sim that can drop
@@ -46,6 +49,17 @@ func startRelay(t testing.TB, simPort int) *relay {
 	go r.fromDriver() // ends when close closes pc
 	t.Cleanup(r.close)
 	return r
+}
+
+// simBehindRelay starts an ipmi_sim and a relay in front of it, and returns
+// the relay and the BMC info that reaches the sim through it.
+func simBehindRelay(t testing.TB) (*relay, sol.Info) {
+	t.Helper()
+	s := ipmisim.Start(t)
+	r := startRelay(t, s.Port)
+	info := s.Info()
+	info.Port = r.port()
+	return r, info
 }
 
 func (r *relay) port() int { return r.pc.LocalAddr().(*net.UDPAddr).Port }
