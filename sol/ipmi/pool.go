@@ -9,9 +9,9 @@ import (
 	"github.com/bougou/go-ipmi/pkg/client"
 )
 
-// Sessions keeps the RMCP+ session of a finished power-status or
-// boot-device call warm for a short while (Config.SessionLinger), so that
-// the node's next call skips the session setup (Get Channel Authentication
+// Sessions keeps the RMCP+ session of a finished power or boot-device call
+// warm for a short while (Config.SessionLinger), so that the node's next
+// power-status or boot-device call skips the session setup (Get Channel Authentication
 // Capabilities, Open Session, RAKP 1 and 3, Set Session Privilege Level)
 // and its Close Session: one round trip to the BMC instead of seven. What
 // it keeps is a session, never a result: every call asks the BMC.
@@ -23,7 +23,7 @@ import (
 // sessions of their own, and only one of them is kept. A session older
 // than maxSessionAge is not reused (go-ipmi's own keepalive, 30 s after the
 // session opened, never runs beside a call), and it is closed (Close
-// Session) when it lingered unused, at Close, or when another is kept.
+// Session) when it lingered unused, at Close, or when one is kept already.
 //
 // The drivers built for each call (nodes.Resolver builds a BMC per call)
 // share one Sessions; the daemon owns it and closes it at shutdown. Safe
