@@ -63,6 +63,7 @@ type node struct {
 	writer    *Viewer   // nil: nobody writes
 	ring      ring
 	in        []byte        // pending input, at most maxInput
+	flying    int           // input taken by the writer loop and not yet written (or put back)
 	inDrained chan struct{} // closed (and replaced) when a full input buffer drains or the writer changes
 	up        bool          // a console is established
 	exclusive bool          // the BMC is Exclusive: one viewer at a time, no linger
@@ -83,10 +84,18 @@ type node struct {
 	// AwaitRole waits on (closed when a role is decided).
 	linked       bool // the established console's part has begun (startRolesLocked)
 	arb          Arbiter
-	ctl          []RoleMsg
+	ctl          []ctlMsg
 	told         uint64
 	remoteWriter string
 	decidedC     chan struct{}
+}
+
+// ctlMsg is a RoleMsg queued for the node's Arbiter; reply (buffered 1),
+// if set, gets Tell's result (RoleReturn: whether the holder confirms the
+// input), or an error if the message is dropped.
+type ctlMsg struct {
+	m     RoleMsg
+	reply chan error
 }
 
 type breakReq struct {
@@ -347,7 +356,8 @@ func (n *node) closeConsole(con Console) {
 func (n *node) serve(ctx context.Context, con Console) error {
 	arb, _ := con.(Arbiter)
 	if arb != nil {
-		arb.Arbitrate(func(r Roles) { n.applyRoles(arb, r) })
+		arb.Arbitrate(func(r Roles) { n.applyRoles(arb, r) },
+			func(id uint64, msg string) { n.holderNotice(arb, id, msg) })
 	}
 	n.mu.Lock()
 	n.startRolesLocked(arb)
@@ -588,7 +598,15 @@ func (n *node) sendInput(con Console, buf []byte, limit int) ([]byte, error) {
 		n.untakeInput(buf[k:], from)
 		return buf, fmt.Errorf("write console: %w", err)
 	}
+	n.landed()
 	return buf, nil
+}
+
+// landed: the input the writer loop took has been written.
+func (n *node) landed() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.flying = 0
 }
 
 // untakeInput puts p, input of writer from, back in front of the pending
@@ -597,7 +615,11 @@ func (n *node) sendInput(con Console, buf []byte, limit int) ([]byte, error) {
 func (n *node) untakeInput(p []byte, from *Viewer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.flying = 0
 	if n.retired || len(p) == 0 || n.writer != from {
+		if len(p) > 0 && from != nil {
+			from.dropped = true
+		}
 		return
 	}
 	n.in = append(append(make([]byte, 0, len(p)+len(n.in)), p...), n.in...)
@@ -610,6 +632,25 @@ func (n *node) pendingInput() int {
 	return len(n.in)
 }
 
+// unsent is the input not yet written to the link: pending, or taken by
+// the writer loop and still being written.
+func (n *node) unsent() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.unsentLocked()
+}
+
+func (n *node) unsentLocked() int { return len(n.in) + n.flying }
+
+// dropInputLocked drops the pending input; its writer is told (dropped).
+// n.mu held.
+func (n *node) dropInputLocked() {
+	if len(n.in) > 0 && n.writer != nil {
+		n.writer.dropped = true
+	}
+	n.in = nil
+}
+
 // takeInput moves up to limit pending input bytes into buf, and returns
 // whose they are: the writer's (pending input is dropped when the writer
 // changes).
@@ -620,6 +661,7 @@ func (n *node) takeInput(buf []byte, limit int) ([]byte, *Viewer) {
 	k := min(len(n.in), limit)
 	buf = append(buf, n.in[:k]...)
 	n.in = append(n.in[:0], n.in[k:]...)
+	n.flying = k
 	if len(n.in) > 0 {
 		signal(n.inReady)
 	}
@@ -705,9 +747,7 @@ func (n *node) removeLocked(v *Viewer, cause error) {
 			break
 		}
 	}
-	if n.writer == v {
-		n.setWriterLocked(nil)
-	}
+	n.leaveLocked(v)
 	if v.relay {
 		v.endMembersLocked(cause)
 	} else {

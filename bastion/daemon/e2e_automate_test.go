@@ -17,6 +17,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/sim"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
@@ -195,6 +196,36 @@ func TestAutomateSendSim(t *testing.T) {
 	}
 	if strings.Contains(strings.Join(acts, "\n"), "sent-one") {
 		t.Errorf("audit holds the bytes sent: %q", acts)
+	}
+}
+
+// TestAutomateSendLinkDown: a send whose bytes the console link does not
+// take (the BMC stops answering: the link cannot open) fails with exit 1
+// and says so, rather than exiting 0 with its bytes dropped; the bytes are
+// not typed later, when the link is back, and a send then succeeds.
+func TestAutomateSendLinkDown(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) {
+		c.Console.OpenTimeout = 500 * time.Millisecond
+		c.PowerTimeout = time.Second
+	})
+	tok := o.addSimNode("al")
+	bmc := o.Lab().BMC("al", sim.ModeNormal)
+	bmc.SetFail(errors.New("the BMC stopped answering"))
+	res := o.openssh("al", tok, nil, "send", `'lost-bytes\r'`)
+	if res.Code != 1 || !strings.Contains(res.Stderr, "the console link did not take the input") {
+		t.Errorf("send into a link that cannot open: got %+v, want exit 1 and the reason", res)
+	}
+	bmc.SetFail(nil)
+	if res := o.openssh("al", tok, nil, "send", `'sent-bytes\r'`); res.Code != 0 {
+		t.Fatalf("send once the BMC answers: got %+v", res)
+	}
+	waitUntil(t, "the second send typed", func() bool { return bytes.Contains(bmc.Typed(), []byte("sent-bytes\r")) })
+	if bytes.Contains(bmc.Typed(), []byte("lost-bytes")) {
+		t.Errorf("the send reported failed was typed later: %q", bmc.Typed())
+	}
+	if acts := o.auAudit("al"); !auHas(acts, "console.send error 11 bytes: the console link did not take the input") {
+		t.Errorf("audit: got %q, want the failed send", acts)
 	}
 }
 
