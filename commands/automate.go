@@ -34,6 +34,15 @@ type Console interface {
 	Close()
 }
 
+// ConsoleOptions says how a command opens the console.
+type ConsoleOptions struct {
+	// Replay: the console's first output is the replay an attach would
+	// show now (the last scrollback bytes of the session's tenancy's
+	// history, the same on every replica), then the live output, with
+	// nothing between them missed or repeated (wait-for --since attach).
+	Replay bool
+}
+
 // ErrTimedOut: the text waited for did not come in time (exit 5).
 var ErrTimedOut = errors.New("timed out")
 
@@ -150,12 +159,12 @@ func (m *matcher) wait(ctx context.Context, con Console, re *regexp.Regexp, time
 	}
 }
 
-// openConsole opens req's console for cmd.
-func openConsole(ctx context.Context, req Request) (Console, error) {
+// openConsole opens req's console with o.
+func openConsole(ctx context.Context, req Request, o ConsoleOptions) (Console, error) {
 	if req.OpenConsole == nil {
 		return nil, errors.New("this transport has no console")
 	}
-	con, err := req.OpenConsole(ctx)
+	con, err := req.OpenConsole(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("open the console: %w", err)
 	}
@@ -172,8 +181,8 @@ type watching struct {
 }
 
 // watch opens req's console for a command.
-func (r *Runner) watch(ctx context.Context, req Request) (*watching, error) {
-	con, err := openConsole(ctx, req)
+func (r *Runner) watch(ctx context.Context, req Request, o ConsoleOptions) (*watching, error) {
+	con, err := openConsole(ctx, req, o)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +195,7 @@ func (r *Runner) watchFor(ctx context.Context, req Request, cmd Command) (*watch
 	if err != nil {
 		return nil, err
 	}
-	w, err := r.watch(ctx, req)
+	w, err := r.watch(ctx, req, ConsoleOptions{Replay: cmd.SinceMode == SinceAttach})
 	if err != nil {
 		return nil, err
 	}
@@ -227,14 +236,15 @@ func waitTimeout(d time.Duration) time.Duration {
 }
 
 // searchStored searches what wait-for --since asks for before the live
-// output: the scrollback (attach) or the tenancy's stored history, chunk
-// by chunk (a match early in a long history is found).
+// output: the tenancy's stored history (the live scrollback without one),
+// chunk by chunk (a match early in a long history is found). (--since
+// attach needs nothing here: the console's replay comes first.)
 func (r *Runner) searchStored(ctx context.Context, req Request, cmd Command, w *watching) (Match, bool, error) {
 	switch cmd.SinceMode {
-	case "", SinceNow:
+	case "", SinceNow, SinceAttach:
 		return Match{}, false, nil
 	}
-	if cmd.SinceMode == SinceAttach || r.cfg.History == nil || req.Epoch <= 0 {
+	if r.cfg.History == nil || req.Epoch <= 0 {
 		mt, ok := w.m.scan(r.consoles.Scrollback(req.Node), r.cfg.Now(), w.re)
 		return mt, ok, nil
 	}
@@ -264,7 +274,7 @@ func (r *Runner) send(ctx context.Context, req Request, cmd Command) (Result, er
 	if err != nil {
 		return res, err
 	}
-	con, err := openConsole(ctx, req)
+	con, err := openConsole(ctx, req, ConsoleOptions{})
 	if err != nil {
 		return res, err
 	}

@@ -15,6 +15,7 @@ import (
 
 // fakeConsole is a Console fed by a channel; Send records.
 type fakeConsole struct {
+	replay []byte // the first output, when opened with Replay
 	out    chan []byte
 	sent   bytes.Buffer
 	busy   bool
@@ -22,6 +23,10 @@ type fakeConsole struct {
 }
 
 func (f *fakeConsole) Next(ctx context.Context) ([]byte, time.Time, error) {
+	if p := f.replay; p != nil {
+		f.replay = nil
+		return p, time.Now(), nil
+	}
 	select {
 	case p, ok := <-f.out:
 		if !ok {
@@ -158,7 +163,12 @@ func runOn(t *testing.T, env *testEnv, con Console, stdin string, line string) (
 	}
 	rq := req("node-17")
 	rq.Stdin = strings.NewReader(stdin)
-	rq.OpenConsole = func(context.Context) (Console, error) { return con, nil }
+	rq.OpenConsole = func(_ context.Context, o ConsoleOptions) (Console, error) {
+		if fc, ok := con.(*fakeConsole); ok && o.Replay { // the attach replay: the scrollback here
+			fc.replay = env.r.consoles.Scrollback("node-17")
+		}
+		return con, nil
+	}
 	var out, errb bytes.Buffer
 	code = env.r.Run(context.Background(), rq, cmd, &out, &errb)
 	return out.String(), errb.String(), code

@@ -25,7 +25,7 @@ const (
 // wait-for --since modes.
 const (
 	SinceNow     = "now"     // output after the command starts (the default)
-	SinceAttach  = "attach"  // also the scrollback an attach replays
+	SinceAttach  = "attach"  // also what an attach replays now (ConsoleOptions.Replay)
 	SinceTime    = "time"    // also the tenancy's history since SinceAgo/SinceAt
 	SinceTenancy = "tenancy" // also the tenancy's whole history
 )

@@ -40,7 +40,7 @@ func (r *Runner) expect(ctx context.Context, req Request, cmd Command) (Result, 
 	if err != nil {
 		return res, err
 	}
-	w, err := r.watch(ctx, req)
+	w, err := r.watch(ctx, req, ConsoleOptions{})
 	if err != nil {
 		return res, err
 	}

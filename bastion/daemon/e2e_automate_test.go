@@ -199,6 +199,37 @@ func TestAutomateSendSim(t *testing.T) {
 	}
 }
 
+// TestAutomateWaitForSinceAttach: wait-for --since attach finds text the
+// node printed before the command, while a console watched and after it
+// left (the link closed since): what an attach replays; without --since
+// the same text is not seen (exit 5); a line that comes after the replay
+// is found too, and the text of an earlier tenancy never is.
+func TestAutomateWaitForSinceAttach(t *testing.T) {
+	t.Parallel()
+	o, tok, bmc := auSim(t, "at")
+	p := sshPTY(t, o.SSHAddr(), "at", tok, nil)
+	p.expect("you are writing")
+	seen := printUntilSeen(t, simInject(bmc), "before", shows(p.out))
+	p.detach()
+	waitUntil(t, "the link closed", func() bool { return !bmc.ConsoleActive() })
+
+	res := o.openssh("at", tok, nil, "wait-for", "'"+seen+"'", "--since", "attach", "--timeout", "5s")
+	if res.Code != 0 || res.Stdout != seen+"\n" {
+		t.Errorf("wait-for --since attach: got %+v, want exit 0 and %s", res, seen)
+	}
+	if res := o.openssh("at", tok, nil, "wait-for", "'"+seen+"'", "--timeout", "1s"); res.Code != 5 {
+		t.Errorf("wait-for without --since: got %+v, want 5", res)
+	}
+	done := o.auBackground("at", tok, "wait-for", "'after-[0-9]+'", "--since", "attach", "--timeout", "30s")
+	if res := auPrintUntil(t, simInject(bmc), "after", done); res.Code != 0 || !strings.HasPrefix(res.Stdout, "after-") {
+		t.Errorf("wait-for --since attach of live text: got %+v", res)
+	}
+	tok = o.rotate("at")
+	if res := o.openssh("at", tok, nil, "wait-for", "'"+seen+"'", "--since", "attach", "--timeout", "1s"); res.Code != 5 {
+		t.Errorf("wait-for --since attach in the next tenancy: got %+v, want 5", res)
+	}
+}
+
 // TestAutomateSendLinkDown: a send whose bytes the console link does not
 // take (the BMC stops answering: the link cannot open) fails with exit 1
 // and says so, rather than exiting 0 with its bytes dropped; the bytes are

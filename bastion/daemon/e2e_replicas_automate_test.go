@@ -47,7 +47,8 @@ func (r *rpReplica) sshBackground(t testing.TB, label, keyFile string, cmd ...st
 }
 
 // TestReplicasAutomate: with the node's link held by replica A, the
-// automation commands through replica B: wait-for sees the node's output;
+// automation commands through replica B: wait-for sees the node's output
+// (with --since attach, also what it printed before, from A's history);
 // send is refused (exit 4) while a viewer on A writes, and reaches the
 // serial side byte-exact with --force, after which the role goes back to
 // that viewer (told both times: its keys reach the node again, `sessions`
@@ -84,6 +85,11 @@ func TestReplicasAutomate(t *testing.T) {
 	}
 	if b.count("sol_relay_opened", "n1") == 0 || b.count("sol_lease_acquired", "n1") != 0 {
 		t.Errorf("%s did not relay n1's console from %s", b.name, a.name)
+	}
+	// --since attach through B: the holder's replay holds that line.
+	matched := strings.TrimSuffix(res.Stdout, "\n")
+	if res := b.ssh(t, "n1", keyFile, "wait-for", "'"+matched+"'", "--since", "attach", "--timeout", "10s"); res.Code != 0 || res.Stdout != matched+"\n" {
+		t.Errorf("wait-for --since attach through %s: got %+v, want %q", b.name, res, matched)
 	}
 
 	// send through B while A's viewer writes: refused, nothing typed.
