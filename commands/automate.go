@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/history"
@@ -64,18 +64,26 @@ const (
 	maxSpan = 8 << 10
 )
 
-// matcher searches console output for one pattern after another.
+// matcher searches console output for one pattern after another. The
+// first byte searched counts as a line start; after that, `^` matches
+// only where a line starts, whatever chunk it started in.
 type matcher struct {
 	buf     []byte
 	base    int64 // offset of buf[0]
 	at      time.Time
 	scanned int // len(buf) at the last miss: a match cannot end before it
+	// prev is the byte before buf[0] if hasPrev (output a match consumed,
+	// or the window dropped): whether buf[0] starts a line.
+	prev    byte
+	hasPrev bool
+	scratch []byte // prev and buf, for a search from buf[0] mid-line
 }
 
 // feed adds output that arrived at at.
 func (m *matcher) feed(p []byte, at time.Time) {
 	m.buf = append(m.buf, p...)
 	if over := len(m.buf) - window; over > 0 {
+		m.prev, m.hasPrev = m.buf[over-1], true
 		m.buf = append(m.buf[:0], m.buf[over:]...)
 		m.base += int64(over)
 		m.scanned = max(m.scanned-over, 0)
@@ -83,17 +91,20 @@ func (m *matcher) feed(p []byte, at time.Time) {
 	m.at = at
 }
 
-// find looks for re in what was fed since the last match; a match
+// find looks for p in what was fed since the last match; a match
 // consumes the output up to its end.
-func (m *matcher) find(re *regexp.Regexp) (Match, bool) {
+func (m *matcher) find(p *pattern) (Match, bool) {
 	from := 0
 	if m.scanned > maxSpan {
 		from = m.scanned - maxSpan
 		if nl := bytes.IndexByte(m.buf[from:m.scanned], '\n'); nl >= 0 {
 			from += nl + 1
 		}
+		for from < len(m.buf) && !utf8.RuneStart(m.buf[from]) {
+			from++ // the context byte before it then decodes alone
+		}
 	}
-	loc := re.FindIndex(m.buf[from:])
+	loc := m.search(p, from)
 	if loc == nil {
 		m.scanned = len(m.buf)
 		return Match{}, false
@@ -112,16 +123,32 @@ func (m *matcher) find(re *regexp.Regexp) (Match, bool) {
 	}
 	line := strings.TrimRight(string(m.buf[ls:le]), "\r\n")
 	mt := Match{Text: string(m.buf[start:end]), Line: line, Offset: m.base + int64(start), At: m.at}
+	if end > 0 {
+		m.prev, m.hasPrev = m.buf[end-1], true
+	}
 	m.base += int64(end)
 	m.buf = append(m.buf[:0], m.buf[end:]...)
 	m.scanned = 0
 	return mt, true
 }
 
+// search finds p in buf[from:]: with the byte before it as context when
+// that is no line start, so that `^` does not match there.
+func (m *matcher) search(p *pattern, from int) []int {
+	switch {
+	case from > 0 && m.buf[from-1] != '\n':
+		return p.findAfter(m.buf[from-1:])
+	case from == 0 && m.hasPrev && m.prev != '\n':
+		m.scratch = append(append(m.scratch[:0], m.prev), m.buf...)
+		return p.findAfter(m.scratch)
+	}
+	return p.re.FindIndex(m.buf[from:])
+}
+
 // scan feeds p, arrived at at, and looks for re after every maxSpan bytes
 // of it (a chunk larger than the window is searched whole); what follows
 // a match is kept for the next search.
-func (m *matcher) scan(p []byte, at time.Time, re *regexp.Regexp) (Match, bool) {
+func (m *matcher) scan(p []byte, at time.Time, re *pattern) (Match, bool) {
 	for len(p) > 0 {
 		k := min(len(p), maxSpan)
 		m.feed(p[:k], at)
@@ -136,7 +163,7 @@ func (m *matcher) scan(p []byte, at time.Time, re *regexp.Regexp) (Match, bool) 
 
 // wait reads con until re matches, timeout passes (ErrTimedOut) or ctx
 // ends (its cause).
-func (m *matcher) wait(ctx context.Context, con Console, re *regexp.Regexp, timeout time.Duration) (Match, error) {
+func (m *matcher) wait(ctx context.Context, con Console, re *pattern, timeout time.Duration) (Match, error) {
 	if mt, ok := m.find(re); ok {
 		return mt, nil
 	}
@@ -176,7 +203,7 @@ func openConsole(ctx context.Context, req Request, o ConsoleOptions) (Console, e
 type watching struct {
 	con   Console
 	m     matcher
-	re    *regexp.Regexp // cmd.Pattern (watchFor)
+	re    *pattern // cmd.Pattern (watchFor)
 	start time.Time
 }
 

@@ -110,19 +110,47 @@ func setPattern(cmd *Command, val string) error {
 	return nil
 }
 
+// pattern is a wait's regular expression with (?m) implied: `^` matches
+// at the start of any line, `$` at the end of one (before a \n) or of the
+// output so far. mid is the same after one byte of context, for a search
+// that starts mid-line (the rest of a line after a match, or a long line
+// cut): its `^` never matches at the search's start.
+type pattern struct {
+	src     string // as given
+	re, mid *regexp.Regexp
+}
+
 // compilePattern compiles an RE2 pattern of at most MaxPattern bytes.
-func compilePattern(name Name, val string) (*regexp.Regexp, error) {
+func compilePattern(name Name, val string) (*pattern, error) {
 	if val == "" {
 		return nil, usagef(name, "%s: empty regular expression", name)
 	}
 	if len(val) > MaxPattern {
 		return nil, usagef(name, "%s: regular expression longer than %d bytes", name, MaxPattern)
 	}
-	re, err := regexp.Compile(val)
+	if _, err := regexp.Compile(val); err != nil { // its own text in the error
+		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+	}
+	re, err := regexp.Compile("(?m:" + val + ")")
 	if err != nil {
 		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
 	}
-	return re, nil
+	// The context byte, then the leftmost match (a lazy prefix), as group 1.
+	mid, err := regexp.Compile(`\A(?s:.)(?s:.*?)((?m:` + val + `))`)
+	if err != nil {
+		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+	}
+	return &pattern{src: val, re: re, mid: mid}, nil
+}
+
+// findAfter is the leftmost match of p in in[1:], in[0] being the byte
+// before it (never a \n): offsets in in[1:].
+func (p *pattern) findAfter(in []byte) []int {
+	sub := p.mid.FindSubmatchIndex(in)
+	if sub == nil || sub[2] < 1 {
+		return nil
+	}
+	return []int{sub[2] - 1, sub[3] - 1}
 }
 
 func parseWait(name Name, val string) (time.Duration, error) {

@@ -2,7 +2,6 @@ package commands
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -34,7 +33,7 @@ const (
 type Step struct {
 	Line    int // 1-based line number in the script
 	Kind    StepKind
-	re      *regexp.Regexp
+	re      *pattern
 	Timeout time.Duration // wait (0: the command's --timeout) or sleep
 	Data    []byte        // send
 }

@@ -295,6 +295,12 @@ func TestAutomateExpectSim(t *testing.T) {
 	if bytes.Contains(bmc.Typed(), []byte("not-sent")) {
 		t.Errorf("a step after the failing one ran")
 	}
+	// `^` is a line start: the echoed command (mid-line) does not match,
+	// its output's line does, though it began in an earlier chunk.
+	res = o.opensshIn("ae", tok, strings.NewReader("send echo anchor-x\\r\nwait '^anchor-x' 10s\n"), []string{"-T"}, "expect", "--stdin", "--json")
+	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"anchor-x"`) {
+		t.Errorf("expect with ^: got %+v, want the output's line", res)
+	}
 	if res := o.openssh("ae", tok, nil, "expect", "'send a;bogus step'"); res.Code != 2 || !strings.Contains(res.Stderr, "line 2") {
 		t.Errorf("bad script: got %+v, want 2 naming line 2", res)
 	}
