@@ -353,3 +353,24 @@ func TestMatcherLineStart(t *testing.T) {
 		t.Error("(?-m)^b matched after a newline")
 	}
 }
+
+// TestInlineScript: in expect's SCRIPT argument `;` separates steps, `\;`
+// is a literal `;` (in a send and in a wait's pattern), and `\\;` is an
+// escaped backslash followed by a separator.
+func TestInlineScript(t *testing.T) {
+	steps, err := ParseScript(InlineScript(`send echo a\;b\r;wait 'a\;b' 1s;send c\\;sleep 1ms`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 4 || string(steps[0].Data) != "echo a;b\r" || steps[1].re.src != "a;b" ||
+		string(steps[2].Data) != `c\` || steps[3].Kind != StepSleep || steps[3].Line != 4 {
+		t.Errorf("got %+v", steps)
+	}
+	if _, err := Parse([]string{"expect", `send a\;b`}); err != nil {
+		t.Errorf("expect with \\; in SCRIPT: %v", err)
+	}
+	// In a script on stdin \; is a ';' too.
+	if steps, err := ParseScript("send x\\;y\n"); err != nil || string(steps[0].Data) != "x;y" {
+		t.Errorf("stdin script with \\;: got %+v, %v", steps, err)
+	}
+}

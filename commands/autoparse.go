@@ -181,7 +181,7 @@ func checkAutomation(cmd Command) error {
 			return usagef(cmd.Name, "expect needs SCRIPT or --stdin (not both)")
 		}
 		if !cmd.Stdin {
-			_, err := ParseScript(strings.ReplaceAll(cmd.Args[0], ";", "\n"))
+			_, err := ParseScript(InlineScript(cmd.Args[0]))
 			return err
 		}
 	case CmdPowerOn, CmdPowerCycle:
@@ -211,8 +211,9 @@ func sendBytes(cmd Command) ([]byte, error) {
 	return b, nil
 }
 
-// unescape reads send's escapes: \r \n \t \\ \xHH; any other backslash is
-// an error (so that a typo never types something else).
+// unescape reads send's escapes: \r \n \t \\ \xHH, and \; (a `;`, as in
+// an inline expect script: InlineScript); any other backslash is an error
+// (so that a typo never types something else).
 func unescape(s string) ([]byte, error) {
 	out := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
@@ -232,8 +233,8 @@ func unescape(s string) ([]byte, error) {
 			out = append(out, '\n')
 		case 't':
 			out = append(out, '\t')
-		case '\\':
-			out = append(out, '\\')
+		case '\\', ';':
+			out = append(out, s[i])
 		case 'x':
 			if i+3 > len(s) {
 				return nil, fmt.Errorf("\\x wants two hex digits")

@@ -301,6 +301,11 @@ func TestAutomateExpectSim(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"anchor-x"`) {
 		t.Errorf("expect with ^: got %+v, want the output's line", res)
 	}
+	// An inline script: `;` between steps, `\;` a literal one.
+	res = o.openssh("ae", tok, nil, "expect", `'send echo semi\;colon\r;wait ^semi\;colon 10s'`, "--json")
+	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"semi;colon"`) || !bytes.Contains(bmc.Typed(), []byte("echo semi;colon\r")) {
+		t.Errorf("inline expect with \\;: got %+v, typed %q", res, bmc.Typed())
+	}
 	if res := o.openssh("ae", tok, nil, "expect", "'send a;bogus step'"); res.Code != 2 || !strings.Contains(res.Stderr, "line 2") {
 		t.Errorf("bad script: got %+v, want 2 naming line 2", res)
 	}
