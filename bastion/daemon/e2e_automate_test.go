@@ -18,6 +18,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
@@ -238,6 +239,7 @@ func TestAutomateSendLinkDown(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t, func(c *daemon.Config) {
 		c.Console.OpenTimeout = 500 * time.Millisecond
+		c.Console.Backoff = sol.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond} // back at once
 		c.PowerTimeout = time.Second
 	})
 	tok := o.addSimNode("al")
