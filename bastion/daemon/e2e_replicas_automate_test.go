@@ -18,26 +18,30 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// ssh runs cmd on label through this replica with OpenSSH (-T, key auth),
-// stdin nil.
-func (r *rpReplica) ssh(t testing.TB, label, keyFile string, cmd ...string) execResult {
-	t.Helper()
+// sshArgs is the OpenSSH command line (-T, key auth) that runs cmd on
+// label through this replica.
+func (r *rpReplica) sshArgs(label, keyFile string, cmd ...string) []string {
 	args := sshArgs(r.listening["ssh"], label, "-T", "-i", keyFile, "-o", "PasswordAuthentication=no",
 		"-o", "KbdInteractiveAuthentication=no")
-	res, err := runClient(60*time.Second, "ssh", append(args, cmd...)...)
+	return append(args, cmd...)
+}
+
+// ssh runs cmd on label through this replica with OpenSSH, stdin nil.
+func (r *rpReplica) ssh(t testing.TB, label, keyFile string, cmd ...string) execResult {
+	t.Helper()
+	res, err := runClient(60*time.Second, "ssh", r.sshArgs(label, keyFile, cmd...)...)
 	if err != nil {
 		t.Fatalf("ssh %v through %s: %v", cmd, r.name, err)
 	}
 	return res
 }
 
-// sshBackground is ssh in the background; the channel gets its result.
-func (r *rpReplica) sshBackground(t testing.TB, label, keyFile string, cmd ...string) <-chan execResult {
+// sshBackground is ssh in the background; the channel gets its result
+// (exit -1 if the client could not run).
+func (r *rpReplica) sshBackground(label, keyFile string, cmd ...string) <-chan execResult {
 	done := make(chan execResult, 1)
 	go func() { // ends with the command (bounded by runClient)
-		args := sshArgs(r.listening["ssh"], label, "-T", "-i", keyFile, "-o", "PasswordAuthentication=no",
-			"-o", "KbdInteractiveAuthentication=no")
-		res, err := runClient(60*time.Second, "ssh", append(args, cmd...)...)
+		res, err := runClient(60*time.Second, "ssh", r.sshArgs(label, keyFile, cmd...)...)
 		if err != nil {
 			res.Code, res.Stderr = -1, err.Error()
 		}
@@ -75,7 +79,7 @@ func TestReplicasAutomate(t *testing.T) {
 	}
 
 	// wait-for through B sees what the node prints (relayed from A).
-	done := b.sshBackground(t, "n1", keyFile, "wait-for", "'auto-[0-9]+ ready'", "--timeout", "40s")
+	done := b.sshBackground("n1", keyFile, "wait-for", "'auto-[0-9]+ ready'", "--timeout", "40s")
 	var n atomic.Int32
 	res := auPrintUntil(t, func([]byte) error {
 		return bmc.WriteSerial(fmt.Appendf(nil, "auto-%d ready\r\n", n.Add(1)))
@@ -120,7 +124,7 @@ func TestReplicasAutomate(t *testing.T) {
 	rpGivenBack(t, bmc, vb, b.name, mark)
 
 	// A rotation through A cuts a wait-for on B.
-	done = b.sshBackground(t, "n1", keyFile, "wait-for", "never-printed", "--timeout", "60s")
+	done = b.sshBackground("n1", keyFile, "wait-for", "never-printed", "--timeout", "60s")
 	waitUntil(t, "the waiting session on "+b.name, func() bool {
 		r := a.ssh(t, "n1", keyFile, "sessions")
 		return strings.Count(r.Stdout, " exec ") >= 2 // it, and this one
