@@ -347,6 +347,11 @@ func TestMatcherLineStart(t *testing.T) {
 	if mt, ok := m.scan([]byte("\r\nlogin: z"), now, login); !ok || mt.Line != "login: z" {
 		t.Errorf("after the long line: got %+v, %v", mt, ok)
 	}
+	// \Q...\E quoting to the end of the pattern is kept.
+	m = matcher{}
+	if mt, ok := m.scan([]byte("x a)b(c y"), now, mustPattern(`\Qa)b(c`)); !ok || mt.Text != "a)b(c" {
+		t.Errorf("\\Q pattern: got %+v, %v", mt, ok)
+	}
 	// (?-m) keeps ^ at the first byte searched only.
 	m = matcher{}
 	if _, ok := m.scan([]byte("a\nb"), now, mustPattern(`(?-m)^b`)); ok {

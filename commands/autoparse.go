@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 	"time"
 )
@@ -131,12 +132,19 @@ func compilePattern(name Name, val string) (*pattern, error) {
 	if _, err := regexp.Compile(val); err != nil { // its own text in the error
 		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
 	}
-	re, err := regexp.Compile("(?m:" + val + ")")
+	// Parsed multi-line, then printed back (no \Q...\E left to swallow
+	// what is put around it).
+	tree, err := syntax.Parse(val, syntax.Perl&^syntax.OneLine)
+	if err != nil {
+		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+	}
+	ml := tree.String()
+	re, err := regexp.Compile(ml)
 	if err != nil {
 		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
 	}
 	// The context byte, then the leftmost match (a lazy prefix), as group 1.
-	mid, err := regexp.Compile(`\A(?s:.)(?s:.*?)((?m:` + val + `))`)
+	mid, err := regexp.Compile(`\A(?s:.)(?s:.*?)(` + ml + `)`)
 	if err != nil {
 		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
 	}
