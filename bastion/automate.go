@@ -11,18 +11,19 @@ import (
 
 // viewerConsole is a node's console as the automation commands (wait-for,
 // send, expect, --wait-for) use it: a read-only viewer attached for one
-// command, without replay (the command sees what comes after it starts),
-// that writes only through sol.Viewer.AsWriter.
+// command, with the attach replay first only if asked (wait-for --since
+// attach; else the command sees what comes after it starts), that writes
+// only through sol.Viewer.AsWriter.
 type viewerConsole struct {
 	v   *sol.Viewer
 	now func() time.Time
 }
 
 // openConsole is the Request.OpenConsole of an exec session.
-func (c *channel) openConsole(info sessions.Info) func(ctx context.Context) (commands.Console, error) {
-	return func(ctx context.Context) (commands.Console, error) {
+func (c *channel) openConsole(info sessions.Info) func(context.Context, commands.ConsoleOptions) (commands.Console, error) {
+	return func(ctx context.Context, o commands.ConsoleOptions) (commands.Console, error) {
 		v, err := c.s.consoles.Attach(ctx, c.label, sol.AttachOptions{Session: info.ID, ReadOnly: true,
-			Epoch: info.Epoch})
+			Epoch: info.Epoch, Replay: o.Replay})
 		if err != nil {
 			return nil, err
 		}

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/history"
@@ -34,6 +34,15 @@ type Console interface {
 	Close()
 }
 
+// ConsoleOptions says how a command opens the console.
+type ConsoleOptions struct {
+	// Replay: the console's first output is the replay an attach would
+	// show now (the last scrollback bytes of the session's tenancy's
+	// history, the same on every replica), then the live output, with
+	// nothing between them missed or repeated (wait-for --since attach).
+	Replay bool
+}
+
 // ErrTimedOut: the text waited for did not come in time (exit 5).
 var ErrTimedOut = errors.New("timed out")
 
@@ -55,18 +64,26 @@ const (
 	maxSpan = 8 << 10
 )
 
-// matcher searches console output for one pattern after another.
+// matcher searches console output for one pattern after another. The
+// first byte searched counts as a line start; after that, `^` matches
+// only where a line starts, whatever chunk it started in.
 type matcher struct {
 	buf     []byte
 	base    int64 // offset of buf[0]
 	at      time.Time
 	scanned int // len(buf) at the last miss: a match cannot end before it
+	// prev is the byte before buf[0] if hasPrev (output a match consumed,
+	// or the window dropped): whether buf[0] starts a line.
+	prev    byte
+	hasPrev bool
+	scratch []byte // prev and buf, for a search from buf[0] mid-line
 }
 
 // feed adds output that arrived at at.
 func (m *matcher) feed(p []byte, at time.Time) {
 	m.buf = append(m.buf, p...)
 	if over := len(m.buf) - window; over > 0 {
+		m.prev, m.hasPrev = m.buf[over-1], true
 		m.buf = append(m.buf[:0], m.buf[over:]...)
 		m.base += int64(over)
 		m.scanned = max(m.scanned-over, 0)
@@ -74,17 +91,20 @@ func (m *matcher) feed(p []byte, at time.Time) {
 	m.at = at
 }
 
-// find looks for re in what was fed since the last match; a match
+// find looks for p in what was fed since the last match; a match
 // consumes the output up to its end.
-func (m *matcher) find(re *regexp.Regexp) (Match, bool) {
+func (m *matcher) find(p *pattern) (Match, bool) {
 	from := 0
 	if m.scanned > maxSpan {
 		from = m.scanned - maxSpan
 		if nl := bytes.IndexByte(m.buf[from:m.scanned], '\n'); nl >= 0 {
 			from += nl + 1
 		}
+		for from < len(m.buf) && !utf8.RuneStart(m.buf[from]) {
+			from++ // the context byte before it then decodes alone
+		}
 	}
-	loc := re.FindIndex(m.buf[from:])
+	loc := m.search(p, from)
 	if loc == nil {
 		m.scanned = len(m.buf)
 		return Match{}, false
@@ -103,16 +123,32 @@ func (m *matcher) find(re *regexp.Regexp) (Match, bool) {
 	}
 	line := strings.TrimRight(string(m.buf[ls:le]), "\r\n")
 	mt := Match{Text: string(m.buf[start:end]), Line: line, Offset: m.base + int64(start), At: m.at}
+	if end > 0 {
+		m.prev, m.hasPrev = m.buf[end-1], true
+	}
 	m.base += int64(end)
 	m.buf = append(m.buf[:0], m.buf[end:]...)
 	m.scanned = 0
 	return mt, true
 }
 
+// search finds p in buf[from:]: with the byte before it as context when
+// that is no line start, so that `^` does not match there.
+func (m *matcher) search(p *pattern, from int) []int {
+	switch {
+	case from > 0 && m.buf[from-1] != '\n':
+		return p.findAfter(m.buf[from-1:])
+	case from == 0 && m.hasPrev && m.prev != '\n':
+		m.scratch = append(append(m.scratch[:0], m.prev), m.buf...)
+		return p.findAfter(m.scratch)
+	}
+	return p.re.FindIndex(m.buf[from:])
+}
+
 // scan feeds p, arrived at at, and looks for re after every maxSpan bytes
 // of it (a chunk larger than the window is searched whole); what follows
 // a match is kept for the next search.
-func (m *matcher) scan(p []byte, at time.Time, re *regexp.Regexp) (Match, bool) {
+func (m *matcher) scan(p []byte, at time.Time, re *pattern) (Match, bool) {
 	for len(p) > 0 {
 		k := min(len(p), maxSpan)
 		m.feed(p[:k], at)
@@ -127,7 +163,7 @@ func (m *matcher) scan(p []byte, at time.Time, re *regexp.Regexp) (Match, bool) 
 
 // wait reads con until re matches, timeout passes (ErrTimedOut) or ctx
 // ends (its cause).
-func (m *matcher) wait(ctx context.Context, con Console, re *regexp.Regexp, timeout time.Duration) (Match, error) {
+func (m *matcher) wait(ctx context.Context, con Console, re *pattern, timeout time.Duration) (Match, error) {
 	if mt, ok := m.find(re); ok {
 		return mt, nil
 	}
@@ -150,12 +186,12 @@ func (m *matcher) wait(ctx context.Context, con Console, re *regexp.Regexp, time
 	}
 }
 
-// openConsole opens req's console for cmd.
-func openConsole(ctx context.Context, req Request) (Console, error) {
+// openConsole opens req's console with o.
+func openConsole(ctx context.Context, req Request, o ConsoleOptions) (Console, error) {
 	if req.OpenConsole == nil {
 		return nil, errors.New("this transport has no console")
 	}
-	con, err := req.OpenConsole(ctx)
+	con, err := req.OpenConsole(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("open the console: %w", err)
 	}
@@ -167,13 +203,13 @@ func openConsole(ctx context.Context, req Request) (Console, error) {
 type watching struct {
 	con   Console
 	m     matcher
-	re    *regexp.Regexp // cmd.Pattern (watchFor)
+	re    *pattern // cmd.Pattern (watchFor)
 	start time.Time
 }
 
 // watch opens req's console for a command.
-func (r *Runner) watch(ctx context.Context, req Request) (*watching, error) {
-	con, err := openConsole(ctx, req)
+func (r *Runner) watch(ctx context.Context, req Request, o ConsoleOptions) (*watching, error) {
+	con, err := openConsole(ctx, req, o)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +222,7 @@ func (r *Runner) watchFor(ctx context.Context, req Request, cmd Command) (*watch
 	if err != nil {
 		return nil, err
 	}
-	w, err := r.watch(ctx, req)
+	w, err := r.watch(ctx, req, ConsoleOptions{Replay: cmd.SinceMode == SinceAttach})
 	if err != nil {
 		return nil, err
 	}
@@ -227,14 +263,15 @@ func waitTimeout(d time.Duration) time.Duration {
 }
 
 // searchStored searches what wait-for --since asks for before the live
-// output: the scrollback (attach) or the tenancy's stored history, chunk
-// by chunk (a match early in a long history is found).
+// output: the tenancy's stored history (the live scrollback without one),
+// chunk by chunk (a match early in a long history is found). (--since
+// attach needs nothing here: the console's replay comes first.)
 func (r *Runner) searchStored(ctx context.Context, req Request, cmd Command, w *watching) (Match, bool, error) {
 	switch cmd.SinceMode {
-	case "", SinceNow:
+	case "", SinceNow, SinceAttach:
 		return Match{}, false, nil
 	}
-	if cmd.SinceMode == SinceAttach || r.cfg.History == nil || req.Epoch <= 0 {
+	if r.cfg.History == nil || req.Epoch <= 0 {
 		mt, ok := w.m.scan(r.consoles.Scrollback(req.Node), r.cfg.Now(), w.re)
 		return mt, ok, nil
 	}
@@ -264,7 +301,7 @@ func (r *Runner) send(ctx context.Context, req Request, cmd Command) (Result, er
 	if err != nil {
 		return res, err
 	}
-	con, err := openConsole(ctx, req)
+	con, err := openConsole(ctx, req, ConsoleOptions{})
 	if err != nil {
 		return res, err
 	}

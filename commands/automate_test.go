@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 // fakeConsole is a Console fed by a channel; Send records.
 type fakeConsole struct {
+	replay []byte // the first output, when opened with Replay
 	out    chan []byte
 	sent   bytes.Buffer
 	busy   bool
@@ -22,6 +22,10 @@ type fakeConsole struct {
 }
 
 func (f *fakeConsole) Next(ctx context.Context) ([]byte, time.Time, error) {
+	if p := f.replay; p != nil {
+		f.replay = nil
+		return p, time.Now(), nil
+	}
 	select {
 	case p, ok := <-f.out:
 		if !ok {
@@ -49,7 +53,7 @@ func (f *fakeConsole) Close()                            {}
 // consumes the output before it.
 func TestMatcherAcrossChunks(t *testing.T) {
 	var m matcher
-	re := regexp.MustCompile(`log+in:`)
+	re := mustPattern(`log+in:`)
 	m.feed([]byte("boot\r\nsim lo"), time.Now())
 	if _, ok := m.find(re); ok {
 		t.Fatal("matched half a word")
@@ -81,12 +85,12 @@ func TestWaitTimesOut(t *testing.T) {
 	con := &fakeConsole{out: make(chan []byte, 1)}
 	con.out <- []byte("nothing here")
 	var m matcher
-	_, err := m.wait(context.Background(), con, regexp.MustCompile("never"), 50*time.Millisecond)
+	_, err := m.wait(context.Background(), con, mustPattern("never"), 50*time.Millisecond)
 	if !errors.Is(err, ErrTimedOut) || ExitCode(err) != ExitTimedOut || Message(err) != "no match within 50ms: timed out" {
 		t.Errorf("got %v (exit %d, %q)", err, ExitCode(err), Message(err))
 	}
 	close(con.out)
-	if _, err := m.wait(context.Background(), con, regexp.MustCompile("never"), time.Minute); !errors.Is(err, sol.ErrCut) {
+	if _, err := m.wait(context.Background(), con, mustPattern("never"), time.Minute); !errors.Is(err, sol.ErrCut) {
 		t.Errorf("ended console: got %v", err)
 	}
 }
@@ -129,7 +133,7 @@ func TestParseAutomation(t *testing.T) {
 
 func TestParseScript(t *testing.T) {
 	steps, err := ParseScript("# c\n\nwait 'sim login:' 2m\nsend root\\r\nsleep 1s\nbreak\nwait x\n")
-	if err != nil || len(steps) != 5 || steps[0].Line != 3 || steps[0].re.String() != "sim login:" ||
+	if err != nil || len(steps) != 5 || steps[0].Line != 3 || steps[0].re.src != "sim login:" ||
 		steps[0].Timeout != 2*time.Minute || string(steps[1].Data) != "root\r" || steps[2].Timeout != time.Second ||
 		steps[3].Kind != StepBreak || steps[4].Timeout != 0 {
 		t.Fatalf("got %+v, %v", steps, err)
@@ -158,7 +162,12 @@ func runOn(t *testing.T, env *testEnv, con Console, stdin string, line string) (
 	}
 	rq := req("node-17")
 	rq.Stdin = strings.NewReader(stdin)
-	rq.OpenConsole = func(context.Context) (Console, error) { return con, nil }
+	rq.OpenConsole = func(_ context.Context, o ConsoleOptions) (Console, error) {
+		if fc, ok := con.(*fakeConsole); ok && o.Replay { // the attach replay: the scrollback here
+			fc.replay = env.r.consoles.Scrollback("node-17")
+		}
+		return con, nil
+	}
 	var out, errb bytes.Buffer
 	code = env.r.Run(context.Background(), rq, cmd, &out, &errb)
 	return out.String(), errb.String(), code
@@ -212,7 +221,7 @@ func TestRunAutomation(t *testing.T) {
 // BenchmarkMatcherNoMatch: the cost of a pattern that never matches on a
 // console printing 4 KiB chunks (each search covers the 64 KiB window).
 func BenchmarkMatcherNoMatch(b *testing.B) {
-	re := regexp.MustCompile(`(a|b)*c{3}[0-9]+login:`)
+	re := mustPattern(`(a|b)*c{3}[0-9]+login:`)
 	chunk := bytes.Repeat([]byte("kernel: some boot text ab\r\n"), 4096/27)
 	var m matcher
 	b.SetBytes(int64(len(chunk)))
@@ -228,7 +237,7 @@ func BenchmarkMatcherNoMatch(b *testing.B) {
 // many misses; the window keeps its line.
 func TestMatcherSpan(t *testing.T) {
 	var m matcher
-	re := regexp.MustCompile(`begin[^\n]*end`)
+	re := mustPattern(`begin[^\n]*end`)
 	m.feed([]byte("noise\n"), time.Now())
 	for range 20 {
 		m.feed(bytes.Repeat([]byte("x"), 1000), time.Now())
@@ -271,11 +280,102 @@ func TestMatcherBigChunk(t *testing.T) {
 	var m matcher
 	big := append([]byte("early-marker\n"), bytes.Repeat([]byte("z"), 3*window)...)
 	big = append(big, "late-marker\n"...)
-	mt, ok := m.scan(big, time.Now(), regexp.MustCompile("early-marker"))
+	mt, ok := m.scan(big, time.Now(), mustPattern("early-marker"))
 	if !ok || mt.Offset != 0 {
 		t.Fatalf("early: got %+v %v", mt, ok)
 	}
-	if _, ok := m.find(regexp.MustCompile("late-marker")); !ok {
+	if _, ok := m.find(mustPattern("late-marker")); !ok {
 		t.Error("what followed the match was lost")
+	}
+}
+
+// mustPattern compiles a wait's pattern, or panics.
+func mustPattern(val string) *pattern {
+	p, err := compilePattern(CmdWaitFor, val)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// TestMatcherLineStart: `^` matches at a line start even when the line
+// began in an earlier chunk, and never mid-line: not at the rest of a
+// line after a match, not at a chunk boundary, not at a long line's cut;
+// the first byte searched is a line start.
+func TestMatcherLineStart(t *testing.T) {
+	now := time.Now()
+	login := mustPattern(`^login:`)
+	var m matcher
+	if mt, ok := m.scan([]byte("login: first"), now, login); !ok || mt.Offset != 0 {
+		t.Errorf("at the first byte searched: got %+v, %v", mt, ok)
+	}
+	// A line that started in an earlier chunk.
+	m = matcher{}
+	for _, c := range []string{"boot\r\nlog", "in: "} {
+		if mt, ok := m.scan([]byte(c), now, login); ok {
+			if c == "boot\r\nlog" || mt.Offset != 6 || mt.Line != "login: " {
+				t.Errorf("after chunk %q: got %+v", c, mt)
+			}
+		} else if c == "in: " {
+			t.Error("^login: at a line begun in the previous chunk: no match")
+		}
+	}
+	// Mid-line: within a chunk, across chunks, after a match.
+	m = matcher{}
+	for _, c := range []string{"xlogin: ", "ab", "login:", " tail\r\nzz"} {
+		if mt, ok := m.scan([]byte(c), now, login); ok {
+			t.Errorf("chunk %q: ^login: matched mid-line: %+v", c, mt)
+		}
+	}
+	m = matcher{}
+	if _, ok := m.scan([]byte("key: login: and more\r\nlogin: ok"), now, mustPattern(`key: `)); !ok {
+		t.Fatal("the first wait did not match")
+	}
+	if mt, ok := m.find(login); !ok || mt.Line != "login: ok" {
+		t.Errorf("^login: after a match mid-line: got %+v, %v, want the next line's", mt, ok)
+	}
+	// A long line, cut maxSpan back: ^ does not match at the cut.
+	m = matcher{}
+	long := append(bytes.Repeat([]byte("y"), 3*maxSpan), []byte("login:")...)
+	for len(long) > 0 {
+		k := min(len(long), 1000)
+		if mt, ok := m.scan(long[:k], now, login); ok {
+			t.Fatalf("^login: in a long line: %+v", mt)
+		}
+		long = long[k:]
+	}
+	if mt, ok := m.scan([]byte("\r\nlogin: z"), now, login); !ok || mt.Line != "login: z" {
+		t.Errorf("after the long line: got %+v, %v", mt, ok)
+	}
+	// \Q...\E quoting to the end of the pattern is kept.
+	m = matcher{}
+	if mt, ok := m.scan([]byte("x a)b(c y"), now, mustPattern(`\Qa)b(c`)); !ok || mt.Text != "a)b(c" {
+		t.Errorf("\\Q pattern: got %+v, %v", mt, ok)
+	}
+	// (?-m) keeps ^ at the first byte searched only.
+	m = matcher{}
+	if _, ok := m.scan([]byte("a\nb"), now, mustPattern(`(?-m)^b`)); ok {
+		t.Error("(?-m)^b matched after a newline")
+	}
+}
+
+// TestInlineScript: in expect's SCRIPT argument `;` separates steps, `\;`
+// is a literal `;` (in a send and in a wait's pattern), and `\\;` is an
+// escaped backslash followed by a separator.
+func TestInlineScript(t *testing.T) {
+	steps, err := ParseScript(InlineScript(`send echo a\;b\r;wait 'a\;b' 1s;send c\\;sleep 1ms`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 4 || string(steps[0].Data) != "echo a;b\r" || steps[1].re.src != "a;b" ||
+		string(steps[2].Data) != `c\` || steps[3].Kind != StepSleep || steps[3].Line != 4 {
+		t.Errorf("got %+v", steps)
+	}
+	if _, err := Parse([]string{"expect", `send a\;b`}); err != nil {
+		t.Errorf("expect with \\; in SCRIPT: %v", err)
+	}
+	// In a script on stdin \; is a ';' too.
+	if steps, err := ParseScript("send x\\;y\n"); err != nil || string(steps[0].Data) != "x;y" {
+		t.Errorf("stdin script with \\;: got %+v, %v", steps, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 	"time"
 )
@@ -25,7 +26,7 @@ const (
 // wait-for --since modes.
 const (
 	SinceNow     = "now"     // output after the command starts (the default)
-	SinceAttach  = "attach"  // also the scrollback an attach replays
+	SinceAttach  = "attach"  // also what an attach replays now (ConsoleOptions.Replay)
 	SinceTime    = "time"    // also the tenancy's history since SinceAgo/SinceAt
 	SinceTenancy = "tenancy" // also the tenancy's whole history
 )
@@ -110,19 +111,54 @@ func setPattern(cmd *Command, val string) error {
 	return nil
 }
 
+// pattern is a wait's regular expression with (?m) implied: `^` matches
+// at the start of any line, `$` at the end of one (before a \n) or of the
+// output so far. mid is the same after one byte of context, for a search
+// that starts mid-line (the rest of a line after a match, or a long line
+// cut): its `^` never matches at the search's start.
+type pattern struct {
+	src     string // as given
+	re, mid *regexp.Regexp
+}
+
 // compilePattern compiles an RE2 pattern of at most MaxPattern bytes.
-func compilePattern(name Name, val string) (*regexp.Regexp, error) {
+func compilePattern(name Name, val string) (*pattern, error) {
 	if val == "" {
 		return nil, usagef(name, "%s: empty regular expression", name)
 	}
 	if len(val) > MaxPattern {
 		return nil, usagef(name, "%s: regular expression longer than %d bytes", name, MaxPattern)
 	}
-	re, err := regexp.Compile(val)
+	if _, err := regexp.Compile(val); err != nil { // its own text in the error
+		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+	}
+	// Parsed multi-line, then printed back (no \Q...\E left to swallow
+	// what is put around it).
+	tree, err := syntax.Parse(val, syntax.Perl&^syntax.OneLine)
 	if err != nil {
 		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
 	}
-	return re, nil
+	ml := tree.String()
+	re, err := regexp.Compile(ml)
+	if err != nil {
+		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+	}
+	// The context byte, then the leftmost match (a lazy prefix), as group 1.
+	mid, err := regexp.Compile(`\A(?s:.)(?s:.*?)(` + ml + `)`)
+	if err != nil {
+		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+	}
+	return &pattern{src: val, re: re, mid: mid}, nil
+}
+
+// findAfter is the leftmost match of p in in[1:], in[0] being the byte
+// before it (never a \n): offsets in in[1:].
+func (p *pattern) findAfter(in []byte) []int {
+	sub := p.mid.FindSubmatchIndex(in)
+	if sub == nil || sub[2] < 1 {
+		return nil
+	}
+	return []int{sub[2] - 1, sub[3] - 1}
 }
 
 func parseWait(name Name, val string) (time.Duration, error) {
@@ -153,7 +189,7 @@ func checkAutomation(cmd Command) error {
 			return usagef(cmd.Name, "expect needs SCRIPT or --stdin (not both)")
 		}
 		if !cmd.Stdin {
-			_, err := ParseScript(strings.ReplaceAll(cmd.Args[0], ";", "\n"))
+			_, err := ParseScript(InlineScript(cmd.Args[0]))
 			return err
 		}
 	case CmdPowerOn, CmdPowerCycle:
@@ -183,8 +219,9 @@ func sendBytes(cmd Command) ([]byte, error) {
 	return b, nil
 }
 
-// unescape reads send's escapes: \r \n \t \\ \xHH; any other backslash is
-// an error (so that a typo never types something else).
+// unescape reads send's escapes: \r \n \t \\ \xHH, and \; (a `;`, as in
+// an inline expect script: InlineScript); any other backslash is an error
+// (so that a typo never types something else).
 func unescape(s string) ([]byte, error) {
 	out := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
@@ -204,8 +241,8 @@ func unescape(s string) ([]byte, error) {
 			out = append(out, '\n')
 		case 't':
 			out = append(out, '\t')
-		case '\\':
-			out = append(out, '\\')
+		case '\\', ';':
+			out = append(out, s[i])
 		case 'x':
 			if i+3 > len(s) {
 				return nil, fmt.Errorf("\\x wants two hex digits")

@@ -229,7 +229,7 @@ type Request struct {
 	Epoch int64
 	// OpenConsole attaches to the node's console for wait-for, send,
 	// expect and --wait-for (nil: those fail).
-	OpenConsole func(ctx context.Context) (Console, error)
+	OpenConsole func(ctx context.Context, o ConsoleOptions) (Console, error)
 	// Stdin is the client's input, for send --stdin and expect --stdin.
 	Stdin io.Reader
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -22,8 +21,7 @@ func (e *StepError) Error() string {
 
 func (e *StepError) Unwrap() error { return e.Err }
 
-// expect runs an expect script (cmd.Args[0] with ';' between lines, or
-// stdin) on the console, step by step, stopping at the first that fails.
+// expect runs an expect script (cmd.Args[0], InlineScript, or stdin) on the console, step by step, stopping at the first that fails.
 func (r *Runner) expect(ctx context.Context, req Request, cmd Command) (Result, error) {
 	res := Result{Node: req.Node, Command: cmd.Name}
 	var text string
@@ -34,13 +32,13 @@ func (r *Runner) expect(ctx context.Context, req Request, cmd Command) (Result, 
 		}
 		text = string(b)
 	} else {
-		text = strings.ReplaceAll(cmd.Args[0], ";", "\n")
+		text = InlineScript(cmd.Args[0])
 	}
 	steps, err := ParseScript(text)
 	if err != nil {
 		return res, err
 	}
-	w, err := r.watch(ctx, req)
+	w, err := r.watch(ctx, req, ConsoleOptions{})
 	if err != nil {
 		return res, err
 	}

@@ -36,17 +36,18 @@ func specs() []spec {
 				"--timeout D: how long to wait (default 5m, at most 24h).\n" +
 				"--since WHEN: where the search starts:\n" +
 				"  now: only output after the command starts (the default); attach: also\n" +
-				"  the scrollback an attach replays; 10m|RFC3339: this tenancy's history since.\n" +
-				"--tenancy: also this tenancy's whole history."},
+				"  what an attach replays now; 10m|RFC3339: this tenancy's history since.\n" +
+				"--tenancy: also this tenancy's whole history.\n" +
+				"(?m) is implied: ^ matches where a line starts, never mid-line."},
 		{CmdSend, "TEXT...|--stdin [flags]", "type on the console, as the writer",
-			"TEXT: the words joined by spaces, with \\r \\n \\t \\\\ \\xHH escapes; nothing\n" +
+			"TEXT: the words joined by spaces, with \\r \\n \\t \\\\ \\; \\xHH escapes; nothing\n" +
 				"is added (send 'root\\r' types root and Enter). --stdin: stdin's bytes.\n" +
 				"--hex: TEXT is bytes in hex (\"0d0a\"). Exits 4 while another session writes,\n" +
 				"unless --force: then it writes for a moment and hands the role back."},
 		{CmdExpect, "SCRIPT|--stdin [flags]", "run an expect script on the console",
 			"Lines: wait REGEX [TIMEOUT] | send TEXT | sleep D | break | # a comment.\n" +
 				"Stops at the first failing step, naming its line; exits 5 if a wait timed out.\n" +
-				"SCRIPT: the script, lines separated by ';'. --stdin: the script is stdin.\n" +
+				"SCRIPT: the script, steps separated by ';' (\\; is a ';'). --stdin: from stdin.\n" +
 				"--timeout D: a wait's default (5m). --force: send even while a session writes."},
 		{CmdPowerStatus, "", "print the power state", ""},
 		{CmdPowerOn, "[--wait-for RE]", "power on (--wait-for: then wait for RE)",

@@ -2,7 +2,6 @@ package commands
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -17,7 +16,31 @@ import (
 //
 // Blank lines and lines starting with # are skipped. A wait searches
 // output that arrived after the previous wait's match (or the script's
-// start), so `send` then `wait` never misses a fast answer.
+// start), so `send` then `wait` never misses a fast answer. A script given
+// as expect's argument (InlineScript) separates its steps with `;`.
+
+// InlineScript turns expect's SCRIPT argument into a script: `;` separates
+// steps (an exec line holds no newline), `\;` is a literal `;`, and `\\`
+// stays the escaped backslash it is for send (so `\\;` is a backslash,
+// then a separator); every other byte is kept.
+func InlineScript(arg string) string {
+	var b strings.Builder
+	for i := 0; i < len(arg); i++ {
+		switch c := arg[i]; {
+		case c == '\\' && i+1 < len(arg) && arg[i+1] == ';':
+			b.WriteByte(';')
+			i++
+		case c == '\\' && i+1 < len(arg) && arg[i+1] == '\\':
+			b.WriteString(`\\`)
+			i++
+		case c == ';':
+			b.WriteByte('\n')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
 
 // StepKind is what a script step does.
 type StepKind string
@@ -34,7 +57,7 @@ const (
 type Step struct {
 	Line    int // 1-based line number in the script
 	Kind    StepKind
-	re      *regexp.Regexp
+	re      *pattern
 	Timeout time.Duration // wait (0: the command's --timeout) or sleep
 	Data    []byte        // send
 }

@@ -14,8 +14,10 @@
 // of their tenancy (AttachOptions.Epoch); Hold keeps a link open with
 // nobody attached (capture always). One viewer per node writes (TakeWrite,
 // ReadOnly); Viewer.AsWriter lets a read-only viewer borrow the role for one
-// write and hand it back (the `send` and `expect` commands), refused with
-// ErrWriterBusy while another viewer writes unless forced; WaitUp waits for
+// write and hand it back to its writer wherever it is (the `send` and
+// `expect` commands), refused with ErrWriterBusy while another viewer
+// writes unless forced, and ErrInputLost for input that did not reach the
+// link; WaitUp waits for
 // the link (power-cycle --wait-for opens it before the power operation).
 //
 // IPMIOptions is what the IPMI drivers share, and the composition root

@@ -128,6 +128,7 @@ var public = []error{
 	ErrNoConsole, // before ErrNotSupported, which it wraps
 	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrSOLDisabled, ErrBreakMidLine,
 	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown, ErrWriterBusy,
+	ErrInputLost,
 }
 
 // TenantText is the one place where a BMC or console error becomes text a

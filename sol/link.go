@@ -63,6 +63,7 @@ type node struct {
 	writer    *Viewer   // nil: nobody writes
 	ring      ring
 	in        []byte        // pending input, at most maxInput
+	flying    int           // input taken by the writer loop and not yet written (or put back)
 	inDrained chan struct{} // closed (and replaced) when a full input buffer drains or the writer changes
 	up        bool          // a console is established
 	exclusive bool          // the BMC is Exclusive: one viewer at a time, no linger
@@ -83,10 +84,18 @@ type node struct {
 	// AwaitRole waits on (closed when a role is decided).
 	linked       bool // the established console's part has begun (startRolesLocked)
 	arb          Arbiter
-	ctl          []RoleMsg
+	ctl          []ctlMsg
 	told         uint64
 	remoteWriter string
 	decidedC     chan struct{}
+}
+
+// ctlMsg is a RoleMsg queued for the node's Arbiter; reply (buffered 1),
+// if set, gets Tell's result (RoleReturn: whether the holder confirms the
+// input), or an error if the message is dropped.
+type ctlMsg struct {
+	m     RoleMsg
+	reply chan error
 }
 
 type breakReq struct {
@@ -347,7 +356,8 @@ func (n *node) closeConsole(con Console) {
 func (n *node) serve(ctx context.Context, con Console) error {
 	arb, _ := con.(Arbiter)
 	if arb != nil {
-		arb.Arbitrate(func(r Roles) { n.applyRoles(arb, r) })
+		arb.Arbitrate(func(r Roles) { n.applyRoles(arb, r) },
+			func(id uint64, msg string) { n.holderNotice(arb, id, msg) })
 	}
 	n.mu.Lock()
 	n.startRolesLocked(arb)
@@ -564,81 +574,6 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 	}
 }
 
-// sendInput writes up to limit (at most maxWrite) pending input bytes to
-// con; it returns what it took. What a failed Write did not deliver goes
-// back to the head of the pending input, for the next link: input in flight
-// when a link is lost is not lost with it.
-func (n *node) sendInput(con Console, buf []byte, limit int) ([]byte, error) {
-	buf, from := n.takeInput(buf, min(limit, maxWrite))
-	if len(buf) == 0 {
-		return buf, nil
-	}
-	var (
-		k   int
-		err error
-	)
-	if arb, ok := con.(Arbiter); ok {
-		k, err = arb.WriteAs(from.id, buf)
-	} else {
-		k, err = con.Write(buf)
-	}
-	k = min(max(k, 0), len(buf))
-	n.m.st.bytesIn.Add(uint64(k))
-	if err != nil {
-		n.untakeInput(buf[k:], from)
-		return buf, fmt.Errorf("write console: %w", err)
-	}
-	return buf, nil
-}
-
-// untakeInput puts p, input of writer from, back in front of the pending
-// input (unless the node has retired or the writer changed: its input is
-// dropped) and tells the writer loop.
-func (n *node) untakeInput(p []byte, from *Viewer) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.retired || len(p) == 0 || n.writer != from {
-		return
-	}
-	n.in = append(append(make([]byte, 0, len(p)+len(n.in)), p...), n.in...)
-	signal(n.inReady)
-}
-
-func (n *node) pendingInput() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.in)
-}
-
-// takeInput moves up to limit pending input bytes into buf, and returns
-// whose they are: the writer's (pending input is dropped when the writer
-// changes).
-func (n *node) takeInput(buf []byte, limit int) ([]byte, *Viewer) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	full := len(n.in) >= maxInput
-	k := min(len(n.in), limit)
-	buf = append(buf, n.in[:k]...)
-	n.in = append(n.in[:0], n.in[k:]...)
-	if len(n.in) > 0 {
-		signal(n.inReady)
-	}
-	if full {
-		n.wakeWritersLocked()
-	}
-	return buf, n.writer
-}
-
-// wakeWritersLocked wakes the Writes waiting for room in a full input
-// buffer, to try again or to find they are no longer the writer. n.mu is
-// held.
-func (n *node) wakeWritersLocked() {
-	if n.inDrained != nil {
-		close(n.inDrained)
-		n.inDrained = nil
-	}
-}
-
 // publish appends console output to the scrollback and every viewer's
 // queue. It never blocks on a viewer.
 func (n *node) publish(p []byte) {
@@ -705,9 +640,7 @@ func (n *node) removeLocked(v *Viewer, cause error) {
 			break
 		}
 	}
-	if n.writer == v {
-		n.setWriterLocked(nil)
-	}
+	n.leaveLocked(v)
 	if v.relay {
 		v.endMembersLocked(cause)
 	} else {

@@ -457,10 +457,10 @@ func (m *Manager) retireLocked(n *node, cause error) {
 		v.end(cause)
 	}
 	m.st.viewers.Add(-int64(len(n.viewers)))
+	n.dropInputLocked()
 	n.viewers = nil
 	n.writer = nil
 	n.ring.reset()
-	n.in = nil
 	n.endReplaysLocked()
 	n.cancel(cause)
 }

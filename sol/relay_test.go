@@ -75,14 +75,17 @@ func (b *relayBMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 // the peer server does with the holder's relay viewer v. mu orders the
 // Roles sent, as the peer server's frame lock does.
 type memRelay struct {
-	v     *sol.Viewer
-	mu    sync.Mutex
-	roles func(sol.Roles)
-	buf   []byte
+	v      *sol.Viewer
+	mu     sync.Mutex
+	roles  func(sol.Roles)
+	notice func(viewer uint64, msg string)
+	buf    []byte
 	// held: the holder's answers are kept back (a slow peer link) until
 	// release; late says one is due.
 	held, late bool
 }
+
+var _ sol.Arbiter = (*memRelay)(nil)
 
 // hold keeps the holder's answers back until release.
 func (c *memRelay) hold() {
@@ -101,7 +104,9 @@ func (c *memRelay) release() {
 	}
 }
 
-func (c *memRelay) Arbitrate(roles func(sol.Roles)) { c.roles = roles }
+func (c *memRelay) Arbitrate(roles func(sol.Roles), notice func(uint64, string)) {
+	c.roles, c.notice = roles, notice
+}
 
 func (c *memRelay) sendRoles() {
 	c.mu.Lock()
@@ -121,6 +126,9 @@ func (c *memRelay) Read(p []byte) (int, error) {
 		if ch.Roles {
 			c.sendRoles()
 		}
+		if ch.For != 0 {
+			c.notice(ch.For, ch.Notice)
+		}
 		c.buf = ch.Data
 	}
 	n := copy(p, c.buf)
@@ -129,8 +137,11 @@ func (c *memRelay) Read(p []byte) (int, error) {
 }
 
 func (c *memRelay) Tell(m sol.RoleMsg) error {
-	c.v.Arbitrate(m) // refused or not, it counts; the peer server logs a refusal
+	err := c.v.Arbitrate(m) // refused or not, it counts; the peer server logs a refusal
 	c.sendRoles()
+	if m.Op == sol.RoleReturn && errors.Is(err, sol.ErrInputLost) {
+		return err // the peer server's answer to a RoleReturn
+	}
 	return nil
 }
 

@@ -35,6 +35,15 @@ import (
 // unless the new holder has one already. A hub that becomes the holder
 // keeps its own writer, and grants the role to a relayed viewer's claim
 // only if it has none.
+//
+// A borrowed write (Viewer.AsWriter, `send`) is RoleBorrow then
+// RoleReturn: the holder remembers whom the role was borrowed from (the
+// lender) and gives it back at the return, telling the lender both times
+// (a relayed lender through its relay: Chunk.For, Arbiter's notice
+// function; Roles.Lender keeps its hub from also calling it a takeover).
+// It answers the return (Tell's error) with whether the borrower's input
+// all went to its link, having waited for it to: a new writer's role
+// drops pending input.
 
 // RoleOp is what a RoleMsg says a viewer did.
 type RoleOp uint8
@@ -50,6 +59,14 @@ const (
 	RoleTake
 	// RoleRelease: the viewer becomes read-only.
 	RoleRelease
+	// RoleBorrow: the viewer takes the role for one write (a `send`):
+	// as RoleTake, and the holder remembers whom it took the role from
+	// (the lender, told that the viewer is sending input).
+	RoleBorrow
+	// RoleReturn: the borrowed write is done: if the viewer still
+	// writes, the role goes back to its lender if that one is still
+	// attached (told that it writes again), else to nobody.
+	RoleReturn
 )
 
 // maxMembers bounds the viewers one relay may join on the holder: far more
@@ -81,6 +98,12 @@ type Roles struct {
 	Name string
 	// Seq is how many of the relay's RoleMsgs the holder had applied.
 	Seq uint64
+	// Lender is the relay's viewer the writer borrowed the role from
+	// (RoleBorrow, or AsWriter on the holder), which gets it back when
+	// the borrowed write is done; 0 if none of the relay's. The holder
+	// tells it itself (the notice function given to Arbitrate), so its
+	// hub does not tell it of a takeover.
+	Lender uint64
 }
 
 // Arbiter is a Console whose write role is decided at its other end: a
@@ -88,12 +111,14 @@ type Roles struct {
 // established console the hub tells it every RoleMsg (in order with input
 // and breaks: all go through the link's writer), sends input with WriteAs
 // and breaks with BreakAs in the name of the viewer that gave them, and
-// learns who writes from the function given to Arbitrate, which the
-// console calls (from Read, or from Tell) with each Roles it receives.
+// learns who writes from the function roles given to Arbitrate, which the
+// console calls (from Read, or from Tell) with each Roles it receives; it
+// calls notice with what the holder tells one of the hub's viewers (that
+// a borrowed write took its role, or gave it back).
 type Arbiter interface {
 	Console
 	// Arbitrate is called once, before the first Read.
-	Arbitrate(roles func(Roles))
+	Arbitrate(roles func(Roles), notice func(viewer uint64, msg string))
 	Tell(m RoleMsg) error
 	WriteAs(viewer uint64, p []byte) (int, error)
 	BreakAs(ctx context.Context, viewer uint64) error
@@ -113,6 +138,11 @@ var errNotRelay = errors.New("not a relay viewer")
 // does nothing. Members end with v.
 func (v *Viewer) Arbitrate(msg RoleMsg) error {
 	n := v.n
+	if msg.Op == RoleReturn && v.relay {
+		// The borrowed write's input goes to the link first: a new
+		// writer would drop it.
+		v.awaitInput(v.m.cfg.OpenTimeout)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !v.relay {
@@ -147,8 +177,23 @@ func (v *Viewer) Arbitrate(msg RoleMsg) error {
 			n.takeWriteLocked(mv)
 		}
 	case RoleRelease:
-		if mv != nil && n.writer == mv {
-			n.setWriterLocked(nil)
+		if mv != nil {
+			n.releaseLocked(mv)
+		}
+	case RoleBorrow:
+		if mv != nil {
+			mv.dropped = false
+			n.borrowLocked(mv)
+		}
+	case RoleReturn:
+		if mv == nil {
+			return ErrInputLost
+		}
+		lost := mv.dropped || n.writer == mv && n.unsentLocked() > 0
+		mv.dropped = false
+		n.giveBackLocked(mv)
+		if lost {
+			return ErrInputLost
 		}
 	default:
 		return fmt.Errorf("unknown role operation %d", msg.Op)
@@ -163,7 +208,13 @@ func (v *Viewer) WriteAs(viewer uint64, p []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return mv.Write(p)
+	k, err := mv.Write(p)
+	if errors.Is(err, ErrReadOnly) {
+		v.n.mu.Lock()
+		mv.dropped = true // a borrowed write's RoleReturn reports it
+		v.n.mu.Unlock()
+	}
+	return k, err
 }
 
 // BreakAs sends a break as member viewer, with Break's rules.
@@ -203,6 +254,9 @@ func (v *Viewer) Roles() Roles {
 		if w.carrier == v {
 			r.Writer = w.remote
 		}
+		if l := w.lender; l != nil && l.carrier == v {
+			r.Lender = l.remote
+		}
 	}
 	return r
 }
@@ -216,9 +270,7 @@ func (v *Viewer) dropMemberLocked(mv *Viewer, cause error) {
 			break
 		}
 	}
-	if v.n.writer == mv {
-		v.n.setWriterLocked(nil)
-	}
+	v.n.leaveLocked(mv)
 	mv.end(cause)
 }
 
@@ -251,8 +303,8 @@ func (n *node) setWriterLocked(w *Viewer) {
 	if n.writer == w {
 		return
 	}
+	n.dropInputLocked()
 	n.writer = w
-	n.in = nil
 	n.wakeWritersLocked() // the previous writer may be blocked in Write
 	if n.retired {
 		// Its relays end with it: their hubs keep their writer for the
@@ -283,15 +335,26 @@ func (n *node) takeWriteLocked(v *Viewer) {
 // Arbiter is told everything: startRolesLocked) and wakes the link's writer
 // loop, which sends it before any input. It returns m's sequence number.
 // n.mu held.
-func (n *node) tellLocked(m RoleMsg) uint64 {
+func (n *node) tellLocked(m RoleMsg) uint64 { return n.tellReplyLocked(m, nil) }
+
+// tellReplyLocked is tellLocked; reply (buffered 1, may be nil) gets the
+// Arbiter's answer, or an error if m is dropped. n.mu held.
+func (n *node) tellReplyLocked(m RoleMsg, reply chan error) uint64 {
 	if n.arb == nil {
+		if reply != nil {
+			reply <- errNoHolder
+		}
 		return 0
 	}
 	n.told++
-	n.ctl = append(n.ctl, m)
+	n.ctl = append(n.ctl, ctlMsg{m: m, reply: reply})
 	signal(n.inReady)
 	return n.told
 }
+
+// errNoHolder answers a role message dropped because the link to its
+// holder changed.
+var errNoHolder = errors.New("the console link to the node's holder changed")
 
 // startRolesLocked begins a newly established console's part in the
 // arbitration. An Arbiter is told of every viewer (the writer claiming
@@ -310,6 +373,7 @@ func (n *node) startRolesLocked(arb Arbiter) {
 	for _, v := range n.viewers {
 		if !v.relay {
 			v.joinSeq = n.tellLocked(RoleMsg{Op: RoleJoin, Viewer: v.id, Name: v.name, Want: n.writer == v})
+			v.lender = nil // the new holder never lent it its role
 		}
 	}
 }
@@ -317,6 +381,11 @@ func (n *node) startRolesLocked(arb Arbiter) {
 // stopRolesLocked ends an established console's part in the arbitration:
 // the writer stays (it claims the role on the next link). n.mu held.
 func (n *node) stopRolesLocked() {
+	for _, c := range n.ctl {
+		if c.reply != nil {
+			c.reply <- errNoHolder
+		}
+	}
 	n.linked, n.arb, n.ctl = false, nil, nil
 }
 
@@ -325,8 +394,18 @@ func (n *node) sendCtl(arb Arbiter) error {
 	if arb == nil {
 		return nil
 	}
-	for _, m := range n.takeCtl(arb) {
-		if err := arb.Tell(m); err != nil {
+	msgs := n.takeCtl(arb)
+	for i, c := range msgs {
+		err := arb.Tell(c.m)
+		if c.reply != nil {
+			c.reply <- err
+		}
+		if err != nil && !errors.Is(err, ErrInputLost) {
+			for _, c := range msgs[i+1:] {
+				if c.reply != nil {
+					c.reply <- errNoHolder
+				}
+			}
 			return fmt.Errorf("tell the console's holder: %w", err)
 		}
 	}
@@ -334,7 +413,7 @@ func (n *node) sendCtl(arb Arbiter) error {
 }
 
 // takeCtl removes the role messages queued for arb.
-func (n *node) takeCtl(arb Arbiter) []RoleMsg {
+func (n *node) takeCtl(arb Arbiter) []ctlMsg {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.arb != arb {
@@ -382,7 +461,7 @@ func (n *node) applyRoles(arb Arbiter, r Roles) {
 	if w == nil {
 		n.remoteWriter = clip(r.Name, maxNameLen)
 	}
-	if told && prev != w {
+	if told && prev != w && r.Lender != prev.id { // a lender is told by the holder
 		who := "another viewer"
 		if r.Name != "" {
 			who = clip(r.Name, maxNameLen)
@@ -455,3 +534,21 @@ func clip(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// holderNotice tells this hub's viewer id what the holder said through arb
+// (Arbiter.Arbitrate's notice function).
+func (n *node) holderNotice(arb Arbiter, id uint64, msg string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.arb != arb || n.retired {
+		return
+	}
+	for _, v := range n.viewers {
+		if v.id == id && !v.relay {
+			v.notice(clip(msg, maxNoticeLen))
+		}
+	}
+}
+
+// maxNoticeLen bounds a notice a holder sends for a viewer.
+const maxNoticeLen = 200

@@ -27,6 +27,10 @@ type Chunk struct {
 	// Viewer.Replay), not live output. A relay viewer gets its replays
 	// even when empty: its replica waits for the first one.
 	Replay bool
+	// For (relay viewers only, with Notice): the notice is for the
+	// relay's member viewer For (its ID on the relaying hub), whose hub
+	// tells it (Arbiter's notice function).
+	For uint64
 
 	job *replayJob // in the queue only: a replay to deliver here
 }
@@ -63,6 +67,11 @@ type Viewer struct {
 	seq        uint64
 	joinSeq    uint64
 	decided    bool
+	// lender is the viewer whose role v borrowed (AsWriter, RoleBorrow),
+	// which gets it back; dropped says that input v wrote was dropped
+	// (the role moved, or the node retired, before it went to the link).
+	lender  *Viewer
+	dropped bool
 
 	mu         sync.Mutex
 	err        error
@@ -167,9 +176,7 @@ func (v *Viewer) ReadOnly() {
 	if v.Err() != nil || n.retired || v.relay {
 		return
 	}
-	if n.writer == v {
-		n.setWriterLocked(nil)
-	}
+	n.releaseLocked(v)
 	n.tellLocked(RoleMsg{Op: RoleRelease, Viewer: v.id})
 }
 
@@ -322,6 +329,18 @@ func (v *Viewer) queueReplay(j *replayJob) {
 // concat returns a new slice holding a then b.
 func concat(a, b []byte) []byte {
 	return append(append(make([]byte, 0, len(a)+len(b)), a...), b...)
+}
+
+// noticeFor queues a notice for relay viewer v's member remote (Chunk.For).
+func (v *Viewer) noticeFor(remote uint64, msg string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.err != nil || v.notes >= maxNotices || !v.relay {
+		return
+	}
+	v.q = append(v.q, Chunk{Notice: msg, For: remote})
+	v.notes++
+	signal(v.ready)
 }
 
 // notice queues a one-line message.

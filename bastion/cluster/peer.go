@@ -320,6 +320,8 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 			rolesDue = true
 		case c.Roles:
 			err = roles.send()
+		case c.For != 0:
+			err = roles.tell(c.For, c.Notice)
 		case len(c.Data) > 0:
 			_, err = ch.Write(c.Data)
 		}

@@ -175,8 +175,9 @@ type relayConsole struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 
-	mu    sync.Mutex
-	roles func(sol.Roles) // set by Arbitrate
+	mu     sync.Mutex
+	roles  func(sol.Roles)                 // set by Arbitrate
+	notice func(viewer uint64, msg string) // set by Arbitrate
 }
 
 func (r *relayConsole) Read(p []byte) (int, error) {

@@ -21,12 +21,17 @@ import (
 // breaks reach the holder in the order given and behind every role change
 // the relaying replica told before them, and the holder checks each
 // against its writer. The holder sends rolesRequest (a rolesMsg: who
-// writes) after each roleRequest and whenever its writer changes. Channel
-// data is the console's output, holder to relaying replica only.
+// writes) after each roleRequest and whenever its writer changes, and
+// tellRequest (a tellMsg) with a notice for one of the relaying replica's
+// viewers (a borrowed write took its role, or gave it back). A roleRequest
+// of sol.RoleReturn wants a reply: whether the borrowed write's input all
+// went to the holder's link. Channel data is the console's output, holder
+// to relaying replica only.
 const (
 	roleRequest  = "role@obmd"
 	inputRequest = "input@obmd"
 	rolesRequest = "roles@obmd"
+	tellRequest  = "tell@obmd"
 )
 
 type roleMsg struct {
@@ -49,24 +54,39 @@ type rolesMsg struct {
 	Writer uint64
 	Name   string
 	Seq    uint64
+	Lender uint64
 }
+
+type tellMsg struct {
+	Viewer uint64
+	Text   string
+}
+
+var _ sol.Arbiter = (*relayConsole)(nil)
 
 // ---- the relaying replica: relayConsole is a sol.Arbiter ----
 
-// Arbitrate sets the function the holder's answers go to (sol.Arbiter).
-// Answers that come before it are dropped: the hub tells the holder of
-// every viewer first, and follows the answers to that.
-func (r *relayConsole) Arbitrate(roles func(sol.Roles)) {
+// Arbitrate sets the functions the holder's answers and notices go to
+// (sol.Arbiter). Those that come before it are dropped: the hub tells the
+// holder of every viewer first, and follows the answers to that.
+func (r *relayConsole) Arbitrate(roles func(sol.Roles), notice func(viewer uint64, msg string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.roles = roles
+	r.roles, r.notice = roles, notice
 }
 
-// Tell tells the holder what one of this replica's viewers did.
+// Tell tells the holder what one of this replica's viewers did; for a
+// sol.RoleReturn it waits for the holder's answer (sol.ErrInputLost: the
+// borrowed write's input did not all go to the holder's link).
 func (r *relayConsole) Tell(m sol.RoleMsg) error {
 	msg := roleMsg{Op: uint8(m.Op), Viewer: m.Viewer, Name: m.Name, Want: m.Want}
-	if _, err := r.ch.SendRequest(roleRequest, false, gossh.Marshal(msg)); err != nil {
+	wait := m.Op == sol.RoleReturn
+	ok, err := r.ch.SendRequest(roleRequest, wait, gossh.Marshal(msg))
+	if err != nil {
 		return fmt.Errorf("console relay to replica %s: %w", r.holder, err)
+	}
+	if wait && !ok {
+		return fmt.Errorf("replica %s: %w", r.holder, sol.ErrInputLost)
 	}
 	return nil
 }
@@ -111,14 +131,16 @@ func (r *relayConsole) Break(ctx context.Context) error { return errNoViewer }
 // function given to Arbitrate. It returns when the channel closes.
 func (r *relayConsole) holderRequests(reqs <-chan *gossh.Request) {
 	for req := range reqs {
+		r.mu.Lock()
+		roles, notice := r.roles, r.notice
+		r.mu.Unlock()
 		var m rolesMsg
-		if req.Type == rolesRequest && gossh.Unmarshal(req.Payload, &m) == nil {
-			r.mu.Lock()
-			roles := r.roles
-			r.mu.Unlock()
-			if roles != nil {
-				roles(sol.Roles{Writer: m.Writer, Name: m.Name, Seq: m.Seq})
-			}
+		var tm tellMsg
+		switch {
+		case req.Type == rolesRequest && gossh.Unmarshal(req.Payload, &m) == nil && roles != nil:
+			roles(sol.Roles{Writer: m.Writer, Name: m.Name, Seq: m.Seq, Lender: m.Lender})
+		case req.Type == tellRequest && gossh.Unmarshal(req.Payload, &tm) == nil && notice != nil:
+			notice(tm.Viewer, printable(tm.Text))
 		}
 		if req.WantReply {
 			req.Reply(false, nil)
@@ -140,7 +162,16 @@ func (s *relayRoles) send() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.v.Roles()
-	_, err := s.ch.SendRequest(rolesRequest, false, gossh.Marshal(rolesMsg{Writer: r.Writer, Name: r.Name, Seq: r.Seq}))
+	_, err := s.ch.SendRequest(rolesRequest, false, gossh.Marshal(rolesMsg{Writer: r.Writer, Name: r.Name, Seq: r.Seq, Lender: r.Lender}))
+	return err
+}
+
+// tell sends a notice for the relaying replica's viewer (Chunk.For), in
+// order with the roles.
+func (s *relayRoles) tell(viewer uint64, text string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.ch.SendRequest(tellRequest, false, gossh.Marshal(tellMsg{Viewer: viewer, Text: text}))
 	return err
 }
 

@@ -17,6 +17,8 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
@@ -198,6 +200,68 @@ func TestAutomateSendSim(t *testing.T) {
 	}
 }
 
+// TestAutomateWaitForSinceAttach: wait-for --since attach finds text the
+// node printed before the command, while a console watched and after it
+// left (the link closed since): what an attach replays; without --since
+// the same text is not seen (exit 5); a line that comes after the replay
+// is found too, and the text of an earlier tenancy never is.
+func TestAutomateWaitForSinceAttach(t *testing.T) {
+	t.Parallel()
+	o, tok, bmc := auSim(t, "at")
+	p := sshPTY(t, o.SSHAddr(), "at", tok, nil)
+	p.expect("you are writing")
+	seen := printUntilSeen(t, simInject(bmc), "before", shows(p.out))
+	p.detach()
+	waitUntil(t, "the link closed", func() bool { return !bmc.ConsoleActive() })
+
+	res := o.openssh("at", tok, nil, "wait-for", "'"+seen+"'", "--since", "attach", "--timeout", "5s")
+	if res.Code != 0 || res.Stdout != seen+"\n" {
+		t.Errorf("wait-for --since attach: got %+v, want exit 0 and %s", res, seen)
+	}
+	if res := o.openssh("at", tok, nil, "wait-for", "'"+seen+"'", "--timeout", "1s"); res.Code != 5 {
+		t.Errorf("wait-for without --since: got %+v, want 5", res)
+	}
+	done := o.auBackground("at", tok, "wait-for", "'after-[0-9]+'", "--since", "attach", "--timeout", "30s")
+	if res := auPrintUntil(t, simInject(bmc), "after", done); res.Code != 0 || !strings.HasPrefix(res.Stdout, "after-") {
+		t.Errorf("wait-for --since attach of live text: got %+v", res)
+	}
+	tok = o.rotate("at")
+	if res := o.openssh("at", tok, nil, "wait-for", "'"+seen+"'", "--since", "attach", "--timeout", "1s"); res.Code != 5 {
+		t.Errorf("wait-for --since attach in the next tenancy: got %+v, want 5", res)
+	}
+}
+
+// TestAutomateSendLinkDown: a send whose bytes the console link does not
+// take (the BMC stops answering: the link cannot open) fails with exit 1
+// and says so, rather than exiting 0 with its bytes dropped; the bytes are
+// not typed later, when the link is back, and a send then succeeds.
+func TestAutomateSendLinkDown(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) {
+		c.Console.OpenTimeout = 500 * time.Millisecond
+		c.Console.Backoff = sol.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond} // back at once
+		c.PowerTimeout = time.Second
+	})
+	tok := o.addSimNode("al")
+	bmc := o.Lab().BMC("al", sim.ModeNormal)
+	bmc.SetFail(errors.New("the BMC stopped answering"))
+	res := o.openssh("al", tok, nil, "send", `'lost-bytes\r'`)
+	if res.Code != 1 || !strings.Contains(res.Stderr, "the console link did not take the input") {
+		t.Errorf("send into a link that cannot open: got %+v, want exit 1 and the reason", res)
+	}
+	bmc.SetFail(nil)
+	if res := o.openssh("al", tok, nil, "send", `'sent-bytes\r'`); res.Code != 0 {
+		t.Fatalf("send once the BMC answers: got %+v", res)
+	}
+	waitUntil(t, "the second send typed", func() bool { return bytes.Contains(bmc.Typed(), []byte("sent-bytes\r")) })
+	if bytes.Contains(bmc.Typed(), []byte("lost-bytes")) {
+		t.Errorf("the send reported failed was typed later: %q", bmc.Typed())
+	}
+	if acts := o.auAudit("al"); !auHas(acts, "console.send error 11 bytes: the console link did not take the input") {
+		t.Errorf("audit: got %q, want the failed send", acts)
+	}
+}
+
 // TestAutomatePowerCycleWaitSim: power-cycle --wait-for 'login:' returns 0
 // after the simulator's boot text, 5 when it never comes.
 func TestAutomatePowerCycleWaitSim(t *testing.T) {
@@ -232,6 +296,17 @@ func TestAutomateExpectSim(t *testing.T) {
 	}
 	if bytes.Contains(bmc.Typed(), []byte("not-sent")) {
 		t.Errorf("a step after the failing one ran")
+	}
+	// `^` is a line start: the echoed command (mid-line) does not match,
+	// its output's line does, though it began in an earlier chunk.
+	res = o.opensshIn("ae", tok, strings.NewReader("send echo anchor-x\\r\nwait '^anchor-x' 10s\n"), []string{"-T"}, "expect", "--stdin", "--json")
+	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"anchor-x"`) {
+		t.Errorf("expect with ^: got %+v, want the output's line", res)
+	}
+	// An inline script: `;` between steps, `\;` a literal one.
+	res = o.openssh("ae", tok, nil, "expect", `'send echo semi\;colon\r;wait ^semi\;colon 10s'`, "--json")
+	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"semi;colon"`) || !bytes.Contains(bmc.Typed(), []byte("echo semi;colon\r")) {
+		t.Errorf("inline expect with \\;: got %+v, typed %q", res, bmc.Typed())
 	}
 	if res := o.openssh("ae", tok, nil, "expect", "'send a;bogus step'"); res.Code != 2 || !strings.Contains(res.Stderr, "line 2") {
 		t.Errorf("bad script: got %+v, want 2 naming line 2", res)
@@ -285,11 +360,14 @@ func TestAutomateIPMI(t *testing.T) {
 		t.Errorf("expect timeout on ipmi_sim: got %+v", res)
 	}
 
+	// Byte-exact. It ends at a line start: the link closing (linger) after
+	// a send that ends mid-line kills ipmitool, which may lose what it had
+	// not sent yet (README, "Choices").
 	s.ResetSerial()
-	if res := o.openssh("ai", tok, nil, "send", "--hex", "6c730d00ff"); res.Code != 0 {
+	if res := o.openssh("ai", tok, nil, "send", "--hex", "00ff6c730d"); res.Code != 0 {
 		t.Fatalf("send on ipmi_sim: got %+v", res)
 	}
-	s.WaitSerial(t, []byte("ls\r\x00\xff"), e2eWait)
+	s.WaitSerial(t, []byte("\x00\xffls\r"), e2eWait)
 
 	done = o.auBackground("ai", tok, "wait-for", "never-printed", "--timeout", "60s")
 	waitUntil(t, "the waiting session", func() bool {

@@ -55,8 +55,8 @@ func sharedReplicaKeys(t *testing.T) (hostKey, sealKey string) {
 	return hostKey, sealKey
 }
 
-// rpClusterOn starts three replicas, replica i on database dsns[i] (the
-// nodes of one Galera cluster, or one server).
+// rpClusterOn starts one replica per database in dsns (at most three),
+// replica i on dsns[i] (the nodes of one Galera cluster, or one server).
 func rpClusterOn(t *testing.T, dsns []string, env map[string]string) []*rpReplica {
 	t.Helper()
 	bin := obmdBinary(t)
@@ -66,7 +66,7 @@ func rpClusterOn(t *testing.T, dsns []string, env map[string]string) []*rpReplic
 	for k, v := range env {
 		vars[k] = v
 	}
-	names := []string{"rep-a", "rep-b", "rep-c"}
+	names := []string{"rep-a", "rep-b", "rep-c"}[:len(dsns)]
 	reps := make([]*rpReplica, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
