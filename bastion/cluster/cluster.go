@@ -407,3 +407,7 @@ func (b *bmc) drop(token string) {
 	b.mu.Unlock()
 	b.c.releaseSOL(b.label, token)
 }
+
+// DialTimeout is the bound on dialing a peer (Config.DialTimeout, with its
+// default).
+func (c *Cluster) DialTimeout() time.Duration { return c.cfg.DialTimeout }

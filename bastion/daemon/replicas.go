@@ -254,11 +254,12 @@ func (a clusterAccess) ApplyCred(epoch int64, c db.CredChange, why string) {
 }
 
 // roleWait is how long a console's banner waits to learn who writes: in
-// cluster mode the SOL lease holder decides (the dial to it is bounded by
-// the cluster's dial timeout); a single replica decides at once.
+// cluster mode the SOL lease holder decides, so the dial to it (bounded by
+// the cluster's dial timeout) and a second for its answer; a single
+// replica decides at once.
 func (d *Daemon) roleWait() time.Duration {
-	if d.cfg.PeerAddr == "" {
+	if d.rep.cluster == nil {
 		return 0
 	}
-	return 5 * time.Second
+	return d.rep.cluster.DialTimeout() + time.Second
 }
