@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,18 +33,46 @@ var kex = []string{"curve25519-sha256"}
 // dial opens an SSH connection as user (x/crypto client, host key not
 // checked: loopback, a server this program started).
 func dial(addr, user string, auth gossh.AuthMethod) (*gossh.Client, error) {
-	return gossh.Dial("tcp", addr, &gossh.ClientConfig{
+	return dialFrom(nil, addr, user, auth)
+}
+
+// dialFrom is dial from local address from (nil: the system's choice), so
+// that a server sees each client under an address of its own.
+func dialFrom(from net.IP, addr, user string, auth gossh.AuthMethod) (*gossh.Client, error) {
+	cfg := &gossh.ClientConfig{
 		User: user, Auth: []gossh.AuthMethod{auth},
 		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
 		Config: gossh.Config{KeyExchanges: kex},
-	})
+	}
+	if from == nil {
+		return gossh.Dial("tcp", addr, cfg)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}, Timeout: cfg.Timeout}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	// Bound the handshake too (gossh.Dial bounds the TCP connect only).
+	conn.SetDeadline(time.Now().Add(cfg.Timeout))
+	c, chans, reqs, err := gossh.NewClientConn(conn, addr, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	return gossh.NewClient(c, chans, reqs), nil
 }
 
 // execOnce is one whole client connection: connect, authenticate, run cmd,
 // read its output, close. It fails unless the exit status is 0 and the
 // output contains want.
 func execOnce(addr, user string, auth gossh.AuthMethod, cmd, want string) error {
-	c, err := dial(addr, user, auth)
+	return execFrom(nil, addr, user, auth, cmd, want)
+}
+
+// execFrom is execOnce from local address from (nil: the system's choice).
+func execFrom(from net.IP, addr, user string, auth gossh.AuthMethod, cmd, want string) error {
+	c, err := dialFrom(from, addr, user, auth)
 	if err != nil {
 		return err
 	}

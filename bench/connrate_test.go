@@ -27,24 +27,7 @@ import (
 //
 // The profile holds the clients' CPU too (they are in this process).
 func BenchmarkConnRateInproc(b *testing.B) {
-	dir := b.TempDir()
-	log := logrus.New()
-	log.SetLevel(logrus.WarnLevel)
-	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
-		StateDir: filepath.Join(dir, "state"), AdminToken: "bench-admin-token-0123456789abcdef", Version: "bench"}, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }() // waited for below
-	defer func() {
-		cancel()
-		<-done
-	}()
+	d := benchDaemon(b)
 	a := admin{d.AdminAddr(), d.AdminToken(), &http.Client{Timeout: 30 * time.Second}}
 	const workers = 8
 	tokens, err := a.addSimNodes("rate", workers)
@@ -74,4 +57,29 @@ func BenchmarkConnRateInproc(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
+}
+
+// benchDaemon runs an obmd in this process at the default configuration
+// on SQLite until b ends.
+func benchDaemon(b *testing.B) *daemon.Daemon {
+	dir := b.TempDir()
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+		StateDir: filepath.Join(dir, "state"), AdminToken: "bench-admin-token-0123456789abcdef", Version: "bench"}, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }() // waited for by the cleanup
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return d
 }
