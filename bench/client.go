@@ -82,9 +82,11 @@ func execFrom(from net.IP, addr, user string, auth gossh.AuthMethod, cmd, want s
 		return err
 	}
 	defer s.Close()
+	var stderr syncBuf
+	s.Stderr = &stderr
 	out, err := s.Output(cmd)
 	if err != nil {
-		return fmt.Errorf("%s: %w", cmd, err)
+		return fmt.Errorf("%s: %w: %s", cmd, err, strings.TrimSpace(stderr.String()))
 	}
 	if !strings.Contains(string(out), want) {
 		return fmt.Errorf("%s: got %q, want %q", cmd, out, want)

@@ -76,13 +76,16 @@ func fleetPower(cfg benchConfig, s *section, d fleetDB, n int) {
 	op := func(i int, b burstOp) error {
 		return execFrom(burstFrom(i), o.SSHAddr, label(i), gossh.Password(tokens[i]), b.cmd, b.want)
 	}
+	failed := false
 	for _, b := range []burstOp{{"power-status", "power on"}, {"power-cycle", "power cycled"}} {
 		cfg.logf("fleet: %d concurrent %s on %s", n, b.cmd, d.name)
 		r, err := measureBurst(o.Pid(), n, func(i int) error { return op(i, b) })
 		if err != nil {
+			failed = true
 			s.skip(fmt.Sprintf("%d concurrent %s on %s", n, b.cmd, d.name), err)
 			continue
 		}
+		failed = failed || r.failed > 0
 		addBurstRows(s, d.name, n, b.cmd, r)
 	}
 	refused, err := refusedLogins(o)
@@ -93,9 +96,12 @@ func fleetPower(cfg benchConfig, s *section, d fleetDB, n int) {
 	s.add(row{Measure: fmt.Sprintf("connections obmd closed or refused before login, or logins it failed, over every burst (%s)", d.name),
 		Figure: fmt.Sprint(refused.total), Ref: "-", Ratio: "-", Goal: "0", Status: verdict(refused.total == 0)})
 	if refused.total > 0 {
+		s.note("%s: obmd counted %s.", d.name, refused.detail)
+	}
+	if failed || refused.total > 0 {
 		o.Stop() // its log complete
-		s.note("%s: obmd counted %s; its log says: %s", d.name, refused.detail,
-			strings.Join(logLines(filepath.Join(dir, "obmd.log"), []string{"auth_denied", "auth_lookup_failed"}, 3), "; "))
+		s.note("%s: what obmd logged of the failures (first 3): %s", d.name, strings.Join(logLines(filepath.Join(dir, "obmd.log"),
+			[]string{"epoch_check_failed", `"result":"error"`, `"result":"busy"`, "auth_denied", "auth_lookup_failed"}, 3), "; "))
 	}
 }
 
