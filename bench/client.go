@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,49 +202,61 @@ func (v *viewer) Close() { v.c.Close() }
 // the viewers opened so far are closed.
 func openViewers(n, conc int, addr string, user func(int) string, auth func(int) gossh.AuthMethod, timeout time.Duration) ([]*viewer, error) {
 	vs := make([]*viewer, n)
+	err := forEach(n, conc, time.Now().Add(timeout), func(i int) error {
+		v, err := openViewer(addr, user(i), auth(i))
+		if err == nil {
+			if err = v.waitStderr("console of", 20*time.Second); err != nil {
+				v.Close()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("viewer %d: %w", i, err)
+		}
+		vs[i] = v
+		return nil
+	})
+	if err == nil && slices.Contains(vs, nil) {
+		err = fmt.Errorf("opening %d viewers took longer than %v", n, timeout)
+	}
+	if err != nil {
+		closeViewers(vs)
+		return nil, err
+	}
+	return vs, nil
+}
+
+// forEach runs f(0), ..., f(n-1) on conc goroutines, each index once, in
+// order of start, until all have run, one has failed (no index starts
+// after) or deadline has passed (the zero time: no deadline). It returns
+// the first error.
+func forEach(n, conc int, deadline time.Time, f func(i int) error) error {
 	var next atomic.Int64
-	var firstErr error
 	var mu sync.Mutex
+	var firstErr error
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(timeout)
 	for range conc {
 		wg.Add(1)
-		go func() { // owned by openViewers
+		go func() { // owned by forEach
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= n || time.Now().After(deadline) {
+				if i >= n || !deadline.IsZero() && time.Now().After(deadline) {
 					return
 				}
-				v, err := openViewer(addr, user(i), auth(i))
-				if err == nil {
-					if err = v.waitStderr("console of", 20*time.Second); err != nil {
-						v.Close()
+				if err := f(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
 					}
-				}
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("viewer %d: %w", i, err)
-				}
-				vs[i] = v
-				mu.Unlock()
-				if err != nil {
+					mu.Unlock()
+					next.Store(int64(n)) // no other index starts
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	for _, v := range vs {
-		if v == nil && firstErr == nil {
-			firstErr = fmt.Errorf("opening %d viewers took longer than %v", n, timeout)
-		}
-	}
-	if firstErr != nil {
-		closeViewers(vs)
-		return nil, firstErr
-	}
-	return vs, nil
+	return firstErr
 }
 
 // closeViewers closes every viewer and waits (bounded) for their sessions

@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -289,39 +287,19 @@ func pollQueries(dsn string, n int) (changes, captures, every time.Duration, err
 // of them (returned in order).
 func registerSimNodes(a admin, label func(int) string, n, withToken int) ([]string, error) {
 	tokens := make([]string, withToken)
-	var next atomic.Int64
-	var mu sync.Mutex
-	var firstErr error
-	var wg sync.WaitGroup
-	for range fleetWorkers {
-		wg.Add(1)
-		go func() { // owned by registerSimNodes
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				var err error
-				if i < withToken {
-					tokens[i], err = a.addNode(label(i), "sim", simInfo)
-				} else {
-					err = a.call("PUT", "/node/"+url.PathEscape(label(i)), map[string]any{"type": "sim", "info": simInfo}, nil)
-				}
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("register node %d: %w", i, err)
-					}
-					mu.Unlock()
-					next.Store(int64(n)) // the others stop too
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return tokens, firstErr
+	err := forEach(n, fleetWorkers, time.Time{}, func(i int) error {
+		var err error
+		if i < withToken {
+			tokens[i], err = a.addNode(label(i), "sim", simInfo)
+		} else {
+			err = a.call("PUT", "/node/"+url.PathEscape(label(i)), map[string]any{"type": "sim", "info": simInfo}, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("register node %d: %w", i, err)
+		}
+		return nil
+	})
+	return tokens, err
 }
 
 // thousands writes n with a comma every three digits.

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -64,5 +66,39 @@ func TestThousands(t *testing.T) {
 		if got := thousands(n); got != want {
 			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// forEach runs each index once, and none starts after one has failed.
+func TestForEach(t *testing.T) {
+	var mu sync.Mutex
+	ran := map[int]int{}
+	count := func(i int) {
+		mu.Lock()
+		ran[i]++
+		mu.Unlock()
+	}
+	if err := forEach(100, 4, time.Time{}, func(i int) error { count(i); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if ran[i] != 1 {
+			t.Errorf("index %d ran %d times", i, ran[i])
+		}
+	}
+	ran = map[int]int{}
+	boom := errors.New("boom")
+	err := forEach(1000, 1, time.Time{}, func(i int) error { // one worker: the order is fixed
+		count(i)
+		if i == 10 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Errorf("got %v, want boom", err)
+	}
+	if len(ran) != 11 {
+		t.Errorf("%d indices ran, want 11 (0 to 10, the failure the last)", len(ran))
 	}
 }
