@@ -282,15 +282,22 @@ func (s *Server) realClient(conn net.Conn) (_ net.Conn, ok bool) {
 	}
 	pc, err := proxyproto.Accept(conn, s.cfg.ProxyHeaderTimeout)
 	if err != nil {
-		log := s.log.WithError(err).WithField("balancer", conn.RemoteAddr().String())
-		if errors.Is(err, io.EOF) { // a TCP health check: connect, close
-			log.Debug("proxy_header_missing")
-		} else {
-			log.Warn("proxy_header_refused")
-		}
+		LogProxyRefused(s.log, conn.RemoteAddr(), err)
 		return nil, false
 	}
 	return pc, true
+}
+
+// LogProxyRefused logs a connection from a balancer refused for its PROXY
+// header (err): at debug level when the balancer sent nothing (a TCP
+// health check: connect, close), else as a warning.
+func LogProxyRefused(log logrus.FieldLogger, balancer net.Addr, err error) {
+	l := log.WithError(err).WithField("balancer", balancer.String())
+	if errors.Is(err, io.EOF) {
+		l.Debug("proxy_header_missing")
+	} else {
+		l.Warn("proxy_header_refused")
+	}
 }
 
 // PreauthStats reports the connections that have not authenticated.

@@ -27,8 +27,7 @@ import (
 //
 // The profile holds the clients' CPU too (they are in this process).
 func BenchmarkConnRateInproc(b *testing.B) {
-	d := benchDaemon(b)
-	a := admin{d.AdminAddr(), d.AdminToken(), &http.Client{Timeout: 30 * time.Second}}
+	a := testDaemon(b)
 	const workers = 8
 	tokens, err := a.addSimNodes("rate", workers)
 	if err != nil {
@@ -49,7 +48,7 @@ func BenchmarkConnRateInproc(b *testing.B) {
 			defer wg.Done()
 			user := fmt.Sprintf("rate-%03d", w)
 			for range next {
-				if err := execOnce(d.SSHAddr(), user, gossh.Password(tokens[w]), "power-status", "power on"); err != nil {
+				if err := execOnce(a.sshAddr, user, gossh.Password(tokens[w]), "power-status", "power on"); err != nil {
 					b.Error(err) // and go on draining next
 				}
 			}
@@ -59,14 +58,15 @@ func BenchmarkConnRateInproc(b *testing.B) {
 	b.StopTimer()
 }
 
-// benchDaemon runs an obmd in this process at the default configuration
-// on SQLite until b ends.
-func benchDaemon(b *testing.B) *daemon.Daemon {
-	dir := b.TempDir()
+// testDaemon starts an obmd in this process at the default configuration
+// on SQLite (logging warnings only), stopped when b ends, and returns its
+// admin client (whose addr is the admin API; sshAddr the SSH one).
+func testDaemon(b *testing.B) testObmd {
+	b.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
 	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
-		StateDir: filepath.Join(dir, "state"), AdminToken: "bench-admin-token-0123456789abcdef", Version: "bench"}, log)
+		StateDir: filepath.Join(b.TempDir(), "state"), AdminToken: "bench-admin-token-0123456789abcdef", Version: "bench"}, log)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,5 +81,11 @@ func benchDaemon(b *testing.B) *daemon.Daemon {
 		cancel()
 		<-done
 	})
-	return d
+	return testObmd{admin{d.AdminAddr(), d.AdminToken(), &http.Client{Timeout: 30 * time.Second}}, d.SSHAddr()}
+}
+
+// testObmd is an in-process obmd's admin client and SSH address.
+type testObmd struct {
+	admin
+	sshAddr string
 }

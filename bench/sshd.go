@@ -40,8 +40,12 @@ type sshdServer struct {
 	Signer gossh.Signer
 }
 
-// startSSHD writes a config into dir and runs `sshd -D -e -f CONFIG`.
-func startSSHD(dir string) (*sshdServer, error) {
+// startSSHD writes a config into dir and runs `sshd -D -e -f CONFIG`, with
+// the fixed forceCommand.
+func startSSHD(dir string) (*sshdServer, error) { return startSSHDWith(dir, forceCommand) }
+
+// startSSHDWith is startSSHD with script (a shell script) as the ForceCommand.
+func startSSHDWith(dir, script string) (*sshdServer, error) {
 	if _, err := os.Stat(sshdPath); err != nil {
 		return nil, notMeasured("%s missing (apt-get install openssh-server)", sshdPath)
 	}
@@ -66,8 +70,8 @@ func startSSHD(dir string) (*sshdServer, error) {
 	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), gossh.MarshalAuthorizedKey(client.PublicKey()), 0o600); err != nil {
 		return nil, err
 	}
-	script := filepath.Join(dir, "power-status.sh")
-	if err := os.WriteFile(script, []byte(forceCommand), 0o755); err != nil {
+	scriptPath := filepath.Join(dir, "power-status.sh")
+	if err := os.WriteFile(scriptPath, []byte(script), 0o700); err != nil {
 		return nil, err
 	}
 	port, err := freeTCPPort()
@@ -80,7 +84,7 @@ func startSSHD(dir string) (*sshdServer, error) {
 		"HostKey " + filepath.Join(dir, "ssh_host_ed25519_key"),
 		"PidFile " + filepath.Join(dir, "sshd.pid"),
 		"AuthorizedKeysFile " + filepath.Join(dir, "authorized_keys"),
-		"ForceCommand " + script,
+		"ForceCommand " + scriptPath,
 		"UsePAM no",
 		"PermitRootLogin prohibit-password",
 		"PubkeyAuthentication yes",

@@ -116,7 +116,7 @@ const (
 	ExitFailed     = 1 // the BMC or the operation failed
 	ExitUsage      = 2 // usage error
 	ExitNotAllowed = 3 // not allowed
-	ExitBusy       = 4 // another power operation on this node is in flight, or (send) another session writes
+	ExitBusy       = 4 // another power operation (or doctor run) on this node is in flight, or (send) another session writes
 	ExitTimedOut   = 5 // wait-for, expect or --wait-for: the text did not come in time
 )
 
@@ -140,6 +140,16 @@ func (e *BusyError) Error() string { return ErrBusy.Error() + " (on replica " + 
 
 // Is makes errors.Is(err, ErrBusy) hold.
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// ErrDoctorBusy is ErrBusy (errors.Is) for a doctor run on a node that
+// this replica is already diagnosing: one run per node at a time, so that
+// many of them never hold many of the BMC's few sessions.
+var ErrDoctorBusy error = doctorBusy{}
+
+type doctorBusy struct{}
+
+func (doctorBusy) Error() string        { return "another doctor run on this node is in flight" }
+func (doctorBusy) Is(target error) bool { return target == ErrBusy }
 
 // UsageError is a parse or argument error; its text is safe to show (no raw
 // control characters, one line).

@@ -23,13 +23,21 @@ type CheckError struct {
 func (e *CheckError) Error() string { return e.Check.Name + ": " + e.Check.Detail }
 
 // doctor runs the node's diagnosis (sol.Diagnoser), bounded by the
-// timeout, and audits it. It takes no busy slot: a diagnosis changes
-// nothing on the node. A run whose last step failed returns the result
-// (Checks, Text) and a *CheckError; a node whose driver cannot diagnose
-// fails with sol.ErrNotSupported.
+// timeout, and audits it. It takes no power operation's busy slot (a
+// diagnosis changes nothing on the node), but one of its own: a second run
+// on the node while one is in flight fails with ErrDoctorBusy. A run whose
+// last step failed returns the result (Checks, Text) and a *CheckError; a
+// node whose driver cannot diagnose fails with sol.ErrNotSupported.
 func (r *Runner) doctor(ctx context.Context, req Request) (Result, error) {
 	res := Result{Node: req.Node, Command: CmdDoctor}
 	node := clean(req.Node, 0)
+	slot := "doctor\x00" + req.Node // no label holds a NUL
+	if !r.acquire(slot) {
+		err := &opError{verb: "doctor", node: node, err: ErrDoctorBusy}
+		r.note(ctx, req, ActionDoctor, ResultBusy, ErrDoctorBusy.Error(), err, "doctor")
+		return res, err
+	}
+	defer r.release(slot)
 	start := r.cfg.Now()
 	checks, err := bounded(ctx, r.cfg.Timeout, func(ctx context.Context) ([]sol.Check, error) {
 		bmc, err := r.bmcs.Resolve(ctx, req.Node)

@@ -16,7 +16,12 @@ type diagBMC struct {
 	checks []sol.Check
 }
 
-func (d *diagBMC) Diagnose(context.Context) []sol.Check { return d.checks }
+func (d *diagBMC) Diagnose(ctx context.Context) []sol.Check {
+	if err := d.do(ctx, "diagnose"); err != nil {
+		return nil
+	}
+	return d.checks
+}
 
 // TestDoctor: doctor prints one line per step with the tenant's text, a
 // summary, and exits 0 only when every step passed; a failed step adds
@@ -99,6 +104,52 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("no steps: got %v, want ErrNotSupported", err)
 	}
 	for _, c := range env.bmcs["ok-1"].(*diagBMC).Calls() {
-		t.Errorf("doctor called %s on the BMC", c)
+		if c != "diagnose" {
+			t.Errorf("doctor called %s on the BMC", c)
+		}
+	}
+}
+
+// TestDoctorOnePerNode: while a doctor run is in flight on a node, another
+// on the same node is refused at once as busy (exit 4, audited), one on
+// another node and power operations on the same node are not held up, and
+// once the first has finished the node can be diagnosed again.
+func TestDoctorOnePerNode(t *testing.T) {
+	env := newEnv(t, Config{})
+	slow := &diagBMC{checks: []sol.Check{sol.Pass(sol.CheckPower, "power is on")}}
+	slow.gate, slow.started, slow.slow = make(chan struct{}), make(chan string, 1), "diagnose"
+	env.bmcs["n1"] = slow
+	env.bmcs["n2"] = &diagBMC{checks: slow.checks}
+	first := make(chan int, 1)
+	go func() {
+		_, _, code := run(t, env.r, context.Background(), "n1", "doctor")
+		first <- code
+	}()
+	<-slow.started
+	_, errOut, code := run(t, env.r, context.Background(), "n1", "doctor")
+	if code != ExitBusy || errOut != "obmd: doctor n1: "+ErrDoctorBusy.Error()+"\n" {
+		t.Errorf("a second doctor run: got %d %q, want 4 and %q", code, errOut, ErrDoctorBusy.Error())
+	}
+	if _, _, code := run(t, env.r, context.Background(), "n2", "doctor"); code != ExitOK {
+		t.Errorf("doctor on another node: got %d, want 0", code)
+	}
+	if _, _, code := run(t, env.r, context.Background(), "n1", "power-on"); code != ExitOK {
+		t.Errorf("power-on during a doctor run: got %d, want 0", code)
+	}
+	close(slow.gate)
+	if code := <-first; code != ExitOK {
+		t.Errorf("the first doctor run: got %d, want 0", code)
+	}
+	if _, _, code := run(t, env.r, context.Background(), "n1", "doctor"); code != ExitOK {
+		t.Errorf("doctor after the first ended: got %d, want 0", code)
+	}
+	var busy int
+	for _, e := range env.audit.Events() {
+		if e.Action == ActionDoctor && e.Result == ResultBusy {
+			busy++
+		}
+	}
+	if busy != 1 {
+		t.Errorf("audited %d busy doctor runs, want 1", busy)
 	}
 }

@@ -56,6 +56,8 @@ func reason(err error) string {
 		return ce.Check.Name + ": " + ce.Check.Tenant
 	case errors.As(err, &be):
 		return be.Error()
+	case errors.Is(err, ErrDoctorBusy):
+		return ErrDoctorBusy.Error()
 	case errors.Is(err, ErrBusy):
 		return ErrBusy.Error()
 	case errors.As(err, &te):

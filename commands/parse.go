@@ -99,8 +99,8 @@ func Usage() string {
 	}
 	b.WriteString("\n--json on any command prints one JSON object on stdout.\n")
 	b.WriteString("Exit codes: 0 done, 1 operation failed, 2 usage error, 3 not allowed,\n")
-	b.WriteString("4 busy (another power operation on this node is in flight, or another session\n")
-	b.WriteString("writes), 5 timed out (wait-for, expect, --wait-for).\n")
+	b.WriteString("4 busy (another power operation or doctor run on this node is in flight, or\n")
+	b.WriteString("another session writes), 5 timed out (wait-for, expect, --wait-for).\n")
 	return b.String()
 }
 

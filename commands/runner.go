@@ -118,8 +118,9 @@ type Runner struct {
 	audit    Auditor
 	log      logrus.FieldLogger
 
-	// mu guards busy, the nodes with a power operation in flight. It is held
-	// only to test and set an entry, never across BMC I/O.
+	// mu guards busy, the nodes with a power operation in flight (and, as
+	// "doctor\x00" + label, those with a doctor run). It is held only to
+	// test and set an entry, never across BMC I/O.
 	mu   sync.Mutex
 	busy map[string]struct{}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 )
@@ -394,5 +395,20 @@ func (ws *galeraWriters) check(t *testing.T, through string, st *Store) {
 	}
 	if lost > 0 {
 		t.Errorf("through %s: %d acknowledged writes lost", through, lost)
+	}
+}
+
+// TestGaleraSuspect: a store on a Galera node knows the cluster's
+// evs.suspect_timeout (the harness leaves Galera's default, 5 s); one on a
+// plain server or on SQLite reports 0.
+func TestGaleraSuspect(t *testing.T) {
+	dsns := galeraCluster.Database(t)
+	if got := openTestStore(t, dsns[1]).GaleraSuspect(); got != 5*time.Second {
+		t.Errorf("on a Galera node: got %v, want 5s", got)
+	}
+	for _, e := range dbtest.Engines() {
+		if got := openTestStore(t, e.DSN(t)).GaleraSuspect(); got != 0 {
+			t.Errorf("on %s: got %v, want 0", e.Name, got)
+		}
 	}
 }

@@ -44,6 +44,7 @@ type Store struct {
 	writes  writeWatch
 	// conflicts counts writes run again after losing a conflict.
 	conflicts atomic.Int64
+	suspect   time.Duration // on a Galera node, its evs.suspect_timeout (GaleraSuspect)
 }
 
 // Open connects to dsn: a SQLite file path (or "file:..." URI), or
@@ -128,11 +129,16 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 		}
 	}
 	f := logrus.Fields{"dialect": DialectMySQL, "addr": cfg.Addr, "database": cfg.DBName}
+	var suspect time.Duration
 	if galera {
-		f["galera"], f[syncWait] = true, cfg.Params[syncWait]
+		if suspect, err = galeraSuspect(ctx, pool); err != nil {
+			_ = pool.Close() // the query's error is the one worth returning
+			return nil, redact(fmt.Errorf("open mysql %s/%s: %w", cfg.Addr, cfg.DBName, err), cfg.Passwd)
+		}
+		f["galera"], f[syncWait], f["evs_suspect_timeout"] = true, cfg.Params[syncWait], suspect.String()
 	}
 	log.WithFields(f).Info("db_open")
-	return &Store{dialect: DialectMySQL, w: pool, r: pool, log: log, now: time.Now}, nil
+	return &Store{dialect: DialectMySQL, w: pool, r: pool, log: log, now: time.Now, suspect: suspect}, nil
 }
 
 // driverLog takes the MySQL driver's messages ("closing bad idle

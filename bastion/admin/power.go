@@ -189,6 +189,8 @@ func (a *API) commandError(w http.ResponseWriter, r *http.Request, ctx context.C
 		// The client went away; nobody reads this answer.
 		log.Debug("command_abandoned")
 		writeError(w, http.StatusServiceUnavailable, "request cancelled")
+	case errors.Is(err, commands.ErrDoctorBusy):
+		writeError(w, http.StatusConflict, commands.ErrDoctorBusy.Error())
 	case errors.Is(err, commands.ErrBusy):
 		writeError(w, http.StatusConflict, commands.ErrBusy.Error())
 	case errors.As(err, &usage), errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):

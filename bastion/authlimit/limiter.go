@@ -93,7 +93,6 @@ type Limiter struct {
 	sweepEvery time.Duration
 
 	mu        sync.Mutex
-	settled   chan struct{} // closed and replaced by every end
 	lastSweep time.Time
 	src       map[string]*counter
 	node      map[uint64]*counter
@@ -111,6 +110,10 @@ type counter struct {
 	pending int       // tries begun and not yet ended (sources only)
 	locked  time.Time // locked until
 	refused int       // tries refused during the current lockout
+	// settled is made by a try waiting for one of the source's tries in
+	// flight to settle, and closed by the next End of the source (sources
+	// only): a try wakes only the waiters of its own address.
+	settled chan struct{}
 }
 
 // New returns a Limiter; unset fields of cfg take their defaults.
@@ -122,7 +125,7 @@ func New(cfg Config, now func() time.Time) *Limiter {
 		every = time.Second
 	}
 	return &Limiter{cfg: cfg, now: now, seed: maphash.MakeSeed(), wait: 5 * time.Second, sweepEvery: every,
-		settled: make(chan struct{}), src: map[string]*counter{}, node: map[uint64]*counter{}, pairs: map[pair]time.Time{}}
+		src: map[string]*counter{}, node: map[uint64]*counter{}, pairs: map[pair]time.Time{}}
 }
 
 // Run sweeps expired entries periodically until ctx ends; its caller owns
@@ -193,10 +196,9 @@ func (l *Limiter) Begin(ctx context.Context, source string) (ok, first bool) {
 	var timeout <-chan time.Time
 	for {
 		l.mu.Lock()
-		ok, first, full := l.beginLocked(source)
-		settled := l.settled
+		ok, first, settled := l.beginLocked(source)
 		l.mu.Unlock()
-		if !full {
+		if settled == nil {
 			return ok, first
 		}
 		if timeout == nil {
@@ -214,19 +216,19 @@ func (l *Limiter) Begin(ctx context.Context, source string) (ok, first bool) {
 	}
 }
 
-// beginLocked is one attempt of Begin; full reports that the source's
-// tries in flight use its whole budget (try again once one settles). l.mu
-// held.
-func (l *Limiter) beginLocked(source string) (ok, first, full bool) {
+// beginLocked is one attempt of Begin; when the source's tries in flight
+// use its whole budget it returns a channel closed once one settles (try
+// again then). l.mu held.
+func (l *Limiter) beginLocked(source string) (ok, first bool, settled <-chan struct{}) {
 	now := l.now()
 	c := l.src[source]
 	if c != nil && now.Before(c.locked) {
 		c.refused++
-		return false, c.refused == 1, false
+		return false, c.refused == 1, nil
 	}
 	if c == nil {
 		if l.full(now) {
-			return true, false, false // a very wide attack: new sources are not tracked
+			return true, false, nil // a very wide attack: new sources are not tracked
 		}
 		c = &counter{start: now}
 		l.src[source] = c
@@ -237,10 +239,13 @@ func (l *Limiter) beginLocked(source string) (ok, first, full bool) {
 	// Failures already counted lock the source (above); tries in flight
 	// count as failures to come.
 	if c.pending > 0 && c.n+c.pending >= l.cfg.PerSource {
-		return false, false, true
+		if c.settled == nil {
+			c.settled = make(chan struct{})
+		}
+		return false, false, c.settled
 	}
 	c.pending++
-	return true, false, false
+	return true, false, nil
 }
 
 // Judge reports whether a try that Begin allowed may go on to check its
@@ -275,9 +280,11 @@ func (l *Limiter) End(source, node string, exists, failed bool) {
 	defer l.mu.Unlock()
 	if c := l.src[source]; c != nil && c.pending > 0 {
 		c.pending--
+		if c.settled != nil { // wake the source's tries waiting for a slot
+			close(c.settled)
+			c.settled = nil
+		}
 	}
-	close(l.settled) // wake tries waiting for a slot
-	l.settled = make(chan struct{})
 	if failed {
 		l.countLocked(source, k, node != "", now)
 	}

@@ -180,7 +180,22 @@ func TestLimiterParallel(t *testing.T) {
 		ok, _ := l.Begin(bg, "10.0.0.1")
 		fifth <- ok
 	}()
-	time.Sleep(20 * time.Millisecond)
+	// Another source's tries settling do not wake it.
+	var waiting chan struct{}
+	for deadline := time.Now().Add(10 * time.Second); waiting == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("fifth try: not waiting on its source")
+		}
+		l.mu.Lock()
+		waiting = l.src[sourceKey("10.0.0.1")].settled
+		l.mu.Unlock()
+	}
+	tryOnce(l, "10.0.0.2", "n1")
+	select {
+	case <-waiting:
+		t.Errorf("another source's try settling woke the source's waiting try")
+	default:
+	}
 	for i := 0; i < 3; i++ {
 		l.End("10.0.0.1", "n1", true, true)
 	}

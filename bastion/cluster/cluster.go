@@ -73,6 +73,9 @@ type Access interface {
 	ApplyCred(epoch int64, c db.CredChange, why string)
 }
 
+// DefaultLeaseTTL is Config.LeaseTTL's default.
+const DefaultLeaseTTL = 6 * time.Second
+
 // Config configures one replica's part in the cluster (its tunables: the
 // YAML section cluster; the rest the wiring sets). Zero durations take the
 // defaults noted.
@@ -89,8 +92,8 @@ type Config struct {
 	// Access is this replica's revocation state. Required.
 	Access Access `yaml:"-"`
 	// LeaseTTL is how long a lease outlives its last renewal, so how long
-	// a dead holder blocks the takeover of its consoles (default 6 s), and
-	// how long an announcement lasts.
+	// a dead holder blocks the takeover of its consoles (default
+	// DefaultLeaseTTL), and how long an announcement lasts.
 	LeaseTTL time.Duration `yaml:"-"`
 	// FenceMargin is how long before its announcement (or a SOL lease)
 	// expires this replica stops serving, and how long after another
@@ -126,7 +129,7 @@ func (c *Config) setDefaults() error {
 		return errors.New("negative duration")
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 6 * time.Second
+		c.LeaseTTL = DefaultLeaseTTL
 	}
 	if c.Renew == 0 {
 		c.Renew = c.LeaseTTL / 3

@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/obmd/obmd/bastion/cluster"
 )
 
 // yamlKeys lists the keys of the configuration file a struct type takes,
@@ -134,5 +138,31 @@ func TestCertsConfig(t *testing.T) {
 	}
 	if p.Skew() != time.Minute {
 		t.Errorf("policy skew: got %v, want 1m", p.Skew())
+	}
+}
+
+// TestLeaseTTLFromGalera: lease_ttl left unset on a Galera cluster
+// outlasts the eviction of a dead node, twice (evs.suspect_timeout + 1 s)
+// and at least the default; one configured below that is kept, with a
+// warning; off Galera the configured value (0: the cluster's default).
+func TestLeaseTTLFromGalera(t *testing.T) {
+	log, hook := logtest.NewNullLogger()
+	for _, c := range []struct {
+		configured, suspect, want time.Duration
+		warn                      bool
+	}{
+		{0, 5 * time.Second, 12 * time.Second, false},
+		{0, time.Second, cluster.DefaultLeaseTTL, false},
+		{0, 0, 0, false},
+		{3 * time.Second, 0, 3 * time.Second, false},
+		{20 * time.Second, 5 * time.Second, 20 * time.Second, false},
+		{3 * time.Second, 5 * time.Second, 3 * time.Second, true},
+	} {
+		hook.Reset()
+		got := leaseTTL(c.configured, c.suspect, log)
+		warned := hook.LastEntry() != nil && hook.LastEntry().Message == "lease_ttl_below_galera_eviction"
+		if got != c.want || warned != c.warn {
+			t.Errorf("leaseTTL(%v, suspect %v): got %v (warned %v), want %v (warned %v)", c.configured, c.suspect, got, warned, c.want, c.warn)
+		}
 	}
 }

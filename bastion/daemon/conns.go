@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/conncap"
 	"github.com/obmd/obmd/bastion/proxyproto"
 	"github.com/obmd/obmd/bastion/sessions"
@@ -125,14 +125,7 @@ func (d *Daemon) proxyAdmin(l net.Listener) (net.Listener, error) {
 	}
 	log := d.log.WithField("part", "admin")
 	pl, err := proxyproto.NewListener(l, proxyproto.ListenerConfig{From: from.ContainsAddr,
-		Refused: func(peer net.Addr, err error) {
-			log := log.WithError(err).WithField("balancer", peer.String())
-			if errors.Is(err, io.EOF) { // a TCP health check: connect, close
-				log.Debug("proxy_header_missing")
-			} else {
-				log.Warn("proxy_header_refused")
-			}
-		}})
+		Refused: func(peer net.Addr, err error) { bastion.LogProxyRefused(log, peer, err) }})
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}

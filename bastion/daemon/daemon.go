@@ -39,6 +39,7 @@ import (
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/obmd/obmd/sol/sim"
 )
 
@@ -49,7 +50,8 @@ type Daemon struct {
 
 	store    *db.Store
 	lab      *sim.Lab
-	ciphers  *sol.Ciphers // each node's negotiated IPMI cipher suite
+	ciphers  *sol.Ciphers   // each node's negotiated IPMI cipher suite
+	ipmiPool *ipmi.Sessions // native IPMI sessions kept between power calls
 	types    *nodes.Table
 	resolver *nodes.Resolver
 	consoles *sol.Manager
@@ -155,6 +157,7 @@ func (d *Daemon) shutdown(waitLoops func()) error {
 	if err := d.history.close(ctx); err != nil { // after the hub: nothing writes
 		errs = append(errs, err)
 	}
+	d.ipmiPool.Close() // each bounded by ipmi.attempt_timeout; later calls keep none
 	// Every session has been told and has ended: SSH connections still open
 	// belong to clients that have not hung up yet (x/crypto clients, an
 	// OpenSSH control master). Give them a moment to, rather than hold the
@@ -237,6 +240,7 @@ func (d *Daemon) closeAll() {
 		d.history.close(ctx)
 		cancel()
 	}
+	d.ipmiPool.Close()
 	if d.store != nil {
 		d.store.Close()
 	}

@@ -15,7 +15,9 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// galeraLeaseTTL is the replicas' lease TTL on Galera (docs/replicas.md).
+// galeraLeaseTTL is the lease TTL replicas on Galera take when lease_ttl
+// is left unset: twice (evs.suspect_timeout + 1 s), the harness leaving
+// Galera's default suspect timeout of 5 s (docs/replicas.md).
 const galeraLeaseTTL = 12 * time.Second
 
 // galeraCluster is the test binary's Galera cluster (db/dbtest/galera),
@@ -37,10 +39,17 @@ func TestReplicasGalera(t *testing.T) {
 	dsns := galeraCluster.Database(t)
 	gc := galeraCluster.Cluster(t)
 	bmc := ipmisim.Start(t)
-	// The lease TTL outlasts Galera's eviction of a dead node (6-7 s, in
-	// which every write waits): a shorter one fences every replica then
-	// (their announcements cannot be renewed), cutting all sessions.
-	reps := rpClusterOn(t, dsns, map[string]string{"OBMD_LEASE_TTL": galeraLeaseTTL.String()})
+	// lease_ttl left unset: each replica derives one that outlasts
+	// Galera's eviction of a dead node (6-7 s, in which every write
+	// waits); a shorter one would fence every replica then (their
+	// announcements cannot be renewed), cutting all sessions.
+	reps := rpClusterOn(t, dsns, nil)
+	for _, r := range reps {
+		line := `"lease_ttl":"` + galeraLeaseTTL.String() + `"`
+		if got := r.logs.String(); !strings.Contains(got, `"msg":"lease_ttl_from_galera"`) || !strings.Contains(got, line) {
+			t.Fatalf("replica %s: no lease_ttl_from_galera line with %s in its log:\n%s", r.name, line, tailString(got, 2000))
+		}
+	}
 	a, b, c := reps[0], reps[1], reps[2]
 	a.mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	tok := b.rotate("n1")

@@ -118,9 +118,25 @@ func startWith(t testing.TB, cfg daemon.Config) *obmd {
 		}
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", tailString(logs.String(), 8000))
+			keepLog(t, logs.String())
 		}
 	})
 	return o
+}
+
+// keepLog writes a failed test's whole daemon log into the directory
+// OBMD_TEST_LOG_DIR names, if any (the test output has only its tail).
+func keepLog(t testing.TB, log string) {
+	dir := os.Getenv("OBMD_TEST_LOG_DIR")
+	if dir == "" {
+		return
+	}
+	name := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+".log")
+	if err := os.WriteFile(name, []byte(log), 0o600); err != nil {
+		t.Logf("keep the daemon log: %v", err)
+		return
+	}
+	t.Logf("whole daemon log in %s", name)
 }
 
 // stop shuts the daemon down and waits (idempotent).

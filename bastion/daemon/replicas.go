@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/access"
@@ -111,12 +112,37 @@ func (d *Daemon) startCluster(hostKey gossh.Signer, local sol.Resolver, forComma
 	}
 	var err error
 	cfg := d.cfg.Cluster
-	cfg.ReplicaID, cfg.PeerAddr, cfg.HostKey, cfg.Access, cfg.LeaseTTL = d.cfg.ReplicaID, advertise, hostKey, clusterAccess{d}, d.cfg.LeaseTTL
+	cfg.ReplicaID, cfg.PeerAddr, cfg.HostKey, cfg.Access = d.cfg.ReplicaID, advertise, hostKey, clusterAccess{d}
+	cfg.LeaseTTL = leaseTTL(d.cfg.LeaseTTL, d.store.GaleraSuspect(), d.log)
 	d.rep.cluster, err = cluster.New(cfg, d.store, local, d.log.WithField("part", "cluster"))
 	if err != nil {
 		return nil, nil, err
 	}
 	return d.rep.cluster, d.rep.cluster.ForCommands(), nil
+}
+
+// leaseTTL is the lease TTL to run with: the configured one, or, left
+// unset on a Galera cluster (suspect, its evs.suspect_timeout, above 0),
+// one that outlasts the eviction of a dead node, during which every write
+// stalls (measured: suspect + 1-2 s): twice (suspect + 1 s), and at least
+// the default. With a shorter TTL the death of any one database node
+// fences every replica (docs/replicas.md); a configured TTL that short is
+// kept, and warned about.
+func leaseTTL(configured, suspect time.Duration, log logrus.FieldLogger) time.Duration {
+	if suspect <= 0 {
+		return configured
+	}
+	outlast := 2 * (suspect + time.Second)
+	switch {
+	case configured == 0:
+		ttl := max(outlast, cluster.DefaultLeaseTTL)
+		log.WithFields(logrus.Fields{"lease_ttl": ttl.String(), "evs_suspect_timeout": suspect.String()}).Info("lease_ttl_from_galera")
+		return ttl
+	case configured < outlast:
+		log.WithFields(logrus.Fields{"lease_ttl": configured.String(), "evs_suspect_timeout": suspect.String(), "want_at_least": outlast.String()}).
+			Warn("lease_ttl_below_galera_eviction")
+	}
+	return configured
 }
 
 // startPeer builds the peer server over the console hub (cluster mode).

@@ -26,6 +26,7 @@ import (
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/obmd/obmd/sol/sim"
 )
 
@@ -142,8 +143,11 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 		return nil, err
 	}
 	d.lab = sim.NewLab()
+	cfg := d.cfg
+	d.ipmiPool = ipmi.NewSessions()
+	cfg.IPMI.Sessions = d.ipmiPool
 	var err error
-	if d.types, err = nodeTypes(d.cfg, d.ipmiOptions(), d.lab, sec.sealer); err != nil {
+	if d.types, err = nodeTypes(cfg, d.ipmiOptions(), d.lab, sec.sealer); err != nil {
 		return nil, err
 	}
 	if d.resolver, err = nodes.NewResolver(d.types, d.store, d.log); err != nil {

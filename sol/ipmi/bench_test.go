@@ -144,3 +144,32 @@ func BenchmarkOutput(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPowerStatus is one power status against ipmi_sim through the
+// driver, on a new session each time and on the kept one, with the
+// requests it sends (requests/op, counted by a relay).
+func BenchmarkPowerStatus(b *testing.B) {
+	rl, info := simBehindRelay(b)
+	for _, c := range []struct {
+		name   string
+		linger time.Duration
+	}{{"new-session", -1}, {"kept-session", 10 * time.Second}} {
+		b.Run(c.name, func(b *testing.B) {
+			p := NewSessions()
+			defer p.Close()
+			bmc := newBMC(b, info, Config{SessionLinger: c.linger, Sessions: p})
+			if _, err := bmc.PowerStatus(context.Background()); err != nil { // fills the pool
+				b.Fatalf("PowerStatus: %v", err)
+			}
+			sent := rl.sent.Load()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := bmc.PowerStatus(context.Background()); err != nil {
+					b.Fatalf("PowerStatus: %v", err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(rl.sent.Load()-sent)/float64(b.N), "requests/op")
+		})
+	}
+}

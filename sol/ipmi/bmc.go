@@ -1,6 +1,7 @@
 // Package ipmi is the native IPMI v2.0 (RMCP+, "lanplus") BMC driver, built
-// on github.com/bougou/go-ipmi: power and boot-device operations each over
-// one short RMCP+ session, and a serial-over-LAN console with its own
+// on github.com/bougou/go-ipmi: power and boot-device operations over short
+// RMCP+ sessions, the last one kept warm for the node's next status or
+// boot-device call (Sessions), and a serial-over-LAN console with its own
 // session whose input is batched into full SOL packets.
 //
 // go-ipmi does the session work (RAKP, keys, encryption, IPMI commands); this
@@ -44,6 +45,14 @@ type Config struct {
 	// Retransmit is how long to wait for the BMC to acknowledge a SOL packet
 	// before resending it; after 6 resends the console fails. Default 500 ms.
 	Retransmit time.Duration `yaml:"retransmit"`
+	// SessionLinger is how long the session of a finished power or
+	// boot-device call stays open for the node's next power-status or
+	// boot-device call (Sessions), at most 15 s after it opened. Default
+	// 10 s; negative: none (every call opens and closes its own session).
+	SessionLinger time.Duration `yaml:"session_linger"`
+	// Sessions is the pool those sessions wait in, shared by the drivers of
+	// every node; nil keeps none. Not a setting: the wiring creates it.
+	Sessions *Sessions `yaml:"-"`
 	// Options are what both IPMI drivers share: the cipher suites tried for
 	// a node that pins none and the memory of the one that worked, what to
 	// do when SOL is off on the BMC (sol_enable), and its report. Not a
@@ -57,6 +66,7 @@ const (
 	DefaultKeepalive      = 5 * time.Second
 	DefaultAttemptTimeout = time.Second
 	DefaultRetransmit     = 500 * time.Millisecond
+	DefaultSessionLinger  = 10 * time.Second
 	// DefaultPort is the RMCP+ UDP port.
 	DefaultPort = 623
 )
@@ -66,7 +76,8 @@ const (
 const lanRetries = 4
 
 // BMC is one node's BMC reached over RMCP+. It is safe for concurrent use:
-// every operation runs its own session.
+// every operation runs on a session of its own (a new one, or one kept in
+// Config.Sessions that no other operation holds).
 type BMC struct {
 	label  string
 	addr   string // host name or IP address
@@ -116,6 +127,9 @@ func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC,
 	if cfg.Retransmit <= 0 {
 		cfg.Retransmit = DefaultRetransmit
 	}
+	if cfg.SessionLinger == 0 {
+		cfg.SessionLinger = DefaultSessionLinger
+	}
 	if log == nil {
 		return nil, errors.New("new IPMI driver: logger is required")
 	}
@@ -148,7 +162,7 @@ func aesCipher(c int) bool { return c == 3 || c == 8 || c == 12 || c == 17 }
 // PowerStatus returns sol.PowerOn or sol.PowerOff.
 func (b *BMC) PowerStatus(ctx context.Context) (string, error) {
 	state := sol.PowerOff
-	err := b.do(ctx, "power status", func(ctx context.Context, c *client.Client) error {
+	err := b.do(ctx, "power status", keptSession, func(ctx context.Context, c *client.Client) error {
 		st, err := c.GetChassisStatus(ctx)
 		if err != nil {
 			return err
@@ -178,7 +192,7 @@ func (b *BMC) PowerOff(ctx context.Context, soft bool) error {
 // PowerCycle turns the node off and on again. A BMC that refuses to cycle a
 // machine that is off (completion code 0xD5) gets a plain power on instead.
 func (b *BMC) PowerCycle(ctx context.Context) error {
-	return b.do(ctx, "power cycle", func(ctx context.Context, c *client.Client) error {
+	return b.do(ctx, "power cycle", freshSession, func(ctx context.Context, c *client.Client) error {
 		_, err := c.ChassisControl(ctx, chassis.ChassisControlPowerCycle)
 		if cc, ok := completionCode(err); !ok || cc != 0xd5 {
 			return err
@@ -198,7 +212,7 @@ func (b *BMC) PowerReset(ctx context.Context) error {
 }
 
 func (b *BMC) chassis(ctx context.Context, op string, ctl chassis.ChassisControl) error {
-	return b.do(ctx, op, func(ctx context.Context, c *client.Client) error {
+	return b.do(ctx, op, freshSession, func(ctx context.Context, c *client.Client) error {
 		_, err := c.ChassisControl(ctx, ctl)
 		return err
 	})
@@ -220,37 +234,49 @@ func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) er
 	if !ok {
 		return fmt.Errorf("boot device %q: %w", dev, sol.ErrBadBootDevice)
 	}
-	return b.do(ctx, "set boot device", func(ctx context.Context, c *client.Client) error {
+	return b.do(ctx, "set boot device", keptSession, func(ctx context.Context, c *client.Client) error {
 		return c.SetBootDevice(ctx, sel, types.BIOSBootTypeLegacy, persistent)
 	})
 }
 
-// do runs fn in a fresh session bounded by ctx and CallTimeout, then closes
-// the session. A failure is a *sol.Error (classify) whose detail names the
-// BMC's address and what failed at the IPMI level; the caller, which asked
-// for op on this node, names both (commands: "power on node-17: ...").
-func (b *BMC) do(ctx context.Context, op string, fn func(context.Context, *client.Client) error) error {
+// do runs fn in a session bounded by ctx and CallTimeout: with use
+// keptSession on the node's kept one if there is one (Sessions), else on a
+// new one. Afterwards the session is kept for the next call, or closed. A
+// failure is a *sol.Error (classify) whose detail names the BMC's address
+// and what failed at the IPMI level; the caller, which asked for op on
+// this node, names both (commands: "power on node-17: ...").
+func (b *BMC) do(ctx context.Context, op string, use sessionUse, fn func(context.Context, *client.Client) error) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
+	if use == keptSession {
+		done, err := b.onKept(ctx, fn)
+		if done {
+			if err == nil {
+				b.log.WithFields(logrus.Fields{"op": op, "took_ms": time.Since(start).Milliseconds(), "kept_session": true}).Debug("ipmi_op_done")
+			}
+			return err
+		}
+	}
 	s, err := b.dial(ctx)
 	if err != nil {
 		return err
 	}
-	err = fn(ctx, s.c)
-	s.close(ctx)
-	if err != nil {
+	if err = fn(ctx, s.c); err != nil {
+		s.close(ctx)
 		return b.bmcError(ctx, s.d, true, "IPMI request to", err)
 	}
+	b.keep(s)
 	b.log.WithFields(logrus.Fields{"op": op, "took_ms": time.Since(start).Milliseconds()}).Debug("ipmi_op_done")
 	return nil
 }
 
 // session is one established RMCP+ session and the socket it runs on.
 type session struct {
-	c     *client.Client
-	d     *dialer
-	suite int // the cipher suite it runs
+	c      *client.Client
+	d      *dialer
+	suite  int       // the cipher suite it runs
+	opened time.Time // when it was established
 }
 
 // dial opens a session with the node's cipher suite (sol.IPMIOptions.Negotiate:
@@ -314,7 +340,7 @@ func (b *BMC) dialSuite(ctx context.Context, suite int) (*session, error) {
 		}
 		return nil, e
 	}
-	return &session{c: c, d: d, suite: suite}, nil
+	return &session{c: c, d: d, suite: suite, opened: time.Now()}, nil
 }
 
 // close ends the session politely if ctx allows (Close Session), then

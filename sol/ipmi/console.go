@@ -177,7 +177,7 @@ func integrityCipher(c int) bool {
 // DeactivateConsole frees SOL payload instance 1 from whoever holds it, in a
 // session of its own. A payload that is not active is not an error.
 func (b *BMC) DeactivateConsole(ctx context.Context) error {
-	return b.do(ctx, "deactivate console", func(ctx context.Context, c *client.Client) error {
+	return b.do(ctx, "deactivate console", freshSession, func(ctx context.Context, c *client.Client) error {
 		_, err := c.DeactivatePayload(ctx, &transport.DeactivatePayloadRequest{
 			PayloadType: types.PayloadTypeSOL, PayloadInstance: solInstance,
 		})

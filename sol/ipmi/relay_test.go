@@ -1,12 +1,16 @@
 package ipmi
 
 import (
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // relay is a UDP forwarder between the driver and ipmi_sim that can drop
@@ -17,6 +21,10 @@ type relay struct {
 	target *net.UDPAddr   // ipmi_sim
 
 	silent atomic.Bool
+	sent   atomic.Int64 // datagrams from the driver
+	// session is the BMC session ID the driver's last RMCP+ datagram in a
+	// session carried.
+	session atomic.Uint32
 
 	mu    sync.Mutex
 	rng   *rand.Rand
@@ -25,7 +33,7 @@ type relay struct {
 	wg    sync.WaitGroup          // forwarding goroutines, waited by close
 }
 
-func startRelay(t *testing.T, simPort int) *relay {
+func startRelay(t testing.TB, simPort int) *relay {
 	t.Helper()
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
@@ -41,6 +49,17 @@ func startRelay(t *testing.T, simPort int) *relay {
 	go r.fromDriver() // ends when close closes pc
 	t.Cleanup(r.close)
 	return r
+}
+
+// simBehindRelay starts an ipmi_sim and a relay in front of it, and returns
+// the relay and the BMC info that reaches the sim through it.
+func simBehindRelay(t testing.TB) (*relay, sol.Info) {
+	t.Helper()
+	s := ipmisim.Start(t)
+	r := startRelay(t, s.Port)
+	info := s.Info()
+	info.Port = r.port()
+	return r, info
 }
 
 func (r *relay) port() int { return r.pc.LocalAddr().(*net.UDPAddr).Port }
@@ -70,6 +89,12 @@ func (r *relay) fromDriver() {
 				return
 			}
 			continue
+		}
+		r.sent.Add(1)
+		if p := buf[:n]; n >= 10 && p[3] == 0x07 && p[4] == 0x06 {
+			if id := binary.LittleEndian.Uint32(p[6:10]); id != 0 {
+				r.session.Store(id)
+			}
 		}
 		up := r.peer(from)
 		if up == nil || r.dropNow() {
