@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,18 +34,46 @@ var kex = []string{"curve25519-sha256"}
 // dial opens an SSH connection as user (x/crypto client, host key not
 // checked: loopback, a server this program started).
 func dial(addr, user string, auth gossh.AuthMethod) (*gossh.Client, error) {
-	return gossh.Dial("tcp", addr, &gossh.ClientConfig{
+	return dialFrom(nil, addr, user, auth)
+}
+
+// dialFrom is dial from local address from (nil: the system's choice), so
+// that a server sees each client under an address of its own.
+func dialFrom(from net.IP, addr, user string, auth gossh.AuthMethod) (*gossh.Client, error) {
+	cfg := &gossh.ClientConfig{
 		User: user, Auth: []gossh.AuthMethod{auth},
 		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
 		Config: gossh.Config{KeyExchanges: kex},
-	})
+	}
+	if from == nil {
+		return gossh.Dial("tcp", addr, cfg)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}, Timeout: cfg.Timeout}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	// Bound the handshake too (gossh.Dial bounds the TCP connect only).
+	conn.SetDeadline(time.Now().Add(cfg.Timeout))
+	c, chans, reqs, err := gossh.NewClientConn(conn, addr, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	return gossh.NewClient(c, chans, reqs), nil
 }
 
 // execOnce is one whole client connection: connect, authenticate, run cmd,
 // read its output, close. It fails unless the exit status is 0 and the
 // output contains want.
 func execOnce(addr, user string, auth gossh.AuthMethod, cmd, want string) error {
-	c, err := dial(addr, user, auth)
+	return execFrom(nil, addr, user, auth, cmd, want)
+}
+
+// execFrom is execOnce from local address from (nil: the system's choice).
+func execFrom(from net.IP, addr, user string, auth gossh.AuthMethod, cmd, want string) error {
+	c, err := dialFrom(from, addr, user, auth)
 	if err != nil {
 		return err
 	}
@@ -53,9 +83,11 @@ func execOnce(addr, user string, auth gossh.AuthMethod, cmd, want string) error 
 		return err
 	}
 	defer s.Close()
+	var stderr syncBuf
+	s.Stderr = &stderr
 	out, err := s.Output(cmd)
 	if err != nil {
-		return fmt.Errorf("%s: %w", cmd, err)
+		return fmt.Errorf("%s: %w: %s", cmd, err, strings.TrimSpace(stderr.String()))
 	}
 	if !strings.Contains(string(out), want) {
 		return fmt.Errorf("%s: got %q, want %q", cmd, out, want)
@@ -170,49 +202,61 @@ func (v *viewer) Close() { v.c.Close() }
 // the viewers opened so far are closed.
 func openViewers(n, conc int, addr string, user func(int) string, auth func(int) gossh.AuthMethod, timeout time.Duration) ([]*viewer, error) {
 	vs := make([]*viewer, n)
+	err := forEach(n, conc, time.Now().Add(timeout), func(i int) error {
+		v, err := openViewer(addr, user(i), auth(i))
+		if err == nil {
+			if err = v.waitStderr("console of", 20*time.Second); err != nil {
+				v.Close()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("viewer %d: %w", i, err)
+		}
+		vs[i] = v
+		return nil
+	})
+	if err == nil && slices.Contains(vs, nil) {
+		err = fmt.Errorf("opening %d viewers took longer than %v", n, timeout)
+	}
+	if err != nil {
+		closeViewers(vs)
+		return nil, err
+	}
+	return vs, nil
+}
+
+// forEach runs f(0), ..., f(n-1) on conc goroutines, each index once, in
+// order of start, until all have run, one has failed (no index starts
+// after) or deadline has passed (the zero time: no deadline). It returns
+// the first error.
+func forEach(n, conc int, deadline time.Time, f func(i int) error) error {
 	var next atomic.Int64
-	var firstErr error
 	var mu sync.Mutex
+	var firstErr error
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(timeout)
 	for range conc {
 		wg.Add(1)
-		go func() { // owned by openViewers
+		go func() { // owned by forEach
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= n || time.Now().After(deadline) {
+				if i >= n || !deadline.IsZero() && time.Now().After(deadline) {
 					return
 				}
-				v, err := openViewer(addr, user(i), auth(i))
-				if err == nil {
-					if err = v.waitStderr("console of", 20*time.Second); err != nil {
-						v.Close()
+				if err := f(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
 					}
-				}
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("viewer %d: %w", i, err)
-				}
-				vs[i] = v
-				mu.Unlock()
-				if err != nil {
+					mu.Unlock()
+					next.Store(int64(n)) // no other index starts
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	for _, v := range vs {
-		if v == nil && firstErr == nil {
-			firstErr = fmt.Errorf("opening %d viewers took longer than %v", n, timeout)
-		}
-	}
-	if firstErr != nil {
-		closeViewers(vs)
-		return nil, firstErr
-	}
-	return vs, nil
+	return firstErr
 }
 
 // closeViewers closes every viewer and waits (bounded) for their sessions

@@ -287,32 +287,42 @@ func (o *obmdProc) admin() admin { return admin{o.AdminAddr, o.AdminToken, o.htt
 
 // call sends an admin request and decodes a 2xx JSON answer into out.
 func (a admin) call(method, path string, body, out any) error {
+	_, err := a.callSized(method, path, body, out)
+	return err
+}
+
+// callSized is call that also returns the answer's size; out is decoded
+// once the whole answer has been read.
+func (a admin) callSized(method, path string, body, out any) (int, error) {
 	var r io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		r = bytes.NewReader(data)
 	}
 	req, err := http.NewRequest(method, "http://"+a.addr+path, r)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.SetBasicAuth("admin", a.token)
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return len(data), fmt.Errorf("%s %s: %w", method, path, err)
+	}
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
+		return len(data), fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
 	}
 	if out != nil {
-		return json.Unmarshal(data, out)
+		return len(data), json.Unmarshal(data, out)
 	}
-	return nil
+	return len(data), nil
 }
 
 // addNode registers label with driver typ and returns a fresh token.

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -59,26 +60,36 @@ func testCaptureNoChange(t *testing.T, s *Store, _ testEnv) {
 	}
 }
 
+// Captures lists the candidates only, in label order, with their type and
+// setting: a node set to attached, or unset and of a type the candidates
+// leave out, is not read at all.
 func testCaptureList(t *testing.T, s *Store, _ testEnv) {
 	ctx := context.Background()
 	for _, n := range []Node{{Label: "b", Type: "sim"}, {Label: "a", Type: "ipmi", Capture: CaptureAttached},
-		{Label: "c", Type: "mock", Capture: CaptureAlways}} {
+		{Label: "c", Type: "mock", Capture: CaptureAlways}, {Label: "d", Type: "ipmi"}, {Label: "e", Type: "ipmitool"}} {
 		n.InfoSealed = []byte("sealed")
 		if _, err := s.CreateNode(ctx, n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := s.Captures(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []NodeCapture{{"a", "ipmi", CaptureAttached}, {"b", "sim", ""}, {"c", "mock", CaptureAlways}}
-	if len(got) != len(want) {
-		t.Fatalf("got %+v, want %+v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("row %d: got %+v, want %+v", i, got[i], want[i])
+	b, c := NodeCapture{"b", "sim", ""}, NodeCapture{"c", "mock", CaptureAlways}
+	d, e := NodeCapture{"d", "ipmi", ""}, NodeCapture{"e", "ipmitool", ""}
+	for _, tc := range []struct {
+		name string
+		cand CaptureCandidates
+		want []NodeCapture
+	}{
+		{"set to always only", CaptureCandidates{}, []NodeCapture{c}},
+		{"and every unset one", CaptureCandidates{Unset: true}, []NodeCapture{b, c, d, e}},
+		{"and unset ipmi", CaptureCandidates{UnsetTypes: []string{"ipmi"}}, []NodeCapture{c, d}},
+		{"and unset ipmi, ipmitool", CaptureCandidates{UnsetTypes: []string{"ipmi", "ipmitool"}}, []NodeCapture{c, d, e}},
+	} {
+		got, err := s.Captures(ctx, tc.cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // CreateNode inserts n (Epoch and timestamps are assigned and returned).
@@ -191,11 +192,34 @@ type NodeCapture struct {
 	Capture string // Node.Capture
 }
 
-// Captures lists every node's type and capture setting, by label, without
-// reading its sealed info: what each replica looks at to decide which
-// consoles to hold open.
-func (s *Store) Captures(ctx context.Context) ([]NodeCapture, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT label, type, capture FROM nodes ORDER BY label`)
+// CaptureCandidates narrows Captures to the nodes whose capture can be
+// always: every node set to CaptureAlways, and of those that set none
+// (Node.Capture ""), every one if Unset, else those of a type in
+// UnsetTypes. A node set to CaptureAttached is never one.
+type CaptureCandidates struct {
+	Unset      bool
+	UnsetTypes []string
+}
+
+// Captures lists the candidates' type and capture setting, by label,
+// without reading their sealed info: what each replica reads every
+// epoch_poll to decide which consoles to hold open. The others (a fleet of
+// nodes captured while attached) are left in the database: a poll's rows,
+// allocations and scans grow with the nodes it may hold, not with the
+// fleet.
+func (s *Store) Captures(ctx context.Context, c CaptureCandidates) ([]NodeCapture, error) {
+	q := `SELECT label, type, capture FROM nodes WHERE capture = ?`
+	args := []any{CaptureAlways}
+	switch {
+	case c.Unset:
+		q += ` OR capture = ''`
+	case len(c.UnsetTypes) > 0:
+		q += ` OR (capture = '' AND type IN (?` + strings.Repeat(`, ?`, len(c.UnsetTypes)-1) + `))`
+		for _, t := range c.UnsetTypes {
+			args = append(args, t)
+		}
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY label`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list captures: %w", err)
 	}

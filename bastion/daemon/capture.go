@@ -41,7 +41,7 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 // syncCapture is one poll of runCapture.
 func (d *Daemon) syncCapture(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
-	caps, err := d.store.Captures(qctx)
+	caps, err := d.store.Captures(qctx, captureCandidates(d.cfg.Console.Capture))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -118,6 +118,20 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool) (map[strin
 		mine[unheld[(start+i)%len(unheld)]] = true
 	}
 	return mine, nil
+}
+
+// captureCandidates is which nodes captureOf can make always under the
+// daemon's default def, for the database to leave the others out of each
+// poll: with the default default, the ipmi and ipmitool nodes that set no
+// capture.
+func captureCandidates(def string) db.CaptureCandidates {
+	switch def {
+	case sol.CaptureAlways:
+		return db.CaptureCandidates{Unset: true}
+	case "":
+		return db.CaptureCandidates{UnsetTypes: []string{string(TypeIPMI), string(TypeIPMITool)}}
+	}
+	return db.CaptureCandidates{}
 }
 
 // wantedCaptures is the set of nodes whose capture is always, with def the
