@@ -2,11 +2,15 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/db/dbtest"
+	"github.com/obmd/obmd/keys"
 )
 
 // TestStoreHealth runs the write-health, settlement and replica cases on
@@ -183,5 +187,59 @@ func TestSQLiteNoSharedMemoryFile(t *testing.T) {
 	mustCreate(t, other, "n2")
 	if ns, err := s.Nodes(context.Background()); err != nil || len(ns) != 2 {
 		t.Errorf("nodes through the first store: got %d, %v, want both", len(ns), err)
+	}
+}
+
+// TestWriteWaitNotInProgress: a write waiting for a connection is not a
+// write in progress (CheckWrites would call the database stuck while only
+// the pool was busy); it is one once it holds its connection. On MySQL,
+// writes have a pool of their own, so a write is not held up while every
+// reader connection is taken (a burst of logins).
+func TestWriteWaitNotInProgress(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			s := openTestStore(t, e.DSN(t))
+			ctx := context.Background()
+			mustCreate(t, s, "n1")
+			hold := func(pool *sql.DB) (release func()) {
+				var conns []*sql.Conn
+				for range pool.Stats().MaxOpenConnections {
+					c, err := pool.Conn(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					conns = append(conns, c)
+				}
+				return func() {
+					for _, c := range conns {
+						c.Close()
+					}
+				}
+			}
+			release := hold(s.w)
+			wrote := make(chan error, 1)
+			go func() {
+				_, err := s.SetToken(ctx, "n1", keys.HashToken("waiting"))
+				wrote <- err
+			}()
+			time.Sleep(300 * time.Millisecond)
+			if age := s.OldestWrite(); age != 0 {
+				t.Errorf("a write waiting for a connection: in progress for %v, want not in progress", age)
+			}
+			release()
+			if err := <-wrote; err != nil {
+				t.Fatalf("the write, once a connection was free: %v", err)
+			}
+			if e.Name == "sqlite" {
+				return
+			}
+			release = hold(s.r)
+			defer release()
+			quick, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if _, err := s.SetToken(quick, "n1", keys.HashToken("readers busy")); err != nil {
+				t.Errorf("a write while every reader connection is taken: %v", err)
+			}
+		})
 	}
 }

@@ -109,7 +109,7 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
-	pool, err := mysqlPool(ctx, cfg)
+	pool, err := mysqlPool(ctx, cfg, mysqlReaders)
 	if err != nil {
 		return nil, err
 	}
@@ -124,21 +124,31 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 			cfg.Params = map[string]string{}
 		}
 		cfg.Params[syncWait] = "1"
-		if pool, err = mysqlPool(ctx, cfg); err != nil {
+		if pool, err = mysqlPool(ctx, cfg, mysqlReaders); err != nil {
 			return nil, err
 		}
+	}
+	// Writes have a pool of their own: in one pool a write (an access
+	// change, a lease, a group commit) would wait for a connection behind
+	// every read in flight, which a burst of logins makes hundreds, and
+	// its time in progress (CheckWrites) would say the database is stuck.
+	writers, err := mysqlPool(ctx, cfg, mysqlWriters)
+	if err != nil {
+		_ = pool.Close() // the writers' error is the one worth returning
+		return nil, err
 	}
 	f := logrus.Fields{"dialect": DialectMySQL, "addr": cfg.Addr, "database": cfg.DBName}
 	var suspect time.Duration
 	if galera {
 		if suspect, err = galeraSuspect(ctx, pool); err != nil {
 			_ = pool.Close() // the query's error is the one worth returning
+			_ = writers.Close()
 			return nil, redact(fmt.Errorf("open mysql %s/%s: %w", cfg.Addr, cfg.DBName, err), cfg.Passwd)
 		}
 		f["galera"], f[syncWait], f["evs_suspect_timeout"] = true, cfg.Params[syncWait], suspect.String()
 	}
 	log.WithFields(f).Info("db_open")
-	return &Store{dialect: DialectMySQL, w: pool, r: pool, log: log, now: time.Now, suspect: suspect}, nil
+	return &Store{dialect: DialectMySQL, w: writers, r: pool, log: log, now: time.Now, suspect: suspect}, nil
 }
 
 // driverLog takes the MySQL driver's messages ("closing bad idle
@@ -152,15 +162,22 @@ func (d driverLog) Print(v ...any) { d.log.WithField("detail", fmt.Sprint(v...))
 // syncWait is Galera's causality-wait variable (openMySQL).
 const syncWait = "wsrep_sync_wait"
 
-// mysqlPool opens and pings a pool on cfg.
-func mysqlPool(ctx context.Context, cfg *mysql.Config) (*sql.DB, error) {
+// The connections a MySQL store opens at most: for reads, and for writes
+// (transactions and single-statement writes), in pools of their own.
+const (
+	mysqlReaders = 16
+	mysqlWriters = 8
+)
+
+// mysqlPool opens and pings a pool of at most conns connections on cfg.
+func mysqlPool(ctx context.Context, cfg *mysql.Config, conns int) (*sql.DB, error) {
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, redact(fmt.Errorf("configure mysql: %w", err), cfg.Passwd)
 	}
 	pool := sql.OpenDB(conn)
-	pool.SetMaxOpenConns(16)
-	pool.SetMaxIdleConns(8)
+	pool.SetMaxOpenConns(conns)
+	pool.SetMaxIdleConns(conns / 2)
 	// Below the idle timeouts of common proxies and of wait_timeout.
 	pool.SetConnMaxLifetime(3 * time.Minute)
 	pool.SetConnMaxIdleTime(time.Minute)

@@ -39,7 +39,6 @@ const (
 // connection, which tx owns) and must be safe to run again: a transaction
 // that lost a conflict is run again (retryConflicts).
 func (s *Store) withTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	defer s.writing()()
 	return s.retryConflicts(ctx, func() error { return s.tryTx(ctx, fn) })
 }
 
@@ -67,11 +66,15 @@ func (s *Store) retryConflicts(ctx context.Context, op func() error) error {
 // lost a conflict (see retryConflicts), since Open: for metrics.
 func (s *Store) ConflictRetries() int64 { return s.conflicts.Load() }
 
+// tryTx runs fn in one transaction. The transaction counts as a write in
+// progress (CheckWrites) from when it holds its connection: the wait for
+// one behind other writes says nothing about the database.
 func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	defer s.writing()()
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback() // fn's error is the cause; a failed rollback is discarded with the connection
 		return err
