@@ -98,7 +98,7 @@ func (r *Revoker) Open(ctx context.Context, info sessions.Info, host string, unb
 		defer s.watch.Done()
 		r.watchCut(s, unblock)
 	}()
-	err = r.admit(sctx, info.Node, info.Epoch)
+	err = r.admit(sctx, info.Node, info.Epoch, info.Mark)
 	if err == nil {
 		err = r.certSettled(info.Cert)
 	}

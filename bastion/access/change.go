@@ -225,6 +225,7 @@ func (r *Revoker) failClosed(n *nodeAccess, c Change, res <-chan changeResult) {
 	n.pending.Add(1)
 	r.use(c.Node) // until settled: the state must not be dropped
 	cause := &sessions.RevokedError{Node: c.Node, Why: whyUnconfirmed}
+	r.cutting()
 	cut, _ := r.reg.Cut(c.Node, 0, cause)
 	r.consoles.Cut(c.Node, cause)
 	r.log.WithFields(logrus.Fields{"node": safe(c.Node), "cut": cut, "timeout": r.cfg.ChangeTimeout}).Error("access_change_unconfirmed")
