@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/db/dbtest"
 )
 
 // BenchmarkConnRateInproc is section 1's loop (8 clients: connect, token
@@ -26,11 +27,24 @@ import (
 //	go tool pprof -top -cum bench.test cpu.out
 //
 // The profile holds the clients' CPU too (they are in this process).
+// BenchmarkConnRateInprocMySQL is the same on MariaDB/MySQL (a scratch
+// database on the server of OBMD_TEST_MYSQL_DSN; mariadbd's own CPU is
+// not in the profile).
 func BenchmarkConnRateInproc(b *testing.B) {
+	connRateInproc(b, "")
+}
+
+func BenchmarkConnRateInprocMySQL(b *testing.B) {
+	connRateInproc(b, dbtest.MySQLDSN(b))
+}
+
+// connRateInproc runs the loop against an obmd on dsn ("": SQLite in its
+// state directory).
+func connRateInproc(b *testing.B, dsn string) {
 	dir := b.TempDir()
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
-	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DB: dsn,
 		StateDir: filepath.Join(dir, "state"), AdminToken: "bench-admin-token-0123456789abcdef", Version: "bench"}, log)
 	if err != nil {
 		b.Fatal(err)
