@@ -3,12 +3,11 @@ package bastion_test
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,11 +144,7 @@ func TestLoginRacingRotation(t *testing.T) {
 // serveBastion serves a front door over store on 127.0.0.1 until t ends.
 func serveBastion(t *testing.T, store bastion.Store, runner bastion.Runner, sess bastion.Sessions, log logrus.FieldLogger) string {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, err := gossh.NewSignerFromKey(priv)
+	host, err := keys.LoadOrCreateHostKey(filepath.Join(t.TempDir(), "host_key"))
 	if err != nil {
 		t.Fatal(err)
 	}
