@@ -144,6 +144,24 @@ func TestOpenMark(t *testing.T) {
 		t.Errorf("open with a current mark read the epoch %d time(s), want 0", n)
 	}
 
+	// A database this replica cannot use: the epoch is read (and, through
+	// the Gate, refused) whatever the mark.
+	usable := false
+	r.cfg.Usable = func() bool { return usable }
+	info.Mark = r.Mark()
+	if s, err := r.Open(context.Background(), info, "a", nil); err != nil {
+		t.Fatalf("open while the database is unusable (the fake still answers): %v", err)
+	} else {
+		s.End()
+	}
+	if n := epochs.readCount(); n != 1 {
+		t.Errorf("open while the database is unusable read the epoch %d time(s), want 1", n)
+	}
+	usable = true
+	epochs.mu.Lock()
+	epochs.reads = 0
+	epochs.mu.Unlock()
+
 	// The login read epoch 5 with this mark; a rotation is then applied
 	// here and the watcher passes it (the node's state is dropped).
 	mark := r.Mark()

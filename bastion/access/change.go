@@ -48,6 +48,11 @@ type RevokerConfig struct {
 	// the console history moves to the new tenancy there. It must not
 	// block.
 	OnApply func(label string, epoch int64)
+	// Usable, if set, says whether this replica may use its database now
+	// (Health.Usable): while it says no, a session's start always reads
+	// the epoch (through the Gate, which refuses it), even if nothing was
+	// cut since its login (admit).
+	Usable func() bool
 }
 
 // DefaultChangeTimeout is RevokerConfig.ChangeTimeout's default.

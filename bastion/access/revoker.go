@@ -202,7 +202,8 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 // cuts it, and one committed but not applied here yet cuts it when it is
 // (at once through the peer notice its admin call waits for, or at this
 // replica's next poll), as it cuts the node's sessions that started a
-// moment before it. (A read would have refused such a session at once;
+// moment before it; and unless the database is unusable now
+// (RevokerConfig.Usable). (A read would have refused such a session at once;
 // the answer to the change's admin call comes only once this replica has
 // applied it, so nothing of the old tenancy runs past that answer either
 // way.) If this replica has not applied epoch yet (the change was made on
@@ -226,7 +227,7 @@ func (r *Revoker) admit(ctx context.Context, label string, epoch int64, mark uin
 	if err := n.unsettled(label); err != nil {
 		return err
 	}
-	if mark == 0 || r.cuts.Load() != mark {
+	if mark == 0 || r.cuts.Load() != mark || r.cfg.Usable != nil && !r.cfg.Usable() {
 		if err := r.verify(ctx, label, epoch); err != nil {
 			return err
 		}

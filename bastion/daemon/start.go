@@ -218,7 +218,7 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 		d.resolver.Forget(label, epoch) // the info of the node's previous epochs is no longer served
 	}
 	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers,
-		OnApply: onApply},
+		OnApply: onApply, Usable: d.health.Usable},
 		d.consoles, d.reg, gate, d.log)
 	var err error
 	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout,
