@@ -103,11 +103,12 @@ func startRateObmd(cfg benchConfig, base rateTarget, bin, dsn string) (rateTarge
 	return t, func() { o.Stop() }, nil
 }
 
-// measureRates starts every target, then measures them in turn, rateRounds
-// slices of base.dur/rateRounds each (the first after base.warm of
-// warm-up, the others after a quarter of it), and stops them. It returns
-// each target's sums over its slices, and the targets that could not be
-// measured, with why.
+// measureRates starts every target, then measures them in turn (each
+// round in an order rotated by one), rateRounds slices of
+// base.dur/rateRounds each (the first after base.warm of warm-up, the
+// others after a quarter of it), and stops them. It returns each target's
+// sums over its slices, and the targets that could not be measured, with
+// why.
 func measureRates(cfg benchConfig, s *section, setups []rateSetup) (map[string]rateResult, map[string]error) {
 	results, errs := map[string]rateResult{}, map[string]error{}
 	var live []rateSetup
@@ -125,7 +126,11 @@ func measureRates(cfg benchConfig, s *section, setups []rateSetup) (map[string]r
 		targets[st.name] = t
 	}
 	for round := range rateRounds {
-		for _, st := range live {
+		// Each round starts one server further along, so that none is
+		// always measured right after the same other (the socket churn of
+		// a fast one before it weighs on it).
+		for k := range live {
+			st := live[(k+round)%len(live)]
 			if _, failed := errs[st.name]; failed {
 				continue
 			}
