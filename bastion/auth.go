@@ -39,7 +39,7 @@ type connState struct {
 	mu      sync.Mutex
 	user    string           // the user name of the last key offer
 	keys    int              // public keys offered
-	offered map[string]int64 // registered keys offered: "label fingerprint" -> epoch
+	offered map[string]offer // registered keys offered, by "label fingerprint"; nil until one is
 	exists  bool             // the last key offer's node exists
 	dbDown  bool             // a key lookup failed on the database
 	refused bool             // the limiter refused a key offer for the source (recorded then)
@@ -48,13 +48,20 @@ type connState struct {
 	// are not registered, so that a refusal tells nothing about the name.
 	nodeRefused bool
 	// certs are the certificates accepted when offered: "label
-	// fingerprint" (of the whole certificate) -> what was found (cert.go).
+	// fingerprint" (of the whole certificate) -> what was found (cert.go);
+	// nil until one is.
 	certs map[string]*certLogin
 	// settled: nothing is left to record when the connection ends (it
 	// authenticated, or a token try was recorded).
 	settled bool
 	forget  func() // forgets the registry's watch (watch); nil if none
 	ended   bool   // the connection has closed (unwatch ran)
+}
+
+// offer is what the lookup of a registered key offered found.
+type offer struct {
+	epoch int64  // the node's access epoch
+	mark  uint64 // Sessions.Mark, taken before the lookup
 }
 
 func stateFrom(ctx ssh.Context) *connState {
@@ -89,6 +96,7 @@ type authInfo struct {
 	// Detail is the login's audit detail (default User).
 	Detail string
 	Epoch  int64      // node access epoch read with the credential
+	Mark   uint64     // Sessions.Mark taken before that read; 0: none
 	Cert   *certLogin // the certificate of a certificate login
 }
 
@@ -123,6 +131,7 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 		s.waitFrom(start)
 		return false
 	}
+	mark := s.sessions.Mark()
 	acc, err := s.store.Access(ctx, label)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
 		s.lim.End(src, label, false, false) // not the client's failure
@@ -157,7 +166,7 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 		return false
 	}
 	s.lim.End(src, label, exists, false)
-	s.accepted(ctx, &authInfo{Method: method, User: "token", Epoch: acc.Epoch})
+	s.accepted(ctx, &authInfo{Method: method, User: "token", Epoch: acc.Epoch, Mark: mark})
 	return true
 }
 
@@ -189,6 +198,7 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 		s.refuseKeys(st, label, first)
 		return false
 	}
+	mark := s.sessions.Mark()
 	epoch, ok, err := s.store.HasKey(ctx, label, fp)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
 		s.lim.End(st.src, label, false, false)
@@ -216,7 +226,10 @@ func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 		return false
 	}
 	st.mu.Lock()
-	st.offered[label+" "+fp] = epoch
+	if st.offered == nil {
+		st.offered = map[string]offer{}
+	}
+	st.offered[label+" "+fp] = offer{epoch, mark}
 	st.mu.Unlock()
 	return true
 }
@@ -237,7 +250,7 @@ func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 	fp := keys.Fingerprint(key)
 	st := stateFrom(ctx)
 	st.mu.Lock()
-	epoch, ok := st.offered[ctx.User()+" "+fp]
+	o, ok := st.offered[ctx.User()+" "+fp]
 	cl := st.certs[ctx.User()+" "+fp]
 	st.mu.Unlock()
 	if cl != nil {
@@ -246,7 +259,7 @@ func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 	if !ok { // cannot happen: x/crypto only verifies keys publicKey accepted
 		return errors.New("key was not accepted")
 	}
-	s.accepted(ctx, &authInfo{Method: "publickey", User: "key " + fp, Epoch: epoch})
+	s.accepted(ctx, &authInfo{Method: "publickey", User: "key " + fp, Epoch: o.epoch, Mark: o.mark})
 	return nil
 }
 

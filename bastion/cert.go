@@ -99,6 +99,9 @@ func (s *Server) certOffer(ctx ssh.Context, cert *gossh.Certificate) bool {
 	s.lim.End(st.src, label, exists, false)
 	st.mu.Lock()
 	st.keys++
+	if st.certs == nil {
+		st.certs = map[string]*certLogin{}
+	}
 	st.certs[label+" "+keys.Fingerprint(cert)] = cl
 	st.mu.Unlock()
 	return true

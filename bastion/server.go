@@ -64,9 +64,13 @@ type Limiter interface {
 // stops reading is unblocked (here: its connection closed). WatchConn
 // (access.Revoker.WatchConn) tells an authenticated connection of the
 // access change that ends it, so that one holding no session is closed.
+// Mark (access.Revoker.Mark), taken just before a login reads the node's
+// epoch and passed with it to Open (sessions.Info.Mark), lets Open skip
+// reading the epoch again when nothing was cut since.
 type Sessions interface {
 	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
 	WatchConn(node string, epoch int64, revoked func()) (forget func())
+	Mark() uint64
 }
 
 // Consoles is the console hub.
@@ -294,8 +298,7 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 		s.tooMany(conn.RemoteAddr())
 		return nil
 	}
-	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, offered: map[string]int64{},
-		certs: map[string]*certLogin{}}
+	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t}
 	st.conn = &countedConn{Conn: conn, spoke: func() { s.admit.advance(t, speaking) }, ended: func() {
 		s.admit.end(t)
 		st.unwatch()

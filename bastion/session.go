@@ -182,7 +182,7 @@ func (c *channel) run(st start) int {
 			return c.noConsole(stderr)
 		}
 	}
-	info := sessions.Info{Node: c.label, Kind: kind, User: c.a.User, Remote: c.remote, Epoch: c.a.Epoch}
+	info := sessions.Info{Node: c.label, Kind: kind, User: c.a.User, Remote: c.remote, Epoch: c.a.Epoch, Mark: c.a.Mark}
 	if cl := c.a.Cert; cl != nil {
 		info.Cert, info.Expires = cl.certInfo(), cl.grant.Expires
 	}

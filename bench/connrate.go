@@ -39,6 +39,26 @@ type rateResult struct {
 	clientCPU   time.Duration // the bench's own CPU per connection (all clients)
 	dbCPU       time.Duration // the database server's CPU per connection, if dbPid was set
 	firstErr    error
+	// The sums the figures above are made of (merge adds them up).
+	took, server, self, db time.Duration
+}
+
+// merge adds o, another slice of the same target's load, to r.
+func (r *rateResult) merge(o rateResult) {
+	r.conns += o.conns
+	r.errs += o.errs
+	r.took += o.took
+	r.server += o.server
+	r.self += o.self
+	r.db += o.db
+	if r.firstErr == nil {
+		r.firstErr = o.firstErr
+	}
+	if r.conns > 0 {
+		n := time.Duration(r.conns)
+		r.perSec = float64(r.conns) / r.took.Seconds()
+		r.cpuPerConn, r.clientCPU, r.dbCPU = r.server/n, r.self/n, r.db/n
+	}
 }
 
 // measureRate runs t.workers clients, each connecting, authenticating,
@@ -98,11 +118,10 @@ func measureRate(t rateTarget) (rateResult, error) {
 	if res.conns == 0 {
 		return res, fmt.Errorf("%s: no connection succeeded: %v", t.name, res.firstErr)
 	}
-	res.perSec = float64(res.conns) / took.Seconds()
-	res.cpuPerConn = (cpu1 - cpu0) / time.Duration(res.conns)
-	res.clientCPU = (self1 - self0) / time.Duration(res.conns)
-	res.dbCPU = (db1 - db0) / time.Duration(res.conns)
-	return res, nil
+	var sum rateResult
+	sum.merge(rateResult{conns: res.conns, errs: res.errs, firstErr: res.firstErr,
+		took: took, server: cpu1 - cpu0, self: self1 - self0, db: db1 - db0})
+	return sum, nil
 }
 
 // obmdDefaults puts back the limits startObmdProc raises: section 1 runs
@@ -119,99 +138,16 @@ func connRate(cfg benchConfig) *section {
 	base := rateTarget{workers: workers, warm: cfg.scale(time.Second), dur: cfg.scale(8 * time.Second), maxPerWork: 20000,
 		cmd: "power-status", want: "power on"}
 
-	results := map[string]rateResult{}
-	errs := map[string]error{}
-	run := func(name string, f func() (rateResult, error)) {
-		cfg.logf("connection rate: %s", name)
-		r, err := f()
-		if err != nil {
-			errs[name] = err
-			cfg.logf("connection rate: %s: %v", name, err)
-			return
-		}
-		if r.errs > 0 {
-			s.note("%s: %d of %d connections failed; first error: %v", name, r.errs, r.errs+r.conns, r.firstErr)
-		}
-		results[name] = r
-		cfg.logf("connection rate: %s: %.0f conn/s, server %v, clients %v CPU/conn", name, r.perSec, r.cpuPerConn, r.clientCPU)
-	}
-
-	run("bare", func() (rateResult, error) {
-		pass, _ := randomHex(16)
-		c, addr, err := startBare(cfg, pass)
-		if err != nil {
-			return rateResult{}, err
-		}
-		defer c.Stop()
-		t := base
-		t.name, t.pid, t.addr = "bare gliderlabs/ssh", c.Pid(), addr
-		t.user = func(int) string { return "node" }
-		t.auth = func(int) gossh.AuthMethod { return gossh.Password(pass) }
-		return measureRate(t)
-	})
-	obmdOn := func(bin, dsn string) func() (rateResult, error) {
-		return func() (rateResult, error) {
-			dir, err := os.MkdirTemp(cfg.tmp, "rate-obmd-")
-			if err != nil {
-				return rateResult{}, err
-			}
-			o, err := startObmdProc(bin, dir, dsn, obmdDefaults())
-			if err != nil {
-				return rateResult{}, err
-			}
-			defer o.Stop()
-			tokens, err := o.admin().addSimNodes("rate", workers)
-			if err != nil {
-				return rateResult{}, err
-			}
-			t := base
-			t.name, t.pid, t.addr = "obmd", o.Pid(), o.SSHAddr
-			if dsn != "" {
-				t.dbPid = dbServerPid()
-			}
-			t.user = func(w int) string { return fmt.Sprintf("rate-%03d", w) }
-			t.auth = func(w int) gossh.AuthMethod { return gossh.Password(tokens[w]) }
-			return measureRate(t)
-		}
-	}
-	run("obmd-sqlite", obmdOn(cfg.obmdBin, ""))
-	if cfg.baseline != "" {
-		run("baseline-sqlite", obmdOn(cfg.baseline, ""))
-	}
-	onMySQL := func(key, bin string) { // each on a scratch database of its own
-		dsn, dropDB, err := scratchMySQL()
-		if err != nil {
-			errs[key] = err
-			return
-		}
-		run(key, obmdOn(bin, dsn))
-		dropDB()
-	}
-	onMySQL("obmd-mysql", cfg.obmdBin)
-	if cfg.baseline != "" {
-		onMySQL("baseline-mysql", cfg.baseline)
-	}
-	run("sshd", func() (rateResult, error) {
-		dir, err := os.MkdirTemp(cfg.tmp, "sshd-")
-		if err != nil {
-			return rateResult{}, err
-		}
-		d, err := startSSHD(dir)
-		if err != nil {
-			return rateResult{}, err
-		}
-		defer d.Stop()
-		t := base
-		t.name, t.pid, t.addr = "OpenSSH sshd + ForceCommand", d.Pid(), d.Addr
-		t.user = func(int) string { return d.User }
-		t.auth = func(int) gossh.AuthMethod { return gossh.PublicKeys(d.Signer) }
-		return measureRate(t)
-	})
-
+	results, errs := measureRates(cfg, s, rateSetups(cfg, base))
 	bare, haveBare := results["bare"]
 	sshd, haveSSHD := results["sshd"]
-	for _, e := range []struct{ key, label string }{{"obmd-sqlite", "SQLite"}, {"obmd-mysql", "MariaDB"},
-		{"baseline-sqlite", "SQLite, -baseline binary,"}, {"baseline-mysql", "MariaDB, -baseline binary,"}} {
+	// Issue 18's goals: 0.8x the bare server on SQLite, 0.7x on MariaDB
+	// (whose server shares the cores).
+	for _, e := range []struct {
+		key, label string
+		goal       float64
+	}{{"obmd-sqlite", "SQLite", 0.8}, {"obmd-mysql", "MariaDB", 0.7},
+		{"baseline-sqlite", "SQLite, -baseline binary,", 0.8}, {"baseline-mysql", "MariaDB, -baseline binary,", 0.7}} {
 		if _, ok := errs[e.key]; !ok && strings.HasPrefix(e.key, "baseline") && cfg.baseline == "" {
 			continue
 		}
@@ -225,7 +161,7 @@ func connRate(cfg benchConfig) *section {
 		if haveBare {
 			s.add(row{Measure: rateName + " vs bare gliderlabs/ssh", Figure: num(r.perSec, "conn/s"),
 				Ref: "bare: " + num(bare.perSec, "conn/s"), Ratio: ratio(r.perSec, bare.perSec),
-				Goal: ">= 0.8x", Status: verdict(r.perSec >= 0.8*bare.perSec)})
+				Goal: fmt.Sprintf(">= %.1fx", e.goal), Status: verdict(r.perSec >= e.goal*bare.perSec)})
 		} else {
 			s.skip(rateName+" vs bare gliderlabs/ssh", errs["bare"])
 		}
@@ -250,11 +186,11 @@ func connRate(cfg benchConfig) *section {
 		}
 	}
 	if r, ok := results["obmd-sqlite"]; ok && haveBare && r.perSec < 0.8*bare.perSec {
-		s.note("Why obmd is below 0.8x the bare server: both do the same SSH handshake (%s vs %s of client CPU per connection; the clients, on the same 2 cores, cap conn/s), but obmd's server CPU per connection is %s to the bare server's %s. The difference is what a bastion does and a bare server does not: per connection obmd reads the node's token hash, re-reads its access epoch before the session starts (a login racing a rotation must fail) and resolves the node's driver (three prepared queries), and queues four audit rows (auth, session.start, power.status, session.end) that one goroutine group-commits within 50 ms. See \"Connection rate: where the time goes\" above for the profile.",
+		s.note("Why obmd is below 0.8x the bare server: both do the same SSH handshake (%s vs %s of client CPU per connection; the clients, on the same 2 cores, cap conn/s), but obmd's server CPU per connection is %s to the bare server's %s. The difference is what a bastion does and a bare server does not: per connection obmd reads the node's token hash and access epoch (one prepared query; the epoch is read again before the session starts only if this obmd cut a session since the login's read, and the node's driver info is kept per access epoch), registers and admits the session, and queues four audit rows (auth, session.start, power.status, session.end) that one goroutine group-commits within 50 ms in a few multi-row INSERTs; it also sets TCP_QUICKACK after every read (OpenSSH's handshake stalls on delayed ACKs). See \"Connection rate: where the time goes\" above for the profile.",
 			ms(r.clientCPU), ms(bare.clientCPU), ms(r.cpuPerConn), ms(bare.cpuPerConn))
 	}
 	s.note("obmd runs at its defaults here (auth_limits: 5 token tries per source, tries in flight counted; max_conns_per_source 64; session limits), and every client comes from 127.0.0.1: parallel automation behind one address. A refused login would show as a failed connection above.")
-	s.note("Each client is golang.org/x/crypto/ssh in the bench process; every server is a separate process whose CPU (utime+stime, plus reaped children for sshd) is read from /proc before and after. Clients share the 2 cores with the server, so conn/s is bounded by client+server CPU; CPU per connection is the server's own cost.")
+	s.note("Each client is golang.org/x/crypto/ssh in the bench process; every server is a separate process whose CPU (utime+stime, plus reaped children for sshd) is read from /proc before and after each of its slices (every server is up for the whole section; they take turns in 4 slices of 2 s, so that load drifting on a shared machine falls on all alike). Clients share the 2 cores with the server, so conn/s is bounded by client+server CPU; CPU per connection is the server's own cost.")
 	s.note("Every client offers only the curve25519-sha256 key exchange (what OpenSSH 9.2 and x/crypto share), so every server does the same handshake work. MariaDB's own CPU (mariadbd, found in /proc; shared with anything else using that server) is shown apart.")
 	s.note("obmd and the bare server use password auth (obmd: the node token, checked against the database); sshd uses an ed25519 key (it has no token store), runs as the current user with UsePAM no, and its ForceCommand script prints a fixed power status (a real wrapper would also run ipmitool, ~70 ms more).")
 	return s

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/db/dbtest"
 )
 
 // BenchmarkConnRateInproc is section 1's loop (8 clients: connect, token
@@ -26,8 +27,21 @@ import (
 //	go tool pprof -top -cum bench.test cpu.out
 //
 // The profile holds the clients' CPU too (they are in this process).
+// BenchmarkConnRateInprocMySQL is the same on MariaDB/MySQL (a scratch
+// database on the server of OBMD_TEST_MYSQL_DSN; mariadbd's own CPU is
+// not in the profile).
 func BenchmarkConnRateInproc(b *testing.B) {
-	a := testDaemon(b)
+	connRateInproc(b, "")
+}
+
+func BenchmarkConnRateInprocMySQL(b *testing.B) {
+	connRateInproc(b, dbtest.MySQLDSN(b))
+}
+
+// connRateInproc runs the loop against an obmd on dsn ("": SQLite in its
+// state directory).
+func connRateInproc(b *testing.B, dsn string) {
+	a := testDaemon(b, dsn)
 	const workers = 8
 	tokens, err := a.addSimNodes("rate", workers)
 	if err != nil {
@@ -59,13 +73,14 @@ func BenchmarkConnRateInproc(b *testing.B) {
 }
 
 // testDaemon starts an obmd in this process at the default configuration
-// on SQLite (logging warnings only), stopped when b ends, and returns its
-// admin client (whose addr is the admin API; sshAddr the SSH one).
-func testDaemon(b *testing.B) testObmd {
+// on dsn ("": SQLite in its state directory; logging warnings only),
+// stopped when b ends, and returns its admin client (whose addr is the
+// admin API; sshAddr the SSH one).
+func testDaemon(b *testing.B, dsn string) testObmd {
 	b.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
-	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DB: dsn,
 		StateDir: filepath.Join(b.TempDir(), "state"), AdminToken: "bench-admin-token-0123456789abcdef", Version: "bench"}, log)
 	if err != nil {
 		b.Fatal(err)

@@ -26,7 +26,7 @@ func BenchmarkFleetListInproc(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("OBMD_FLEET_NODES")); err == nil && v > 0 {
 		n = v
 	}
-	o := testDaemon(b)
+	o := testDaemon(b, "")
 	tr := &http.Transport{MaxIdleConnsPerHost: fleetWorkers}
 	a := admin{o.addr, o.token, &http.Client{Timeout: time.Minute, Transport: tr}}
 	if _, err := registerSimNodes(a, fleetLabel, n, 0); err != nil {

@@ -19,7 +19,7 @@ import (
 func BenchmarkPowerStatusInproc(b *testing.B) {
 	ipmisim.Require(b, "ipmi_sim", "socat")
 	sim := ipmisim.Start(b)
-	a := testDaemon(b)
+	a := testDaemon(b, "")
 	token, err := a.addNode("ps", "ipmi", sim.Info())
 	if err != nil {
 		b.Fatal(err)

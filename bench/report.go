@@ -173,7 +173,7 @@ func mergeReport(path string, note []string, sections []*section) error {
 	}
 	sort.Ints(nums)
 	var b strings.Builder
-	b.WriteString(strings.TrimRight(parts[0], "\n") + "\n\n" + strings.Join(note, "\n") + "\n")
+	b.WriteString(dropNotes(parts[0], sections) + "\n\n" + strings.Join(note, "\n") + "\n")
 	for _, n := range nums {
 		b.WriteString("\n" + text[n])
 	}
@@ -184,6 +184,24 @@ func mergeReport(path string, note []string, sections []*section) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// dropNotes is head, the generated part's header, without the notes of
+// earlier runs of one of sections alone ("Section 1 from ..."): this
+// run's note replaces them.
+func dropNotes(head string, sections []*section) string {
+	paras := strings.Split(strings.TrimRight(head, "\n"), "\n\n")
+	kept := paras[:0]
+	for _, p := range paras {
+		stale := false
+		for _, s := range sections {
+			stale = stale || strings.HasPrefix(p, fmt.Sprintf("Section %d from ", sectionNumber(s.Title)))
+		}
+		if !stale {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, "\n\n")
 }
 
 // sectionNumber is the number a section title starts with ("6. ...").

@@ -33,6 +33,16 @@ type Resolver interface {
 	Resolve(ctx context.Context, label string) (BMC, error)
 }
 
+// EpochResolver is a Resolver that can also find a node's BMC as it was
+// at an access epoch (nodes.Resolver keeps it, rather than read the
+// database for every command): the runner asks it for the epoch the
+// request's session was admitted at (Request.Epoch), which names one
+// version of the node's BMC info, since every change of it moves the
+// epoch and cuts the sessions of the one before.
+type EpochResolver interface {
+	ResolveAt(ctx context.Context, label string, epoch int64) (BMC, error)
+}
+
 // Consoles gives a node's console scrollback (sol.Manager satisfies it).
 type Consoles interface {
 	Scrollback(label string) []byte
@@ -290,7 +300,7 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 		defer r.release(req.Node)
 	}
 	start := r.cfg.Now()
-	power, err := r.call(ctx, req.Node, op)
+	power, err := r.call(ctx, req, op)
 	res.Took = r.cfg.Now().Sub(start)
 	took := "took " + res.Took.Round(time.Millisecond).String()
 	if err != nil {
@@ -318,11 +328,14 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	return res, nil
 }
 
-// call resolves node's BMC and runs op on it, each step bounded by the
-// timeout and by ctx.
-func (r *Runner) call(ctx context.Context, node string, op powerOp) (string, error) {
+// call resolves the BMC of req's node (at req's epoch, if the resolver
+// can) and runs op on it, each step bounded by the timeout and by ctx.
+func (r *Runner) call(ctx context.Context, req Request, op powerOp) (string, error) {
 	bmc, err := bounded(ctx, r.cfg.Timeout, func(ctx context.Context) (BMC, error) {
-		return r.bmcs.Resolve(ctx, node)
+		if at, ok := r.bmcs.(EpochResolver); ok && req.Epoch > 0 {
+			return at.ResolveAt(ctx, req.Node, req.Epoch)
+		}
+		return r.bmcs.Resolve(ctx, req.Node)
 	})
 	if err != nil {
 		return "", fmt.Errorf("find BMC: %w", err)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -174,7 +175,10 @@ func (e AuditEvent) clipped() AuditEvent {
 }
 
 // insertAudit writes events (cut by Audit) in one transaction (none:
-// nothing to do).
+// nothing to do), in order: as few multi-row INSERTs as the batch's size
+// in binary takes (at most auditRows rows each), so that a group commit
+// of a busy window is a handful of statements, not one per event (on
+// MySQL each is a round trip).
 func (s *Store) insertAudit(ctx context.Context, events []AuditEvent) error {
 	if len(events) == 0 {
 		return nil
@@ -183,21 +187,57 @@ func (s *Store) insertAudit(ctx context.Context, events []AuditEvent) error {
 	defer cancel()
 	// Prepared before the transaction: SQLite's writer pool has one
 	// connection, which the transaction would hold.
-	insert, err := s.prepared(ctx, s.w,
-		`INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return err
+	var inserts [auditSizes]*sql.Stmt
+	for rows := len(events); rows > 0; rows -= auditChunk(rows) {
+		n := auditChunk(rows)
+		i := bits.TrailingZeros(uint(n))
+		if inserts[i] != nil {
+			continue
+		}
+		st, err := s.prepared(ctx, s.w, sqlAuditInsert(n))
+		if err != nil {
+			return err
+		}
+		inserts[i] = st
 	}
+	args := make([]any, 0, 7*auditChunk(len(events)))
 	return s.withTx(ctx, func(tx *sql.Tx) error {
-		stmt := tx.StmtContext(ctx, insert)
-		defer stmt.Close()
-		for _, e := range events {
-			if _, err := stmt.ExecContext(ctx, toMillis(e.At), e.Node, e.Actor, e.Action, e.Source, e.Result, e.Detail); err != nil {
+		for rest := events; len(rest) > 0; {
+			n := auditChunk(len(rest))
+			args = args[:0]
+			for _, e := range rest[:n] {
+				args = append(args, toMillis(e.At), e.Node, e.Actor, e.Action, e.Source, e.Result, e.Detail)
+			}
+			stmt := tx.StmtContext(ctx, inserts[bits.TrailingZeros(uint(n))])
+			_, err := stmt.ExecContext(ctx, args...)
+			stmt.Close()
+			if err != nil {
 				return err
 			}
+			rest = rest[n:]
 		}
 		return nil
 	})
+}
+
+// auditRows is the most rows one audit INSERT writes (a power of two);
+// auditSizes the number of statement sizes (1, 2, 4, ... auditRows).
+const (
+	auditRows  = 64
+	auditSizes = 7
+)
+
+// auditChunk is how many of n rows the next INSERT writes: the largest
+// power of two at most n and auditRows.
+func auditChunk(n int) int {
+	return min(1<<(bits.Len(uint(n))-1), auditRows)
+}
+
+// sqlAuditInsert is the INSERT of n audit rows.
+func sqlAuditInsert(n int) string {
+	const row = "(?, ?, ?, ?, ?, ?, ?)"
+	return "INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES " +
+		strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 }
 
 // AuditEvents returns events matching q, oldest first, after committing

@@ -154,3 +154,47 @@ func BenchmarkAudit(b *testing.B) {
 		})
 	})
 }
+
+// TestAuditBatchRows: a batch is written with multi-row INSERTs of
+// power-of-two sizes; every event of batches of every size from 1 to 2 x
+// auditRows + 3 is stored once, in the order given, with its fields.
+func TestAuditBatchRows(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			s := openTestStore(t, e.DSN(t))
+			ctx := context.Background()
+			at := time.UnixMilli(1_700_000_000_000).UTC()
+			for size := 1; size <= 2*auditRows+3; size++ {
+				node := fmt.Sprintf("b%d", size)
+				var batch []AuditEvent
+				for i := range size {
+					batch = append(batch, AuditEvent{At: at, Node: node, Actor: "a", Action: "batch", Source: "s",
+						Result: "ok", Detail: fmt.Sprint(i)})
+				}
+				if err := s.insertAudit(ctx, batch); err != nil {
+					t.Fatalf("batch of %d: %v", size, err)
+				}
+				got, err := s.AuditEvents(ctx, AuditQuery{Node: node})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != size {
+					t.Fatalf("batch of %d: %d stored", size, len(got))
+				}
+				for i, g := range got {
+					if g.Detail != fmt.Sprint(i) || !g.At.Equal(at) || g.Actor != "a" || g.Source != "s" || g.Result != "ok" {
+						t.Fatalf("batch of %d: row %d is %+v", size, i, g)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestAuditChunk(t *testing.T) {
+	for _, tt := range []struct{ n, want int }{{1, 1}, {2, 2}, {3, 2}, {7, 4}, {64, 64}, {65, 64}, {1000, 64}} {
+		if got := auditChunk(tt.n); got != tt.want {
+			t.Errorf("auditChunk(%d) = %d, want %d", tt.n, got, tt.want)
+		}
+	}
+}

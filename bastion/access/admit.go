@@ -31,8 +31,9 @@ func (e *StaleError) Unwrap() error { return e.RevokedError }
 
 // Session is a live session that Open admitted. Its context is cancelled,
 // with a cause its user may read, when it is cut; End must be called once
-// it has finished. Its watchdog (a goroutine that End waits for) unblocks
-// a client that keeps a cut session from finishing.
+// it has finished. Its watchdog (a goroutine started when its context
+// ends, which End waits for) unblocks a client that keeps a cut session
+// from finishing.
 type Session struct {
 	ctx  context.Context
 	info sessions.Info
@@ -41,6 +42,9 @@ type Session struct {
 	finished chan struct{} // closed by Finish
 	once     sync.Once
 	watch    sync.WaitGroup
+	// unwatch keeps the watchdog from starting; it reports whether it
+	// did (context.AfterFunc's stop).
+	unwatch func() bool
 }
 
 // Context is cancelled when the session is cut (cause: a
@@ -58,6 +62,9 @@ func (s *Session) Finish() { s.once.Do(func() { close(s.finished) }) }
 // waits for its watchdog. Call it once, when the session has finished.
 func (s *Session) End() {
 	s.Finish()
+	if s.unwatch() {
+		s.watch.Done() // it will not start
+	}
 	s.watch.Wait()
 	s.end()
 }
@@ -94,11 +101,11 @@ func (r *Revoker) Open(ctx context.Context, info sessions.Info, host string, unb
 	}
 	s := &Session{ctx: sctx, info: info, end: end, finished: make(chan struct{})}
 	s.watch.Add(1)
-	go func() { // owned by s: End waits for it
+	s.unwatch = context.AfterFunc(sctx, func() { // owned by s: End waits for it, or stops it
 		defer s.watch.Done()
 		r.watchCut(s, unblock)
-	}()
-	err = r.admit(sctx, info.Node, info.Epoch)
+	})
+	err = r.admit(sctx, info.Node, info.Epoch, info.Mark)
 	if err == nil {
 		err = r.certSettled(info.Cert)
 	}
@@ -129,14 +136,10 @@ func (r *Revoker) WatchConn(node string, epoch int64, revoked func()) (forget fu
 	return r.reg.Watch(node, epoch, revoked)
 }
 
-// watchCut unblocks the client of s if it is cut and does not finish
-// within CutGrace; it returns once s has finished, or after unblocking.
+// watchCut, once the context of s has ended, unblocks the client of s if
+// it was cut and does not finish within CutGrace; it returns once s has
+// finished, or after unblocking.
 func (r *Revoker) watchCut(s *Session, unblock func()) {
-	select {
-	case <-s.finished:
-		return
-	case <-s.ctx.Done():
-	}
 	if !IsCut(context.Cause(s.ctx)) || unblock == nil {
 		return
 	}

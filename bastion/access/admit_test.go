@@ -124,3 +124,72 @@ func TestOpenWatchdog(t *testing.T) {
 	default:
 	}
 }
+
+// TestOpenMark: a session whose login took the Revoker's mark before its
+// read starts without a second read of the epoch if nothing was cut here
+// since; a login that raced a change applied here (the mark moved) is read
+// again and refused, even once the node's state is forgotten; and one
+// that raced a change not applied here yet starts, and is cut with the
+// node's other sessions when the change is applied.
+func TestOpenMark(t *testing.T) {
+	r, _, _, epochs := newTestRevoker()
+	epochs.set("n1", 5)
+	info := sessions.Info{Node: "n1", Kind: sessions.KindExec, Epoch: 5, Mark: r.Mark()}
+	s, err := r.Open(context.Background(), info, "a", nil)
+	if err != nil {
+		t.Fatalf("open with a current mark: %v", err)
+	}
+	s.End()
+	if n := epochs.readCount(); n != 0 {
+		t.Errorf("open with a current mark read the epoch %d time(s), want 0", n)
+	}
+
+	// A database this replica cannot use: the epoch is read (and, through
+	// the Gate, refused) whatever the mark.
+	usable := false
+	r.cfg.Usable = func() bool { return usable }
+	info.Mark = r.Mark()
+	if s, err := r.Open(context.Background(), info, "a", nil); err != nil {
+		t.Fatalf("open while the database is unusable (the fake still answers): %v", err)
+	} else {
+		s.End()
+	}
+	if n := epochs.readCount(); n != 1 {
+		t.Errorf("open while the database is unusable read the epoch %d time(s), want 1", n)
+	}
+	usable = true
+	epochs.mu.Lock()
+	epochs.reads = 0
+	epochs.mu.Unlock()
+
+	// The login read epoch 5 with this mark; a rotation is then applied
+	// here and the watcher passes it (the node's state is dropped).
+	mark := r.Mark()
+	epochs.set("n1", 6)
+	r.Revoke("n1", 6, "token rotated")
+	r.Watched(6)
+	raced := info
+	raced.Mark = mark
+	var se *StaleError
+	if _, err := r.Open(context.Background(), raced, "a", nil); !errors.As(err, &se) {
+		t.Errorf("login that raced a rotation applied here: got %v, want a *StaleError", err)
+	}
+	if n := epochs.readCount(); n != 1 {
+		t.Errorf("the raced login read the epoch %d time(s), want 1", n)
+	}
+
+	// A change committed elsewhere that this replica has not applied: the
+	// session starts (as one a moment earlier would have) and is cut when
+	// the change is applied.
+	cur := sessions.Info{Node: "n1", Kind: sessions.KindExec, Epoch: 6, Mark: r.Mark()}
+	epochs.set("n1", 7)
+	s, err = r.Open(context.Background(), cur, "a", nil)
+	if err != nil {
+		t.Fatalf("open before the change is applied here: %v", err)
+	}
+	defer s.End()
+	r.Apply("n1", 7, "token rotated")
+	if got := context.Cause(s.Context()); !IsCut(got) {
+		t.Errorf("the session of epoch 6 after epoch 7 was applied: cause %v, want a cut", got)
+	}
+}

@@ -48,6 +48,11 @@ type RevokerConfig struct {
 	// the console history moves to the new tenancy there. It must not
 	// block.
 	OnApply func(label string, epoch int64)
+	// Usable, if set, says whether this replica may use its database now
+	// (Health.Usable): while it says no, a session's start always reads
+	// the epoch (through the Gate, which refuses it), even if nothing was
+	// cut since its login (admit).
+	Usable func() bool
 }
 
 // DefaultChangeTimeout is RevokerConfig.ChangeTimeout's default.
@@ -225,6 +230,7 @@ func (r *Revoker) failClosed(n *nodeAccess, c Change, res <-chan changeResult) {
 	n.pending.Add(1)
 	r.use(c.Node) // until settled: the state must not be dropped
 	cause := &sessions.RevokedError{Node: c.Node, Why: whyUnconfirmed}
+	r.cutting()
 	cut, _ := r.reg.Cut(c.Node, 0, cause)
 	r.consoles.Cut(c.Node, cause)
 	r.log.WithFields(logrus.Fields{"node": safe(c.Node), "cut": cut, "timeout": r.cfg.ChangeTimeout}).Error("access_change_unconfirmed")

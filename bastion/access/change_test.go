@@ -132,7 +132,7 @@ func TestChangeOutcomeUnknown(t *testing.T) {
 			if got := context.Cause(live); got == nil || !strings.Contains(got.Error(), whyUnconfirmed) {
 				t.Errorf("live session: got %v, want cut (fail closed)", got)
 			}
-			if err := r.admit(context.Background(), "n1", 3); err == nil || !strings.Contains(err.Error(), "not confirmed") {
+			if err := r.admit(context.Background(), "n1", 3, 0); err == nil || !strings.Contains(err.Error(), "not confirmed") {
 				t.Errorf("Admit while pending: got %v, want refused", err)
 			}
 			if _, err := r.Current(context.Background(), "n1"); err == nil {
@@ -155,10 +155,10 @@ func TestChangeOutcomeUnknown(t *testing.T) {
 			if stored {
 				want, stale = 4, 3
 			}
-			if err := r.admit(context.Background(), "n1", want); err != nil {
+			if err := r.admit(context.Background(), "n1", want, 0); err != nil {
 				t.Errorf("Admit at epoch %d after settling: %v", want, err)
 			}
-			if err := r.admit(context.Background(), "n1", stale); err == nil {
+			if err := r.admit(context.Background(), "n1", stale, 0); err == nil {
 				t.Errorf("Admit at epoch %d after settling: got nil, want refused", stale)
 			}
 			if got := peers.taken(); (len(got) == 1) != stored {
@@ -201,7 +201,7 @@ func TestChangeGrantUndone(t *testing.T) {
 	default:
 		t.Error("the grant was not undone")
 	}
-	if err := r.admit(context.Background(), "n1", 3); err == nil {
+	if err := r.admit(context.Background(), "n1", 3, 0); err == nil {
 		t.Error("Admit at the epoch before the undo: got nil, want refused")
 	}
 	r.Close(context.Background())

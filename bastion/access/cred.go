@@ -59,6 +59,7 @@ func (r *Revoker) ApplyCred(epoch int64, c db.CredChange, why string) { r.Revoke
 
 // cutCred cuts the certificate sessions c affects that also pass when.
 func (r *Revoker) cutCred(c db.CredChange, why string, when func(sessions.Cert) bool, f logrus.Fields) int {
+	r.cutting()
 	cut, late := r.reg.CutCerts(func(s sessions.Cert) bool {
 		return when(s) && c.Affects(s.CA, s.Serial, s.KeyID)
 	}, func(node string) error { return &sessions.RevokedError{Node: node, Why: why} })

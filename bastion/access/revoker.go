@@ -89,6 +89,11 @@ type Revoker struct {
 	// epoch at or below it has been applied on this replica. Written under
 	// mu.
 	watched atomic.Int64
+	// cuts counts the times this replica has cut sessions (cutting): every
+	// access change it applied, every CutAll, credential change and
+	// change failed closed. It starts at 1; logins take it (Mark), and
+	// admit reads the epoch again only if it moved since.
+	cuts atomic.Uint64
 
 	mu    sync.Mutex
 	nodes map[string]*nodeAccess // see pruneLocked
@@ -123,9 +128,23 @@ func (n *nodeAccess) unlock() { <-n.lock }
 // database's access epochs. It starts nothing.
 func NewRevoker(cfg RevokerConfig, consoles Cutter, reg *sessions.Registry, epochs Epochs, log logrus.FieldLogger) *Revoker {
 	cfg.setDefaults()
-	return &Revoker{cfg: cfg, consoles: consoles, reg: reg, epochs: epochs, log: log,
+	r := &Revoker{cfg: cfg, consoles: consoles, reg: reg, epochs: epochs, log: log,
 		stop: make(chan struct{}), nodes: map[string]*nodeAccess{}}
+	r.cuts.Store(1)
+	return r
 }
+
+// Mark is what a login takes just before it reads a node's access epoch,
+// to pass with that epoch to Open (sessions.Info.Mark): a count of the
+// cuts this replica has made. If it has made none since, Open need not
+// read the epoch again (admit). Never 0, which marks nothing.
+func (r *Revoker) Mark() uint64 { return r.cuts.Load() }
+
+// cutting counts a cut about to be made: called before the registry is
+// asked to cut anything, so that an admit that registered its session
+// before the count moved is in the cut, and one that registered after
+// sees the count moved.
+func (r *Revoker) cutting() { r.cuts.Add(1) }
 
 // Revoke cuts label's sessions older than epoch with a reason the user sees
 // ("access to node-17 was revoked (token rotated)") and wipes the node's
@@ -177,7 +196,17 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 // epoch must still be the node's current one. An epoch below one this
 // replica has applied (every change made here, and every one it has seen)
 // is refused without reading the database; otherwise the database is
-// read. If this replica has not applied epoch yet (the change was made on
+// read, unless mark (Mark, taken before the login's read of epoch) says
+// this replica has cut nothing since: then every change applied here
+// after the login's read is applied after the session was registered, and
+// cuts it, and one committed but not applied here yet cuts it when it is
+// (at once through the peer notice its admin call waits for, or at this
+// replica's next poll), as it cuts the node's sessions that started a
+// moment before it; and unless the database is unusable now
+// (RevokerConfig.Usable). (A read would have refused such a session at once;
+// the answer to the change's admin call comes only once this replica has
+// applied it, so nothing of the old tenancy runs past that answer either
+// way.) If this replica has not applied epoch yet (the change was made on
 // another replica and the change watcher has not seen it), admit applies
 // it, as Revoke does, so the session never meets the previous tenancy's
 // sessions or scrollback; if a revocation of the node is in progress, it
@@ -189,7 +218,7 @@ func (r *Revoker) Begin(label string) (end func(epoch int64, why string)) {
 // revocation it waits for stops waiting: the cut waits for it to end), or
 // another error: access cannot be verified now (the database did not
 // answer, or a change of the node made here is still unconfirmed).
-func (r *Revoker) admit(ctx context.Context, label string, epoch int64) error {
+func (r *Revoker) admit(ctx context.Context, label string, epoch int64, mark uint64) error {
 	n := r.use(label)
 	defer r.done(label, n)
 	if epoch < n.applied.Load() {
@@ -198,16 +227,10 @@ func (r *Revoker) admit(ctx context.Context, label string, epoch int64) error {
 	if err := n.unsettled(label); err != nil {
 		return err
 	}
-	cur, err := r.epochs.Epoch(ctx, label)
-	switch {
-	case ctx.Err() != nil:
-		return context.Cause(ctx)
-	case errors.Is(err, db.ErrNotFound):
-		return &sessions.RevokedError{Node: label, Why: whyDeleted}
-	case err != nil:
-		return fmt.Errorf("verify access to %s: %w", label, err)
-	case cur != epoch:
-		return &sessions.RevokedError{Node: label, Why: whyChanged}
+	if mark == 0 || r.cuts.Load() != mark || r.cfg.Usable != nil && !r.cfg.Usable() {
+		if err := r.verify(ctx, label, epoch); err != nil {
+			return err
+		}
 	}
 	select {
 	case n.lock <- struct{}{}:
@@ -218,6 +241,22 @@ func (r *Revoker) admit(ctx context.Context, label string, epoch int64) error {
 	n.unlock()
 	if ctx.Err() != nil { // cut while being admitted
 		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// verify reads label's epoch: it must still be epoch.
+func (r *Revoker) verify(ctx context.Context, label string, epoch int64) error {
+	cur, err := r.epochs.Epoch(ctx, label)
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case errors.Is(err, db.ErrNotFound):
+		return &sessions.RevokedError{Node: label, Why: whyDeleted}
+	case err != nil:
+		return fmt.Errorf("verify access to %s: %w", label, err)
+	case cur != epoch:
+		return &sessions.RevokedError{Node: label, Why: whyChanged}
 	}
 	return nil
 }
@@ -242,6 +281,7 @@ func (r *Revoker) CutAll(why string) int {
 		defer r.done(label, n)
 		defer n.unlock()
 	}
+	r.cutting()
 	cut, late := r.reg.CutAll(func(node string) error { return &sessions.RevokedError{Node: node, Why: why} })
 	total := 0
 	for label, k := range cut { // also sessions started since the list
@@ -318,6 +358,7 @@ func (r *Revoker) applyLocked(n *nodeAccess, label string, epoch int64, why stri
 	}
 	n.applied.Store(epoch)
 	cause := &sessions.RevokedError{Node: label, Why: why}
+	r.cutting()
 	cut, late := r.reg.Cut(label, epoch, cause)
 	r.consoles.Cut(label, cause)
 	if r.cfg.OnApply != nil {

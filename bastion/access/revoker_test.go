@@ -129,7 +129,7 @@ func TestRevokerAdmit(t *testing.T) {
 	old := session(t, reg, "n1", 3)
 	// A session of epoch 7 arrives before this replica heard of the change.
 	epochs.set("n1", 7)
-	if err := r.admit(context.Background(), "n1", 7); err != nil {
+	if err := r.admit(context.Background(), "n1", 7, 0); err != nil {
 		t.Fatalf("Admit at the current epoch: got %v, want nil", err)
 	}
 	if old.Err() == nil {
@@ -138,7 +138,7 @@ func TestRevokerAdmit(t *testing.T) {
 	if got := cons.taken(); len(got) != 1 {
 		t.Errorf("console cuts: got %q, want the scrollback wiped once", got)
 	}
-	if err := r.admit(context.Background(), "n1", 7); err != nil {
+	if err := r.admit(context.Background(), "n1", 7, 0); err != nil {
 		t.Errorf("Admit again: got %v, want nil", err)
 	}
 	r.Revoke("n1", 7, "access changed")
@@ -172,7 +172,7 @@ func TestRevokerAdmitRefuses(t *testing.T) {
 				epochs.set("n1", tt.current)
 			}
 			epochs.err = tt.err
-			err := r.admit(context.Background(), "n1", tt.epoch)
+			err := r.admit(context.Background(), "n1", tt.epoch, 0)
 			var rev *sessions.RevokedError
 			switch {
 			case tt.want == "" && err != nil:
@@ -196,7 +196,7 @@ func TestRevokerAdmitStaleNoRead(t *testing.T) {
 	r, _, _, epochs := newTestRevoker()
 	r.Revoke("n1", 8, "token rotated")
 	epochs.set("n1", 5) // what a lagging read would say: must not be asked
-	err := r.admit(context.Background(), "n1", 5)
+	err := r.admit(context.Background(), "n1", 5, 0)
 	var rev *sessions.RevokedError
 	if !errors.As(err, &rev) {
 		t.Errorf("epoch 5 after 8 was applied: got %v, want a RevokedError", err)
@@ -259,7 +259,7 @@ func TestRevokerAdmitCutWhileWaiting(t *testing.T) {
 	var admitErr error
 	go func() { // the session: registered, now asks to be admitted
 		defer close(admitted)
-		admitErr = r.admit(ctx, "n1", 3)
+		admitErr = r.admit(ctx, "n1", 3, 0)
 		endSession()
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -284,7 +284,7 @@ func TestRevokerNodesIndependent(t *testing.T) {
 	epochs.set("n3", 1)
 	go func() {
 		r.Revoke("n2", 1, "token rotated")
-		if err := r.admit(context.Background(), "n3", 1); err != nil {
+		if err := r.admit(context.Background(), "n3", 1, 0); err != nil {
 			t.Errorf("Admit n3: %v", err)
 		}
 		close(done)
@@ -426,7 +426,7 @@ func TestRevokerForgets(t *testing.T) {
 	epochs.set("n1", 5)
 	for i := range 2 {
 		cur := session(t, reg, "n1", 5)
-		if err := r.admit(context.Background(), "n1", 5); err != nil || cur.Err() != nil {
+		if err := r.admit(context.Background(), "n1", 5, 0); err != nil || cur.Err() != nil {
 			t.Fatalf("admit %d at the current epoch: got %v, session cause %v", i, err, context.Cause(cur))
 		}
 	}

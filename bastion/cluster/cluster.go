@@ -192,20 +192,46 @@ func New(cfg Config, store Store, local sol.Resolver, log logrus.FieldLogger) (*
 // opens the real console under the node's SOL lease, or relays through the
 // replica that holds it.
 func (c *Cluster) Resolve(ctx context.Context, label string) (sol.BMC, error) {
-	inner, err := c.local.Resolve(ctx, label)
+	return c.ResolveAt(ctx, label, 0)
+}
+
+// EpochResolver is a local resolver that can find a node's BMC as it was
+// at an access epoch (nodes.Resolver; see commands.EpochResolver).
+type EpochResolver interface {
+	ResolveAt(ctx context.Context, label string, epoch int64) (sol.BMC, error)
+}
+
+// ResolveAt is Resolve for a session admitted at access epoch epoch: the
+// local resolver is asked for the BMC at that epoch, if it can be (0:
+// Resolve).
+func (c *Cluster) ResolveAt(ctx context.Context, label string, epoch int64) (sol.BMC, error) {
+	var (
+		inner sol.BMC
+		err   error
+	)
+	if at, ok := c.local.(EpochResolver); ok && epoch > 0 {
+		inner, err = at.ResolveAt(ctx, label, epoch)
+	} else {
+		inner, err = c.local.Resolve(ctx, label)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &bmc{c: c, label: label, inner: inner}, nil
 }
 
-// ForCommands adapts the cluster to commands.Resolver.
+// ForCommands adapts the cluster to commands.Resolver (and
+// commands.EpochResolver).
 func (c *Cluster) ForCommands() commands.Resolver { return commandsResolver{c} }
 
 type commandsResolver struct{ c *Cluster }
 
 func (r commandsResolver) Resolve(ctx context.Context, label string) (commands.BMC, error) {
 	return r.c.Resolve(ctx, label)
+}
+
+func (r commandsResolver) ResolveAt(ctx context.Context, label string, epoch int64) (commands.BMC, error) {
+	return r.c.ResolveAt(ctx, label, epoch)
 }
 
 // Announce records in the database that this replica is alive (for

@@ -217,8 +217,12 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 	}
 	d.health = access.NewHealth(d.store, fence)
 	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout)
+	onApply := func(label string, epoch int64) {
+		d.history.applied(label, epoch)
+		d.resolver.Forget(label, epoch) // the info of the node's previous epochs is no longer served
+	}
 	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers,
-		OnApply: d.history.applied},
+		OnApply: onApply, Usable: d.health.Usable},
 		d.consoles, d.reg, gate, d.log)
 	var err error
 	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout,

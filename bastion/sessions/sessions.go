@@ -72,6 +72,10 @@ type Info struct {
 	// mode.
 	Replica string `json:"replica,omitempty"`
 	Epoch   int64  `json:"-"`
+	// Mark, if set, is what the login took just before it read Epoch
+	// (access.Revoker.Mark): the start of the session may then skip
+	// reading the epoch again. 0: it is read again.
+	Mark uint64 `json:"-"`
 	// Expires, if set, is when the session ends by itself (a certificate's
 	// expiry): it is cut then with an *ExpiredError.
 	Expires time.Time `json:"expires,omitzero"`

@@ -1,0 +1,130 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol"
+)
+
+// fakeNodes is the database's nodes, counting reads.
+type fakeNodes struct {
+	mu    sync.Mutex
+	nodes map[string]db.Node
+	reads int
+}
+
+func (f *fakeNodes) Node(_ context.Context, label string) (db.Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	n, ok := f.nodes[label]
+	if !ok {
+		return db.Node{}, db.ErrNotFound
+	}
+	return n, nil
+}
+
+// TestResolverAt: a session's epoch is served from the info read at that
+// epoch without reading the database again; another epoch, no epoch, and
+// a node whose change the Revoker applied (Forget) are read anew, and the
+// newer info is what is kept.
+func TestResolverAt(t *testing.T) {
+	sealer, _ := keys.NewSealer(make([]byte, 32))
+	var built []string // the URL each driver was built with
+	table, err := NewTable(sealer, Define("own", Kind[testInfo]{
+		Check: func(testInfo) error { return nil },
+		View:  func(i testInfo) any { return i.URL },
+		New: func(_ string, i testInfo, _ logrus.FieldLogger) (sol.BMC, error) {
+			built = append(built, i.URL)
+			return nil, nil
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &fakeNodes{nodes: map[string]db.Node{}}
+	put := func(epoch int64, url string) {
+		info, err := parse(table, "own", `{"url":"`+url+`"}`, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := table.Seal("n1", info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.mu.Lock()
+		store.nodes["n1"] = db.Node{Label: "n1", Type: "own", InfoSealed: sealed, Epoch: epoch}
+		store.mu.Unlock()
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	r, err := NewResolver(table, store, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	resolve := func(epoch int64) {
+		t.Helper()
+		if _, err := r.ResolveAt(ctx, "n1", epoch); err != nil {
+			t.Fatalf("resolve at %d: %v", epoch, err)
+		}
+	}
+	put(5, "https://a")
+	resolve(5)
+	resolve(5)
+	resolve(5)
+	if store.reads != 1 {
+		t.Errorf("three resolves at epoch 5: %d reads, want 1", store.reads)
+	}
+	if _, err := r.Resolve(ctx, "n1"); err != nil || store.reads != 2 {
+		t.Errorf("Resolve (no epoch): %v, %d reads, want a read (2)", err, store.reads)
+	}
+	put(6, "https://b") // a change of the info moves the epoch
+	resolve(6)
+	resolve(5) // a session of the old epoch not cut yet: read, and the newer info stays kept
+	resolve(6)
+	if store.reads != 4 {
+		t.Errorf("after the change: %d reads, want 4", store.reads)
+	}
+	r.Forget("n1", 7)
+	store.mu.Lock()
+	delete(store.nodes, "n1")
+	store.mu.Unlock()
+	if _, err := r.ResolveAt(ctx, "n1", 6); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("resolve at 6 after the node was deleted and forgotten: got %v, want db.ErrNotFound", err)
+	}
+	want := []string{"https://a", "https://a", "https://a", "https://a", "https://b", "https://b", "https://b"}
+	if len(built) != len(want) {
+		t.Fatalf("drivers built with %q, want %q", built, want)
+	}
+	for i := range want {
+		if built[i] != want[i] {
+			t.Errorf("drivers built with %q, want %q", built, want)
+			break
+		}
+	}
+}
+
+// TestResolverBounded: at most MaxKept nodes' info is kept.
+func TestResolverBounded(t *testing.T) {
+	sealer, _ := keys.NewSealer(make([]byte, 32))
+	table, _ := testTable(t, sealer)
+	r, err := NewResolver(table, &fakeNodes{}, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range MaxKept + 10 {
+		r.keep(string(rune('a'+i%26))+string(rune(i)), 1, Info{})
+	}
+	if n := len(r.kept); n != MaxKept {
+		t.Errorf("kept %d nodes, want %d", n, MaxKept)
+	}
+}

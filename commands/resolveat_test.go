@@ -1,0 +1,51 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/sol"
+)
+
+// epochResolver records how the runner found each BMC: "at N" or "now".
+type epochResolver struct {
+	fakeResolver
+	asked []string
+}
+
+func (e *epochResolver) Resolve(ctx context.Context, label string) (BMC, error) {
+	e.asked = append(e.asked, "now")
+	return e.fakeResolver.Resolve(ctx, label)
+}
+
+func (e *epochResolver) ResolveAt(ctx context.Context, label string, epoch int64) (BMC, error) {
+	e.asked = append(e.asked, fmt.Sprintf("at %d", epoch))
+	return e.fakeResolver.Resolve(ctx, label)
+}
+
+// TestRunnerResolvesAtEpoch: a power operation asks an EpochResolver for
+// the BMC at the epoch its session was admitted at; a request with no
+// epoch (the admin's doctor, say) asks for it now.
+func TestRunnerResolvesAtEpoch(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	bmcs := &epochResolver{fakeResolver: fakeResolver{"node-17": &fakeBMC{status: sol.PowerOn}}}
+	r, err := NewRunner(Config{}, bmcs, fakeConsoles{}, fakeSessions{}, &fakeAuditor{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, epoch := range []int64{42, 0} {
+		rq := req("node-17")
+		rq.Epoch = epoch
+		if _, err := r.Do(context.Background(), rq, Command{Name: CmdPowerStatus}); err != nil {
+			t.Fatalf("power-status at epoch %d: %v", epoch, err)
+		}
+	}
+	if len(bmcs.asked) != 2 || bmcs.asked[0] != "at 42" || bmcs.asked[1] != "now" {
+		t.Errorf("resolver asked %q, want [at 42 now]", bmcs.asked)
+	}
+}
