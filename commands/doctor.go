@@ -40,9 +40,9 @@ func (r *Runner) doctor(ctx context.Context, req Request) (Result, error) {
 	defer r.release(slot)
 	start := r.cfg.Now()
 	checks, err := bounded(ctx, r.cfg.Timeout, func(ctx context.Context) ([]sol.Check, error) {
-		bmc, err := r.bmcs.Resolve(ctx, req.Node)
+		bmc, err := r.resolve(ctx, req)
 		if err != nil {
-			return nil, fmt.Errorf("find BMC: %w", err)
+			return nil, err
 		}
 		d, ok := bmc.(sol.Diagnoser)
 		var checks []sol.Check

@@ -328,17 +328,30 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	return res, nil
 }
 
+// resolve finds the BMC of req's node, at req's epoch if the resolver
+// can (so that a session of an ended tenancy is refused: EpochResolver).
+func (r *Runner) resolve(ctx context.Context, req Request) (BMC, error) {
+	var (
+		bmc BMC
+		err error
+	)
+	if at, ok := r.bmcs.(EpochResolver); ok && req.Epoch > 0 {
+		bmc, err = at.ResolveAt(ctx, req.Node, req.Epoch)
+	} else {
+		bmc, err = r.bmcs.Resolve(ctx, req.Node)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find BMC: %w", err)
+	}
+	return bmc, nil
+}
+
 // call resolves the BMC of req's node (at req's epoch, if the resolver
 // can) and runs op on it, each step bounded by the timeout and by ctx.
 func (r *Runner) call(ctx context.Context, req Request, op powerOp) (string, error) {
-	bmc, err := bounded(ctx, r.cfg.Timeout, func(ctx context.Context) (BMC, error) {
-		if at, ok := r.bmcs.(EpochResolver); ok && req.Epoch > 0 {
-			return at.ResolveAt(ctx, req.Node, req.Epoch)
-		}
-		return r.bmcs.Resolve(ctx, req.Node)
-	})
+	bmc, err := bounded(ctx, r.cfg.Timeout, func(ctx context.Context) (BMC, error) { return r.resolve(ctx, req) })
 	if err != nil {
-		return "", fmt.Errorf("find BMC: %w", err)
+		return "", err
 	}
 	return bounded(ctx, r.cfg.Timeout, func(ctx context.Context) (string, error) {
 		return op.run(ctx, bmc)

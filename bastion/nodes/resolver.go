@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
@@ -17,6 +18,9 @@ import (
 type Store interface {
 	Node(ctx context.Context, label string) (db.Node, error)
 }
+
+// whyChanged is what a session of an ended tenancy is told (ResolveAt).
+const whyChanged = "access changed"
 
 // MaxKept bounds the nodes whose info a Resolver keeps (ResolveAt).
 const MaxKept = 4096
@@ -62,7 +66,11 @@ func (r *Resolver) Resolve(ctx context.Context, label string) (sol.BMC, error) {
 // ResolveAt returns the BMC of label for a session admitted at access
 // epoch epoch: from the info kept for that epoch if there is one, else
 // read from the database now (and kept if no newer info is). epoch 0:
-// always read.
+// always read. If the node read is at another epoch, the session is from
+// a tenancy that has ended (every change of a node moves its epoch, and
+// cuts the sessions from before it once applied here): it fails with a
+// *sessions.RevokedError, so that a session not cut yet never reaches a
+// new registration's BMC, nor acts for a tenancy not its own.
 func (r *Resolver) ResolveAt(ctx context.Context, label string, epoch int64) (sol.BMC, error) {
 	info, ok := r.keptAt(label, epoch)
 	if !ok {
@@ -74,6 +82,9 @@ func (r *Resolver) ResolveAt(ctx context.Context, label string, epoch int64) (so
 			return nil, err
 		}
 		r.keep(label, n.Epoch, info)
+		if epoch > 0 && n.Epoch != epoch {
+			return nil, fmt.Errorf("resolve %s: %w", label, &sessions.RevokedError{Node: label, Why: whyChanged})
+		}
 	}
 	bmc, err := r.table.New(label, info, r.log.WithField("node", label))
 	if err != nil {

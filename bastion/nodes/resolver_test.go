@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
@@ -32,38 +33,49 @@ func (f *fakeNodes) Node(_ context.Context, label string) (db.Node, error) {
 	return n, nil
 }
 
-// TestResolverAt: a session's epoch is served from the info read at that
-// epoch without reading the database again; another epoch, no epoch, and
-// a node whose change the Revoker applied (Forget) are read anew, and the
-// newer info is what is kept.
-func TestResolverAt(t *testing.T) {
+// urlNodes is a table of one node type, "own", whose drivers record in
+// built the URL each was built with, and a database of no node yet.
+func urlNodes(t *testing.T) (*Table, *fakeNodes, *[]string) {
+	t.Helper()
 	sealer, _ := keys.NewSealer(make([]byte, 32))
-	var built []string // the URL each driver was built with
+	built := new([]string)
 	table, err := NewTable(sealer, Define("own", Kind[testInfo]{
 		Check: func(testInfo) error { return nil },
 		View:  func(i testInfo) any { return i.URL },
 		New: func(_ string, i testInfo, _ logrus.FieldLogger) (sol.BMC, error) {
-			built = append(built, i.URL)
+			*built = append(*built, i.URL)
 			return nil, nil
 		},
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &fakeNodes{nodes: map[string]db.Node{}}
-	put := func(epoch int64, url string) {
-		info, err := parse(table, "own", `{"url":"`+url+`"}`, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sealed, err := table.Seal("n1", info)
-		if err != nil {
-			t.Fatal(err)
-		}
-		store.mu.Lock()
-		store.nodes["n1"] = db.Node{Label: "n1", Type: "own", InfoSealed: sealed, Epoch: epoch}
-		store.mu.Unlock()
+	return table, &fakeNodes{nodes: map[string]db.Node{}}, built
+}
+
+// put registers node n1 of type own at epoch, its BMC at url.
+func (f *fakeNodes) put(t *testing.T, table *Table, epoch int64, url string) {
+	t.Helper()
+	info, err := parse(table, "own", `{"url":"`+url+`"}`, true)
+	if err != nil {
+		t.Fatal(err)
 	}
+	sealed, err := table.Seal("n1", info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.nodes["n1"] = db.Node{Label: "n1", Type: "own", InfoSealed: sealed, Epoch: epoch}
+	f.mu.Unlock()
+}
+
+// TestResolverAt: a session's epoch is served from the info read at that
+// epoch without reading the database again; another epoch, no epoch, and
+// a node whose change the Revoker applied (Forget) are read anew, and the
+// newer info is what is kept.
+func TestResolverAt(t *testing.T) {
+	table, store, built := urlNodes(t)
+	put := func(epoch int64, url string) { store.put(t, table, epoch, url) }
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	r, err := NewResolver(table, store, log)
@@ -89,10 +101,9 @@ func TestResolverAt(t *testing.T) {
 	}
 	put(6, "https://b") // a change of the info moves the epoch
 	resolve(6)
-	resolve(5) // a session of the old epoch not cut yet: read, and the newer info stays kept
 	resolve(6)
-	if store.reads != 4 {
-		t.Errorf("after the change: %d reads, want 4", store.reads)
+	if store.reads != 3 {
+		t.Errorf("after the change: %d reads, want 3", store.reads)
 	}
 	r.Forget("n1", 7)
 	store.mu.Lock()
@@ -101,15 +112,45 @@ func TestResolverAt(t *testing.T) {
 	if _, err := r.ResolveAt(ctx, "n1", 6); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("resolve at 6 after the node was deleted and forgotten: got %v, want db.ErrNotFound", err)
 	}
-	want := []string{"https://a", "https://a", "https://a", "https://a", "https://b", "https://b", "https://b"}
-	if len(built) != len(want) {
-		t.Fatalf("drivers built with %q, want %q", built, want)
+	want := []string{"https://a", "https://a", "https://a", "https://a", "https://b", "https://b"}
+	if len(*built) != len(want) {
+		t.Fatalf("drivers built with %q, want %q", *built, want)
 	}
 	for i := range want {
-		if built[i] != want[i] {
-			t.Errorf("drivers built with %q, want %q", built, want)
+		if (*built)[i] != want[i] {
+			t.Errorf("drivers built with %q, want %q", *built, want)
 			break
 		}
+	}
+}
+
+// TestResolverStaleSession: a session of a node's old epoch that is not
+// cut yet (the change committed, not applied here) never gets a driver
+// built from the node's new registration (another BMC address and
+// password), whether the old info is kept or not: it is told its access
+// changed, and the new info is still kept for the new epoch's sessions.
+func TestResolverStaleSession(t *testing.T) {
+	table, store, built := urlNodes(t)
+	put := func(epoch int64, url string) { store.put(t, table, epoch, url) }
+	r, err := NewResolver(table, store, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	put(5, "https://old-bmc")
+	put(6, "https://new-bmc") // re-registered before the old session resolved anything
+	var revoked *sessions.RevokedError
+	if _, err := r.ResolveAt(ctx, "n1", 5); !errors.As(err, &revoked) {
+		t.Errorf("resolve at 5 with the node at 6: got %v, want a *sessions.RevokedError", err)
+	}
+	if len(*built) != 0 {
+		t.Errorf("a session of epoch 5 got drivers built with %q, want none", *built)
+	}
+	if _, err := r.ResolveAt(ctx, "n1", 6); err != nil || store.reads != 1 {
+		t.Errorf("resolve at 6: %v after %d reads, want the info kept by the refused read (1)", err, store.reads)
+	}
+	if len(*built) != 1 || (*built)[0] != "https://new-bmc" {
+		t.Errorf("drivers built with %q, want [https://new-bmc]", *built)
 	}
 }
 
