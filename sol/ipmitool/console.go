@@ -67,9 +67,10 @@ type Console struct {
 	// wsem serialises the input side (Write, Break, Close's terminate
 	// escape) and guards enc and broken. A channel so that Break can give
 	// up on ctx.
-	wsem   chan struct{}
-	enc    encoder
-	broken bool // a write failed: ipmitool's escape state is unknown
+	wsem      chan struct{}
+	enc       encoder
+	broken    bool      // a write failed: ipmitool's escape state is unknown
+	lastInput time.Time // when the last Write reached the pty
 
 	rmu     sync.Mutex // serialises Read; guards the fields below
 	rbuf    []byte
@@ -430,6 +431,23 @@ func (c *Console) acquire(ctx context.Context) error {
 
 func (c *Console) release() { <-c.wsem }
 
+// drainInput waits until inputDrain after the last input (bounded by
+// CloseTimeout), so that ipmitool sends what it was given before it is told
+// to leave or is killed. The caller (terminate) holds the input side.
+func (c *Console) drainInput() {
+	if c.lastInput.IsZero() {
+		return
+	}
+	wait := min(inputDrain-time.Since(c.lastInput), c.b.cfg.CloseTimeout)
+	if wait <= 0 {
+		return
+	}
+	select {
+	case <-time.After(wait):
+	case <-c.exited:
+	}
+}
+
 // Write sends p to the node's serial port, with ipmitool's escape
 // character doubled where ipmitool would take it as a command. It blocks
 // while ipmitool is not reading (flow control from the BMC). A failed write
@@ -450,8 +468,16 @@ func (c *Console) Write(p []byte) (int, error) {
 		c.kill("console input failed")
 		return before.consumed(p, n), fmt.Errorf("%w: write: %v", ErrLinkLost, err)
 	}
+	c.lastInput = time.Now()
 	return len(p), nil
 }
+
+// inputDrain is how long after the last input Close lets ipmitool run
+// before it ends it: ipmitool has taken the bytes from the pty but may not
+// have sent them to the BMC yet (it sends them as SOL packets and waits for
+// each one's acknowledgement), and neither its terminate escape nor a kill
+// waits for that. A few SOL round trips.
+const inputDrain = 500 * time.Millisecond
 
 // Break sends a serial break: ipmitool's "esc B" command, possible only
 // right after CR or LF (else ErrBreakMidLine, and nothing is sent).
@@ -554,6 +580,7 @@ func (c *Console) terminate() bool {
 		return false
 	}
 	// The input side stays held: nothing may be written after this.
+	c.drainInput()
 	select {
 	case <-c.exited:
 		return false

@@ -470,3 +470,23 @@ func TestConsoleOtherEscape(t *testing.T) {
 		t.Errorf("serial side: got %q, want %q", got, in)
 	}
 }
+
+// TestConsoleCloseRightAfterInput: Close right after a Write that ends
+// mid-line (a `send` just before the link's linger ran out) does not lose
+// it: ipmitool is killed only once it has had time to send what it took
+// from the pty. (One console per ipmi_sim: the harness's serial pty pair
+// does not outlive ipmi_sim closing its end.)
+func TestConsoleCloseRightAfterInput(t *testing.T) {
+	for round := range 3 {
+		s, b := startSim(t)
+		c := openConsole(t, b)
+		want := fmt.Sprintf("sent just before close %d", round)
+		if _, err := c.Write([]byte(want)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		s.WaitSerial(t, []byte(want), 5*time.Second)
+	}
+}
