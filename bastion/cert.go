@@ -83,7 +83,7 @@ func (s *Server) certOffer(ctx ssh.Context, cert *gossh.Certificate) bool {
 	st.exists = exists // for connEnded, as publicKey does
 	st.mu.Unlock()
 	if ok, first := s.lim.Judge(st.src, label, exists); !ok {
-		s.lim.End(st.src, label, exists, false)
+		s.lim.End(st.src, label, exists, true) // a failure of the source, as checkToken counts it
 		return refuse(func() { s.limited(ctx, methodCert, "node", first) })
 	}
 	cl := &certLogin{cert: cert, client: clientAddr(st.remote), epoch: acc.Epoch, seen: acc.Seen}
