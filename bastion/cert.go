@@ -41,8 +41,9 @@ type certLogin struct {
 	cert   *gossh.Certificate
 	client netip.Addr // the client's address (PROXY-resolved), for source-address
 	grant  sshcert.Grant
-	epoch  int64 // the node's access epoch, as read
-	seen   int64 // the latest epoch, as read (db.CertAccess.Seen)
+	epoch  int64  // the node's access epoch, as read
+	seen   int64  // the latest epoch, as read (db.CertAccess.Seen)
+	mark   uint64 // Sessions.Mark, taken before that read
 }
 
 // console reports whether the certificate lets the session have a console
@@ -72,6 +73,7 @@ func (s *Server) certOffer(ctx ssh.Context, cert *gossh.Certificate) bool {
 	if ok, first := s.lim.Begin(ctx, st.src); !ok {
 		return refuse(func() { s.limited(ctx, methodCert, "source", first) })
 	}
+	mark := s.sessions.Mark()
 	acc, err := s.readCert(ctx, label, cert)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
 		s.lim.End(st.src, label, false, false) // not the client's failure
@@ -86,7 +88,7 @@ func (s *Server) certOffer(ctx ssh.Context, cert *gossh.Certificate) bool {
 		s.lim.End(st.src, label, exists, true) // a failure of the source, as checkToken counts it
 		return refuse(func() { s.limited(ctx, methodCert, "node", first) })
 	}
-	cl := &certLogin{cert: cert, client: clientAddr(st.remote), epoch: acc.Epoch, seen: acc.Seen}
+	cl := &certLogin{cert: cert, client: clientAddr(st.remote), epoch: acc.Epoch, seen: acc.Seen, mark: mark}
 	if exists {
 		cl.grant, err = s.certs.Check(cert, s.login(label, cl.client, acc))
 	} else {
@@ -140,7 +142,7 @@ func (s *Server) certVerified(ctx ssh.Context, cl *certLogin) error {
 		detail += ", until " + g.Expires.UTC().Format("2006-01-02T15:04:05Z")
 	}
 	s.accepted(ctx, &authInfo{Method: methodCert, Actor: g.Identity(), User: methodCert + " " + g.Who(),
-		Detail: detail, Epoch: cl.epoch, Cert: cl})
+		Detail: detail, Epoch: cl.epoch, Mark: cl.mark, Cert: cl})
 	return nil
 }
 
@@ -165,7 +167,9 @@ func (cl *certLogin) certInfo() *sessions.Cert {
 // its login's read is made again and the certificate checked again, so a
 // credential change (a CA removed, a serial revoked) committed between the
 // login and the registration, which the registry did not see, refuses it;
-// one committed after finds it registered. It returns -1, or the exit code
+// one committed after finds it registered. That read has the node's epoch
+// too, so Open needs no read of its own (the login's Mark lets it skip
+// one). It returns -1, or the exit code
 // of a refused session (told on stderr why).
 func (c *channel) recheckCert(stderr io.Writer) int {
 	cl := c.a.Cert
@@ -181,8 +185,10 @@ func (c *channel) recheckCert(stderr io.Writer) int {
 	var revoked *sessions.RevokedError
 	switch {
 	case errors.As(err, &revoked):
-	case err == nil, errors.Is(err, db.ErrNotFound): // the node changed or went since the login
+	case err == nil: // the node changed since the login
 		err = &sessions.RevokedError{Node: c.label, Why: "access changed"}
+	case errors.Is(err, db.ErrNotFound):
+		err = &sessions.RevokedError{Node: c.label, Why: "node deleted"}
 	default:
 		c.log.WithError(err).Error("certificate_check_failed")
 		fmt.Fprintln(stderr, "obmd: cannot verify access right now; try again")
