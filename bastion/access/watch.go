@@ -149,8 +149,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 			continue
 		}
 		for _, c := range changes {
-			if c.Node == "" { // a credential change: no node's
-				w.rev.RevokeCred(c.Epoch, c.Cred, credWhy(c))
+			if c.Node == "" { // a credential change: no node's; older rows have no reason
+				w.rev.RevokeCred(c.Epoch, c.Cred, cmp.Or(c.Reason, db.ReasonCertRevoked))
 			} else {
 				// The change's own reason ("token rotated"), recorded by
 				// the replica that made it; older rows have none.
@@ -165,15 +165,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.WithError(err).Warn("replica_announce_failed")
 		}
 	}
-}
-
-// credWhy is what the users a credential change ends are told: its
-// recorded reason ("certificate revoked").
-func credWhy(c db.Change) string {
-	if c.Reason == "" {
-		return db.ReasonCertRevoked
-	}
-	return c.Reason
 }
 
 // polled acts on the outcome of a look at the database: once it has failed
