@@ -100,23 +100,8 @@ func TestAttackEnumerateNodesThroughLimiter(t *testing.T) {
 		c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
 	})
 	o.addSimNode("real1")
-	base := "http://" + o.AdminAddr()
-	probe := func(src, label string) int {
-		status, _ := requestFrom(t, base, src, "GET", "/node/"+label+"/power_status?token=wrong", "", "", nil)
-		return status
-	}
-	// Two probing addresses fail once on a name that is no node, then four
-	// helpers put the shared entry of such names under attack.
 	const onReal, onGhost = "127.0.0.20", "127.0.0.21"
-	probe(onReal, "nothing-0")
-	probe(onGhost, "nothing-1")
-	for h := range 4 {
-		for k := range 5 {
-			if h*5+k < 18 {
-				probe(fmt.Sprintf("127.0.0.%d", 30+h), fmt.Sprintf("nothing-%d-%d", h, k))
-			}
-		}
-	}
+	probe := o.ghostsUnderAttack(onReal, onGhost, 30)
 	var real, ghost []int
 	for range 6 {
 		real = append(real, probe(onReal, "real1"))
@@ -126,6 +111,29 @@ func TestAttackEnumerateNodesThroughLimiter(t *testing.T) {
 	if fmt.Sprint(real) != fmt.Sprint(ghost) {
 		t.Errorf("the answers tell an existing node from an unknown one: real1 %v, ghost1 %v", real, ghost)
 	}
+}
+
+// ghostsUnderAttack returns a probe of o's ?token= route with a wrong
+// token from an address, once onReal and onGhost have failed once each on
+// a name that is no node and four helpers (127.0.0.helpers and the next
+// three) have put the shared limiter entry of such names under attack (20
+// failures; AuthLimits PerSource 5, PerNode 20).
+func (o *obmd) ghostsUnderAttack(onReal, onGhost string, helpers int) (probe func(src, label string) int) {
+	base := "http://" + o.AdminAddr()
+	probe = func(src, label string) int {
+		status, _ := requestFrom(o.t, base, src, "GET", "/node/"+label+"/power_status?token=wrong", "", "", nil)
+		return status
+	}
+	probe(onReal, "nothing-0")
+	probe(onGhost, "nothing-1")
+	for h := range 4 {
+		for k := range 5 {
+			if h*5+k < 18 {
+				probe(fmt.Sprintf("127.0.0.%d", helpers+h), fmt.Sprintf("nothing-%d-%d", h, k))
+			}
+		}
+	}
+	return probe
 }
 
 // TestAttackPreauthChurnEvictsHuman: "authenticated users keep getting in

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -25,21 +24,8 @@ func TestAttackEnumerateNodesThroughCertLimiter(t *testing.T) {
 			c.FailDelay = ckFailDelay
 		})
 		o.addSimNode("real1")
-		base := "http://" + o.AdminAddr()
-		probe := func(src, label string) int {
-			status, _ := requestFrom(t, base, src, "GET", "/node/"+label+"/power_status?token=wrong", "", "", nil)
-			return status
-		}
 		const onReal, onGhost = "127.0.0.22", "127.0.0.23"
-		probe(onReal, "nothing-0")
-		probe(onGhost, "nothing-1")
-		for h := range 4 {
-			for k := range 5 {
-				if h*5+k < 18 {
-					probe(fmt.Sprintf("127.0.0.%d", 40+h), fmt.Sprintf("nothing-%d-%d", h, k))
-				}
-			}
-		}
+		probe := o.ghostsUnderAttack(onReal, onGhost, 40)
 		// A certificate for no principal of either name: refused on real1
 		// by the policy, on ghost1 by the limiter.
 		cert := k.signer(k.sign("-I", "mallory", "-n", "nobody", "-V", "-5m:+1h"))
