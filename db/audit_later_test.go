@@ -47,6 +47,18 @@ func auditOK(t *testing.T, s *Store, action string) {
 	}
 }
 
+// queueStatus puts n power.status events straight into s's deferred
+// queue (without signalling its goroutine) and returns the event.
+func queueStatus(s *Store, n int) AuditEvent {
+	ev := AuditEvent{Node: "n1", Actor: "test", Action: "power.status", Result: "ok", At: time.Now()}
+	s.audit.mu.Lock()
+	for range n {
+		s.audit.later.events = append(s.audit.later.events, ev)
+	}
+	s.audit.mu.Unlock()
+	return ev
+}
+
 // TestAuditDeferredCommit: what Audit promises about deferred events. With
 // a window far longer than the test, a read's row is not committed when
 // Audit returns; a power action's is, and carries the reads queued before
@@ -114,12 +126,7 @@ func TestAuditDeferredWindow(t *testing.T) {
 func TestAuditDeferredBounded(t *testing.T) {
 	s := openWindowStore(t, dbtest.SQLiteDSN(t), time.Hour)
 	defer s.Close()
-	ev := AuditEvent{Node: "n1", Actor: "test", Action: "power.status", Result: "ok", At: time.Now()}
-	s.audit.mu.Lock()
-	for range auditLaterMax {
-		s.audit.later.events = append(s.audit.later.events, ev)
-	}
-	s.audit.mu.Unlock()
+	ev := queueStatus(s, auditLaterMax)
 	if s.deferAudit(ev) {
 		t.Fatal("a full queue took one more event")
 	}
@@ -179,12 +186,7 @@ func TestAuditDeferredQueueBounded(t *testing.T) {
 func TestAuditDeferredFullAtOnce(t *testing.T) {
 	s := openWindowStore(t, dbtest.SQLiteDSN(t), time.Hour)
 	defer s.Close()
-	ev := AuditEvent{Node: "n1", Actor: "test", Action: "power.status", Result: "ok", At: time.Now()}
-	s.audit.mu.Lock()
-	for range auditBatchMax {
-		s.audit.later.events = append(s.audit.later.events, ev)
-	}
-	s.audit.mu.Unlock()
+	queueStatus(s, auditBatchMax)
 	signal(s.audit.later.full)
 	deadline := time.Now().Add(10 * time.Second) // generous: a shared machine; the window is an hour
 	for storedAudit(t, s, "power.status") != auditBatchMax {

@@ -50,19 +50,20 @@ func suspectOf(opts string) (time.Duration, error) {
 // isoDuration parses the time part of an ISO 8601 duration as Galera
 // writes it: PT, then numbers (a fraction allowed) with H, M or S.
 func isoDuration(v string) (time.Duration, error) {
+	bad := fmt.Errorf("%q is no ISO 8601 duration (PT...)", v)
 	rest, ok := strings.CutPrefix(strings.ToUpper(v), "PT")
 	if !ok || rest == "" {
-		return 0, fmt.Errorf("%q is no ISO 8601 duration (PT...)", v)
+		return 0, bad
 	}
 	var d time.Duration
 	for rest != "" {
 		i := strings.IndexAny(rest, "HMS")
 		if i <= 0 {
-			return 0, fmt.Errorf("%q is no ISO 8601 duration (PT...)", v)
+			return 0, bad
 		}
 		n, err := strconv.ParseFloat(rest[:i], 64)
 		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%q is no ISO 8601 duration (PT...)", v)
+			return 0, bad
 		}
 		unit := time.Second
 		switch rest[i] {

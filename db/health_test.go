@@ -163,6 +163,15 @@ func testReplicas(t *testing.T, s *Store, _ testEnv) {
 	if reps, err := s.Replicas(ctx); err != nil || len(reps) != 0 {
 		t.Errorf("replicas after withdrawal and expiry: got %+v, %v, want none", reps, err)
 	}
+	// A replica another still counts as running with a margin: expired a
+	// minute ago, it is within a two-minute grace and not a half-minute one.
+	age(t, s, "replicas", time.Minute)
+	if reps, err := s.ReplicasWithin(ctx, 2*time.Minute); err != nil || len(reps) != 1 || reps[0].ID != "rep-a" {
+		t.Errorf("replicas within 2m of expiry: got %+v, %v, want rep-a", reps, err)
+	}
+	if reps, err := s.ReplicasWithin(ctx, 30*time.Second); err != nil || len(reps) != 0 {
+		t.Errorf("replicas within 30s of expiry: got %+v, %v, want none", reps, err)
+	}
 	if err := s.Announce(ctx, "", "x", 1, time.Minute); err == nil {
 		t.Error("announce without an ID: got nil, want an error")
 	}

@@ -49,3 +49,17 @@ func TestRetryConflictsUntilDeadline(t *testing.T) {
 		t.Errorf("another error: got %v after %d tries, want it at once", err, tries)
 	}
 }
+
+// TestConflictBoundPositive: the wait's bound stays within
+// (0, conflictBackoffMax] however many attempts a deadline allows (a bound
+// of 0 or below would make rand.N panic in retryConflicts).
+func TestConflictBoundPositive(t *testing.T) {
+	for attempt := 1; attempt <= 1000; attempt++ {
+		if b := conflictBound(attempt); b <= 0 || b > conflictBackoffMax {
+			t.Fatalf("attempt %d: bound %v, want within (0, %v]", attempt, b, conflictBackoffMax)
+		}
+	}
+	if b := conflictBound(1); b != conflictBackoff {
+		t.Errorf("attempt 1: bound %v, want %v", b, conflictBackoff)
+	}
+}

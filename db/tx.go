@@ -58,7 +58,7 @@ func (s *Store) retryConflicts(ctx context.Context, op func() error) error {
 		}
 		s.conflicts.Add(1)
 		s.log.WithError(err).WithField("attempt", attempt).Debug("db_conflict_retry")
-		wait := time.NewTimer(rand.N(min(conflictBackoff<<(attempt-1), conflictBackoffMax)))
+		wait := time.NewTimer(rand.N(conflictBound(attempt)))
 		select {
 		case <-wait.C:
 		case <-ctx.Done():
@@ -66,6 +66,15 @@ func (s *Store) retryConflicts(ctx context.Context, op func() error) error {
 			return err
 		}
 	}
+}
+
+// conflictBound is the bound of the jittered wait after attempt lost a
+// conflict: conflictBackoff doubled per attempt, at most
+// conflictBackoffMax. The shift is capped: a caller's deadline allows
+// attempts without number, and past about 43 doublings a Duration wraps to
+// a bound of 0 or below, on which rand.N panics.
+func conflictBound(attempt int) time.Duration {
+	return min(conflictBackoff<<min(attempt-1, 16), conflictBackoffMax)
 }
 
 // ConflictRetries is how many times a write has been run again because it
