@@ -37,9 +37,12 @@ const (
 //     power.status): Audit queues it and returns at once. The store's audit
 //     goroutine commits the queue within AuditWindow of its first event (or
 //     as soon as it holds auditBatchMax events), Close commits what is left,
-//     and AuditEvents commits it before reading. A crash or power loss can
-//     lose such events queued in the last AuditWindow (plus the commit in
-//     progress), never an acknowledged change or action. When auditLaterMax
+//     and AuditEvents commits it before reading. A commit that fails puts
+//     them back at the head of the queue, to be tried again (see
+//     requeueLater). A crash or power loss can lose such events queued in
+//     the last AuditWindow (plus the commit in progress, or those still
+//     queued while the database was failing), never an acknowledged change
+//     or action. When auditLaterMax
 //     events are queued, a deferred event is committed like a change (the
 //     queue is bounded; its caller waits).
 //
@@ -140,7 +143,7 @@ func (s *Store) flushAudit(ctx context.Context) {
 	if err != nil {
 		err = fmt.Errorf("append %d audit event(s): %w", len(events), err)
 		if deferred > 0 {
-			s.log.WithError(err).WithField("deferred", deferred).Error("audit_lost")
+			s.requeueLater(events[:deferred], err)
 		}
 	}
 	for _, r := range batch {

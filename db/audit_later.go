@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -92,35 +93,69 @@ func (s *Store) runAuditLater() {
 	defer close(l.done)
 	timer := time.NewTimer(l.window)
 	timer.Stop()
+	wait := false // the last commit failed
 	for {
 		select {
 		case <-l.kick:
 		case <-l.full: // a full queue is committed at once, not a window on
-			s.flushLater()
+			wait = s.flushLater() != nil
 			continue
 		case <-l.stop:
 			s.flushLater()
 			return
 		}
-		timer.Reset(l.window)
+		after, full := l.window, l.full
+		if wait { // the last commit failed: not again at once, even when full
+			after, full = auditRetry, nil
+		}
+		timer.Reset(after)
 		select {
 		case <-timer.C:
-		case <-l.full:
+		case <-full:
 			timer.Stop()
 		case <-l.stop:
 			timer.Stop()
 			s.flushLater()
 			return
 		}
-		s.flushLater()
+		wait = s.flushLater() != nil
 	}
 }
 
-// flushLater commits the deferred events queued so far, if any. A failure
-// is logged by flushAudit (audit_lost): no caller waits for these events.
-func (s *Store) flushLater() {
+// flushLater commits the deferred events queued so far, if any, and
+// returns the commit's error (flushAudit put the events back).
+func (s *Store) flushLater() error {
 	if s.laterQueued() {
-		_ = s.commitAudit(context.Background(), nil)
+		return s.commitAudit(context.Background(), nil)
+	}
+	return nil
+}
+
+// auditRetry is how long the audit goroutine waits before it tries again
+// a commit of deferred events that failed (the database is down, or the
+// disk full): not every window, which would flood the log.
+const auditRetry = time.Second
+
+// requeueLater puts deferred events whose commit failed (err) back at the
+// head of the queue, in order, so that a database that fails for a while
+// loses none of them; what the bound (auditLaterMax) leaves no room for,
+// and everything once Close has begun, is lost and logged (audit_lost).
+func (s *Store) requeueLater(events []AuditEvent, err error) {
+	q := &s.audit
+	q.mu.Lock()
+	l := &q.later
+	keep := 0
+	if !l.closed {
+		keep = min(len(events), max(auditLaterMax-len(l.events), 0))
+		l.events = append(slices.Clone(events[:keep]), l.events...)
+	}
+	q.mu.Unlock()
+	if lost := len(events) - keep; lost > 0 {
+		s.log.WithError(err).WithField("deferred", lost).Error("audit_lost")
+	}
+	if keep > 0 {
+		s.log.WithError(err).WithField("deferred", keep).Warn("audit_retry")
+		signal(l.kick)
 	}
 }
 

@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -194,5 +195,51 @@ func TestAuditDeferredFullAtOnce(t *testing.T) {
 			t.Fatal("a full deferred batch waited for the window")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAuditDeferredSurvivesFailedCommit: deferred events whose commit
+// fails (here the audit table is renamed away for a while, as a database
+// refusing writes would) go back to the queue and are committed once the
+// database takes writes again, in order, none lost and none twice.
+func TestAuditDeferredSurvivesFailedCommit(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			s := openWindowStore(t, e.DSN(t), 20*time.Millisecond)
+			defer s.Close()
+			ctx := context.Background()
+			rename := func(from, to string) {
+				t.Helper()
+				q := `ALTER TABLE ` + from + ` RENAME TO ` + to
+				if s.Dialect() == DialectMySQL {
+					q = `RENAME TABLE ` + from + ` TO ` + to
+				}
+				if _, err := s.w.ExecContext(ctx, q); err != nil {
+					t.Fatalf("rename %s: %v", from, err)
+				}
+			}
+			rename("audit_events", "audit_events_away")
+			for i := range 3 {
+				if err := s.Audit(ctx, AuditEvent{Node: "n1", Actor: "test", Action: "auth", Result: "ok", Detail: fmt.Sprint(i)}); err != nil {
+					t.Fatalf("audit: %v", err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // many windows: commits fail meanwhile
+			rename("audit_events_away", "audit_events")
+			deadline := time.Now().Add(10 * time.Second)
+			for storedAudit(t, s, "auth") < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("deferred events after a failed commit: %d of 3 stored", storedAudit(t, s, "auth"))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			got, err := s.AuditEvents(ctx, AuditQuery{Node: "n1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 3 || got[0].Detail != "0" || got[1].Detail != "1" || got[2].Detail != "2" {
+				t.Errorf("stored %+v, want the three events once, in order", got)
+			}
+		})
 	}
 }
