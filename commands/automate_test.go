@@ -379,3 +379,22 @@ func TestInlineScript(t *testing.T) {
 		t.Errorf("stdin script with \\;: got %+v, %v", steps, err)
 	}
 }
+
+// TestWaitForHostileLine: the matched line a tenant's console printed
+// reaches the caller's terminal with its control sequences (an OSC title,
+// a bell, a screen clear, a bidi override) escaped, in text as in --json.
+func TestWaitForHostileLine(t *testing.T) {
+	env := newEnv(t, Config{})
+	hostile := "\x1b]0;pwned\x07login: \x1b[2J\u202eevil\u009b\r\n"
+	for _, line := range []string{"wait-for login --timeout 1s", "wait-for login --timeout 1s --json"} {
+		con := &fakeConsole{out: make(chan []byte, 1)}
+		con.out <- []byte(hostile)
+		out, _, code := runOn(t, env, con, "", line)
+		if code != ExitOK || !strings.Contains(out, "login:") {
+			t.Fatalf("%s: got %d %q", line, code, out)
+		}
+		if strings.ContainsAny(out, "\x1b\x07\u202e\u009b") {
+			t.Errorf("%s: raw control characters reach the caller: %q", line, out)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
@@ -365,5 +366,37 @@ func TestClusterFirstViewerWrites(t *testing.T) {
 	waitFor(t, "nobody writing once the writer left", func() bool { return holder.Writer("n1") == "" })
 	if c1.Writer() {
 		t.Error("c1 became the writer when b1 left; want nobody")
+	}
+}
+
+// TestRelayMembersBounded: a relaying replica cannot make the holder keep
+// more than 1024 viewers on one relay (maxMembers) nor a name of more than
+// 64 bytes (maxNameLen, cut at a character); a member that leaves makes
+// room.
+func TestRelayMembersBounded(t *testing.T) {
+	lab := sim.NewLab()
+	lab.BMC("n1", sim.ModeNormal)
+	holder := newManager(t, sol.Config{}, lab)
+	v := attach(t, holder, "n1", "peer", sol.AttachOptions{Relay: true})
+	long := strings.Repeat("é", 100)
+	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1, Name: long, Want: true}); err != nil {
+		t.Fatalf("first join: %v", err)
+	}
+	if got := holder.Writer("n1"); len(got) > 64 || !utf8.ValidString(got) || !strings.HasPrefix(long, got) || got == "" {
+		t.Errorf("a %d-byte name kept as %d bytes %q, want at most 64, whole characters", len(long), len(got), got)
+	}
+	for id := uint64(2); id <= 1024; id++ {
+		if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: id, Name: "m"}); err != nil {
+			t.Fatalf("join %d: %v", id, err)
+		}
+	}
+	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1025, Name: "m"}); err == nil {
+		t.Fatal("join 1025: accepted, want refused (1024 viewers on the relay)")
+	}
+	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleLeave, Viewer: 7}); err != nil {
+		t.Fatalf("leave 7: %v", err)
+	}
+	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1025, Name: "m"}); err != nil {
+		t.Errorf("join 1025 after one left: %v", err)
 	}
 }

@@ -95,15 +95,9 @@ func fanOut(targets map[string]string, f func(id, addr string) error) []string {
 // addresses (those whose announcement has not expired FenceMargin ago),
 // and the holder of label's SOL lease (label "": none).
 func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]string, error) {
-	reps, err := c.store.ReplicasWithin(ctx, c.cfg.FenceMargin)
+	targets, err := c.otherReplicas(ctx, c.cfg.FenceMargin)
 	if err != nil {
 		return nil, err
-	}
-	targets := map[string]string{}
-	for _, r := range reps {
-		if r.ID != c.cfg.ReplicaID {
-			targets[r.ID] = r.Addr
-		}
 	}
 	if label == "" {
 		return targets, nil
@@ -117,6 +111,22 @@ func (c *Cluster) notifyTargets(ctx context.Context, label string) (map[string]s
 		targets[l.Owner] = l.Addr
 	}
 	return targets, nil
+}
+
+// otherReplicas returns the other replicas whose announcement has not
+// expired more than within ago, by ID, with their peer addresses.
+func (c *Cluster) otherReplicas(ctx context.Context, within time.Duration) (map[string]string, error) {
+	reps, err := c.store.ReplicasWithin(ctx, within)
+	if err != nil {
+		return nil, err
+	}
+	others := make(map[string]string, len(reps))
+	for _, r := range reps {
+		if r.ID != c.cfg.ReplicaID {
+			others[r.ID] = r.Addr
+		}
+	}
+	return others, nil
 }
 
 // notifyOne tells replica id at addr, or failing that waits for its

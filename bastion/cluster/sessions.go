@@ -87,15 +87,9 @@ func (c *Cluster) RemoteSessions(ctx context.Context, node string) ([]sessions.I
 // all have returned, those whose f failed ("ID (error)", sorted); err if
 // the replicas cannot be listed.
 func (c *Cluster) eachOther(ctx context.Context, f func(id, addr string) error) (failed []string, err error) {
-	reps, err := c.store.ReplicasWithin(ctx, 0)
+	others, err := c.otherReplicas(ctx, 0)
 	if err != nil {
 		return nil, err
-	}
-	others := make(map[string]string, len(reps))
-	for _, r := range reps {
-		if r.ID != c.cfg.ReplicaID {
-			others[r.ID] = r.Addr
-		}
 	}
 	return fanOut(others, f), nil
 }
