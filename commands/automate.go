@@ -83,6 +83,9 @@ type matcher struct {
 func (m *matcher) feed(p []byte, at time.Time) {
 	m.buf = append(m.buf, p...)
 	if over := len(m.buf) - window; over > 0 {
+		for i := 0; i < utf8.UTFMax-1 && over < len(m.buf) && !utf8.RuneStart(m.buf[over]); i++ {
+			over++ // forget a character whole: buf[0] then starts one
+		}
 		m.prev, m.hasPrev = m.buf[over-1], true
 		m.buf = append(m.buf[:0], m.buf[over:]...)
 		m.base += int64(over)
@@ -94,19 +97,20 @@ func (m *matcher) feed(p []byte, at time.Time) {
 // find looks for p in what was fed since the last match; a match
 // consumes the output up to its end.
 func (m *matcher) find(p *pattern) (Match, bool) {
+	n := m.complete()
 	from := 0
 	if m.scanned > maxSpan {
 		from = m.scanned - maxSpan
 		if nl := bytes.IndexByte(m.buf[from:m.scanned], '\n'); nl >= 0 {
 			from += nl + 1
 		}
-		for from < len(m.buf) && !utf8.RuneStart(m.buf[from]) {
+		for from < n && !utf8.RuneStart(m.buf[from]) {
 			from++ // the context byte before it then decodes alone
 		}
 	}
-	loc := m.search(p, from)
+	loc := m.search(p, m.buf[:n], from)
 	if loc == nil {
-		m.scanned = len(m.buf)
+		m.scanned = n
 		return Match{}, false
 	}
 	start, end := from+loc[0], from+loc[1]
@@ -132,17 +136,38 @@ func (m *matcher) find(p *pattern) (Match, bool) {
 	return mt, true
 }
 
-// search finds p in buf[from:]: with the byte before it as context when
-// that is no line start, so that `^` does not match there.
-func (m *matcher) search(p *pattern, from int) []int {
+// complete is how much of buf a search sees: all but a UTF-8 sequence at
+// its end that the next output may complete (a character split between
+// chunks, as SOL packets split them). Searched now, its bytes would each
+// be an invalid byte, U+FFFD to RE2: `.`, `\x{FFFD}` or `[^a]` would match
+// a piece of a character, where the same output in one chunk holds none,
+// and a match's offset and text would depend on how the output was cut.
+func (m *matcher) complete() int {
+	n := len(m.buf)
+	for i := n - 1; i >= max(n-utf8.UTFMax, 0); i-- {
+		if utf8.RuneStart(m.buf[i]) {
+			if !utf8.FullRune(m.buf[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return n
+}
+
+// search finds p in buf[from:] (buf is m.buf or a prefix): with the byte
+// before it as context when that is no line start, so that `^` does not
+// match there. buf[from] starts a character (or is an invalid byte), so
+// the context byte decodes alone.
+func (m *matcher) search(p *pattern, buf []byte, from int) []int {
 	switch {
-	case from > 0 && m.buf[from-1] != '\n':
-		return p.findAfter(m.buf[from-1:])
+	case from > 0 && buf[from-1] != '\n':
+		return p.findAfter(buf[from-1:])
 	case from == 0 && m.hasPrev && m.prev != '\n':
-		m.scratch = append(append(m.scratch[:0], m.prev), m.buf...)
+		m.scratch = append(append(m.scratch[:0], m.prev), buf...)
 		return p.findAfter(m.scratch)
 	}
-	return p.re.FindIndex(m.buf[from:])
+	return p.re.FindIndex(buf[from:])
 }
 
 // scan feeds p, arrived at at, and looks for re after every maxSpan bytes

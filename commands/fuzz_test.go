@@ -2,6 +2,7 @@ package commands
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode"
@@ -66,6 +67,41 @@ func FuzzScript(f *testing.F) {
 		checkFuzzErr(t, err)
 		if err == nil && (len(steps) == 0 || len(steps) > maxSteps) {
 			t.Fatalf("got %d steps", len(steps))
+		}
+	})
+}
+
+// FuzzMatcherChunks: whatever the console prints (any bytes) and however
+// it arrives cut, a wait finds the matches a search of the whole output
+// finds, at the same offsets, with the same text. The patterns match a
+// fixed number of characters and look at nothing after the match (a `$`
+// or `a+` may rightly match sooner in output that is still arriving).
+func FuzzMatcherChunks(f *testing.F) {
+	pats := []string{`.`, `x.`, `.x`, `^.`, `\x{FFFD}`, `[^a-z\n]`, `é`, `€.`, `\bx.`, `\B.`, `^\x{FFFD}|é`, `a.b`}
+	for _, seed := range []string{"xé x€ x😀\n", "\xff\xc3\xa9\xe2\x82x", "é€😀x€\n\xa9", "a\xc3b\n\xf0\x9f\x98"} {
+		for i := range pats {
+			f.Add([]byte(seed), uint8(i), uint64(0x5555555555555555))
+		}
+	}
+	compiled := make([]*pattern, len(pats))
+	for i, src := range pats {
+		compiled[i] = mustPattern(src)
+	}
+	f.Fuzz(func(t *testing.T, out []byte, which uint8, seed uint64) {
+		p := compiled[int(which)%len(pats)]
+		out = append(out[:min(len(out), 128)], '\n') // the output goes on: nothing is left incomplete
+		var want []found
+		for _, loc := range p.re.FindAllIndex(out, -1) {
+			want = append(want, found{int64(loc[0]), string(out[loc[0]:loc[1]])})
+		}
+		var cuts []int
+		for c := 1; c < len(out); c++ {
+			if seed>>(c%64)&1 == 1 {
+				cuts = append(cuts, c)
+			}
+		}
+		if got := scanCut(p, out, cuts); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("pattern %q, output %q cut at %v: got %v, want %v", p.src, out, cuts, got, want)
 		}
 	})
 }

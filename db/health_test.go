@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -199,9 +200,10 @@ func TestSQLiteNoSharedMemoryFile(t *testing.T) {
 	}
 }
 
-// TestWriteWaitNotInProgress: a write waiting for a connection is not a
-// write in progress (CheckWrites would call the database stuck while only
-// the pool was busy); it is one once it holds its connection. On MySQL,
+// TestWriteWaitNotInProgress: a write waiting for a connection, a
+// transaction or a single statement, is not a write in progress
+// (CheckWrites would call the database stuck while only the pool was
+// busy); it is one once it holds its connection (TestStuckStatementInProgress). On MySQL,
 // writes have a pool of their own, so a write is not held up while every
 // reader connection is taken (a burst of logins).
 func TestWriteWaitNotInProgress(t *testing.T) {
@@ -225,29 +227,86 @@ func TestWriteWaitNotInProgress(t *testing.T) {
 					}
 				}
 			}
-			release := hold(s.w)
-			wrote := make(chan error, 1)
-			go func() {
-				_, err := s.SetToken(ctx, "n1", keys.HashToken("waiting"))
-				wrote <- err
-			}()
-			time.Sleep(300 * time.Millisecond)
-			if age := s.OldestWrite(); age != 0 {
-				t.Errorf("a write waiting for a connection: in progress for %v, want not in progress", age)
+			// A transaction, and a single statement (exec: a lease) once
+			// its statement is prepared (a prepare is no write either).
+			if _, err := s.AcquireLease(ctx, lease("n1", LeaseSOL, "replica-a", 1), time.Minute); err != nil {
+				t.Fatal(err)
 			}
-			release()
-			if err := <-wrote; err != nil {
-				t.Fatalf("the write, once a connection was free: %v", err)
+			if _, err := s.RenewLease(ctx, "n1", LeaseSOL, token(1), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []struct {
+				what  string
+				write func() error
+			}{
+				{"a transaction", func() error { _, err := s.SetToken(ctx, "n1", keys.HashToken("waiting")); return err }},
+				{"a single statement", func() error { _, err := s.RenewLease(ctx, "n1", LeaseSOL, token(1), time.Minute); return err }},
+			} {
+				release := hold(s.w)
+				wrote := make(chan error, 1)
+				go func() { wrote <- w.write() }() // owned by the test: waited for below
+				time.Sleep(300 * time.Millisecond)
+				if age := s.OldestWrite(); age != 0 {
+					t.Errorf("%s waiting for a connection: in progress for %v, want not in progress", w.what, age)
+				}
+				release()
+				if err := <-wrote; err != nil {
+					t.Fatalf("%s, once a connection was free: %v", w.what, err)
+				}
 			}
 			if e.Name == "sqlite" {
 				return
 			}
-			release = hold(s.r)
+			release := hold(s.r)
 			defer release()
 			quick, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			if _, err := s.SetToken(quick, "n1", keys.HashToken("readers busy")); err != nil {
 				t.Errorf("a write while every reader connection is taken: %v", err)
+			}
+		})
+	}
+}
+
+// TestStuckStatementInProgress: a single-statement write (a lease renewal)
+// that holds its connection and does not complete is a write in progress,
+// and CheckWrites reports it: on SQLite stuck in the kernel on a frozen
+// filesystem, on MySQL behind a table lock. It completes once let go.
+func TestStuckStatementInProgress(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			var s *Store
+			var stick, release func()
+			if e.Name == "sqlite" {
+				fs := dbtest.MountLoopFS(t)
+				s = openTestStore(t, filepath.Join(fs.Dir, "obmd.db"))
+				t.Cleanup(fs.Thaw) // before the store's close
+				stick, release = fs.Freeze, fs.Thaw
+			} else {
+				s = openTestStore(t, e.DSN(t))
+				stick = func() { release = holdWriter(t, s, "node_leases") }
+			}
+			ctx := context.Background()
+			mustCreate(t, s, "n1")
+			if _, err := s.AcquireLease(ctx, lease("n1", LeaseSOL, "replica-a", 1), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			stick()
+			wrote := make(chan error, 1)
+			go func() { // owned by the test: waited for below
+				_, err := s.RenewLease(ctx, "n1", LeaseSOL, token(1), time.Minute)
+				wrote <- err
+			}()
+			const bound = 200 * time.Millisecond
+			time.Sleep(bound + 200*time.Millisecond)
+			done, cancel := context.WithCancel(ctx)
+			cancel() // no probe waited for: the stuck statement is the answer
+			if age, err := s.OldestWrite(), s.CheckWrites(done, bound); age < bound || !errors.Is(err, ErrWriteStuck) {
+				t.Errorf("a stuck renewal: oldest write %v, CheckWrites %v; want past %v, ErrWriteStuck", age, err, bound)
+			}
+			release()
+			if err := <-wrote; err != nil {
+				t.Fatalf("the renewal, let go: %v", err)
 			}
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/db/dbtest"
 )
 
 // TestLeases runs the lease cases on every engine (see TestStore), each
@@ -257,4 +259,26 @@ func testLeaseConcurrent(t *testing.T, s *Store, env testEnv) {
 		conflicts += st.ConflictRetries()
 	}
 	t.Logf("%d rounds of %d racers: %d lost conflicts retried", rounds, replicas*racers, conflicts)
+}
+
+// BenchmarkRenewLease is a single-statement write (exec), as each replica
+// runs one per console lease every few seconds, on each engine.
+func BenchmarkRenewLease(b *testing.B) {
+	for _, e := range dbtest.Engines() {
+		b.Run(e.Name, func(b *testing.B) {
+			s := openTestStore(b, e.DSN(b))
+			ctx := context.Background()
+			if _, err := s.CreateNode(ctx, Node{Label: "n1", Type: "mock", InfoSealed: []byte("x")}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.AcquireLease(ctx, lease("n1", LeaseSOL, "replica-a", 1), time.Minute); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, err := s.RenewLease(ctx, "n1", LeaseSOL, token(1), time.Minute); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -97,24 +97,26 @@ func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows
 	return st.QueryContext(ctx, args...)
 }
 
-// exec runs a write outside any transaction through a cached statement on
-// the writer pool, for the statements replicas run all the time (leases).
-// A statement that lost a conflict is run again (retryConflicts), so it
-// must be safe to repeat; each one is a transaction of its own.
+// exec runs a single-statement write on the writer pool, through a cached
+// statement, for the statements replicas run all the time (leases,
+// announcements). It runs in a transaction of its own (withTx): so it
+// counts as a write in progress (CheckWrites) only once it holds its
+// connection, as every transaction does, and database/sql runs the cached
+// statement on that connection (tx.StmtContext), prepared there once. A
+// statement that lost a conflict is run again, so it must be safe to repeat.
 // Never call it from inside withTx: on SQLite the writer pool's single
-// connection belongs to the transaction, so exec (preparing or executing)
+// connection belongs to the transaction, so exec (preparing or beginning)
 // would wait for it forever. In a transaction use tx.StmtContext on a
 // statement prepared beforehand, as flushAudit does.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	defer s.writing()()
 	st, err := s.prepared(ctx, s.w, query)
 	if err != nil {
 		return nil, err
 	}
 	var res sql.Result
-	err = s.retryConflicts(ctx, func() error {
+	err = s.withTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		res, err = st.ExecContext(ctx, args...)
+		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 		return err
 	})
 	return res, err

@@ -263,7 +263,7 @@ func (b *BMC) do(ctx context.Context, op string, use sessionUse, fn func(context
 		return err
 	}
 	if err = fn(ctx, s.c); err != nil {
-		s.close(ctx)
+		b.closeSession(s)
 		return b.bmcError(ctx, s.d, true, "IPMI request to", err)
 	}
 	b.keep(s)

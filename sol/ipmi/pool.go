@@ -194,12 +194,20 @@ func (b *BMC) poolKey() poolKey {
 // nothing is kept.
 func (b *BMC) keep(s *session) {
 	if b.cfg.Sessions == nil || b.cfg.SessionLinger < 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.AttemptTimeout)
-		defer cancel()
-		s.close(ctx)
+		b.closeSession(s)
 		return
 	}
 	b.cfg.Sessions.put(b.poolKey(), s, b.cfg.SessionLinger, b.cfg.AttemptTimeout)
+}
+
+// closeSession ends s with Close Session bounded by AttemptTimeout, not by
+// the call's context: a caller that gave up (its context expired or was
+// cancelled) must not leave the session holding one of the BMC's few
+// session slots until the BMC times it out.
+func (b *BMC) closeSession(s *session) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.AttemptTimeout)
+	defer cancel()
+	s.close(ctx)
 }
 
 // onKept runs fn on the node's kept session, if there is one (done false
@@ -227,7 +235,7 @@ func (b *BMC) onKept(ctx context.Context, fn func(context.Context, *client.Clien
 	}
 	if _, isCC := completionCode(err); isCC || ctx.Err() != nil {
 		b.cfg.Sessions.reused.Add(1)
-		s.close(ctx)
+		b.closeSession(s)
 		return true, b.bmcError(ctx, s.d, true, "IPMI request to", err)
 	}
 	s.d.close() // dead: no Close Session

@@ -228,3 +228,66 @@ func TestKeptSessionDroppedByBMC(t *testing.T) {
 		t.Fatalf("the BMC has %d active sessions, want 1 (the kept one)", si.CurrentActiveSessions)
 	}
 }
+
+// activeSessions asks ipmi_sim at info (not through a relay) how many
+// sessions it has open, counting the one that asks.
+func activeSessions(t *testing.T, info sol.Info) int {
+	t.Helper()
+	ctx := context.Background()
+	s, err := newBMC(t, info, fastConfig).dial(ctx)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer s.close(ctx)
+	si, err := s.c.GetCurrentSessionInfo(ctx)
+	if err != nil {
+		t.Fatalf("GetCurrentSessionInfo: %v", err)
+	}
+	return int(si.CurrentActiveSessions)
+}
+
+// TestSessionClosedWhenCallerGivesUp: the caller gives up (its context is
+// cancelled) while the BMC is slow to answer a call, on the kept session
+// or on a new one. The session is still closed at the BMC (Close Session
+// under its own bound), not left holding one of the BMC's few session slots
+// until the BMC times it out.
+func TestSessionClosedWhenCallerGivesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		linger time.Duration
+		skip   int64 // requests answered on time: the new session's setup
+	}{
+		{"kept session", 30 * time.Second, 0},
+		{"new session", -1, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			relay, info := simBehindRelay(t)
+			direct := info
+			direct.Port = relay.target.Port
+			cfg := keptConfig(t, tc.linger)
+			b := newBMC(t, info, cfg)
+			want := 1 // the session asking
+			if tc.linger > 0 {
+				wantStatus(t, b, sol.PowerOn)
+				want = 2 // and the kept one
+			}
+			if n := activeSessions(t, direct); n != want {
+				t.Fatalf("%d sessions open at the BMC before the call, want %d", n, want)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			relay.setLag(300*time.Millisecond, tc.skip, cancel) // less than AttemptTimeout
+			_, err := b.PowerStatus(ctx)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("PowerStatus given up on: %v, want context.Canceled", err)
+			}
+			if st := cfg.Sessions.Stats(); st.Idle != 0 || st.Reopened != 0 || st.Reused != int64(want-1) {
+				t.Fatalf("stats %+v, want none idle or reopened, %d reused", st, want-1)
+			}
+			relay.setLag(0, 0, nil)
+			if n := activeSessions(t, direct); n != 1 {
+				t.Fatalf("%d sessions open at the BMC after the call, want 1 (the one asking): the call's was not closed", n)
+			}
+		})
+	}
+}

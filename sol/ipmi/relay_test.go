@@ -8,20 +8,25 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // relay is a UDP forwarder between the driver and ipmi_sim that can drop
-// datagrams at random or go silent (a BMC that vanished without an ICMP
-// error), to exercise retransmission and link-loss detection.
+// datagrams at random, go silent (a BMC that vanished without an ICMP
+// error) or answer late (a slow BMC), to exercise retransmission,
+// link-loss detection and timeouts.
 type relay struct {
 	pc     net.PacketConn // the port the driver talks to
 	target *net.UDPAddr   // ipmi_sim
 
 	silent atomic.Bool
 	sent   atomic.Int64 // datagrams from the driver
+	// Replies are forwarded lag late once more than lagAfter datagrams
+	// came from the driver (sent), and onLag runs at the first: setLag.
+	lag, lagAfter atomic.Int64
 	// session is the BMC session ID the driver's last RMCP+ datagram in a
 	// session carried.
 	session atomic.Uint32
@@ -29,6 +34,7 @@ type relay struct {
 	mu    sync.Mutex
 	rng   *rand.Rand
 	loss  float64                 // probability of dropping each datagram
+	onLag func()                  // setLag's, called once
 	peers map[string]*net.UDPConn // driver address -> socket towards the sim
 	wg    sync.WaitGroup          // forwarding goroutines, waited by close
 }
@@ -68,6 +74,33 @@ func (r *relay) setLoss(p float64) {
 	r.mu.Lock()
 	r.loss = p
 	r.mu.Unlock()
+}
+
+// setLag delays every reply to the driver's requests after its next
+// skip ones by d (0: none), and calls onLag (if not nil) as the first
+// delay starts.
+func (r *relay) setLag(d time.Duration, skip int64, onLag func()) {
+	r.mu.Lock()
+	r.onLag = onLag
+	r.mu.Unlock()
+	r.lagAfter.Store(r.sent.Load() + skip)
+	r.lag.Store(int64(d))
+}
+
+// wait delays a reply as setLag asked.
+func (r *relay) wait() {
+	d := r.lag.Load()
+	if d <= 0 || r.sent.Load() <= r.lagAfter.Load() {
+		return
+	}
+	r.mu.Lock()
+	f := r.onLag
+	r.onLag = nil
+	r.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	time.Sleep(time.Duration(d))
 }
 
 func (r *relay) dropNow() bool {
@@ -132,6 +165,7 @@ func (r *relay) peer(from net.Addr) *net.UDPConn {
 			if r.dropNow() {
 				continue
 			}
+			r.wait()
 			r.pc.WriteTo(buf[:n], from)
 		}
 	}()
