@@ -118,14 +118,14 @@ func (b *BMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 	switch _, isCC := completionCode(err); {
 	case err != nil && !isCC: // no answer: give the payload back and fail
 		c.deactivate(ctx)
-		s.close(ctx)
+		b.closeSession(s)
 		return nil, fmt.Errorf("open console of %s: %w", b.label, b.bmcError(ctx, s.d, true, "get SOL payload owner from", err))
 	case err == nil && !b.noOwnerInfo:
 		c.ownerID = info.SessionID
 	}
 	if err := c.startSeqProbe(rtt); err != nil {
 		c.deactivate(ctx)
-		s.close(ctx)
+		b.closeSession(s)
 		return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 	}
 	log.WithFields(logrus.Fields{"chunk": c.chunk, "owner_id": c.ownerID}).Info("sol_activated")

@@ -42,7 +42,7 @@ func (b *BMC) Diagnose(ctx context.Context) []sol.Check {
 			if si, err := s.c.GetCurrentSessionInfo(ctx); err == nil && si.OperatingPrivilegeLevel != 0 {
 				info.Privilege = si.OperatingPrivilegeLevel.String()
 			}
-			return info, func() { s.close(ctx) }, nil
+			return info, func() { b.closeSession(s) }, nil
 		},
 		Power: func(ctx context.Context) sol.Check { return b.checkPower(ctx, s) },
 		SOL:   func(ctx context.Context) sol.Check { return b.checkSOL(ctx, s) },

@@ -33,7 +33,7 @@ func (b *BMC) activate(ctx context.Context, s *session) (*session, *transport.Ac
 			if b.opts.OnSOLEnable != nil {
 				b.opts.OnSOLEnable(ctx, sol.SOLEnabled{Node: b.label, Changes: changes})
 			}
-			s.close(ctx)
+			b.closeSession(s)
 			if s, err = b.dial(ctx); err != nil {
 				return nil, nil, err
 			}
@@ -45,7 +45,7 @@ func (b *BMC) activate(ctx context.Context, s *session) (*session, *transport.Ac
 		return s, res, nil
 	}
 	d := s.d
-	s.close(ctx)
+	b.closeSession(s)
 	switch cc {
 	case ccPayloadActive:
 		return nil, nil, sol.ErrPayloadActive
