@@ -165,7 +165,8 @@ func TestCertPrincipals(t *testing.T) {
 
 // TestCertAcrossReplicas: three replicas on one database see the same CAs
 // and revocations; a revocation and a CA removal made through one cut the
-// certificate sessions on the two others at once (their change watchers
+// certificate sessions on the two others at once, and close the idle
+// connections logged in with the certificate there (their change watchers
 // poll every 20 s: the peer notice does it), and the certificate is
 // refused there from then on.
 func TestCertAcrossReplicas(t *testing.T) {
@@ -197,9 +198,16 @@ func TestCertAcrossReplicas(t *testing.T) {
 		ex.errb.wait(t, "exec console banner on r3", 0, "console of xc")
 		tok := r2.goConsole(t, "xc", token, conOpts{})
 		tok.errb.wait(t, "token console banner on r2", 0, "console of xc")
+		// Idle connections (ControlMasters holding no session) end too.
+		idle := idleMaster(t, "the revoked certificate's master on r2", r2.SSHAddr(), "xc", "", k.args(cert))
+		kept := idleMaster(t, "another certificate's master on r3", r3.SSHAddr(), "xc", "",
+			k.args(k.sign("-I", "erin", "-n", "xc", "-V", "+1s:+1h", "-z", "7")))
 
 		start := time.Now()
 		r1.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 5})
+		t.Logf("revocation: r2's idle master closed after %v", idle.closed(start, 5*time.Second).Round(time.Millisecond))
+		r2.closedAudit("xc", "ssh:cert hil:erin serial 5", "access to xc was revoked (certificate revoked)")
+		kept.alive("another serial's revocation")
 		reason := "access to xc was revoked (certificate revoked)"
 		dc, de := con.end.wait(t, "console on r2").Sub(start), ex.end.wait(t, "exec on r3").Sub(start)
 		t.Logf("revocation: r2's console ended after %v, r3's exec after %v", dc.Round(time.Millisecond), de.Round(time.Millisecond))
@@ -231,6 +239,7 @@ func TestCertAcrossReplicas(t *testing.T) {
 		if got := string(r2.mustAPI(200, "GET", "/v1/cas", nil)); strings.Contains(got, fp) {
 			t.Errorf("GET /v1/cas on r2 after the removal: got %s", got)
 		}
+		t.Logf("CA removal: r3's idle master closed after %v", kept.closed(start, 5*time.Second).Round(time.Millisecond))
 		if tok.end.ended() {
 			t.Errorf("the token console on r2 ended: %q", tok.errb.String())
 		}
@@ -283,8 +292,9 @@ func TestCertOldConnection(t *testing.T) {
 }
 
 // TestCertWatcherFallback: a replica no notice reaches (here: two obmd on
-// one database without peer links) cuts a revoked certificate's session
-// at its next poll of the database (epoch_poll, 100 ms here).
+// one database without peer links) cuts a revoked certificate's session,
+// and closes its idle connection, at its next poll of the database
+// (epoch_poll, 100 ms here).
 func TestCertWatcherFallback(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -297,8 +307,10 @@ func TestCertWatcherFallback(t *testing.T) {
 	cert := k.sign("-I", "gina", "-n", "wf", "-V", "+1s:+1h", "-z", "8")
 	con := sshPTY(t, r2.SSHAddr(), "wf", "", k.args(cert))
 	con.out.wait(t, "console banner on r2", 0, "console of wf")
+	idle := idleMaster(t, "an idle master on r2", r2.SSHAddr(), "wf", "", k.args(cert))
 	start := time.Now()
 	r1.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"key_id": "gina"})
+	t.Logf("r2's idle master closed %v after the call began", idle.closed(start, 5*time.Second).Round(time.Millisecond))
 	d := con.end.wait(t, "console on r2").Sub(start)
 	t.Logf("r2's console ended %v after the call began", d.Round(time.Millisecond))
 	if got := con.out.String(); !strings.Contains(got, "access to wf was revoked (certificate revoked)") || d > 5*time.Second {
