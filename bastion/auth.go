@@ -315,12 +315,12 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	st := stateFrom(ctx)
 	st.settle()
 	s.admit.authenticated(st.ticket) // no login grace time any more
-	s.watch(st, ctx.User(), a)
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}
 	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: a.Actor, Action: "auth",
 		Source: remoteString(ctx), Result: "ok", Detail: a.Detail})
+	s.watch(ctx, st, ctx.User(), a) // after the login's row: it may close the connection at once
 }
 
 func (s *Server) denied(ctx ssh.Context, method, why string) {

@@ -2,9 +2,11 @@ package bastion
 
 import (
 	"context"
+	"errors"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 )
@@ -22,8 +24,12 @@ import (
 // under the connection caps, open.
 
 // watch has the registry tell the connection st, which a logged in to
-// node, of what ends it (connRevoked).
-func (s *Server) watch(st *connState, node string, a *authInfo) {
+// node, of what ends it (connRevoked). A change this replica applied
+// between the login's read and the watch's registration told no one: if
+// it has cut anything since the login's Mark, the read is made again, and
+// the connection is cut now if its credential no longer holds (or cannot
+// be verified: it fails closed).
+func (s *Server) watch(ctx context.Context, st *connState, node string, a *authInfo) {
 	c := sessions.Conn{Node: node, Epoch: a.Epoch}
 	if cl := a.Cert; cl != nil {
 		c.Cert, c.Expires = cl.certInfo(), cl.grant.Expires
@@ -37,7 +43,37 @@ func (s *Server) watch(st *connState, node string, a *authInfo) {
 	st.mu.Unlock()
 	if ended {
 		forget()
+		return
 	}
+	if a.Mark != 0 && s.sessions.Mark() == a.Mark {
+		return // nothing cut since the read: a later cut finds the watch
+	}
+	err := s.stillHolds(ctx, node, a)
+	var revoked *sessions.RevokedError
+	if err != nil && !errors.As(err, &revoked) {
+		s.log.WithError(err).WithField("node", safe(node)).Error("connection_check_failed")
+		err = access.ErrUnverified // the chain is for the log only
+	}
+	if err != nil {
+		forget()
+		s.connRevoked(st, node, a, err)
+	}
+}
+
+// stillHolds makes a login's read again: nil if its credential still
+// holds, a *sessions.RevokedError if not, another error if the database
+// did not answer.
+func (s *Server) stillHolds(ctx context.Context, node string, a *authInfo) error {
+	log := s.log.WithFields(logrus.Fields{"node": safe(node), "method": a.Method})
+	if a.Cert != nil {
+		return s.certHolds(ctx, node, a, log)
+	}
+	// A token rotated or revoked, a key removed: each moves the epoch.
+	acc, err := s.store.Access(ctx, node)
+	if err == nil && acc.Epoch == a.Epoch {
+		return nil
+	}
+	return staleAccess(node, err)
 }
 
 // connRevoked marks the connection st cut with cause, and closes it if it
