@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"io"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/access"
@@ -75,19 +73,7 @@ func TestCertLoginRacingRevocation(t *testing.T) {
 	for _, eng := range dbtest.Engines() {
 		t.Run(eng.Name, func(t *testing.T) {
 			ctx := context.Background()
-			log := logrus.New()
-			log.SetOutput(io.Discard)
-			st, err := db.Open(ctx, eng.DSN(t), log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			if err := st.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.CreateNode(ctx, db.Node{Label: "n1", Type: "sim"}); err != nil {
-				t.Fatal(err)
-			}
+			st, log := raceDB(t, eng)
 			store := &certRaceStore{Store: st}
 			reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
 			rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, st, log)

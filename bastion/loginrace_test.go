@@ -96,20 +96,8 @@ func TestLoginRacingRotation(t *testing.T) {
 	for _, eng := range dbtest.Engines() {
 		t.Run(eng.Name, func(t *testing.T) {
 			ctx := context.Background()
-			log := logrus.New()
-			log.SetOutput(io.Discard)
-			st, err := db.Open(ctx, eng.DSN(t), log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			if err := st.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			st, log := raceDB(t, eng)
 			store := &raceStore{Store: st}
-			if _, err := st.CreateNode(ctx, db.Node{Label: "n1", Type: "sim"}); err != nil {
-				t.Fatal(err)
-			}
 			if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-0")); err != nil {
 				t.Fatal(err)
 			}
@@ -180,6 +168,27 @@ func TestLoginRacingRotation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// raceDB opens a migrated database of eng holding node n1 (closed when
+// t ends), and a logger that discards.
+func raceDB(t *testing.T, eng dbtest.Engine) (*db.Store, logrus.FieldLogger) {
+	t.Helper()
+	ctx := context.Background()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	st, err := db.Open(ctx, eng.DSN(t), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateNode(ctx, db.Node{Label: "n1", Type: "sim"}); err != nil {
+		t.Fatal(err)
+	}
+	return st, log
 }
 
 // serveBastion serves a front door over store on 127.0.0.1 until t ends.
