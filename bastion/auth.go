@@ -139,7 +139,7 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 		return false
 	}
 	mark := s.sessions.Mark()
-	acc, err := s.store.Access(ctx, label)
+	acc, err := s.store.AccessAt(ctx, label, mark)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
 		s.lim.End(src, label, false, false) // not the client's failure
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")

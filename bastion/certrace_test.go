@@ -32,6 +32,11 @@ func (s *certRaceStore) CertAccess(ctx context.Context, label, ca string, serial
 	return a, err
 }
 
+// AccessAt reads, whatever the mark.
+func (s *certRaceStore) AccessAt(ctx context.Context, label string, _ uint64) (db.Access, error) {
+	return s.Store.Access(ctx, label)
+}
+
 // newCertSigner trusts a new CA in st and returns a signer of a
 // certificate it signed for label with serial, valid for an hour.
 func newCertSigner(t *testing.T, st *db.Store, label string, serial uint64) gossh.Signer {

@@ -69,7 +69,7 @@ func (s *Server) stillHolds(ctx context.Context, node string, a *authInfo) error
 		return s.certHolds(ctx, node, a, log)
 	}
 	// A token rotated or revoked, a key removed: each moves the epoch.
-	acc, err := s.store.Access(ctx, node)
+	acc, err := s.store.AccessAt(ctx, node, s.sessions.Mark()) // a read at the mark of now
 	if err == nil && acc.Epoch == a.Epoch {
 		return nil
 	}

@@ -35,7 +35,9 @@ import (
 
 // Store is what the front door reads and writes in the database.
 type Store interface {
-	Access(ctx context.Context, label string) (db.Access, error)
+	// AccessAt reads a node's token and epoch (access.Gate.AccessAt) for a
+	// login that took mark (Sessions.Mark) just before.
+	AccessAt(ctx context.Context, label string, mark uint64) (db.Access, error)
 	HasKey(ctx context.Context, label, fingerprint string) (epoch int64, ok bool, err error)
 	CertAccess(ctx context.Context, label, ca string, serial uint64, keyID string) (db.CertAccess, error)
 	Audit(ctx context.Context, e db.AuditEvent) error

@@ -45,6 +45,7 @@ type Store struct {
 	// conflicts counts writes run again after losing a conflict.
 	conflicts atomic.Int64
 	suspect   time.Duration // on a Galera node, its evs.suspect_timeout (GaleraSuspect)
+	exclusive bool          // no other process can write the database (Exclusive)
 }
 
 // Open connects to dsn: a SQLite file path (or "file:..." URI), or
@@ -276,7 +277,8 @@ func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store
 		_ = w.Close() // the ping error is the one worth returning
 		return nil, fmt.Errorf("open sqlite %s: %w", base, err)
 	}
-	s := &Store{dialect: DialectSQLite, w: w, r: w, log: log, now: time.Now}
+	s := &Store{dialect: DialectSQLite, w: w, r: w, log: log, now: time.Now,
+		exclusive: memory || q.Get("vfs") == "unix-excl"}
 	if !memory {
 		// Each :memory: connection would be a database of its own, so
 		// memory stores read through the writer.
@@ -372,6 +374,12 @@ func createPrivate(path string) error {
 
 // Dialect is "sqlite" or "mysql".
 func (s *Store) Dialect() string { return s.dialect }
+
+// Exclusive says whether this process is the database's only writer: a
+// SQLite database in memory or opened with the unix-excl VFS (the
+// default), which locks the file against every other process. Then every
+// change of the database is one this process made.
+func (s *Store) Exclusive() bool { return s.exclusive }
 
 // Ping checks the database answers a query on obmd's schema (readiness).
 // A protocol-level ping is not enough: MySQL answers it on a pooled

@@ -116,15 +116,21 @@ type Gate struct {
 	store  GateStore
 	health *Health
 	bound  time.Duration
+	kept   *keptAccess // nil unless exclusive: see AccessAt
 }
 
 // NewGate returns the Gate of store; bound limits each lookup (the change
-// bound: default 5 s).
-func NewGate(store GateStore, health *Health, bound time.Duration) *Gate {
+// bound: default 5 s). exclusive says that no other process writes the
+// database (db.Store.Exclusive), which lets AccessAt answer from memory.
+func NewGate(store GateStore, health *Health, bound time.Duration, exclusive bool) *Gate {
 	if bound <= 0 {
 		bound = DefaultChangeTimeout
 	}
-	return &Gate{store: store, health: health, bound: bound}
+	g := &Gate{store: store, health: health, bound: bound}
+	if exclusive {
+		g.kept = &keptAccess{}
+	}
+	return g
 }
 
 func (g *Gate) bounded(ctx context.Context) (context.Context, context.CancelFunc, error) {

@@ -216,7 +216,7 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 		peers, fence, fenceAfter = d.rep.cluster, d.rep.cluster, d.rep.cluster.FenceAfter()
 	}
 	d.health = access.NewHealth(d.store, fence)
-	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout)
+	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout, d.store.Exclusive() && d.rep.cluster == nil)
 	onApply := func(label string, epoch int64) {
 		d.history.applied(label, epoch)
 		d.resolver.Forget(label, epoch) // the info of the node's previous epochs is no longer served
