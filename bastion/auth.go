@@ -21,7 +21,6 @@ import (
 type (
 	stateKey struct{} // *connState, set by connected
 	authKey  struct{} // *authInfo, set on successful authentication
-	chansKey struct{} // *atomic.Int32: open session channels, set by connected
 )
 
 // connState is what one connection did to authenticate, so that one that
@@ -56,6 +55,14 @@ type connState struct {
 	settled bool
 	forget  func() // forgets the registry's watch (watch); nil if none
 	ended   bool   // the connection has closed (unwatch ran)
+
+	// chans counts the connection's open session channels.
+	chans atomic.Int32
+	// cut is why the connection must close (the registry's watch told
+	// it: connRevoked); nil until then. It is closed once it holds no
+	// session channel (closeCut, once).
+	cut       atomic.Pointer[error]
+	closeOnce sync.Once
 }
 
 // offer is what the lookup of a registered key offered found.
@@ -308,40 +315,12 @@ func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
 	st := stateFrom(ctx)
 	st.settle()
 	s.admit.authenticated(st.ticket) // no login grace time any more
-	s.watch(st, ctx.Value(chansKey{}).(*atomic.Int32), ctx.User(), a.Epoch)
 	if s.cfg.OnAuth != nil {
 		s.cfg.OnAuth(a.Method, "ok")
 	}
 	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: a.Actor, Action: "auth",
 		Source: remoteString(ctx), Result: "ok", Detail: a.Detail})
-}
-
-// watch has the connection told of the next access change of node
-// (Sessions.WatchConn); chans counts its session channels. A connection
-// holding no session then is closed: none authenticated before a change
-// stays open idle. One holding a session is left to its client: the
-// session is cut and says why, and the client closes the connection once
-// it ends (closing it under the session would lose its exit status);
-// Open refuses a session opened on it afterwards, as it does on a
-// connection whose login read the epoch just before a change and
-// registered just after it.
-func (s *Server) watch(st *connState, chans *atomic.Int32, node string, epoch int64) {
-	forget := s.sessions.WatchConn(node, epoch, func() {
-		if chans.Load() > 0 {
-			return
-		}
-		s.log.WithFields(logrus.Fields{"node": safe(node), "remote": st.remote}).Info("connection_closed_revoked")
-		st.conn.Close()
-	})
-	st.mu.Lock()
-	ended := st.ended
-	if !ended {
-		st.forget = forget
-	}
-	st.mu.Unlock()
-	if ended {
-		forget()
-	}
+	s.watch(ctx, st, ctx.User(), a) // after the login's row: it may close the connection at once
 }
 
 func (s *Server) denied(ctx ssh.Context, method, why string) {

@@ -172,24 +172,12 @@ func (cl *certLogin) certInfo() *sessions.Cert {
 // one). It returns -1, or the exit code
 // of a refused session (told on stderr why).
 func (c *channel) recheckCert(stderr io.Writer) int {
-	cl := c.a.Cert
-	acc, err := c.s.readCert(c.ctx, c.label, cl.cert)
-	if err == nil && acc.Epoch == c.a.Epoch {
-		_, err = c.s.certs.Check(cl.cert, c.s.login(c.label, cl.client, acc))
-		if err == nil {
-			return -1
-		}
-		c.log.WithError(err).Info("certificate_refused_at_start")
-		err = &sessions.RevokedError{Node: c.label, Why: refusedWhy(err)}
-	}
+	err := c.s.certHolds(c.ctx, c.label, c.a, c.log)
 	var revoked *sessions.RevokedError
 	switch {
-	case errors.As(err, &revoked):
-	case err == nil: // the node changed since the login
-		err = &sessions.RevokedError{Node: c.label, Why: "access changed"}
-	case errors.Is(err, db.ErrNotFound):
-		err = &sessions.RevokedError{Node: c.label, Why: "node deleted"}
-	default:
+	case err == nil:
+		return -1
+	case !errors.As(err, &revoked):
 		c.log.WithError(err).Error("certificate_check_failed")
 		fmt.Fprintln(stderr, "obmd: cannot verify access right now; try again")
 		return commands.ExitFailed
@@ -197,6 +185,37 @@ func (c *channel) recheckCert(stderr io.Writer) int {
 	fmt.Fprintf(stderr, "obmd: %v\n", err)
 	c.audit(c.ctx, "session.start", "denied", err.Error())
 	return commands.ExitNotAllowed
+}
+
+// certHolds makes the read of a's certificate login to label again and
+// checks the certificate again: nil if it still holds at the login's
+// epoch; a *sessions.RevokedError if not (the policy's refusal is logged
+// on log: certificate_refused); another error if the database did not
+// answer.
+func (s *Server) certHolds(ctx context.Context, label string, a *authInfo, log logrus.FieldLogger) error {
+	cl := a.Cert
+	acc, err := s.readCert(ctx, label, cl.cert)
+	if err == nil && acc.Epoch == a.Epoch {
+		if _, err = s.certs.Check(cl.cert, s.login(label, cl.client, acc)); err == nil {
+			return nil
+		}
+		log.WithError(err).Info("certificate_refused")
+		return &sessions.RevokedError{Node: label, Why: refusedWhy(err)}
+	}
+	return staleAccess(label, err)
+}
+
+// staleAccess is why a login to label no longer holds, as a read made
+// again found (err, or nil: the node's epoch moved): a
+// *sessions.RevokedError, or err wrapped if the database did not answer.
+func staleAccess(label string, err error) error {
+	switch {
+	case err == nil:
+		return &sessions.RevokedError{Node: label, Why: "access changed"}
+	case errors.Is(err, db.ErrNotFound):
+		return &sessions.RevokedError{Node: label, Why: "node deleted"}
+	}
+	return fmt.Errorf("verify access to %s: %w", safe(label), err)
 }
 
 // refusedWhy is the reason a session is told when its certificate is

@@ -86,50 +86,58 @@ func (noConsoles) Viewers(string) []sol.ViewerInfo { return nil }
 func (noConsoles) Writer(string) string            { return "" }
 func (noConsoles) Cut(string, error)               {}
 
-// TestLoginRacingRotation, on SQLite and MariaDB: a token login that read
-// the node's token just before a rotation, which is applied before the
-// login's session is registered, gets no session: its start reads the
-// epoch again and refuses it. A login that raced nothing starts its
-// session without that second read.
+// hookedSessions is the Revoker, with a hook run once just before a
+// session is registered (Open).
+type hookedSessions struct {
+	*access.Revoker
+	beforeOpen atomic.Pointer[func()]
+}
+
+func (h *hookedSessions) Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error) {
+	if f := h.beforeOpen.Swap(nil); f != nil {
+		(*f)()
+	}
+	return h.Revoker.Open(ctx, info, host, unblock)
+}
+
+// TestLoginRacingRotation, on SQLite and MariaDB: a token login racing a
+// rotation applied on this replica gets no session, and its connection is
+// closed. Applied between the login's read and the watch of its
+// connection, the rotation told no one: the watch reads the access again,
+// and the connection is closed before any session. Applied between the
+// session channel's opening and the session's registration, it marks the
+// connection cut; the session's start reads the epoch again, refuses it
+// and says why, and the connection is closed once it has ended. A login
+// that raced nothing starts its session without a second read.
 func TestLoginRacingRotation(t *testing.T) {
 	for _, eng := range dbtest.Engines() {
 		t.Run(eng.Name, func(t *testing.T) {
 			ctx := context.Background()
-			log := logrus.New()
-			log.SetOutput(io.Discard)
-			st, err := db.Open(ctx, eng.DSN(t), log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			if err := st.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			st, log := raceDB(t, eng)
 			store := &raceStore{Store: st}
-			if _, err := st.CreateNode(ctx, db.Node{Label: "n1", Type: "sim"}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-a")); err != nil {
+			if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-0")); err != nil {
 				t.Fatal(err)
 			}
 			reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
-			rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, store, log)
+			rev := &hookedSessions{Revoker: access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, store, log)}
 			runner := &ranRunner{}
 			addr := serveBastion(t, newGated(store), runner, rev, log)
 
-			out, err := execToken(addr, "n1", "token-a", "power-status")
+			out, err := execToken(addr, "n1", "token-0", "power-status")
 			if err != nil || out != "ran\n" || store.epochs.Load() != 0 {
 				t.Fatalf("login racing nothing: got %q (%v) after %d epoch reads, want ran after 0", out, err, store.epochs.Load())
 			}
 
-			// The rotation is applied here, and the change watcher passes
+			// Each rotation is applied here, and the change watcher passes
 			// it, so that the Revoker no longer holds the node's state:
 			// only a read can tell the login's epoch is stale.
+			n := 0
 			rotate := func() {
+				n++
 				var epoch int64
 				err := rev.Change(ctx, access.Change{Node: "n1", Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
 					var err error
-					epoch, err = st.SetToken(ctx, "n1", keys.HashToken("token-b"))
+					epoch, err = st.SetToken(ctx, "n1", keys.HashToken(fmt.Sprint("token-", n)))
 					return epoch, err
 				}})
 				if err != nil {
@@ -138,20 +146,41 @@ func TestLoginRacingRotation(t *testing.T) {
 				rev.Watched(epoch)
 				store.epochs.Store(0) // the change's own read
 			}
+
 			store.afterRead.Store(&rotate)
-			out, err = execToken(addr, "n1", "token-a", "power-status")
+			c, err := dialToken(addr, "n1", "token-0")
+			if err == nil {
+				t.Errorf("login racing a rotation before its watch: logged in, want its connection closed at once")
+				c.Close()
+			}
+
+			rev.beforeOpen.Store(&rotate)
+			c, err = dialToken(addr, "n1", "token-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			out, err = runLine(c, "power-status")
 			var exit *gossh.ExitError
 			if !errors.As(err, &exit) || exit.ExitStatus() != commands.ExitNotAllowed ||
 				!strings.Contains(out, "access to n1 was revoked (access changed)") {
-				t.Errorf("login racing a rotation: got %q (%v), want exit %d and the revocation", out, err, commands.ExitNotAllowed)
+				t.Errorf("session racing a rotation: got %q (%v), want exit %d and the revocation", out, err, commands.ExitNotAllowed)
 			}
+			if n := store.epochs.Load(); n != 1 {
+				t.Errorf("epoch reads at session starts: %d, want 1 (the raced session's)", n)
+			}
+			closed := make(chan struct{})
+			go func() { c.Wait(); close(closed) }() // ends with the connection
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Error("the raced session's connection is still open, want it closed once the session ended")
+			}
+
 			if n := runner.runs.Load(); n != 1 {
 				t.Errorf("commands run: %d, want only the first login's", n)
 			}
-			if n := store.epochs.Load(); n != 1 {
-				t.Errorf("epoch reads at session starts: %d, want 1 (the raced login's)", n)
-			}
-			if _, err := execToken(addr, "n1", "token-a", "power-status"); err == nil {
+			if _, err := execToken(addr, "n1", "token-0", "power-status"); err == nil {
 				t.Errorf("the old token logged in after the rotation")
 			}
 		})
@@ -168,16 +197,7 @@ func TestLoginsKeepAccess(t *testing.T) {
 	for _, eng := range dbtest.Engines() {
 		t.Run(eng.Name, func(t *testing.T) {
 			ctx := context.Background()
-			log := logrus.New()
-			log.SetOutput(io.Discard)
-			st, err := db.Open(ctx, eng.DSN(t), log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			if err := st.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			st, log := raceDB(t, eng)
 			store := &raceStore{Store: st}
 			reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
 			rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, store, log)
@@ -197,9 +217,6 @@ func TestLoginsKeepAccess(t *testing.T) {
 				if got := err == nil && out == "ran\n"; got != want {
 					t.Fatalf("login %s with %s: got %q (%v), want success %v", label, token, out, err, want)
 				}
-			}
-			if _, err := st.CreateNode(ctx, db.Node{Label: "n1", Type: "sim"}); err != nil {
-				t.Fatal(err)
 			}
 			setToken("n1", "token-a")
 			kept := st.Exclusive()
@@ -229,6 +246,27 @@ func TestLoginsKeepAccess(t *testing.T) {
 			login("n1", "token-b", true)
 		})
 	}
+}
+
+// raceDB opens a migrated database of eng holding node n1 (closed when
+// t ends), and a logger that discards.
+func raceDB(t *testing.T, eng dbtest.Engine) (*db.Store, logrus.FieldLogger) {
+	t.Helper()
+	ctx := context.Background()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	st, err := db.Open(ctx, eng.DSN(t), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateNode(ctx, db.Node{Label: "n1", Type: "sim"}); err != nil {
+		t.Fatal(err)
+	}
+	return st, log
 }
 
 // serveBastion serves a front door over store on 127.0.0.1 until t ends.
@@ -265,12 +303,22 @@ func serveBastion(t *testing.T, store bastion.Store, runner bastion.Runner, sess
 // execToken runs line on label with token; it returns stdout and stderr
 // together, and the session's error (*gossh.ExitError for a non-zero exit).
 func execToken(addr, label, token, line string) (string, error) {
-	c, err := gossh.Dial("tcp", addr, &gossh.ClientConfig{User: label, Auth: []gossh.AuthMethod{gossh.Password(token)},
-		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
+	c, err := dialToken(addr, label, token)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
+	return runLine(c, line)
+}
+
+// dialToken logs in to label with token.
+func dialToken(addr, label, token string) (*gossh.Client, error) {
+	return gossh.Dial("tcp", addr, &gossh.ClientConfig{User: label, Auth: []gossh.AuthMethod{gossh.Password(token)},
+		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
+}
+
+// runLine runs line in a session of c, as execToken.
+func runLine(c *gossh.Client, line string) (string, error) {
 	s, err := c.NewSession()
 	if err != nil {
 		return "", err

@@ -64,14 +64,15 @@ type Limiter interface {
 // errors): registered, so that access changes cut it; admitted at the
 // epoch its login read; and watched, so that a cut session whose client
 // stops reading is unblocked (here: its connection closed). WatchConn
-// (access.Revoker.WatchConn) tells an authenticated connection of the
-// access change that ends it, so that one holding no session is closed.
+// (access.Revoker.WatchConn) tells an authenticated connection of what
+// ends it (an access change, a credential change, its certificate's
+// expiry), so that it is closed (connwatch.go).
 // Mark (access.Revoker.Mark), taken just before a login reads the node's
 // epoch and passed with it to Open (sessions.Info.Mark), lets Open skip
 // reading the epoch again when nothing was cut since.
 type Sessions interface {
 	Open(ctx context.Context, info sessions.Info, host string, unblock func()) (*access.Session, error)
-	WatchConn(node string, epoch int64, revoked func()) (forget func())
+	WatchConn(c sessions.Conn, revoked func(cause error)) (forget func())
 	Mark() uint64
 }
 
@@ -307,7 +308,6 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 		s.connEnded(st)
 	}}
 	ctx.SetValue(stateKey{}, st)
-	ctx.SetValue(chansKey{}, new(atomic.Int32))
 	return st.conn
 }
 

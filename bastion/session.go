@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -61,13 +60,16 @@ func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel
 		nc.Reject(gossh.Prohibited, "not authenticated")
 		return
 	}
-	n := ctx.Value(chansKey{}).(*atomic.Int32) // set by connected, before any channel
-	if n.Add(1) > int32(s.cfg.MaxChannels) {
-		n.Add(-1)
+	st := stateFrom(ctx)
+	defer s.channelEnded(st, ctx.User(), a)
+	if st.chans.Add(1) > int32(s.cfg.MaxChannels) {
 		nc.Reject(gossh.ResourceShortage, fmt.Sprintf("at most %d sessions per connection", s.cfg.MaxChannels))
 		return
 	}
-	defer n.Add(-1)
+	if cut := st.cut.Load(); cut != nil { // closed once no channel is open (channelEnded)
+		nc.Reject(gossh.Prohibited, (*cut).Error())
+		return
+	}
 	ch, reqs, err := nc.Accept()
 	if err != nil {
 		return

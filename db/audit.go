@@ -34,7 +34,7 @@ const (
 //     share one transaction (group commit): one commit (one fsync on SQLite)
 //     per event would make the audit log the daemon's bottleneck.
 //   - A read or a session's bounds (auth, session.start, session.end,
-//     power.status): Audit queues it and returns at once. The store's audit
+//     conn.close, power.status): Audit queues it and returns at once. The store's audit
 //     goroutine commits the queue within AuditWindow of its first event (or
 //     as soon as it holds auditBatchMax events), Close commits what is left,
 //     and AuditEvents commits it before reading. A commit that fails puts
@@ -67,11 +67,12 @@ func (s *Store) Audit(ctx context.Context, e AuditEvent) error {
 
 // DeferredAudit reports whether events of action are group-committed
 // within AuditWindow rather than before Audit returns: logins (successful
-// or not), session starts and ends, and power status reads. None of them
+// or not), session starts and ends, connections closed by a cut, and
+// power status reads. None of them
 // changes anything that a crash could leave unrecorded.
 func DeferredAudit(action string) bool {
 	switch action {
-	case "auth", "session.start", "session.end", "power.status":
+	case "auth", "session.start", "session.end", "conn.close", "power.status":
 		return true
 	}
 	return false

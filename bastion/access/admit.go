@@ -125,15 +125,17 @@ func (r *Revoker) Open(ctx context.Context, info sessions.Info, host string, unb
 	return nil, fmt.Errorf("%w: %w", ErrUnverified, err)
 }
 
-// WatchConn has the registry tell an authenticated connection of node,
-// whose credential was checked at epoch, of the first access change that
-// ends it (sessions.Registry.Watch): a change of node above epoch, or a cut
-// of every session, calls revoked once, before any session is cut, so that
-// the front door can close the connection if it holds none (an access
-// change leaves no idle connection from before it open). forget
-// (idempotent) forgets it when the connection closes.
-func (r *Revoker) WatchConn(node string, epoch int64, revoked func()) (forget func()) {
-	return r.reg.Watch(node, epoch, revoked)
+// WatchConn has the registry tell an authenticated connection c of the
+// first thing that ends it (sessions.Registry.Watch): an access change of
+// its node above its epoch, a credential change that names its
+// certificate (RevokeCred), its certificate's expiry, or a cut of every
+// session. revoked is called once, with the cause its sessions are given,
+// before any of them is cut, so that the front door can close the
+// connection (at once if it holds none): nothing that ends a credential
+// leaves a connection logged in with it open. forget (idempotent) forgets
+// it when the connection closes.
+func (r *Revoker) WatchConn(c sessions.Conn, revoked func(cause error)) (forget func()) {
+	return r.reg.Watch(c, revoked)
 }
 
 // watchCut, once the context of s has ended, unblocks the client of s if

@@ -44,8 +44,10 @@ type CredChange struct {
 
 // RevokeCred applies credential change c of epoch on this replica: every
 // certificate session that c Affects and whose login read the database
-// before it (Seen < epoch) is cut with why, and RevokeCred returns once
-// they have ended (or the registry's bound passed, which is logged). It is
+// before it (Seen < epoch) is cut with why, and the connections that
+// logged in so are told (sessions.Registry.Watch: the front door closes
+// them); RevokeCred returns once the sessions have ended (or the
+// registry's bound passed, which is logged). It is
 // what the change watcher and the peer notices call for a change made
 // elsewhere, and ChangeCred for one made here; applying a change twice
 // cuts nothing the second time.

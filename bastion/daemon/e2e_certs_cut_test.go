@@ -165,7 +165,8 @@ func TestCertPrincipals(t *testing.T) {
 
 // TestCertAcrossReplicas: three replicas on one database see the same CAs
 // and revocations; a revocation and a CA removal made through one cut the
-// certificate sessions on the two others at once (their change watchers
+// certificate sessions on the two others at once, and close the idle
+// connections logged in with the certificate there (their change watchers
 // poll every 20 s: the peer notice does it), and the certificate is
 // refused there from then on.
 func TestCertAcrossReplicas(t *testing.T) {
@@ -197,9 +198,16 @@ func TestCertAcrossReplicas(t *testing.T) {
 		ex.errb.wait(t, "exec console banner on r3", 0, "console of xc")
 		tok := r2.goConsole(t, "xc", token, conOpts{})
 		tok.errb.wait(t, "token console banner on r2", 0, "console of xc")
+		// Idle connections (ControlMasters holding no session) end too.
+		idle := idleMaster(t, "the revoked certificate's master on r2", r2.SSHAddr(), "xc", "", k.args(cert))
+		kept := idleMaster(t, "another certificate's master on r3", r3.SSHAddr(), "xc", "",
+			k.args(k.sign("-I", "erin", "-n", "xc", "-V", "+1s:+1h", "-z", "7")))
 
 		start := time.Now()
 		r1.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 5})
+		t.Logf("revocation: r2's idle master closed after %v", idle.closed(start, 5*time.Second).Round(time.Millisecond))
+		r2.closedAudit("xc", "ssh:cert hil:erin serial 5", "access to xc was revoked (certificate revoked)")
+		kept.alive("another serial's revocation")
 		reason := "access to xc was revoked (certificate revoked)"
 		dc, de := con.end.wait(t, "console on r2").Sub(start), ex.end.wait(t, "exec on r3").Sub(start)
 		t.Logf("revocation: r2's console ended after %v, r3's exec after %v", dc.Round(time.Millisecond), de.Round(time.Millisecond))
@@ -231,6 +239,7 @@ func TestCertAcrossReplicas(t *testing.T) {
 		if got := string(r2.mustAPI(200, "GET", "/v1/cas", nil)); strings.Contains(got, fp) {
 			t.Errorf("GET /v1/cas on r2 after the removal: got %s", got)
 		}
+		t.Logf("CA removal: r3's idle master closed after %v", kept.closed(start, 5*time.Second).Round(time.Millisecond))
 		if tok.end.ended() {
 			t.Errorf("the token console on r2 ended: %q", tok.errb.String())
 		}
@@ -238,14 +247,14 @@ func TestCertAcrossReplicas(t *testing.T) {
 }
 
 // TestCertOldConnection: a connection that logged in with a certificate
-// opens no new session once the certificate is revoked or its CA removed,
-// though neither moved the node's epoch (the session's start checks the
-// certificate again), while a connection with another certificate does.
+// is closed once the certificate is revoked or its CA removed, though
+// neither moved the node's epoch, and opens no new session; a connection
+// with another certificate stays open and opens sessions.
 func TestCertOldConnection(t *testing.T) {
 	t.Parallel()
 	o, k, fp := certObmd(t, "")
 	o.addSimNode("oc")
-	dial := func(serial string) *gossh.Client {
+	dial := func(serial string) (*gossh.Client, chan struct{}) {
 		c, err := o.dial("oc", gossh.PublicKeys(k.signer(k.sign("-I", "frank", "-n", "oc", "-V", "+1s:+1h", "-z", serial))))
 		if err != nil {
 			t.Fatal(err)
@@ -254,28 +263,38 @@ func TestCertOldConnection(t *testing.T) {
 		if res, err := runSession(c, "power-status"); err != nil || res.Code != 0 {
 			t.Fatalf("before the change: got %v (%v), want exit 0", res, err)
 		}
-		return c
+		closed := make(chan struct{})
+		go func() { c.Wait(); close(closed) }() // ends when the connection does
+		return c, closed
 	}
-	refused := func(c *gossh.Client, what string) {
+	gone := func(c *gossh.Client, closed chan struct{}, what string) {
 		t.Helper()
-		res, err := runSession(c, "power-status")
-		if err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "access to oc was revoked") {
-			t.Errorf("%s: got %v (%v), want exit 3 and the reason", what, res, err)
+		select {
+		case <-closed:
+		case <-time.After(e2eWait):
+			t.Fatalf("%s: still open", what)
+		}
+		if res, err := runSession(c, "power-status"); err == nil {
+			t.Errorf("%s: a new session got %v, want the connection closed", what, res)
 		}
 	}
-	revoked, kept, removed := dial("1"), dial("2"), dial("3")
+	revoked, revokedClosed := dial("1")
+	kept, keptClosed := dial("2")
+	removed, removedClosed := dial("3")
 	o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 1})
-	refused(revoked, "the revoked certificate's connection")
+	gone(revoked, revokedClosed, "the revoked certificate's connection")
 	if res, err := runSession(kept, "power-status"); err != nil || res.Code != 0 {
 		t.Errorf("another certificate's connection: got %v (%v), want exit 0", res, err)
 	}
 	o.mustAPI(200, "DELETE", "/v1/cas/"+url.PathEscape(fp), nil)
-	refused(removed, "a connection after its CA's removal")
+	gone(removed, removedClosed, "a connection after its CA's removal")
+	gone(kept, keptClosed, "the other certificate's connection after its CA's removal")
 }
 
 // TestCertWatcherFallback: a replica no notice reaches (here: two obmd on
-// one database without peer links) cuts a revoked certificate's session
-// at its next poll of the database (epoch_poll, 100 ms here).
+// one database without peer links) cuts a revoked certificate's session,
+// and closes its idle connection, at its next poll of the database
+// (epoch_poll, 100 ms here).
 func TestCertWatcherFallback(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -288,8 +307,10 @@ func TestCertWatcherFallback(t *testing.T) {
 	cert := k.sign("-I", "gina", "-n", "wf", "-V", "+1s:+1h", "-z", "8")
 	con := sshPTY(t, r2.SSHAddr(), "wf", "", k.args(cert))
 	con.out.wait(t, "console banner on r2", 0, "console of wf")
+	idle := idleMaster(t, "an idle master on r2", r2.SSHAddr(), "wf", "", k.args(cert))
 	start := time.Now()
 	r1.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"key_id": "gina"})
+	t.Logf("r2's idle master closed %v after the call began", idle.closed(start, 5*time.Second).Round(time.Millisecond))
 	d := con.end.wait(t, "console on r2").Sub(start)
 	t.Logf("r2's console ended %v after the call began", d.Round(time.Millisecond))
 	if got := con.out.String(); !strings.Contains(got, "access to wf was revoked (certificate revoked)") || d > 5*time.Second {

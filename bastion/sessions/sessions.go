@@ -2,7 +2,8 @@
 // commands, HTTP console streams) and is how access changes reach them: a
 // cut cancels every session of a node that authenticated before the change
 // and waits until each has ended. It also watches authenticated SSH
-// connections (Watch), so that a cut reaches those too.
+// connections (Watch, conns.go), so that a cut, or the expiry of the
+// certificate a connection logged in with, reaches those too.
 package sessions
 
 import (
@@ -159,13 +160,6 @@ type Registry struct {
 	shutdown bool
 }
 
-// watcher is an authenticated connection Cut and CutAll end (Watch).
-type watcher struct {
-	node    string
-	epoch   int64
-	revoked func()
-}
-
 // srcKey counts a source's SSH and HTTP sessions apart.
 type srcKey struct {
 	src  string
@@ -239,7 +233,7 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 	if !info.Expires.IsZero() {
 		node := info.Node
 		stopExpiry = time.AfterFunc(time.Until(info.Expires), func() {
-			cancel(&ExpiredError{&RevokedError{Node: node, Why: WhyExpired}})
+			cancel(expired(node))
 		}).Stop
 	}
 	var once sync.Once
@@ -269,7 +263,7 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 // many had not ended in time.
 func (r *Registry) Cut(node string, epoch int64, cause error) (cut, late int) {
 	before := func(n string, e int64) bool { return n == node && (epoch <= 0 || e < epoch) }
-	r.endWatched(before)
+	r.endWatched(func(c *Conn) bool { return before(c.Node, c.Epoch) }, func(string) error { return cause })
 	victims, late := r.cutWhere(func(e *entry) bool { return before(e.info.Node, e.info.Epoch) }, func(string) error { return cause })
 	return len(victims), late
 }
@@ -279,16 +273,18 @@ func (r *Registry) Cut(node string, epoch int64, cause error) (cut, late int) {
 // them. It returns how many sessions of each node were cut, and how many
 // sessions had not ended in time.
 func (r *Registry) CutAll(cause func(node string) error) (cut map[string]int, late int) {
-	r.endWatched(func(string, int64) bool { return true })
+	r.endWatched(func(*Conn) bool { return true }, cause)
 	victims, late := r.cutWhere(func(*entry) bool { return true }, cause)
 	return perNode(victims), late
 }
 
-// CutCerts cuts every session that logged in with a certificate (Info.Cert)
-// match selects, each with cause(its node), then waits as Cut does. It
+// CutCerts tells the watched connections that logged in with a
+// certificate (Conn.Cert) match selects, then cuts every session that did
+// (Info.Cert), each with cause(its node), and waits as Cut does. It
 // returns how many sessions of each node were cut, and how many had not
 // ended in time.
 func (r *Registry) CutCerts(match func(Cert) bool, cause func(node string) error) (cut map[string]int, late int) {
+	r.endWatched(func(c *Conn) bool { return c.Cert != nil && match(*c.Cert) }, cause)
 	victims, late := r.cutWhere(func(e *entry) bool { return e.info.Cert != nil && match(*e.info.Cert) }, cause)
 	return perNode(victims), late
 }
@@ -299,43 +295,6 @@ func perNode(victims []*entry) map[string]int {
 		cut[e.info.Node]++
 	}
 	return cut
-}
-
-// Watch registers an authenticated connection of node, whose credential
-// was checked at epoch: a Cut of node above epoch, or a CutAll, calls
-// revoked once, before it cuts any session (so the front door can tell
-// whether the connection holds one), and forgets it. The front door closes
-// a connection that holds none then: an access change leaves no idle
-// connection from before it open. forget (idempotent) forgets it when the
-// connection closes.
-func (r *Registry) Watch(node string, epoch int64, revoked func()) (forget func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.nextW++
-	id := r.nextW
-	r.watchers[id] = &watcher{node: node, epoch: epoch, revoked: revoked}
-	return func() {
-		r.mu.Lock()
-		delete(r.watchers, id)
-		r.mu.Unlock()
-	}
-}
-
-// endWatched forgets the watched connections match selects and calls their
-// revoked, outside the lock.
-func (r *Registry) endWatched(match func(node string, epoch int64) bool) {
-	var ended []*watcher
-	r.mu.Lock()
-	for id, w := range r.watchers {
-		if match(w.node, w.epoch) {
-			ended = append(ended, w)
-			delete(r.watchers, id)
-		}
-	}
-	r.mu.Unlock()
-	for _, w := range ended {
-		w.revoked()
-	}
 }
 
 // Kick cuts one session by ID; it reports whether the session existed.

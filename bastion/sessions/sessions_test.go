@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,55 +360,6 @@ func TestCutRacingStart(t *testing.T) {
 type startedSession struct {
 	ctx context.Context
 	id  string
-}
-
-// TestWatch: a watched connection is told at a Cut of its node above its
-// epoch, before the sessions are cut, and at a CutAll; once forgotten, or
-// told, it is not told again; others stay.
-func TestWatch(t *testing.T) {
-	r := New(Config{CutWait: 5 * time.Second})
-	var mu sync.Mutex
-	var calls []string
-	sess := start(t, r, "n1", "a", 3)
-	watch := func(name, node string, epoch int64) func() {
-		return r.Watch(node, epoch, func() {
-			if name == "old" && sess.ctx.Err() != nil {
-				t.Error("told after the session was cut, want before")
-			}
-			mu.Lock()
-			calls = append(calls, name)
-			mu.Unlock()
-		})
-	}
-	got := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		sort.Strings(calls)
-		out := strings.Join(calls, " ")
-		calls = nil
-		return out
-	}
-	watch("old", "n1", 3)
-	watch("current", "n1", 5)
-	watch("other", "n2", 1)
-	forget := watch("gone", "n1", 3)
-	forget()
-	forget() // idempotent
-	r.Cut("n1", 5, &RevokedError{Node: "n1", Why: "token rotated"})
-	if !sess.ended.Load() {
-		t.Error("the session was not cut")
-	}
-	if c := got(); c != "old" {
-		t.Errorf("after the cut: called %q, want old only", c)
-	}
-	r.Cut("n1", 5, &RevokedError{Node: "n1", Why: "again"})
-	if c := got(); c != "" {
-		t.Errorf("a second cut: called %q, want none", c)
-	}
-	r.CutAll(func(node string) error { return &RevokedError{Node: node, Why: "lost"} })
-	if c := got(); c != "current other" {
-		t.Errorf("after CutAll: called %q, want current and other", c)
-	}
 }
 
 // TestDefaults: zero limits take the documented defaults, negative ones
