@@ -431,22 +431,38 @@ func (c *Console) acquire(ctx context.Context) error {
 
 func (c *Console) release() { <-c.wsem }
 
-// drainInput waits until inputDrain after the last input (bounded by
-// CloseTimeout), so that ipmitool sends what it was given before it is told
-// to leave or is killed. The caller (terminate) holds the input side.
+// drainInput waits until ipmitool has taken every input byte from the pty
+// and inputDrain has passed since it was last seen with some left (or since
+// the last input), bounded by CloseTimeout, so that ipmitool sends what it
+// was given before it is told to leave or is killed. On a loaded machine
+// ipmitool may not run for a while after the last input: a fixed wait
+// after it lost bytes that send had reported written. The caller
+// (terminate) holds the input side.
 func (c *Console) drainInput() {
 	if c.lastInput.IsZero() {
 		return
 	}
-	wait := min(inputDrain-time.Since(c.lastInput), c.b.cfg.CloseTimeout)
-	if wait <= 0 {
-		return
-	}
-	select {
-	case <-time.After(wait):
-	case <-c.exited:
+	deadline := time.Now().Add(c.b.cfg.CloseTimeout)
+	seen := c.lastInput
+	for {
+		now := time.Now()
+		if n, err := unread(c.master); err == nil && n > 0 {
+			seen = now
+		}
+		wait := min(inputDrain-now.Sub(seen), deadline.Sub(now))
+		if wait <= 0 {
+			return
+		}
+		select {
+		case <-time.After(min(wait, drainPoll)):
+		case <-c.exited:
+			return
+		}
 	}
 }
+
+// drainPoll is how often drainInput looks at the pty.
+const drainPoll = 20 * time.Millisecond
 
 // Write sends p to the node's serial port, with ipmitool's escape
 // character doubled where ipmitool would take it as a command. It blocks

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -476,6 +477,37 @@ func TestConsoleOtherEscape(t *testing.T) {
 // it: ipmitool is killed only once it has had time to send what it took
 // from the pty. (One console per ipmi_sim: the harness's serial pty pair
 // does not outlive ipmi_sim closing its end.)
+// TestConsoleCloseSlowReader: ipmitool does not run for 1.5 s after the
+// last input (stopped, as a loaded machine may leave it): Close waits for
+// it to take the input from the pty before it gives it inputDrain to send
+// it, so the bytes still reach the serial port.
+func TestConsoleCloseSlowReader(t *testing.T) {
+	s, b := startSim(t)
+	c := openConsole(t, b)
+	pid := c.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	want := "typed while ipmitool was not running"
+	if _, err := c.Write([]byte(want)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := unread(c.master); err != nil || n != len(want) {
+		t.Fatalf("unread with ipmitool stopped: %d (%v), want %d", n, err, len(want))
+	}
+	resumed := make(chan struct{})
+	go func() { // owned by the test: waited for below
+		defer close(resumed)
+		time.Sleep(1500 * time.Millisecond)
+		syscall.Kill(pid, syscall.SIGCONT)
+	}()
+	if err := c.Close(); err != nil {
+		t.Logf("Close: %v", err) // killed mid-line: deactivated by the driver
+	}
+	<-resumed
+	s.WaitSerial(t, []byte(want), 5*time.Second)
+}
+
 func TestConsoleCloseRightAfterInput(t *testing.T) {
 	for round := range 3 {
 		s, b := startSim(t)

@@ -53,3 +53,32 @@ func makeRaw(t *os.File) error {
 	tio.Cc[unix.VMIN], tio.Cc[unix.VTIME] = 1, 0
 	return unix.IoctlSetTermios(fd, unix.TCSETS, tio)
 }
+
+// unread returns how many bytes written to master its tty holds that the
+// process reading the tty (ipmitool) has not read yet. The tty is reached
+// through a descriptor of its own (TIOCGPTPEER, Linux 4.13), closed before
+// returning.
+func unread(master *os.File) (int, error) {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var (
+		n    int
+		ierr error
+	)
+	err = rc.Control(func(fd uintptr) {
+		peer, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER,
+			uintptr(unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC))
+		if errno != 0 {
+			ierr = errno
+			return
+		}
+		defer unix.Close(int(peer))
+		n, ierr = unix.IoctlGetInt(int(peer), unix.TIOCINQ)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, ierr
+}
