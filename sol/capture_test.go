@@ -153,3 +153,46 @@ func TestReplayFromHistory(t *testing.T) {
 		t.Errorf("a viewer of another tenancy got %q in its replay", got)
 	}
 }
+
+// TestHandOff: a held link with nobody attached is handed off at once:
+// the hold ends, the console closes, the history says the link was lost
+// and Stats counts it. One with a viewer is not (the viewer would see its
+// link move), nor a node that is not held.
+func TestHandOff(t *testing.T) {
+	h, _, bmc, m := heldN1(t)
+	waitConsole(t, bmc, true)
+	v := attach(t, m, "n1", "watching", sol.AttachOptions{})
+	if m.HandOff("n1") {
+		t.Fatal("a link with a viewer was handed off")
+	}
+	if got := m.Holding(); len(got) != 1 || !bmc.ConsoleActive() {
+		t.Fatalf("after a refused hand-off: holding %v, console active %v; want n1 held and up", got, bmc.ConsoleActive())
+	}
+	v.Close()
+	waitFor(t, "the viewer gone", func() bool { return m.Stats().Viewers == 0 })
+	bmc.Inject([]byte("before the hand-off\r\n"))
+	waitFor(t, "the output recorded", func() bool { return strings.Contains(h.output(t), "before the hand-off") })
+	if !m.HandOff("n1") {
+		t.Fatal("a held link with nobody attached was not handed off")
+	}
+	waitConsole(t, bmc, false)
+	if got := m.Holding(); len(got) != 0 {
+		t.Errorf("holding after the hand-off: %v", got)
+	}
+	if st := m.Stats(); st.HandOffs != 1 || st.CapturedUp+st.CapturedDown != 0 {
+		t.Errorf("stats after the hand-off: %+v, want one hand-off and nothing captured", st)
+	}
+	if m.HandOff("n1") {
+		t.Error("a node no longer held was handed off")
+	}
+	waitFor(t, "the link lost marker", func() bool {
+		if err := h.rec.Flush(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		chunks, err := h.rec.Read(testCtx(t), history.Query{Node: "n1", Epoch: h.epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(chunks) > 0 && chunks[len(chunks)-1].Kind == history.KindLinkLost
+	})
+}

@@ -64,6 +64,38 @@ func (m *Manager) dropHoldLocked(label string) {
 	}
 }
 
+// ErrHandedOff closes a held link given up with HandOff: another replica
+// captures the node.
+var ErrHandedOff = errors.New("console link handed to another obmd replica")
+
+// HandOff ends label's hold and closes its link at once, without linger,
+// so that another replica captures the node: the cluster's rebalancing of
+// captured links. As at a clean stop (Close), the history gets a "console
+// link lost" marker if the link was up, and the link's SOL lease is
+// released once it has closed. A node with anyone attached (a viewer of
+// this hub or a relay carrying another replica's) is not handed off:
+// they would see the link move. It reports whether it did; if not, the
+// hold stays.
+func (m *Manager) HandOff(label string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.holds[label] || m.closed {
+		return false
+	}
+	if n := m.nodes[label]; n != nil {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if len(n.viewers) > 0 {
+			return false
+		}
+		n.held = false
+		m.retireLocked(n, ErrHandedOff)
+	}
+	delete(m.holds, label)
+	m.st.handoffs.Add(1)
+	return true
+}
+
 // Holding lists the labels held, sorted.
 func (m *Manager) Holding() []string {
 	m.mu.Lock()

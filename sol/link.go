@@ -278,13 +278,15 @@ func (n *node) mark(m history.Marker) {
 }
 
 // closed runs when an established console was closed on purpose: a node
-// held for capture that stops because obmd does marks the gap in its
-// history (until another replica, or this one restarted, captures it).
+// held for capture that stops because obmd does, or handed off to another
+// replica (HandOff), marks the gap in its history (until another replica,
+// or this one restarted, captures it).
 func (n *node) closed(ctx context.Context) {
 	n.mu.Lock()
 	held := n.held
 	n.mu.Unlock()
-	if held && errors.Is(context.Cause(ctx), ErrShutdown) {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, ErrHandedOff) || held && errors.Is(cause, ErrShutdown) {
 		n.mark(history.LinkLost())
 	}
 }

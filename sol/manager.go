@@ -481,12 +481,16 @@ type Stats struct {
 	// (Hold) whose console is established, and those opening or
 	// reconnecting (a BMC that does not answer).
 	CapturedUp, CapturedDown int64
+	// HandOffs counts the held links given up for another replica to
+	// capture (HandOff).
+	HandOffs uint64
 }
 
 type counters struct {
 	links, linksUp, viewers               atomic.Int64
 	opens, openErrors, reconnects         atomic.Uint64
 	bytesOut, bytesIn, overflows, skipped atomic.Uint64
+	handoffs                              atomic.Uint64
 }
 
 // Stats returns the current counters.
@@ -506,5 +510,6 @@ func (m *Manager) Stats() Stats {
 		BytesIn:      s.bytesIn.Load(),
 		Overflows:    s.overflows.Load(),
 		Skipped:      s.skipped.Load(),
+		HandOffs:     s.handoffs.Load(),
 	}
 }
