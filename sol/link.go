@@ -289,6 +289,16 @@ func (n *node) closed(ctx context.Context) {
 	if errors.Is(cause, ErrHandedOff) || held && errors.Is(cause, ErrShutdown) {
 		n.mark(history.LinkLost())
 	}
+	if errors.Is(cause, ErrHandedOff) && n.m.hist != nil {
+		// The next holder takes the link at its next poll and stores its
+		// first output a flush interval later: this replica's last output
+		// goes first.
+		fctx, cancel := context.WithTimeout(context.Background(), n.m.cfg.OpenTimeout)
+		defer cancel()
+		if err := n.m.hist.Flush(fctx); err != nil {
+			n.log.WithError(err).Warn("console history flush after hand-off failed")
+		}
+	}
 }
 
 func (n *node) state(s string) {

@@ -138,6 +138,10 @@ type History interface {
 	// Cut takes a cut of the history for a replay (history.Recorder.Cut):
 	// it never blocks.
 	Cut(q history.Query) (*history.Cut, error)
+	// Flush stores what was recorded so far (history.Recorder.Flush): the
+	// hub calls it when a link it handed off (HandOff) has closed, so that
+	// its last output is stored before the next holder's.
+	Flush(ctx context.Context) error
 }
 
 // Manager is the console hub: at most one SOL link per node, opened when the
