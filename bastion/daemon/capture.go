@@ -10,6 +10,13 @@ import (
 	"github.com/obmd/obmd/sol"
 )
 
+// awaitPolls: a replica awaiting a hand-off (shareView.plan) polls this
+// many times an epoch_poll, for at most this many epoch_polls in a row
+// without taking a node: the node comes at most an epoch_poll / awaitPolls
+// after the link handed off has closed, and a hand-off that does not come
+// (its links have viewers) costs no more than a few polls.
+const awaitPolls = 5
+
 // runCapture keeps the links of the nodes captured always held open with
 // nobody attached (sol.Manager.Hold), and releases the others, as the
 // database says at each poll (every epoch_poll): a node registered or set
@@ -22,28 +29,40 @@ import (
 // holds up to its share (a dead holder's lease expires and a survivor
 // takes its nodes at its next poll), and gives up what it holds beyond
 // it, one node a poll, to a replica short of its share (one that joined,
-// or was restarted).
+// or was restarted), which polls faster meanwhile (awaitPolls).
 func (d *Daemon) runCapture(ctx context.Context) error {
 	every := d.cfg.EpochPoll
 	if every <= 0 {
 		every = time.Second // the change watcher's default
 	}
-	t := time.NewTicker(every)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	leaving := map[string]time.Time{}
+	fast, held := 0, 0 // fast polls in a row without a node taken; nodes held
 	for {
-		d.syncCapture(ctx, leaving)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		awaiting, now := d.syncCapture(ctx, leaving)
+		if !awaiting || now > held {
+			fast = 0
+		}
+		held = now
+		if awaiting && fast < awaitPolls*awaitPolls {
+			fast++
+			t.Reset(every / awaitPolls)
+		} else {
+			t.Reset(every)
+		}
 	}
 }
 
 // syncCapture is one poll of runCapture. leaving is its memory between
-// polls: the nodes it handed off, and when (fairShare).
-func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) {
+// polls: the nodes it handed off, and when (fairShare). It reports whether
+// this replica awaits a hand-off, and how many nodes it holds.
+func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) (awaiting bool, held int) {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	caps, err := d.store.Captures(qctx, captureCandidates(d.cfg.Console.Capture))
 	cancel()
@@ -51,16 +70,18 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 		if ctx.Err() == nil {
 			d.log.WithError(err).Warn("capture_list_failed")
 		}
-		return
+		return false, len(d.consoles.Holding())
 	}
 	want := wantedCaptures(caps, d.cfg.Console.Capture)
 	if d.rep.cluster != nil {
-		if want, err = d.fairShare(ctx, want, leaving); err != nil {
+		p, err := d.fairShare(ctx, want, leaving)
+		if err != nil {
 			if ctx.Err() == nil {
 				d.log.WithError(err).Warn("capture_share_failed")
 			}
-			return
+			return false, len(d.consoles.Holding())
 		}
+		want, awaiting = p.mine, p.awaiting
 	}
 	for _, label := range d.consoles.Holding() {
 		if !want[label] {
@@ -69,28 +90,29 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 	}
 	for label := range want {
 		if err := d.consoles.Hold(label); err != nil {
-			return // the hub is closing
+			break // the hub is closing
 		}
 	}
+	return awaiting, len(want)
 }
 
-// fairShare narrows want, the nodes captured always, to those this
-// replica holds (shareView.plan), from the SOL leases and the live
+// fairShare plans which of want, the nodes captured always, this replica
+// holds (shareView.plan), from the SOL leases and the live
 // replicas in the database; it hands off (sol.Manager.HandOff) the first
 // node the plan gives up that has nobody attached, and remembers it in
 // leaving until its lease is no longer this replica's (its link has
 // closed), or for about twice lease_ttl at most (a viewer here may have
 // opened it again).
-func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving map[string]time.Time) (map[string]bool, error) {
+func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving map[string]time.Time) (sharePlan, error) {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	defer cancel()
 	leases, err := d.store.Leases(qctx, db.LeaseSOL)
 	if err != nil {
-		return nil, err
+		return sharePlan{}, err
 	}
 	replicas, err := d.store.Replicas(qctx)
 	if err != nil {
-		return nil, err
+		return sharePlan{}, err
 	}
 	v := shareView{me: d.cfg.ReplicaID, want: want, holder: map[string]string{},
 		holding: d.consoles.Holding(), leaving: map[string]bool{}}
@@ -116,7 +138,7 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving ma
 			break
 		}
 	}
-	return p.mine, nil
+	return p, nil
 }
 
 // captureCandidates is which nodes captureOf can make always under the

@@ -28,6 +28,9 @@ type sharePlan struct {
 	mine   map[string]bool
 	giveUp []string
 	target int // this replica's share
+	// awaiting: this replica is short of its share with no node left to
+	// take, and another holds more than its own: a hand-off is coming.
+	awaiting bool
 }
 
 // plan shares the captured links among the live replicas. Each replica's
@@ -85,6 +88,11 @@ func (v shareView) plan() sharePlan {
 	}
 	for i := 0; i < len(unheld) && len(mine) < p.target; i++ {
 		mine[unheld[(start+i)%len(unheld)]] = true
+	}
+	if len(mine) < p.target {
+		for id := range live {
+			p.awaiting = p.awaiting || id != v.me && counts[id] > shares[id]
+		}
 	}
 	if len(mine) <= p.target {
 		return p

@@ -192,6 +192,11 @@ func (s *shareSim) settle(t *testing.T, rng *rand.Rand, atOnce bool, limit int) 
 	handoffs := s.handoffs
 	for range 10 {
 		s.round(rng, atOnce)
+		for _, r := range s.live {
+			if s.view(r).plan().awaiting {
+				t.Fatalf("balanced at %v, %s still awaits a hand-off", s.counts(), r)
+			}
+		}
 	}
 	if !maps.Equal(before, s.lease) || s.handoffs != handoffs {
 		t.Fatalf("balanced at %v, then links moved: %v -> %v (%d hand-offs)", s.counts(), before, s.lease, s.handoffs-handoffs)
@@ -208,6 +213,9 @@ func TestSharePlanJoin(t *testing.T) {
 		s := newShareSim(4, "rep-a")
 		s.settle(t, rng, atOnce, 5)
 		s.join("rep-b")
+		if p := s.view("rep-b").plan(); !p.awaiting || p.target != 2 || len(p.mine) != 0 {
+			t.Errorf("rep-b joining: plan %+v, want a share of 2, none held and a hand-off awaited", p)
+		}
 		s.settle(t, rng, atOnce, 20)
 		if c := s.counts(); c["rep-a"] != 2 || c["rep-b"] != 2 || s.handoffs != 2 {
 			t.Errorf("at once %v: after B joined: %v with %d hand-offs, want 2 and 2 after 2", atOnce, c, s.handoffs)
@@ -302,6 +310,9 @@ func TestSharePlanBusyStays(t *testing.T) {
 	}
 	if c := s.counts(); c["rep-a"] != 4 || s.handoffs != 0 {
 		t.Fatalf("busy links: %v after %d hand-offs, want all on rep-a and none", c, s.handoffs)
+	}
+	if !s.view("rep-b").plan().awaiting { // for a few polls (runCapture's budget)
+		t.Error("rep-b, short of its share, does not await the hand-off")
 	}
 	clear(s.busy)
 	s.settle(t, rng, false, 20)
