@@ -97,12 +97,12 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 }
 
 // fairShare plans which of want, the nodes captured always, this replica
-// holds (shareView.plan), from the SOL leases and the live
-// replicas in the database; it hands off (sol.Manager.HandOff) the first
-// node the plan gives up that has nobody attached, and remembers it in
-// leaving until its lease is no longer this replica's (its link has
-// closed), or for about twice lease_ttl at most (a viewer here may have
-// opened it again).
+// holds (shareView.plan), from the SOL leases and the live replicas in
+// the database; it hands off (sol.Manager.HandOff) the first node the
+// plan gives up that has nobody attached, and remembers it in leaving
+// until its lease is no longer this replica's (its link has closed), or
+// for about twice lease_ttl at most (a viewer here may have opened it
+// again).
 func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving map[string]time.Time) (sharePlan, error) {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	defer cancel()

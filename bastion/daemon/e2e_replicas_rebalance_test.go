@@ -92,6 +92,9 @@ func TestReplicasRebalance(t *testing.T) {
 		t.Errorf("rep-a's /metrics lacks obmd_console_capture_handoffs_total 2")
 	}
 	last := pr.stop()
+	if pr.err != nil {
+		t.Fatalf("printing on a serial port: %v", pr.err)
+	}
 	for _, label := range labels {
 		moved := balanced[label] == "rep-b"
 		var h rbHistory
