@@ -14,7 +14,9 @@ import (
 // many times an epoch_poll, for at most this many epoch_polls in a row
 // without taking a node: the node comes at most an epoch_poll / awaitPolls
 // after the link handed off has closed, and a hand-off that does not come
-// (its links have viewers) costs no more than a few polls.
+// (its links have viewers) costs no more than a few polls. Measured gap
+// (TestReplicasRebalance, docs/replicas.md): 20-180 ms at 1 s, against
+// 460-700 ms polling once an epoch_poll.
 const awaitPolls = 5
 
 // runCapture keeps the links of the nodes captured always held open with

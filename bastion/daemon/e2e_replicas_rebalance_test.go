@@ -25,9 +25,10 @@ const (
 )
 
 // TestReplicasRebalance: two replicas on MariaDB and four nodes (ipmi_sim)
-// captured always. rep-a, alone, holds all four; rep-b joins and gets its
-// share: rep-a hands two off, one a poll, and each replica ends with two,
-// which stay where they are for ten polls more. Each node prints a
+// captured always. rep-a, alone, holds all four, and someone watches n4
+// on it; rep-b joins and gets its share: rep-a hands two off, one a poll,
+// not n4 (its viewer would see the link move, and never does), and each
+// replica ends with two, which stay where they are for ten polls more. Each node prints a
 // numbered line every 20 ms throughout: the history of a node that stayed
 // lacks none, that of a node handed off lacks one run of lines, after
 // which rep-b's output follows a console link lost marker (the gap is
@@ -68,10 +69,13 @@ func TestReplicasRebalance(t *testing.T) {
 		return holder, n
 	}
 	waitUntil(t, "rep-a holding the four links", func() bool { _, n := counts(); return n["rep-a"] == 4 })
+	// A viewer on n4, the first rep-a would give up: n4 stays.
+	viewer := a.goViewer(t, "n4", a.rotate("n4"))
 	pr := rbStartPrinters(t, bmcs, labels)
 	for _, label := range labels {
 		waitUntil(t, label+"'s output in its history", func() bool { return len(rbSeqs(t, st, label).seqs) > 0 })
 	}
+	viewer.expect("<n4-")
 
 	b := rpStart(t, bin, "rep-b", env())
 	if b == nil {
@@ -84,6 +88,9 @@ func TestReplicasRebalance(t *testing.T) {
 		if now, _ := counts(); !maps.Equal(now, balanced) {
 			t.Fatalf("the links moved once balanced: %v, then %v", balanced, now)
 		}
+	}
+	if balanced["n4"] != "rep-a" {
+		t.Errorf("n4, watched on rep-a, was handed off: %v", balanced)
 	}
 	if k, m := rbCount(a, "capture_handed_off"), rbCount(b, "capture_handed_off"); k != 2 || m != 0 {
 		t.Errorf("hand-offs logged: rep-a %d, rep-b %d; want 2 and 0", k, m)
@@ -103,6 +110,10 @@ func TestReplicasRebalance(t *testing.T) {
 			return len(h.seqs) > 0 && h.seqs[len(h.seqs)-1] == last[label]
 		})
 		rbCheck(t, label, h, moved, pr.times(label))
+	}
+	viewer.expect(fmt.Sprintf("<n4-%d>", last["n4"]))
+	if out := viewer.out.String(); strings.Contains(out, "link lost") {
+		t.Errorf("n4's viewer saw its link lost: %q", tailString(out, 600))
 	}
 
 	// A rolling restart: rep-a stops (SIGTERM releases its links, rep-b
@@ -243,34 +254,31 @@ func rbSeqs(t *testing.T, st *db.Store, label string) rbHistory {
 	return h
 }
 
-// rbCheck checks label's history: in order, no line twice, and complete
-// from its first line on, but for one run of lines, after which a link
-// lost marker comes, if the node was handed off. The run is logged, with
-// how long the node printed into it (the gap of the hand-off).
+// rbCheck checks label's history: in order, no line twice, complete from
+// its first line on, and with no link lost marker if the node stayed; if
+// it was handed off, one link lost marker, and the lines missing (if any)
+// right before it. The run is logged, with how long the node printed into
+// it (the gap of the hand-off).
 func rbCheck(t *testing.T, label string, h rbHistory, moved bool, at []time.Time) {
 	t.Helper()
-	gaps := 0
+	if want := map[bool]int{false: 0, true: 1}[moved]; len(h.lost) != want {
+		t.Errorf("%s (handed off: %v): %d link lost markers, want %d", label, moved, len(h.lost), want)
+	}
 	for i := 1; i < len(h.seqs); i++ {
 		prev, seq := h.seqs[i-1], h.seqs[i]
 		switch {
 		case seq <= prev:
 			t.Errorf("%s: line %d stored after line %d (out of order, or twice)", label, seq, prev)
-		case seq > prev+1:
-			gaps++
-			gap := at[seq].Sub(at[prev+1])
-			t.Logf("%s handed off: lines %d-%d not recorded, %v of output (%d lines of one per %v); marker before the next: %v",
-				label, prev+1, seq-1, gap.Round(time.Millisecond), seq-prev-1, rbEvery, h.lost[i])
-			if !moved || !h.lost[i] {
-				t.Errorf("%s (handed off: %v): lines %d-%d are missing, with a link lost marker after them: %v",
-					label, moved, prev+1, seq-1, h.lost[i])
-			}
+		case h.lost[i]:
+			gap := at[seq].Sub(at[prev])
+			t.Logf("%s handed off: %d lines not recorded (%d-%d, of one per %v): %v from the last line before to the first after",
+				label, seq-prev-1, prev+1, seq-1, rbEvery, gap.Round(time.Millisecond))
 			if gap > rpLeaseTTL {
-				t.Errorf("%s: the hand-off's gap is %v, more than lease_ttl (%v): as long as a takeover from a dead holder", label, gap, rpLeaseTTL)
+				t.Errorf("%s: the hand-off took %v, more than lease_ttl (%v): as long as a takeover from a dead holder", label, gap, rpLeaseTTL)
 			}
+		case seq > prev+1:
+			t.Errorf("%s: lines %d-%d missing, with no hand-off there", label, prev+1, seq-1)
 		}
-	}
-	if moved && gaps != 1 {
-		t.Errorf("%s was handed off: %d runs of missing lines, want 1", label, gaps)
 	}
 }
 
