@@ -277,30 +277,6 @@ func (n *node) mark(m history.Marker) {
 	}
 }
 
-// closed runs when an established console was closed on purpose: a node
-// held for capture that stops because obmd does, or handed off to another
-// replica (HandOff), marks the gap in its history (until another replica,
-// or this one restarted, captures it).
-func (n *node) closed(ctx context.Context) {
-	n.mu.Lock()
-	held := n.held
-	n.mu.Unlock()
-	cause := context.Cause(ctx)
-	if errors.Is(cause, ErrHandedOff) || held && errors.Is(cause, ErrShutdown) {
-		n.mark(history.LinkLost())
-	}
-	if errors.Is(cause, ErrHandedOff) && n.m.hist != nil {
-		// The next holder takes the link at its next poll and stores its
-		// first output a flush interval later: this replica's last output
-		// goes first.
-		fctx, cancel := context.WithTimeout(context.Background(), n.m.cfg.OpenTimeout)
-		defer cancel()
-		if err := n.m.hist.Flush(fctx); err != nil {
-			n.log.WithError(err).Warn("console history flush after hand-off failed")
-		}
-	}
-}
-
 func (n *node) state(s string) {
 	n.log.WithField("state", s).Info("console link state")
 }
