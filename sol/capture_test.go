@@ -23,6 +23,13 @@ type histRig struct {
 
 func newHistRig(t testing.TB) *histRig {
 	t.Helper()
+	return newHistRigEvery(t, 50*time.Millisecond)
+}
+
+// newHistRigEvery is newHistRig whose recorder flushes every (or when
+// asked).
+func newHistRigEvery(t testing.TB, every time.Duration) *histRig {
+	t.Helper()
 	ctx := testCtx(t)
 	st, err := db.Open(ctx, filepath.Join(t.TempDir(), "obmd.db"), quietLog())
 	if err != nil {
@@ -36,7 +43,7 @@ func newHistRig(t testing.TB) *histRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := history.New(history.Config{FlushInterval: 50 * time.Millisecond}, st, quietLog())
+	rec, err := history.New(history.Config{FlushInterval: every}, st, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +51,7 @@ func newHistRig(t testing.TB) *histRig {
 	return &histRig{store: st, rec: rec, epoch: n.Epoch}
 }
 
-// Open and Cut are sol.History's.
+// Open, Cut and Flush are sol.History's.
 func (h *histRig) Open(ctx context.Context, label string) (*history.Recording, error) {
 	epoch, err := h.store.Epoch(ctx, label)
 	if err != nil {
@@ -54,6 +61,8 @@ func (h *histRig) Open(ctx context.Context, label string) (*history.Recording, e
 }
 
 func (h *histRig) Cut(q history.Query) (*history.Cut, error) { return h.rec.Cut(q) }
+
+func (h *histRig) Flush(ctx context.Context) error { return h.rec.Flush(ctx) }
 
 // output is n1's recorded output in its tenancy, as its tenant reads it.
 func (h *histRig) output(t *testing.T) string {
@@ -152,4 +161,55 @@ func TestReplayFromHistory(t *testing.T) {
 	if got := other.Data(); strings.Contains(got, "before the restart") {
 		t.Errorf("a viewer of another tenancy got %q in its replay", got)
 	}
+}
+
+// TestHandOff: a held link with nobody attached is handed off at once:
+// the hold ends, the console closes, the history says the link was lost
+// and Stats counts it; the hub stores the history at once (its recorder
+// here flushes only when asked), so that it goes before the next holder's.
+// One with a viewer is not handed off (the viewer would see its link
+// move), nor a node that is not held.
+func TestHandOff(t *testing.T) {
+	h := newHistRigEvery(t, time.Hour)
+	lab := sim.NewLab()
+	bmc := lab.BMC("n1", sim.ModeNormal)
+	m := h.manager(t, lab)
+	if err := m.Hold("n1"); err != nil {
+		t.Fatal(err)
+	}
+	waitConsole(t, bmc, true)
+	v := attach(t, m, "n1", "watching", sol.AttachOptions{})
+	if m.HandOff("n1") {
+		t.Fatal("a link with a viewer was handed off")
+	}
+	if got := m.Holding(); len(got) != 1 || !bmc.ConsoleActive() {
+		t.Fatalf("after a refused hand-off: holding %v, console active %v; want n1 held and up", got, bmc.ConsoleActive())
+	}
+	v.Close()
+	waitFor(t, "the viewer gone", func() bool { return m.Stats().Viewers == 0 })
+	bmc.Inject([]byte("before the hand-off\r\n"))
+	waitFor(t, "the output recorded", func() bool { return strings.Contains(h.output(t), "before the hand-off") })
+	if !m.HandOff("n1") {
+		t.Fatal("a held link with nobody attached was not handed off")
+	}
+	waitConsole(t, bmc, false)
+	if got := m.Holding(); len(got) != 0 {
+		t.Errorf("holding after the hand-off: %v", got)
+	}
+	if st := m.Stats(); st.HandOffs != 1 || st.CapturedUp+st.CapturedDown != 0 {
+		t.Errorf("stats after the hand-off: %+v, want one hand-off and nothing captured", st)
+	}
+	if m.HandOff("n1") {
+		t.Error("a node no longer held was handed off")
+	}
+	// The hub flushed the marker itself: it is in the database (the next
+	// holder's output is stored after it).
+	waitFor(t, "the link lost marker stored", func() bool {
+		chunks, err := h.store.ReadHistory(testCtx(t), history.Query{Node: "n1", Epoch: h.epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(chunks) > 0 && chunks[len(chunks)-1].Kind == history.KindLinkLost &&
+			strings.Contains(string(chunks[0].Data), "before the hand-off")
+	})
 }

@@ -12,7 +12,8 @@
 // of another replica's, Seeded) is recorded in the node's console history
 // (History, over sol/history), and viewers' replays come from the history
 // of their tenancy (AttachOptions.Epoch); Hold keeps a link open with
-// nobody attached (capture always). One viewer per node writes (TakeWrite,
+// nobody attached (capture always), and HandOff closes a held link nobody
+// watches at once for another replica to capture. One viewer per node writes (TakeWrite,
 // ReadOnly); Viewer.AsWriter lets a read-only viewer borrow the role for one
 // write and hand it back to its writer wherever it is (the `send` and
 // `expect` commands), refused with ErrWriterBusy while another viewer

@@ -1,8 +1,11 @@
 package sol
 
 import (
+	"context"
 	"errors"
 	"sort"
+
+	"github.com/obmd/obmd/sol/history"
 )
 
 // Hold keeps label's console link open with nobody attached, until
@@ -64,6 +67,38 @@ func (m *Manager) dropHoldLocked(label string) {
 	}
 }
 
+// ErrHandedOff closes a held link given up with HandOff: another replica
+// captures the node.
+var ErrHandedOff = errors.New("console link handed to another obmd replica")
+
+// HandOff ends label's hold and closes its link at once, without linger,
+// so that another replica captures the node: the cluster's rebalancing of
+// captured links. As at a clean stop (Close), the history gets a "console
+// link lost" marker if the link was up, and the link's SOL lease is
+// released once it has closed. A node with anyone attached (a viewer of
+// this hub or a relay carrying another replica's) is not handed off:
+// they would see the link move. It reports whether it did; if not, the
+// hold stays.
+func (m *Manager) HandOff(label string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.holds[label] || m.closed {
+		return false
+	}
+	if n := m.nodes[label]; n != nil {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if len(n.viewers) > 0 {
+			return false
+		}
+		n.held = false
+		m.retireLocked(n, ErrHandedOff)
+	}
+	delete(m.holds, label)
+	m.st.handoffs.Add(1)
+	return true
+}
+
 // Holding lists the labels held, sorted.
 func (m *Manager) Holding() []string {
 	m.mu.Lock()
@@ -116,4 +151,28 @@ func (n *node) letGo() bool {
 	n.held = false
 	m.retireLocked(n, ErrDetached)
 	return true
+}
+
+// closed runs when an established console was closed on purpose: a node
+// held for capture that stops because obmd does, or handed off to another
+// replica (HandOff), marks the gap in its history (until another replica,
+// or this one restarted, captures it).
+func (n *node) closed(ctx context.Context) {
+	n.mu.Lock()
+	held := n.held
+	n.mu.Unlock()
+	cause := context.Cause(ctx)
+	if errors.Is(cause, ErrHandedOff) || held && errors.Is(cause, ErrShutdown) {
+		n.mark(history.LinkLost())
+	}
+	if errors.Is(cause, ErrHandedOff) && n.m.hist != nil {
+		// The next holder takes the link at its next poll and stores its
+		// first output a flush interval later: this replica's last output
+		// goes first.
+		fctx, cancel := context.WithTimeout(context.Background(), n.m.cfg.OpenTimeout)
+		defer cancel()
+		if err := n.m.hist.Flush(fctx); err != nil {
+			n.log.WithError(err).Warn("console history flush after hand-off failed")
+		}
+	}
 }

@@ -277,18 +277,6 @@ func (n *node) mark(m history.Marker) {
 	}
 }
 
-// closed runs when an established console was closed on purpose: a node
-// held for capture that stops because obmd does marks the gap in its
-// history (until another replica, or this one restarted, captures it).
-func (n *node) closed(ctx context.Context) {
-	n.mu.Lock()
-	held := n.held
-	n.mu.Unlock()
-	if held && errors.Is(context.Cause(ctx), ErrShutdown) {
-		n.mark(history.LinkLost())
-	}
-}
-
 func (n *node) state(s string) {
 	n.log.WithField("state", s).Info("console link state")
 }

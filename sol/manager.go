@@ -138,6 +138,10 @@ type History interface {
 	// Cut takes a cut of the history for a replay (history.Recorder.Cut):
 	// it never blocks.
 	Cut(q history.Query) (*history.Cut, error)
+	// Flush stores what was recorded so far (history.Recorder.Flush): the
+	// hub calls it when a link it handed off (HandOff) has closed, so that
+	// its last output is stored before the next holder's.
+	Flush(ctx context.Context) error
 }
 
 // Manager is the console hub: at most one SOL link per node, opened when the
@@ -481,12 +485,16 @@ type Stats struct {
 	// (Hold) whose console is established, and those opening or
 	// reconnecting (a BMC that does not answer).
 	CapturedUp, CapturedDown int64
+	// HandOffs counts the held links given up for another replica to
+	// capture (HandOff).
+	HandOffs uint64
 }
 
 type counters struct {
 	links, linksUp, viewers               atomic.Int64
 	opens, openErrors, reconnects         atomic.Uint64
 	bytesOut, bytesIn, overflows, skipped atomic.Uint64
+	handoffs                              atomic.Uint64
 }
 
 // Stats returns the current counters.
@@ -506,5 +514,6 @@ func (m *Manager) Stats() Stats {
 		BytesIn:      s.bytesIn.Load(),
 		Overflows:    s.overflows.Load(),
 		Skipped:      s.skipped.Load(),
+		HandOffs:     s.handoffs.Load(),
 	}
 }

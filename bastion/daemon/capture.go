@@ -2,13 +2,22 @@ package daemon
 
 import (
 	"context"
-	"hash/crc32"
-	"sort"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )
+
+// awaitPolls: a replica awaiting a hand-off (shareView.plan) polls this
+// many times an epoch_poll, for at most this many epoch_polls in a row
+// without taking a node: the node comes at most an epoch_poll / awaitPolls
+// after the link handed off has closed, and a hand-off that does not come
+// (its links have viewers) costs no more than a few polls. Measured gap
+// (TestReplicasRebalance, docs/replicas.md): 20-180 ms at 1 s, against
+// 460-700 ms polling once an epoch_poll.
+const awaitPolls = 5
 
 // runCapture keeps the links of the nodes captured always held open with
 // nobody attached (sol.Manager.Hold), and releases the others, as the
@@ -17,29 +26,45 @@ import (
 // deleted is released. A database that does not answer changes nothing.
 // It returns when ctx ends, leaving the holds to the hub's Close.
 //
-// In cluster mode each replica holds at most its fair share of them
-// (fairShare): the ones whose SOL lease no live replica holds, up to
-// ceil(captured / live replicas) held here in all; a dead holder's lease
-// expires and a survivor takes its nodes at its next poll.
+// In cluster mode each replica holds its fair share of them (fairShare,
+// shareView.plan): it takes the ones whose SOL lease no live replica
+// holds up to its share (a dead holder's lease expires and a survivor
+// takes its nodes at its next poll), and gives up what it holds beyond
+// it, one node a poll, to a replica short of its share (one that joined,
+// or was restarted), which polls faster meanwhile (awaitPolls).
 func (d *Daemon) runCapture(ctx context.Context) error {
 	every := d.cfg.EpochPoll
 	if every <= 0 {
 		every = time.Second // the change watcher's default
 	}
-	t := time.NewTicker(every)
+	t := time.NewTimer(0)
 	defer t.Stop()
+	leaving := map[string]time.Time{}
+	fast, held := 0, 0 // fast polls in a row without a node taken; nodes held
 	for {
-		d.syncCapture(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		awaiting, now := d.syncCapture(ctx, leaving)
+		if !awaiting || now > held {
+			fast = 0
+		}
+		held = now
+		if awaiting && fast < awaitPolls*awaitPolls {
+			fast++
+			t.Reset(every / awaitPolls)
+		} else {
+			t.Reset(every)
+		}
 	}
 }
 
-// syncCapture is one poll of runCapture.
-func (d *Daemon) syncCapture(ctx context.Context) {
+// syncCapture is one poll of runCapture. leaving is its memory between
+// polls: the nodes it handed off, and when (fairShare). It reports whether
+// this replica awaits a hand-off, and how many nodes it holds.
+func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) (awaiting bool, held int) {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	caps, err := d.store.Captures(qctx, captureCandidates(d.cfg.Console.Capture))
 	cancel()
@@ -47,16 +72,18 @@ func (d *Daemon) syncCapture(ctx context.Context) {
 		if ctx.Err() == nil {
 			d.log.WithError(err).Warn("capture_list_failed")
 		}
-		return
+		return false, len(d.consoles.Holding())
 	}
 	want := wantedCaptures(caps, d.cfg.Console.Capture)
 	if d.rep.cluster != nil {
-		if want, err = d.fairShare(ctx, want); err != nil {
+		p, err := d.fairShare(ctx, want, leaving)
+		if err != nil {
 			if ctx.Err() == nil {
 				d.log.WithError(err).Warn("capture_share_failed")
 			}
-			return
+			return false, len(d.consoles.Holding())
 		}
+		want, awaiting = p.mine, p.awaiting
 	}
 	for _, label := range d.consoles.Holding() {
 		if !want[label] {
@@ -65,59 +92,55 @@ func (d *Daemon) syncCapture(ctx context.Context) {
 	}
 	for label := range want {
 		if err := d.consoles.Hold(label); err != nil {
-			return // the hub is closing
+			break // the hub is closing
 		}
 	}
+	return awaiting, len(want)
 }
 
-// fairShare narrows want, the nodes captured always, to those this
-// replica holds: the ones it holds already (its SOL lease, or a hold of
-// its hub), then unheld ones (no live SOL lease) until it holds
-// ceil(len(want) / live replicas). The unheld are taken from a point of
-// the sorted list that depends on this replica's ID, so that replicas
-// polling at once mostly pick different nodes (a lease decides a race).
-func (d *Daemon) fairShare(ctx context.Context, want map[string]bool) (map[string]bool, error) {
+// fairShare plans which of want, the nodes captured always, this replica
+// holds (shareView.plan), from the SOL leases and the live replicas in
+// the database; it hands off (sol.Manager.HandOff) the first node the
+// plan gives up that has nobody attached, and remembers it in leaving
+// until its lease is no longer this replica's (its link has closed), or
+// for about twice lease_ttl at most (a viewer here may have opened it
+// again).
+func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving map[string]time.Time) (sharePlan, error) {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	defer cancel()
 	leases, err := d.store.Leases(qctx, db.LeaseSOL)
 	if err != nil {
-		return nil, err
+		return sharePlan{}, err
 	}
 	replicas, err := d.store.Replicas(qctx)
 	if err != nil {
-		return nil, err
+		return sharePlan{}, err
 	}
-	holder := map[string]string{}
+	v := shareView{me: d.cfg.ReplicaID, want: want, holder: map[string]string{},
+		holding: d.consoles.Holding(), leaving: map[string]bool{}}
 	for _, l := range leases {
-		holder[l.Node] = l.Owner
+		v.holder[l.Node] = l.Owner
 	}
-	mine := map[string]bool{}
-	for _, label := range d.consoles.Holding() {
-		if want[label] && (holder[label] == "" || holder[label] == d.cfg.ReplicaID) {
-			mine[label] = true
+	for _, r := range replicas {
+		v.live = append(v.live, r.ID)
+	}
+	for label, since := range leaving {
+		if v.holder[label] != v.me || time.Since(since) > 2*d.rep.cluster.FenceAfter() {
+			delete(leaving, label)
+		} else {
+			v.leaving[label] = true
 		}
 	}
-	var unheld []string
-	for label := range want {
-		switch holder[label] {
-		case d.cfg.ReplicaID:
-			mine[label] = true
-		case "":
-			if !mine[label] {
-				unheld = append(unheld, label)
-			}
+	p := v.plan()
+	for _, label := range p.giveUp {
+		if d.consoles.HandOff(label) {
+			delete(p.mine, label)
+			leaving[label] = time.Now()
+			d.log.WithFields(logrus.Fields{"node": label, "held": len(p.mine), "share": p.target}).Info("capture_handed_off")
+			break
 		}
 	}
-	share := (len(want) + max(len(replicas), 1) - 1) / max(len(replicas), 1)
-	sort.Strings(unheld)
-	start := 0
-	if len(unheld) > 0 {
-		start = int(crc32.ChecksumIEEE([]byte(d.cfg.ReplicaID)) % uint32(len(unheld)))
-	}
-	for i := 0; i < len(unheld) && len(mine) < share; i++ {
-		mine[unheld[(start+i)%len(unheld)]] = true
-	}
-	return mine, nil
+	return p, nil
 }
 
 // captureCandidates is which nodes captureOf can make always under the

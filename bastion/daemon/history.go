@@ -58,6 +58,9 @@ func (h *consoleHistory) Open(ctx context.Context, label string) (*history.Recor
 // Cut is sol.History's: a replay's cut of the history.
 func (h *consoleHistory) Cut(q history.Query) (*history.Cut, error) { return h.rec.Cut(q) }
 
+// Flush is sol.History's: what was recorded so far is stored.
+func (h *consoleHistory) Flush(ctx context.Context) error { return h.rec.Flush(ctx) }
+
 // applied is the Revoker's OnApply: an access change moved label to epoch.
 // New output goes to the new tenancy at once; the old ones are ended in the
 // database (deleted, or kept for admins with history_retention) in the

@@ -23,6 +23,8 @@ func (d *Daemon) newMetrics() *metrics.Registry {
 		w.Family("obmd_console_captured_links", "gauge", "Console links held open for capture (capture always), by state (up: console open; down: opening or reconnecting).")
 		w.Sample("", float64(st.CapturedUp), "state", "up")
 		w.Sample("", float64(st.CapturedDown), "state", "down")
+		w.Counter("obmd_console_capture_handoffs_total", "Captured console links this replica gave up for a replica short of its share to capture (rebalancing).",
+			float64(st.HandOffs))
 		d.history.metrics(w)
 		w.Gauge("obmd_console_viewers", "Attached console viewers.", float64(st.Viewers))
 		w.Counter("obmd_console_opens_total", "BMC consoles opened.", float64(st.Opens))
