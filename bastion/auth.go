@@ -125,9 +125,11 @@ func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteract
 }
 
 // checkToken authenticates ctx.User() with a token. An unknown node, a node
-// without a token and a wrong token do the same work (one query, one hash,
-// one constant-time compare) and take at least FailDelay, so the client
-// cannot tell them apart.
+// without a token and a wrong token do the same work (one lookup, one
+// hash, one constant-time compare) and take at least FailDelay, so the
+// client cannot tell them apart (on SQLite a known node's lookup may be
+// answered from memory, an unknown one's never is: FailDelay covers the
+// difference).
 func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 	start := s.cfg.Now()
 	st := stateFrom(ctx)

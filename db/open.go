@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -234,8 +235,11 @@ func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store
 	if err != nil {
 		return nil, fmt.Errorf("parse sqlite DSN: %w", err)
 	}
-	memory := base == ":memory:" || strings.HasPrefix(base, "file::memory:") || q.Get("mode") == "memory"
-	if !memory && !strings.HasPrefix(base, "file:") {
+	// The driver passes a plain path's query to SQLite only for its own
+	// keys (vfs, _pragma, ...): "/x/obmd.db?mode=memory" is the file.
+	uri := strings.HasPrefix(base, "file:")
+	memory := base == ":memory:" || uri && (strings.HasPrefix(base, "file::memory:") || q.Get("mode") == "memory")
+	if !memory && !uri {
 		if err := createPrivate(base); err != nil {
 			return nil, err
 		}
@@ -278,7 +282,7 @@ func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store
 		return nil, fmt.Errorf("open sqlite %s: %w", base, err)
 	}
 	s := &Store{dialect: DialectSQLite, w: w, r: w, log: log, now: time.Now,
-		exclusive: memory || q.Get("vfs") == "unix-excl"}
+		exclusive: memory || q.Get("vfs") == "unix-excl" && !(uri && unlocked(q))}
 	if !memory {
 		// Each :memory: connection would be a database of its own, so
 		// memory stores read through the writer.
@@ -372,13 +376,26 @@ func createPrivate(path string) error {
 	return nil
 }
 
+// unlocked says whether a file: URI's query tells SQLite to take no lock
+// (nolock, or immutable, which implies it): another process may then
+// write the file whatever the VFS.
+func unlocked(q url.Values) bool {
+	for _, k := range []string{"nolock", "immutable"} {
+		if v, ok := q[k]; ok && !slices.Contains([]string{"0", "no", "false", "off"}, strings.ToLower(v[0])) {
+			return true
+		}
+	}
+	return false
+}
+
 // Dialect is "sqlite" or "mysql".
 func (s *Store) Dialect() string { return s.dialect }
 
 // Exclusive says whether this process is the database's only writer: a
 // SQLite database in memory or opened with the unix-excl VFS (the
-// default), which locks the file against every other process. Then every
-// change of the database is one this process made.
+// default), which locks the file against every other process, unless a
+// file: URI turns locking off (nolock, immutable). Then every change of
+// the database is one this process made.
 func (s *Store) Exclusive() bool { return s.exclusive }
 
 // Ping checks the database answers a query on obmd's schema (readiness).

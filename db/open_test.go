@@ -164,6 +164,40 @@ func TestSQLiteMemory(t *testing.T) {
 	}
 }
 
+// TestSQLiteExclusive: Exclusive (which lets logins keep what they read:
+// access.Gate.AccessAt) only where SQLite holds the file's lock. The
+// driver drops a plain path's SQLite keys, so "obmd.db?mode=memory" is
+// that file, opened like any path; nolock or immutable in a file: URI
+// leaves the file open to other writers.
+func TestSQLiteExclusive(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	dir := t.TempDir()
+	for dsn, want := range map[string]bool{
+		":memory:":                       true,
+		"file::memory:":                  true,
+		dir + "/a.db":                    true,
+		"file:" + dir + "/b.db":          true,
+		dir + "/c.db?mode=memory":        true, // the file c.db, locked
+		"file:" + dir + "/d.db?nolock=1": false,
+		"file:" + dir + "/e.db?vfs=unix-excl&nolock=yes": false,
+		"file:" + dir + "/f.db?nolock=0":                 true,
+		dir + "/g.db?vfs=unix":                           false,
+	} {
+		s, err := Open(ctx, dsn, log)
+		if err != nil {
+			t.Fatalf("open %s: %v", dsn, err)
+		}
+		if got := s.Exclusive(); got != want {
+			t.Errorf("%s: Exclusive %v, want %v", dsn, got, want)
+		}
+		s.Close()
+	}
+	if fi, err := os.Stat(dir + "/c.db"); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("c.db: %v %v, want a private file", fi, err)
+	}
+}
+
 func TestSQLiteFileURIAndSchemaVersion(t *testing.T) {
 	ctx := context.Background()
 	log, _ := logtest.NewNullLogger()
