@@ -52,9 +52,10 @@ type connState struct {
 	certs map[string]*certLogin
 	// settled: nothing is left to record when the connection ends (it
 	// authenticated, or a token try was recorded).
-	settled bool
-	forget  func() // forgets the registry's watch (watch); nil if none
-	ended   bool   // the connection has closed (unwatch ran)
+	settled  bool
+	forget   func()      // forgets the registry's watch (watch); nil if none
+	ended    bool        // the connection has closed (unwatch ran)
+	backstop *time.Timer // closes it once cut, if its channels have not (connRevoked)
 
 	// chans counts the connection's open session channels.
 	chans atomic.Int32
@@ -62,6 +63,8 @@ type connState struct {
 	// it: connRevoked); nil until then. It is closed once it holds no
 	// session channel (closeCut, once).
 	cut       atomic.Pointer[error]
+	cutC      chan struct{} // closed once cut: a channel with no session yet ends
+	cutOnce   sync.Once
 	closeOnce sync.Once
 }
 
@@ -85,11 +88,14 @@ func (st *connState) settle() {
 // closed; a watch set later is forgotten at once.
 func (st *connState) unwatch() {
 	st.mu.Lock()
-	f := st.forget
+	f, b := st.forget, st.backstop
 	st.forget, st.ended = nil, true
 	st.mu.Unlock()
 	if f != nil {
 		f()
+	}
+	if b != nil {
+		b.Stop()
 	}
 }
 

@@ -3,6 +3,7 @@ package bastion
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -76,12 +77,31 @@ func (s *Server) stillHolds(ctx context.Context, node string, a *authInfo) error
 	return staleAccess(node, err)
 }
 
+// closeCutBound bounds how long a cut connection stays open for its
+// channels: its sessions are cut, and each has CutGrace before its
+// connection is closed under it (access.Revoker.Open); a channel that
+// never started one ends at the cut (channel.serve). A client that does not
+// close its channels (never answers their close) is closed at the bound.
+const closeCutBound = 8 * access.CutGrace
+
 // connRevoked marks the connection st cut with cause, and closes it if it
 // holds no session channel; otherwise the last one to end closes it
-// (channelEnded). Each side sets its own mark (cut, the channel count)
-// before it reads the other's, so at least one of them closes it.
+// (channelEnded), or the bound (closeCutBound). Each side sets its own
+// mark (cut, the channel count) before it reads the other's, so at least
+// one of them closes it.
 func (s *Server) connRevoked(st *connState, node string, a *authInfo, cause error) {
-	st.cut.Store(&cause)
+	st.cut.CompareAndSwap(nil, &cause)
+	st.cutOnce.Do(func() {
+		close(st.cutC)
+		t := time.AfterFunc(closeCutBound, func() { s.closeCut(st, node, a) })
+		st.mu.Lock()
+		st.backstop = t
+		ended := st.ended
+		st.mu.Unlock()
+		if ended { // unwatch ran before it was set: nothing stops it
+			t.Stop()
+		}
+	})
 	if n := st.chans.Load(); n > 0 {
 		s.log.WithFields(logrus.Fields{"node": safe(node), "remote": st.remote, "sessions": n, "why": cause.Error()}).
 			WithFields(certFields(a.Cert)).Info("connection_revoked_closing_after_sessions")

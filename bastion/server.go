@@ -301,7 +301,7 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 		s.tooMany(conn.RemoteAddr())
 		return nil
 	}
-	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t}
+	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, cutC: make(chan struct{})}
 	st.conn = &countedConn{Conn: conn, spoke: func() { s.admit.advance(t, speaking) }, ended: func() {
 		s.admit.end(t)
 		st.unwatch()

@@ -31,6 +31,7 @@ type channel struct {
 	remote string
 	ch     gossh.Channel
 	log    logrus.FieldLogger
+	conn   *connState // the connection's front-door state
 
 	pty    bool          // set by the request reader before it sends the start
 	closed chan struct{} // closed when the client closed the channel (requests ended)
@@ -75,7 +76,7 @@ func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel
 		return
 	}
 	c := &channel{s: s, ctx: ctx, a: a, label: ctx.User(), remote: remoteString(ctx), ch: ch,
-		closed: make(chan struct{})}
+		conn: st, closed: make(chan struct{})}
 	c.log = s.log.WithFields(logrus.Fields{"node": safe(c.label), "remote": c.remote, "method": a.Method}).
 		WithFields(certFields(a.Cert))
 	c.serve(reqs)
@@ -94,6 +95,9 @@ func (c *channel) serve(reqs <-chan *gossh.Request) {
 		code = c.run(st)
 	case <-c.closed:
 	case <-c.ctx.Done():
+	case <-c.conn.cutC: // no session to cut: the channel ends with its connection
+		fmt.Fprintf(c.ch.Stderr(), "obmd: %v\n", *c.conn.cut.Load())
+		code = commands.ExitNotAllowed
 	}
 	if code >= 0 {
 		c.ch.SendRequest("exit-status", false, gossh.Marshal(struct{ Code uint32 }{uint32(code)}))
