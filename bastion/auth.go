@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,10 +29,10 @@ type (
 // callbacks run one at a time during the handshake, but the connection may
 // be closed from another goroutine, hence mu.
 type connState struct {
-	conn   net.Conn // the connection as the server reads it
-	ticket *ticket  // its place in Server.admit
-	remote string   // the client's address
-	src    string   // its SourceKey
+	conn   *countedConn // the connection as the server reads it
+	ticket *ticket      // its place in Server.admit
+	remote string       // the client's address
+	src    string       // its SourceKey
 
 	mu      sync.Mutex
 	user    string           // the user name of the last key offer
@@ -66,6 +65,9 @@ type connState struct {
 	cutC      chan struct{} // closed once cut: a channel with no session yet ends
 	cutOnce   sync.Once
 	closeOnce sync.Once
+	// closed is the audit row of the cut that closed it (closeCut),
+	// written once it has ended; nil if none did.
+	closed atomic.Pointer[db.AuditEvent]
 }
 
 // offer is what the lookup of a registered key offered found.

@@ -2,6 +2,8 @@ package bastion_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -9,6 +11,8 @@ import (
 
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/commands"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
 )
@@ -54,5 +58,77 @@ func TestCutConnHeldByIdleChannel(t *testing.T) {
 				t.Error("a rotated token's connection holding an idle session channel is still open")
 			}
 		})
+	}
+}
+
+// stuckAudit is a front door's store whose conn.close rows wait until
+// their context ends: the database, or its audit queue, not answering.
+type stuckAudit struct{ gated }
+
+func (s stuckAudit) Audit(ctx context.Context, e db.AuditEvent) error {
+	if e.Action == "conn.close" {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.gated.Audit(ctx, e)
+}
+
+// blockRunner runs every command until its session ends, telling started.
+type blockRunner struct{ started chan struct{} }
+
+func (r blockRunner) Run(ctx context.Context, _ commands.Request, _ commands.Command, _, _ io.Writer) int {
+	r.started <- struct{}{}
+	<-ctx.Done()
+	return commands.ExitFailed
+}
+
+// TestCutNotHeldByConnAudit: closing a node's idle connections at a cut
+// does not wait for their audit rows: with the database not answering
+// them, the node's running session is still cut at once, not after a
+// wait per idle connection (the cut tells the connections first).
+func TestCutNotHeldByConnAudit(t *testing.T) {
+	ctx := context.Background()
+	st, log := raceDB(t, dbtest.Engines()[0])
+	if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-0")); err != nil {
+		t.Fatal(err)
+	}
+	reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
+	rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, st, log)
+	runner := blockRunner{started: make(chan struct{}, 1)}
+	addr := serveBastion(t, stuckAudit{newGated(&raceStore{Store: st})}, runner, rev, log)
+	for range 4 { // idle, as ssh -N
+		c, err := dialToken(addr, "n1", "token-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	c, err := dialToken(addr, "n1", "token-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ran := make(chan error, 1)
+	go func() { _, err := runLine(c, "power-status"); ran <- err }()
+	<-runner.started
+	changed := make(chan error, 1)
+	go func() { // owned by the test, which waits for it
+		changed <- rev.Change(ctx, access.Change{Node: "n1", Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
+			return st.SetToken(ctx, "n1", keys.HashToken("token-1"))
+		}})
+	}()
+	defer func() {
+		if err := <-changed; err != nil {
+			t.Errorf("rotate: %v", err)
+		}
+	}()
+	select {
+	case err := <-ran:
+		var exit *gossh.ExitError
+		if !errors.As(err, &exit) || exit.ExitStatus() != commands.ExitNotAllowed {
+			t.Errorf("the cut session: %v, want exit %d", err, commands.ExitNotAllowed)
+		}
+	case <-time.After(10 * time.Second): // 4 idle connections' rows: 20s on the old code
+		t.Error("the session is still running: the cut waits for the idle connections' audit rows")
 	}
 }

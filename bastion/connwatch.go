@@ -118,15 +118,27 @@ func (s *Server) channelEnded(st *connState, node string, a *authInfo) {
 	}
 }
 
-// closeCut closes the connection st, which was cut, once: logged and
+// closeCut closes the connection st, which was cut, once: logged, and
 // audited (conn.close, result cut) with the reason its sessions are given.
+// It may run in the registry's cut, which tells every connection before it
+// cuts any session: so it only closes the socket, and the row is written
+// when the connection ends, in its own goroutine (connected), so that a
+// database that does not answer holds no cut.
 func (s *Server) closeCut(st *connState, node string, a *authInfo) {
 	st.closeOnce.Do(func() {
 		why := (*st.cut.Load()).Error()
 		s.log.WithFields(logrus.Fields{"node": safe(node), "remote": st.remote, "why": why}).
 			WithFields(certFields(a.Cert)).Info("connection_closed_revoked")
-		s.audit(context.Background(), db.AuditEvent{Node: safe(node), Actor: a.Actor, Action: "conn.close",
+		st.closed.Store(&db.AuditEvent{Node: safe(node), Actor: a.Actor, Action: "conn.close",
 			Source: st.remote, Result: "cut", Detail: why})
-		st.conn.Close()
+		st.conn.Conn.Close()
 	})
+}
+
+// auditClosed writes the row of a connection closeCut closed, once it has
+// ended.
+func (s *Server) auditClosed(st *connState) {
+	if e := st.closed.Load(); e != nil {
+		s.audit(context.Background(), *e)
+	}
 }

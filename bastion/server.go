@@ -305,6 +305,7 @@ func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
 	st.conn = &countedConn{Conn: conn, spoke: func() { s.admit.advance(t, speaking) }, ended: func() {
 		s.admit.end(t)
 		st.unwatch()
+		s.auditClosed(st)
 		s.connEnded(st)
 	}}
 	ctx.SetValue(stateKey{}, st)
