@@ -50,11 +50,7 @@ func TestCutConnHeldByIdleChannel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			closed := make(chan struct{})
-			go func() { c.Wait(); close(closed) }() // ends with the connection
-			select {
-			case <-closed:
-			case <-time.After(15 * time.Second):
+			if !closedWithin(c, 15*time.Second) {
 				t.Error("a rotated token's connection holding an idle session channel is still open")
 			}
 		})
@@ -130,5 +126,19 @@ func TestCutNotHeldByConnAudit(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second): // 4 idle connections' rows: 20s on the old code
 		t.Error("the session is still running: the cut waits for the idle connections' audit rows")
+	}
+}
+
+// closedWithin reports whether c's connection closes within d (the server
+// closed it); c.Wait's goroutine ends with the connection, which the
+// caller closes if not.
+func closedWithin(c *gossh.Client, d time.Duration) bool {
+	closed := make(chan struct{})
+	go func() { c.Wait(); close(closed) }()
+	select {
+	case <-closed:
+		return true
+	case <-time.After(d):
+		return false
 	}
 }

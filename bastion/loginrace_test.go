@@ -169,11 +169,7 @@ func TestLoginRacingRotation(t *testing.T) {
 			if n := store.epochs.Load(); n != 1 {
 				t.Errorf("epoch reads at session starts: %d, want 1 (the raced session's)", n)
 			}
-			closed := make(chan struct{})
-			go func() { c.Wait(); close(closed) }() // ends with the connection
-			select {
-			case <-closed:
-			case <-time.After(10 * time.Second):
+			if !closedWithin(c, 10*time.Second) {
 				t.Error("the raced session's connection is still open, want it closed once the session ended")
 			}
 
