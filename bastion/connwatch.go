@@ -21,8 +21,10 @@ import (
 // (`ssh -N`, an idle ControlMaster), else once its last session has ended
 // (the sessions are cut and say why first: closing the connection under
 // them would lose their exit status). No channel is opened on it in
-// between. So no revoked credential keeps a connection, or its place
-// under the connection caps, open.
+// between, one that started no session ends at once, and the connection
+// is closed at closeCutBound whatever its channels do. So no revoked
+// credential keeps a connection, or its place under the connection caps,
+// open.
 
 // watch has the registry tell the connection st, which a logged in to
 // node, of what ends it (connRevoked). A change this replica applied
