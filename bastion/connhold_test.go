@@ -142,3 +142,47 @@ func closedWithin(c *gossh.Client, d time.Duration) bool {
 		return false
 	}
 }
+
+// stuckRunner runs every command until released, whatever its session
+// does (a BMC call that hangs), telling started.
+type stuckRunner struct{ started, release chan struct{} }
+
+func (r stuckRunner) Run(context.Context, commands.Request, commands.Command, io.Writer, io.Writer) int {
+	r.started <- struct{}{}
+	<-r.release
+	return 0
+}
+
+// TestCutConnHeldByStuckCommand: a cut session whose command does not
+// return (its channel cannot end until it has) does not keep its revoked
+// connection open: the connection is closed within the bound of a cut.
+func TestCutConnHeldByStuckCommand(t *testing.T) {
+	ctx := context.Background()
+	st, log := raceDB(t, dbtest.Engines()[0])
+	if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-0")); err != nil {
+		t.Fatal(err)
+	}
+	reg := sessions.New(sessions.Config{CutWait: time.Second})
+	rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, st, log)
+	runner := stuckRunner{started: make(chan struct{}, 1), release: make(chan struct{})}
+	defer close(runner.release) // before the server's cleanup waits for the command
+	addr := serveBastion(t, newGated(&raceStore{Store: st}), runner, rev, log)
+	c, err := dialToken(addr, "n1", "token-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ran := make(chan error, 1)
+	go func() { _, err := runLine(c, "power-status"); ran <- err }()
+	<-runner.started
+	err = rev.Change(ctx, access.Change{Node: "n1", Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
+		return st.SetToken(ctx, "n1", keys.HashToken("token-1"))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(c, 15*time.Second) {
+		t.Error("a cut connection whose command hangs is still open")
+	}
+	<-ran
+}
