@@ -444,3 +444,23 @@ func (s *shareSim) settleDead(t *testing.T, rng *rand.Rand, atOnce bool, limit i
 		t.Fatalf("at once %v: settled, then links moved: %v -> %v (%d hand-offs)", atOnce, before, s.lease, s.handoffs-handoffs)
 	}
 }
+
+// BenchmarkSharePlan: one capture poll's plan at fleet scale, 10,000
+// nodes captured on 4 replicas, one of them just joined (holding none):
+// the plan of the replica over its share, and of the one awaiting.
+func BenchmarkSharePlan(b *testing.B) {
+	s := newShareSim(10000, "rep-a", "rep-b", "rep-c", "rep-d")
+	for i, n := range s.nodes {
+		r := []string{"rep-a", "rep-b", "rep-c"}[i%3]
+		s.lease[n] = r
+		s.holds[r][n] = true
+	}
+	for _, r := range []string{"rep-a", "rep-d"} {
+		v := s.view(r)
+		b.Run(r, func(b *testing.B) {
+			for b.Loop() {
+				v.plan()
+			}
+		})
+	}
+}
