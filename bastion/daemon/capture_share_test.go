@@ -146,6 +146,15 @@ func (s *shareSim) round(rng *rand.Rand, atOnce bool) {
 	}
 }
 
+// randomReplicas names 1 to most replicas.
+func randomReplicas(rng *rand.Rand, most int) []string {
+	var reps []string
+	for i := range 1 + rng.IntN(most) {
+		reps = append(reps, fmt.Sprintf("rep-%d", i))
+	}
+	return reps
+}
+
 func (s *shareSim) counts() map[string]int {
 	c := map[string]int{}
 	for _, r := range s.live {
@@ -262,10 +271,7 @@ func TestSharePlanRandom(t *testing.T) {
 	for seed := range uint64(1000) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		atOnce := seed%2 == 1
-		var reps []string
-		for i := range 1 + rng.IntN(5) {
-			reps = append(reps, fmt.Sprintf("rep-%d", i))
-		}
+		reps := randomReplicas(rng, 5)
 		s := newShareSim(rng.IntN(25), reps...)
 		skew := rng.IntN(len(reps)) // how many replicas the nodes start on
 		for _, n := range s.nodes {
@@ -329,10 +335,7 @@ func TestSharePlanBusyStays(t *testing.T) {
 func TestSharePlanBalancedStays(t *testing.T) {
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, 9))
-		var reps []string
-		for i := range 1 + rng.IntN(5) {
-			reps = append(reps, fmt.Sprintf("rep-%d", i))
-		}
+		reps := randomReplicas(rng, 5)
 		s := newShareSim(rng.IntN(25), reps...)
 		order := slices.Clone(reps)
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -398,10 +401,7 @@ func TestSharePlanDeadBMC(t *testing.T) {
 	for seed := range uint64(500) {
 		rng := rand.New(rand.NewPCG(seed, 13))
 		atOnce := seed%2 == 1
-		var reps []string
-		for i := range 1 + rng.IntN(4) {
-			reps = append(reps, fmt.Sprintf("rep-%d", i))
-		}
+		reps := randomReplicas(rng, 4)
 		s := newShareSim(1+rng.IntN(20), reps...)
 		for _, n := range s.nodes {
 			if rng.IntN(4) == 0 {
