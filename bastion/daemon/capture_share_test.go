@@ -464,3 +464,45 @@ func BenchmarkSharePlan(b *testing.B) {
 		})
 	}
 }
+
+// TestSharePlanDeadBMCAttempts: a hub retrying a dead node holds its
+// lease during each attempt, so a poll sometimes reads it held and counts
+// it for that replica: no healthy link moves for that, once settled.
+func TestSharePlanDeadBMCAttempts(t *testing.T) {
+	for seed := range uint64(500) {
+		rng := rand.New(rand.NewPCG(seed, 17))
+		s := newShareSim(1+rng.IntN(20), randomReplicas(rng, 4)...)
+		for _, n := range s.nodes {
+			s.dead[n] = rng.IntN(4) == 0
+		}
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			s.settleDead(t, rng, seed%2 == 1, 4*len(s.nodes)+10)
+			healthy := map[string]string{}
+			for n, o := range s.lease {
+				if !s.dead[n] {
+					healthy[n] = o
+				}
+			}
+			handoffs := s.handoffs
+			for range 50 {
+				for _, n := range s.nodes { // attempts in progress at the polls, or not
+					if !s.dead[n] {
+						continue
+					}
+					delete(s.lease, n)
+					for _, r := range s.live {
+						if s.holds[r][n] && rng.IntN(2) == 0 {
+							s.lease[n] = r
+						}
+					}
+				}
+				s.round(rng, seed%2 == 1)
+			}
+			for n, o := range healthy {
+				if s.lease[n] != o {
+					t.Errorf("%s moved from %s to %q with dead nodes' attempts (%d hand-offs)", n, o, s.lease[n], s.handoffs-handoffs)
+				}
+			}
+		})
+	}
+}
