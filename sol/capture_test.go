@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -212,4 +213,87 @@ func TestHandOff(t *testing.T) {
 		return len(chunks) > 0 && chunks[len(chunks)-1].Kind == history.KindLinkLost &&
 			strings.Contains(string(chunks[0].Data), "before the hand-off")
 	})
+}
+
+// closeSpy resolves as the lab does, through BMCs whose consoles call
+// onClose when they are closed.
+type closeSpy struct {
+	lab     *sim.Lab
+	onClose func()
+}
+
+func (s closeSpy) Resolve(ctx context.Context, label string) (sol.BMC, error) {
+	b, err := s.lab.Resolve(ctx, label)
+	if err != nil {
+		return nil, err
+	}
+	return closeSpyBMC{b, s.onClose}, nil
+}
+
+type closeSpyBMC struct {
+	sol.BMC
+	onClose func()
+}
+
+func (b closeSpyBMC) OpenConsole(ctx context.Context) (sol.Console, error) {
+	con, err := b.BMC.OpenConsole(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return closeSpyConsole{con, b.onClose}, nil
+}
+
+type closeSpyConsole struct {
+	sol.Console
+	onClose func()
+}
+
+func (c closeSpyConsole) Close() error {
+	c.onClose()
+	return c.Console.Close()
+}
+
+// TestHandOffStoredBeforeClose: a link handed off has its history (the
+// output so far and the link lost marker) stored before its console is
+// closed: in a cluster, closing the console releases the node's SOL lease
+// (bastion/cluster), and the replica short of its share takes the lease
+// at once and records the node in the same history; its chunks must come
+// after. (They came after the lease release before: with a database slow
+// to store the flush, the next holder's first chunks could go first, and
+// two holders wrote the node's history at once.)
+func TestHandOffStoredBeforeClose(t *testing.T) {
+	h := newHistRigEvery(t, time.Hour)
+	lab := sim.NewLab()
+	bmc := lab.BMC("n1", sim.ModeNormal)
+	var mu sync.Mutex
+	var atClose []bool // per Close: the marker stored by then
+	spy := closeSpy{lab: lab, onClose: func() {
+		chunks, err := h.store.ReadHistory(context.Background(), history.Query{Node: "n1", Epoch: h.epoch})
+		mu.Lock()
+		defer mu.Unlock()
+		atClose = append(atClose, err == nil && len(chunks) > 0 && chunks[len(chunks)-1].Kind == history.KindLinkLost)
+	}}
+	m, err := sol.NewManager(sol.Config{Linger: 20 * time.Millisecond,
+		Backoff: sol.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}}, spy, h, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	if err := m.Hold("n1"); err != nil {
+		t.Fatal(err)
+	}
+	waitConsole(t, bmc, true)
+	waitFor(t, "the link up", func() bool { return m.LinkUp("n1") })
+	bmc.Inject([]byte("last words\r\n"))
+	waitFor(t, "the output read", func() bool { return strings.Contains(string(m.Scrollback("n1")), "last words") })
+	if !m.HandOff("n1") {
+		t.Fatal("a held link with nobody attached was not handed off")
+	}
+	waitConsole(t, bmc, false)
+	waitFor(t, "the console closed", func() bool { mu.Lock(); defer mu.Unlock(); return len(atClose) > 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !atClose[len(atClose)-1] {
+		t.Error("the console of the link handed off was closed (its lease released) before its history and link lost marker were stored")
+	}
 }

@@ -153,10 +153,11 @@ func (n *node) letGo() bool {
 	return true
 }
 
-// closed runs when an established console was closed on purpose: a node
-// held for capture that stops because obmd does, or handed off to another
-// replica (HandOff), marks the gap in its history (until another replica,
-// or this one restarted, captures it).
+// closed runs when an established console is closed on purpose, right
+// before it is (serve): a node held for capture that stops because obmd
+// does, or handed off to another replica (HandOff), marks the gap in its
+// history (until another replica, or this one restarted, captures it). The
+// node has retired, so no output comes after the marker.
 func (n *node) closed(ctx context.Context) {
 	n.mu.Lock()
 	held := n.held

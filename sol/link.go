@@ -169,7 +169,6 @@ func (n *node) run(ctx context.Context) {
 		err = n.serve(ctx, con)
 		n.setUp(false, false)
 		if err == nil {
-			n.closed(ctx)
 			return
 		}
 		// A link that opens and drops at once keeps backing off; one that
@@ -339,8 +338,8 @@ func (n *node) closeConsole(con Console) {
 }
 
 // serve runs one established console until it fails (returned error) or
-// the node retires or lingers out (nil). It alone closes con, then waits for
-// the reader and writer it started.
+// the node retires or lingers out (nil). It alone closes con (after closed,
+// if the node retired), then waits for the reader and writer it started.
 func (n *node) serve(ctx context.Context, con Console) error {
 	arb, _ := con.(Arbiter)
 	if arb != nil {
@@ -371,6 +370,12 @@ func (n *node) serve(ctx context.Context, con Console) error {
 	}()
 	_, err := n.watch(ctx, lost, nil) // nil when the node retires or lingers out
 	cancel()
+	if ctx.Err() != nil {
+		// Retired: nothing more is published (or recorded). Its history is
+		// marked, and stored if handed off, before the console closes,
+		// which in a cluster releases the SOL lease for the next holder.
+		n.closed(ctx)
+	}
 	n.closeConsole(con) // unblocks Read and Write
 	wg.Wait()
 	if ctx.Err() != nil {

@@ -116,8 +116,7 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving ma
 	if err != nil {
 		return sharePlan{}, err
 	}
-	v := shareView{me: d.cfg.ReplicaID, want: want, holder: map[string]string{},
-		holding: d.consoles.Holding(), leaving: map[string]bool{}}
+	v := shareView{me: d.cfg.ReplicaID, want: want, holder: map[string]string{}, leaving: map[string]bool{}}
 	for _, l := range leases {
 		v.holder[l.Node] = l.Owner
 	}

@@ -2,19 +2,21 @@ package daemon
 
 import (
 	"cmp"
-	"hash/crc32"
+	"maps"
 	"slices"
 	"sort"
 )
 
 // shareView is what one capture poll knows of the captured links in the
-// cluster: the input of its plan.
+// cluster: the input of its plan. It is what every replica reads in the
+// database (SOL leases, live replicas), and this replica's own hand-offs:
+// never what the replicas' hubs hold, which the others cannot see (a hub
+// retrying a BMC that does not answer holds no lease between attempts).
 type shareView struct {
-	me      string
-	want    map[string]bool   // the nodes captured always
-	holder  map[string]string // each node's SOL lease owner; absent: no live lease
-	live    []string          // the live replicas (their announcements)
-	holding []string          // the nodes this replica's hub holds
+	me     string
+	want   map[string]bool   // the nodes captured always
+	holder map[string]string // each node's SOL lease owner; absent: no live lease
+	live   []string          // the live replicas (their announcements)
 	// leaving are the nodes this replica handed off (HandOff) whose SOL
 	// lease it still held at this poll: their links are closing, for
 	// another replica to take; they are no longer this replica's.
@@ -35,28 +37,26 @@ type sharePlan struct {
 
 // plan shares the captured links among the live replicas. Each replica's
 // share is floor or ceil of captured / live: the ceil shares go to the
-// replicas holding the most (ties by ID), so that links already held
-// where they may stay never move, and every replica computes the same
-// shares from the same leases. A replica under its share takes unheld
-// nodes (from a point of the sorted list that depends on its ID, so that
-// replicas polling at once mostly pick different nodes; a lease decides
-// a race). A replica over its share gives up its excess, one node a
-// poll: the shares add up to the captured nodes, so what one holds over
-// its share others are short of, once the unheld nodes are taken. Giving
-// up only lowers a replica's count, which never raises its share (the
-// ceil shares go to the replicas holding the most), so it never takes
-// back what it gave up: no link flaps, and once every replica holds its
-// share nothing moves. The nodes it is handing off (leaving) are no
-// longer its own, so that it gives up no more for them, nor unheld, as
-// their leases are still its own; they still rank it, as they do in every
-// other replica's view, until their leases are released.
+// replicas holding the most leases (ties by ID), so that links already
+// held where they may stay never move, and every replica computes the
+// same shares from the same leases. The nodes no live lease holds are
+// dealt out to the replicas under their share, in the order of their IDs,
+// each taking as many as it is short from the sorted list (claim): every
+// replica computes the same deal, so replicas polling at once pick
+// different nodes, and a node whose BMC does not answer (no lease between
+// its hub's attempts) is retried by one replica, not counted by several
+// (each would think it held its share, and a node handed off would be
+// taken by none). A replica over its share gives up its excess, one node
+// a poll: the shares add up to the captured nodes, so what one holds over
+// its share others are short of. Giving up only lowers a replica's count,
+// which never raises its share (the ceil shares go to the replicas
+// holding the most), so it never takes back what it gave up: no link
+// flaps, and once every replica holds its share nothing moves. The nodes
+// it is handing off (leaving) are no longer its own, so that it gives up
+// no more for them; they still rank it, as they do in every other
+// replica's view, until their leases are released.
 func (v shareView) plan() sharePlan {
 	mine := map[string]bool{}
-	for _, label := range v.holding {
-		if h := v.holder[label]; v.want[label] && (h == "" || h == v.me) {
-			mine[label] = true
-		}
-	}
 	counts := map[string]int{}
 	live := map[string]bool{v.me: true}
 	for _, id := range v.live {
@@ -65,29 +65,20 @@ func (v shareView) plan() sharePlan {
 	var unheld []string
 	for label := range v.want {
 		switch h := v.holder[label]; {
-		case h == v.me:
-			mine[label] = true
-		case h == "" && !mine[label]:
+		case h == "":
 			unheld = append(unheld, label)
-		case h != "" && live[h]:
+		case !live[h]:
+		case h == v.me && !v.leaving[label]:
+			mine[label] = true
+			fallthrough
+		default:
 			counts[h]++
 		}
 	}
-	for label := range v.leaving {
-		delete(mine, label)
-	}
-	// Shares are ranked by the leases, as every replica reads them: the
-	// nodes leaving still count as this replica's there.
-	counts[v.me] = len(mine) + len(v.leaving)
 	shares := shareTargets(live, counts, len(v.want))
 	p := sharePlan{mine: mine, target: shares[v.me]}
-	sort.Strings(unheld)
-	start := 0
-	if len(unheld) > 0 {
-		start = int(crc32.ChecksumIEEE([]byte(v.me)) % uint32(len(unheld)))
-	}
-	for i := 0; i < len(unheld) && len(mine) < p.target; i++ {
-		mine[unheld[(start+i)%len(unheld)]] = true
+	for _, label := range claim(v.me, unheld, counts, shares) {
+		mine[label] = true
 	}
 	if len(mine) < p.target {
 		for id := range live {
@@ -102,6 +93,23 @@ func (v shareView) plan() sharePlan {
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(p.giveUp))) // a stable order: the last first
 	return p
+}
+
+// claim is me's part of the unheld nodes: sorted, they go to the replicas
+// short of their share (shares less counts) in the order of their IDs,
+// each as many as it is short.
+func claim(me string, unheld []string, counts, shares map[string]int) []string {
+	sort.Strings(unheld)
+	ids := slices.Sorted(maps.Keys(shares))
+	off := 0
+	for _, id := range ids {
+		k := max(shares[id]-counts[id], 0)
+		if id == me {
+			return unheld[min(off, len(unheld)):min(off+k, len(unheld))]
+		}
+		off += k
+	}
+	return nil
 }
 
 // shareTargets is each live replica's share of n captured links: n / R

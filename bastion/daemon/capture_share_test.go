@@ -12,8 +12,10 @@ import (
 // poll does (shareView.plan), with the SOL leases as the database holds
 // them: a hold takes a node's lease unless another replica holds it, a
 // hand-off's lease is released when its link has closed (at the end of
-// the round it was handed off in, or of a later one), and busy nodes have
-// a viewer attached (no hand-off).
+// the round it was handed off in, or of a later one), busy nodes have
+// a viewer attached (no hand-off), and dead nodes' BMCs do not answer:
+// a hold of one keeps retrying, its lease held only for each attempt
+// (never when a poll reads it).
 type shareSim struct {
 	nodes    []string
 	live     []string
@@ -21,13 +23,14 @@ type shareSim struct {
 	leaving  map[string]map[string]bool // replica -> handed off, lease still its
 	lease    map[string]string          // node -> owner
 	busy     map[string]bool
+	dead     map[string]bool
 	handoffs int
 	moves    map[string]int // node -> times its lease changed owner
 }
 
 func newShareSim(n int, replicas ...string) *shareSim {
 	s := &shareSim{live: replicas, holds: map[string]map[string]bool{}, leaving: map[string]map[string]bool{},
-		lease: map[string]string{}, busy: map[string]bool{}, moves: map[string]int{}}
+		lease: map[string]string{}, busy: map[string]bool{}, dead: map[string]bool{}, moves: map[string]int{}}
 	for i := range n {
 		s.nodes = append(s.nodes, fmt.Sprintf("node-%02d", i))
 	}
@@ -66,10 +69,6 @@ func (s *shareSim) view(r string) shareView {
 	for n, o := range s.lease {
 		v.holder[n] = o
 	}
-	for n := range s.holds[r] {
-		v.holding = append(v.holding, n)
-	}
-	slices.Sort(v.holding)
 	for n := range s.leaving[r] {
 		if s.lease[n] == r {
 			v.leaving[n] = true
@@ -101,8 +100,10 @@ func (s *shareSim) apply(r string, p sharePlan) {
 	for n := range p.mine {
 		switch s.lease[n] {
 		case "":
-			s.lease[n] = r
-			s.moves[n]++
+			if !s.dead[n] {
+				s.lease[n] = r
+				s.moves[n]++
+			}
 			s.holds[r][n] = true
 		case r:
 			s.holds[r][n] = true
@@ -143,6 +144,15 @@ func (s *shareSim) round(rng *rand.Rand, atOnce bool) {
 			delete(ns, n)
 		}
 	}
+}
+
+// randomReplicas names 1 to most replicas.
+func randomReplicas(rng *rand.Rand, most int) []string {
+	var reps []string
+	for i := range 1 + rng.IntN(most) {
+		reps = append(reps, fmt.Sprintf("rep-%d", i))
+	}
+	return reps
 }
 
 func (s *shareSim) counts() map[string]int {
@@ -261,10 +271,7 @@ func TestSharePlanRandom(t *testing.T) {
 	for seed := range uint64(1000) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		atOnce := seed%2 == 1
-		var reps []string
-		for i := range 1 + rng.IntN(5) {
-			reps = append(reps, fmt.Sprintf("rep-%d", i))
-		}
+		reps := randomReplicas(rng, 5)
 		s := newShareSim(rng.IntN(25), reps...)
 		skew := rng.IntN(len(reps)) // how many replicas the nodes start on
 		for _, n := range s.nodes {
@@ -328,10 +335,7 @@ func TestSharePlanBusyStays(t *testing.T) {
 func TestSharePlanBalancedStays(t *testing.T) {
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, 9))
-		var reps []string
-		for i := range 1 + rng.IntN(5) {
-			reps = append(reps, fmt.Sprintf("rep-%d", i))
-		}
+		reps := randomReplicas(rng, 5)
 		s := newShareSim(rng.IntN(25), reps...)
 		order := slices.Clone(reps)
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -345,5 +349,160 @@ func TestSharePlanBalancedStays(t *testing.T) {
 		if s.handoffs != 0 || !maps.Equal(before, s.lease) {
 			t.Errorf("seed %d: a balanced cluster moved links: %d hand-offs, %v -> %v", seed, s.handoffs, before, s.lease)
 		}
+	}
+}
+
+// healthyHeld reports whether every node whose BMC answers is held (its
+// lease taken by a live replica), every dead one is held by exactly one
+// replica's hub (which retries it, and captures it once it answers), and
+// no replica has more to give up.
+func (s *shareSim) healthyHeld() bool {
+	for _, r := range s.live {
+		if len(s.leaving[r]) > 0 || len(s.view(r).plan().giveUp) > 0 {
+			return false
+		}
+	}
+	for _, n := range s.nodes {
+		hubs := 0
+		for _, r := range s.live {
+			if s.holds[r][n] {
+				hubs++
+			}
+		}
+		if s.dead[n] && hubs != 1 || !s.dead[n] && !slices.Contains(s.live, s.lease[n]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSharePlanDeadBMC: nodes whose BMC does not answer hold no lease
+// between attempts, so every replica reads them as unheld. A replica
+// whose hub retries one must not count it as its own link: with two hubs
+// retrying the same dead node, each counted it, and a healthy node was
+// handed off to nobody (both replicas at their share by their own
+// counts), uncaptured for good. Every healthy node ends held, each dead
+// one retried by one replica, and nothing moves after; also in random
+// clusters.
+func TestSharePlanDeadBMC(t *testing.T) {
+	t.Run("two hubs retrying one dead node", func(t *testing.T) {
+		for _, atOnce := range []bool{false, true} {
+			rng := rand.New(rand.NewPCG(11, 12))
+			s := newShareSim(4, "rep-a", "rep-b")
+			s.dead["node-00"] = true
+			s.holds["rep-a"]["node-00"], s.holds["rep-b"]["node-00"] = true, true
+			s.holds["rep-a"]["node-01"], s.lease["node-01"] = true, "rep-a"
+			for _, n := range []string{"node-02", "node-03"} {
+				s.holds["rep-b"][n], s.lease[n] = true, "rep-b"
+			}
+			s.settleDead(t, rng, atOnce, 10)
+		}
+	})
+	for seed := range uint64(500) {
+		rng := rand.New(rand.NewPCG(seed, 13))
+		atOnce := seed%2 == 1
+		reps := randomReplicas(rng, 4)
+		s := newShareSim(1+rng.IntN(20), reps...)
+		for _, n := range s.nodes {
+			if rng.IntN(4) == 0 {
+				s.dead[n] = true
+			}
+			for _, r := range reps { // some nodes in several hubs at the start
+				if rng.IntN(len(reps)+1) == 0 {
+					s.holds[r][n] = true
+					if !s.dead[n] && s.lease[n] == "" {
+						s.lease[n] = r
+					}
+				}
+			}
+		}
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			s.settleDead(t, rng, atOnce, 4*len(s.nodes)+10)
+		})
+	}
+}
+
+// settleDead runs rounds until every healthy node is held and each dead
+// one retried by one hub (within limit rounds), then checks that nothing
+// moves for ten more.
+func (s *shareSim) settleDead(t *testing.T, rng *rand.Rand, atOnce bool, limit int) {
+	t.Helper()
+	for rounds := 0; !s.healthyHeld(); rounds++ {
+		if rounds == limit {
+			t.Fatalf("at once %v: after %d rounds: leases %v, hubs %v (dead %v)", atOnce, limit, s.lease, s.holds, s.dead)
+		}
+		s.round(rng, atOnce)
+	}
+	before, handoffs := maps.Clone(s.lease), s.handoffs
+	for range 10 {
+		s.round(rng, atOnce)
+		if !s.healthyHeld() {
+			t.Fatalf("at once %v: settled, then leases %v, hubs %v (dead %v)", atOnce, s.lease, s.holds, s.dead)
+		}
+	}
+	if !maps.Equal(before, s.lease) || s.handoffs != handoffs {
+		t.Fatalf("at once %v: settled, then links moved: %v -> %v (%d hand-offs)", atOnce, before, s.lease, s.handoffs-handoffs)
+	}
+}
+
+// BenchmarkSharePlan: one capture poll's plan at fleet scale, 10,000
+// nodes captured on 4 replicas, one of them just joined (holding none):
+// the plan of the replica over its share, and of the one awaiting.
+func BenchmarkSharePlan(b *testing.B) {
+	s := newShareSim(10000, "rep-a", "rep-b", "rep-c", "rep-d")
+	for i, n := range s.nodes {
+		r := []string{"rep-a", "rep-b", "rep-c"}[i%3]
+		s.lease[n] = r
+		s.holds[r][n] = true
+	}
+	for _, r := range []string{"rep-a", "rep-d"} {
+		v := s.view(r)
+		b.Run(r, func(b *testing.B) {
+			for b.Loop() {
+				v.plan()
+			}
+		})
+	}
+}
+
+// TestSharePlanDeadBMCAttempts: a hub retrying a dead node holds its
+// lease during each attempt, so a poll sometimes reads it held and counts
+// it for that replica: no healthy link moves for that, once settled.
+func TestSharePlanDeadBMCAttempts(t *testing.T) {
+	for seed := range uint64(500) {
+		rng := rand.New(rand.NewPCG(seed, 17))
+		s := newShareSim(1+rng.IntN(20), randomReplicas(rng, 4)...)
+		for _, n := range s.nodes {
+			s.dead[n] = rng.IntN(4) == 0
+		}
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			s.settleDead(t, rng, seed%2 == 1, 4*len(s.nodes)+10)
+			healthy := map[string]string{}
+			for n, o := range s.lease {
+				if !s.dead[n] {
+					healthy[n] = o
+				}
+			}
+			handoffs := s.handoffs
+			for range 50 {
+				for _, n := range s.nodes { // attempts in progress at the polls, or not
+					if !s.dead[n] {
+						continue
+					}
+					delete(s.lease, n)
+					for _, r := range s.live {
+						if s.holds[r][n] && rng.IntN(2) == 0 {
+							s.lease[n] = r
+						}
+					}
+				}
+				s.round(rng, seed%2 == 1)
+			}
+			for n, o := range healthy {
+				if s.lease[n] != o {
+					t.Errorf("%s moved from %s to %q with dead nodes' attempts (%d hand-offs)", n, o, s.lease[n], s.handoffs-handoffs)
+				}
+			}
+		})
 	}
 }
