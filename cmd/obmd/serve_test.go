@@ -128,6 +128,10 @@ func TestBinaryAdminToken(t *testing.T) {
 		if len(tok) < 22 {
 			t.Errorf("admin token: got %d characters, want at least 128 bits", len(tok))
 		}
+		// Printed once Start has returned, so just after obmd_listening.
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), tok) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		if n := strings.Count(p.stderr.String(), tok); n != 1 {
 			t.Errorf("first start: the admin token is printed %d times, want once", n)
 		}
