@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,6 +152,51 @@ func TestClusterAsWriterGivesBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAsWriterBorrowBeforeInput: a borrowed write on a relaying hub whose
+// role message is queued while the hub's writer loop is telling the holder
+// something else still reaches the node. The writer loop used to send the
+// input it found next before that role message, so the holder dropped it
+// (the borrower was not its writer yet), then cleared the drop at the
+// borrow, and confirmed the return: the send reported success for input
+// never typed (TestReplicasAutomate's forced send through a relay).
+func TestAsWriterBorrowBeforeInput(t *testing.T) {
+	b, _, holder, relays, via := newCluster(t)
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	via[0].tellHook = func(m sol.RoleMsg) {
+		if m.Op == sol.RoleJoin && m.Name == "blocker" {
+			once.Do(func() { close(entered) })
+			<-unblock
+		}
+	}
+	attached(t, holder, "h", sol.AttachOptions{ReadOnly: true}) // the holder's link is up
+	w, _ := attached(t, holder, "w", sol.AttachOptions{})
+	bot, _ := attached(t, relays[0], "bot", sol.AttachOptions{ReadOnly: true})
+	if err := bot.WaitUp(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	typed(t, b, w, "1")
+	go func() { // its RoleJoin holds the writer loop; ends once attached (or refused)
+		relays[0].Attach(testCtx(t), "n1", sol.AttachOptions{Name: "blocker", ReadOnly: true})
+	}()
+	<-entered
+	done := make(chan error, 1)
+	go func() { // ends once the borrowed write is done (unblocked below)
+		done <- bot.AsWriter(true, func() error { _, err := bot.Write([]byte("S")); return err })
+	}()
+	time.Sleep(100 * time.Millisecond) // the borrow and its input are queued behind the blocked Tell
+	close(unblock)
+	if err := <-done; err != nil {
+		if !errors.Is(err, sol.ErrInputLost) {
+			t.Fatalf("borrowed write: %v", err)
+		}
+		t.Fatalf("borrowed write lost its input (reported: %v)", err)
+	}
+	waitFor(t, "the borrowed write's input on the serial side", func() bool {
+		return strings.Contains(string(b.Typed()), "S")
+	})
 }
 
 // TestAsWriterInputLost: a borrowed write whose input the link does not

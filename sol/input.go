@@ -88,9 +88,19 @@ func (n *node) dropInputLocked() {
 // takeInput moves up to limit pending input bytes into buf, and returns
 // whose they are: the writer's (pending input is dropped when the writer
 // changes).
+//
+// It takes nothing while role messages are queued (sendCtl's, tellLocked):
+// they were queued after the writer loop last sent them, and input behind
+// them must not overtake them. A borrowed write's input sent before its
+// RoleBorrow is dropped by the holder (not its writer yet), and the borrow
+// clears that drop. Queuing them woke the writer loop, which sends them
+// first on its next turn, then this input.
 func (n *node) takeInput(buf []byte, limit int) ([]byte, *Viewer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if len(n.ctl) > 0 {
+		return buf, n.writer
+	}
 	full := len(n.in) >= maxInput
 	k := min(len(n.in), limit)
 	buf = append(buf, n.in[:k]...)

@@ -538,8 +538,11 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 			for left := n.pendingInput(); left > 0 && err == nil; {
 				buf, err = n.sendInput(con, buf[:0], left)
 				left -= len(buf)
-				if len(buf) == 0 {
-					break
+				if err == nil && len(buf) == 0 {
+					if n.pendingInput() == 0 {
+						break
+					}
+					err = n.sendCtl(arb) // queued meanwhile: they go before the input behind them
 				}
 			}
 			if err != nil {

@@ -25,6 +25,9 @@ type relayTo struct {
 	hub   *sol.Manager
 	local sol.Resolver
 	live  []*memRelay
+	// tellHook, if set before a relay opens, runs at the start of each of
+	// its Tells (on the relaying hub's writer loop).
+	tellHook func(sol.RoleMsg)
 }
 
 func (r *relayTo) set(hub *sol.Manager, local sol.Resolver) {
@@ -65,8 +68,8 @@ func (b *relayBMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &memRelay{v: v}
 	b.r.mu.Lock()
+	c := &memRelay{v: v, hook: b.r.tellHook}
 	b.r.live = append(b.r.live, c)
 	b.r.mu.Unlock()
 	return c, nil
@@ -84,6 +87,7 @@ type memRelay struct {
 	// held: the holder's answers are kept back (a slow peer link) until
 	// release; late says one is due.
 	held, late bool
+	hook       func(sol.RoleMsg) // relayTo.tellHook
 }
 
 var _ sol.Arbiter = (*memRelay)(nil)
@@ -138,6 +142,9 @@ func (c *memRelay) Read(p []byte) (int, error) {
 }
 
 func (c *memRelay) Tell(m sol.RoleMsg) error {
+	if c.hook != nil {
+		c.hook(m)
+	}
 	err := c.v.Arbitrate(m) // refused or not, it counts; the peer server logs a refusal
 	c.sendRoles()
 	if m.Op == sol.RoleReturn && errors.Is(err, sol.ErrInputLost) {
