@@ -488,11 +488,26 @@ func TestConsoleCloseSlowReader(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // on a failure: no stopped child for the next test to find
+		syscall.Kill(pid, syscall.SIGCONT)
+		c.Close()
+	})
 	want := "typed while ipmitool was not running"
 	if _, err := c.Write([]byte(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := unread(c.master); err != nil || n != len(want) {
+	// The tty gets what the master was given a moment later (the kernel
+	// moves it in a worker).
+	var (
+		n   int
+		err error
+	)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if n, err = unread(c.master); err != nil || n == len(want) {
+			break
+		}
+	}
+	if err != nil || n != len(want) {
 		t.Fatalf("unread with ipmitool stopped: %d (%v), want %d", n, err, len(want))
 	}
 	resumed := make(chan struct{})
