@@ -47,7 +47,13 @@ func (r *Registry) Watch(c Conn, revoked func(cause error)) (forget func()) {
 		// Its goroutine only tells the connection (short-lived), as a
 		// session's expiry only cancels it; forget stops it.
 		w.expiry = time.AfterFunc(time.Until(c.Expires), func() {
-			r.endWatched(func(x *Conn) bool { return x == &w.conn }, expired)
+			r.mu.Lock()
+			_, live := r.watchers[id]
+			delete(r.watchers, id)
+			r.mu.Unlock()
+			if live { // not forgotten nor ended by a cut meanwhile
+				w.revoked(expired(c.Node))
+			}
 		})
 	}
 	return func() {
