@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-	"sort"
 )
 
 // shareView is what one capture poll knows of the captured links in the
@@ -88,10 +87,8 @@ func (v shareView) plan() sharePlan {
 	if len(mine) <= p.target {
 		return p
 	}
-	for label := range mine {
-		p.giveUp = append(p.giveUp, label)
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(p.giveUp))) // a stable order: the last first
+	p.giveUp = slices.Sorted(maps.Keys(mine))
+	slices.Reverse(p.giveUp) // a stable order: the last first
 	return p
 }
 
@@ -99,7 +96,7 @@ func (v shareView) plan() sharePlan {
 // short of their share (shares less counts) in the order of their IDs,
 // each as many as it is short.
 func claim(me string, unheld []string, counts, shares map[string]int) []string {
-	sort.Strings(unheld)
+	slices.Sort(unheld)
 	ids := slices.Sorted(maps.Keys(shares))
 	off := 0
 	for _, id := range ids {
@@ -116,10 +113,7 @@ func claim(me string, unheld []string, counts, shares map[string]int) []string {
 // each, and one more for the n % R replicas holding the most (counts),
 // ties broken by ID.
 func shareTargets(live map[string]bool, counts map[string]int, n int) map[string]int {
-	ids := make([]string, 0, len(live))
-	for id := range live {
-		ids = append(ids, id)
-	}
+	ids := slices.Collect(maps.Keys(live))
 	slices.SortFunc(ids, func(a, b string) int {
 		return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b))
 	})
