@@ -225,10 +225,12 @@ func (s *Store) insertAudit(ctx context.Context, events []AuditEvent) error {
 }
 
 // auditRows is the most rows one audit INSERT writes (a power of two);
-// auditSizes the number of statement sizes (1, 2, 4, ... auditRows).
+// auditSizes the number of statement sizes (1, 2, 4, ... auditRows), which
+// follows from it.
 const (
-	auditRows  = 64
-	auditSizes = 7
+	auditShift = 6
+	auditRows  = 1 << auditShift
+	auditSizes = auditShift + 1
 )
 
 // auditChunk is how many of n rows the next INSERT writes: the largest

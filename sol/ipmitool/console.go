@@ -444,9 +444,14 @@ func (c *Console) drainInput() {
 	}
 	deadline := time.Now().Add(c.b.cfg.CloseTimeout)
 	seen := c.lastInput
+	// One descriptor for every poll; without it, a fixed inputDrain.
+	tty, perr := ttyPeer(c.master)
+	if perr == nil {
+		defer unix.Close(tty)
+	}
 	for {
 		now := time.Now()
-		if n, err := unread(c.master); err == nil && n > 0 {
+		if n, err := unread(tty); perr == nil && err == nil && n > 0 {
 			seen = now
 		}
 		wait := min(inputDrain-now.Sub(seen), deadline.Sub(now))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/soltest"
@@ -498,12 +499,14 @@ func TestConsoleCloseSlowReader(t *testing.T) {
 	}
 	// The tty gets what the master was given a moment later (the kernel
 	// moves it in a worker).
-	var (
-		n   int
-		err error
-	)
+	tty, err := ttyPeer(c.master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tty)
+	var n int
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if n, err = unread(c.master); err != nil || n == len(want) {
+		if n, err = unread(tty); err != nil || n == len(want) {
 			break
 		}
 	}

@@ -54,31 +54,31 @@ func makeRaw(t *os.File) error {
 	return unix.IoctlSetTermios(fd, unix.TCSETS, tio)
 }
 
-// unread returns how many bytes written to master its tty holds that the
-// process reading the tty (ipmitool) has not read yet. The tty is reached
-// through a descriptor of its own (TIOCGPTPEER, Linux 4.13), closed before
-// returning.
-func unread(master *os.File) (int, error) {
+// ttyPeer opens master's tty through a descriptor of its own
+// (TIOCGPTPEER, Linux 4.13), for unread; the caller closes it.
+func ttyPeer(master *os.File) (int, error) {
 	rc, err := master.SyscallConn()
 	if err != nil {
-		return 0, err
+		return -1, err
 	}
-	var (
-		n    int
-		ierr error
-	)
+	peer := -1
+	var ierr error
 	err = rc.Control(func(fd uintptr) {
-		peer, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER,
+		p, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER,
 			uintptr(unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC))
 		if errno != 0 {
 			ierr = errno
 			return
 		}
-		defer unix.Close(int(peer))
-		n, ierr = unix.IoctlGetInt(int(peer), unix.TIOCINQ)
+		peer = int(p)
 	})
-	if err != nil {
-		return 0, err
+	if err == nil {
+		err = ierr
 	}
-	return n, ierr
+	return peer, err
 }
+
+// unread returns how many bytes written to the pty master the tty (a
+// descriptor from ttyPeer) holds that the process reading it (ipmitool)
+// has not read yet.
+func unread(tty int) (int, error) { return unix.IoctlGetInt(tty, unix.TIOCINQ) }
