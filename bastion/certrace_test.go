@@ -106,6 +106,9 @@ func TestCertLoginRacingRevocation(t *testing.T) {
 				t.Error("login racing a revocation before its watch: logged in, want its connection closed at once")
 				c.Close()
 			}
+			if store.afterRead.Load() != nil { // else the next login would race it, and pass all the same
+				t.Fatal("the login racing a revocation never read the certificate's access: nothing raced")
+			}
 			if c, err := dial(); err == nil {
 				t.Error("the revoked certificate logged in")
 				c.Close()
