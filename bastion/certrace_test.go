@@ -11,7 +11,6 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
@@ -80,8 +79,7 @@ func TestCertLoginRacingRevocation(t *testing.T) {
 			ctx := context.Background()
 			st, log := raceDB(t, eng)
 			store := &certRaceStore{Store: st}
-			reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
-			rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, st, log)
+			rev := newRevoker(st, 5*time.Second, log)
 			addr := serveBastion(t, store, &ranRunner{}, rev, log)
 			signer := newCertSigner(t, st, "n1", 9)
 			dial := func() (*gossh.Client, error) {
@@ -107,6 +105,9 @@ func TestCertLoginRacingRevocation(t *testing.T) {
 			if c, err := dial(); err == nil {
 				t.Error("login racing a revocation before its watch: logged in, want its connection closed at once")
 				c.Close()
+			}
+			if store.afterRead.Load() != nil { // else the next login would race it, and pass all the same
+				t.Fatal("the login racing a revocation never read the certificate's access: nothing raced")
 			}
 			if c, err := dial(); err == nil {
 				t.Error("the revoked certificate logged in")

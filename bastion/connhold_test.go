@@ -9,12 +9,9 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
-	"github.com/obmd/obmd/keys"
 )
 
 // TestCutConnHeldByIdleChannel, on SQLite and MariaDB: a connection that
@@ -26,12 +23,8 @@ func TestCutConnHeldByIdleChannel(t *testing.T) {
 	for _, eng := range dbtest.Engines() {
 		t.Run(eng.Name, func(t *testing.T) {
 			ctx := context.Background()
-			st, log := raceDB(t, eng)
-			if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-0")); err != nil {
-				t.Fatal(err)
-			}
-			reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
-			rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, st, log)
+			st, log := tokenDB(t, eng)
+			rev := newRevoker(st, 5*time.Second, log)
 			addr := serveBastion(t, newGated(&raceStore{Store: st}), &ranRunner{}, rev, log)
 			c, err := dialToken(addr, "n1", "token-0")
 			if err != nil {
@@ -44,10 +37,7 @@ func TestCutConnHeldByIdleChannel(t *testing.T) {
 			}
 			defer ch.Close()
 			go gossh.DiscardRequests(reqs)
-			err = rev.Change(ctx, access.Change{Node: "n1", Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
-				return st.SetToken(ctx, "n1", keys.HashToken("token-1"))
-			}})
-			if err != nil {
+			if _, err := rotateVia(ctx, rev, st, "n1", "token-1"); err != nil {
 				t.Fatal(err)
 			}
 			if !closedWithin(c, 15*time.Second) {
@@ -84,12 +74,8 @@ func (r blockRunner) Run(ctx context.Context, _ commands.Request, _ commands.Com
 // wait per idle connection (the cut tells the connections first).
 func TestCutNotHeldByConnAudit(t *testing.T) {
 	ctx := context.Background()
-	st, log := raceDB(t, dbtest.Engines()[0])
-	if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-0")); err != nil {
-		t.Fatal(err)
-	}
-	reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
-	rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, st, log)
+	st, log := tokenDB(t, dbtest.Engines()[0])
+	rev := newRevoker(st, 5*time.Second, log)
 	runner := blockRunner{started: make(chan struct{}, 1)}
 	addr := serveBastion(t, stuckAudit{newGated(&raceStore{Store: st})}, runner, rev, log)
 	for range 4 { // idle, as ssh -N
@@ -99,19 +85,11 @@ func TestCutNotHeldByConnAudit(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	c, err := dialToken(addr, "n1", "token-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ran := make(chan error, 1)
-	go func() { _, err := runLine(c, "power-status"); ran <- err }()
-	<-runner.started
+	_, ran := runStarted(t, addr, runner.started)
 	changed := make(chan error, 1)
 	go func() { // owned by the test, which waits for it
-		changed <- rev.Change(ctx, access.Change{Node: "n1", Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
-			return st.SetToken(ctx, "n1", keys.HashToken("token-1"))
-		}})
+		_, err := rotateVia(ctx, rev, st, "n1", "token-1")
+		changed <- err
 	}()
 	defer func() {
 		if err := <-changed; err != nil {
@@ -127,6 +105,22 @@ func TestCutNotHeldByConnAudit(t *testing.T) {
 	case <-time.After(10 * time.Second): // 4 idle connections' rows: 20s on the old code
 		t.Error("the session is still running: the cut waits for the idle connections' audit rows")
 	}
+}
+
+// runStarted logs in to n1 with token-0 and runs power-status there,
+// returning once started tells the command began; the session's error
+// comes on ran once it ends. The connection is closed when t ends.
+func runStarted(t *testing.T, addr string, started <-chan struct{}) (c *gossh.Client, ran <-chan error) {
+	t.Helper()
+	c, err := dialToken(addr, "n1", "token-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	done := make(chan error, 1)
+	go func() { _, err := runLine(c, "power-status"); done <- err }() // ends with the session or c
+	<-started
+	return c, done
 }
 
 // closedWithin reports whether c's connection closes within d (the server
@@ -158,27 +152,13 @@ func (r stuckRunner) Run(context.Context, commands.Request, commands.Command, io
 // connection open: the connection is closed within the bound of a cut.
 func TestCutConnHeldByStuckCommand(t *testing.T) {
 	ctx := context.Background()
-	st, log := raceDB(t, dbtest.Engines()[0])
-	if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-0")); err != nil {
-		t.Fatal(err)
-	}
-	reg := sessions.New(sessions.Config{CutWait: time.Second})
-	rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, st, log)
+	st, log := tokenDB(t, dbtest.Engines()[0])
+	rev := newRevoker(st, time.Second, log)
 	runner := stuckRunner{started: make(chan struct{}, 1), release: make(chan struct{})}
 	defer close(runner.release) // before the server's cleanup waits for the command
 	addr := serveBastion(t, newGated(&raceStore{Store: st}), runner, rev, log)
-	c, err := dialToken(addr, "n1", "token-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ran := make(chan error, 1)
-	go func() { _, err := runLine(c, "power-status"); ran <- err }()
-	<-runner.started
-	err = rev.Change(ctx, access.Change{Node: "n1", Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
-		return st.SetToken(ctx, "n1", keys.HashToken("token-1"))
-	}})
-	if err != nil {
+	c, ran := runStarted(t, addr, runner.started)
+	if _, err := rotateVia(ctx, rev, st, "n1", "token-1"); err != nil {
 		t.Fatal(err)
 	}
 	if !closedWithin(c, 15*time.Second) {

@@ -113,13 +113,9 @@ func TestLoginRacingRotation(t *testing.T) {
 	for _, eng := range dbtest.Engines() {
 		t.Run(eng.Name, func(t *testing.T) {
 			ctx := context.Background()
-			st, log := raceDB(t, eng)
+			st, log := tokenDB(t, eng)
 			store := &raceStore{Store: st}
-			if _, err := st.SetToken(ctx, "n1", keys.HashToken("token-0")); err != nil {
-				t.Fatal(err)
-			}
-			reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
-			rev := &hookedSessions{Revoker: access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, store, log)}
+			rev := &hookedSessions{Revoker: newRevoker(store, 5*time.Second, log)}
 			runner := &ranRunner{}
 			addr := serveBastion(t, newGated(store), runner, rev, log)
 
@@ -134,12 +130,7 @@ func TestLoginRacingRotation(t *testing.T) {
 			n := 0
 			rotate := func() {
 				n++
-				var epoch int64
-				err := rev.Change(ctx, access.Change{Node: "n1", Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
-					var err error
-					epoch, err = st.SetToken(ctx, "n1", keys.HashToken(fmt.Sprint("token-", n)))
-					return epoch, err
-				}})
+				epoch, err := rotateVia(ctx, rev.Revoker, st, "n1", fmt.Sprint("token-", n))
 				if err != nil {
 					t.Errorf("rotate: %v", err)
 				}
@@ -195,15 +186,11 @@ func TestLoginsKeepAccess(t *testing.T) {
 			ctx := context.Background()
 			st, log := raceDB(t, eng)
 			store := &raceStore{Store: st}
-			reg := sessions.New(sessions.Config{CutWait: 5 * time.Second})
-			rev := access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, store, log)
+			rev := newRevoker(store, 5*time.Second, log)
 			addr := serveBastion(t, newGated(store), &ranRunner{}, rev, log)
 			setToken := func(label, token string) {
 				t.Helper()
-				err := rev.Change(ctx, access.Change{Node: label, Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
-					return st.SetToken(ctx, label, keys.HashToken(token))
-				}})
-				if err != nil {
+				if _, err := rotateVia(ctx, rev, st, label, token); err != nil {
 					t.Fatalf("set token of %s: %v", label, err)
 				}
 			}
@@ -263,6 +250,37 @@ func raceDB(t *testing.T, eng dbtest.Engine) (*db.Store, logrus.FieldLogger) {
 		t.Fatal(err)
 	}
 	return st, log
+}
+
+// tokenDB is raceDB, with n1's token set to token-0.
+func tokenDB(t *testing.T, eng dbtest.Engine) (*db.Store, logrus.FieldLogger) {
+	t.Helper()
+	st, log := raceDB(t, eng)
+	if _, err := st.SetToken(context.Background(), "n1", keys.HashToken("token-0")); err != nil {
+		t.Fatal(err)
+	}
+	return st, log
+}
+
+// newRevoker is a Revoker over epochs, with no consoles, whose cuts wait
+// up to cutWait for their sessions to end.
+func newRevoker(epochs access.Epochs, cutWait time.Duration, log logrus.FieldLogger) *access.Revoker {
+	reg := sessions.New(sessions.Config{CutWait: cutWait})
+	return access.NewRevoker(access.RevokerConfig{}, noConsoles{}, reg, epochs, log)
+}
+
+// rotateVia sets label's token to token through rev.Change, as an admin's
+// rotation applied on this replica, and returns the change's epoch. It
+// returns the error rather than failing t: callers run it from hooks and
+// goroutines as well as from the test's own.
+func rotateVia(ctx context.Context, rev *access.Revoker, st *db.Store, label, token string) (int64, error) {
+	var epoch int64
+	err := rev.Change(ctx, access.Change{Node: label, Why: "token rotated", Do: func(ctx context.Context) (int64, error) {
+		var err error
+		epoch, err = st.SetToken(ctx, label, keys.HashToken(token))
+		return epoch, err
+	}})
+	return epoch, err
 }
 
 // serveBastion serves a front door over store on 127.0.0.1 until t ends.
