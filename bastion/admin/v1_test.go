@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db/dbtest"
@@ -252,7 +253,7 @@ func TestV1Audit(t *testing.T) {
 		e.mustNode("n2")
 		e.mustToken("n1")
 		type events struct {
-			Events []auditView
+			Events []api.AuditEvent
 		}
 		get := func(query string) (int, events) {
 			t.Helper()
