@@ -301,3 +301,57 @@ type BootDevice struct {
 type PowerStatus struct {
 	PowerStatus string `json:"power_status"`
 }
+
+// Lockouts is GET /v1/lockouts: what this replica's guessing limits refuse
+// now, and the limits.
+type Lockouts struct {
+	Limits LockoutLimits `json:"limits"`
+	// Sources are the addresses locked out of every node.
+	Sources []SourceLockout `json:"sources"`
+	// Nodes are the nodes under attack, each refusing the addresses that
+	// failed on it.
+	Nodes []NodeLockout `json:"nodes"`
+	// More: the lists were cut (at 1000 entries).
+	More bool `json:"more,omitempty"`
+}
+
+// LockoutLimits are the guessing limits in effect (the auth_limits
+// settings): PerSource failures within Window lock an address out for
+// Lockout; PerNode failures on one node within Window put it under attack
+// for Lockout. Durations are Go durations ("1m0s").
+type LockoutLimits struct {
+	PerSource int    `json:"per_source"`
+	PerNode   int    `json:"per_node"`
+	Window    string `json:"window"`
+	Lockout   string `json:"lockout"`
+}
+
+// SourceLockout is an address locked out: an IPv4 address, or an IPv6 /64
+// ("2001:db8::/64"), until Until. Failures is the failures that locked it,
+// Refused the tries refused since.
+type SourceLockout struct {
+	Source   string    `json:"source"`
+	Until    time.Time `json:"until"`
+	Failures int       `json:"failures"`
+	Refused  int       `json:"refused"`
+}
+
+// NodeLockout is a node under attack until Until: it refuses Sources, the
+// addresses that failed on it. Unknown marks the one entry that every
+// name that is no node shares (Node is then empty).
+type NodeLockout struct {
+	Node     string    `json:"node,omitempty"`
+	Unknown  bool      `json:"unknown,omitempty"`
+	Until    time.Time `json:"until"`
+	Failures int       `json:"failures"`
+	Refused  int       `json:"refused"`
+	Sources  []string  `json:"sources"`
+}
+
+// Unlocked is the answer of DELETE /v1/lockouts/{addr}: the address as the
+// limits count it (an IPv6 address as its /64), and whether anything
+// refused it.
+type Unlocked struct {
+	Source    string `json:"source"`
+	WasLocked bool   `json:"was_locked"`
+}
