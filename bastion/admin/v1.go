@@ -78,7 +78,9 @@ func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 // deleteKey is DELETE /v1/nodes/{label}/keys/{fingerprint...}; the
-// fingerprint's "/" may be escaped (%2F) or not.
+// fingerprint's "/" may be escaped (%2F) or not. Idempotent, as revoking
+// a token is: a key the node does not have is 200 {"removed": false}; an
+// unknown node is 404.
 func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 	label, valid := pathLabel(w, r)
 	if !valid {
@@ -92,15 +94,19 @@ func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 	err := a.changeAccess(r, label, "key.remove", fp, WhyKeyRemoved, func(ctx context.Context) (int64, error) {
 		return a.store.DeleteKey(ctx, label, fp)
 	})
-	if errors.Is(err, db.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "no key "+quote(fp)+" on node "+quote(label))
+	if errors.Is(err, db.ErrNotFound) { // no such key, or no such node: nothing was changed
+		if _, err := a.store.Node(r.Context(), label); err != nil {
+			a.nodeReadFailed(w, r, label, "read node", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, api.Removed{Removed: false})
 		return
 	}
 	if err != nil {
 		a.changeFailed(w, r, "delete key", err)
 		return
 	}
-	writeOK(w)
+	writeJSON(w, http.StatusOK, api.Removed{Removed: true})
 }
 
 // audit is GET /v1/audit?node=&since=&limit=; since is RFC 3339 or unix
