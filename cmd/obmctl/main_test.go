@@ -90,7 +90,7 @@ func TestObmctl(t *testing.T) {
 		{"list CAs", "", []string{"ca", "ls"}, 0, caFP + "  hil", ""},
 		{"revoke serial", "", []string{"ca", "revoke", "--serial", "42", "--ca", "hil", "--expires", "2030-01-02T03:04:05Z"}, 0, "revoked", ""},
 		{"revoke key id", "", []string{"ca", "revoke", "--key-id", "alice"}, 0, "revoked", ""},
-		{"revoke both", "", []string{"ca", "revoke", "--serial", "1", "--key-id", "alice"}, 2, "", "ca revoke --serial"},
+		{"revoke both", "", []string{"ca", "revoke", "--serial", "1", "--key-id", "alice"}, 2, "", "--serial N or --key-id ID"},
 		{"list revocations", "", []string{"ca", "revoked"}, 0, caFP + "  2030-01-02T03:04:05Z", ""},
 		{"list revocations of every CA", "", []string{"ca", "revoked"}, 0, "every CA", ""},
 		{"set principals", "", []string{"principals", "n2", "project-x", "rack-4"}, 0, "n2: principals project-x rack-4", ""},

@@ -41,7 +41,7 @@ type Node struct {
 	Principals *[]string `json:"principals,omitempty"`
 
 	// BMC is the node's BMC info; its fields are the node object's own.
-	BMC BMC `json:"-"`
+	BMC `json:"-"`
 }
 
 // nodeFields is Node without its JSON methods.
