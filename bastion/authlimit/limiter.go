@@ -4,7 +4,9 @@
 // and per node, and refuses the sources and nodes past its Config. One
 // Limiter serves both doors, so a source locked out on one is locked out on
 // both; a correct admin credential never reaches it (the admin API checks
-// that first). Run, owned by the daemon's run group, sweeps expired entries.
+// that first). Lockouts and Unlock let the operator see and lift lockouts
+// (the admin API's /v1/lockouts). Run, owned by the daemon's run group,
+// sweeps expired entries.
 package authlimit
 
 import (

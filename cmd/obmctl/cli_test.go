@@ -178,6 +178,7 @@ func TestObmctlJSONErrors(t *testing.T) {
 		{[]string{"--json", "node", "show"}, 2, "LABEL"},
 		{[]string{"--json", "node", "ls", "--bogus"}, 2, "unknown flag --bogus"},
 		{[]string{"--json", "--url", "http://127.0.0.1:1", "node", "ls"}, 1, "cannot reach obmd"},
+		{[]string{"console-log", "n1", "--json"}, 2, "not JSON"},
 	} {
 		out, errOut, code := ctl(tt.args...)
 		var e api.Error
