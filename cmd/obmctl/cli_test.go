@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/sol/soltest"
 )
 
 // TestObmctlFlagsAnywhere: global flags go before the command, after it,
@@ -242,6 +245,10 @@ func TestObmctlLockouts(t *testing.T) {
 	if err := login(tok); err == nil {
 		t.Fatal("the right token logged in from a locked-out address; want it refused (the lockout is hidden)")
 	}
+	// What a person sees with the real client: the same refusal as a wrong token.
+	if code, out := openSSH(t, d, "n1", tok, "power-status"); code != 5 {
+		t.Errorf("sshpass ssh with the right token while locked out: exit %d, %q; want 5 (a refused password)", code, out)
+	}
 	out, errOut, code := ctl("lockouts")
 	if code != 0 || !strings.Contains(out, "127.0.0.1") || !strings.Contains(out, "SOURCE") {
 		t.Errorf("lockouts: got exit %d, %q, %q; want 127.0.0.1 listed", code, out, errOut)
@@ -254,8 +261,8 @@ func TestObmctlLockouts(t *testing.T) {
 	if out, errOut, code := ctl("unlock", "127.0.0.1"); code != 0 || out != "127.0.0.1: unlocked\n" {
 		t.Errorf("unlock: got exit %d, %q, %q", code, out, errOut)
 	}
-	if err := login(tok); err != nil {
-		t.Errorf("the right token after unlock: %v", err)
+	if code, out := openSSH(t, d, "n1", tok, "power-status"); code != 0 || !strings.Contains(out, "n1: power") {
+		t.Errorf("sshpass ssh with the right token after unlock: exit %d, %q; want 0 and the power state", code, out)
 	}
 	if out, _, _ := ctl("audit"); !strings.Contains(out, "lockout.clear") {
 		t.Errorf("audit: got %q, want the unlock", out)
@@ -370,4 +377,32 @@ func sshExec(t *testing.T, d *daemon.Daemon, node, password, command string) {
 	if out, err := s.CombinedOutput(command); err != nil {
 		t.Fatalf("ssh %s %s: %v %q", node, command, err, out)
 	}
+}
+
+// openSSH runs command on node with the real OpenSSH client, the token
+// typed by sshpass, and returns the exit code and everything printed.
+func openSSH(t *testing.T, d *daemon.Daemon, node, token, command string) (int, string) {
+	t.Helper()
+	for _, tool := range []string{"ssh", "sshpass"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			soltest.Missing(t, "%s is not installed", tool)
+		}
+	}
+	host, port, err := net.SplitHostPort(d.SSHAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sshpass", "-e", "ssh", "-p", port, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+		"-o", "PubkeyAuthentication=no", "-o", "NumberOfPasswordPrompts=1", "-o", "LogLevel=ERROR", "-o", "BatchMode=no",
+		node+"@"+host, command)
+	cmd.Env = append(os.Environ(), "SSHPASS="+token)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatalf("sshpass ssh: %v", err)
+	}
+	return 0, string(out)
 }
