@@ -143,11 +143,10 @@ func (s *Store) Revocations(ctx context.Context) ([]Revocation, error) {
 }
 
 // PurgeRevocations deletes the revocations that expired before before and
-// returns how many. A certificate is accepted until its expiry plus the
-// policy's skew, so before must be at most now minus that skew
-// (sshcert.Policy.Skew): a revocation purged earlier would let its
-// certificate in again for the rest of the skew. Purging is no change of
-// access: what it removes refuses nothing any more.
+// returns how many. A certificate is refused from its expiry on, so before
+// may be now, less a margin for clocks that differ (a revocation purged
+// before its certificate expired would let it in again). Purging is no
+// change of access: what it removes refuses nothing any more.
 func (s *Store) PurgeRevocations(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
