@@ -147,7 +147,7 @@ func TestCertNoPTY(t *testing.T) {
 		con := startPTY(t, exec.Command("ssh", sshArgs(o.SSHAddr(), "np", append([]string{"-o", "PasswordAuthentication=no",
 			"-o", "KbdInteractiveAuthentication=no"}, k.args(cert)...)...)...))
 		con.expect("PTY allocation request failed")
-		con.expect("does not permit a console")
+		con.expect("does not permit the console")
 		if code := con.exit(); code != 3 {
 			t.Errorf("ssh at a terminal without permit-pty: exit %d, want 3", code)
 		}
@@ -168,7 +168,7 @@ func TestCertNoPTY(t *testing.T) {
 		if err := s.RequestPty("xterm", 24, 80, gossh.TerminalModes{}); err == nil {
 			t.Errorf("x/crypto pty-req without permit-pty: accepted, want refused")
 		}
-		if res, err := runSession(c, "console"); err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "does not permit a console") {
+		if res, err := runSession(c, "console"); err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "does not permit the console") {
 			t.Errorf("exec console without permit-pty: got %v, %v; want exit 3 and why", res, err)
 		}
 	})
