@@ -254,6 +254,13 @@ func TestCertKeygenPlusOneMinute(t *testing.T) {
 // dsn back by d.
 func backdateChanges(t *testing.T, dsn string, d time.Duration) {
 	t.Helper()
+	storeRaw(t, dsn, `UPDATE access_changes SET at = at - ?`, d.Milliseconds())
+}
+
+// storeRaw runs query with args on the database at dsn (the daemon's, as
+// it is open), as an operator or an older obmd would.
+func storeRaw(t *testing.T, dsn, query string, args ...any) {
+	t.Helper()
 	// SQLite as obmd opens it (db/open.go): the same VFS, whose wal-index
 	// is in this process's heap, and a wait for the daemon's writer.
 	driver, name := "sqlite", dsn+"?vfs=unix-excl&_pragma=busy_timeout%2810000%29&_txlock=immediate"
@@ -265,7 +272,7 @@ func backdateChanges(t *testing.T, dsn string, d time.Duration) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := conn.Exec(`UPDATE access_changes SET at = at - ?`, d.Milliseconds()); err != nil {
-		t.Fatalf("backdate access changes: %v", err)
+	if _, err := conn.Exec(query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
 }
