@@ -5,8 +5,8 @@ package commands
 // power-on or power-cycle with --wait-for. A credential that does not
 // permit the console (an OpenSSH certificate without permit-pty) may run
 // only the others: the power and boot-device commands, power-status,
-// sessions, doctor (it checks that a console opens, and shows none of its
-// output), help and version.
+// sessions, doctor (it checks the BMC's console settings, and shows none
+// of the console's output), help and version.
 //
 // It lists the commands that do not use the console, so that a command
 // added later counts as one that does until it is listed here.
