@@ -120,16 +120,23 @@ func TestV1CAs(t *testing.T) {
 	})
 }
 
+// mustCA trusts a new CA key as name and returns its fingerprint.
+func (e *env) mustCA(name string) string {
+	e.t.Helper()
+	ca, fp := testKey(e.t, 1, "", "")
+	if r := e.admin("POST", "/v1/cas", `{"key":"`+ca+`","name":"`+name+`"}`); r.code != 201 {
+		e.t.Fatalf("add CA: %d %q", r.code, r.body)
+	}
+	return fp
+}
+
 // TestV1Revoke: a revocation names exactly one of a serial and a key id,
 // a CA by fingerprint or trusted name (404 for an unknown name), an
 // optional expiry; each is a credential change, listed and audited.
 func TestV1Revoke(t *testing.T) {
 	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
 		e := newEnv(t, eng, nil)
-		ca, fp := testKey(t, 1, "", "")
-		if r := e.admin("POST", "/v1/cas", `{"key":"`+ca+`","name":"hil"}`); r.code != 201 {
-			t.Fatalf("add CA: %d %q", r.code, r.body)
-		}
+		fp := e.mustCA("hil")
 		e.rev.take()
 		e.run(t, "POST", "/v1/cas/revoked", []apiCase{
 			{"serial", "", `{"serial":42}`, 200, `"serial":42`},
@@ -200,10 +207,7 @@ func TestV1RevokeExpiryBound(t *testing.T) {
 func TestV1DeleteRevocation(t *testing.T) {
 	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
 		e := newEnv(t, eng, nil)
-		ca, fp := testKey(t, 1, "", "")
-		if r := e.admin("POST", "/v1/cas", `{"key":"`+ca+`","name":"hil"}`); r.code != 201 {
-			t.Fatalf("add CA: %d %q", r.code, r.body)
-		}
+		fp := e.mustCA("hil")
 		for _, body := range []string{`{"serial":42}`, `{"serial":42,"ca":"hil"}`, `{"serial":18446744073709551615,"ca":"hil"}`,
 			`{"key_id":"alice smith/ops"}`, `{"key_id":"alice smith/ops","ca":"hil"}`} {
 			if r := e.admin("POST", "/v1/cas/revoked", body); r.code != 200 {
