@@ -157,8 +157,8 @@ func (s *Store) Revocations(ctx context.Context) ([]Revocation, error) {
 // expiryAt is a stored expiry (unix ms, not 0) as Revocations lists it:
 // within [1970-01-01T00:00:00.001Z, MaxRevocationExpiry], so that no row
 // (one an older obmd stored for year 10000 or beyond) makes a time that
-// cannot be written. The row itself is left as it is: one past the
-// bound is purged never, one before 1970 at the next purge.
+// cannot be written. The row itself is left as it is (one past the bound
+// is never purged, as one for good).
 func expiryAt(ms int64) time.Time {
 	return fromMillis(min(max(ms, 1), toMillis(MaxRevocationExpiry())))
 }
