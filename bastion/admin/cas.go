@@ -185,8 +185,8 @@ type revokeBody struct {
 	// CA is the CA's fingerprint or name; "" or absent: every CA.
 	CA string `json:"ca"`
 	// Expires is when the certificates revoked expire anyway (RFC 3339,
-	// or unix seconds): the revocation is kept until then (and the
-	// certificate skew), then purged. Absent: kept for good.
+	// or unix seconds; at most db.MaxRevocationExpiry): the revocation is
+	// kept until then (and a margin), then purged. Absent: kept for good.
 	Expires json.RawMessage `json:"expires"`
 }
 
@@ -200,22 +200,12 @@ func (a *API) revoke(w http.ResponseWriter, r *http.Request) {
 	if !a.readJSON(w, r, &body, true, false) {
 		return
 	}
-	rev, msg := parseRevocation(body)
-	if msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
-		return
-	}
-	shown, err := a.resolveCA(r.Context(), &rev)
-	if err != nil {
-		if errors.Is(err, db.ErrNotFound) {
-			writeError(w, http.StatusNotFound, "no trusted CA is named "+quote(body.CA))
-			return
-		}
-		a.storeError(w, r, "read CAs", err)
+	rev, shown, ok := a.revocation(w, r, body)
+	if !ok {
 		return
 	}
 	detail := describe(rev, shown)
-	err = a.credChange(r, access.CredChange{Cred: db.CredChange{Kind: rev.Kind, CA: rev.CA, Serial: rev.Serial, KeyID: rev.KeyID},
+	err := a.credChange(r, access.CredChange{Cred: db.CredChange{Kind: rev.Kind, CA: rev.CA, Serial: rev.Serial, KeyID: rev.KeyID},
 		Why: WhyCertRevoked, Do: func(ctx context.Context) (int64, error) { return a.store.Revoke(ctx, rev) }},
 		"cert.revoke", detail, func() bool { return true })
 	if err != nil {
@@ -224,6 +214,77 @@ func (a *API) revoke(w http.ResponseWriter, r *http.Request) {
 	}
 	rev.CreatedAt = a.cfg.Now()
 	writeJSON(w, http.StatusOK, viewRevocation(rev))
+}
+
+// revocation checks body and resolves its CA (revoke, deleteRevocation):
+// the revocation, how the audit names its CA, and ok; or, answered
+// already (400, 404, 500), not ok.
+func (a *API) revocation(w http.ResponseWriter, r *http.Request, body revokeBody) (db.Revocation, string, bool) {
+	rev, msg := parseRevocation(body)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return rev, "", false
+	}
+	shown, err := a.resolveCA(r.Context(), &rev)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no trusted CA is named "+quote(body.CA))
+		return rev, "", false
+	case err != nil:
+		a.storeError(w, r, "read CAs", err)
+		return rev, "", false
+	}
+	return rev, shown, true
+}
+
+// deleteRevocation is DELETE /v1/cas/revoked/serial/{N} or
+// /v1/cas/revoked/key_id/{ID} (escaped: "/" as %2F), with ?ca= a
+// fingerprint or a name (absent: the revocation of every CA), naming the
+// revocation as it was made and as GET lists it: the certificates it
+// refused are accepted again. No session is cut (there is none of a
+// revoked certificate). Deleting one that is not there is done already:
+// 200 too ({"removed": false}).
+func (a *API) deleteRevocation(w http.ResponseWriter, r *http.Request) {
+	value := r.PathValue("value")
+	body := revokeBody{CA: r.URL.Query().Get("ca")}
+	switch r.PathValue("kind") {
+	case db.CredSerial:
+		n, err := strconv.ParseUint(value, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "serial "+quote(value)+" is not an unsigned 64-bit number")
+			return
+		}
+		body.Serial = &n
+	case db.CredKeyID:
+		body.KeyID = &value
+	default:
+		writeError(w, http.StatusBadRequest, `want /v1/cas/revoked/serial/N or /v1/cas/revoked/key_id/ID`)
+		return
+	}
+	rev, shown, ok := a.revocation(w, r, body)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
+	defer cancel()
+	removed, err := a.store.DeleteRevocation(ctx, rev)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		a.log.WithError(err).Error("revocation_delete_timed_out")
+		a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "cert.unrevoke", Result: "error",
+			Detail: describe(rev, shown) + " (timed out; outcome unknown)"})
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the database did not answer within %v; "+
+			"the revocation may be deleted or not: repeat the call (it is safe)", a.cfg.ChangeTimeout))
+		return
+	case err != nil:
+		a.storeError(w, r, "delete revocation", err)
+		return
+	case removed:
+		a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "cert.unrevoke", Result: "ok", Detail: describe(rev, shown)})
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Removed bool `json:"removed"`
+	}{removed})
 }
 
 // parseRevocation checks a revocation's body; the message says what is
@@ -252,6 +313,9 @@ func parseRevocation(b revokeBody) (db.Revocation, string) {
 		at, err := parseExpires(b.Expires)
 		if err != nil {
 			return rev, `"expires" must be an RFC 3339 time or unix seconds`
+		}
+		if last := db.MaxRevocationExpiry(); at.Unix() > last.Unix() { // not After: huge unix seconds wrap
+			return rev, `"expires" must be at most ` + last.Format(time.RFC3339) + ` (omit it to revoke for good)`
 		}
 		rev.ExpiresAt = at
 	}

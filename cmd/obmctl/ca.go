@@ -20,6 +20,9 @@ const caUsage = `  ca add NAME FILE|-            trust a user CA's public key (c
                                 revoke certificates (of every CA by default) until T
                                 (when they expire anyway; default: for good)
   ca revoked                    list revocations
+  ca unrevoke --serial N | --key-id ID [--ca NAME|FINGERPRINT]
+                                delete a revocation, named as it was made (the
+                                certificates it names are accepted again)
   principals LABEL [P ...|--none]  show or set the extra principals a node carries`
 
 func (c *client) caAdd(args []string, stdin io.Reader) error {
@@ -110,6 +113,38 @@ func (c *client) caRevoke(args []string) error {
 	return nil
 }
 
+func (c *client) caUnrevoke(args []string) error {
+	const synopsis = "ca unrevoke --serial N | --key-id ID [--ca NAME|FINGERPRINT]"
+	fs := flag.NewFlagSet("ca unrevoke", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	serial := fs.String("serial", "", "certificate serial")
+	keyID := fs.String("key-id", "", "certificate key id")
+	ca := fs.String("ca", "", "the CA (name or fingerprint); default every CA")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 || (*serial == "") == (*keyID == "") {
+		return usageErr(synopsis)
+	}
+	path, what := "/v1/cas/revoked/key_id/"+url.PathEscape(*keyID), "key id "+strconv.Quote(*keyID)
+	if *serial != "" {
+		if _, err := strconv.ParseUint(*serial, 10, 64); err != nil {
+			return usageErr("--serial %q: want an unsigned number", *serial)
+		}
+		path, what = "/v1/cas/revoked/serial/"+*serial, "serial "+*serial
+	}
+	if *ca != "" {
+		path += "?ca=" + url.QueryEscape(*ca)
+	}
+	var out struct{ Removed bool }
+	if err := c.call("DELETE", path, nil, &out); err != nil {
+		return done(err)
+	}
+	if out.Removed {
+		fmt.Fprintf(c.out, "%s: revocation deleted\n", what)
+	} else {
+		fmt.Fprintf(c.out, "%s: was not revoked\n", what)
+	}
+	return nil
+}
+
 func (c *client) caRevoked(args []string) error {
 	if len(args) != 0 {
 		return usageErr("ca revoked")
@@ -188,6 +223,8 @@ func (c *client) ca(sub string, args []string, stdin io.Reader) error {
 		return c.caRevoke(args)
 	case "revoked":
 		return c.caRevoked(args)
+	case "unrevoke":
+		return c.caUnrevoke(args)
 	}
 	return usageErr("unknown command %q", strings.TrimSpace("ca "+sub))
 }

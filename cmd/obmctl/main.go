@@ -5,7 +5,7 @@
 //	obmctl [global flags] doctor LABEL
 //	obmctl [global flags] token rotate LABEL | token revoke LABEL
 //	obmctl [global flags] key add LABEL FILE|- | key ls LABEL | key rm LABEL FINGERPRINT
-//	obmctl [global flags] ca add NAME FILE|- | ca ls | ca rm FINGERPRINT | ca revoke ... | ca revoked
+//	obmctl [global flags] ca add NAME FILE|- | ca ls | ca rm FINGERPRINT | ca revoke ... | ca revoked | ca unrevoke ...
 //	obmctl [global flags] principals LABEL [PRINCIPAL ...|--none]
 //	obmctl [global flags] sessions [LABEL] | kick ID | audit [--node N] [--since T] [--limit N]
 //	obmctl [global flags] health
