@@ -155,6 +155,7 @@ type Store interface {
 	DeleteCA(ctx context.Context, fingerprint string) (epoch int64, existed bool, err error)
 	Revoke(ctx context.Context, r db.Revocation) (int64, error)
 	Revocations(ctx context.Context) ([]db.Revocation, error)
+	DeleteRevocation(ctx context.Context, r db.Revocation) (existed bool, err error)
 	Audit(ctx context.Context, e db.AuditEvent) error
 	AuditEvents(ctx context.Context, q db.AuditQuery) ([]db.AuditEvent, error)
 }
@@ -302,6 +303,7 @@ func (a *API) routes() {
 	a.handle("GET /v1/cas", a.admin(a.listCAs))
 	a.handle("POST /v1/cas/revoked", a.admin(a.revoke))
 	a.handle("GET /v1/cas/revoked", a.admin(a.listRevocations))
+	a.handle("DELETE /v1/cas/revoked/{kind}/{value...}", a.admin(a.deleteRevocation))
 	a.handle("DELETE /v1/cas/{fingerprint...}", a.admin(a.deleteCA))
 	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))

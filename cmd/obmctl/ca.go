@@ -14,11 +14,16 @@ import (
 // Certificate authorities and revocations (/v1/cas).
 
 func caRevokeFlags() []flagDef {
+	return append(revocationFlags(),
+		flagDef{name: "expires", arg: "T", usage: "when the certificates expire anyway, RFC 3339 or unix seconds (default: kept for good)"})
+}
+
+// revocationFlags name a revocation: ca revoke's and ca unrevoke's.
+func revocationFlags() []flagDef {
 	return []flagDef{
-		{name: "serial", arg: "N", usage: "revoke the certificates with this serial"},
-		{name: "key-id", arg: "ID", usage: "revoke the certificates with this key id"},
-		{name: "ca", arg: "NAME|FINGERPRINT", usage: "only the certificates of this CA (default: of every CA)"},
-		{name: "expires", arg: "T", usage: "when the certificates expire anyway, RFC 3339 or unix seconds (default: kept for good)"},
+		{name: "serial", arg: "N", usage: "the certificates with this serial"},
+		{name: "key-id", arg: "ID", usage: "the certificates with this key id"},
+		{name: "ca", arg: "NAME|FINGERPRINT", usage: "of this CA only (default: of every CA)"},
 	}
 }
 
@@ -68,24 +73,59 @@ func caRemove(c *client, in *input) error {
 }
 
 func caRevoke(c *client, in *input) error {
-	serial, keyID := in.str("serial"), in.str("key-id")
-	if (serial == "") == (keyID == "") {
-		return usageError(in.cmd, "ca revoke wants --serial N or --key-id ID (one of them)")
-	}
-	body := api.Revoke{CA: in.str("ca")}
-	if serial != "" {
-		n, err := strconv.ParseUint(serial, 10, 64)
-		if err != nil {
-			return usageError(in.cmd, "--serial %q: want an unsigned number", serial)
-		}
-		body.Serial = &n
-	} else {
-		body.KeyID = &keyID
+	body, err := revocation(in)
+	if err != nil {
+		return err
 	}
 	if exp := in.str("expires"); exp != "" {
 		body.Expires, _ = json.Marshal(exp)
 	}
 	return c.done("POST", "/v1/cas/revoked", body, "revoked")
+}
+
+// revocation is the revocation --serial or --key-id, and --ca, name.
+func revocation(in *input) (api.Revoke, error) {
+	serial, keyID := in.str("serial"), in.str("key-id")
+	if (serial == "") == (keyID == "") {
+		return api.Revoke{}, usageError(in.cmd, "%s wants --serial N or --key-id ID (one of them)", in.cmd.name)
+	}
+	r := api.Revoke{CA: in.str("ca")}
+	if serial != "" {
+		n, err := strconv.ParseUint(serial, 10, 64)
+		if err != nil {
+			return r, usageError(in.cmd, "--serial %q: want an unsigned number", serial)
+		}
+		r.Serial = &n
+	} else {
+		r.KeyID = &keyID
+	}
+	return r, nil
+}
+
+// caUnrevoke is `ca unrevoke`: DELETE /v1/cas/revoked/serial/N or
+// /key_id/ID, the revocation named as it was made.
+func caUnrevoke(c *client, in *input) error {
+	r, err := revocation(in)
+	if err != nil {
+		return err
+	}
+	path, what := "/v1/cas/revoked/key_id/"+url.PathEscape(in.str("key-id")), "key id "+strconv.Quote(in.str("key-id"))
+	if r.Serial != nil {
+		path, what = "/v1/cas/revoked/serial/"+in.str("serial"), "serial "+in.str("serial")
+	}
+	if r.CA != "" {
+		path += "?ca=" + url.QueryEscape(r.CA)
+	}
+	var out api.Removed
+	if printed, err := c.call("DELETE", path, nil, &out); printed || err != nil {
+		return err
+	}
+	if out.Removed {
+		fmt.Fprintf(c.out, "%s: revocation deleted\n", what)
+	} else {
+		fmt.Fprintf(c.out, "%s: was not revoked\n", what)
+	}
+	return nil
 }
 
 func caRevoked(c *client, in *input) error {

@@ -189,15 +189,17 @@ type Revocations struct {
 	Revoked []Revocation `json:"revoked"`
 }
 
-// Revoke is the body of POST /v1/cas/revoked: a serial or a key id.
+// Revoke is the body of POST /v1/cas/revoked: a serial or a key id. (DELETE
+// /v1/cas/revoked/{kind}/{value}?ca= names one the same way.)
 type Revoke struct {
 	Serial *uint64 `json:"serial,omitempty"`
 	KeyID  *string `json:"key_id,omitempty"`
 	// CA is the CA's fingerprint or name; "" or absent: every CA.
 	CA string `json:"ca,omitempty"`
 	// Expires is when the certificates revoked expire anyway (an RFC 3339
-	// string, or unix seconds as a number or a string): the revocation is
-	// kept until then, then purged. Absent: kept for good.
+	// string, or unix seconds as a number or a string; at most
+	// 9999-12-31T23:59:59Z): the revocation is kept until then (and a
+	// margin), then purged. Absent: kept for good.
 	Expires json.RawMessage `json:"expires,omitempty"`
 }
 
