@@ -73,8 +73,9 @@ func usageError(cmd *command, format string, a ...any) error {
 // returns the exit code.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	in, err := parse(commandTable(), args)
-	asJSON := jsonAsked(args)
+	asJSON := jsonAsked(args) // a line that does not parse: as far as can be told
 	if err == nil {
+		asJSON = in.bool("json")
 		in.stdin, in.stdout, in.stderr, in.getenv = stdin, stdout, stderr, getenv
 		err = execute(in)
 	}
@@ -101,9 +102,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(s
 }
 
 // oneLine keeps an error message on one line.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
-}
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 
 // execute runs a parsed command line.
 func execute(in *input) error {
@@ -158,11 +157,9 @@ type client struct {
 	out    io.Writer
 }
 
-// apiError is the API's refusal: its status and {"error": ...} text.
-type apiError struct {
-	status int
-	msg    string
-}
+// apiError is the API's refusal: its {"error": ...} text (run names the
+// API's fields in it as the command's user knows them).
+type apiError struct{ msg string }
 
 func (e *apiError) Error() string { return e.msg }
 
@@ -240,12 +237,12 @@ func (c *client) send(method, path string, body any) (*http.Response, error) {
 func answerError(method, path string, resp *http.Response, data []byte) error {
 	var e api.Error
 	if json.Unmarshal(data, &e) != nil || e.Error == "" {
-		return &apiError{resp.StatusCode, fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
+		return &apiError{fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
 	}
 	if resp.StatusCode == http.StatusNotFound && e.Error == "not found" {
-		return &apiError{resp.StatusCode, "not found (or the admin token is wrong)"}
+		return &apiError{"not found (or the admin token is wrong)"}
 	}
-	return &apiError{resp.StatusCode, e.Error}
+	return &apiError{e.Error}
 }
 
 // printJSON prints an API answer as it came, ending in a newline; an

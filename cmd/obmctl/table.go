@@ -289,10 +289,7 @@ func isGroup(tab []command, name string) bool {
 
 // anyFlag is the flag name of any command, or a global one, or nil.
 func anyFlag(tab []command, name string) *flagDef {
-	if f := (&command{}).flag(name); f != nil {
-		return f
-	}
-	for i := range tab {
+	for i := range tab { // each command's flags include the global ones
 		if f := tab[i].flag(name); f != nil {
 			return f
 		}
