@@ -47,8 +47,8 @@ type Store struct {
 	writes  writeWatch
 	// conflicts counts writes run again after losing a conflict.
 	conflicts atomic.Int64
-	suspect   time.Duration // on a Galera node, its evs.suspect_timeout (GaleraSuspect)
-	exclusive bool          // no other process can write the database (Exclusive)
+	suspect   time.Duration   // on a Galera node, its evs.suspect_timeout (GaleraSuspect)
+	exclusive bool            // no other process can write the database (Exclusive)
 	pg        *pgx.ConnConfig // on PostgreSQL, what its pools connect with (ListenChanges)
 }
 
