@@ -110,6 +110,38 @@ func TestWatcher(t *testing.T) {
 	waitUntil(t, "the database to count as usable again", health.Usable)
 }
 
+// TestWatcherWake: a wake (a database that tells of changes as they
+// commit) makes the Watcher poll at once, long before its next tick.
+func TestWatcherWake(t *testing.T) {
+	r, _, reg, _ := newTestRevoker()
+	store := &fakeDB{}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	w, err := NewWatcher(WatchConfig{Poll: time.Hour}, store, NewHealth(store, nil), r, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: got %v, want nil", err)
+		}
+	}()
+	old := session(t, reg, "n1", 1)
+	store.mu.Lock()
+	store.changes = append(store.changes, db.Change{Node: "n1", Epoch: 2, Reason: db.ReasonTokenRotated})
+	store.mu.Unlock()
+	w.Wake()
+	w.Wake() // one pending at most: never blocks
+	waitCut(t, old, "access to n1 was revoked (token rotated)")
+}
+
 func waitCut(t *testing.T, ctx context.Context, want string) {
 	t.Helper()
 	select {
