@@ -37,6 +37,13 @@ func WithClockSkew(d time.Duration) Option {
 	}
 }
 
+// WithoutListen makes ListenChanges return at once, as on an engine that
+// sends no notifications: for tests of a replica that learns of changes
+// made elsewhere only by polling.
+func WithoutListen() Option {
+	return func(s *Store) { s.pg = nil }
+}
+
 // durationBase is the store's time without WithClockSkew's: what the
 // ExpiresAt it returns are measured from.
 func (s *Store) durationBase() time.Time { return s.now().Add(-s.skew) }

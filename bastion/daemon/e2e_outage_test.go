@@ -87,7 +87,10 @@ func TestStoppedDatabase(t *testing.T) {
 		start func(t testing.TB) (dsn string, stop, cont func())
 	}{
 		{"mysql", func(t testing.TB) (string, func(), func()) { m := dbtest.StartMariaDB(t); return m.DSN, m.Stop, m.Cont }},
-		{"postgres", func(t testing.TB) (string, func(), func()) { p := dbtest.StartPostgres(t); return p.DSN, p.Stop, p.Cont }},
+		{"postgres", func(t testing.TB) (string, func(), func()) {
+			p := dbtest.StartPostgres(t)
+			return p.DSN, p.Stop, p.Cont
+		}},
 	}
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -258,8 +259,8 @@ func rpBlackHole(t testing.TB) int {
 	return c.LocalAddr().(*net.UDPAddr).Port
 }
 
-// rpProxy forwards TCP to the MariaDB server; cut(true) drops every
-// connection and refuses new ones until cut(false).
+// rpProxy forwards TCP to the database server (MariaDB or PostgreSQL);
+// cut(true) drops every connection and refuses new ones until cut(false).
 type rpProxy struct {
 	dsn string
 	l   net.Listener
@@ -272,17 +273,12 @@ type rpProxy struct {
 
 func rpStartProxy(t testing.TB, dsn string) *rpProxy {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(strings.TrimPrefix(dsn, "mysql://"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := cfg.Addr
-	cfg.Addr = l.Addr().String()
-	p := &rpProxy{dsn: "mysql://" + cfg.FormatDSN(), l: l, conns: map[net.Conn]struct{}{}}
+	target, proxied := rpRedirect(t, dsn, l.Addr().String())
+	p := &rpProxy{dsn: proxied, l: l, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go func() { // ends when l closes
 		defer p.wg.Done()
@@ -316,6 +312,26 @@ func rpStartProxy(t testing.TB, dsn string) *rpProxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// rpRedirect returns the server address of dsn (a mysql:// or postgres://
+// DSN on TCP), and dsn with addr in its place.
+func rpRedirect(t testing.TB, dsn, addr string) (target, redirected string) {
+	t.Helper()
+	if rest, ok := strings.CutPrefix(dsn, "mysql://"); ok {
+		cfg, err := mysql.ParseDSN(rest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, cfg.Addr = cfg.Addr, addr
+		return target, "mysql://" + cfg.FormatDSN()
+	}
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme != "postgres" || u.Host == "" {
+		t.Fatalf("proxy a DSN that is neither mysql:// nor postgres:// on TCP")
+	}
+	target, u.Host = u.Host, addr
+	return target, u.String()
 }
 
 func (p *rpProxy) cut(down bool) {
