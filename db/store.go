@@ -2,9 +2,9 @@
 // sealed BMC info), node tokens (SHA-256 only), node keys, access epochs,
 // the audit log and the console history (per tenancy; it implements
 // sol/history's Store), on SQLite (modernc.org/sqlite, the embedded
-// default) or MySQL/MariaDB (production, shared by replicas); and for
-// certificate logins, the trusted CAs, certificate revocations and node
-// principals.
+// default), MySQL/MariaDB or PostgreSQL (pgx; production, shared by
+// replicas); and for certificate logins, the trusted CAs, certificate
+// revocations and node principals.
 //
 // Every change of who may access a node takes the next access epoch and a
 // row in access_changes, which replicas poll in epoch order. A change of
