@@ -7,7 +7,7 @@
 // these machines are shared and noisy: absolute numbers drift, ratios hold.
 // Everything runs on 127.0.0.1, every loop is bounded in count and time,
 // and the whole run takes a few minutes on 2 cores. A reference that needs
-// something missing (sshd, ipmi_sim, a MariaDB DSN) is reported as "not
+// something missing (sshd, ipmi_sim, a MariaDB or PostgreSQL DSN) is reported as "not
 // measured" with what is missing; nothing is installed. See bench/README.md.
 package main
 
@@ -117,15 +117,18 @@ func runHeader(out, only string, quick bool, baseline string, took time.Duration
 	if baseline != "" {
 		args += " -baseline " + baseline
 	}
-	mysql := "set"
-	if os.Getenv("OBMD_TEST_MYSQL_DSN") == "" {
-		mysql = "not set"
+	set := func(env string) string {
+		if os.Getenv(env) == "" {
+			return env + " not set"
+		}
+		return env + " set"
 	}
 	return []string{
 		fmt.Sprintf("Produced by `go run ./bench %s` (`make bench`) on %s in %v.", args,
 			time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second)),
-		fmt.Sprintf("Machine: %s, %d CPUs, %s, %s; obmd %s; OBMD_TEST_MYSQL_DSN %s.",
-			cpuModel(), runtime.NumCPU(), kernel(), runtime.Version(), gitVersion(), mysql),
+		fmt.Sprintf("Machine: %s, %d CPUs, %s, %s; obmd %s; %s; %s.",
+			cpuModel(), runtime.NumCPU(), kernel(), runtime.Version(), gitVersion(),
+			set("OBMD_TEST_MYSQL_DSN"), set("OBMD_TEST_POSTGRES_DSN")),
 		"",
 		"Each row pairs obmd's figure with a reference measured in the same run; the ratio is what to read " +
 			"(absolute figures drift on shared machines). Everything runs on 127.0.0.1.",
