@@ -33,7 +33,7 @@ func scratchPostgres() (dsn string, drop func(), err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name+" ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
 		db.Close()
 		return "", nil, notMeasured("PostgreSQL at %s unusable: %v", u.Host, err)
 	}

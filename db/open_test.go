@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -163,6 +164,34 @@ func TestOpenRefusesUnknownDSN(t *testing.T) {
 				t.Errorf("created %s in the working directory, want nothing", ents[0].Name())
 			}
 		})
+	}
+}
+
+// TestOpenPostgresEncoding: a PostgreSQL database whose encoding is not
+// UTF8 is refused at open, with what to do instead.
+func TestOpenPostgresEncoding(t *testing.T) {
+	ctx := context.Background()
+	dsn := dbtest.PostgresDSN(t)
+	log, _ := logtest.NewNullLogger()
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	u, _ := url.Parse(dsn)
+	name := strings.TrimPrefix(u.Path, "/") + "_ascii"
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	u.Path = "/" + name
+	s, err := Open(ctx, u.String(), log)
+	if err == nil {
+		s.Close()
+		t.Fatal("open a SQL_ASCII database: got nil error, want a refusal")
+	}
+	if !strings.Contains(err.Error(), "want UTF8") {
+		t.Errorf("error: got %v, want it to ask for UTF8", err)
 	}
 }
 

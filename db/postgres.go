@@ -27,7 +27,8 @@ import (
 
 // openPostgres opens the pools of a store on dsn, a postgres:// URL. The
 // DSN's own settings win; unset, the connect timeout is 5 s and the
-// application name "obmd". Errors and the log never show the password.
+// application name "obmd". The database must be UTF8. Errors and the log
+// never show the password.
 func openPostgres(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
 	secrets := pgPasswords(dsn)
 	cfg, err := pgx.ParseConfig(dsn)
@@ -67,8 +68,15 @@ func openPostgres(ctx context.Context, dsn string, log logrus.FieldLogger) (*Sto
 		_ = readers.Close() // the writers' error is the one worth returning
 		return nil, err
 	}
-	var version string
-	if err := readers.QueryRowContext(ctx, `SHOW server_version`).Scan(&version); err != nil {
+	var version, encoding string
+	err = readers.QueryRowContext(ctx, `SELECT current_setting('server_version'), current_setting('server_encoding')`).
+		Scan(&version, &encoding)
+	if err == nil && encoding != "UTF8" {
+		// Text is UTF-8 on every engine: another encoding would refuse
+		// (or, SQL_ASCII, not check) what the others store.
+		err = fmt.Errorf("the database's encoding is %s, want UTF8 (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0)", encoding)
+	}
+	if err != nil {
 		_ = readers.Close() // the query's error is the one worth returning
 		_ = writers.Close()
 		return nil, redact(fmt.Errorf("open postgres %s/%s: %w", addr, cfg.Database, err), secrets...)

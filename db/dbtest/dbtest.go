@@ -115,6 +115,11 @@ func MySQLDSN(t testing.TB) string {
 	return "mysql://" + cfg.FormatDSN()
 }
 
+// PostgresOptions are what a PostgreSQL database for obmd is created with
+// (after CREATE DATABASE name): UTF8, and byte order (obmd's columns
+// collate "C" anyway).
+const PostgresOptions = " ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+
 // scratchName returns a new database name, obmd_test_<random>.
 func scratchName(t testing.TB) string {
 	var b [6]byte
@@ -144,7 +149,8 @@ func PostgresDSN(t testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+	// UTF8 and byte order whatever the server's defaults, as obmd wants.
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+PostgresOptions); err != nil {
 		_ = admin.Close()
 		t.Fatalf("create scratch database on %s: %v", u.Host, err)
 	}

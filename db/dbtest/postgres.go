@@ -93,7 +93,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err = admin.ExecContext(ctx, "CREATE DATABASE obmd")
+		_, err = admin.ExecContext(ctx, "CREATE DATABASE obmd"+PostgresOptions)
 		cancel()
 		if err == nil {
 			break
