@@ -26,8 +26,6 @@ const (
 	DialectPostgres = "postgres"
 )
 
-const mysqlScheme = "mysql://"
-
 // Store is obmd's persistent state. Safe for concurrent use.
 //
 // On SQLite, w is a pool of exactly one connection, so writers queue in

@@ -90,7 +90,7 @@ func TestOpenHidesPassword(t *testing.T) {
 			if err := s.Migrate(ctx); err != nil {
 				t.Fatalf("migrate: %v", err)
 			}
-			secret := passwordOf(strings.TrimPrefix(dsn, mysqlScheme))
+			secret := passwordOf(strings.TrimPrefix(dsn, "mysql://"))
 			if u, err := url.Parse(dsn); err == nil && e.Name == DialectPostgres {
 				secret, _ = u.User.Password()
 			}

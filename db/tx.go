@@ -18,9 +18,10 @@ import (
 // Lost conflicts are retried: a transaction or statement that the database
 // rolled back because it lost a conflict with another writer did nothing,
 // so running it again is safe. On MySQL that is a deadlock victim or a lock
-// wait that timed out (on PostgreSQL a deadlock victim); on Galera also every write that lost certification
-// to a conflicting write committed first through another node (reported as
-// a deadlock, at COMMIT or at the statement it was running when the other
+// wait that timed out, on PostgreSQL a deadlock victim or a serialization
+// failure; on Galera also every write that lost certification to a
+// conflicting write committed first through another node (reported as a
+// deadlock, at COMMIT or at the statement it was running when the other
 // write was applied). The retries are bounded by the caller's deadline
 // (or, for a caller without one, by conflictAttempts), each after a
 // jittered wait whose bound doubles from conflictBackoff to
