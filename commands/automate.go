@@ -190,7 +190,7 @@ func (m *matcher) search(ctx context.Context, p *pattern, buf []byte, from int) 
 		m.scratch = append(append(m.scratch[:0], m.prev), buf...)
 		return p.findAfter(ctx, &m.meter, m.scratch)
 	}
-	return m.meter.find(ctx, p.re, p.size, buf[from:], false)
+	return p.find(ctx, &m.meter, buf[from:])
 }
 
 // scan feeds p, arrived at at, and looks for re after every maxSpan bytes
@@ -233,10 +233,10 @@ func (m *matcher) wait(ctx context.Context, con Console, re *pattern, timeout ti
 			mt, ok, err = m.scan(tctx, p, at, re)
 		case nerr == nil:
 			m.feed(p, at)
-			if !m.due(re) {
-				if pending.IsZero() {
-					pending = time.Now()
-				}
+			if pending.IsZero() {
+				pending = time.Now()
+			}
+			if !m.due(re) && time.Since(pending) < searchDelay {
 				continue
 			}
 			pending = time.Time{}

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -137,6 +138,7 @@ type pattern struct {
 	src           string // as given
 	re, mid       *regexp.Regexp
 	size, midSize int
+	prefix        []byte // re.LiteralPrefix
 }
 
 // compilePattern checks val against the budgets (checkPattern) and
@@ -149,14 +151,32 @@ func compilePattern(name Name, val string) (*pattern, error) {
 	return c.compile()
 }
 
+// find is the leftmost match of p in in.
+func (p *pattern) find(ctx context.Context, mt *meter, in []byte) ([]int, error) {
+	if !p.mayMatch(in) {
+		return nil, nil
+	}
+	return mt.find(ctx, p.re, p.size, in, false)
+}
+
 // findAfter is the leftmost match of p in in[1:], in[0] being the byte
 // before it (never a \n): offsets in in[1:].
 func (p *pattern) findAfter(ctx context.Context, mt *meter, in []byte) ([]int, error) {
+	if !p.mayMatch(in[1:]) {
+		return nil, nil
+	}
 	sub, err := mt.find(ctx, p.mid, p.midSize, in, true)
 	if err != nil || sub == nil || sub[2] < 1 {
 		return nil, err
 	}
 	return []int{sub[2] - 1, sub[3] - 1}, nil
+}
+
+// mayMatch is false when in lacks p's literal prefix, which every match
+// of p begins with: no search is needed (the usual miss of a pattern
+// such as `login:` costs a scan for its text, not a search).
+func (p *pattern) mayMatch(in []byte) bool {
+	return len(p.prefix) == 0 || bytes.Contains(in, p.prefix)
 }
 
 func parseWait(name Name, val string) (time.Duration, error) {

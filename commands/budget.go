@@ -16,9 +16,10 @@ import (
 // expect script's waits). A pattern is bounded by what it costs, not by
 // its text: its compiled size (the instructions of its programs), and a
 // search by its steps (instructions x bytes searched), which is what Go's
-// regexp spends in the worst case (its NFA runs every instruction of the
-// program on every byte; measured on the worst patterns found, at most
-// about 110 ns per step on a 2 GHz-class core: BenchmarkSearchWorst).
+// regexp spends in the worst case (its NFA may run every instruction of
+// the program on every byte). Measured at MaxProgram over its worst input
+// (BenchmarkSearchWorst): 25 to 60 ns per step on a shared 2-CPU AMD EPYC,
+// up to 110 ns under load.
 const (
 	// MaxProgram bounds one pattern's compiled size: the instructions of
 	// its program and of its mid-line variant (pattern.mid) together. A
@@ -29,14 +30,15 @@ const (
 	MaxScriptProgram = 8 * MaxProgram
 	// SearchCPU is the time one command may search per second of wall
 	// time (a token bucket holding at most twice this): past it, its
-	// search pauses, and resumes with nothing dropped.
-	SearchCPU = 50 * time.Millisecond
+	// search pauses, and resumes with nothing dropped. Eight commands at
+	// it (the automation caps of one node) take 16% of a core.
+	SearchCPU = 20 * time.Millisecond
 )
 
 // Search slicing and scheduling.
 const (
 	// sliceSteps bounds the work of a search between two checks of its
-	// context and budget (about 7 ms at 110 ns per step); a search that
+	// context and budget (at most about 7 ms at 110 ns per step); a search that
 	// fits in one slice runs at once (Go's fastest path for it), a longer
 	// one reads its input through a sliceReader.
 	sliceSteps = 1 << 16
@@ -119,7 +121,8 @@ func (c checkedPattern) compile() (*pattern, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile %s: %w", quote(c.src), err)
 	}
-	return &pattern{src: c.src, re: re, mid: mid, size: c.size, midSize: c.mid}, nil
+	prefix, _ := re.LiteralPrefix()
+	return &pattern{src: c.src, re: re, mid: mid, size: c.size, midSize: c.mid, prefix: []byte(prefix)}, nil
 }
 
 // stripCaptures replaces re's capture groups by what they hold.
@@ -248,6 +251,7 @@ func (mt *meter) find(ctx context.Context, re *regexp.Regexp, size int, in []byt
 	}
 	r := &sliceReader{in: in, cost: size, left: sliceSteps, pause: func() error {
 		mt.release()
+		runtime.Gosched() // a search never holds a processor for long
 		return mt.acquire(ctx)
 	}}
 	var loc []int
