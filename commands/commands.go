@@ -215,8 +215,9 @@ type Command struct {
 }
 
 // Request says who runs a command where; it feeds audit records and logs,
-// and tells which sessions `sessions` shows in full (the requester's own:
-// the same User from the same host as Source).
+// and tells which sessions `sessions` shows (those of its tenancy, Epoch)
+// and which in full (the requester's own: the same User from the same host
+// as Source, in the same tenancy).
 type Request struct {
 	Node    string
 	Actor   string // "ssh:password", "ssh:publickey", "http:token", ...
@@ -269,4 +270,7 @@ type SessionInfo struct {
 	Started time.Time `json:"started"`
 	Writer  bool      `json:"writer,omitempty"`
 	Own     bool      `json:"own,omitempty"`
+	// Epoch is the node's access epoch the session was admitted at: its
+	// tenancy. A tenant is shown the sessions of its own tenancy only.
+	Epoch int64 `json:"-"`
 }

@@ -354,6 +354,9 @@ func TestCutRacingStart(t *testing.T) {
 				s.id, s.ctx.Err() != nil, live[s.id])
 		}
 	}
+	if n := r.Unwinding(); n != 0 {
+		t.Errorf("after the cut: got %d sessions unwinding, want every one cut ended", n)
+	}
 }
 
 // startedSession is a session TestCutRacingStart started.
@@ -367,7 +370,9 @@ type startedSession struct {
 func TestDefaults(t *testing.T) {
 	cfg := Config{MaxPerSourceHTTP: -1}
 	cfg.setDefaults()
-	if want := (Config{MaxPerNode: 64, MaxPerSource: 32, MaxPerSourceHTTP: 0, CutWait: 2 * time.Second}); cfg != want {
+	want := Config{MaxPerNode: 64, MaxPerSource: 32, MaxPerSourceHTTP: 0, MaxAutomationPerNode: 8, MaxAutomationPerSource: 8,
+		MaxBMCPerNode: 4, MaxBMCPerSource: 8, CutWait: 2 * time.Second}
+	if cfg != want {
 		t.Errorf("got %+v, want %+v", cfg, want)
 	}
 }
