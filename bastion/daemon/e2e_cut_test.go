@@ -164,3 +164,28 @@ func TestSessionsHidePreviousTenancy(t *testing.T) {
 		}
 	})
 }
+
+// TestCutEndsSendWaitingForLink: a `send` whose bytes wait for a console
+// link that does not come up (its BMC does not answer) ends with its
+// session at a cut: the cut does not wait for it (the old code waited
+// cut_wait, then logged sessions_slow_to_end, until the console's wipe
+// ended the viewer the send waited on).
+func TestCutEndsSendWaitingForLink(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t, func(c *daemon.Config) { c.PowerTimeout = 100 * time.Millisecond })
+	const label = "cf3"
+	old := o.addSimNode(label)
+	o.Lab().BMC(label, sim.ModeNormal).SetDelay(time.Hour) // the console never opens
+	send := o.goConsole(t, label, old, conOpts{cmd: "send hello"})
+	waitUntil(t, "the send's session", func() bool { return len(o.rvSessions(label)) == 1 })
+	// The send gives up waiting for the link after power_timeout, then
+	// writes and waits for its bytes to reach it (console.open_timeout).
+	time.Sleep(time.Second)
+	o.rotate(label)
+	if code := send.exit(); code != 3 || !strings.Contains(send.errb.String(), "access to cf3 was revoked (token rotated)") {
+		t.Errorf("the send: got exit %d, stderr %q; want 3 and the reason", code, send.errb.String())
+	}
+	if strings.Contains(o.Logs.String(), "sessions_slow_to_end") {
+		t.Error("the cut waited for the send (logged sessions_slow_to_end)")
+	}
+}
