@@ -18,15 +18,16 @@ import (
 	"github.com/obmd/obmd/sol/sim"
 )
 
-// cfStuck starts n sessions of label with token, each running cmd, on
-// connections of 4 sessions each (the most one connection holds), and
-// returns once started; ended is done when all have ended.
-func cfStuck(t *testing.T, o *obmd, label, token, cmd string, n int, ended *sync.WaitGroup) {
+// runMany starts n sessions of label from src with auth, each running
+// cmd, on connections of 4 sessions each (the most one connection holds),
+// and returns once they are started; ended is done once all have ended
+// (they end with their connections, when t ends, at the latest).
+func runMany(t *testing.T, o *obmd, src, label string, auth gossh.AuthMethod, cmd string, n int, ended *sync.WaitGroup) {
 	t.Helper()
 	for i := 0; i < n; i += 4 {
-		c, err := o.dial(label, gossh.Password(token))
+		c, err := o.fdDialFrom(src, label, auth)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("log in to %s from %s: %v", label, src, err)
 		}
 		t.Cleanup(func() { c.Close() })
 		for range min(4, n-i) {
@@ -37,6 +38,12 @@ func cfStuck(t *testing.T, o *obmd, label, token, cmd string, n int, ended *sync
 			ended.Go(func() { s.Run(cmd) }) // ends with its session or c
 		}
 	}
+}
+
+// cfStuck is runMany from 127.0.0.1 with token.
+func cfStuck(t *testing.T, o *obmd, label, token, cmd string, n int, ended *sync.WaitGroup) {
+	t.Helper()
+	runMany(t, o, "127.0.0.1", label, gossh.Password(token), cmd, n, ended)
 }
 
 // TestCutFreesSlotsOfStuckSessions, on SQLite and MariaDB: a former
