@@ -9,9 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/sim"
 )
 
@@ -90,4 +93,100 @@ func TestBMCCaps(t *testing.T) {
 	if res := o.openssh("bc1", tok, nil, "sessions"); res.Code != 0 {
 		t.Errorf("another command on the node: got %v, want exit 0", res)
 	}
+}
+
+// TestRotationWithBudgetsExhausted, on SQLite and MariaDB: a tenant
+// spends every budget it has on its node at the defaults (the node's 64
+// sessions from three addresses: 4 calling its BMC, stuck there, a power
+// operation and a doctor run among them, 8 automation sessions, consoles
+// over SSH and HTTP; its address's 32 sessions and 64 connections; 32
+// unauthenticated connections; its address locked out by wrong tokens),
+// and HIL's rotation still answers, within the bound of a cut, and cuts
+// it all: every old client is told, and the next tenant gets every kind of
+// place at once, while the stuck calls still run.
+func TestRotationWithBudgetsExhausted(t *testing.T) {
+	t.Parallel()
+	onEngines(t, func(t *testing.T, dsn string) {
+		o := startObmd(t, func(c *daemon.Config) {
+			c.DB = dsn
+			c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 1 << 20}
+		})
+		const label = "rx1"
+		tok := o.addSimNode(label)
+		auth := gossh.Password(tok)
+		var ended sync.WaitGroup // the old tenant's sessions
+		runMany(t, o, "127.0.0.1", label, auth, "wait-for never-printed --timeout 1h", 8, &ended)
+		runMany(t, o, "127.0.0.1", label, auth, "", 20, &ended)
+		runMany(t, o, "127.0.0.2", label, auth, "", 28, &ended)
+		for range 4 {
+			svStreamFrom(t, o, "127.0.0.3", label, tok)
+		}
+		waitUntil(t, "60 sessions", func() bool { return len(o.rvSessions(label)) == 60 })
+		bmc := o.Lab().BMC(label, sim.ModeNormal)
+		release := bmc.Hang() // the console link is up: only new BMC calls hang
+		var stuck sync.WaitGroup
+		defer stuck.Wait()
+		defer release()
+		for _, cmd := range []string{"power-on", "doctor", "power-status", "power-status"} {
+			runMany(t, o, "127.0.0.1", label, auth, cmd, 1, &ended)
+		}
+		waitUntil(t, "4 stuck BMC calls", func() bool { return bmc.Hung() == 4 })
+		// The address's 64 connections: 11 hold its sessions (2 automation,
+		// 5 consoles, 4 BMC calls); 53 more, idle.
+		for range 53 {
+			c, err := o.fdDialFrom("127.0.0.1", label, auth)
+			if err != nil {
+				t.Fatalf("an idle connection: %v", err)
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+		for range 32 {
+			paDial(t, o, "127.0.0.4").admitted(t)
+		}
+		for range 5 {
+			o.request("GET", "/node/"+label+"/power_status?token=wrong", nil, "", "")
+		}
+
+		// Every budget is spent.
+		if res := o.openssh(label, tok, []string{"-b", "127.0.0.5"}, "sessions"); res.Code != 3 ||
+			!strings.Contains(res.Stderr, "too many sessions on node rx1 (limit 64)") {
+			t.Errorf("a 65th session: got %v, want refused (too many sessions)", res)
+		}
+		if c, err := o.fdDialFrom("127.0.0.1", label, auth); err == nil {
+			c.Close()
+			t.Error("a 65th connection from the address: logged in, want refused")
+		}
+		if code, _ := o.request("GET", "/node/"+label+"/power_status?token="+tok, nil, "", ""); code != 429 {
+			t.Errorf("the locked-out address's right token: got %d, want 429", code)
+		}
+
+		began := time.Now()
+		next := o.rotate(label)
+		took := time.Since(began)
+		t.Logf("the rotation answered in %v (cut_wait 2s)", took.Round(time.Millisecond))
+		if took > 15*time.Second {
+			t.Errorf("the rotation took %v, beyond the bound of a change (change_timeout, 5s) and a margin", took)
+		}
+		oldEnded := make(chan struct{})
+		go func() { ended.Wait(); close(oldEnded) }() // the stuck calls' clients are told too
+		select {
+		case <-oldEnded:
+		case <-time.After(e2eWait):
+			t.Fatal("old sessions still running after the rotation")
+		}
+		if n := bmc.Hung(); n != 4 {
+			t.Errorf("stuck calls: got %d, want the 4 still stuck (the test proves nothing otherwise)", n)
+		}
+		// The next tenant, from a fresh address: its own session alone, and
+		// places for automation and for calls on the BMC.
+		res := o.openssh(label, next, []string{"-b", "127.0.0.5"}, "sessions")
+		if rows := strings.Split(strings.TrimSpace(res.Stdout), "\n"); res.Code != 0 || len(rows) != 2 {
+			t.Errorf("the next tenant's sessions: got %v, want its own session alone", res)
+		}
+		if res := o.openssh(label, next, []string{"-b", "127.0.0.5"}, "wait-for", "x", "--timeout", "100ms"); res.Code != 5 {
+			t.Errorf("the next tenant's wait-for: got %v, want it to run (exit 5: timed out)", res)
+		}
+		runMany(t, o, "127.0.0.5", label, gossh.Password(next), "power-status", 1, &stuck)
+		waitUntil(t, "the next tenant's BMC call", func() bool { return bmc.Hung() == 5 })
+	})
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // runMany starts n sessions of label from src with auth, each running
-// cmd, on connections of 4 sessions each (the most one connection holds),
+// cmd (a console if ""), on connections of 4 sessions each (the most one connection holds),
 // and returns once they are started; ended is done once all have ended
 // (they end with their connections, when t ends, at the latest).
 func runMany(t *testing.T, o *obmd, src, label string, auth gossh.AuthMethod, cmd string, n int, ended *sync.WaitGroup) {
@@ -34,6 +34,13 @@ func runMany(t *testing.T, o *obmd, src, label string, auth gossh.AuthMethod, cm
 			s, err := c.NewSession()
 			if err != nil {
 				t.Fatal(err)
+			}
+			if cmd == "" { // a console
+				if err := s.Shell(); err != nil {
+					t.Fatal(err)
+				}
+				ended.Go(func() { s.Wait() }) // ends with its session or c
+				continue
 			}
 			ended.Go(func() { s.Run(cmd) }) // ends with its session or c
 		}
@@ -105,6 +112,17 @@ func TestCutFreesSlotsOfStuckSessions(t *testing.T) {
 		if n := bmc.Hung(); n != 64 {
 			t.Errorf("stuck calls: got %d, want the 64 still stuck (the test proves nothing otherwise)", n)
 		}
+		// The operator sees them unwinding, until their calls return.
+		unwinding := func() float64 {
+			_, body := o.request("GET", "/metrics", nil, "", "")
+			n, _ := metricSample(string(body), "obmd_sessions_unwinding")
+			return n
+		}
+		if n := unwinding(); n != 64 {
+			t.Errorf("obmd_sessions_unwinding: got %v, want 64", n)
+		}
+		release()
+		waitUntil(t, "the cut sessions to end", func() bool { return unwinding() == 0 })
 	})
 }
 
