@@ -190,3 +190,23 @@ func TestRotationWithBudgetsExhausted(t *testing.T) {
 		waitUntil(t, "the next tenant's BMC call", func() bool { return bmc.Hung() == 5 })
 	})
 }
+
+// TestStdinBounded: what send --stdin and expect --stdin read is bounded
+// (64 KiB): one byte more is a usage error (exit 2), whatever follows, and
+// nothing reaches the console.
+func TestStdinBounded(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("sb1")
+	bmc := o.Lab().BMC("sb1", sim.ModeNormal)
+	over := strings.Repeat("x", 64<<10+1)
+	for _, cmd := range []string{"send --stdin", "expect --stdin"} {
+		res := o.opensshIn("sb1", tok, strings.NewReader(over+strings.Repeat("y", 1<<20)), []string{"-T"}, cmd)
+		if res.Code != 2 || !strings.Contains(res.Stderr, "stdin holds more than 65536 bytes") {
+			t.Errorf("%s with 64 KiB + 1: got exit %d, stderr %q; want 2 and the bound", cmd, res.Code, res.Stderr)
+		}
+	}
+	if typed := bmc.Typed(); len(typed) != 0 {
+		t.Errorf("typed on the console: %d bytes, want none", len(typed))
+	}
+}
