@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -374,5 +375,25 @@ func TestDefaults(t *testing.T) {
 		MaxBMCPerNode: 4, MaxBMCPerSource: 8, CutWait: 2 * time.Second}
 	if cfg != want {
 		t.Errorf("got %+v, want %+v", cfg, want)
+	}
+}
+
+// TestInfoJSON: a session as replicas pass it to one another (and the
+// admin API lists it) carries its tenancy (epoch), so that another
+// replica shows a tenant its own tenancy's sessions only, and its work;
+// never the credential key the caps count by, nor the login's mark.
+func TestInfoJSON(t *testing.T) {
+	b, err := json.Marshal(Info{ID: "1", Node: "n1", Epoch: 42, Work: WorkBMC, Credential: "key SHA256:k", Mark: 7, HTTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Info
+	if err := json.Unmarshal(b, &back); err != nil || back.Epoch != 42 || back.Work != WorkBMC {
+		t.Errorf("round trip of %s: got %+v, %v; want epoch 42 and work bmc", b, back, err)
+	}
+	for _, secret := range []string{"SHA256:k", "mark", "http"} {
+		if strings.Contains(strings.ToLower(string(b)), strings.ToLower(secret)) {
+			t.Errorf("JSON %s holds %q", b, secret)
+		}
 	}
 }
