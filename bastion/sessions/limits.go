@@ -30,7 +30,7 @@ type Config struct {
 	// at a time, and doctor, one run at a time, power-status calls, each
 	// of which may open a BMC session of its own. MaxBMCPerSource bounds
 	// those of one SSH source, and those of one key or certificate
-	// whatever its source (default 8).
+	// whatever its source (default 16).
 	MaxBMCPerNode   int `yaml:"max_bmc_per_node"`
 	MaxBMCPerSource int `yaml:"max_bmc_per_source"`
 	// CutWait bounds how long a cut waits for the cancelled sessions to
@@ -63,7 +63,7 @@ func (c *Config) setDefaults() {
 	def(&c.MaxAutomationPerNode, 8)
 	def(&c.MaxAutomationPerSource, 8)
 	def(&c.MaxBMCPerNode, 4)
-	def(&c.MaxBMCPerSource, 8)
+	def(&c.MaxBMCPerSource, 16)
 	if c.CutWait <= 0 {
 		c.CutWait = 2 * time.Second
 	}

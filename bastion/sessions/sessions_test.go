@@ -372,7 +372,7 @@ func TestDefaults(t *testing.T) {
 	cfg := Config{MaxPerSourceHTTP: -1}
 	cfg.setDefaults()
 	want := Config{MaxPerNode: 64, MaxPerSource: 32, MaxPerSourceHTTP: 0, MaxAutomationPerNode: 8, MaxAutomationPerSource: 8,
-		MaxBMCPerNode: 4, MaxBMCPerSource: 8, CutWait: 2 * time.Second}
+		MaxBMCPerNode: 4, MaxBMCPerSource: 16, CutWait: 2 * time.Second}
 	if cfg != want {
 		t.Errorf("got %+v, want %+v", cfg, want)
 	}
