@@ -200,7 +200,7 @@ func TestAutomateQuotingOpenSSH(t *testing.T) {
 	}
 
 	// Two spaces: the natural form joins them into one, obmd's quotes
-	// keep them; a word starting with - needs them.
+	// keep them; a word starting with - or a quote needs them.
 	for _, c := range []struct {
 		args []string
 		code int
@@ -209,9 +209,10 @@ func TestAutomateQuotingOpenSSH(t *testing.T) {
 		{[]string{`wait-for 'two  spaces' --timeout 30s`}, 0},
 		{[]string{"wait-for", "link -up", "--timeout", "30s"}, 2},
 		{[]string{`wait-for 'link -up' --timeout 30s`}, 0},
+		{[]string{`wait-for "it's up" --timeout 30s`}, 0},
 	} {
 		done := o.auBackground("aq", tok, c.args...)
-		res := auPrintUntil(t, simInject(bmc), "two  spaces and link -up", done)
+		res := auPrintUntil(t, simInject(bmc), "two  spaces, link -up, it's up", done)
 		if res.Code != c.code {
 			t.Errorf("%q: got %+v, want exit %d", c.args, res, c.code)
 		}
