@@ -56,7 +56,10 @@
 // unless --force. An expect script failing reports "expect: line N (KIND):
 // reason". The audit records console.send (the byte count, never the
 // bytes), console.wait and console.expect (result ok, timeout, busy or
-// error).
+// error). Their patterns are bounded by compiled size (MaxProgram, and
+// MaxScriptProgram for a script's), their searches by slices checked
+// against the command's context and a CPU budget (SearchCPU): see
+// budget.go.
 //
 // The node label and any text from a driver are printed with control
 // characters escaped (\x1b, \u009b, ...).
