@@ -159,6 +159,7 @@ func TestDocExamples(t *testing.T) {
 		t.Skip("the examples need a real obmd, OpenSSH and ipmi_sim (not in -short)")
 	}
 	ipmisim.Require(t, "bash", "ssh", "ssh-keygen", "sshpass", "curl", "ipmitool", "ipmi_sim", "socat")
+	nssWrapper(t)
 	scratch := t.TempDir()
 	takeTurn(t, filepath.Join(os.TempDir(), "obmd-doc-examples.lock"))
 	bin := buildBinaries(t, scratch)
@@ -183,7 +184,7 @@ func TestDocExamples(t *testing.T) {
 
 	sim := ipmisim.StartAt(t, bmcPort)
 	d := startObmd(t, bin, filepath.Join(scratch, "docs-obmd"))
-	sshConfig := tenantSSHConfig(t, files)
+	sshConfig := tenantSSHConfig(t)
 	var pages []string
 	for f := range files {
 		if f != "README.md" {
@@ -360,7 +361,7 @@ func buildBinaries(t *testing.T, dir string) string {
 
 // tenantSSHConfig is the ~/.ssh/config docs/tenant.md tells a reader to
 // write: its first ssh-config block.
-func tenantSSHConfig(t *testing.T, files map[string][]block) string {
+func tenantSSHConfig(t *testing.T) string {
 	data, err := os.ReadFile("tenant.md")
 	if err != nil {
 		t.Fatal(err)
