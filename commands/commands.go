@@ -39,8 +39,9 @@
 //	                            node-17: expect: 4 steps done
 //	power-on --wait-for RE      node-17: powered on, then the matching line
 //	power-cycle --wait-for RE   node-17: power cycled, then the matching line
-//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none);
-//	                            USER and REMOTE only on the requester's own sessions ("-" otherwise)
+//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none)
+//	                            of the requester's tenancy; USER and REMOTE only on its own
+//	                            sessions ("-" otherwise)
 //	doctor                      one line per step checked, "ok" or "FAIL", its name and result (on
 //	                            failure "; what to do: " and a hint), then "node-17: doctor: all 4
 //	                            checks passed" or "node-17: doctor: sol failed (...)"; the tenant's
@@ -69,8 +70,9 @@
 //	bootdev         "bootdev": "pxe", "persistent": bool
 //	console-log     "log": the scrollback as a string (invalid UTF-8 becomes U+FFFD)
 //	sessions        "sessions": [{"id","kind","user","remote","started" (RFC 3339),"writer","own"}]:
-//	                "user" and "remote" only with "own": true (the requester's own session:
-//	                the same credential from the same host); "writer" and "own" omitted if false
+//	                the requester's tenancy's sessions; "user" and "remote" only with "own":
+//	                true (the requester's own session: the same tenancy, credential and
+//	                host); "writer" and "own" omitted if false
 //	version         "version": string
 //	doctor          "checks": [{"name","ok","result","hint"}] (hint only on a failed step),
 //	                also when a step failed (then with "ok": false and "error")
@@ -215,12 +217,13 @@ type Command struct {
 }
 
 // Request says who runs a command where; it feeds audit records and logs,
-// and tells which sessions `sessions` shows in full (the requester's own:
-// the same User from the same host as Source).
+// and tells which sessions `sessions` shows (those of its tenancy, Epoch)
+// and which in full (the requester's own: the same User from the same host
+// as Source, in the same tenancy).
 type Request struct {
 	Node    string
 	Actor   string // "ssh:password", "ssh:publickey", "http:token", ...
-	User    string // the credential, as sessions list it: "token" or "key SHA256:..."
+	User    string // the credential, as sessions list it: "token", "key SHA256:..." or "cert hil:alice serial 42"
 	Source  string // remote address
 	Session string // session id, for logs
 	// Epoch is the node's access epoch the session was admitted at: the
@@ -269,4 +272,7 @@ type SessionInfo struct {
 	Started time.Time `json:"started"`
 	Writer  bool      `json:"writer,omitempty"`
 	Own     bool      `json:"own,omitempty"`
+	// Epoch is the node's access epoch the session was admitted at: its
+	// tenancy. A tenant is shown the sessions of its own tenancy only.
+	Epoch int64 `json:"-"`
 }
