@@ -32,8 +32,12 @@
 // obmd's host key in ~/.ssh/known_hosts, a key ~/.ssh/id_ed25519
 // registered on node-17 (the simulator) and node-42 (ipmi_sim on
 // 127.0.0.1:9623, user admin), $TOKEN holding node-17's token, obmctl on
-// PATH and ./obmd-state the obmd's state directory. Because the ports are
-// fixed, runs of this test on one machine take turns (a lock file).
+// PATH and ./obmd-state the obmd's state directory.
+//
+// The examples name obmd's default ports, and ipmi_sim's 9623, as a
+// reader's machine has them, so the whole run happens in a network
+// namespace of its own (see netns_test.go): its ports are free whatever
+// else runs on the machine, and nothing of it is reachable from outside.
 package docs
 
 import (
@@ -55,7 +59,6 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
-	"golang.org/x/sys/unix"
 
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
@@ -149,7 +152,8 @@ func TestDocExamplesWellFormed(t *testing.T) {
 }
 
 // TestDocExamples runs every example against a real obmd (see the
-// package comment).
+// package comment). The test re-executes itself in a network namespace of
+// its own (runInNetNS), where runExamples does the work.
 func TestDocExamples(t *testing.T) {
 	files := docFiles(t)
 	if testing.Short() {
@@ -157,10 +161,21 @@ func TestDocExamples(t *testing.T) {
 	}
 	ipmisim.Require(t, "bash", "ssh", "ssh-keygen", "sshpass", "curl", "ipmitool", "ipmi_sim", "socat")
 	nssWrapper(t)
-	scratch := t.TempDir()
-	takeTurn(t, filepath.Join(os.TempDir(), "obmd-doc-examples.lock"))
-	bin := buildBinaries(t, scratch)
+	bin, inside := os.LookupEnv(netnsEnv)
+	if !inside {
+		runInNetNS(t, buildBinaries(t, t.TempDir()))
+		return
+	}
+	if err := soltest.LoopbackUp(); err != nil {
+		t.Fatal(err)
+	}
+	runExamples(t, files, bin)
+}
 
+// runExamples runs README.md, then the docs/ pages, with obmd and obmctl
+// from bin, in this process's network namespace.
+func runExamples(t *testing.T, files map[string][]block, bin string) {
+	scratch := t.TempDir()
 	t.Run("README.md", func(t *testing.T) {
 		checkout := filepath.Join(scratch, "checkout")
 		home := filepath.Join(scratch, "readme-home")
@@ -296,24 +311,6 @@ func makeRun(t *testing.T) string {
 	}
 	return `make() { if [ "$*" = run ]; then bin/obmd serve --demo; else command make "$@"; fi; }
 `
-}
-
-// takeTurn holds an exclusive lock on path for the rest of the test,
-// waiting for another run of this test to finish first.
-func takeTurn(t *testing.T, path string) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(15 * time.Minute)
-	for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("another run of the doc examples holds %s for over 15 minutes", path)
-		}
-		time.Sleep(time.Second)
-	}
-	t.Cleanup(func() { f.Close() })
-	waitFree(t, sshAddr, adminAddr)
 }
 
 // waitFree waits until nothing listens on the TCP addresses (an obmd

@@ -64,6 +64,9 @@ func startTerminal(name, dir, scratch string, env []string, extra string) (*term
 	}
 	cmd := exec.Command("bash", "--noprofile", "--rcfile", rc, "--noediting", "-i")
 	cmd.Dir, cmd.Env = dir, env
+	// If the test process dies, bash dies too, and the hangup of its
+	// terminal ends what runs in it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
 	if err != nil {
 		return nil, fmt.Errorf("start bash: %w", err)
