@@ -178,3 +178,17 @@ func TestEchoEnd(t *testing.T) {
 		t.Errorf("lineEnd of a last line without newline: got %d, want 3", got)
 	}
 }
+
+func TestAnchors(t *testing.T) {
+	md := "# Tenant guide: your node's console\n## `sessions` and doctor\n## Locked out?\n" +
+		"```yaml\n# obmd.yaml\n```\n## Locked out?\n#hashtag\n"
+	got := anchors(md)
+	for _, a := range []string{"tenant-guide-your-nodes-console", "sessions-and-doctor", "locked-out", "locked-out-1"} {
+		if !got[a] {
+			t.Errorf("no anchor %q in %v", a, got)
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("got %d anchors, want 4 (a fenced line and #hashtag are no headings): %v", len(got), got)
+	}
+}

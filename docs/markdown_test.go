@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // block is one fenced shell example.
@@ -199,4 +200,38 @@ func continues(l string) string {
 		return m[1]
 	}
 	return ""
+}
+
+// anchors are the link targets of a page's headings, as GitHub makes
+// them: the heading in lower case, spaces as "-", punctuation dropped, a
+// repeated one numbered ("-1", "-2"). Lines in fenced blocks are no
+// headings.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	fenced := false
+	for _, l := range strings.Split(text, "\n") {
+		if _, _, ok := fence(l); ok {
+			fenced = !fenced
+			continue
+		}
+		h := strings.TrimLeft(l, "#")
+		if fenced || h == l || !strings.HasPrefix(h, " ") {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+			switch {
+			case unicode.IsLetter(r), unicode.IsDigit(r), r == '-', r == '_':
+				b.WriteRune(r)
+			case r == ' ':
+				b.WriteByte('-')
+			}
+		}
+		a := b.String()
+		for i := 1; out[a]; i++ {
+			a = fmt.Sprintf("%s-%d", b.String(), i)
+		}
+		out[a] = true
+	}
+	return out
 }
