@@ -133,6 +133,9 @@ type Runner struct {
 	// test and set an entry, never across BMC I/O.
 	mu   sync.Mutex
 	busy map[string]struct{}
+	// searching holds a token per automation search slice running now
+	// (searchSlots: a daemon-wide cap).
+	searching chan struct{}
 }
 
 // NewRunner checks its arguments and returns a Runner. Every dependency is
@@ -161,7 +164,8 @@ func NewRunner(cfg Config, bmcs Resolver, consoles Consoles, sessions Sessions, 
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runner{cfg: cfg, bmcs: bmcs, consoles: consoles, sessions: sessions, audit: audit, log: log, busy: map[string]struct{}{}}, nil
+	return &Runner{cfg: cfg, bmcs: bmcs, consoles: consoles, sessions: sessions, audit: audit, log: log, busy: map[string]struct{}{},
+		searching: searchSlots()}, nil
 }
 
 // Do runs cmd for req.Node and returns its result, with Text set to the
