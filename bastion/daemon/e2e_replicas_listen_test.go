@@ -9,6 +9,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db/dbtest"
+	"github.com/obmd/obmd/sol/sim"
 )
 
 // listenCutBound is how soon a change made through one replica must cut a
@@ -20,10 +21,8 @@ const listenCutBound = 5 * time.Second
 // other (no peer link), the second polling for changes only once an hour.
 // A token rotated through the first cuts the second's console within
 // seconds, with the change's reason: PostgreSQL notifies the second as the
-// change commits (LISTEN/NOTIFY), and its watcher reads the change then.
-// (Without the notification the second still ends the console soon, when
-// it finds the node's epoch moved, but cannot tell the tenant why until
-// its next poll.)
+// change commits (LISTEN/NOTIFY), and its watcher reads the change then;
+// without the notification the console would last until that poll.
 func TestReplicasListen(t *testing.T) {
 	dsn := dbtest.PostgresDSN(t)
 	state := t.TempDir() // shared: the same host key, seal key and admin token
@@ -32,6 +31,9 @@ func TestReplicasListen(t *testing.T) {
 	tok := a.addSimNode("n1")
 	v := goSession(t, b.SSHAddr(), "n1", gossh.Password(tok), conOpts{pty: true, merge: true})
 	v.out.wait(t, "the console on the second replica", 0, "console of n1")
+	// The link serves (a link opened after the change would find the
+	// epoch moved itself, without the reason).
+	printUntilSeen(t, inject(b.Lab().BMC("n1", sim.ModeNormal)), "linked", shows(v.out))
 	start := time.Now()
 	a.rotate("n1")
 	if took := v.end.wait(t, "the console on the second replica").Sub(start); took > listenCutBound {
