@@ -100,7 +100,7 @@ func (s *Store) withAdvisoryLock(ctx context.Context, fn func() error) error {
 		return fmt.Errorf("take migration lock: %w", err)
 	}
 	defer conn.Close() // back to the pool; unlocked below, or closed broken
-	for logged := false; ; logged = true {
+	for first := true; ; first = false {
 		var locked bool
 		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?)`, migrationLockKey).Scan(&locked); err != nil {
 			return fmt.Errorf("take migration lock: %w", err)
@@ -108,15 +108,8 @@ func (s *Store) withAdvisoryLock(ctx context.Context, fn func() error) error {
 		if locked {
 			break
 		}
-		if !logged {
-			s.log.Info("db_migration_lock_wait")
-		}
-		t := time.NewTimer(migrationLockPoll)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("take migration lock: %w", ctx.Err())
+		if err := s.lockWait(ctx, first); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
 		}
 	}
 	ferr := fn()
@@ -154,7 +147,7 @@ func (s *Store) takeMigrationLock(ctx context.Context) (string, error) {
 		return "", err
 	}
 	token := newToken()
-	for logged := false; ; logged = true {
+	for first := true; ; first = false {
 		// A lock whose holder died is anyone's once it has expired.
 		_, err := s.exec(ctx, `DELETE FROM migration_lock WHERE id = 1 AND expires_at <= `+s.dbNow())
 		if err == nil {
@@ -167,16 +160,25 @@ func (s *Store) takeMigrationLock(ctx context.Context) (string, error) {
 		if !isDuplicate(err) && !isConflict(err) {
 			return "", err
 		}
-		if !logged {
-			s.log.Info("db_migration_lock_wait")
+		if err := s.lockWait(ctx, first); err != nil {
+			return "", err
 		}
-		t := time.NewTimer(migrationLockPoll)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return "", ctx.Err()
-		}
+	}
+}
+
+// lockWait waits migrationLockPoll before the next try at the migration
+// lock, or returns ctx's error if it ends first; the first wait is logged.
+func (s *Store) lockWait(ctx context.Context, first bool) error {
+	if first {
+		s.log.Info("db_migration_lock_wait")
+	}
+	t := time.NewTimer(migrationLockPoll)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -255,18 +256,26 @@ const (
 	serverWriters = 8
 )
 
+// serverPool is a pool of at most conns connections to a database server
+// (MySQL, PostgreSQL), which it does not open yet.
+func serverPool(c driver.Connector, conns int) *sql.DB {
+	pool := sql.OpenDB(c)
+	pool.SetMaxOpenConns(conns)
+	pool.SetMaxIdleConns(conns / 2)
+	// Below the idle timeouts of common proxies and of the servers' own
+	// (MySQL's wait_timeout).
+	pool.SetConnMaxLifetime(3 * time.Minute)
+	pool.SetConnMaxIdleTime(time.Minute)
+	return pool
+}
+
 // mysqlPool opens and pings a pool of at most conns connections on cfg.
 func mysqlPool(ctx context.Context, cfg *mysql.Config, conns int) (*sql.DB, error) {
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, redact(fmt.Errorf("configure mysql: %w", err), cfg.Passwd)
 	}
-	pool := sql.OpenDB(conn)
-	pool.SetMaxOpenConns(conns)
-	pool.SetMaxIdleConns(conns / 2)
-	// Below the idle timeouts of common proxies and of wait_timeout.
-	pool.SetConnMaxLifetime(3 * time.Minute)
-	pool.SetConnMaxIdleTime(time.Minute)
+	pool := serverPool(conn, conns)
 	if err := pool.PingContext(ctx); err != nil {
 		_ = pool.Close() // the ping error is the one worth returning
 		return nil, redact(fmt.Errorf("ping mysql %s/%s: %w", cfg.Addr, cfg.DBName, err), cfg.Passwd)

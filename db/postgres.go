@@ -47,11 +47,7 @@ func openPostgres(ctx context.Context, dsn string, log logrus.FieldLogger) (*Sto
 	}
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 	open := func(conns int) (*sql.DB, error) {
-		pool := sql.OpenDB(pgConnector{stdlib.GetConnector(*cfg)})
-		pool.SetMaxOpenConns(conns)
-		pool.SetMaxIdleConns(conns / 2)
-		pool.SetConnMaxLifetime(3 * time.Minute)
-		pool.SetConnMaxIdleTime(time.Minute)
+		pool := serverPool(pgConnector{stdlib.GetConnector(*cfg)}, conns)
 		if err := pool.PingContext(ctx); err != nil {
 			_ = pool.Close() // the ping error is the one worth returning
 			return nil, redact(fmt.Errorf("ping postgres %s/%s: %w", addr, cfg.Database, err), secrets...)
