@@ -154,6 +154,12 @@ func (v *Viewer) Write(p []byte) (int, error) {
 	return written, nil
 }
 
+// Flush waits until the input written so far has gone to the node's
+// console link (written to it, not only queued), v ends, or
+// Config.OpenTimeout passes: what a console whose client ended its input
+// waits for before it ends.
+func (v *Viewer) Flush() { v.awaitInput(v.m.cfg.OpenTimeout) }
+
 // TakeWrite makes v the writer. The previous writer, if any, gets a notice
 // and becomes read-only, wherever in the cluster it is (roles.go). It does
 // nothing once v has ended, or for a relay viewer.

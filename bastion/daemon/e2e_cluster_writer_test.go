@@ -178,7 +178,7 @@ func rpOneSessionList(t *testing.T, reps []*rpReplica, tok, writerOn string) {
 
 	c.on(t).mustAPI(200, "DELETE", "/v1/sessions/"+newest.ID, nil)
 	extra.end.wait(t, "the session kicked through "+c.name)
-	if !strings.Contains(extra.out.String(), "access to n1 was revoked (kicked by admin)") {
+	if !strings.Contains(extra.out.String(), "your session on n1 was ended by an administrator; your access is unchanged") {
 		t.Errorf("kicked viewer on %s: no reason; screen %q", a.name, tailString(extra.out.String(), 300))
 	}
 	if code, _ := c.on(t).api("DELETE", "/v1/sessions/"+newest.ID, nil); code != 404 {
