@@ -3,7 +3,10 @@ package sol
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/netip"
+	"strings"
 )
 
 // Errors that callers branch on. Drivers wrap them (errors.Is works).
@@ -155,6 +158,22 @@ func (i Info) Canonical() Info {
 		i.Cipher = nil
 	}
 	return i
+}
+
+// IPMIEndpoint names the IPMI service at host and port (0: 623) in one
+// normal form, so that two names of one BMC compare equal: an IP address
+// in its canonical form (an IPv4-mapped IPv6 address as IPv4), a host name
+// in lower case without a final dot. "IPMI 10.0.0.5 port 623".
+func IPMIEndpoint(host string, port int) string {
+	if port == 0 {
+		port = 623
+	}
+	if ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
+		host = ip.Unmap().String()
+	} else {
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+	}
+	return fmt.Sprintf("IPMI %s port %d", host, port)
 }
 
 // Equal reports whether i and other reach the same BMC the same way.

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -61,6 +62,10 @@ type Kind[I any] struct {
 	// Forget, if set, drops what the type keeps of a deleted node (the
 	// simulator's state).
 	Forget func(label string)
+	// BMCs, if set, names the BMC services the node uses, each normalised
+	// (sol.IPMIEndpoint: "IPMI 10.0.0.5 port 623"), so that a second node
+	// on a BMC another node uses is found (Info.BMCs). Default: none.
+	BMCs func(I) []string
 }
 
 // Entry is one row of the Table: a node type and what it means (Define).
@@ -72,6 +77,7 @@ type Entry struct {
 	view   func(any) any
 	build  func(label string, info any, log logrus.FieldLogger) (sol.BMC, error)
 	forget func(label string)
+	bmcs   func(any) []string
 	checks bool // Kind.Check is set
 }
 
@@ -119,6 +125,9 @@ func Define[I any](typ Type, k Kind[I]) Entry {
 	if k.New != nil {
 		e.build = func(label string, i any, log logrus.FieldLogger) (sol.BMC, error) { return k.New(label, i.(I), log) }
 	}
+	if k.BMCs != nil {
+		e.bmcs = func(i any) []string { return k.BMCs(i.(I)) }
+	}
 	return e
 }
 
@@ -149,6 +158,26 @@ func (i Info) View() any {
 		return struct{}{}
 	}
 	return i.e.view(i.v)
+}
+
+// BMCs names the BMC services the node uses, normalised (Kind.BMCs): two
+// nodes that share one take its console from each other.
+func (i Info) BMCs() []string {
+	if i.e == nil || i.e.bmcs == nil {
+		return nil
+	}
+	return i.e.bmcs(i.v)
+}
+
+// SharedBMC returns the first of mine (Info.BMCs) that theirs holds too,
+// or "".
+func SharedBMC(mine, theirs []string) string {
+	for _, b := range mine {
+		if slices.Contains(theirs, b) {
+			return b
+		}
+	}
+	return ""
 }
 
 // Table is the node types this obmd serves, and the key that seals their
