@@ -27,6 +27,8 @@ type checkView struct {
 	Result string `json:"result"`
 	Tenant string `json:"tenant"`
 	Hint   string `json:"hint,omitempty"`
+	// TenantHint is what `ssh ... doctor` says to do, when not Hint.
+	TenantHint string `json:"tenant_hint,omitempty"`
 }
 
 // doctor is GET /v1/nodes/{label}/doctor: the node's diagnosis, run as
@@ -61,5 +63,6 @@ func (a *API) doctor(w http.ResponseWriter, r *http.Request) {
 }
 
 func adminCheck(c sol.Check) checkView {
-	return checkView{Name: safeText(c.Name), OK: c.OK, Result: safeText(c.Detail), Tenant: safeText(c.Tenant), Hint: safeText(c.Hint)}
+	return checkView{Name: safeText(c.Name), OK: c.OK, Result: safeText(c.Detail), Tenant: safeText(c.Tenant), Hint: safeText(c.Hint),
+		TenantHint: safeText(c.TenantHint)}
 }
