@@ -41,6 +41,35 @@ const (
 	BootNone  = "none"
 )
 
+// BootDevices are the boot devices of the IPMI and Redfish drivers, in the
+// order messages list them.
+func BootDevices() []string { return []string{BootPXE, BootDisk, BootBIOS, BootCDROM, BootNone} }
+
+// BootDeviceError is a boot device the driver does not know. It is
+// ErrBadBootDevice (errors.Is), and it names the devices the driver knows,
+// which TenantText shows.
+type BootDeviceError struct {
+	Device string   // as asked (the log's; never shown to a tenant)
+	Valid  []string // what the driver knows
+}
+
+// BadBootDevice is the error of device dev, unknown to a driver that knows
+// valid.
+func BadBootDevice(dev string, valid ...string) error {
+	return &BootDeviceError{Device: dev, Valid: valid}
+}
+
+func (e *BootDeviceError) Error() string {
+	return fmt.Sprintf("boot device %q: %s", e.Device, e.tenantText())
+}
+
+// Is makes it ErrBadBootDevice.
+func (e *BootDeviceError) Is(target error) bool { return target == ErrBadBootDevice }
+
+func (e *BootDeviceError) tenantText() string {
+	return ErrBadBootDevice.Error() + "; valid: " + strings.Join(e.Valid, ", ")
+}
+
 // BMC is one node's baseboard management controller, as a driver reaches it.
 // Every method honours ctx (cancellation and deadline) and is safe for
 // concurrent use; serialising power operations is the caller's job.
