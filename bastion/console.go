@@ -170,7 +170,7 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 
 	msgs := make(chan string, 16) // input side -> this loop; never blocks the sender
 	detach := make(chan struct{})
-	eof := make(chan struct{}) // closed by the input side once the client's input ended and went to the node
+	eof := make(chan error, 1) // the input side's: the client's input ended, and went to the node (nil) or not
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -213,8 +213,12 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 		case <-detach:
 			say("detached")
 			return commands.ExitOK, nil
-		case <-eof:
+		case err := <-eof:
 			eof = nil
+			if err != nil {
+				say(sol.TenantText(err))
+				return commands.ExitFailed, nil
+			}
 			quietT = time.NewTimer(eofQuiet)
 			defer quietT.Stop()
 			lingerT := time.NewTimer(eofLinger)
@@ -280,9 +284,9 @@ func (c *channel) banner(v *sol.Viewer, mode consoleMode) string {
 // the rest to the console (never in a read-only session). It returns when
 // the channel is closed or the client ends its input (EOF); with mode.eof,
 // if the client sent anything, it then waits for the input to have gone to
-// the node and closes eof.
+// the node and sends eof whether it did (sol.Viewer.Flush).
 func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, mode consoleMode, keys *keystrokes,
-	msgs chan<- string, detach, eof chan<- struct{}) {
+	msgs chan<- string, detach chan<- struct{}, eof chan<- error) {
 	tell := func(m string) {
 		select {
 		case msgs <- m:
@@ -352,8 +356,7 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, mode console
 		}
 		if err != nil {
 			if mode.eof && sent && errors.Is(err, io.EOF) {
-				v.Flush()
-				close(eof)
+				eof <- v.Flush() // buffered: never blocks
 			}
 			return
 		}

@@ -79,11 +79,14 @@ func rpOneWriter(t *testing.T, bmc *ipmisim.Sim, vs []*client, reps []*rpReplica
 	refused(va, "a")
 	refused(vb, "b")
 	refused(vc, "c")
-	// A read-only attach on a relaying replica does not write either,
-	// though nobody does.
+	// A read-only session on a relaying replica does not write either,
+	// though nobody does, nor after Ctrl-E c f.
 	ro := &sshPTY(t, reps[1].listening["ssh"], "n1", "", []string{"-i", keyFile}, "console", "--read-only").client
-	ro.out.wait(t, "the read-only banner", 0, "you are read-only")
+	ro.out.wait(t, "the read-only banner", 0, "this session is read-only")
 	refused(ro, "ro")
+	ro.typeKeys(escTakeOver)
+	ro.expect("[obmd: this session is read-only]")
+	refused(ro, "ro-f")
 	ro.detach()
 
 	// C takes the role back; what it types comes after everything typed

@@ -72,15 +72,19 @@ func Address(ctx context.Context, host string, port int, timeout time.Duration) 
 	case err == nil:
 		return sol.PassDetail(sol.CheckAddress, endpoint+" answers RMCP ping", answers), true
 	case errors.As(err, &dns):
-		c := sol.Fail(sol.CheckAddress, sol.OneLine(err.Error()), sol.FaultUnreachable.String()+" (its name does not resolve)", "")
-		c.Err = err
-		return addressFail(c, port), true
+		return unreachable(err, sol.OneLine(err.Error()), "its name does not resolve", port), true
 	case errors.Is(err, syscall.ECONNREFUSED):
-		c := sol.Fail(sol.CheckAddress, endpoint+": "+sol.OneLine(err.Error()), sol.FaultUnreachable.String()+" (nothing listens on its IPMI port)", "")
-		c.Err = err
-		return addressFail(c, port), true
+		return unreachable(err, endpoint+": "+sol.OneLine(err.Error()), "nothing listens on its IPMI port", port), true
 	}
 	return sol.Check{}, false
+}
+
+// unreachable is a failed address step: err, the BMC unreachable because
+// of why.
+func unreachable(err error, detail, why string, port int) sol.Check {
+	c := sol.Fail(sol.CheckAddress, detail, sol.FaultUnreachable.String()+" ("+why+")", "")
+	c.Err = err
+	return addressFail(c, port)
 }
 
 // BySession decides an undecided address step from the session attempt's
