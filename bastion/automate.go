@@ -14,9 +14,17 @@ import (
 // command, with the attach replay first only if asked (wait-for --since
 // attach; else the command sees what comes after it starts), that writes
 // only through sol.Viewer.AsWriter.
+//
+// The viewer lives until Close or until the context it was opened with
+// ends, whichever comes first: a cut session's command is cancelled, and
+// a console call that does not watch its context (a write waiting for a
+// full input queue to drain, a send waiting for its input to reach a link
+// that is down) ends with its viewer then, not when the cut has done
+// waiting and wipes the console.
 type viewerConsole struct {
-	v   *sol.Viewer
-	now func() time.Time
+	v    *sol.Viewer
+	now  func() time.Time
+	stop func() bool // stops closing v when the context ends
 }
 
 // openConsole is the Request.OpenConsole of an exec session.
@@ -27,7 +35,9 @@ func (c *channel) openConsole(info sessions.Info) func(context.Context, commands
 		if err != nil {
 			return nil, err
 		}
-		return &viewerConsole{v: v, now: c.s.cfg.Now}, nil
+		// Its goroutine only closes v (Close is idempotent) and is stopped
+		// by Close.
+		return &viewerConsole{v: v, now: c.s.cfg.Now, stop: context.AfterFunc(ctx, v.Close)}, nil
 	}
 }
 
@@ -58,6 +68,9 @@ func (vc *viewerConsole) Break(ctx context.Context, force bool) error {
 	return vc.v.AsWriter(force, func() error { return vc.v.Break(ctx) })
 }
 
-func (vc *viewerConsole) Close() { vc.v.Close() }
+func (vc *viewerConsole) Close() {
+	vc.stop()
+	vc.v.Close()
+}
 
 func (vc *viewerConsole) Ready(ctx context.Context) error { return vc.v.WaitUp(ctx) }

@@ -177,17 +177,18 @@ func (c *channel) run(st start) int {
 			return commands.WriteError(stdout, stderr, c.label, cmd, err)
 		}
 	}
+	if cmd.UsesConsole() && !c.a.Cert.console() {
+		return c.noConsole(stdout, stderr, cmd)
+	}
 	if cmd.Name == commands.CmdConsoleLog && !cmd.JSON {
 		stdout = c.ch // the console's bytes as the node sent them, as a console shows them
 	}
 	kind := sessions.KindExec
 	if cmd.Name == commands.CmdConsole {
 		kind = sessions.KindConsole
-		if !c.a.Cert.console() {
-			return c.noConsole(stderr)
-		}
 	}
-	info := sessions.Info{Node: c.label, Kind: kind, User: c.a.User, Remote: c.remote, Epoch: c.a.Epoch, Mark: c.a.Mark}
+	info := sessions.Info{Node: c.label, Kind: kind, User: c.a.User, Remote: c.remote, Epoch: c.a.Epoch, Mark: c.a.Mark,
+		Work: workOf(cmd), Credential: c.a.credential()}
 	if cl := c.a.Cert; cl != nil {
 		info.Cert, info.Expires = cl.certInfo(), cl.grant.Expires
 	}
@@ -201,6 +202,9 @@ func (c *channel) run(st start) int {
 	case errors.Is(err, sessions.ErrTooMany):
 		fmt.Fprintf(stderr, "obmd: %v\n", err)
 		return commands.ExitNotAllowed
+	case errors.Is(err, sessions.ErrBusy): // a cap on concurrent work: busy, as a power operation in flight
+		fmt.Fprintf(stderr, "obmd: %v\n", err)
+		return commands.ExitBusy
 	case err != nil && access.IsCut(err): // refused, or cut while being admitted
 		fmt.Fprintf(stderr, "obmd: %v\n", err)
 		return exitFor(err)
@@ -228,6 +232,38 @@ func (c *channel) run(st start) int {
 	}
 	code, cause := c.exec(sctx, info, cmd, stdout, stderr)
 	return c.ended(sctx, kind, began, code, cause, stderr)
+}
+
+// workOf is the work cmd does, for the registry's caps on concurrent work:
+// automation watches or types on the console for one command (wait-for,
+// send, expect, --wait-for, console-log --follow); the power commands and
+// doctor call the BMC. A console session is bounded by the session caps
+// alone.
+func workOf(cmd commands.Command) sessions.Work {
+	switch {
+	case cmd.OnConsole(), cmd.Name == commands.CmdConsoleLog && cmd.Follow:
+		return sessions.WorkAutomation
+	}
+	switch cmd.Name {
+	case commands.CmdPowerStatus, commands.CmdPowerOn, commands.CmdPowerOff, commands.CmdPowerCycle,
+		commands.CmdPowerReset, commands.CmdBootdev, commands.CmdDoctor:
+		return sessions.WorkBMC
+	}
+	return ""
+}
+
+// credential names the key or certificate a logged in with, whatever the
+// node, for the registry's caps on work per credential; "" for a node's
+// token, which opens that node only.
+func (a *authInfo) credential() string {
+	switch {
+	case a.Cert != nil:
+		g := a.Cert.grant
+		return fmt.Sprintf("cert %s %d %q", g.CAFingerprint, g.Serial, g.KeyID)
+	case a.Method == "publickey":
+		return a.User // "key SHA256:..."
+	}
+	return ""
 }
 
 // ended records the end of a session that ran, telling its user why if it

@@ -39,8 +39,9 @@
 //	                            node-17: expect: 4 steps done
 //	power-on --wait-for RE      node-17: powered on, then the matching line
 //	power-cycle --wait-for RE   node-17: power cycled, then the matching line
-//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none);
-//	                            USER and REMOTE only on the requester's own sessions ("-" otherwise)
+//	sessions                    a table: ID KIND USER REMOTE STARTED WRITER ("no sessions" if none)
+//	                            of the requester's tenancy; USER and REMOTE only on its own
+//	                            sessions ("-" otherwise)
 //	doctor                      one line per step checked, "ok" or "FAIL", its name and result (on
 //	                            failure "; what to do: " and a hint), then "node-17: doctor: all 4
 //	                            checks passed" or "node-17: doctor: sol failed (...)"; the tenant's
@@ -55,7 +56,10 @@
 // unless --force. An expect script failing reports "expect: line N (KIND):
 // reason". The audit records console.send (the byte count, never the
 // bytes), console.wait and console.expect (result ok, timeout, busy or
-// error).
+// error). Their patterns are bounded by compiled size (MaxProgram, and
+// MaxScriptProgram for a script's), their searches by slices checked
+// against the command's context and a CPU budget (SearchCPU): see
+// budget.go.
 //
 // The node label and any text from a driver are printed with control
 // characters escaped (\x1b, \u009b, ...).
@@ -69,8 +73,9 @@
 //	bootdev         "bootdev": "pxe", "persistent": bool
 //	console-log     "log": the scrollback as a string (invalid UTF-8 becomes U+FFFD)
 //	sessions        "sessions": [{"id","kind","user","remote","started" (RFC 3339),"writer","own"}]:
-//	                "user" and "remote" only with "own": true (the requester's own session:
-//	                the same credential from the same host); "writer" and "own" omitted if false
+//	                the requester's tenancy's sessions; "user" and "remote" only with "own":
+//	                true (the requester's own session: the same tenancy, credential and
+//	                host); "writer" and "own" omitted if false
 //	version         "version": string
 //	doctor          "checks": [{"name","ok","result","hint"}] (hint only on a failed step),
 //	                also when a step failed (then with "ok": false and "error")
@@ -202,26 +207,28 @@ type Command struct {
 	Cast       bool // console-log --cast (asciicast v2)
 	ReadOnly   bool // console --read-only
 	IgnoreEOF  bool // console --ignore-eof: a console without a PTY outlives the end of its input
-	// wait-for REGEX, power-on/power-cycle --wait-for REGEX: the pattern
-	// (checked by Parse: RE2, at most MaxPattern bytes).
+	// wait-for REGEX, power-on/power-cycle --wait-for REGEX: the pattern,
+	// its words joined by single spaces (checked by Parse: RE2, at most
+	// MaxPattern bytes and MaxProgram instructions).
 	Pattern string
 	Timeout time.Duration // wait-for, expect, --wait-for: --timeout (0: DefaultWait)
 	// wait-for --since: SinceMode says where the search starts (SinceNow
 	// when empty); SinceAgo/SinceAt as for console-log.
 	SinceMode string
-	Args      []string // send TEXT..., expect SCRIPT
+	Args      []string // send TEXT..., expect SCRIPT... (joined by single spaces)
 	Stdin     bool     // send --stdin, expect --stdin
 	Hex       bool     // send --hex
 	Topic     Name     // help COMMAND, or COMMAND --help: the command to describe ("" = all)
 }
 
 // Request says who runs a command where; it feeds audit records and logs,
-// and tells which sessions `sessions` shows in full (the requester's own:
-// the same User from the same host as Source).
+// and tells which sessions `sessions` shows (those of its tenancy, Epoch)
+// and which in full (the requester's own: the same User from the same host
+// as Source, in the same tenancy).
 type Request struct {
 	Node    string
 	Actor   string // "ssh:password", "ssh:publickey", "http:token", ...
-	User    string // the credential, as sessions list it: "token" or "key SHA256:..."
+	User    string // the credential, as sessions list it: "token", "key SHA256:..." or "cert hil:alice serial 42"
 	Source  string // remote address
 	Session string // session id, for logs
 	// Epoch is the node's access epoch the session was admitted at: the
@@ -270,4 +277,7 @@ type SessionInfo struct {
 	Started time.Time `json:"started"`
 	Writer  bool      `json:"writer,omitempty"`
 	Own     bool      `json:"own,omitempty"`
+	// Epoch is the node's access epoch the session was admitted at: its
+	// tenancy. A tenant is shown the sessions of its own tenancy only.
+	Epoch int64 `json:"-"`
 }

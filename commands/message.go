@@ -32,11 +32,14 @@ func Message(err error) string {
 	var ue *UsageError
 	var oe *opError
 	var se *StepError
+	var na *NotAllowedError
 	switch {
 	case err == nil:
 		return ""
 	case errors.As(err, &ue):
 		return ue.Msg
+	case errors.As(err, &na):
+		return na.Error()
 	case errors.As(err, &se):
 		return se.Error()
 	case errors.As(err, &oe):
@@ -72,13 +75,18 @@ func reason(err error) string {
 	return sol.TenantText(err)
 }
 
-// tenantView is list as req's requester may see it: its own sessions (the
-// same credential from the same host: nothing there it does not already
-// have) in full, marked Own; anyone else's (another tenant's key, HIL's
-// console streams) without user or address.
+// tenantView is list as req's requester may see it: the sessions of its
+// tenancy (req.Epoch; none of another tenancy, before or after it, whatever
+// their credential); of those, its own (the same credential from the same
+// host: nothing there it does not already have) in full, marked Own;
+// anyone else's (another key holder, HIL's console streams) without user
+// or address. A requester without an epoch (0) sees every session.
 func tenantView(list []SessionInfo, req Request) []SessionInfo {
 	out := make([]SessionInfo, 0, len(list))
 	for _, s := range list {
+		if req.Epoch != 0 && s.Epoch != req.Epoch {
+			continue
+		}
 		if req.User != "" && s.User == req.User && host(s.Remote) == host(req.Source) {
 			s.Own = true
 		} else {

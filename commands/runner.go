@@ -133,6 +133,9 @@ type Runner struct {
 	// test and set an entry, never across BMC I/O.
 	mu   sync.Mutex
 	busy map[string]struct{}
+	// searching holds a token per automation search slice running now
+	// (searchSlots: a daemon-wide cap).
+	searching chan struct{}
 }
 
 // NewRunner checks its arguments and returns a Runner. Every dependency is
@@ -161,7 +164,8 @@ func NewRunner(cfg Config, bmcs Resolver, consoles Consoles, sessions Sessions, 
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runner{cfg: cfg, bmcs: bmcs, consoles: consoles, sessions: sessions, audit: audit, log: log, busy: map[string]struct{}{}}, nil
+	return &Runner{cfg: cfg, bmcs: bmcs, consoles: consoles, sessions: sessions, audit: audit, log: log, busy: map[string]struct{}{},
+		searching: searchSlots()}, nil
 }
 
 // Do runs cmd for req.Node and returns its result, with Text set to the
@@ -510,16 +514,20 @@ func cell(s string) string {
 }
 
 // ExitCode maps an error from Parse, Split or Do to an exit code: nil is
-// ExitOK; a *UsageError or sol.ErrBadBootDevice is ExitUsage; ErrBusy is
-// ExitBusy; anything else is ExitFailed. (ExitNotAllowed is the
-// transport's: nothing here refuses a command.)
+// ExitOK; a *UsageError or sol.ErrBadBootDevice is ExitUsage; a
+// *NotAllowedError (the transport's refusal of a command the credential
+// does not permit) is ExitNotAllowed; ErrBusy is ExitBusy; anything else
+// is ExitFailed.
 func ExitCode(err error) int {
 	var ue *UsageError
+	var na *NotAllowedError
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ue), errors.Is(err, sol.ErrBadBootDevice):
 		return ExitUsage
+	case errors.As(err, &na):
+		return ExitNotAllowed
 	case errors.Is(err, ErrBusy), errors.Is(err, sol.ErrWriterBusy):
 		return ExitBusy
 	case errors.Is(err, ErrTimedOut):

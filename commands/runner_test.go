@@ -510,3 +510,41 @@ func TestSessionsOwn(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionsOfTenancy: a requester is shown the sessions of its own
+// tenancy only: a previous tenancy's, even with the same kind of
+// credential from the same host (a former tenant's token session), is
+// neither shown nor counted as its own, nor is a later one's (shown to a
+// session of an ended tenancy that has not been cut yet).
+func TestSessionsOfTenancy(t *testing.T) {
+	list := []SessionInfo{
+		{ID: "1", Kind: "exec", User: "token", Remote: "127.0.0.1:5000", Started: t0, Epoch: 6},
+		{ID: "2", Kind: "console", User: "key SHA256:abc", Remote: "127.0.0.1:5001", Started: t0, Epoch: 6},
+		{ID: "3", Kind: "console", User: "token", Remote: "127.0.0.1:5002", Started: t0, Epoch: 7},
+		{ID: "4", Kind: "exec", User: "token", Remote: "127.0.0.1:5003", Started: t0, Epoch: 8},
+	}
+	for _, tt := range []struct {
+		req   Request
+		shown string
+		own   string
+	}{
+		{Request{User: "token", Source: "127.0.0.1:7000", Epoch: 7}, "3", "3"},
+		{Request{User: "key SHA256:abc", Source: "127.0.0.1:7000", Epoch: 7}, "3", ""},
+		{Request{User: "token", Source: "127.0.0.1:7000", Epoch: 6}, "1,2", "1"},
+		{Request{User: "token", Source: "127.0.0.1:7000", Epoch: 9}, "", ""},
+	} {
+		var shown, own []string
+		for _, s := range tenantView(list, tt.req) {
+			shown = append(shown, s.ID)
+			if s.Own {
+				own = append(own, s.ID)
+			}
+		}
+		if got := strings.Join(shown, ","); got != tt.shown {
+			t.Errorf("%+v: shown %q, want %q", tt.req, got, tt.shown)
+		}
+		if got := strings.Join(own, ","); got != tt.own {
+			t.Errorf("%+v: own %q, want %q", tt.req, got, tt.own)
+		}
+	}
+}

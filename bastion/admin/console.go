@@ -29,7 +29,7 @@ func (a *API) console(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetWriteDeadline(time.Time{})
 	// A cut stream whose client stopped reading is blocked in a write (TCP
 	// flow control): moving the write deadline to now fails it.
-	s, valid := a.session(w, r, &g, sessions.KindHTTPConsole, func() { _ = rc.SetWriteDeadline(time.Now()) })
+	s, valid := a.session(w, r, &g, sessions.KindHTTPConsole, "", func() { _ = rc.SetWriteDeadline(time.Now()) })
 	if !valid {
 		return
 	}

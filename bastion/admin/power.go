@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -118,15 +119,17 @@ func (a *API) refuseToken(w http.ResponseWriter, r *http.Request, start time.Tim
 // not read. The request is read whole first (a route that takes no body
 // reads it too, up to Config.MaxBody, within the server's read timeout),
 // and once admitted its connection is trusted as a tenant's
-// (Config.TenantSession). The session's context is cancelled by a cut; End
-// it once the request is done. On failure it has answered.
-func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind sessions.Kind, unblock func()) (*access.Session, bool) {
+// (Config.TenantSession). work is what it counts against among the caps on
+// concurrent work (sessions.Info.Work; over a cap: 409). The session's
+// context is cancelled by a cut; End it once the request is done. On
+// failure it has answered.
+func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind sessions.Kind, work sessions.Work, unblock func()) (*access.Session, bool) {
 	if _, err := a.readBody(w, r); err != nil {
 		writeBodyError(w, err)
 		return nil, false
 	}
 	s, err := a.revoker.Open(r.Context(), sessions.Info{Node: g.label, Kind: kind, User: "token",
-		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true}, remoteHost(r), unblock)
+		Remote: r.RemoteAddr, Epoch: g.epoch, HTTP: true, Work: work}, remoteHost(r), unblock)
 	if err == nil {
 		g.session = s.Info().ID
 		if a.cfg.TenantSession != nil {
@@ -139,6 +142,8 @@ func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind ses
 	switch {
 	case errors.Is(err, sessions.ErrTooMany):
 		writeError(w, http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, sessions.ErrBusy): // calls on the node's BMC at their cap: busy, as a power operation in flight
+		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, sol.ErrShutdown):
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.As(err, &stale): // changed (or deleted) since the token was checked
@@ -159,7 +164,7 @@ func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind ses
 // run authenticates, registers a session and runs cmd, then hands the
 // result to done (which answers). Errors are answered here.
 func (a *API) run(w http.ResponseWriter, r *http.Request, g grant, cmd commands.Command, done func(commands.Result)) {
-	s, valid := a.session(w, r, &g, sessions.KindExec, nil)
+	s, valid := a.session(w, r, &g, sessions.KindExec, sessions.WorkBMC, nil)
 	if !valid {
 		return
 	}
@@ -227,9 +232,7 @@ func (a *API) powerCycle(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	var body struct {
-		Force bool `json:"force"`
-	}
+	var body api.PowerCycle
 	if !a.readJSON(w, r, &body, false, true) {
 		return
 	}
@@ -244,9 +247,7 @@ func (a *API) bootDevice(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	var body struct {
-		Bootdev string `json:"bootdev"`
-	}
+	var body api.BootDevice
 	if !a.readJSON(w, r, &body, false, false) {
 		return
 	}
@@ -263,9 +264,7 @@ func (a *API) bootDevice(w http.ResponseWriter, r *http.Request) {
 func (a *API) powerStatus(w http.ResponseWriter, r *http.Request) {
 	if g, valid := a.tokenAuth(w, r); valid {
 		a.run(w, r, g, commands.Command{Name: commands.CmdPowerStatus}, func(res commands.Result) {
-			writeJSON(w, http.StatusOK, struct {
-				PowerStatus string `json:"power_status"`
-			}{res.Power})
+			writeJSON(w, http.StatusOK, api.PowerStatus{PowerStatus: res.Power})
 		})
 	}
 }

@@ -161,6 +161,44 @@ func TestRevokedMidCommand(t *testing.T) {
 	})
 }
 
+// TestPowerCallsAtBMCCap: the node-token power routes count against the
+// node's cap on sessions calling its BMC (sessions.max_bmc_per_node, 4 by
+// default): over it a call is busy, 409 with the reason, and its runner is
+// never called; a console stream calls no BMC and still opens.
+func TestPowerCallsAtBMCCap(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		e.mustNode("n1")
+		q := "?token=" + e.mustToken("n1")
+		e.runner.block = true
+		done := make(chan resp, 4)
+		for range 4 {
+			go func() { done <- e.do("GET", "/node/n1/power_status"+q, "", noAuth) }()
+			<-e.runner.started
+		}
+		r := e.do("POST", "/node/n1/power_on"+q, "", noAuth)
+		if want := errJSON("too many sessions calling the BMC on node n1 (limit 4); try again when one ends"); r.code != 409 || r.body != want {
+			t.Errorf("a fifth call: got %d %q, want 409 %q", r.code, r.body, want)
+		}
+		if calls := e.runner.take(); len(calls) != 4 {
+			t.Errorf("runner calls: got %d, want the 4 blocked ones", len(calls))
+		}
+		res, err := e.srv.Client().Get(e.srv.URL + "/node/n1/console" + q)
+		if err != nil || res.StatusCode != 200 {
+			t.Errorf("a console stream beside them: got %v, %v; want 200", res, err)
+		}
+		if err == nil {
+			res.Body.Close()
+		}
+		e.mustToken("n1") // the rotation ends the blocked calls
+		for range 4 {
+			if r := <-done; r.code != 401 {
+				t.Errorf("a blocked call: got %d %q, want 401 (cut)", r.code, r.body)
+			}
+		}
+	})
+}
+
 // TestEpochMovedAfterAuth: a rotation between the token check and the
 // session registration is caught by the re-read of the epoch.
 func TestEpochMovedAfterAuth(t *testing.T) {
@@ -220,8 +258,8 @@ func TestConsole(t *testing.T) {
 		if r := e.admin("DELETE", "/node/n1/token", ""); r.code != 200 {
 			t.Fatalf("revoke: got %d %q", r.code, r.body)
 		}
-		if live := e.reg.List("n1"); len(live) != 0 {
-			t.Errorf("sessions after revoke: got %+v, want none", live)
+		if live, unwinding := e.reg.List("n1"), e.reg.Unwinding(); len(live) != 0 || unwinding != 0 {
+			t.Errorf("sessions after revoke: got %+v listed, %d unwinding; want none ended", live, unwinding)
 		}
 		ended := make(chan error, 1)
 		go func() {

@@ -41,19 +41,34 @@ func yamlKeys(t reflect.Type, prefix string) (keys, untagged []string) {
 	return keys, untagged
 }
 
-// readmeKeys lists the keys README's configuration table documents: the
-// backquoted names in each row's first column, ".key" after "section.…"
-// meaning "section.key".
+// configDocs are the pages whose configuration tables (a header row
+// starting "| key (`OBMD_…`) |") document the configuration keys, between
+// them.
+var configDocs = []string{"../../README.md", "../../docs/configuration.md"}
+
+// readmeKeys lists the keys the configuration tables of configDocs
+// document: the backquoted names in each row's first column, ".key" after
+// "section.…" meaning "section.key".
 func readmeKeys(t *testing.T) []string {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	var keys []string
+	for _, page := range configDocs {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, table, ok := strings.Cut(string(data), "| key (`OBMD_…`) |")
+		if !ok {
+			t.Fatalf("%s has no configuration table", page)
+		}
+		table, _, _ = strings.Cut(table, "\n\n")
+		keys = append(keys, tableKeys(table)...)
 	}
-	_, table, ok := strings.Cut(string(data), "| key (`OBMD_…`) |")
-	if !ok {
-		t.Fatal("README has no configuration table")
-	}
-	table, _, _ = strings.Cut(table, "\n\n")
+	return keys
+}
+
+// tableKeys lists the keys of a configuration table, from the end of its
+// header row.
+func tableKeys(table string) []string {
 	name := regexp.MustCompile("`([^`]+)`")
 	var keys []string
 	for _, row := range strings.Split(table, "\n")[2:] {
@@ -78,9 +93,9 @@ func readmeKeys(t *testing.T) []string {
 	return keys
 }
 
-// TestREADMEListsEveryKey: README's configuration table lists every key
-// of the configuration file, and no key that is not one; every setting
-// has a key.
+// TestREADMEListsEveryKey: the configuration tables (README's, and
+// docs/configuration.md's) list every key of the configuration file, and
+// no key that is not one; every setting has a key.
 func TestREADMEListsEveryKey(t *testing.T) {
 	keys, untagged := yamlKeys(reflect.TypeOf(Config{}), "")
 	if len(untagged) > 0 {
@@ -89,12 +104,12 @@ func TestREADMEListsEveryKey(t *testing.T) {
 	documented := readmeKeys(t)
 	for _, k := range keys {
 		if !slices.Contains(documented, k) {
-			t.Errorf("README's configuration table does not list %s", k)
+			t.Errorf("no configuration table lists %s", k)
 		}
 	}
 	for _, k := range documented {
 		if !slices.Contains(keys, k) {
-			t.Errorf("README's configuration table lists %s, which is no key", k)
+			t.Errorf("a configuration table lists %s, which is no key", k)
 		}
 	}
 }

@@ -276,7 +276,7 @@ func (l sessionList) Sessions(node string) []commands.SessionInfo {
 	var out []commands.SessionInfo
 	for _, s := range l.all.List(ctx, node) {
 		out = append(out, commands.SessionInfo{ID: s.ID, Kind: string(s.Kind), User: s.User, Remote: s.Remote,
-			Started: s.Started, Writer: s.ID == writer && writer != ""})
+			Started: s.Started, Writer: s.ID == writer && writer != "", Epoch: s.Epoch})
 	}
 	return out
 }

@@ -279,14 +279,12 @@ func TestConsoleNoPTYEOF(t *testing.T) {
 				<-end.done
 			})
 			errb.wait(t, "stderr", 0, "[obmd: console of eof;")
-			bmc.Inject([]byte("<first-" + tc.name + ">"))
-			out.wait(t, "stdout", 0, "<first-"+tc.name+">")
+			printUntilSeen(t, inject(bmc), "first", shows(out)) // the link is up
 			time.Sleep(eofQuietForTests)
-			bmc.Inject([]byte("<later-" + tc.name + ">"))
-			out.wait(t, "stdout", 0, "<later-"+tc.name+">")
 			if end.ended() {
-				t.Errorf("the console ended after the end of its input: %v", end.err)
+				t.Fatalf("the console ended after the end of its input: %v", end.err)
 			}
+			printUntilSeen(t, inject(bmc), "later", shows(out))
 		})
 	}
 }

@@ -120,7 +120,7 @@ func TestConsoleLiteralPrefix(t *testing.T) {
 				t.Errorf("serial side: got %q, want %q", got, want)
 			}
 			p.typeKeys(escHelp)
-			p.expect("Ctrl-E send Ctrl-E c  ? help]")
+			p.expect("  Ctrl-E  send Ctrl-E c itself\r\n")
 			p.typeKeys(escReadOnly)
 			p.expect("[obmd: you are read-only]")
 			p.typeKeys(escTakeOver)

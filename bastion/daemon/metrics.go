@@ -16,6 +16,8 @@ func (d *Daemon) newMetrics() *metrics.Registry {
 		for _, kind := range []sessions.Kind{sessions.KindConsole, sessions.KindExec, sessions.KindHTTPConsole} {
 			w.Sample("", float64(counts[kind]), "kind", string(kind))
 		}
+		w.Gauge("obmd_sessions_unwinding", "Sessions cut whose work has not stopped yet (they hold no session slot and are not listed).",
+			float64(d.reg.Unwinding()))
 		st := d.consoles.Stats()
 		w.Family("obmd_console_links", "gauge", "BMC console links by state (up: console open; down: opening or reconnecting).")
 		w.Sample("", float64(st.LinksUp), "state", "up")

@@ -8,7 +8,6 @@ package sessions
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sort"
@@ -30,9 +29,6 @@ const (
 	KindExec        Kind = "exec"         // an SSH command, or a node-token HTTP power call
 	KindHTTPConsole Kind = "http-console" // a node-token HTTP console stream
 )
-
-// ErrTooMany is returned by Start when a per-node or per-source limit is reached.
-var ErrTooMany = errors.New("too many sessions")
 
 // RevokedError is the cause given to sessions cut by an access change, or
 // ended by an administrator (WhyKicked). Its text is shown to the user as
@@ -81,7 +77,11 @@ type Info struct {
 	// Replica is the ID of the replica holding the session, in cluster
 	// mode.
 	Replica string `json:"replica,omitempty"`
-	Epoch   int64  `json:"-"`
+	// Epoch is the node's access epoch the session was admitted at: its
+	// tenancy. Replicas pass it along with the session lists they serve
+	// one another, so that a tenant is shown its own tenancy's sessions
+	// only.
+	Epoch int64 `json:"epoch,omitempty"`
 	// Mark, if set, is what the login took just before it read Epoch
 	// (access.Revoker.Mark): the start of the session may then skip
 	// reading the epoch again. 0: it is read again.
@@ -96,6 +96,13 @@ type Info struct {
 	// streams, power calls): they count against Config.MaxPerSourceHTTP,
 	// SSH sessions against MaxPerSource.
 	HTTP bool `json:"-"`
+	// Work is the work the session does, if it counts against a cap on
+	// concurrent work (Config.MaxAutomation*, MaxBMC*).
+	Work Work `json:"work,omitempty"`
+	// Credential names the key or certificate an SSH session logged in
+	// with, whatever the node ("": a node's token, which opens that node
+	// only): the per-source caps on work also bound each credential.
+	Credential string `json:"-"`
 }
 
 // Cert is the OpenSSH certificate a session logged in with, as a
@@ -111,81 +118,43 @@ type Cert struct {
 	Seen int64 `json:"-"`
 }
 
-// Config bounds sessions (the YAML section sessions). Zero values take the
-// defaults noted; a negative limit means none.
-type Config struct {
-	// MaxPerNode bounds the live sessions of one node, SSH and HTTP
-	// (default 64).
-	MaxPerNode int `yaml:"max_per_node"`
-	// MaxPerSource bounds the SSH sessions of one client address (per
-	// SourceKey; default 32); MaxPerSourceHTTP its node-token HTTP
-	// sessions, which a cloud controller (HIL) opens from one address for
-	// every node it manages, a console stream each and power calls
-	// (default 1024).
-	MaxPerSource     int `yaml:"max_per_source"`
-	MaxPerSourceHTTP int `yaml:"max_per_source_http"`
-	// CutWait bounds how long a cut waits for the cancelled sessions to
-	// finish (default 2 s). A session that does not end in time is logged
-	// by the caller; it has been cancelled regardless.
-	CutWait time.Duration `yaml:"cut_wait"`
-	// IDPrefix and Replica are set by the daemon in cluster mode, not
-	// configured. Session IDs are IDPrefix and a number: a random prefix
-	// per replica makes them unique in the cluster without naming the
-	// replica (tenants see IDs; replica IDs are for operators). Replica
-	// is this replica's ID, given in Info.Replica.
-	IDPrefix string `yaml:"-"`
-	Replica  string `yaml:"-"`
-}
-
-// setDefaults fills the defaults; afterwards a limit of 0 means none.
-func (c *Config) setDefaults() {
-	limit := func(n *int, def int) {
-		switch {
-		case *n == 0:
-			*n = def
-		case *n < 0:
-			*n = 0
-		}
-	}
-	limit(&c.MaxPerNode, 64)
-	limit(&c.MaxPerSource, 32)
-	limit(&c.MaxPerSourceHTTP, 1024)
-	if c.CutWait <= 0 {
-		c.CutWait = 2 * time.Second
-	}
-}
-
 // Registry is safe for concurrent use. The zero value is not; use New.
 type Registry struct {
 	cfg    Config
 	nextID atomic.Uint64
 
-	mu       sync.Mutex
-	byID     map[string]*entry
-	perNode  map[string]int
-	perSrc   map[srcKey]int
-	watchers map[uint64]*watcher // by Watch's sequence number
-	nextW    uint64
-	shutdown bool
+	mu sync.Mutex
+	// byID holds the live sessions: listed, and counted in counts. A cut
+	// session leaves both at once and waits in unwinding until it has
+	// ended (its end called): the places it held are another tenancy's
+	// from the cut on, whatever its work still takes to stop.
+	byID      map[string]*entry
+	unwinding map[*entry]struct{}
+	counts    map[slot]int
+	watchers  map[uint64]*watcher // by Watch's sequence number
+	nextW     uint64
+	shutdown  bool
 }
 
-// srcKey counts a source's SSH and HTTP sessions apart.
-type srcKey struct {
-	src  string
-	http bool
-}
+// Entry states, guarded by Registry.mu.
+const (
+	stateLive  = iota // in byID, counted
+	stateCut          // cut before it ended: in unwinding
+	stateEnded        // its end was called
+)
 
 type entry struct {
 	info   Info
-	src    srcKey
+	slots  []slot // the counts it holds while live
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed by the end func, once
+	state  int
 }
 
 // New returns an empty registry.
 func New(cfg Config) *Registry {
 	cfg.setDefaults()
-	return &Registry{cfg: cfg, byID: map[string]*entry{}, perNode: map[string]int{}, perSrc: map[srcKey]int{},
+	return &Registry{cfg: cfg, byID: map[string]*entry{}, unwinding: map[*entry]struct{}{}, counts: map[slot]int{},
 		watchers: map[uint64]*watcher{}}
 }
 
@@ -209,39 +178,42 @@ func SourceKey(host string) string {
 // when the session is cut; end must be called exactly once when the session
 // has finished (it is what Cut waits for). Sessions start through
 // access.Revoker.Open, which also admits them. host is the client's address
-// without port; the per-source limit (of info's door: SSH, or HTTP) counts
-// it by SourceKey.
+// without port; the per-source limits count it by SourceKey.
+//
+// It refuses a session over a cap (Config): a session cap with an error
+// wrapping ErrTooMany, a cap on concurrent work (info.Work) with a
+// *BusyError; the texts are safe to show.
 func (r *Registry) Start(parent context.Context, info Info, host string) (ctx context.Context, _ Info, end func(), err error) {
-	src := srcKey{SourceKey(host), info.HTTP}
-	maxSrc := r.cfg.MaxPerSource
-	if info.HTTP {
-		maxSrc = r.cfg.MaxPerSourceHTTP
-	}
+	limits := r.cfg.limits(info, SourceKey(host))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.shutdown {
 		return nil, Info{}, nil, sol.ErrShutdown
 	}
-	if r.cfg.MaxPerNode > 0 && r.perNode[info.Node] >= r.cfg.MaxPerNode {
-		return nil, Info{}, nil, fmt.Errorf("%w on node %s (limit %d)", ErrTooMany, info.Node, r.cfg.MaxPerNode)
-	}
-	if maxSrc > 0 && r.perSrc[src] >= maxSrc {
-		return nil, Info{}, nil, fmt.Errorf("%w from your address (limit %d)", ErrTooMany, maxSrc)
+	for _, l := range limits {
+		if l.max > 0 && r.counts[l.slot] >= l.max {
+			return nil, Info{}, nil, l.refusal(info.Node)
+		}
 	}
 	info.ID = r.cfg.IDPrefix + strconv.FormatUint(r.nextID.Add(1), 10)
 	info.Replica = r.cfg.Replica
 	info.Started = time.Now()
 	ctx, cancel := context.WithCancelCause(parent)
-	e := &entry{info: info, src: src, cancel: cancel, done: make(chan struct{})}
+	e := &entry{info: info, slots: make([]slot, len(limits)), cancel: cancel, done: make(chan struct{})}
+	for i, l := range limits {
+		e.slots[i] = l.slot
+		r.counts[l.slot]++
+	}
 	r.byID[info.ID] = e
-	r.perNode[info.Node]++
-	r.perSrc[src]++
-	// The expiry's timer only cancels (its goroutine is short-lived); end
+	// The expiry's timer only cuts (its goroutine is short-lived); end
 	// stops it.
 	stopExpiry := func() bool { return false }
 	if !info.Expires.IsZero() {
 		node := info.Node
 		stopExpiry = time.AfterFunc(time.Until(info.Expires), func() {
+			r.mu.Lock()
+			r.cutLocked(e)
+			r.mu.Unlock()
 			cancel(expired(node))
 		}).Stop
 	}
@@ -250,19 +222,39 @@ func (r *Registry) Start(parent context.Context, info Info, host string) (ctx co
 		once.Do(func() {
 			stopExpiry()
 			r.mu.Lock()
-			delete(r.byID, info.ID)
-			if r.perNode[info.Node]--; r.perNode[info.Node] <= 0 {
-				delete(r.perNode, info.Node)
+			if e.state == stateLive {
+				r.releaseLocked(e)
 			}
-			if r.perSrc[src]--; r.perSrc[src] <= 0 {
-				delete(r.perSrc, src)
-			}
+			delete(r.unwinding, e)
+			e.state = stateEnded
 			r.mu.Unlock()
 			cancel(context.Canceled)
 			close(e.done)
 		})
 	}
 	return ctx, info, end, nil
+}
+
+// releaseLocked takes live e out of the list and gives back its places.
+// r.mu held.
+func (r *Registry) releaseLocked(e *entry) {
+	delete(r.byID, e.info.ID)
+	for _, s := range e.slots {
+		if r.counts[s]--; r.counts[s] <= 0 {
+			delete(r.counts, s)
+		}
+	}
+}
+
+// cutLocked moves e, if live, to unwinding, releasing it. The caller
+// cancels it. r.mu held.
+func (r *Registry) cutLocked(e *entry) {
+	if e.state != stateLive {
+		return
+	}
+	r.releaseLocked(e)
+	r.unwinding[e] = struct{}{}
+	e.state = stateCut
 }
 
 // Cut tells the watched connections (Watch) of node from before epoch,
@@ -313,29 +305,51 @@ func (r *Registry) Kick(id string, cause error) bool {
 }
 
 // Shutdown refuses new sessions and cuts every live one with
-// sol.ErrShutdown, obmd's one shutdown cause.
+// sol.ErrShutdown, obmd's one shutdown cause; it waits for them, and for
+// those cut before that have not ended yet, as Cut does.
 func (r *Registry) Shutdown() (cut, late int) {
 	r.mu.Lock()
 	r.shutdown = true
+	earlier := make([]*entry, 0, len(r.unwinding))
+	for e := range r.unwinding {
+		earlier = append(earlier, e)
+	}
 	r.mu.Unlock()
-	victims, late := r.cutWhere(func(*entry) bool { return true }, func(string) error { return sol.ErrShutdown })
-	return len(victims), late
+	victims := r.cancelWhere(func(*entry) bool { return true }, func(string) error { return sol.ErrShutdown })
+	return len(victims), r.await(append(victims, earlier...))
 }
 
-// cutWhere cancels every session match selects, with cause(its node), and
-// waits until they have ended or the configured bound passes. It returns
-// them and how many had not ended in time.
+// cutWhere cancels every live session match selects, with cause(its
+// node), and waits until they have ended or the configured bound passes.
+// It returns them and how many had not ended in time.
 func (r *Registry) cutWhere(match func(*entry) bool, cause func(node string) error) (victims []*entry, late int) {
+	victims = r.cancelWhere(match, cause)
+	return victims, r.await(victims)
+}
+
+// cancelWhere cuts every live session match selects: each leaves the list
+// and gives back its places at once, and is cancelled with cause(its
+// node). It returns them.
+func (r *Registry) cancelWhere(match func(*entry) bool, cause func(node string) error) (victims []*entry) {
 	r.mu.Lock()
 	for _, e := range r.byID {
 		if match(e) {
 			victims = append(victims, e)
 		}
 	}
+	for _, e := range victims {
+		r.cutLocked(e)
+	}
 	r.mu.Unlock()
 	for _, e := range victims {
 		e.cancel(cause(e.info.Node))
 	}
+	return victims
+}
+
+// await waits until every one of victims has ended, or the configured
+// bound passes; it returns how many had not ended in time.
+func (r *Registry) await(victims []*entry) (late int) {
 	deadline := time.NewTimer(r.cfg.CutWait)
 	defer deadline.Stop()
 	for _, e := range victims {
@@ -350,10 +364,10 @@ func (r *Registry) cutWhere(match func(*entry) bool, cause func(node string) err
 					late++
 				}
 			}
-			return victims, late
+			return late
 		}
 	}
-	return victims, 0
+	return 0
 }
 
 // List returns the live sessions of node (all nodes if node is ""), oldest first.
@@ -372,6 +386,15 @@ func (r *Registry) List(node string) []Info {
 		return a < b
 	})
 	return out
+}
+
+// Unwinding returns the number of sessions cut that have not ended yet:
+// they hold no place and are not listed, but their work is still
+// stopping.
+func (r *Registry) Unwinding() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.unwinding)
 }
 
 // Count returns the number of live sessions by kind.

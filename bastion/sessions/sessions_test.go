@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -354,6 +355,9 @@ func TestCutRacingStart(t *testing.T) {
 				s.id, s.ctx.Err() != nil, live[s.id])
 		}
 	}
+	if n := r.Unwinding(); n != 0 {
+		t.Errorf("after the cut: got %d sessions unwinding, want every one cut ended", n)
+	}
 }
 
 // startedSession is a session TestCutRacingStart started.
@@ -367,7 +371,29 @@ type startedSession struct {
 func TestDefaults(t *testing.T) {
 	cfg := Config{MaxPerSourceHTTP: -1}
 	cfg.setDefaults()
-	if want := (Config{MaxPerNode: 64, MaxPerSource: 32, MaxPerSourceHTTP: 0, CutWait: 2 * time.Second}); cfg != want {
+	want := Config{MaxPerNode: 64, MaxPerSource: 32, MaxPerSourceHTTP: 0, MaxAutomationPerNode: 8, MaxAutomationPerSource: 8,
+		MaxBMCPerNode: 4, MaxBMCPerSource: 16, CutWait: 2 * time.Second}
+	if cfg != want {
 		t.Errorf("got %+v, want %+v", cfg, want)
+	}
+}
+
+// TestInfoJSON: a session as replicas pass it to one another (and the
+// admin API lists it) carries its tenancy (epoch), so that another
+// replica shows a tenant its own tenancy's sessions only, and its work;
+// never the credential key the caps count by, nor the login's mark.
+func TestInfoJSON(t *testing.T) {
+	b, err := json.Marshal(Info{ID: "1", Node: "n1", Epoch: 42, Work: WorkBMC, Credential: "key SHA256:k", Mark: 7, HTTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Info
+	if err := json.Unmarshal(b, &back); err != nil || back.Epoch != 42 || back.Work != WorkBMC {
+		t.Errorf("round trip of %s: got %+v, %v; want epoch 42 and work bmc", b, back, err)
+	}
+	for _, secret := range []string{"SHA256:k", "mark", "http"} {
+		if strings.Contains(strings.ToLower(string(b)), strings.ToLower(secret)) {
+			t.Errorf("JSON %s holds %q", b, secret)
+		}
 	}
 }

@@ -36,6 +36,8 @@ type BMC struct {
 	actions    []string
 	delay      time.Duration
 	fail       error
+	hang       chan struct{} // Hang: closed by its release; nil when not hung
+	hung       int           // operations blocked in a hang now
 	breaks     int
 	typed      []byte
 	con        *console      // the active console, nil if none
@@ -73,8 +75,17 @@ func (b *BMC) Exclusive() bool { return b.mode == ModeMock }
 // by ctx) and returns the injected failure, if any.
 func (b *BMC) begin(ctx context.Context) error {
 	b.mu.Lock()
-	d, fail := b.delay, b.fail
+	d, fail, hang := b.delay, b.fail, b.hang
+	if hang != nil {
+		b.hung++
+	}
 	b.mu.Unlock()
+	if hang != nil {
+		<-hang // deaf to ctx, as Hang says
+		b.mu.Lock()
+		b.hung--
+		b.mu.Unlock()
+	}
 	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -254,6 +265,35 @@ func (b *BMC) SetDelay(d time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.delay = d
+}
+
+// Hang makes every operation from now on (power, boot device, console
+// activation and deactivation) block, deaf to its context, until release
+// is called: a driver stuck in a call nothing interrupts (a read without a
+// deadline, a process that ignores its kill). release is idempotent.
+func (b *BMC) Hang() (release func()) {
+	hang := make(chan struct{})
+	b.mu.Lock()
+	b.hang = hang
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			if b.hang == hang {
+				b.hang = nil
+			}
+			b.mu.Unlock()
+			close(hang)
+		})
+	}
+}
+
+// Hung returns how many operations are blocked in a Hang now.
+func (b *BMC) Hung() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.hung
 }
 
 // SetFail makes every operation fail with err (wrapped); nil stops it.

@@ -10,7 +10,7 @@
 // devices "A" and "B", and a console that counts, one number per line, as
 // fast as its reader takes the lines.
 //
-// Test hooks (Inject, Typed, DropLink, Actions, Breaks, SetDelay, SetFail,
+// Test hooks (Inject, Typed, DropLink, Actions, Breaks, SetDelay, SetFail, Hang,
 // WaitConsole, ...) let a test drive the serial side and see what reached it.
 package sim
 

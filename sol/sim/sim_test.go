@@ -134,6 +134,37 @@ func TestDelayAndFail(t *testing.T) {
 	}
 }
 
+// TestHang: a hung BMC's calls block past their context's end until
+// released, counted by Hung meanwhile; then they finish (their context
+// ended: with its error) and later calls run.
+func TestHang(t *testing.T) {
+	b := NewLab().BMC("n1", ModeNormal)
+	release := b.Hang()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := b.PowerStatus(ctx); done <- err }()
+	for b.Hung() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("a hung call returned %v at its context's end", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	release() // idempotent
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("released call: got %v, want its context's error", err)
+	}
+	if n := b.Hung(); n != 0 {
+		t.Errorf("Hung after the release: got %d, want 0", n)
+	}
+	if _, err := b.PowerStatus(ctxT(t)); err != nil {
+		t.Errorf("a call after the release: got %v", err)
+	}
+}
+
 func TestConsoleShell(t *testing.T) {
 	ctx := ctxT(t)
 	b := NewLab().BMC("n1", ModeNormal)
