@@ -61,6 +61,7 @@ type Sim struct {
 	Dir  string // working directory: config, state, action log
 
 	tag   string
+	fixed bool // Port was asked for: never pick another
 	socat *exec.Cmd
 	host  *os.File // host end of the serial line
 
@@ -78,22 +79,35 @@ type Sim struct {
 // test runs, the cleanup reports it as a test failure.
 func Start(t testing.TB) *Sim {
 	t.Helper()
-	return StartOn(t, "127.0.0.1")
+	return StartAt(t, 0)
+}
+
+// StartAt is Start on a given UDP port (0: a free one), for examples that
+// name the port; it fails t if the port is taken.
+func StartAt(t testing.TB, port int) *Sim {
+	t.Helper()
+	return startOn(t, "127.0.0.1", port)
 }
 
 // StartOn is Start on host, a loopback address: "127.0.0.1", or "::1" (it
 // fails, or skips without OBMD_REQUIRE_INTEGRATION, where ::1 is missing).
 func StartOn(t testing.TB, host string) *Sim {
 	t.Helper()
-	Require(t, "ipmi_sim", "socat")
 	if c, err := net.ListenPacket("udp", net.JoinHostPort(host, "0")); err != nil {
 		soltest.Missing(t, "no loopback address %s: %v", host, err)
 	} else {
 		c.Close()
 	}
-	s, err := start(t.TempDir(), host)
+	return startOn(t, host, 0)
+}
+
+// startOn is StartAt on host.
+func startOn(t testing.TB, host string, port int) *Sim {
+	t.Helper()
+	Require(t, "ipmi_sim", "socat")
+	s, err := start(t.TempDir(), host, port)
 	if err != nil {
-		t.Fatalf("start ipmi_sim: %v", err)
+		t.Fatalf("start ipmi_sim on port %d: %v", port, err)
 	}
 	t.Cleanup(func() {
 		if died := s.stop(); died != "" {
@@ -113,7 +127,7 @@ func StartProcess(dir string) (*Sim, error) {
 	if _, err := exec.LookPath("socat"); err != nil {
 		return nil, fmt.Errorf("start ipmi_sim: %w", err)
 	}
-	return start(dir, "127.0.0.1")
+	return start(dir, "127.0.0.1", 0)
 }
 
 // Close ends the simulator and its serial pty (for StartProcess). It
@@ -125,10 +139,12 @@ func (s *Sim) Close() error {
 	return nil
 }
 
-func start(dir, host string) (*Sim, error) {
+// start runs a simulator in dir on host and port, or on a free port if
+// port is 0.
+func start(dir, host string, port int) (*Sim, error) {
 	b := make([]byte, 4)
 	rand.Read(b)
-	s := &Sim{Host: host, Dir: dir, tag: hex.EncodeToString(b)}
+	s := &Sim{Host: host, Dir: dir, tag: hex.EncodeToString(b), Port: port, fixed: port != 0}
 	if err := s.writeConfig(); err != nil {
 		return nil, err
 	}
@@ -198,7 +214,9 @@ func (s *Sim) launch() error {
 	s.mu.Unlock()
 	if err := waitAnswer(s.Host, s.Port, exited, 5*time.Second); err != nil {
 		s.Kill()
-		s.Port = 0 // maybe someone else took the port: pick another
+		if !s.fixed {
+			s.Port = 0 // maybe someone else took the port: pick another
+		}
 		return err
 	}
 	return nil
