@@ -37,8 +37,8 @@ func TestClientExitCodes(t *testing.T) {
 		stdout string // as documented
 		stderr string
 	}{
-		{"sshpass, wrong token", "not-the-token", nil, documented("sshpass", "token was refused"), "", ""},
-		{"ssh BatchMode, no key", "", batch, documented("ssh", "could not connect or log in"), "", "Permission denied"},
+		{"sshpass, wrong token", "not-the-token", nil, documented("sshpass", "password was refused"), "", ""},
+		{"ssh BatchMode, no key", "", batch, documented("ssh", "login refused"), "", "Permission denied"},
 		{"ssh BatchMode, registered key", "", append([]string{"-i", keyPath}, batch...), documented("obmd", "done"), "xc: power on\n", ""},
 		{"sshpass, right token", tok, nil, 0, "xc: power on\n", ""},
 	} {
@@ -57,7 +57,7 @@ func TestClientExitCodes(t *testing.T) {
 	t.Run("sshpass, unknown host key", func(t *testing.T) {
 		host, port, _ := net.SplitHostPort(o.SSHAddr())
 		res := runInHome(t, freshHome(t), fmt.Sprintf("sshpass -p %s ssh -p %s xc@%s power-status", tok, port, host))
-		if want := documented("sshpass", "host key is not in"); res.Code != want || res.Stdout != "" {
+		if want := documented("sshpass", "host key is not in `known_hosts`"); res.Code != want || res.Stdout != "" {
 			t.Errorf("got %v, want exit %d and nothing on stdout", res, want)
 		}
 	})

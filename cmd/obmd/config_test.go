@@ -168,11 +168,11 @@ func TestLoadConfigErrors(t *testing.T) {
 		wantErr []string // substrings of the error
 	}{
 		{name: "unknown yaml key", yaml: "ssh_addr: 127.0.0.1:1\nsssh_port: 22\n", wantErr: []string{`line 2: unknown key "sssh_port"`}},
-		{name: "misspelt yaml key", yaml: "ssh_adr: 127.0.0.1:1\n", wantErr: []string{`line 1: unknown key "ssh_adr"; did you mean "ssh_addr"?`}},
+		{name: "misspelt yaml key", yaml: "ssh_adr: 127.0.0.1:1\n", wantErr: []string{`line 1: unknown key "ssh_adr" (did you mean "ssh_addr"?)`}},
 		{name: "unknown nested yaml key", yaml: "auth_limits:\n  per_sauce: 3\n",
-			wantErr: []string{`line 2: unknown key "per_sauce" in section "auth_limits"; did you mean "per_source"?`}},
+			wantErr: []string{`line 2: unknown key "per_sauce" in section "auth_limits" (did you mean "per_source"?)`}},
 		{name: "two unknown keys", yaml: "console:\n  lingr: 2s\nfail_dealy: 1s\n",
-			wantErr: []string{`line 2: unknown key "lingr" in section "console"; did you mean "linger"?`, "\n", `line 3: unknown key "fail_dealy"; did you mean "fail_delay"?`}},
+			wantErr: []string{`line 2: unknown key "lingr" in section "console" (did you mean "linger"?)`, "\n", `line 3: unknown key "fail_dealy" (did you mean "fail_delay"?)`}},
 		{name: "bad yaml duration", yaml: "linger: soon\n", wantErr: []string{`line 1: linger: "soon" is not a duration (such as 30s, 2m or 1h)`}},
 		{name: "bad yaml int", yaml: "console:\n  scrollback: lots\n", wantErr: []string{`line 2: console.scrollback: "lots" is not a whole number`}},
 		{name: "bad yaml bool", yaml: "demo: maybe\n", wantErr: []string{`line 1: demo: "maybe" is not true or false`}},

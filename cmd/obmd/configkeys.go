@@ -13,7 +13,7 @@ import (
 // checkKeys walks a configuration file's YAML against t (daemon.Config)
 // before it is decoded, so that its errors speak of the file's keys and
 // lines rather than Go types: an unknown key ("line 3: unknown key
-// \"ssh_adr\"; did you mean \"ssh_addr\"?") or a value of the wrong kind
+// \"ssh_adr\" (did you mean \"ssh_addr\"?)") or a value of the wrong kind
 // ("line 5: console.linger: \"soon\" is not a duration (such as 2s or
 // 1m)"). It returns every such error, one a line.
 func checkKeys(doc *yaml.Node, t reflect.Type) error {
@@ -107,7 +107,7 @@ func unknownKey(k *yaml.Node, path string, keys map[string]reflect.Type) error {
 		}
 	}
 	if best != "" {
-		msg += fmt.Sprintf("; did you mean %q?", best)
+		msg += fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return errors.New(msg)
 }
