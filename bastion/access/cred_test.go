@@ -135,7 +135,7 @@ func TestChangeCred(t *testing.T) {
 // elsewhere (a change with no node) to the certificate sessions it names.
 func TestWatcherCred(t *testing.T) {
 	r, cons, reg, _ := newTestRevoker()
-	store := &fakeDB{}
+	store := &fakeDB{latest: 1}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store, nil), r, nil, log)
