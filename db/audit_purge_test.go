@@ -131,7 +131,7 @@ func testPurgeChanges(t *testing.T, s *Store, _ testEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustCreate(t, s, "gone") // 7
+	mustCreate(t, s, "gone")                             // 7
 	if _, err := s.DeleteNode(ctx, "gone"); err != nil { // 8
 		t.Fatal(err)
 	}
