@@ -126,6 +126,10 @@ type auditView struct {
 	Source string    `json:"source,omitempty"`
 	Result string    `json:"result"`
 	Detail string    `json:"detail,omitempty"`
+	// Count is how many events the row stands for: more than 1 for the
+	// repeats of a read or a refusal, counted over audit.aggregate_window
+	// (At is the first's, Detail the latest's).
+	Count int64 `json:"count"`
 }
 
 // audit is GET /v1/audit?node=&since=&limit=; since is RFC 3339 or unix
@@ -166,7 +170,7 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) {
 	}{Events: make([]auditView, 0, len(events))}
 	for _, e := range events {
 		out.Events = append(out.Events, auditView{ID: e.ID, At: e.At.UTC(), Node: e.Node, Actor: e.Actor,
-			Action: e.Action, Source: e.Source, Result: e.Result, Detail: e.Detail})
+			Action: e.Action, Source: e.Source, Result: e.Result, Detail: e.Detail, Count: max(e.Count, 1)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

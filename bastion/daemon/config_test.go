@@ -41,19 +41,34 @@ func yamlKeys(t reflect.Type, prefix string) (keys, untagged []string) {
 	return keys, untagged
 }
 
-// readmeKeys lists the keys README's configuration table documents: the
-// backquoted names in each row's first column, ".key" after "section.…"
-// meaning "section.key".
+// readmeKeys lists the keys the configuration tables of README and
+// docs/configuration.md document: the backquoted names in each row's first
+// column, ".key" after "section.…" (or "section.sub.…") meaning
+// "section.key" ("section.sub.key").
 func readmeKeys(t *testing.T) []string {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	var text string
+	for _, name := range []string{"../../README.md", "../../docs/configuration.md"} {
+		data, err := os.ReadFile(name)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		text += string(data) + "\n\n"
 	}
-	_, table, ok := strings.Cut(string(data), "| key (`OBMD_…`) |")
-	if !ok {
-		t.Fatal("README has no configuration table")
+	tables := strings.Split(text, "| key (`OBMD_…`) |")
+	if len(tables) < 2 {
+		t.Fatal("README and docs/configuration.md have no configuration table")
 	}
-	table, _, _ = strings.Cut(table, "\n\n")
+	var keys []string
+	for _, table := range tables[1:] {
+		table, _, _ = strings.Cut(table, "\n\n")
+		keys = append(keys, tableKeys(table)...)
+	}
+	return keys
+}
+
+// tableKeys lists the keys of one configuration table (readmeKeys), from
+// its header's end.
+func tableKeys(table string) []string {
 	name := regexp.MustCompile("`([^`]+)`")
 	var keys []string
 	for _, row := range strings.Split(table, "\n")[2:] {
@@ -69,8 +84,8 @@ func readmeKeys(t *testing.T) []string {
 				continue
 			case strings.HasPrefix(k, "."):
 				k = section + k
-			default:
-				section, _, _ = strings.Cut(k, ".")
+			case strings.Contains(k, "."):
+				section = k[:strings.LastIndex(k, ".")]
 			}
 			keys = append(keys, k)
 		}

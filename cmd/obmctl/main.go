@@ -539,6 +539,7 @@ func (c *client) audit(args []string) error {
 		Events []struct {
 			At                                          time.Time
 			Node, Actor, Action, Source, Result, Detail string
+			Count                                       int64
 		}
 	}
 	if err := c.call("GET", "/v1/audit?"+q.Encode(), nil, &out); err != nil {
@@ -546,9 +547,10 @@ func (c *client) audit(args []string) error {
 	}
 	var rows [][]string
 	for _, e := range out.Events {
-		rows = append(rows, []string{e.At.Format(time.RFC3339), e.Node, e.Actor, e.Action, e.Result, e.Source, e.Detail})
+		rows = append(rows, []string{e.At.Format(time.RFC3339), e.Node, e.Actor, e.Action, e.Result,
+			fmt.Sprint(max(e.Count, 1)), e.Source, e.Detail})
 	}
-	c.table("AT\tNODE\tACTOR\tACTION\tRESULT\tSOURCE\tDETAIL", rows)
+	c.table("AT\tNODE\tACTOR\tACTION\tRESULT\tCOUNT\tSOURCE\tDETAIL", rows)
 	return nil
 }
 
