@@ -28,11 +28,16 @@ func WithAuditAggregation(window time.Duration, keys int) Option {
 // reached the BMC, access changes and every other admin change are a row
 // each, always.
 func Aggregated(e AuditEvent) bool {
-	switch e.Result {
+	return refusal(e.Result) || DeferredAudit(e.Action) || strings.HasPrefix(e.Action, "console.")
+}
+
+// refusal reports whether result is a refusal's (Aggregated).
+func refusal(result string) bool {
+	switch result {
 	case "busy", "denied", "refused":
 		return true
 	}
-	return DeferredAudit(e.Action) || strings.HasPrefix(e.Action, "console.")
+	return false
 }
 
 // OverflowActor and OverflowSource stand for "not recorded" in a row that
@@ -52,8 +57,11 @@ const aggDetailLen = 256
 const maxOverflowKeys = 64
 
 // aggregator counts repeats of aggregated events. The key of an event is
-// (node, actor, action, source address, result), the source without its
-// port (an IPv6 address as its /64, as the session caps count sources).
+// (node, actor, action, source address, result, kind of detail): the
+// source without its port (an IPv6 address as its /64, as the session caps
+// count sources), the detail with its numbers left out (detailKind: "on;
+// took 3ms" and "on; took 1.2s" are one kind, "12 bytes (forced)" and
+// "3 bytes" two).
 //
 // The first event of a key is written as Audit writes any event (at once,
 // or within AuditWindow if DeferredAudit); its repeats are counted, and at
@@ -63,25 +71,29 @@ const maxOverflowKeys = 64
 // next event of it is written at once again. So a key writes at most two
 // rows in its first window and one per window after it.
 //
-// At most max keys are counted at once: an event of a new key past it is
-// counted by its action and result only (node, actor and source not
-// recorded: OverflowActor, OverflowSource), never written alone. So, per
-// window, aggregated events write at most 2*max + maxOverflowKeys + 1 rows
-// whatever clients do, and the counts take at most max + maxOverflowKeys
-// + 1 keys of about 1 KB (aggDetailLen and the cut columns).
+// At most max keys are counted at once, refusals' at most half of them
+// (so that clients without credentials, whose every event is a refusal,
+// cannot take the keys of tenants' logins and reads): an event of a new
+// key past it is counted by its action and result only (node, actor and
+// source not recorded: OverflowActor, OverflowSource), never written
+// alone. So, per window, aggregated events write at most 2*max +
+// maxOverflowKeys + 1 rows whatever clients do, and the counts take at
+// most max + maxOverflowKeys + 1 keys of about 1 KB (aggDetailLen and the
+// cut columns).
 type aggregator struct {
 	window time.Duration
 	max    int
 
-	mu     sync.Mutex
-	keys   map[aggKey]*aggCount
-	over   map[aggKey]*aggCount // past max: by action and result
-	closed bool                 // stopAggregator has begun: nothing is counted
-	stop   chan struct{}        // closed by stopAggregator
-	done   chan struct{}        // closed when runAggregator returns
+	mu       sync.Mutex
+	keys     map[aggKey]*aggCount
+	refusals int                  // keys of refusals in keys
+	over     map[aggKey]*aggCount // past max: by action and result
+	closed   bool                 // stopAggregator has begun: nothing is counted
+	stop     chan struct{}        // closed by stopAggregator
+	done     chan struct{}        // closed when runAggregator returns
 }
 
-type aggKey struct{ node, actor, action, source, result string }
+type aggKey struct{ node, actor, action, source, result, detail string }
 
 // aggCount is a key's repeats not yet written.
 type aggCount struct {
@@ -101,7 +113,8 @@ func (c *aggCount) add(e *AuditEvent) {
 // add counts e (cut by Audit) and reports whether it must be written now:
 // the first of its key, or the aggregator is closed.
 func (a *aggregator) add(e *AuditEvent) (write bool) {
-	k := aggKey{e.Node, e.Actor, e.Action, auditSource(e.Source), e.Result}
+	k := aggKey{e.Node, e.Actor, e.Action, auditSource(e.Source), e.Result, detailKind(clip(e.Detail, aggDetailLen))}
+	refused := refusal(e.Result)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch c, ok := a.keys[k]; {
@@ -110,8 +123,11 @@ func (a *aggregator) add(e *AuditEvent) (write bool) {
 	case ok:
 		c.add(e)
 		return false
-	case len(a.keys) < a.max:
+	case len(a.keys) < a.max && (!refused || a.refusals < a.max/2):
 		a.keys[k] = &aggCount{}
+		if refused {
+			a.refusals++
+		}
 		return true
 	}
 	k = aggKey{action: e.Action, result: e.Result}
@@ -137,6 +153,9 @@ func (a *aggregator) take() []AuditEvent {
 	for k, c := range a.keys {
 		if c.n == 0 {
 			delete(a.keys, k)
+			if refusal(k.result) {
+				a.refusals--
+			}
 			continue
 		}
 		out = append(out, AuditEvent{At: c.first, Node: k.node, Actor: k.actor, Action: k.action,
@@ -228,4 +247,28 @@ func auditSource(src string) string {
 		return ip.To4().String()
 	}
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// detailKind is detail with each number, and the unit letters that follow
+// it, replaced by "#" ("exec exit 0 after 1m2.5s" is "exec exit # after
+// #"): repeats that differ only in a duration, a count or an exit status
+// are one key.
+func detailKind(detail string) string {
+	var b strings.Builder
+	num := false // within a number and its unit
+	for _, r := range detail {
+		switch {
+		case r >= '0' && r <= '9', num && r == '.':
+			if !num {
+				b.WriteByte('#')
+			}
+			num = true
+			continue
+		case num && (r >= 'a' && r <= 'z' || r == 'µ'):
+			continue
+		}
+		num = false
+		b.WriteRune(r)
+	}
+	return b.String()
 }

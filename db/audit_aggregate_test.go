@@ -169,39 +169,76 @@ func testAggPowerActions(t *testing.T, _ *Store, env testEnv) {
 	}
 }
 
-// testAggKeysBounded: a client with ever new addresses (or names) fills
-// the keys; past them, events are counted by action and result only, and
-// nothing of them is lost.
+// testAggKeysBounded: clients with ever new addresses (or names) fill the
+// keys, refusals half of them at most; past them, events are counted by
+// action and result only, and nothing of them is lost.
 func testAggKeysBounded(t *testing.T, _ *Store, env testEnv) {
 	const keys = 8
 	s := openAggStore(t, env, time.Minute, keys)
 	ctx := context.Background()
 	const events = 500
-	for i := range events {
-		e := AuditEvent{Node: "n1", Actor: "ssh:password", Action: "auth", Result: "denied",
-			Source: fmt.Sprintf("10.%d.%d.%d:22", i>>16, (i>>8)&255, i&255), Detail: "unknown node"}
-		if err := s.Audit(ctx, e); err != nil {
-			t.Fatal(err)
+	flood := func(node, action, result string) {
+		for i := range events {
+			e := AuditEvent{Node: node, Actor: "ssh:password", Action: action, Result: result,
+				Source: fmt.Sprintf("10.%d.%d.%d:22", i>>16, (i>>8)&255, i&255), Detail: "unknown node"}
+			if err := s.Audit(ctx, e); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	flood("n1", "auth", "denied") // no credentials: refusals
+	flood("n2", "auth", "ok")     // a tenant's logins
 	a := s.agg
 	a.mu.Lock()
-	held, over := len(a.keys), len(a.over)
+	held, refusals, over := len(a.keys), a.refusals, len(a.over)
 	a.mu.Unlock()
-	if held != keys || over != 1 {
-		t.Errorf("keys held: got %d and %d overflow, want %d and 1", held, over, keys)
+	if held != keys || refusals != keys/2 || over != 2 {
+		t.Errorf("keys held: got %d (%d refusals) and %d overflow, want %d (%d refusals) and 2", held, refusals, over, keys, keys/2)
 	}
 	s.writeAggregated(a.take()) // end the window now
 	rows, err := s.AuditEvents(ctx, AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != keys+1 || countOf(rows) != events {
-		t.Fatalf("got %d rows counting %d, want %d firsts and one overflow row counting %d", len(rows), countOf(rows), keys, events)
+	if len(rows) != keys+2 || countOf(rows) != 2*events {
+		t.Fatalf("got %d rows counting %d, want %d firsts and two overflow rows counting %d", len(rows), countOf(rows), keys, 2*events)
 	}
-	if r := rows[keys]; r.Node != "" || r.Actor != OverflowActor || r.Source != OverflowSource || r.Action != "auth" ||
-		r.Result != "denied" || r.Count != events-keys {
-		t.Errorf("overflow row: got %+v, want auth denied from %s counting %d", r, OverflowSource, events-keys)
+	overflow := map[string]int64{}
+	for _, r := range rows {
+		switch {
+		case r.Actor != OverflowActor && r.Count == 1:
+		case r.Node != "" || r.Source != OverflowSource:
+			t.Errorf("overflow row: got %+v, want no node, actor %s, source %s", r, OverflowActor, OverflowSource)
+		default:
+			overflow[r.Action+" "+r.Result] = r.Count
+		}
+	}
+	if want := map[string]int64{"auth denied": events - keys/2, "auth ok": events - keys/2}; fmt.Sprint(overflow) != fmt.Sprint(want) {
+		t.Errorf("overflow counts: got %v, want %v", overflow, want)
+	}
+	a.mu.Lock()
+	held, refusals = len(a.keys), a.refusals
+	a.mu.Unlock()
+	if held != 0 || refusals != 0 {
+		t.Errorf("after a window without repeats: got %d keys (%d refusals), want none", held, refusals)
+	}
+}
+
+// TestDetailKind: repeats that differ in their numbers only are one kind.
+func TestDetailKind(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"on; took 3ms", "on; took #"},
+		{"on; took 0s", "on; took #"},
+		{"exec exit 0 after 1m2.5s", "exec exit # after #"},
+		{"12 bytes (forced)", "# bytes (forced)"},
+		{"wrong token", "wrong token"},
+		{"rate limited (source)", "rate limited (source)"},
+		{"3 key(s) offered, 1 registered but not signed with", "# key(s) offered, # registered but not signed with"},
+		{"", ""},
+	} {
+		if got := detailKind(tt.in); got != tt.want {
+			t.Errorf("detailKind(%q): got %q, want %q", tt.in, got, tt.want)
+		}
 	}
 }
 
