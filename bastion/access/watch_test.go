@@ -146,13 +146,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestWatcherMissedChanges(t *testing.T) {
 	r, _, reg, _ := newTestRevoker()
 	store := &fakeDB{latest: 3}
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store, nil), r, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWatcher(t, w)
+	runWatcher(t, fastWatcher(t, store, r))
 	other := session(t, reg, "n2", 3)
 	mine := session(t, reg, "n1", 3)
 	store.mu.Lock()
@@ -167,4 +161,16 @@ func TestWatcherMissedChanges(t *testing.T) {
 	store.mu.Unlock()
 	waitCut(t, other, "access to n2 was revoked ("+WhyChangesMissed+")")
 	waitCut(t, later, "access to n3 was revoked ("+WhyChangesMissed+")")
+}
+
+// fastWatcher is a Watcher of store polling every 5 ms, logging nowhere.
+func fastWatcher(t *testing.T, store *fakeDB, r *Revoker) *Watcher {
+	t.Helper()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store, nil), r, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
