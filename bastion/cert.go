@@ -46,8 +46,9 @@ type certLogin struct {
 	mark   uint64 // Sessions.Mark, taken before that read
 }
 
-// console reports whether the certificate lets the session have a console
-// (permit-pty); a login without a certificate always may.
+// console reports whether the certificate lets the session use the
+// node's console (permit-pty): a PTY, the console, and every command that
+// reads or types on it; a login without a certificate always may.
 func (cl *certLogin) console() bool { return cl == nil || cl.grant.Console }
 
 // certOffer answers a certificate offered for ctx.User(). Unlike a plain
@@ -232,11 +233,18 @@ func refusedWhy(err error) string {
 	return "certificate no longer accepted"
 }
 
-// noConsole refuses a console to a certificate without permit-pty.
-func (c *channel) noConsole(stderr io.Writer) int {
-	c.log.Info("console_not_permitted")
-	fmt.Fprintf(stderr, "obmd: your certificate for %s does not permit a console (no permit-pty); run a command instead (help)\n", safe(c.label))
-	return commands.ExitNotAllowed
+// noConsole refuses cmd, which reads or types on the node's console
+// (commands.Command.UsesConsole), to a certificate without permit-pty,
+// before any session opens: such a certificate is for power only. It
+// returns the exit code (ExitNotAllowed).
+func (c *channel) noConsole(stdout, stderr io.Writer, cmd commands.Command) int {
+	why := "this certificate does not permit the console (no permit-pty)"
+	c.log.WithField("command", cmd.Name).Info("console_not_permitted")
+	c.audit(c.ctx, "session.start", "denied", string(cmd.Name)+": "+why)
+	if cmd.Name == commands.CmdConsole {
+		why += "; run a command instead (help)"
+	}
+	return commands.WriteError(stdout, stderr, c.label, cmd, &commands.NotAllowedError{Command: cmd.Name, Why: why})
 }
 
 // certFields are a certificate login's log fields.

@@ -178,15 +178,15 @@ func (c *channel) run(st start) int {
 			return commands.WriteError(stdout, stderr, c.label, cmd, err)
 		}
 	}
+	if cmd.UsesConsole() && !c.a.Cert.console() {
+		return c.noConsole(stdout, stderr, cmd)
+	}
 	if cmd.Name == commands.CmdConsoleLog && !cmd.JSON {
 		stdout = c.ch // the console's bytes as the node sent them, as a console shows them
 	}
 	kind := sessions.KindExec
 	if cmd.Name == commands.CmdConsole {
 		kind = sessions.KindConsole
-		if !c.a.Cert.console() {
-			return c.noConsole(stderr)
-		}
 	}
 	info := sessions.Info{Node: c.label, Kind: kind, User: c.a.User, Remote: c.remote, Epoch: c.a.Epoch, Mark: c.a.Mark}
 	if cl := c.a.Cert; cl != nil {

@@ -220,7 +220,7 @@ type Command struct {
 type Request struct {
 	Node    string
 	Actor   string // "ssh:password", "ssh:publickey", "http:token", ...
-	User    string // the credential, as sessions list it: "token" or "key SHA256:..."
+	User    string // the credential, as sessions list it: "token", "key SHA256:..." or "cert hil:alice serial 42"
 	Source  string // remote address
 	Session string // session id, for logs
 	// Epoch is the node's access epoch the session was admitted at: the

@@ -125,13 +125,18 @@ func (r *Runner) markHistory(req Request, cmd Command) {
 	}
 }
 
-// historyActor names who ran a command, as markers do.
+// historyActor names who ran a command, as markers do: by the
+// credential, as Request.User names it (a certificate by its CA, key id
+// and serial, as the audit does).
 func historyActor(req Request) string {
-	switch {
-	case strings.HasPrefix(req.Actor, "http"):
+	if strings.HasPrefix(req.Actor, "http") {
 		return history.ActorHTTP
-	case strings.HasPrefix(req.User, "key "):
-		return history.ActorSSHKey(strings.TrimPrefix(req.User, "key "))
+	}
+	if fp, ok := strings.CutPrefix(req.User, "key "); ok {
+		return history.ActorSSHKey(fp)
+	}
+	if who, ok := strings.CutPrefix(req.User, "cert "); ok {
+		return history.ActorSSHCert(who)
 	}
 	return history.ActorSSHToken
 }

@@ -32,11 +32,14 @@ func Message(err error) string {
 	var ue *UsageError
 	var oe *opError
 	var se *StepError
+	var na *NotAllowedError
 	switch {
 	case err == nil:
 		return ""
 	case errors.As(err, &ue):
 		return ue.Msg
+	case errors.As(err, &na):
+		return na.Error()
 	case errors.As(err, &se):
 		return se.Error()
 	case errors.As(err, &oe):

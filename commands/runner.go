@@ -517,16 +517,20 @@ func cell(s string) string {
 }
 
 // ExitCode maps an error from Parse, Split or Do to an exit code: nil is
-// ExitOK; a *UsageError or sol.ErrBadBootDevice is ExitUsage; ErrBusy is
-// ExitBusy; anything else is ExitFailed. (ExitNotAllowed is the
-// transport's: nothing here refuses a command.)
+// ExitOK; a *UsageError or sol.ErrBadBootDevice is ExitUsage; a
+// *NotAllowedError (the transport's refusal of a command the credential
+// does not permit) is ExitNotAllowed; ErrBusy is ExitBusy; anything else
+// is ExitFailed.
 func ExitCode(err error) int {
 	var ue *UsageError
+	var na *NotAllowedError
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ue), errors.Is(err, sol.ErrBadBootDevice):
 		return ExitUsage
+	case errors.As(err, &na):
+		return ExitNotAllowed
 	case errors.Is(err, ErrBusy), errors.Is(err, sol.ErrWriterBusy):
 		return ExitBusy
 	case errors.Is(err, ErrTimedOut):

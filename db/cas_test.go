@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -22,6 +23,8 @@ func TestCertStore(t *testing.T) {
 		{"revocations", testRevocations},
 		{"revocations_refuse_bad_input", testRevocationsBadInput},
 		{"purge_revocations", testPurgeRevocations},
+		{"revocation_expiry_bounded", testRevocationExpiryBounded},
+		{"delete_revocation", testDeleteRevocation},
 		{"credential_changes", testCredentialChanges},
 		{"principals", testPrincipals},
 		{"cert_access", testCertAccess},
@@ -263,6 +266,113 @@ func testPurgeRevocations(t *testing.T, s *Store, _ testEnv) {
 	}
 	if after, _ := s.LatestChange(ctx); after != before {
 		t.Errorf("purging moved the latest change from %d to %d", before, after)
+	}
+}
+
+// testRevocationExpiryBounded: an expiry past MaxRevocationExpiry (or
+// before 1970) is refused and stores nothing; rows an older obmd stored
+// with one (year 10000, the largest BIGINT) list with the bound as their
+// expiry, still refuse their certificates and are never purged.
+func testRevocationExpiryBounded(t *testing.T, s *Store, _ testEnv) {
+	ctx := context.Background()
+	last := MaxRevocationExpiry()
+	if want := time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC); !last.Equal(want) {
+		t.Fatalf("MaxRevocationExpiry: got %v, want %v", last, want)
+	}
+	before, _ := s.LatestChange(ctx)
+	for _, at := range []time.Time{last.Add(time.Second), time.Unix(1<<62, 0), time.Unix(-5, 0), time.Unix(0, 0)} {
+		if _, err := s.Revoke(ctx, Revocation{Kind: CredSerial, Serial: 1, ExpiresAt: at}); err == nil {
+			t.Errorf("revoke until unix %d: got nil, want an error", at.Unix())
+		}
+	}
+	if after, _ := s.LatestChange(ctx); after != before {
+		t.Errorf("refused revocations moved the latest change from %d to %d", before, after)
+	}
+	if _, err := s.Revoke(ctx, Revocation{Kind: CredSerial, Serial: 2, ExpiresAt: last}); err != nil {
+		t.Errorf("revoke until %v: %v", last, err)
+	}
+	for i, ms := range []int64{toMillis(last) + 1, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli(), math.MaxInt64} {
+		if _, err := s.w.ExecContext(ctx, `INSERT INTO cert_revocations (kind, ca, serial, key_id, expires_at, created_at)
+			VALUES ('serial', '', ?, '', ?, 1)`, 10+i, ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.PurgeRevocations(ctx, time.Now()); err != nil || n != 0 {
+		t.Errorf("purge: got %d, %v, want none purged", n, err)
+	}
+	all, err := s.Revocations(ctx)
+	if err != nil || len(all) != 4 {
+		t.Fatalf("list: got %+v, %v, want serial 2 and the three rows past the bound", all, err)
+	}
+	for _, r := range all {
+		if !r.ExpiresAt.Equal(last) {
+			t.Errorf("serial %d: lists expiry %v, want %v", r.Serial, r.ExpiresAt, last)
+		}
+		if b, _ := r.ExpiresAt.MarshalJSON(); len(b) == 0 {
+			t.Errorf("serial %d: expiry %v cannot be written as JSON", r.Serial, r.ExpiresAt)
+		}
+		if bySerial, _, err := s.IsRevoked(ctx, "SHA256:x", r.Serial, "alice"); err != nil || !bySerial {
+			t.Errorf("serial %d: revoked %v, %v; want revoked", r.Serial, bySerial, err)
+		}
+	}
+}
+
+// testDeleteRevocation: deleting a revocation names it as Revoke did (its
+// kind, CA and serial or key id) and removes that one only; again, it
+// reports there was none. The certificate is accepted again; nothing is
+// recorded as a change of access (no session is cut by it). Bad input is
+// refused and deletes nothing.
+func testDeleteRevocation(t *testing.T, s *Store, _ testEnv) {
+	ctx := context.Background()
+	kept := []Revocation{
+		{Kind: CredSerial, CA: "", Serial: 42},                            // every CA's serial 42
+		{Kind: CredSerial, CA: caTwo.Fingerprint, Serial: 42},             // another CA's
+		{Kind: CredKeyID, CA: caOne.Fingerprint, KeyID: "alice"},          // alice of one CA
+		{Kind: CredSerial, CA: caOne.Fingerprint, Serial: math.MaxUint64}, // the largest serial
+	}
+	gone := []Revocation{
+		{Kind: CredSerial, CA: caOne.Fingerprint, Serial: 42, ExpiresAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{Kind: CredKeyID, CA: "", KeyID: "alice"},
+	}
+	for _, r := range append(append([]Revocation{}, kept...), gone...) {
+		if _, err := s.Revoke(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := s.LatestChange(ctx)
+	for _, bad := range []Revocation{{Kind: "ca", CA: caOne.Fingerprint}, {Kind: CredKeyID}, {Kind: CredSerial, KeyID: "x"}} {
+		if _, err := s.DeleteRevocation(ctx, bad); err == nil {
+			t.Errorf("delete %+v: got nil, want an error", bad)
+		}
+	}
+	for _, r := range gone {
+		r.ExpiresAt = time.Time{} // named without it
+		if existed, err := s.DeleteRevocation(ctx, r); err != nil || !existed {
+			t.Errorf("delete %+v: got %v, %v, want deleted", r, existed, err)
+		}
+		if existed, err := s.DeleteRevocation(ctx, r); err != nil || existed {
+			t.Errorf("delete %+v again: got %v, %v, want none", r, existed, err)
+		}
+	}
+	if after, _ := s.LatestChange(ctx); after != before {
+		t.Errorf("deleting revocations moved the latest change from %d to %d, want no change", before, after)
+	}
+	name := func(r Revocation) string { return fmt.Sprintf("%s %s %d %s", r.Kind, r.CA, r.Serial, r.KeyID) }
+	var got, want []string
+	all, _ := s.Revocations(ctx)
+	for _, r := range all {
+		got = append(got, name(r))
+	}
+	for _, r := range kept {
+		want = append(want, name(r))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("left: got %q, want %q", got, want)
+	}
+	if bySerial, byKeyID, err := s.IsRevoked(ctx, caTwo.Fingerprint, 7, "alice"); err != nil || bySerial || byKeyID {
+		t.Errorf("alice of CA two: got %v, %v, %v; want accepted again", bySerial, byKeyID, err)
 	}
 }
 

@@ -11,8 +11,20 @@ import (
 	"github.com/obmd/obmd/keys/sshcert"
 )
 
-// checkRevocation validates r: a kind, and the one field the kind names.
+// MaxRevocationExpiry is the latest expiry a revocation may have,
+// 9999-12-31T23:59:59Z: the last second RFC 3339 (and JSON's time) can
+// write. Revoke refuses a later one (a certificate revoked for longer is
+// revoked for good: no expiry); one an older obmd stored lists as this.
+func MaxRevocationExpiry() time.Time { return time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC) }
+
+// checkRevocation validates r: a kind, the one field the kind names, and
+// an expiry from 1970 to MaxRevocationExpiry (or none).
 func checkRevocation(r Revocation) error {
+	// By unix seconds: a time.Time made of huge unix seconds (time.Unix)
+	// wraps, and compares as if in the past.
+	if sec := r.ExpiresAt.Unix(); !r.ExpiresAt.IsZero() && (sec <= 0 || sec > MaxRevocationExpiry().Unix()) {
+		return fmt.Errorf("expiry (unix %d s) is not from 1970 to %s", sec, MaxRevocationExpiry().Format(time.RFC3339))
+	}
 	if len(r.CA) > MaxFingerprintLen {
 		return fmt.Errorf("CA fingerprint longer than %d bytes", MaxFingerprintLen)
 	}
@@ -49,7 +61,7 @@ func (s *Store) Revoke(ctx context.Context, r Revocation) (int64, error) {
 	}
 	exp := int64(0)
 	if !r.ExpiresAt.IsZero() {
-		exp = max(toMillis(r.ExpiresAt), 1)
+		exp = toMillis(r.ExpiresAt)
 	}
 	var epoch int64
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
@@ -132,7 +144,7 @@ func (s *Store) Revocations(ctx context.Context) ([]Revocation, error) {
 		}
 		r.Serial, r.CreatedAt = uint64(serial), fromMillis(crt)
 		if exp != 0 {
-			r.ExpiresAt = fromMillis(exp)
+			r.ExpiresAt = expiryAt(exp)
 		}
 		out = append(out, r)
 	}
@@ -142,12 +154,46 @@ func (s *Store) Revocations(ctx context.Context) ([]Revocation, error) {
 	return out, nil
 }
 
+// expiryAt is a stored expiry (unix ms, not 0) as Revocations lists it:
+// within [1970-01-01T00:00:00.001Z, MaxRevocationExpiry], so that no row
+// (one an older obmd stored for year 10000 or beyond) makes a time that
+// cannot be written. The row itself is left as it is (one past the bound
+// is never purged, as one for good).
+func expiryAt(ms int64) time.Time {
+	return fromMillis(min(max(ms, 1), toMillis(MaxRevocationExpiry())))
+}
+
+// DeleteRevocation deletes the revocation r names (its kind, CA, serial or
+// key id, as Revoke took them; its expiry is ignored) and reports whether
+// there was one: (false, nil) if not, so a retried call succeeds. The
+// certificates it named are accepted again from then on; it ends no
+// session, so it records no change of access.
+func (s *Store) DeleteRevocation(ctx context.Context, r Revocation) (existed bool, err error) {
+	r.ExpiresAt = time.Time{}
+	if err := checkRevocation(r); err != nil {
+		return false, fmt.Errorf("delete revocation: %w", err)
+	}
+	err = s.withTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM cert_revocations
+			WHERE kind = ? AND ca = ? AND serial = ? AND key_id = ?`, r.Kind, r.CA, int64(r.Serial), r.KeyID)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		existed = n > 0
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete revocation of %s: %w", describeRevocation(r), err)
+	}
+	return existed, nil
+}
+
 // PurgeRevocations deletes the revocations that expired before before and
-// returns how many. A certificate is accepted until its expiry plus the
-// policy's skew, so before must be at most now minus that skew
-// (sshcert.Policy.Skew): a revocation purged earlier would let its
-// certificate in again for the rest of the skew. Purging is no change of
-// access: what it removes refuses nothing any more.
+// returns how many. A certificate is refused from its expiry on, so before
+// may be now, less a margin for clocks that differ (a revocation purged
+// before its certificate expired would let it in again). Purging is no
+// change of access: what it removes refuses nothing any more.
 func (s *Store) PurgeRevocations(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
 	err := s.withTx(ctx, func(tx *sql.Tx) error {

@@ -138,9 +138,9 @@ type Revocation struct {
 	Serial uint64 // Kind CredSerial
 	KeyID  string // Kind CredKeyID
 	// ExpiresAt is when the certificates it refuses would have expired
-	// anyway (the caller knows it): after it, plus the certificate
-	// policy's skew, the row may be purged (PurgeRevocations). Zero keeps
-	// it for good.
+	// anyway (the caller knows it): after it the row may be purged
+	// (PurgeRevocations). Zero keeps it for good; at most
+	// MaxRevocationExpiry.
 	ExpiresAt time.Time
 	CreatedAt time.Time
 }

@@ -2,7 +2,7 @@
 // driver uses (node registration, token rotation, and the node-token power
 // and console routes), the /v1 JSON API for everything else (nodes, keys,
 // node principals, trusted certificate authorities and revocations,
-// sessions, audit), and the /healthz and /readyz probes.
+// sessions, audit, lockouts), and the /healthz and /readyz probes.
 //
 // Authentication: admin routes take HTTP basic "admin:<admin token>" and
 // answer 404 to a missing or wrong credential, so that an outsider cannot
@@ -34,6 +34,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
@@ -124,6 +125,12 @@ type Limiter interface {
 	// End settles a try Begin allowed; a failed one counts against host
 	// and, unless node is "" (the admin credential), the node.
 	End(host, node string, exists, failed bool)
+	// Limits is the limits in effect; Lockouts lists what they refuse now
+	// (at most max entries); Unlock lifts host's lockout and says how the
+	// limiter counts host and whether anything refused it.
+	Limits() authlimit.Config
+	Lockouts(max int) authlimit.Lockouts
+	Unlock(host string) (source string, wasLocked bool)
 }
 
 // Store is the part of *db.Store the API uses.
@@ -148,6 +155,7 @@ type Store interface {
 	DeleteCA(ctx context.Context, fingerprint string) (epoch int64, existed bool, err error)
 	Revoke(ctx context.Context, r db.Revocation) (int64, error)
 	Revocations(ctx context.Context) ([]db.Revocation, error)
+	DeleteRevocation(ctx context.Context, r db.Revocation) (existed bool, err error)
 	Audit(ctx context.Context, e db.AuditEvent) error
 	AuditEvents(ctx context.Context, q db.AuditQuery) ([]db.AuditEvent, error)
 }
@@ -295,6 +303,7 @@ func (a *API) routes() {
 	a.handle("GET /v1/cas", a.admin(a.listCAs))
 	a.handle("POST /v1/cas/revoked", a.admin(a.revoke))
 	a.handle("GET /v1/cas/revoked", a.admin(a.listRevocations))
+	a.handle("DELETE /v1/cas/revoked/{kind}/{value...}", a.admin(a.deleteRevocation))
 	a.handle("DELETE /v1/cas/{fingerprint...}", a.admin(a.deleteCA))
 	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
@@ -302,6 +311,8 @@ func (a *API) routes() {
 	a.handle("GET /v1/audit", a.admin(a.audit))
 	a.handle("GET /v1/sessions", a.admin(a.listSessions))
 	a.handle("DELETE /v1/sessions/{id}", a.admin(a.kickSession))
+	a.handle("GET /v1/lockouts", a.admin(a.listLockouts))
+	a.handle("DELETE /v1/lockouts/{addr...}", a.admin(a.unlock))
 
 	// Everything else, including a known path with another method, is the
 	// same 404 an unauthenticated admin request gets.

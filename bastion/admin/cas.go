@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys/sshcert"
 )
@@ -22,22 +23,11 @@ import (
 // is a credential change: it ends, on every replica, the sessions that
 // logged in with a certificate it names (Revoker.ChangeCred).
 
-// caView is a trusted CA as /v1/cas shows it.
-type caView struct {
-	Fingerprint string     `json:"fingerprint"`
-	Name        string     `json:"name"`
-	Key         string     `json:"key"`
-	CreatedAt   *time.Time `json:"created_at,omitempty"`
-}
-
 // addCA is POST /v1/cas {"key": "<CA public key line>", "name": "hil"}:
 // 201 when the CA is new, 200 when it is trusted already under that name,
 // 409 when the name or the key is taken.
 func (a *API) addCA(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Key  string `json:"key"`
-		Name string `json:"name"`
-	}
+	var body api.AddCA
 	if !a.readJSON(w, r, &body, true, false) {
 		return
 	}
@@ -67,7 +57,7 @@ func (a *API) addCA(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 		a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "ca.add", Result: "ok", Detail: ca.Name + " " + ca.Fingerprint})
 	}
-	writeJSON(w, status, caView{Fingerprint: ca.Fingerprint, Name: ca.Name, Key: ca.Line})
+	writeJSON(w, status, api.CA{Fingerprint: ca.Fingerprint, Name: ca.Name, Key: ca.Line})
 }
 
 // conflict is the store's account of a clash (db.ErrExists): which name
@@ -87,12 +77,10 @@ func (a *API) listCAs(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, "list CAs", err)
 		return
 	}
-	out := struct {
-		CAs []caView `json:"cas"`
-	}{CAs: make([]caView, 0, len(cas))}
+	out := api.CAs{CAs: make([]api.CA, 0, len(cas))}
 	for _, ca := range cas {
 		at := ca.CreatedAt.UTC()
-		out.CAs = append(out.CAs, caView{Fingerprint: ca.Fingerprint, Name: ca.Name, Key: ca.Line, CreatedAt: &at})
+		out.CAs = append(out.CAs, api.CA{Fingerprint: ca.Fingerprint, Name: ca.Name, Key: ca.Line, CreatedAt: &at})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -128,9 +116,7 @@ func (a *API) deleteCA(w http.ResponseWriter, r *http.Request) {
 		a.changeFailed(w, r, "remove CA", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Removed bool `json:"removed"`
-	}{removed})
+	writeJSON(w, http.StatusOK, api.Removed{Removed: removed})
 }
 
 // credChange runs c through the Revoker and audits it as action (detail
@@ -153,19 +139,9 @@ func (a *API) credChange(r *http.Request, c access.CredChange, action, detail st
 	return err
 }
 
-// revocationView is a revocation as /v1/cas/revoked shows it.
-type revocationView struct {
-	Kind      string     `json:"kind"` // "serial" or "key_id"
-	CA        string     `json:"ca,omitempty"`
-	Serial    *uint64    `json:"serial,omitempty"`
-	KeyID     *string    `json:"key_id,omitempty"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-}
-
 // viewRevocation is v as /v1/cas/revoked shows it.
-func viewRevocation(v db.Revocation) revocationView {
-	out := revocationView{Kind: v.Kind, CA: v.CA, CreatedAt: v.CreatedAt.UTC()}
+func viewRevocation(v db.Revocation) api.Revocation {
+	out := api.Revocation{Kind: v.Kind, CA: v.CA, CreatedAt: v.CreatedAt.UTC()}
 	if v.Kind == db.CredKeyID {
 		out.KeyID = &v.KeyID
 	} else {
@@ -178,44 +154,22 @@ func viewRevocation(v db.Revocation) revocationView {
 	return out
 }
 
-// revokeBody is the body of POST /v1/cas/revoked.
-type revokeBody struct {
-	Serial *uint64 `json:"serial"`
-	KeyID  *string `json:"key_id"`
-	// CA is the CA's fingerprint or name; "" or absent: every CA.
-	CA string `json:"ca"`
-	// Expires is when the certificates revoked expire anyway (RFC 3339,
-	// or unix seconds): the revocation is kept until then (and the
-	// certificate skew), then purged. Absent: kept for good.
-	Expires json.RawMessage `json:"expires"`
-}
-
 // revoke is POST /v1/cas/revoked {"serial": 42} or {"key_id": "alice"},
 // with "ca" (a fingerprint or a name; default every CA) and "expires"
 // optional: the certificates it names are refused from now on, and every
 // session that logged in with one ends, on every replica, before the
 // answer.
 func (a *API) revoke(w http.ResponseWriter, r *http.Request) {
-	var body revokeBody
+	var body api.Revoke
 	if !a.readJSON(w, r, &body, true, false) {
 		return
 	}
-	rev, msg := parseRevocation(body)
-	if msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
-		return
-	}
-	shown, err := a.resolveCA(r.Context(), &rev)
-	if err != nil {
-		if errors.Is(err, db.ErrNotFound) {
-			writeError(w, http.StatusNotFound, "no trusted CA is named "+quote(body.CA))
-			return
-		}
-		a.storeError(w, r, "read CAs", err)
+	rev, shown, ok := a.revocation(w, r, body)
+	if !ok {
 		return
 	}
 	detail := describe(rev, shown)
-	err = a.credChange(r, access.CredChange{Cred: db.CredChange{Kind: rev.Kind, CA: rev.CA, Serial: rev.Serial, KeyID: rev.KeyID},
+	err := a.credChange(r, access.CredChange{Cred: db.CredChange{Kind: rev.Kind, CA: rev.CA, Serial: rev.Serial, KeyID: rev.KeyID},
 		Why: WhyCertRevoked, Do: func(ctx context.Context) (int64, error) { return a.store.Revoke(ctx, rev) }},
 		"cert.revoke", detail, func() bool { return true })
 	if err != nil {
@@ -226,9 +180,78 @@ func (a *API) revoke(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewRevocation(rev))
 }
 
+// revocation checks body and resolves its CA (revoke, deleteRevocation):
+// the revocation, how the audit names its CA, and ok; or, answered
+// already (400, 404, 500), not ok.
+func (a *API) revocation(w http.ResponseWriter, r *http.Request, body api.Revoke) (db.Revocation, string, bool) {
+	rev, msg := parseRevocation(body)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return rev, "", false
+	}
+	shown, err := a.resolveCA(r.Context(), &rev)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no trusted CA is named "+quote(body.CA))
+		return rev, "", false
+	case err != nil:
+		a.storeError(w, r, "read CAs", err)
+		return rev, "", false
+	}
+	return rev, shown, true
+}
+
+// deleteRevocation is DELETE /v1/cas/revoked/serial/{N} or
+// /v1/cas/revoked/key_id/{ID} (escaped: "/" as %2F), with ?ca= a
+// fingerprint or a name (absent: the revocation of every CA), naming the
+// revocation as it was made and as GET lists it: the certificates it
+// refused are accepted again. No session is cut (there is none of a
+// revoked certificate). Deleting one that is not there is done already:
+// 200 too ({"removed": false}).
+func (a *API) deleteRevocation(w http.ResponseWriter, r *http.Request) {
+	value := r.PathValue("value")
+	body := api.Revoke{CA: r.URL.Query().Get("ca")}
+	switch r.PathValue("kind") {
+	case db.CredSerial:
+		n, err := strconv.ParseUint(value, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "serial "+quote(value)+" is not an unsigned 64-bit number")
+			return
+		}
+		body.Serial = &n
+	case db.CredKeyID:
+		body.KeyID = &value
+	default:
+		writeError(w, http.StatusBadRequest, `want /v1/cas/revoked/serial/N or /v1/cas/revoked/key_id/ID`)
+		return
+	}
+	rev, shown, ok := a.revocation(w, r, body)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
+	defer cancel()
+	removed, err := a.store.DeleteRevocation(ctx, rev)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		a.log.WithError(err).Error("revocation_delete_timed_out")
+		a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "cert.unrevoke", Result: "error",
+			Detail: describe(rev, shown) + " (timed out; outcome unknown)"})
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the database did not answer within %v; "+
+			"the revocation may be deleted or not: repeat the call (it is safe)", a.cfg.ChangeTimeout))
+		return
+	case err != nil:
+		a.storeError(w, r, "delete revocation", err)
+		return
+	case removed:
+		a.auditEvent(r, db.AuditEvent{Actor: "admin", Action: "cert.unrevoke", Result: "ok", Detail: describe(rev, shown)})
+	}
+	writeJSON(w, http.StatusOK, api.Removed{Removed: removed})
+}
+
 // parseRevocation checks a revocation's body; the message says what is
 // wrong ("" if nothing).
-func parseRevocation(b revokeBody) (db.Revocation, string) {
+func parseRevocation(b api.Revoke) (db.Revocation, string) {
 	var rev db.Revocation
 	switch {
 	case (b.Serial == nil) == (b.KeyID == nil):
@@ -252,6 +275,9 @@ func parseRevocation(b revokeBody) (db.Revocation, string) {
 		at, err := parseExpires(b.Expires)
 		if err != nil {
 			return rev, `"expires" must be an RFC 3339 time or unix seconds`
+		}
+		if last := db.MaxRevocationExpiry(); at.Unix() > last.Unix() { // not After: huge unix seconds wrap
+			return rev, `"expires" must be at most ` + last.Format(time.RFC3339) + ` (omit it to revoke for good)`
 		}
 		rev.ExpiresAt = at
 	}
@@ -320,9 +346,7 @@ func (a *API) listRevocations(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, "list revocations", err)
 		return
 	}
-	out := struct {
-		Revoked []revocationView `json:"revoked"`
-	}{Revoked: make([]revocationView, 0, len(revs))}
+	out := api.Revocations{Revoked: make([]api.Revocation, 0, len(revs))}
 	for _, v := range revs {
 		out.Revoked = append(out.Revoked, viewRevocation(v))
 	}

@@ -120,16 +120,23 @@ func TestV1CAs(t *testing.T) {
 	})
 }
 
+// mustCA trusts a new CA key as name and returns its fingerprint.
+func (e *env) mustCA(name string) string {
+	e.t.Helper()
+	ca, fp := testKey(e.t, 1, "", "")
+	if r := e.admin("POST", "/v1/cas", `{"key":"`+ca+`","name":"`+name+`"}`); r.code != 201 {
+		e.t.Fatalf("add CA: %d %q", r.code, r.body)
+	}
+	return fp
+}
+
 // TestV1Revoke: a revocation names exactly one of a serial and a key id,
 // a CA by fingerprint or trusted name (404 for an unknown name), an
 // optional expiry; each is a credential change, listed and audited.
 func TestV1Revoke(t *testing.T) {
 	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
 		e := newEnv(t, eng, nil)
-		ca, fp := testKey(t, 1, "", "")
-		if r := e.admin("POST", "/v1/cas", `{"key":"`+ca+`","name":"hil"}`); r.code != 201 {
-			t.Fatalf("add CA: %d %q", r.code, r.body)
-		}
+		fp := e.mustCA("hil")
 		e.rev.take()
 		e.run(t, "POST", "/v1/cas/revoked", []apiCase{
 			{"serial", "", `{"serial":42}`, 200, `"serial":42`},
@@ -166,6 +173,91 @@ func TestV1Revoke(t *testing.T) {
 		}
 		if n != 3 {
 			t.Errorf("cert.revoke audited %d times, want 3", n)
+		}
+	})
+}
+
+// TestV1RevokeExpiryBound: an "expires" after 9999-12-31T23:59:59Z (the
+// last time RFC 3339 writes) is refused with 400 naming the field, and
+// nothing is stored or cut; the bound itself is accepted and listed.
+func TestV1RevokeExpiryBound(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		e.run(t, "POST", "/v1/cas/revoked", []apiCase{
+			{"year 10000", "", `{"serial":1,"expires":253402300800}`, 400, `"expires" must be at most 9999-12-31T23:59:59Z`},
+			{"far future", "", `{"key_id":"a","expires":"9223372036854775807"}`, 400, `"expires" must be at most`},
+			{"the bound", "", `{"serial":2,"expires":"9999-12-31T23:59:59Z"}`, 200, `"expires_at":"9999-12-31T23:59:59Z"`},
+		})
+		if calls := e.rev.take(); len(calls) != 1 {
+			t.Errorf("credential changes: got %+v, want the one accepted", calls)
+		}
+		if r := e.admin("GET", "/v1/cas/revoked", ""); r.code != 200 || strings.Count(r.body, `"kind"`) != 1 ||
+			!strings.Contains(r.body, `"serial":2,"expires_at":"9999-12-31T23:59:59Z"`) {
+			t.Errorf("list: got %d %q, want the one at the bound", r.code, r.body)
+		}
+	})
+}
+
+// TestV1DeleteRevocation: DELETE /v1/cas/revoked/serial/N and
+// /v1/cas/revoked/key_id/ID (?ca= a name or fingerprint; absent: every
+// CA) delete the revocation named as it was made, and that one only; 200
+// {"removed":false} when there is none (idempotent); audited when one is
+// deleted; no credential change (nothing is cut); 400 for a bad kind,
+// serial or key id, 404 for an unknown CA name.
+func TestV1DeleteRevocation(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		fp := e.mustCA("hil")
+		for _, body := range []string{`{"serial":42}`, `{"serial":42,"ca":"hil"}`, `{"serial":18446744073709551615,"ca":"hil"}`,
+			`{"key_id":"alice smith/ops"}`, `{"key_id":"alice smith/ops","ca":"hil"}`} {
+			if r := e.admin("POST", "/v1/cas/revoked", body); r.code != 200 {
+				t.Fatalf("revoke %s: %d %q", body, r.code, r.body)
+			}
+		}
+		e.rev.take()
+		removed, none := `{"removed":true}`+"\n", `{"removed":false}`+"\n"
+		e.run(t, "DELETE", "", []apiCase{
+			{"serial of a CA by name", "/v1/cas/revoked/serial/42?ca=hil", "", 200, removed},
+			{"again", "/v1/cas/revoked/serial/42?ca=hil", "", 200, none},
+			{"largest serial by fingerprint", "/v1/cas/revoked/serial/18446744073709551615?ca=" + url.QueryEscape(fp), "", 200, removed},
+			{"key id of every CA", "/v1/cas/revoked/key_id/" + url.PathEscape("alice smith/ops"), "", 200, removed},
+			{"key id of every CA again", "/v1/cas/revoked/key_id/" + url.PathEscape("alice smith/ops"), "", 200, none},
+			{"never revoked", "/v1/cas/revoked/serial/7", "", 200, none},
+			{"bad kind", "/v1/cas/revoked/fingerprint/x", "", 400, "serial/N or"},
+			{"bad serial", "/v1/cas/revoked/serial/-1", "", 400, `serial "-1" is not`},
+			{"serial too large", "/v1/cas/revoked/serial/18446744073709551616", "", 400, "is not an unsigned 64-bit"},
+			{"empty key id", "/v1/cas/revoked/key_id/", "", 400, `"key_id" must be 1 to`},
+			{"key id too long", "/v1/cas/revoked/key_id/" + strings.Repeat("k", sshcert.MaxKeyIDLen+1), "", 400, `"key_id" must be 1 to`},
+			{"unknown CA name", "/v1/cas/revoked/serial/42?ca=nope", "", 404, `no trusted CA is named "nope"`},
+			{"bad CA fingerprint", "/v1/cas/revoked/serial/42?ca=SHA256:a%20b", "", 400, "is not valid"},
+		})
+		if calls := e.rev.take(); len(calls) != 0 {
+			t.Errorf("credential changes: got %+v, want none", calls)
+		}
+		r := e.admin("GET", "/v1/cas/revoked", "")
+		var list struct {
+			Revoked []struct {
+				Serial *uint64
+				KeyID  *string `json:"key_id"`
+				CA     string
+			}
+		}
+		if r.code != 200 || json.Unmarshal([]byte(r.body), &list) != nil || len(list.Revoked) != 2 {
+			t.Fatalf("list: got %d %q, want two left", r.code, r.body)
+		}
+		for _, v := range list.Revoked {
+			if v.Serial != nil && (*v.Serial != 42 || v.CA != "") || v.KeyID != nil && (*v.KeyID != "alice smith/ops" || v.CA != fp) {
+				t.Errorf("left: got %+v, want serial 42 of every CA and the key id of hil", v)
+			}
+		}
+		var n int
+		for _, ev := range e.auditEvents("") {
+			if ev.Action == "cert.unrevoke" && ev.Result == "ok" && ev.Actor == "admin" {
+				n++
+			}
+		}
+		if n != 3 {
+			t.Errorf("cert.unrevoke audited %d times, want 3", n)
 		}
 	})
 }

@@ -4,30 +4,11 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )
-
-// doctorView is the body of GET /v1/nodes/{label}/doctor.
-type doctorView struct {
-	Node string `json:"node"`
-	// OK: every step passed.
-	OK bool `json:"ok"`
-	// Failed names the step that failed (the last one), if any.
-	Failed string      `json:"failed,omitempty"`
-	Checks []checkView `json:"checks"`
-}
-
-// checkView is one step, with the administrator's detail (Result, which
-// may name the BMC's address) beside what a tenant is told (Tenant).
-type checkView struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Result string `json:"result"`
-	Tenant string `json:"tenant"`
-	Hint   string `json:"hint,omitempty"`
-}
 
 // doctor is GET /v1/nodes/{label}/doctor: the node's diagnosis, run as
 // `ssh node doctor` runs it (read-only, audited as "doctor" by the admin)
@@ -45,7 +26,7 @@ func (a *API) doctor(w http.ResponseWriter, r *http.Request) {
 	var failed *commands.CheckError
 	switch {
 	case err == nil || errors.As(err, &failed):
-		v := doctorView{Node: label, OK: err == nil, Checks: make([]checkView, len(res.Checks))}
+		v := api.Doctor{Node: label, OK: err == nil, Checks: make([]api.Check, len(res.Checks))}
 		if failed != nil {
 			v.Failed = failed.Check.Name
 		}
@@ -60,6 +41,6 @@ func (a *API) doctor(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func adminCheck(c sol.Check) checkView {
-	return checkView{Name: safeText(c.Name), OK: c.OK, Result: safeText(c.Detail), Tenant: safeText(c.Tenant), Hint: safeText(c.Hint)}
+func adminCheck(c sol.Check) api.Check {
+	return api.Check{Name: safeText(c.Name), OK: c.OK, Result: safeText(c.Detail), Tenant: safeText(c.Tenant), Hint: safeText(c.Hint)}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 )
@@ -74,7 +75,7 @@ func FuzzKeyBody(f *testing.F) {
 			if rec.Code != 400 && rec.Code != 413 {
 				t.Fatalf("refused body %q: got status %d, want 400 or 413", body, rec.Code)
 			}
-			var eb errorBody
+			var eb api.Error
 			if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error == "" {
 				t.Fatalf("error body %q is not a JSON error", rec.Body.String())
 			}

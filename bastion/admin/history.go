@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol/history"
 )
@@ -114,17 +115,6 @@ func (a *API) logQuery(r *http.Request, label string) (history.Query, history.Fo
 	return q, f, opts, nil
 }
 
-// tenancyView is a stored tenancy as GET /v1/nodes/{label}/tenancies
-// shows it.
-type tenancyView struct {
-	Epoch     int64      `json:"tenancy"`
-	Current   bool       `json:"current"`
-	StartedAt time.Time  `json:"started_at"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
-	PurgeAt   *time.Time `json:"purge_at,omitempty"`
-	Bytes     int64      `json:"bytes"`
-}
-
 // tenancies is GET /v1/nodes/{label}/tenancies: the node's stored
 // tenancies, oldest first (the current one, and the ended ones kept with
 // history_retention).
@@ -140,21 +130,16 @@ func (a *API) tenancies(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, "list tenancies", err)
 		return
 	}
-	out := []tenancyView{}
+	out := api.Tenancies{Node: label, Tenancies: []api.Tenancy{}}
 	for _, t := range ts {
-		v := tenancyView{Epoch: t.Epoch, Current: t.Current, StartedAt: t.StartedAt.UTC(), Bytes: t.Bytes}
+		v := api.Tenancy{Epoch: t.Epoch, Current: t.Current, StartedAt: t.StartedAt.UTC(), Bytes: t.Bytes}
 		if !t.EndedAt.IsZero() {
 			e, p := t.EndedAt.UTC(), t.PurgeAt.UTC()
 			v.EndedAt, v.PurgeAt = &e, &p
 		}
-		out = append(out, v)
+		out.Tenancies = append(out.Tenancies, v)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"node": label, "tenancies": out})
-}
-
-// captureBody is the body of PUT /v1/nodes/{label}/capture.
-type captureBody struct {
-	Capture *string `json:"capture"`
+	writeJSON(w, http.StatusOK, out)
 }
 
 // putCapture is PUT /v1/nodes/{label}/capture {"capture": "always" |
@@ -165,7 +150,7 @@ func (a *API) putCapture(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	if err := decode(data, &captureBody{}, true, "body"); err != nil {
+	if err := decode(data, &api.Capture{}, true, "body"); err != nil {
 		writeBodyError(w, err)
 		return
 	}

@@ -1,11 +1,10 @@
 package admin
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"time"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 )
@@ -22,16 +21,6 @@ type Types interface {
 	Open(n db.Node) (nodes.Info, error)
 	// Forget drops what a type keeps of a deleted node.
 	Forget(label string)
-}
-
-// nodeBody is the body of PUT /node/{label} and PUT /v1/nodes/{label}.
-type nodeBody struct {
-	Type string          `json:"type"`
-	Info json.RawMessage `json:"info"`
-	// Principals (/v1 only) are read by decodePrincipals.
-	Principals json.RawMessage `json:"principals"`
-	// Capture is read by nodeCapture.
-	Capture *string `json:"capture,omitempty"`
 }
 
 // nodeCapture is a registration body's capture: nil when it sets none
@@ -57,7 +46,9 @@ func nodeCapture(data []byte) (*string, error) {
 // otherwise (the obmd route) both are ignored, as obmd did. Error texts
 // never echo the password.
 func (a *API) decodeNodeBody(data []byte, strict bool) (nodes.Info, error) {
-	var b nodeBody
+	// Principals (/v1 only) are read by decodePrincipals, the capture by
+	// nodeCapture.
+	var b api.PutNode
 	if err := decode(data, &b, strict, "body"); err != nil {
 		return nodes.Info{}, err
 	}
@@ -87,51 +78,9 @@ func (a *API) sameNode(n db.Node, info nodes.Info) (bool, error) {
 	return stored.Equal(info), nil
 }
 
-// nodeView is a node as the /v1 API shows it: its label and type, its
-// type's view of its BMC info (never the password), and its dates.
-type nodeView struct {
-	Label string `json:"label"`
-	Type  string `json:"type"`
-	// Capture is the node's own capture setting ("" : the default).
-	Capture   string    `json:"capture,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// InfoError says the stored info cannot be read (a changed sealing key).
-	InfoError string `json:"info_error,omitempty"`
-	// CipherInUse is the IPMI cipher suite this replica last negotiated
-	// with the node's BMC (an IPMI node that pins none, or a Redfish
-	// node's console); absent until a session has.
-	CipherInUse *int `json:"cipher_in_use,omitempty"`
-	// Detail, for GET /v1/nodes/{label} only (and Principals after a PUT
-	// that set them).
-	HasToken   *bool     `json:"has_token,omitempty"`
-	Keys       *int      `json:"keys,omitempty"`
-	Sessions   *int      `json:"sessions,omitempty"`
-	Principals *[]string `json:"principals,omitempty"`
-
-	info any // nodes.Info.View, whose fields join these
-}
-
-// MarshalJSON is the node's fields and its info view's, in one object.
-func (v nodeView) MarshalJSON() ([]byte, error) {
-	type plain nodeView // without this method
-	base, err := json.Marshal(plain(v))
-	if err != nil || v.info == nil {
-		return base, err
-	}
-	extra, err := json.Marshal(v.info)
-	if err != nil {
-		return nil, err
-	}
-	extra = bytes.TrimSpace(extra)
-	if len(extra) <= 2 { // "{}"
-		return base, nil
-	}
-	return append(append(base[:len(base)-1], ','), extra[1:]...), nil
-}
-
-func (a *API) view(n db.Node) nodeView {
-	v := nodeView{Label: n.Label, Type: n.Type, Capture: n.Capture, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
+// view is n as the /v1 API shows it (api.Node).
+func (a *API) view(n db.Node) api.Node {
+	v := api.Node{Label: n.Label, Type: n.Type, Capture: n.Capture, CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
 	if a.cfg.CipherInUse != nil {
 		if suite, ok := a.cfg.CipherInUse(n.Label); ok {
 			v.CipherInUse = &suite
@@ -143,6 +92,6 @@ func (a *API) view(n db.Node) nodeView {
 		v.InfoError = "stored BMC info cannot be unsealed (was the sealing key changed?)"
 		return v
 	}
-	v.info = info.View()
+	v.BMC = info.View()
 	return v
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
@@ -309,11 +310,6 @@ func (a *API) deleteNode(w http.ResponseWriter, r *http.Request) {
 	writeOK(w)
 }
 
-// tokenResponse is the body of a token rotation.
-type tokenResponse struct {
-	Token string `json:"token"`
-}
-
 // rotateToken issues a new token (shown once; only its hash is stored) and
 // cuts every session opened with the previous one before answering.
 func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
@@ -334,7 +330,7 @@ func (a *API) rotateToken(w http.ResponseWriter, r *http.Request) {
 		a.nodeChangeFailed(w, r, label, "set token", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, tokenResponse{Token: tok})
+	writeJSON(w, http.StatusOK, api.Token{Token: tok})
 }
 
 // revokeToken removes the node's token (idempotent) and cuts its sessions.
@@ -360,9 +356,7 @@ func (a *API) listNodes(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, "list nodes", err)
 		return
 	}
-	out := struct {
-		Nodes []nodeView `json:"nodes"`
-	}{Nodes: make([]nodeView, 0, len(nodes))}
+	out := api.Nodes{Nodes: make([]api.Node, 0, len(nodes))}
 	for _, n := range nodes {
 		out.Nodes = append(out.Nodes, a.view(n))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
@@ -227,9 +228,7 @@ func (a *API) powerCycle(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	var body struct {
-		Force bool `json:"force"`
-	}
+	var body api.PowerCycle
 	if !a.readJSON(w, r, &body, false, true) {
 		return
 	}
@@ -244,9 +243,7 @@ func (a *API) bootDevice(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	var body struct {
-		Bootdev string `json:"bootdev"`
-	}
+	var body api.BootDevice
 	if !a.readJSON(w, r, &body, false, false) {
 		return
 	}
@@ -263,9 +260,7 @@ func (a *API) bootDevice(w http.ResponseWriter, r *http.Request) {
 func (a *API) powerStatus(w http.ResponseWriter, r *http.Request) {
 	if g, valid := a.tokenAuth(w, r); valid {
 		a.run(w, r, g, commands.Command{Name: commands.CmdPowerStatus}, func(res commands.Result) {
-			writeJSON(w, http.StatusOK, struct {
-				PowerStatus string `json:"power_status"`
-			}{res.Power})
+			writeJSON(w, http.StatusOK, api.PowerStatus{PowerStatus: res.Power})
 		})
 	}
 }

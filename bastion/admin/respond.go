@@ -12,13 +12,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/commands/printable"
 )
-
-// errorBody is every error response: {"error": "..."}.
-type errorBody struct {
-	Error string `json:"error"`
-}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
@@ -35,7 +31,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeError answers {"error": msg}. msg is shown as is: callers quote any
 // input they echo (quote) and pass foreign error text through safeText.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, errorBody{Error: msg})
+	writeJSON(w, status, api.Error{Error: msg})
 }
 
 // notFound is the one 404 an unknown route and a refused admin credential

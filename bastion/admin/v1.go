@@ -10,18 +10,11 @@ import (
 	"unicode"
 
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 )
-
-// keyView is a node key as GET /v1/nodes/{label}/keys shows it.
-type keyView struct {
-	Fingerprint string    `json:"fingerprint"`
-	Key         string    `json:"key"`
-	Comment     string    `json:"comment"`
-	CreatedAt   time.Time `json:"created_at"`
-}
 
 // addKey is POST /v1/nodes/{label}/keys {"key": "<authorized_keys line>"}.
 func (a *API) addKey(w http.ResponseWriter, r *http.Request) {
@@ -29,9 +22,7 @@ func (a *API) addKey(w http.ResponseWriter, r *http.Request) {
 	if !valid {
 		return
 	}
-	var body struct {
-		Key string `json:"key"`
-	}
+	var body api.AddKey
 	if !a.readJSON(w, r, &body, true, false) {
 		return
 	}
@@ -65,9 +56,7 @@ func (a *API) addKey(w http.ResponseWriter, r *http.Request) {
 		a.changeFailed(w, r, "add key", err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, struct {
-		Fingerprint string `json:"fingerprint"`
-	}{ak.Fingerprint})
+	writeJSON(w, http.StatusCreated, api.KeyAdded{Fingerprint: ak.Fingerprint})
 }
 
 // listKeys is GET /v1/nodes/{label}/keys.
@@ -81,17 +70,17 @@ func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
 		a.nodeReadFailed(w, r, label, "list keys", err)
 		return
 	}
-	out := struct {
-		Keys []keyView `json:"keys"`
-	}{Keys: make([]keyView, 0, len(ks))}
+	out := api.Keys{Keys: make([]api.Key, 0, len(ks))}
 	for _, k := range ks {
-		out.Keys = append(out.Keys, keyView{Fingerprint: k.Fingerprint, Key: k.Line, Comment: k.Comment, CreatedAt: k.CreatedAt.UTC()})
+		out.Keys = append(out.Keys, api.Key{Fingerprint: k.Fingerprint, Key: k.Line, Comment: k.Comment, CreatedAt: k.CreatedAt.UTC()})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 // deleteKey is DELETE /v1/nodes/{label}/keys/{fingerprint...}; the
-// fingerprint's "/" may be escaped (%2F) or not.
+// fingerprint's "/" may be escaped (%2F) or not. Idempotent, as revoking
+// a token is: a key the node does not have is 200 {"removed": false}; an
+// unknown node is 404.
 func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 	label, valid := pathLabel(w, r)
 	if !valid {
@@ -105,31 +94,19 @@ func (a *API) deleteKey(w http.ResponseWriter, r *http.Request) {
 	err := a.changeAccess(r, label, "key.remove", fp, WhyKeyRemoved, func(ctx context.Context) (int64, error) {
 		return a.store.DeleteKey(ctx, label, fp)
 	})
-	if errors.Is(err, db.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "no key "+quote(fp)+" on node "+quote(label))
+	if errors.Is(err, db.ErrNotFound) { // no such key, or no such node: nothing was changed
+		if _, err := a.store.Node(r.Context(), label); err != nil {
+			a.nodeReadFailed(w, r, label, "read node", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, api.Removed{Removed: false})
 		return
 	}
 	if err != nil {
 		a.changeFailed(w, r, "delete key", err)
 		return
 	}
-	writeOK(w)
-}
-
-// auditView is an audit event as GET /v1/audit shows it.
-type auditView struct {
-	ID     int64     `json:"id"`
-	At     time.Time `json:"at"`
-	Node   string    `json:"node,omitempty"`
-	Actor  string    `json:"actor"`
-	Action string    `json:"action"`
-	Source string    `json:"source,omitempty"`
-	Result string    `json:"result"`
-	Detail string    `json:"detail,omitempty"`
-	// Count is how many events the row stands for: more than 1 for the
-	// repeats of a read or a refusal, counted over audit.aggregate_window
-	// (At is the first's, Detail the latest's).
-	Count int64 `json:"count"`
+	writeJSON(w, http.StatusOK, api.Removed{Removed: true})
 }
 
 // audit is GET /v1/audit?node=&since=&limit=; since is RFC 3339 or unix
@@ -165,11 +142,9 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, "read audit", err)
 		return
 	}
-	out := struct {
-		Events []auditView `json:"events"`
-	}{Events: make([]auditView, 0, len(events))}
+	out := api.AuditEvents{Events: make([]api.AuditEvent, 0, len(events))}
 	for _, e := range events {
-		out.Events = append(out.Events, auditView{ID: e.ID, At: e.At.UTC(), Node: e.Node, Actor: e.Actor,
+		out.Events = append(out.Events, api.AuditEvent{ID: e.ID, At: e.At.UTC(), Node: e.Node, Actor: e.Actor,
 			Action: e.Action, Source: e.Source, Result: e.Result, Detail: e.Detail, Count: max(e.Count, 1)})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -199,12 +174,21 @@ func (a *API) listSessions(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Cluster != nil {
 		list = a.cfg.Cluster.List(r.Context(), node)
 	}
-	if list == nil {
-		list = []sessions.Info{}
+	out := api.Sessions{Sessions: make([]api.Session, 0, len(list))}
+	for _, s := range list {
+		out.Sessions = append(out.Sessions, sessionView(s))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Sessions []sessions.Info `json:"sessions"`
-	}{list})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// sessionView is s as GET /v1/sessions shows it.
+func sessionView(s sessions.Info) api.Session {
+	v := api.Session{ID: s.ID, Node: s.Node, Kind: string(s.Kind), User: s.User, Remote: s.Remote, Started: s.Started,
+		Replica: s.Replica, Expires: s.Expires}
+	if c := s.Cert; c != nil {
+		v.Cert = &api.Cert{CA: c.CA, CAName: c.CAName, Serial: c.Serial, KeyID: c.KeyID}
+	}
+	return v
 }
 
 // kick ends session id: on whichever replica holds it in cluster mode.

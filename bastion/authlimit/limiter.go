@@ -4,7 +4,9 @@
 // and per node, and refuses the sources and nodes past its Config. One
 // Limiter serves both doors, so a source locked out on one is locked out on
 // both; a correct admin credential never reaches it (the admin API checks
-// that first). Run, owned by the daemon's run group, sweeps expired entries.
+// that first). Lockouts and Unlock let the operator see and lift lockouts
+// (the admin API's /v1/lockouts). Run, owned by the daemon's run group,
+// sweeps expired entries.
 package authlimit
 
 import (
@@ -76,9 +78,10 @@ const unknownNode uint64 = 0
 // and the lookup is one the caller makes anyway), the secret's check, End.
 //
 // Memory: one entry per source that failed, per node that exists and
-// failed, and per (node, source) pair that failed, each of a fixed size
-// (a node is keyed by a hash of its name, and names that are no node share
-// one entry); Run sweeps entries that can no longer matter, and at most
+// failed, and per (node, source) pair that failed, each of a bounded size
+// (a node is keyed by a hash of its name and keeps its name, at most a
+// label's length, for Lockouts; names that are no node share one entry
+// and keep none); Run sweeps entries that can no longer matter, and at most
 // maxTracked are held between sweeps.
 type Limiter struct {
 	cfg  Config
@@ -105,6 +108,9 @@ type pair struct {
 }
 
 type counter struct {
+	// name is a node's label ("" for a source, and for the entry of the
+	// names that are no node), for Lockouts.
+	name    string
 	start   time.Time // window start
 	n       int       // failures in the window
 	pending int       // tries begun and not yet ended (sources only)
@@ -286,7 +292,7 @@ func (l *Limiter) End(source, node string, exists, failed bool) {
 		}
 	}
 	if failed {
-		l.countLocked(source, k, node != "", now)
+		l.countLocked(source, k, node, now)
 	}
 }
 
@@ -297,23 +303,26 @@ func (l *Limiter) Fail(source, node string, exists bool) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.countLocked(source, k, node != "", now)
+	l.countLocked(source, k, node, now)
 }
 
-// countLocked counts a failure against the source and, if hasNode, the
-// node. l.mu held.
-func (l *Limiter) countLocked(source string, node uint64, hasNode bool, now time.Time) {
+// countLocked counts a failure against the source and, unless label is ""
+// (the admin credential), the node (key node). l.mu held.
+func (l *Limiter) countLocked(source string, node uint64, label string, now time.Time) {
 	full := l.full(now)
 	// At the cap (a very wide attack), only entries already tracked keep
 	// counting, so memory stays bounded and tracked nodes still go under attack.
 	if _, ok := l.src[source]; ok || !full {
-		bump(l, l.src[source], source, l.src, l.cfg.PerSource, now)
+		bump(l, l.src[source], source, "", l.src, l.cfg.PerSource, now)
 	}
-	if !hasNode {
+	if label == "" {
 		return
 	}
+	if node == unknownNode {
+		label = ""
+	}
 	if _, ok := l.node[node]; ok || !full {
-		bump(l, l.node[node], node, l.node, l.cfg.PerNode, now)
+		bump(l, l.node[node], node, label, l.node, l.cfg.PerNode, now)
 	}
 	if !full {
 		l.pairs[pair{node, source}] = now
@@ -335,11 +344,11 @@ func (l *Limiter) full(now time.Time) bool {
 
 func (l *Limiter) size() int { return len(l.src) + len(l.node) + len(l.pairs) }
 
-// bump counts one failure on c (nil: a new entry of m under key) and locks
-// it at limit.
-func bump[K comparable](l *Limiter, c *counter, key K, m map[K]*counter, limit int, now time.Time) {
+// bump counts one failure on c (nil: a new entry of m under key, named
+// name) and locks it at limit.
+func bump[K comparable](l *Limiter, c *counter, key K, name string, m map[K]*counter, limit int, now time.Time) {
 	if c == nil {
-		c = &counter{start: now}
+		c = &counter{name: name, start: now}
 		m[key] = c
 	}
 	if now.Sub(c.start) >= l.cfg.Window {

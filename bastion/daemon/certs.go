@@ -10,6 +10,8 @@ import (
 
 // purgeMargin is kept beyond a revoked certificate's expiry and the skew
 // before its revocation is deleted: clocks of replicas differ a little.
+// (A certificate is refused from its expiry on; the skew and the margin
+// only keep the row longer than needed, never shorter.)
 const purgeMargin = time.Minute
 
 // certPolicy is the policy certificate logins are judged by (the certs

@@ -206,15 +206,16 @@ type Config struct {
 // CertsConfig is the certs section: how certificates are judged
 // (keys/sshcert) and how long revocations are kept.
 type CertsConfig struct {
-	// Skew is the clock difference tolerated between a CA and obmd at both
-	// ends of a certificate's validity (default 60 s, at most 10 min); a
-	// session ends at valid_before plus the skew.
+	// Skew is the clock difference tolerated between a CA and obmd at the
+	// start of a certificate's validity (default 60 s, at most 10 min): it
+	// is accepted from valid_after minus the skew. Its end is strict, as
+	// in OpenSSH: a session ends at valid_before.
 	Skew time.Duration `yaml:"skew"`
 	// LegacyAlgorithms accepts CA signatures made with SHA-1 ("ssh-rsa"),
 	// which OpenSSH refuses by default since 8.2.
 	LegacyAlgorithms bool `yaml:"legacy_algorithms"`
 	// PurgeInterval is how often revocations whose certificates have
-	// expired (plus the skew) are deleted (default 1 h).
+	// expired (plus the skew and a margin) are deleted (default 1 h).
 	PurgeInterval time.Duration `yaml:"purge_interval"`
 }
 

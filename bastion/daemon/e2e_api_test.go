@@ -285,8 +285,12 @@ func TestAPIV1(t *testing.T) {
 			t.Errorf("GET keys: got %s, want %s", keys, fp)
 		}
 		keyPath := "/v1/nodes/v1/keys/" + url.PathEscape(fp)
-		o.mustAPI(200, "DELETE", keyPath, nil)
-		o.mustAPI(404, "DELETE", keyPath, nil)
+		if body := o.mustAPI(200, "DELETE", keyPath, nil); string(body) != `{"removed":true}`+"\n" {
+			t.Errorf("DELETE key: got %s, want removed", body)
+		}
+		if body := o.mustAPI(200, "DELETE", keyPath, nil); string(body) != `{"removed":false}`+"\n" { // idempotent
+			t.Errorf("DELETE key again: got %s, want not removed", body)
+		}
 
 		// Audit: what was done to v1, filtered by node and time.
 		o.rotate("v1")

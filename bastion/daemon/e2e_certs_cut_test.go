@@ -116,22 +116,24 @@ func TestCertRevokeLive(t *testing.T) {
 }
 
 // TestCertExpiryLive: a live console and a live exec end by themselves at
-// the certificate's end plus the skew, with "your certificate for ...
-// expired".
+// the certificate's valid_before, with "your certificate for ...
+// expired", and the certificate is refused from then on: the skew (the
+// default, 60 s) widens only the start of a certificate's validity, never
+// its end, as OpenSSH treats valid_before.
 func TestCertExpiryLive(t *testing.T) {
 	t.Parallel()
-	o, k, _ := certObmd(t, "", func(c *daemon.Config) { c.Certs.Skew = time.Second })
+	o, k, _ := certObmd(t, "")
 	token := o.addSimNode("ce")
 	now := time.Now().Truncate(time.Second)
 	end := now.Add(4 * time.Second)
 	cert := k.sign("-I", "carol", "-n", "ce", "-V", window(now.Add(time.Second), end))
 	l := liveCert(t, o, k, "ce", cert, token)
-	expiry := end.Add(time.Second) // the skew
-	d := l.cut(t, expiry, "your certificate for ce expired", 2*time.Second)
+	d := l.cut(t, end, "your certificate for ce expired", 2*time.Second)
 	if d < 0 {
-		t.Errorf("the sessions ended %v before the certificate's end plus the skew", -d)
+		t.Errorf("the sessions ended %v before the certificate's end", -d)
 	}
-	t.Logf("sessions ended %v after the certificate's end plus the skew", d.Round(time.Millisecond))
+	t.Logf("sessions ended %v after the certificate's end", d.Round(time.Millisecond))
+	o.certRefused(k, "ce", cert, "the certificate after its end, within the skew")
 }
 
 // TestCertPrincipals: a node carrying principal project-x opens to a

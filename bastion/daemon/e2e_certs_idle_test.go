@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/obmd/obmd/bastion/daemon"
 )
 
 // idleBound is how soon after the change an idle connection must be
@@ -66,24 +64,24 @@ func TestCertIdleClosed(t *testing.T) {
 }
 
 // TestCertIdleExpiry: an idle connection that logged in with a
-// certificate is closed at the certificate's end plus the skew, not
-// before; one with a longer certificate stays.
+// certificate is closed at the certificate's valid_before, not before and
+// not a skew (the default, 60 s) later; one with a longer certificate
+// stays.
 func TestCertIdleExpiry(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o, k, _ := certObmd(t, dsn, func(c *daemon.Config) { c.Certs.Skew = time.Second })
+		o, k, _ := certObmd(t, dsn)
 		o.addSimNode("ie")
 		now := time.Now().Truncate(time.Second)
 		end := now.Add(5 * time.Second)
 		short := idleMaster(t, "the short certificate's master", o.SSHAddr(), "ie", "",
 			k.args(k.sign("-I", "lee", "-n", "ie", "-V", window(now.Add(time.Second), end), "-z", "21")))
 		long := idleMaster(t, "the long certificate's master", o.SSHAddr(), "ie", "", idleCert(k, "ie", "max", 22))
-		expiry := end.Add(time.Second) // the skew
-		d := short.closed(expiry, 2*time.Second)
+		d := short.closed(end, 2*time.Second)
 		if d < 0 {
-			t.Errorf("closed %v before the certificate's end plus the skew", -d)
+			t.Errorf("closed %v before the certificate's end", -d)
 		}
-		t.Logf("closed %v after the certificate's end plus the skew", d.Round(time.Millisecond))
+		t.Logf("closed %v after the certificate's end", d.Round(time.Millisecond))
 		o.closedAudit("ie", "ssh:cert hil:lee serial 21", "your certificate for ie expired")
 		long.alive("the other certificate's expiry")
 	})

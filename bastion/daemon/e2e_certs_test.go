@@ -147,7 +147,7 @@ func TestCertNoPTY(t *testing.T) {
 		con := startPTY(t, exec.Command("ssh", sshArgs(o.SSHAddr(), "np", append([]string{"-o", "PasswordAuthentication=no",
 			"-o", "KbdInteractiveAuthentication=no"}, k.args(cert)...)...)...))
 		con.expect("PTY allocation request failed")
-		con.expect("does not permit a console")
+		con.expect("does not permit the console")
 		if code := con.exit(); code != 3 {
 			t.Errorf("ssh at a terminal without permit-pty: exit %d, want 3", code)
 		}
@@ -168,7 +168,7 @@ func TestCertNoPTY(t *testing.T) {
 		if err := s.RequestPty("xterm", 24, 80, gossh.TerminalModes{}); err == nil {
 			t.Errorf("x/crypto pty-req without permit-pty: accepted, want refused")
 		}
-		if res, err := runSession(c, "console"); err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "does not permit a console") {
+		if res, err := runSession(c, "console"); err != nil || res.Code != 3 || !strings.Contains(res.Stderr, "does not permit the console") {
 			t.Errorf("exec console without permit-pty: got %v, %v; want exit 3 and why", res, err)
 		}
 	})
@@ -254,6 +254,13 @@ func TestCertKeygenPlusOneMinute(t *testing.T) {
 // dsn back by d.
 func backdateChanges(t *testing.T, dsn string, d time.Duration) {
 	t.Helper()
+	storeRaw(t, dsn, `UPDATE access_changes SET at = at - ?`, d.Milliseconds())
+}
+
+// storeRaw runs query with args on the database at dsn (the daemon's, as
+// it is open), as an operator or an older obmd would.
+func storeRaw(t *testing.T, dsn, query string, args ...any) {
+	t.Helper()
 	// SQLite as obmd opens it (db/open.go): the same VFS, whose wal-index
 	// is in this process's heap, and a wait for the daemon's writer.
 	driver, name := "sqlite", dsn+"?vfs=unix-excl&_pragma=busy_timeout%2810000%29&_txlock=immediate"
@@ -265,7 +272,7 @@ func backdateChanges(t *testing.T, dsn string, d time.Duration) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := conn.Exec(`UPDATE access_changes SET at = at - ?`, d.Milliseconds()); err != nil {
-		t.Fatalf("backdate access changes: %v", err)
+	if _, err := conn.Exec(query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
 }

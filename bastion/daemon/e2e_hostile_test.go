@@ -126,7 +126,7 @@ func TestHostileHTTP(t *testing.T) {
 		{"garbage key", "POST", "/v1/nodes/n1/keys", map[string]string{"key": "\x1b[31mnot a key"}, 400, "not an authorized key"},
 		{"duplicate key", "POST", "/v1/nodes/n1/keys", map[string]string{"key": keyLine}, 409, "already registered"},
 		{"bad fingerprint", "DELETE", "/v1/nodes/n1/keys/SHA256:%1B%5B2J", nil, 400, "not valid"},
-		{"unknown fingerprint", "DELETE", "/v1/nodes/n1/keys/SHA256:nope", nil, 404, "no key"},
+		{"key of an unknown node", "DELETE", "/v1/nodes/ghost/keys/SHA256:nope", nil, 404, "not found"},
 		{"rotate unknown node", "POST", "/node/ghost/token", nil, 404, "not found"},
 		{"different re-PUT", "PUT", "/node/n1", map[string]any{"type": "mock", "info": map[string]string{"addr": "x"}}, 409, "already exists"},
 		{"audit bad limit", "GET", "/v1/audit?limit=%1B", nil, 400, "limit"},

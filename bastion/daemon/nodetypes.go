@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
@@ -94,12 +95,10 @@ func checkDrivers(ipmiCfg ipmi.Config, toolCfg ipmitool.Config, rf redfish.Confi
 
 // redfishView is a Redfish node's info as GET /v1/nodes shows it: never
 // the password.
-func redfishView(i redfish.Info) any {
-	return struct {
-		Addr     string           `json:"addr"`
-		User     string           `json:"user"`
-		System   string           `json:"system,omitempty"`
-		Insecure bool             `json:"insecure,omitempty"`
-		SOL      *redfish.SOLInfo `json:"sol,omitempty"`
-	}{i.Addr, i.User, i.System, i.Insecure, i.SOL}
+func redfishView(i redfish.Info) api.BMC {
+	v := api.BMC{Addr: i.Addr, User: i.User, System: i.System, Insecure: i.Insecure}
+	if i.SOL != nil {
+		v.SOL = &api.SOL{Port: i.SOL.Port, Cipher: i.SOL.Cipher}
+	}
+	return v
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
@@ -53,9 +54,9 @@ type Kind[I any] struct {
 	// reflect.DeepEqual.
 	Equal func(a, b I) bool
 	// View is the info as GET /v1/nodes shows it, beside the node's label
-	// and type: a struct whose JSON object's fields join the node's. It
-	// never holds the password.
-	View func(I) any
+	// and type (api.BMC, which has no field for a password; obmctl reads
+	// it too).
+	View func(I) api.BMC
 	// New builds the node's driver; it does no I/O.
 	New func(label string, info I, log logrus.FieldLogger) (sol.BMC, error)
 	// Forget, if set, drops what the type keeps of a deleted node (the
@@ -69,7 +70,7 @@ type Entry struct {
 	decode func(decode func(any) error, strict bool) (any, error)
 	open   func(plain []byte) (any, error)
 	equal  func(a, b any) bool
-	view   func(any) any
+	view   func(any) api.BMC
 	build  func(label string, info any, log logrus.FieldLogger) (sol.BMC, error)
 	forget func(label string)
 	checks bool // Kind.Check is set
@@ -114,7 +115,7 @@ func Define[I any](typ Type, k Kind[I]) Entry {
 		checks: k.Check != nil,
 	}
 	if k.View != nil {
-		e.view = func(i any) any { return k.View(i.(I)) }
+		e.view = func(i any) api.BMC { return k.View(i.(I)) }
 	}
 	if k.New != nil {
 		e.build = func(label string, i any, log logrus.FieldLogger) (sol.BMC, error) { return k.New(label, i.(I), log) }
@@ -144,9 +145,9 @@ func (i Info) Equal(o Info) bool {
 }
 
 // View is the info as the admin API shows it: never the password (Kind.View).
-func (i Info) View() any {
+func (i Info) View() api.BMC {
 	if i.e == nil {
-		return struct{}{}
+		return api.BMC{}
 	}
 	return i.e.view(i.v)
 }

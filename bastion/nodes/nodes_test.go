@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
@@ -40,7 +41,7 @@ func testTable(t *testing.T, sealer *keys.Sealer) (*Table, *[]string) {
 				return nil
 			},
 			Canonical: func(i testInfo) testInfo { i.URL = strings.TrimSuffix(i.URL, "/"); return i },
-			View:      func(i testInfo) any { return struct{ URL string }{i.URL} },
+			View:      func(i testInfo) api.BMC { return api.BMC{Addr: i.URL} },
 			New:       func(string, testInfo, logrus.FieldLogger) (sol.BMC, error) { return nil, nil },
 			Forget:    func(label string) { forgot = append(forgot, label) },
 		}))
@@ -91,7 +92,7 @@ func TestTable(t *testing.T) {
 	if !a.Equal(b) || a.Equal(c) || a.Type() != "own" {
 		t.Errorf("equality: a=b %v (want true), a=c %v (want false)", a.Equal(b), a.Equal(c))
 	}
-	if view, _ := json.Marshal(a.View()); string(view) != `{"URL":"https://bmc"}` {
+	if view, _ := json.Marshal(a.View()); string(view) != `{"addr":"https://bmc"}` {
 		t.Errorf("view: got %s", view)
 	}
 	sealed, err := table.Seal("n1", a)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
@@ -41,7 +42,7 @@ func urlNodes(t *testing.T) (*Table, *fakeNodes, *[]string) {
 	built := new([]string)
 	table, err := NewTable(sealer, Define("own", Kind[testInfo]{
 		Check: func(testInfo) error { return nil },
-		View:  func(i testInfo) any { return i.URL },
+		View:  func(i testInfo) api.BMC { return api.BMC{Addr: i.URL} },
 		New: func(_ string, i testInfo, _ logrus.FieldLogger) (sol.BMC, error) {
 			*built = append(*built, i.URL)
 			return nil, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/sol"
 )
@@ -62,8 +63,8 @@ func SolKind(typ Type, s SolSpec) Kind[sol.Info] {
 		Check:     check,
 		Canonical: sol.Info.Canonical,
 		Equal:     sol.Info.Equal,
-		View: func(i sol.Info) any {
-			v := solView{Addr: i.Addr, User: i.User, Cipher: i.Cipher, Interface: i.Interface}
+		View: func(i sol.Info) api.BMC {
+			v := api.BMC{Addr: i.Addr, User: i.User, Cipher: i.Cipher, Interface: i.Interface}
 			if s.Credentials {
 				v.Port = i.Port
 				if v.Port == 0 {
@@ -75,15 +76,6 @@ func SolKind(typ Type, s SolSpec) Kind[sol.Info] {
 		New:    s.New,
 		Forget: s.Forget,
 	}
-}
-
-// solView is a sol.Info as GET /v1/nodes shows it: never the password.
-type solView struct {
-	Addr      string `json:"addr,omitempty"`
-	Port      int    `json:"port,omitempty"` // effective port (623 unless set); none without credentials
-	User      string `json:"user,omitempty"`
-	Cipher    *int   `json:"cipher,omitempty"`
-	Interface string `json:"interface,omitempty"`
 }
 
 // wireInfo is the "info" object as sent. Pointers tell absent from zero.

@@ -13,7 +13,7 @@ type Conn struct {
 	// as against its sessions'.
 	Cert *Cert
 	// Expires, if set, is when its credential expires (a certificate's
-	// end plus the skew), as its sessions' Info.Expires.
+	// valid_before), as its sessions' Info.Expires.
 	Expires time.Time
 }
 

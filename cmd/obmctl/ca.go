@@ -1,73 +1,68 @@
 package main
 
 import (
-	"flag"
+	"encoding/json"
 	"fmt"
-	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/obmd/obmd/bastion/admin/api"
 )
 
-// Certificate authorities, revocations and node principals (/v1/cas,
-// PUT /v1/nodes/{label} "principals").
+// Certificate authorities and revocations (/v1/cas).
 
-const caUsage = `  ca add NAME FILE|-            trust a user CA's public key (certificate logins)
-  ca ls                         list trusted CAs
-  ca rm FINGERPRINT             stop trusting a CA (ends its certificates' sessions)
-  ca revoke --serial N | --key-id ID [--ca NAME|FINGERPRINT] [--expires T]
-                                revoke certificates (of every CA by default) until T
-                                (when they expire anyway; default: for good)
-  ca revoked                    list revocations
-  principals LABEL [P ...|--none]  show or set the extra principals a node carries`
+func caRevokeFlags() []flagDef {
+	return append(revocationFlags(),
+		flagDef{name: "expires", arg: "T", usage: "when the certificates expire anyway, RFC 3339 or unix seconds (default: kept for good)"})
+}
 
-func (c *client) caAdd(args []string, stdin io.Reader) error {
-	if len(args) != 2 {
-		return usageErr("ca add NAME FILE|-")
+// revocationFlags name a revocation: ca revoke's and ca unrevoke's.
+func revocationFlags() []flagDef {
+	return []flagDef{
+		{name: "serial", arg: "N", usage: "the certificates with this serial"},
+		{name: "key-id", arg: "ID", usage: "the certificates with this key id"},
+		{name: "ca", arg: "NAME|FINGERPRINT", usage: "of this CA only (default: of every CA)"},
 	}
-	data, err := readFileOrStdin(args[1], stdin)
+}
+
+func caAdd(c *client, in *input) error {
+	data, err := readFileOrStdin(in.args[1], in.stdin)
 	if err != nil {
 		return fmt.Errorf("read CA key: %w", err)
 	}
-	var out struct{ Fingerprint, Name string }
-	if err := c.call("POST", "/v1/cas", map[string]string{"name": args[0], "key": strings.TrimSpace(string(data))}, &out); err != nil {
-		return done(err)
+	var out api.CA
+	if printed, err := c.call("POST", "/v1/cas", api.AddCA{Name: in.args[0], Key: strings.TrimSpace(string(data))}, &out); printed || err != nil {
+		return err
 	}
 	fmt.Fprintf(c.out, "%s: trusted as %s\n", out.Fingerprint, out.Name)
 	return nil
 }
 
-func (c *client) caList(args []string) error {
-	if len(args) != 0 {
-		return usageErr("ca ls")
-	}
-	var out struct {
-		CAs []struct {
-			Fingerprint, Name, Key string
-			CreatedAt              time.Time `json:"created_at"`
-		}
-	}
-	if err := c.call("GET", "/v1/cas", nil, &out); err != nil {
-		return done(err)
+func caList(c *client, in *input) error {
+	var out api.CAs
+	if printed, err := c.call("GET", "/v1/cas", nil, &out); printed || err != nil {
+		return err
 	}
 	var rows [][]string
 	for _, ca := range out.CAs {
 		typ, _, _ := strings.Cut(ca.Key, " ")
-		rows = append(rows, []string{ca.Fingerprint, ca.Name, typ, ca.CreatedAt.Format(time.RFC3339)})
+		added := ""
+		if ca.CreatedAt != nil {
+			added = ca.CreatedAt.Format(time.RFC3339)
+		}
+		rows = append(rows, []string{ca.Fingerprint, ca.Name, typ, added})
 	}
 	c.table("FINGERPRINT\tNAME\tTYPE\tADDED", rows)
 	return nil
 }
 
-func (c *client) caRemove(args []string) error {
-	fp, err := one(args, "CA fingerprint")
-	if err != nil {
+func caRemove(c *client, in *input) error {
+	fp := in.args[0]
+	var out api.Removed
+	if printed, err := c.call("DELETE", "/v1/cas/"+url.PathEscape(fp), nil, &out); printed || err != nil {
 		return err
-	}
-	var out struct{ Removed bool }
-	if err := c.call("DELETE", "/v1/cas/"+url.PathEscape(fp), nil, &out); err != nil {
-		return done(err)
 	}
 	if out.Removed {
 		fmt.Fprintf(c.out, "%s: removed\n", fp)
@@ -77,53 +72,66 @@ func (c *client) caRemove(args []string) error {
 	return nil
 }
 
-func (c *client) caRevoke(args []string) error {
-	fs := flag.NewFlagSet("ca revoke", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	serial := fs.String("serial", "", "certificate serial")
-	keyID := fs.String("key-id", "", "certificate key id")
-	ca := fs.String("ca", "", "the CA (name or fingerprint); default every CA")
-	expires := fs.String("expires", "", "when the certificates expire anyway (RFC 3339 or unix seconds)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 || (*serial == "") == (*keyID == "") {
-		return usageErr("ca revoke --serial N | --key-id ID [--ca NAME|FINGERPRINT] [--expires T]")
+func caRevoke(c *client, in *input) error {
+	body, err := revocation(in)
+	if err != nil {
+		return err
 	}
-	body := map[string]any{}
-	if *serial != "" {
-		n, err := strconv.ParseUint(*serial, 10, 64)
+	if exp := in.str("expires"); exp != "" {
+		body.Expires, _ = json.Marshal(exp)
+	}
+	return c.done("POST", "/v1/cas/revoked", body, "revoked")
+}
+
+// revocation is the revocation --serial or --key-id, and --ca, name.
+func revocation(in *input) (api.Revoke, error) {
+	serial, keyID := in.str("serial"), in.str("key-id")
+	if (serial == "") == (keyID == "") {
+		return api.Revoke{}, usageError(in.cmd, "%s wants --serial N or --key-id ID (one of them)", in.cmd.name)
+	}
+	r := api.Revoke{CA: in.str("ca")}
+	if serial != "" {
+		n, err := strconv.ParseUint(serial, 10, 64)
 		if err != nil {
-			return usageErr("--serial %q: want an unsigned number", *serial)
+			return r, usageError(in.cmd, "--serial %q: want an unsigned number", serial)
 		}
-		body["serial"] = n
+		r.Serial = &n
 	} else {
-		body["key_id"] = *keyID
+		r.KeyID = &keyID
 	}
-	if *ca != "" {
-		body["ca"] = *ca
+	return r, nil
+}
+
+// caUnrevoke is `ca unrevoke`: DELETE /v1/cas/revoked/serial/N or
+// /key_id/ID, the revocation named as it was made.
+func caUnrevoke(c *client, in *input) error {
+	r, err := revocation(in)
+	if err != nil {
+		return err
 	}
-	if *expires != "" {
-		body["expires"] = *expires
+	path, what := "/v1/cas/revoked/key_id/"+url.PathEscape(in.str("key-id")), "key id "+strconv.Quote(in.str("key-id"))
+	if r.Serial != nil {
+		path, what = "/v1/cas/revoked/serial/"+in.str("serial"), "serial "+in.str("serial")
 	}
-	if err := c.call("POST", "/v1/cas/revoked", body, nil); err != nil {
-		return done(err)
+	if r.CA != "" {
+		path += "?ca=" + url.QueryEscape(r.CA)
 	}
-	fmt.Fprintln(c.out, "revoked")
+	var out api.Removed
+	if printed, err := c.call("DELETE", path, nil, &out); printed || err != nil {
+		return err
+	}
+	if out.Removed {
+		fmt.Fprintf(c.out, "%s: revocation deleted\n", what)
+	} else {
+		fmt.Fprintf(c.out, "%s: was not revoked\n", what)
+	}
 	return nil
 }
 
-func (c *client) caRevoked(args []string) error {
-	if len(args) != 0 {
-		return usageErr("ca revoked")
-	}
-	var out struct {
-		Revoked []struct {
-			Kind, CA  string
-			Serial    *uint64
-			KeyID     *string    `json:"key_id"`
-			ExpiresAt *time.Time `json:"expires_at"`
-		}
-	}
-	if err := c.call("GET", "/v1/cas/revoked", nil, &out); err != nil {
-		return done(err)
+func caRevoked(c *client, in *input) error {
+	var out api.Revocations
+	if printed, err := c.call("GET", "/v1/cas/revoked", nil, &out); printed || err != nil {
+		return err
 	}
 	var rows [][]string
 	for _, r := range out.Revoked {
@@ -143,51 +151,4 @@ func (c *client) caRevoked(args []string) error {
 	}
 	c.table("REVOKED\tCA\tKEPT UNTIL", rows)
 	return nil
-}
-
-// principals shows (LABEL alone) or sets a node's extra principals.
-func (c *client) principals(args []string) error {
-	if len(args) == 0 {
-		return usageErr("principals LABEL [PRINCIPAL ...|--none]")
-	}
-	label, set := args[0], args[1:]
-	var out struct{ Principals []string }
-	var err error
-	switch {
-	case len(set) == 0:
-		err = c.call("GET", "/v1/nodes/"+esc(label), nil, &out)
-	case len(set) == 1 && set[0] == "--none":
-		err = c.call("PUT", "/v1/nodes/"+esc(label), map[string]any{"principals": []string{}}, &out)
-	default:
-		err = c.call("PUT", "/v1/nodes/"+esc(label), map[string]any{"principals": set}, &out)
-	}
-	if err != nil {
-		return done(err)
-	}
-	shown := "none"
-	if len(out.Principals) > 0 {
-		shown = strings.Join(out.Principals, " ")
-	}
-	fmt.Fprintf(c.out, "%s: principals %s\n", label, shown)
-	return nil
-}
-
-// ca runs `ca SUB ARGS`.
-func (c *client) ca(sub string, args []string, stdin io.Reader) error {
-	if len(args) > 0 {
-		args = args[1:]
-	}
-	switch sub {
-	case "add":
-		return c.caAdd(args, stdin)
-	case "ls":
-		return c.caList(args)
-	case "rm":
-		return c.caRemove(args)
-	case "revoke":
-		return c.caRevoke(args)
-	case "revoked":
-		return c.caRevoked(args)
-	}
-	return usageErr("unknown command %q", strings.TrimSpace("ca "+sub))
 }

@@ -4,35 +4,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
-)
 
-// doctorReport is GET /v1/nodes/{label}/doctor.
-type doctorReport struct {
-	Node   string `json:"node"`
-	OK     bool   `json:"ok"`
-	Failed string `json:"failed"`
-	Checks []struct {
-		Name   string `json:"name"`
-		OK     bool   `json:"ok"`
-		Result string `json:"result"`
-		Hint   string `json:"hint"`
-	} `json:"checks"`
-}
+	"github.com/obmd/obmd/bastion/admin/api"
+)
 
 // doctor runs a node's diagnosis and prints one line per step with the
 // administrator's detail (it may name the BMC's address), the failed
 // step's hint, and a summary; with --json, the API's answer. It exits 1
 // when a step failed, with --json too.
-func (c *client) doctor(args []string) error {
-	label, err := one(args, "node label")
-	if err != nil {
-		return err
-	}
+func doctor(c *client, in *input) error {
+	label := in.args[0]
 	data, err := c.fetch("GET", "/v1/nodes/"+esc(label)+"/doctor", nil)
 	if err != nil {
 		return err
 	}
-	var rep doctorReport
+	var rep api.Doctor
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return fmt.Errorf("doctor %s: %w", label, err)
 	}
@@ -42,12 +28,12 @@ func (c *client) doctor(args []string) error {
 		c.doctorText(rep)
 	}
 	if !rep.OK {
-		return &exitError{code: 1, msg: fmt.Sprintf("doctor %s: %s failed", label, rep.Failed)}
+		return &exitError{code: exitFailed, msg: fmt.Sprintf("doctor %s: %s failed", label, rep.Failed), printed: true}
 	}
 	return nil
 }
 
-func (c *client) doctorText(rep doctorReport) {
+func (c *client) doctorText(rep api.Doctor) {
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	for _, s := range rep.Checks {
 		mark := "ok"

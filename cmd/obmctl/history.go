@@ -1,113 +1,87 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
+	"time"
+
+	"github.com/obmd/obmd/bastion/admin/api"
 )
 
-// nodeSet is `node set LABEL --capture always|attached|default`: the
-// node's console capture, without its BMC info.
-func (c *client) nodeSet(args []string) error {
-	label, fs, err := labelFlags(args, "node set")
-	if err != nil {
-		return err
+// The console history: console-log and tenancies.
+
+func consoleLogFlags() []flagDef {
+	return []flagDef{
+		{name: "since", arg: "T", usage: "from T on: a duration (10m) or an RFC 3339 time"},
+		{name: "lines", kind: intFlag, arg: "N", usage: "only the last N lines"},
+		{name: "format", arg: "F", def: "raw", usage: "raw (the bytes as the node sent them), text (lines) or cast (asciicast v2)"},
+		{name: "timestamps", kind: boolFlag, usage: "start each line with its time (implies --format text)"},
+		{name: "tenancy", kind: intFlag, arg: "E", usage: "a kept tenancy (see tenancies LABEL), not the current one"},
 	}
-	capture := fs.String("capture", "", "always, attached or default")
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageErr("%v", err)
-	}
-	if fs.NArg() > 0 || *capture == "" {
-		return usageErr("node set LABEL --capture always|attached|default")
-	}
-	v, err := captureValue(*capture)
-	if err != nil {
-		return err
-	}
-	if err := c.call("PUT", "/v1/nodes/"+esc(label)+"/capture", map[string]string{"capture": v}, nil); err != nil {
-		return done(err)
-	}
-	fmt.Fprintf(c.out, "%s: capture %s\n", label, *capture)
-	return nil
 }
 
-// labelFlags is the label a command takes first, and the flag set of the
-// rest (not parsed yet).
-func labelFlags(args []string, name string) (string, *flag.FlagSet, error) {
-	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
-		return "", nil, usageErr("%s needs a label first", name)
+// consoleLog is `console-log LABEL [flags]`: the node's console history
+// as the admin API returns it, written untouched to stdout. It has no
+// JSON form; --timestamps is a text format's.
+func consoleLog(c *client, in *input) error {
+	if c.asJSON {
+		return usageError(in.cmd, "console-log writes the history itself, not JSON (--format cast is JSON lines)")
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	return args[0], fs, nil
-}
-
-// captureValue maps --capture to the API's value ("default" is "").
-func captureValue(s string) (string, error) {
-	switch s {
-	case "always", "attached":
-		return s, nil
-	case "default":
-		return "", nil
+	format := in.str("format")
+	if in.bool("timestamps") {
+		if in.given("format") && format != "text" {
+			return usageError(in.cmd, "--timestamps stamps text lines: use it with --format text (or alone), not --format %s", format)
+		}
+		format = "text"
 	}
-	return "", usageErr("--capture wants always, attached or default, not %q", s)
-}
-
-// consoleLog is `console-log LABEL [--since T] [--lines N] [--format F]
-// [--timestamps] [--tenancy EPOCH]`: the node's console history as the
-// admin API returns it, written untouched to stdout.
-func (c *client) consoleLog(args []string) error {
-	label, fs, err := labelFlags(args, "console-log")
-	if err != nil {
-		return err
+	q := url.Values{"format": {format}}
+	if v := in.str("since"); v != "" {
+		q.Set("since", v)
 	}
-	since := fs.String("since", "", "10m, or an RFC 3339 time")
-	lines := fs.Int("lines", 0, "only the last N lines")
-	format := fs.String("format", "raw", "raw, text or cast")
-	stamps := fs.Bool("timestamps", false, "text: each line's time")
-	tenancy := fs.Int64("tenancy", 0, "a kept tenancy (see tenancies LABEL)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageErr("%v", err)
+	if in.given("lines") {
+		q.Set("lines", strconv.Itoa(in.int("lines")))
 	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
-	}
-	q := url.Values{"format": {*format}}
-	if *since != "" {
-		q.Set("since", *since)
-	}
-	if *lines > 0 {
-		q.Set("lines", strconv.Itoa(*lines))
-	}
-	if *stamps {
+	if in.bool("timestamps") {
 		q.Set("timestamps", "1")
 	}
-	if *tenancy > 0 {
-		q.Set("tenancy", strconv.FormatInt(*tenancy, 10))
+	if in.given("tenancy") {
+		q.Set("tenancy", strconv.Itoa(in.int("tenancy")))
 	}
-	return c.stream("/v1/nodes/" + esc(label) + "/console-log?" + q.Encode())
-}
-
-// stream GETs path and copies a successful answer to stdout as it is.
-func (c *client) stream(path string) error {
-	req, err := http.NewRequest("GET", c.base+path, nil)
-	if err != nil {
-		return err
-	}
-	req.SetBasicAuth("admin", c.token)
-	resp, err := c.http.Do(req)
+	path := "/v1/nodes/" + esc(in.args[0]) + "/console-log?" + q.Encode()
+	resp, err := c.send("GET", path, nil)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return c.call("GET", path, nil, nil) // the same answer, as an error
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return answerError("GET", path, resp, data)
 	}
 	if _, err := io.Copy(c.out, resp.Body); err != nil {
 		return fmt.Errorf("console-log: %w", err)
 	}
+	return nil
+}
+
+// tenancies is `tenancies LABEL`: the tenancies the node's history keeps.
+func tenancies(c *client, in *input) error {
+	var out api.Tenancies
+	if printed, err := c.call("GET", "/v1/nodes/"+esc(in.args[0])+"/tenancies", nil, &out); printed || err != nil {
+		return err
+	}
+	var rows [][]string
+	for _, t := range out.Tenancies {
+		ended, purge := "current", ""
+		if !t.Current && t.EndedAt != nil {
+			ended = t.EndedAt.Format(time.RFC3339)
+		}
+		if t.PurgeAt != nil {
+			purge = t.PurgeAt.Format(time.RFC3339)
+		}
+		rows = append(rows, []string{strconv.FormatInt(t.Epoch, 10), t.StartedAt.Format(time.RFC3339), ended, strconv.FormatInt(t.Bytes, 10), purge})
+	}
+	c.table("TENANCY\tSTARTED\tENDED\tBYTES\tPURGED AT", rows)
 	return nil
 }

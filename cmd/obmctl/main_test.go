@@ -90,9 +90,15 @@ func TestObmctl(t *testing.T) {
 		{"list CAs", "", []string{"ca", "ls"}, 0, caFP + "  hil", ""},
 		{"revoke serial", "", []string{"ca", "revoke", "--serial", "42", "--ca", "hil", "--expires", "2030-01-02T03:04:05Z"}, 0, "revoked", ""},
 		{"revoke key id", "", []string{"ca", "revoke", "--key-id", "alice"}, 0, "revoked", ""},
-		{"revoke both", "", []string{"ca", "revoke", "--serial", "1", "--key-id", "alice"}, 2, "", "ca revoke --serial"},
+		{"revoke both", "", []string{"ca", "revoke", "--serial", "1", "--key-id", "alice"}, 2, "", "--serial N or --key-id ID"},
 		{"list revocations", "", []string{"ca", "revoked"}, 0, caFP + "  2030-01-02T03:04:05Z", ""},
 		{"list revocations of every CA", "", []string{"ca", "revoked"}, 0, "every CA", ""},
+		{"unrevoke serial", "", []string{"ca", "unrevoke", "--serial", "42", "--ca", "hil"}, 0, "serial 42: revocation deleted", ""},
+		{"unrevoke serial again", "", []string{"ca", "unrevoke", "--serial", "42", "--ca", "hil"}, 0, "serial 42: was not revoked", ""},
+		{"unrevoke key id", "", []string{"ca", "unrevoke", "--key-id", "alice"}, 0, `key id "alice": revocation deleted`, ""},
+		{"unrevoke bad serial", "", []string{"ca", "unrevoke", "--serial", "x"}, 2, "", "want an unsigned number"},
+		{"unrevoke both", "", []string{"ca", "unrevoke", "--serial", "1", "--key-id", "alice"}, 2, "", "ca unrevoke wants --serial N or --key-id ID"},
+		{"revocations left", "", []string{"ca", "revoked"}, 0, "REVOKED", ""},
 		{"set principals", "", []string{"principals", "n2", "project-x", "rack-4"}, 0, "n2: principals project-x rack-4", ""},
 		{"show principals", "", []string{"principals", "n2"}, 0, "n2: principals project-x rack-4", ""},
 		{"clear principals", "", []string{"principals", "n2", "--none"}, 0, "n2: principals none", ""},
@@ -126,6 +132,12 @@ func TestObmctl(t *testing.T) {
 	}
 	// Checks of a step's stdout beyond a substring.
 	checks := map[string]func(out string){
+		// Both revocations were deleted: none is listed.
+		"revocations left": func(out string) {
+			if strings.Contains(out, "serial 42") || strings.Contains(out, "alice") {
+				t.Errorf("revocations left: got %q, want none", out)
+			}
+		},
 		// The token printed is the node's new one: it logs in, and a
 		// different one does not.
 		"rotate": func(out string) {

@@ -1,19 +1,38 @@
 package main
 
 import (
-	"flag"
+	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/obmd/obmd/bastion/admin/api"
 )
 
-// nodeFlags are node add's flags after the label.
-type nodeFlags struct {
-	typ, addr, user, iface, system, passFile, capture string
-	port, cipher, solPort, solCipher                  int
-	insecure, sol                                     bool
-	set                                               []string // the names of the flags given
+// nodeAddFlags are node add's flags; field is the API's name of each.
+func nodeAddFlags() []flagDef {
+	return []flagDef{
+		{name: "type", arg: "T", def: "ipmi", usage: "ipmi, ipmitool, redfish, mock or sim", field: "type"},
+		{name: "addr", arg: "A", usage: "the BMC's address (redfish: https://HOST[:PORT])", field: "info.addr"},
+		{name: "user", arg: "U", usage: "the BMC user", field: "info.user"},
+		{name: "pass-file", arg: "FILE", usage: "the file holding the BMC password (else $OBMD_BMC_PASS, else a prompt)", field: "info.pass"},
+		{name: "port", kind: intFlag, arg: "P", usage: "the BMC's RMCP+ port (default 623)", field: "info.port"},
+		{name: "cipher", kind: intFlag, arg: "N", usage: "pin an IPMI cipher suite (default: negotiated, 17 then 3)", field: "info.cipher"},
+		{name: "interface", arg: "I", usage: "ipmitool: lan or lanplus", field: "info.interface"},
+		{name: "system", arg: "S", usage: "redfish: the system's Id or path (default: the BMC's only one)", field: "info.system"},
+		{name: "insecure", kind: boolFlag, usage: "redfish: do not verify the BMC's TLS certificate", field: "info.insecure"},
+		{name: "sol", kind: boolFlag, usage: "redfish: the console over IPMI SOL on the same host and account", field: "info.sol"},
+		{name: "sol-port", kind: intFlag, arg: "P", usage: "redfish: the console's RMCP+ port (implies --sol; default 623)", field: "info.sol.port"},
+		{name: "sol-cipher", kind: intFlag, arg: "N", usage: "redfish: the console's cipher suite (implies --sol; default negotiated)", field: "info.sol.cipher"},
+		{name: "capture", arg: "C", usage: "console capture: always, attached or default", field: "capture"},
+	}
 }
 
 // typeFlags are the flags a node type takes beyond --type, --addr and
@@ -33,94 +52,192 @@ func typeFlags(typ string) (names []string, password, ok bool) {
 	return nil, false, false
 }
 
-// parseNodeFlags parses node add's flags and refuses a flag the node's
-// type does not take (it would be dropped without a word otherwise).
-func parseNodeFlags(args []string) (*nodeFlags, error) {
-	f := &nodeFlags{}
-	fs := flag.NewFlagSet("node add", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&f.typ, "type", "ipmi", "ipmi, ipmitool, redfish, mock or sim")
-	fs.StringVar(&f.addr, "addr", "", "BMC address (redfish: https://host[:port])")
-	fs.StringVar(&f.user, "user", "", "BMC user")
-	fs.IntVar(&f.port, "port", 0, "RMCP+ port (default 623)")
-	fs.IntVar(&f.cipher, "cipher", -1, "IPMI cipher suite (default: negotiated, 17 then 3)")
-	fs.StringVar(&f.iface, "interface", "", "ipmitool interface: lan or lanplus")
-	fs.StringVar(&f.system, "system", "", "redfish: the system's Id or path (default: the BMC's only one)")
-	fs.BoolVar(&f.insecure, "insecure", false, "redfish: do not verify the BMC's TLS certificate")
-	fs.BoolVar(&f.sol, "sol", false, "redfish: the console over IPMI SOL on the same host and account")
-	fs.IntVar(&f.solPort, "sol-port", 0, "redfish: the console's RMCP+ port (implies --sol; default 623)")
-	fs.IntVar(&f.solCipher, "sol-cipher", -1, "redfish: the console's cipher suite (implies --sol; default negotiated)")
-	fs.StringVar(&f.passFile, "pass-file", "", "file holding the BMC password")
-	fs.StringVar(&f.capture, "capture", "", "console capture: always, attached or default")
-	if err := fs.Parse(args); err != nil {
-		return nil, usageErr("%v", err)
+func nodeList(c *client, in *input) error {
+	var out api.Nodes
+	if printed, err := c.call("GET", "/v1/nodes", nil, &out); printed || err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return nil, usageErr("unexpected argument %q (the BMC password is never an argument: use --pass-file, OBMD_BMC_PASS or the prompt)", fs.Arg(0))
+	var rows [][]string
+	for _, n := range out.Nodes {
+		rows = append(rows, []string{n.Label, n.Type, hostPort(n.BMC), n.User, n.UpdatedAt.Format(time.RFC3339)})
 	}
-	takes, _, ok := typeFlags(f.typ)
-	if !ok {
-		return nil, usageErr("unknown node type %q (ipmi, ipmitool, redfish, mock or sim)", f.typ)
-	}
-	var wrong []string
-	fs.Visit(func(fl *flag.Flag) {
-		f.set = append(f.set, fl.Name)
-		if !slices.Contains([]string{"type", "addr", "capture"}, fl.Name) && !slices.Contains(takes, fl.Name) {
-			wrong = append(wrong, "--"+fl.Name)
-		}
-	})
-	if len(wrong) > 0 {
-		return nil, usageErr("a %s node does not take %s", f.typ, strings.Join(wrong, ", "))
-	}
-	return f, nil
+	c.table("LABEL\tTYPE\tBMC\tUSER\tUPDATED", rows)
+	return nil
 }
 
-func (f *nodeFlags) given(name string) bool { return slices.Contains(f.set, name) }
+func hostPort(b api.BMC) string {
+	if b.Port == 0 {
+		return b.Addr
+	}
+	return fmt.Sprintf("%s:%d", b.Addr, b.Port)
+}
 
-// info is the node's info for PUT /v1/nodes/{label}; pass reads the BMC
-// password, for the types that have one.
-func (f *nodeFlags) info(pass func() (string, error)) (map[string]any, error) {
-	info := map[string]any{"addr": f.addr}
-	if _, password, _ := typeFlags(f.typ); !password {
+func nodeShow(c *client, in *input) error {
+	label := in.args[0]
+	var n api.Node
+	if printed, err := c.call("GET", "/v1/nodes/"+esc(label), nil, &n); printed || err != nil {
+		return err
+	}
+	deref := func(p *int) int {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	capture := n.Capture
+	if capture == "" {
+		capture = "default"
+	}
+	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ncapture:  %s\n%stoken:    %v\nkeys:     %d\nsessions: %d\n",
+		n.Label, n.Type, hostPort(n.BMC), n.User, capture, nodeDetail(n), n.HasToken != nil && *n.HasToken, deref(n.Keys), deref(n.Sessions))
+	return nil
+}
+
+// nodeAdd is `node add LABEL ...`: PUT /v1/nodes/{label}. A flag the
+// node's type does not take is refused (it would be dropped without a
+// word otherwise).
+func nodeAdd(c *client, in *input) error {
+	label, typ := in.args[0], in.str("type")
+	takes, password, ok := typeFlags(typ)
+	if !ok {
+		return usageError(in.cmd, "unknown node type %q (ipmi, ipmitool, redfish, mock or sim)", typ)
+	}
+	var wrong []string
+	for _, f := range in.cmd.flags {
+		if in.given(f.name) && !slices.Contains([]string{"type", "addr", "capture"}, f.name) && !slices.Contains(takes, f.name) {
+			wrong = append(wrong, "--"+f.name)
+		}
+	}
+	if len(wrong) > 0 {
+		return usageError(in.cmd, "a %s node does not take %s", typ, strings.Join(wrong, ", "))
+	}
+	body := api.PutNode{Type: typ}
+	if in.given("capture") {
+		v, err := captureValue(in.cmd, in.str("capture"))
+		if err != nil {
+			return err
+		}
+		body.Capture = &v
+	}
+	info, err := registration(in, password)
+	if err != nil {
+		return err
+	}
+	if body.Info, err = json.Marshal(info); err != nil {
+		return err
+	}
+	if printed, err := c.call("PUT", "/v1/nodes/"+esc(label), body, nil); printed || err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s: registered\n", label)
+	return nil
+}
+
+// registration is the node's "info" for PUT /v1/nodes/{label}: the flags
+// given, and the BMC password for the types that have one.
+func registration(in *input, password bool) (map[string]any, error) {
+	info := map[string]any{"addr": in.str("addr")}
+	if !password {
 		return info, nil
 	}
-	p, err := pass()
+	p, err := bmcPassword(in.str("pass-file"), in.stdin, in.stderr, in.getenv)
 	if err != nil {
 		return nil, err
 	}
-	info["user"], info["pass"] = f.user, p
-	if f.given("port") {
-		info["port"] = f.port
+	info["user"], info["pass"] = in.str("user"), p
+	for _, name := range []string{"port", "cipher"} {
+		if in.given(name) {
+			info[name] = in.int(name)
+		}
 	}
-	if f.given("cipher") {
-		info["cipher"] = f.cipher
+	for _, name := range []string{"interface", "system"} {
+		if v := in.str(name); v != "" {
+			info[name] = v
+		}
 	}
-	if f.iface != "" {
-		info["interface"] = f.iface
-	}
-	if f.system != "" {
-		info["system"] = f.system
-	}
-	if f.insecure {
+	if in.bool("insecure") {
 		info["insecure"] = true
 	}
-	if f.sol || f.given("sol-port") || f.given("sol-cipher") {
+	if in.bool("sol") || in.given("sol-port") || in.given("sol-cipher") {
 		sol := map[string]any{}
-		if f.given("sol-port") {
-			sol["port"] = f.solPort
+		if in.given("sol-port") {
+			sol["port"] = in.int("sol-port")
 		}
-		if f.given("sol-cipher") {
-			sol["cipher"] = f.solCipher
+		if in.given("sol-cipher") {
+			sol["cipher"] = in.int("sol-cipher")
 		}
 		info["sol"] = sol
 	}
 	return info, nil
 }
 
+// bmcPassword reads the BMC password from file, else OBMD_BMC_PASS, else
+// stdin after a prompt on stderr: without echo when stdin is a terminal,
+// otherwise (a pipe, a file) its first line.
+func bmcPassword(file string, stdin io.Reader, stderr io.Writer, getenv func(string) string) (string, error) {
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("BMC password: %w", err)
+		}
+		return strings.TrimRight(string(data), "\r\n"), nil
+	}
+	if p := getenv("OBMD_BMC_PASS"); p != "" {
+		return p, nil
+	}
+	fmt.Fprint(stderr, "BMC password: ")
+	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		pass, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(stderr) // the newline the terminal did not echo
+		if err != nil {
+			return "", fmt.Errorf("BMC password: %w", err)
+		}
+		return string(pass), nil
+	}
+	line, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && line == "" {
+		return "", errors.New("BMC password: nothing read (use --pass-file or OBMD_BMC_PASS)")
+	}
+	return strings.TrimRight(line, "\r\n"), nil
+}
+
+// nodeSet is `node set LABEL --capture always|attached|default`: the
+// node's console capture, without its BMC info.
+func nodeSet(c *client, in *input) error {
+	label := in.args[0]
+	if !in.given("capture") {
+		return usageError(in.cmd, "node set needs --capture")
+	}
+	v, err := captureValue(in.cmd, in.str("capture"))
+	if err != nil {
+		return err
+	}
+	if printed, err := c.call("PUT", "/v1/nodes/"+esc(label)+"/capture", api.Capture{Capture: &v}, nil); printed || err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s: capture %s\n", label, in.str("capture"))
+	return nil
+}
+
+// captureValue maps --capture to the API's value ("default" is "").
+func captureValue(cmd *command, s string) (string, error) {
+	switch s {
+	case "always", "attached":
+		return s, nil
+	case "default":
+		return "", nil
+	}
+	return "", usageError(cmd, "--capture wants always, attached or default, not %q", s)
+}
+
+func nodeRemove(c *client, in *input) error {
+	return c.done("DELETE", "/v1/nodes/"+esc(in.args[0]), nil, in.args[0]+": deleted")
+}
+
 // nodeDetail is what node show adds to a node's BMC and user, by type:
 // the IPMI cipher suite (pinned, or negotiated and the one in use), a
 // Redfish node's system, TLS verification and console.
-func nodeDetail(n node) string {
+func nodeDetail(n api.Node) string {
 	var b strings.Builder
 	switch n.Type {
 	case "ipmi", "ipmitool":

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
@@ -16,15 +16,7 @@ import (
 // and the exit code.
 type ctlFunc func(args ...string) (string, string, int)
 
-func newCtl(t *testing.T) ctlFunc {
-	d := startDaemon(t)
-	env := map[string]string{"OBMD_URL": "http://" + d.AdminAddr(), "OBMD_ADMIN_TOKEN": d.AdminToken()}
-	return func(args ...string) (string, string, int) {
-		var out, errb bytes.Buffer
-		code := run(args, strings.NewReader(""), &out, &errb, func(k string) string { return env[k] })
-		return out.String(), errb.String(), code
-	}
-}
+func newCtl(t *testing.T) ctlFunc { return ctlFor(startDaemon(t)) }
 
 func writePass(t *testing.T, pass string) string {
 	p := filepath.Join(t.TempDir(), "pass")
@@ -62,7 +54,7 @@ func TestObmctlNodeTypes(t *testing.T) {
 		{"show redfish, console on 623", []string{"node", "show", "rf3"}, 0, []string{"console:  IPMI SOL on port 623\n",
 			"cipher:   negotiated, none yet\n"}, ""},
 		{"redfish over http refused", []string{"node", "add", "rf4", "--type", "redfish", "--addr", "http://bmc", "--user", "u",
-			"--pass-file", pw}, 1, nil, "info.addr"},
+			"--pass-file", pw}, 1, nil, "--addr must use https"},
 		{"add ipmi pinned", []string{"node", "add", "n1", "--addr", "10.0.0.5", "--user", "root", "--cipher", "3", "--pass-file", pw},
 			0, []string{"n1: registered"}, ""},
 		{"show ipmi pinned", []string{"node", "show", "n1"}, 0, []string{"bmc:      10.0.0.5:623\n", "cipher:   3 (pinned)\n"}, ""},
@@ -136,7 +128,7 @@ func TestObmctlDoctor(t *testing.T) {
 		t.Errorf("doctor dead: got exit %d, %q, %q; want exit 1, the failed step and what to do", code, out, errOut)
 	}
 	out, _, code = ctl("--json", "doctor", "dead")
-	var rep doctorReport
+	var rep api.Doctor
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.OK || rep.Failed != "address" || len(rep.Checks) != 1 {
 		t.Errorf("doctor --json dead: got exit %d, %q (%v)", code, out, err)
 	}
@@ -146,7 +138,7 @@ func TestObmctlDoctor(t *testing.T) {
 	if _, errOut, code := ctl("doctor", "nope"); code != 1 || !strings.Contains(errOut, "not found") {
 		t.Errorf("doctor of an unknown node: got exit %d, %q", code, errOut)
 	}
-	if _, errOut, code := ctl("doctor"); code != 2 || !strings.Contains(errOut, "want exactly one node label") {
+	if _, errOut, code := ctl("doctor"); code != 2 || !strings.Contains(errOut, "doctor needs LABEL") {
 		t.Errorf("doctor without a label: got exit %d, %q", code, errOut)
 	}
 	if got := sim.Actions(); len(got) != 0 {

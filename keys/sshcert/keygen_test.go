@@ -181,7 +181,8 @@ func TestKeygenAfterChange(t *testing.T) {
 }
 
 // TestKeygenSkewEdges: a certificate with fixed times (-V with absolute
-// UTC times), checked with a clock at each edge of the skew.
+// UTC times), checked with a clock at each edge of its window: the skew
+// widens its start only; valid_before is strict, as in OpenSSH.
 func TestKeygenSkewEdges(t *testing.T) {
 	k := newKeygen(t)
 	ca := k.key("ca", "ed25519")
@@ -200,9 +201,9 @@ func TestKeygenSkewEdges(t *testing.T) {
 		{"before the skew", from.Add(-skew - time.Millisecond), ErrNotYetValid},
 		{"start of the skew", from.Add(-skew), nil},
 		{"valid_after", from, nil},
-		{"valid_before", to, nil},
-		{"end of the skew", to.Add(skew - time.Millisecond), nil},
-		{"past the skew", to.Add(skew), ErrExpired},
+		{"just before valid_before", to.Add(-time.Millisecond), nil},
+		{"valid_before", to, ErrExpired},
+		{"within the skew past valid_before", to.Add(skew - time.Millisecond), ErrExpired},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := New(Config{Skew: skew, Now: func() time.Time { return tt.now }})
@@ -213,8 +214,8 @@ func TestKeygenSkewEdges(t *testing.T) {
 			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
 				t.Fatalf("got %v, want %v", err, tt.want)
 			}
-			if err == nil && !g.Expires.Equal(to.Add(skew)) {
-				t.Errorf("expires: got %v, want %v", g.Expires, to.Add(skew))
+			if err == nil && !g.Expires.Equal(to) {
+				t.Errorf("expires: got %v, want valid_before %v", g.Expires, to)
 			}
 		})
 	}

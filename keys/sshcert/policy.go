@@ -61,8 +61,10 @@ const MaxKeyIDLen = 256
 // Config configures a Policy. Zero values take the defaults noted.
 type Config struct {
 	// Skew is the clock difference tolerated between the CA and obmd at
-	// both ends of a certificate's validity (default DefaultSkew, at most
-	// MaxSkew). Not at the start of the node's tenancy: see Check.
+	// the start of a certificate's validity (default DefaultSkew, at most
+	// MaxSkew): a certificate is accepted from valid_after minus the skew.
+	// Never at its end (valid_before is strict, as in OpenSSH), nor at the
+	// start of the node's tenancy: see Check.
 	Skew time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -95,8 +97,7 @@ func New(cfg Config) (*Policy, error) {
 	return &Policy{skew: cfg.Skew, now: cfg.Now, legacy: cfg.LegacyAlgorithms}, nil
 }
 
-// Skew is the tolerance in use. A revocation may be purged only once its
-// certificate's expiry is more than Skew in the past (db.PurgeRevocations).
+// Skew is the tolerance in use at the start of a certificate's validity.
 func (p *Policy) Skew() time.Duration { return p.skew }
 
 // Authorities are the trusted CAs: Authority returns the name of the CA
@@ -149,10 +150,10 @@ type Grant struct {
 	// session gets no console (no shell, no PTY, no `console` command),
 	// only exec commands.
 	Console bool
-	// Expires is when the session must end: the certificate's valid_before
-	// plus the skew, the end of the window in which it is accepted, so no
-	// session outlives a time at which it could not log in. Zero: the
-	// certificate never expires.
+	// Expires is when the session must end: the certificate's
+	// valid_before, the end of the window in which it is accepted (no skew
+	// there), so no session outlives a time at which it could not log in.
+	// Zero: the certificate never expires.
 	Expires time.Time
 }
 
@@ -188,8 +189,9 @@ func Claims(cert *gossh.Certificate) (ca string, serial uint64, keyID string) {
 // trusted CA (the signature verified with x/crypto's CertChecker before
 // anything else in it is believed); lists the node's label or one of its
 // principals (an empty list is refused: OpenSSH's "any principal" holds
-// for host certificates only); is within [valid_after - skew, valid_before
-// + skew); is valid from no earlier than l.TenancyStart, without skew (a
+// for host certificates only); is within [valid_after - skew,
+// valid_before) (the skew is for a CA's clock that runs ahead when it
+// signs; the end is strict, as OpenSSH treats it); is valid from no earlier than l.TenancyStart, without skew (a
 // certificate issued before the node's last access change belongs to the
 // previous tenancy, and a certificate carries no other issue time, so an
 // issuer must start the validity at or after the change: ssh-keygen's
@@ -358,8 +360,9 @@ func matchPrincipal(cert *gossh.Certificate, l Login) (string, error) {
 	return "", fmt.Errorf("%w (%s lists %s)", ErrPrincipal, quote(l.Node, 80), list(cert.ValidPrincipals))
 }
 
-// checkTimes checks the validity window against the clock, with skew, and
-// its start against the tenancy's, without; it returns Grant.Expires.
+// checkTimes checks the validity window against the clock, with skew at
+// its start and none at its end, and its start against the tenancy's,
+// without; it returns Grant.Expires.
 func (p *Policy) checkTimes(cert *gossh.Certificate, tenancy time.Time) (time.Time, error) {
 	now := p.now()
 	after := time.Unix(int64(cert.ValidAfter), 0)
@@ -368,10 +371,9 @@ func (p *Policy) checkTimes(cert *gossh.Certificate, tenancy time.Time) (time.Ti
 	}
 	var expires time.Time
 	if cert.ValidBefore != gossh.CertTimeInfinity {
-		before := time.Unix(int64(cert.ValidBefore), 0).UTC()
-		expires = before.Add(p.skew)
+		expires = time.Unix(int64(cert.ValidBefore), 0).UTC()
 		if !now.Before(expires) {
-			return time.Time{}, fmt.Errorf("%w (at %s; skew %v)", ErrExpired, stamp(before), p.skew)
+			return time.Time{}, fmt.Errorf("%w (at %s)", ErrExpired, stamp(expires))
 		}
 	}
 	// No skew here: with it, a certificate issued up to skew before the

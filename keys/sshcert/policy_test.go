@@ -44,9 +44,11 @@ func TestCheck(t *testing.T) {
 		}},
 		{name: "no node", want: ErrPrincipal, cert: func() *gossh.Certificate { return w.cert(t, nil) },
 			login: func(l *Login) { l.Node = "" }},
-		{name: "expired", want: ErrExpired, now: before.Add(skew),
+		{name: "expired", want: ErrExpired, now: before,
 			cert: func() *gossh.Certificate { return w.cert(t, nil) }},
-		{name: "expiry within skew", now: before.Add(skew - time.Nanosecond),
+		{name: "expired, within what was the skew", want: ErrExpired, now: before.Add(skew - time.Nanosecond),
+			cert: func() *gossh.Certificate { return w.cert(t, nil) }},
+		{name: "just before valid_before", now: before.Add(-time.Nanosecond),
 			cert: func() *gossh.Certificate { return w.cert(t, nil) }},
 		{name: "not yet valid", want: ErrNotYetValid, now: after.Add(-skew - time.Nanosecond),
 			cert: func() *gossh.Certificate { return w.cert(t, nil) }},
@@ -195,7 +197,7 @@ func TestGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Grant{CA: "hil", CAFingerprint: keys.Fingerprint(w.ca.PublicKey()), KeyID: "alice", Serial: 42,
-		Principal: "node-17", Console: true, Expires: clock.Add(10*time.Minute + DefaultSkew)}
+		Principal: "node-17", Console: true, Expires: clock.Add(10 * time.Minute)}
 	if g != want {
 		t.Errorf("got %+v, want %+v", g, want)
 	}

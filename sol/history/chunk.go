@@ -231,6 +231,11 @@ const (
 // of fingerprint fp ("SHA256:...").
 func ActorSSHKey(fp string) string { return "ssh:key " + fp }
 
+// ActorSSHCert is the actor of an SSH session that logged in with the
+// certificate who names ("hil:alice serial 42": its CA's name, key id and
+// serial, as the audit names it).
+func ActorSSHCert(who string) string { return "ssh:cert " + who }
+
 // LinkLost is the marker of a lost console link.
 func LinkLost() Marker { return Marker{KindLinkLost, "console link lost"} }
 
