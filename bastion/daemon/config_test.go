@@ -43,7 +43,8 @@ func yamlKeys(t reflect.Type, prefix string) (keys, untagged []string) {
 
 // documentedKeys lists the keys docs/configuration.md documents: the
 // backquoted names in the first column of each of its key tables, ".key"
-// after "section.…" meaning "section.key".
+// after "section.…" (or "section.sub.…") meaning "section.key"
+// ("section.sub.key").
 func documentedKeys(t *testing.T) []string {
 	data, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
@@ -70,8 +71,8 @@ func documentedKeys(t *testing.T) []string {
 					continue
 				case strings.HasPrefix(k, "."):
 					k = section + k
-				default:
-					section, _, _ = strings.Cut(k, ".")
+				case strings.Contains(k, "."):
+					section = k[:strings.LastIndex(k, ".")]
 				}
 				keys = append(keys, k)
 			}
