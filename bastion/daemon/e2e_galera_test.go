@@ -3,8 +3,11 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,4 +153,276 @@ func TestReplicasGalera(t *testing.T) {
 		res, err := a.exec("n1", tok, "power-status")
 		return err == nil && res.Code == 0
 	})
+}
+
+// galeraLossWatch is how long after the SIGKILL of a Galera node
+// TestReplicasGaleraNodeLoss keeps logging in and checking readiness: the
+// eviction (6-7 s, every write held meanwhile) and a few seconds more, up
+// to past the lease TTL, when the dead node's replica's leases and
+// announcement expire.
+const galeraLossWatch = galeraLeaseTTL + 3*time.Second
+
+// galeraCheckTimeout is the /readyz timeout of TestReplicasGaleraNodeLoss's
+// health checks: a load balancer's (HAProxy's `inter 5s` with no `timeout
+// check` gives a check 5 s).
+const galeraCheckTimeout = 5 * time.Second
+
+// TestReplicasGaleraNodeLoss (issue 24): three replicas, each on its own
+// node of a three-node Galera cluster, one ipmi_sim; SIGKILL of one
+// Galera node. While the cluster evicts it (every write, and every read
+// that waits for the cluster, held for seconds), the replicas on the two
+// surviving nodes serve every login (none refused: one may wait), power
+// operations and consoles (viewers attached before stay, new ones attach),
+// and their /readyz stays 200 for a balancer's check, while the replica on
+// the dead node answers 503 and refuses logins. Once the node has
+// rejoined, that replica serves again.
+func TestReplicasGaleraNodeLoss(t *testing.T) {
+	ipmisim.Require(t, "ssh", "ipmitool")
+	dsns := galeraCluster.Database(t)
+	gc := galeraCluster.Cluster(t)
+	bmc := ipmisim.Start(t)
+	reps := rpClusterOn(t, dsns, nil)
+	for _, r := range reps { // derived from Galera's default evs.suspect_timeout (5 s)
+		if got := r.logs.String(); !strings.Contains(got, `"stall_bound":"9s"`) {
+			t.Fatalf("replica %s: no stall_bound of 9s in its db_open line:\n%s", r.name, tailString(got, 2000))
+		}
+	}
+	const victim = 2
+	dead, survivors := reps[victim], reps[:victim]
+	survivors[0].mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
+	tok := survivors[1].rotate("n1")
+	// The SOL link on a survivor (its viewer came first), relayed to the
+	// other.
+	holder := survivors[1].goViewer(t, "n1", tok)
+	holder.out.wait(t, "the holder's viewer", 0, "console of n1")
+	viewers := []*client{holder, survivors[0].goViewer(t, "n1", tok)}
+	rpSeeAll(t, bmc, "before-kill", viewers...)
+
+	watch := &galeraLossWatcher{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range reps {
+		wg.Add(3)
+		go func() { defer wg.Done(); watch.logins(r, tok, stop) }()
+		go func() { defer wg.Done(); watch.readiness(r, stop) }()
+		go func() { defer wg.Done(); watch.consoles(r, tok, stop) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); watch.power(survivors, tok, stop) }()
+	time.Sleep(time.Second) // a few of each before the kill
+	if err := gc.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	watch.kill()
+	t.Cleanup(func() { // a failed run leaves the node down for the next test's Cluster to restart
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		gc.Heal(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range survivors {
+		if err := gc.WaitSize(ctx, i, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the survivors' nodes evicted the dead one %v after the kill", watch.since().Round(time.Millisecond))
+	time.Sleep(galeraLossWatch - watch.since())
+	close(stop)
+	wg.Wait()
+	for i, v := range viewers {
+		if v.end.ended() {
+			t.Errorf("console viewer %d on a surviving node ended: %q", i, tailString(v.out.String(), 300))
+		}
+	}
+	rpSeeAll(t, bmc, "after-kill", viewers...)
+	watch.check(t, survivors, dead)
+
+	if err := gc.Restart(ctx, victim); err != nil {
+		t.Fatalf("restart Galera node %d: %v", victim, err)
+	}
+	waitUntil(t, "the replica on the rejoined node ready", func() bool {
+		code, err := galeraReadyz(dead)
+		return err == nil && code == http.StatusOK
+	})
+	waitUntil(t, "a login through the replica on the rejoined node", func() bool {
+		res, err := dead.exec("n1", tok, "power-status")
+		return err == nil && res.Code == 0
+	})
+}
+
+// galeraLossWatcher records what the replicas answered around the kill of
+// a Galera node: each login, power operation and readiness check, by
+// replica, with its time from the kill (negative: before it).
+type galeraLossWatcher struct {
+	mu     sync.Mutex
+	killed time.Time
+	events []galeraLossEvent
+}
+
+type galeraLossEvent struct {
+	replica, what string
+	at, took      time.Duration // from the kill, at its start
+	ok            bool
+	detail        string
+}
+
+func (w *galeraLossWatcher) kill() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.killed = time.Now()
+}
+
+// since is the time since the kill.
+func (w *galeraLossWatcher) since() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Since(w.killed)
+}
+
+func (w *galeraLossWatcher) record(r *rpReplica, what string, began time.Time, ok bool, detail string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at := time.Duration(-1)
+	if !w.killed.IsZero() {
+		at = began.Sub(w.killed)
+	}
+	w.events = append(w.events, galeraLossEvent{replica: r.name, what: what, at: at, took: time.Since(began), ok: ok, detail: detail})
+}
+
+// logins logs in to r with tok and runs power-status, one after the other,
+// until stop.
+func (w *galeraLossWatcher) logins(r *rpReplica, tok string, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		began := time.Now()
+		res, err := r.exec("n1", tok, "power-status")
+		w.record(r, "login", began, err == nil && res.Code == 0, fmt.Sprintf("%v %q", err, res.Stderr))
+	}
+}
+
+// power runs power-on through each of reps in turn until stop (one at a
+// time: a second one would be busy).
+func (w *galeraLossWatcher) power(reps []*rpReplica, tok string, stop <-chan struct{}) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+		r := reps[i%len(reps)]
+		began := time.Now()
+		res, err := r.exec("n1", tok, "power-on")
+		w.record(r, "power", began, err == nil && res.Code == 0, fmt.Sprintf("%v %q", err, res.Stderr))
+	}
+}
+
+// consoles attaches a console on r, sees its banner and leaves, one after
+// the other until stop.
+func (w *galeraLossWatcher) consoles(r *rpReplica, tok string, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		began := time.Now()
+		err := galeraConsole(r, tok)
+		w.record(r, "console", began, err == nil, fmt.Sprint(err))
+	}
+}
+
+// galeraConsole attaches to n1's console through r and waits for the
+// banner naming it (at most e2eWait).
+func galeraConsole(r *rpReplica, tok string) error {
+	c, err := dialSSH(r.listening["ssh"], "n1", gossh.Password(tok))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s, err := c.NewSession()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	out := newConBuf()
+	s.Stdout, s.Stderr = out, out
+	if err := s.Shell(); err != nil {
+		return err
+	}
+	if _, ok := out.find(0, []byte("console of n1"), e2eWait); !ok {
+		return fmt.Errorf("no banner: %q", tailString(out.String(), 300))
+	}
+	return nil
+}
+
+// readiness asks r's /readyz as a balancer does until stop.
+func (w *galeraLossWatcher) readiness(r *rpReplica, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		began := time.Now()
+		code, err := galeraReadyz(r)
+		w.record(r, "readyz", began, err == nil && code == http.StatusOK, fmt.Sprintf("%d %v", code, err))
+	}
+}
+
+// check fails the test for anything the survivors refused, or the dead
+// node's replica served after it reported unready.
+func (w *galeraLossWatcher) check(t *testing.T, survivors []*rpReplica, dead *rpReplica) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	served, slowest := map[string]int{}, map[string]time.Duration{}
+	var unready time.Duration = -1
+	for _, e := range w.events {
+		if e.replica == dead.name {
+			switch {
+			case e.what == "readyz" && !e.ok && e.at >= 0 && unready < 0:
+				unready = e.at
+			case (e.what == "login" || e.what == "console") && e.ok && unready >= 0 && e.at > unready:
+				t.Errorf("%s, on the dead node, admitted a %s at +%v, after it reported unready (+%v)", dead.name, e.what, e.at, unready)
+			}
+			continue
+		}
+		if e.ok {
+			served[e.replica+" "+e.what]++
+			k := e.replica + " " + e.what
+			slowest[k] = max(slowest[k], e.took)
+			continue
+		}
+		t.Errorf("%s %s at %+.1fs (took %v), its node alive: refused: %s", e.replica, e.what, e.at.Seconds(), e.took.Round(time.Millisecond), e.detail)
+	}
+	if unready < 0 {
+		t.Errorf("%s, on the dead node: /readyz never answered 503", dead.name)
+	} else {
+		t.Logf("%s, on the dead node, reported unready %v after the kill", dead.name, unready.Round(time.Millisecond))
+	}
+	for _, r := range survivors {
+		for _, what := range []string{"login", "power", "readyz", "console"} {
+			if served[r.name+" "+what] == 0 {
+				t.Errorf("%s: no %s served at all", r.name, what)
+			}
+		}
+	}
+	t.Logf("served on the surviving nodes: %v; the slowest: %v", served, slowest)
+}
+
+// galeraReadyz asks r's /readyz within galeraCheckTimeout.
+func galeraReadyz(r *rpReplica) (int, error) {
+	c := &http.Client{Timeout: galeraCheckTimeout}
+	resp, err := c.Get("http://" + r.listening["admin"] + "/readyz")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
 }
