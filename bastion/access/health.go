@@ -170,7 +170,8 @@ type Gate struct {
 }
 
 // NewGate returns the Gate of store; bound limits each lookup (the change
-// bound: default 5 s). exclusive says that no other process writes the
+// bound, default 5 s, and on Galera the time an eviction may hold the
+// lookup: the daemon's dbBound). exclusive says that no other process writes the
 // database (db.Store.Exclusive), which lets AccessAt answer from memory.
 func NewGate(store GateStore, health *Health, bound time.Duration, exclusive bool) *Gate {
 	if bound <= 0 {

@@ -22,8 +22,9 @@ type Proxy struct {
 	target string
 	wg     sync.WaitGroup // the accept loop and the copies
 
-	mu    sync.Mutex
-	conns map[*proxyConn]struct{}
+	mu     sync.Mutex
+	conns  map[*proxyConn]struct{}
+	closed bool // set when the test ends: a connection accepted then is closed at once
 }
 
 // proxyConn is one client connection and its own to the server.
@@ -53,6 +54,7 @@ func StartProxy(t testing.TB, dsn string) *Proxy {
 	t.Cleanup(func() {
 		l.Close()
 		p.mu.Lock()
+		p.closed = true
 		for c := range p.conns {
 			c.client.Close()
 			c.server.Close()
@@ -77,9 +79,15 @@ func (p *Proxy) accept() {
 		}
 		c := &proxyConn{client: client, server: server, held: make(chan struct{})}
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			client.Close()
+			server.Close()
+			return
+		}
 		p.conns[c] = struct{}{}
-		p.mu.Unlock()
 		p.wg.Add(2)
+		p.mu.Unlock()
 		go func() { // ends when either side closes
 			defer p.wg.Done()
 			io.Copy(server, client)
