@@ -256,21 +256,21 @@ func TestMatcherSpan(t *testing.T) {
 	}
 }
 
-// TestREADMEScript: the example script of README's "Automating a
-// console" parses, every step of it.
-func TestREADMEScript(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+// TestTenantGuideScript: the example script of the tenant guide's
+// "Automating a console" (docs/tenant.md) parses, every step of it.
+func TestTenantGuideScript(t *testing.T) {
+	data, err := os.ReadFile("../docs/tenant.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(data), "  # boot.exp:")
-	block, _, ok2 := strings.Cut(rest, "  ```")
+	_, rest, ok := strings.Cut(string(data), "\n# boot.exp:")
+	block, _, ok2 := strings.Cut(rest, "\n```")
 	if !ok || !ok2 {
-		t.Fatal("README: no boot.exp block")
+		t.Fatal("docs/tenant.md: no boot.exp block")
 	}
 	steps, err := ParseScript("#" + block)
 	if err != nil || len(steps) != 9 {
-		t.Fatalf("README's script: %d steps, %v", len(steps), err)
+		t.Fatalf("the tenant guide's script: %d steps, %v", len(steps), err)
 	}
 }
 

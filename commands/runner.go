@@ -93,6 +93,10 @@ const (
 	ResultError   = "error"
 	ResultBusy    = "busy"
 	ResultTimeout = "timeout"
+	// ResultRefused: the driver refused the request before reaching the
+	// BMC (an unknown boot device, an operation it does not support). The
+	// audit counts such refusals rather than writing each (db.Aggregated).
+	ResultRefused = "refused"
 )
 
 // maxDetail bounds Event.Detail.
@@ -309,8 +313,11 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	took := "took " + res.Took.Round(time.Millisecond).String()
 	if err != nil {
 		result := ResultError
-		if errors.Is(err, ErrBusy) { // held by another replica
+		switch {
+		case errors.Is(err, ErrBusy): // held by another replica
 			result = ResultBusy
+		case errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):
+			result = ResultRefused
 		}
 		r.record(ctx, req, op.action, result, err.Error()+"; "+took, err, res.Took)
 		return res, &opError{verb: op.verb, node: node, err: err}
