@@ -38,21 +38,7 @@ var galeraCluster galera.Shared
 // refuses logins; once the node has rejoined it serves again, and what
 // was acknowledged meanwhile (a rotation) is there.
 func TestReplicasGalera(t *testing.T) {
-	ipmisim.Require(t, "ssh", "ipmitool")
-	dsns := galeraCluster.Database(t)
-	gc := galeraCluster.Cluster(t)
-	bmc := ipmisim.Start(t)
-	// lease_ttl left unset: each replica derives one that outlasts
-	// Galera's eviction of a dead node (6-7 s, in which every write
-	// waits); a shorter one would fence every replica then (their
-	// announcements cannot be renewed), cutting all sessions.
-	reps := rpClusterOn(t, dsns, nil)
-	for _, r := range reps {
-		line := `"lease_ttl":"` + galeraLeaseTTL.String() + `"`
-		if got := r.logs.String(); !strings.Contains(got, `"msg":"lease_ttl_from_galera"`) || !strings.Contains(got, line) {
-			t.Fatalf("replica %s: no lease_ttl_from_galera line with %s in its log:\n%s", r.name, line, tailString(got, 2000))
-		}
-	}
+	gc, dsns, bmc, reps := rpGalera(t)
 	a, b, c := reps[0], reps[1], reps[2]
 	a.mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	tok := b.rotate("n1")
@@ -155,6 +141,37 @@ func TestReplicasGalera(t *testing.T) {
 	})
 }
 
+// galeraStallBound is the stall bound of a replica on Galera
+// (db.Store.StallBound): 2 s, plus Galera's default evs.suspect_timeout
+// (5 s), plus 2 s for the eviction to complete.
+const galeraStallBound = 9 * time.Second
+
+// rpGalera starts three replicas, each on its own node of the test
+// binary's Galera cluster (replica i on node i), with lease_ttl left unset,
+// in front of one ipmi_sim. Each derives from the cluster's settings a
+// lease TTL and a stall bound that outlast Galera's eviction of a dead
+// node (6-7 s, in which every write waits): a shorter TTL would fence
+// every replica then (their announcements cannot be renewed), cutting all
+// sessions, and a shorter stall bound would refuse every login.
+func rpGalera(t *testing.T) (*galera.Cluster, []string, *ipmisim.Sim, []*rpReplica) {
+	t.Helper()
+	ipmisim.Require(t, "ssh", "ipmitool")
+	dsns := galeraCluster.Database(t)
+	gc := galeraCluster.Cluster(t)
+	bmc := ipmisim.Start(t)
+	reps := rpClusterOn(t, dsns, nil)
+	for _, r := range reps {
+		got := r.logs.String()
+		for _, want := range []string{`"msg":"lease_ttl_from_galera"`, `"lease_ttl":"` + galeraLeaseTTL.String() + `"`,
+			`"stall_bound":"` + galeraStallBound.String() + `"`} {
+			if !strings.Contains(got, want) {
+				t.Fatalf("replica %s: no %s in its log:\n%s", r.name, want, tailString(got, 2000))
+			}
+		}
+	}
+	return gc, dsns, bmc, reps
+}
+
 // galeraLossWatch is how long after the SIGKILL of a Galera node
 // TestReplicasGaleraNodeLoss keeps logging in and checking readiness: the
 // eviction (6-7 s, every write held meanwhile) and a few seconds more, up
@@ -177,16 +194,7 @@ const galeraCheckTimeout = 5 * time.Second
 // the dead node answers 503 and refuses logins. Once the node has
 // rejoined, that replica serves again.
 func TestReplicasGaleraNodeLoss(t *testing.T) {
-	ipmisim.Require(t, "ssh", "ipmitool")
-	dsns := galeraCluster.Database(t)
-	gc := galeraCluster.Cluster(t)
-	bmc := ipmisim.Start(t)
-	reps := rpClusterOn(t, dsns, nil)
-	for _, r := range reps { // derived from Galera's default evs.suspect_timeout (5 s)
-		if got := r.logs.String(); !strings.Contains(got, `"stall_bound":"9s"`) {
-			t.Fatalf("replica %s: no stall_bound of 9s in its db_open line:\n%s", r.name, tailString(got, 2000))
-		}
-	}
+	gc, _, bmc, reps := rpGalera(t)
 	const victim = 2
 	dead, survivors := reps[victim], reps[:victim]
 	survivors[0].mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
@@ -201,14 +209,31 @@ func TestReplicasGaleraNodeLoss(t *testing.T) {
 	watch := &galeraLossWatcher{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, r := range reps {
-		wg.Add(3)
-		go func() { defer wg.Done(); watch.logins(r, tok, stop) }()
-		go func() { defer wg.Done(); watch.readiness(r, stop) }()
-		go func() { defer wg.Done(); watch.consoles(r, tok, stop) }()
+	probe := func(what string, pause time.Duration, next func() (*rpReplica, bool, string)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); watch.probe(what, pause, stop, next) }()
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); watch.power(survivors, tok, stop) }()
+	for _, r := range reps {
+		probe("login", 100*time.Millisecond, func() (*rpReplica, bool, string) {
+			res, err := r.exec("n1", tok, "power-status")
+			return r, err == nil && res.Code == 0, fmt.Sprintf("%v %q", err, res.Stderr)
+		})
+		probe("readyz", 250*time.Millisecond, func() (*rpReplica, bool, string) {
+			code, err := galeraReadyz(r)
+			return r, err == nil && code == http.StatusOK, fmt.Sprintf("%d %v", code, err)
+		})
+		probe("console", 500*time.Millisecond, func() (*rpReplica, bool, string) {
+			err := galeraConsole(r, tok)
+			return r, err == nil, fmt.Sprint(err)
+		})
+	}
+	turn := 0 // power operations one at a time, through each survivor in turn: a second at once would be busy
+	probe("power", 300*time.Millisecond, func() (*rpReplica, bool, string) {
+		r := survivors[turn%len(survivors)]
+		turn++
+		res, err := r.exec("n1", tok, "power-on")
+		return r, err == nil && res.Code == 0, fmt.Sprintf("%v %q", err, res.Stderr)
+	})
 	time.Sleep(time.Second) // a few of each before the kill
 	if err := gc.Kill(victim); err != nil {
 		t.Fatal(err)
@@ -238,7 +263,9 @@ func TestReplicasGaleraNodeLoss(t *testing.T) {
 	rpSeeAll(t, bmc, "after-kill", viewers...)
 	watch.check(t, survivors, dead)
 
-	if err := gc.Restart(ctx, victim); err != nil {
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	if err := gc.Restart(rctx, victim); err != nil {
 		t.Fatalf("restart Galera node %d: %v", victim, err)
 	}
 	waitUntil(t, "the replica on the rejoined node ready", func() bool {
@@ -290,49 +317,18 @@ func (w *galeraLossWatcher) record(r *rpReplica, what string, began time.Time, o
 	w.events = append(w.events, galeraLossEvent{replica: r.name, what: what, at: at, took: time.Since(began), ok: ok, detail: detail})
 }
 
-// logins logs in to r with tok and runs power-status, one after the other,
-// until stop.
-func (w *galeraLossWatcher) logins(r *rpReplica, tok string, stop <-chan struct{}) {
+// probe runs next every pause until stop, recording each outcome as what
+// on the replica it names.
+func (w *galeraLossWatcher) probe(what string, pause time.Duration, stop <-chan struct{}, next func() (*rpReplica, bool, string)) {
 	for {
 		select {
 		case <-stop:
 			return
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pause):
 		}
 		began := time.Now()
-		res, err := r.exec("n1", tok, "power-status")
-		w.record(r, "login", began, err == nil && res.Code == 0, fmt.Sprintf("%v %q", err, res.Stderr))
-	}
-}
-
-// power runs power-on through each of reps in turn until stop (one at a
-// time: a second one would be busy).
-func (w *galeraLossWatcher) power(reps []*rpReplica, tok string, stop <-chan struct{}) {
-	for i := 0; ; i++ {
-		select {
-		case <-stop:
-			return
-		case <-time.After(300 * time.Millisecond):
-		}
-		r := reps[i%len(reps)]
-		began := time.Now()
-		res, err := r.exec("n1", tok, "power-on")
-		w.record(r, "power", began, err == nil && res.Code == 0, fmt.Sprintf("%v %q", err, res.Stderr))
-	}
-}
-
-// consoles attaches a console on r, sees its banner and leaves, one after
-// the other until stop.
-func (w *galeraLossWatcher) consoles(r *rpReplica, tok string, stop <-chan struct{}) {
-	for {
-		select {
-		case <-stop:
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
-		began := time.Now()
-		err := galeraConsole(r, tok)
-		w.record(r, "console", began, err == nil, fmt.Sprint(err))
+		r, ok, detail := next()
+		w.record(r, what, began, ok, detail)
 	}
 }
 
@@ -358,20 +354,6 @@ func galeraConsole(r *rpReplica, tok string) error {
 		return fmt.Errorf("no banner: %q", tailString(out.String(), 300))
 	}
 	return nil
-}
-
-// readiness asks r's /readyz as a balancer does until stop.
-func (w *galeraLossWatcher) readiness(r *rpReplica, stop <-chan struct{}) {
-	for {
-		select {
-		case <-stop:
-			return
-		case <-time.After(250 * time.Millisecond):
-		}
-		began := time.Now()
-		code, err := galeraReadyz(r)
-		w.record(r, "readyz", began, err == nil && code == http.StatusOK, fmt.Sprintf("%d %v", code, err))
-	}
 }
 
 // check fails the test for anything the survivors refused, or the dead

@@ -10,10 +10,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// Proxy forwards TCP connections to a MySQL server, and can hold the
+// Proxy forwards TCP connections to a MySQL server. It can hold the
 // answers on the connections open at a moment (Hold), as a server holds a
 // statement it does not answer (a Galera node's wait for the cluster that
-// raced a configuration change), while it answers on new connections.
+// raced a configuration change) while it answers on new connections; and
+// it can cut the server off (Cut), as a network partition does.
 type Proxy struct {
 	// DSN is the DSN StartProxy was given, through the proxy.
 	DSN string
@@ -22,9 +23,9 @@ type Proxy struct {
 	target string
 	wg     sync.WaitGroup // the accept loop and the copies
 
-	mu     sync.Mutex
-	conns  map[*proxyConn]struct{}
-	closed bool // set when the test ends: a connection accepted then is closed at once
+	mu    sync.Mutex
+	down  bool // Cut: new connections are refused
+	conns map[*proxyConn]struct{}
 }
 
 // proxyConn is one client connection and its own to the server.
@@ -53,13 +54,7 @@ func StartProxy(t testing.TB, dsn string) *Proxy {
 	go p.accept() // ends when l closes
 	t.Cleanup(func() {
 		l.Close()
-		p.mu.Lock()
-		p.closed = true
-		for c := range p.conns {
-			c.client.Close()
-			c.server.Close()
-		}
-		p.mu.Unlock()
+		p.Cut(true)
 		p.wg.Wait()
 	})
 	return p
@@ -72,36 +67,40 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		c := &proxyConn{client: client, server: server, held: make(chan struct{})}
 		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
+		if p.down {
 			client.Close()
-			server.Close()
-			return
+		} else {
+			p.serve(client)
 		}
-		p.conns[c] = struct{}{}
-		p.wg.Add(2)
 		p.mu.Unlock()
-		go func() { // ends when either side closes
-			defer p.wg.Done()
-			io.Copy(server, client)
-			server.Close()
-			p.mu.Lock()
-			delete(p.conns, c)
-			p.mu.Unlock()
-		}()
-		go func() { // ends when either side closes
-			defer p.wg.Done()
-			c.answer()
-			client.Close()
-		}()
 	}
+}
+
+// serve connects client to the server and starts passing bytes both ways.
+// p.mu is held.
+func (p *Proxy) serve(client net.Conn) {
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		client.Close()
+		return
+	}
+	c := &proxyConn{client: client, server: server, held: make(chan struct{})}
+	p.conns[c] = struct{}{}
+	p.wg.Add(2)
+	go func() { // ends when either side closes
+		defer p.wg.Done()
+		io.Copy(server, client)
+		server.Close()
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+	}()
+	go func() { // ends when either side closes
+		defer p.wg.Done()
+		c.answer()
+		client.Close()
+	}()
 }
 
 // answer passes the server's bytes on to the client until the connection
@@ -131,5 +130,19 @@ func (p *Proxy) Hold() {
 	defer p.mu.Unlock()
 	for c := range p.conns {
 		c.hold.Do(func() { close(c.held) })
+	}
+}
+
+// Cut(true) closes every connection and refuses new ones until Cut(false).
+func (p *Proxy) Cut(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.client.Close()
+			c.server.Close()
+		}
+		clear(p.conns)
 	}
 }
