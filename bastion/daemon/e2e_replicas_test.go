@@ -30,6 +30,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
@@ -266,8 +267,8 @@ func testReplicas(t *testing.T, dsn string) {
 func TestReplicaDatabaseLost(t *testing.T) { onSharedEngines(t, testReplicaDatabaseLost) }
 
 func testReplicaDatabaseLost(t *testing.T, dsn string) {
-	proxy := rpStartProxy(t, dsn)
-	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.dsn; c.DBGrace = time.Second })
+	proxy := dbtest.StartProxy(t, dsn)
+	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.DSN; c.DBGrace = time.Second })
 	tok := o.addSimNode("n1")
 	if res, err := o.execGo("n1", tok, "power-status"); err != nil || res.Code != 0 {
 		t.Fatalf("before: got %v, %v", res, err)
@@ -276,7 +277,7 @@ func testReplicaDatabaseLost(t *testing.T, dsn string) {
 	v.out.wait(t, "console", 0, "console of n1")
 
 	cut := time.Now()
-	proxy.cut(true)
+	proxy.Cut(true)
 	waitUntil(t, "/readyz to fail", func() bool {
 		code, _ := o.request("GET", "/readyz", nil, "", "")
 		return code == http.StatusServiceUnavailable
@@ -299,7 +300,7 @@ func testReplicaDatabaseLost(t *testing.T, dsn string) {
 	}
 	t.Logf("console cut %v after the database was lost (db_grace 1 s, epoch_poll 100 ms)", end.Sub(cut).Round(time.Millisecond))
 
-	proxy.cut(false)
+	proxy.Cut(false)
 	waitUntil(t, "logins again", func() bool {
 		res, err := o.execGo("n1", tok, "power-status")
 		return err == nil && res.Code == 0
