@@ -29,12 +29,12 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/auditlog"
@@ -64,7 +64,7 @@ type Daemon struct {
 	health   *access.Health
 	watcher  *access.Watcher
 	limiter  *authlimit.Limiter
-	ssh      *bastion.Server
+	ssh      *sshdoor.Server
 	certs    *sshcert.Policy // certificate logins (certs.go)
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
@@ -282,7 +282,7 @@ type sessionList struct {
 }
 
 func (l sessionList) Sessions(node string) []commands.SessionInfo {
-	// A console viewer is named "#" and its session ID (bastion.console).
+	// A console viewer is named "#" and its session ID (sshdoor.console).
 	writer, _ := strings.CutPrefix(l.consoles.Writer(node), "#")
 	ctx, cancel := context.WithTimeout(context.Background(), l.all.wait)
 	defer cancel()

@@ -1,4 +1,4 @@
-package bastion_test
+package sshdoor_test
 
 import (
 	"context"

@@ -7,7 +7,7 @@
 // guesses counted by authlimit), then starts the session through
 // access (registered, admitted, cut on every access change) and serves the
 // node's console, with its escapes, or runs one command (exec).
-package bastion
+package sshdoor
 
 import (
 	"context"

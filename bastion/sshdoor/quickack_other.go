@@ -1,6 +1,6 @@
 //go:build !linux
 
-package bastion
+package sshdoor
 
 import "net"
 

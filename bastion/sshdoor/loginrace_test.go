@@ -1,4 +1,4 @@
-package bastion_test
+package sshdoor_test
 
 import (
 	"bytes"
@@ -17,10 +17,10 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
@@ -284,13 +284,13 @@ func rotateVia(ctx context.Context, rev *access.Revoker, st *db.Store, label, to
 }
 
 // serveBastion serves a front door over store on 127.0.0.1 until t ends.
-func serveBastion(t *testing.T, store bastion.Store, runner bastion.Runner, sess bastion.Sessions, log logrus.FieldLogger) string {
+func serveBastion(t *testing.T, store sshdoor.Store, runner sshdoor.Runner, sess sshdoor.Sessions, log logrus.FieldLogger) string {
 	t.Helper()
 	host, err := keys.LoadOrCreateHostKey(filepath.Join(t.TempDir(), "host_key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := bastion.New(bastion.Config{HostKeys: []gossh.Signer{host}, FailDelay: time.Millisecond,
+	srv, err := sshdoor.New(sshdoor.Config{HostKeys: []gossh.Signer{host}, FailDelay: time.Millisecond,
 		Limiter: authlimit.New(authlimit.Config{}, time.Now)}, store, runner, noConsoles{}, sess, log)
 	if err != nil {
 		t.Fatal(err)
