@@ -11,7 +11,7 @@
 // refused at once, sessions cut after a grace).
 //
 // It knows nothing of SSH or HTTP: the front doors (bastion, admin) call
-// it, and the registry of live sessions (bastion/sessions) is how it
+// it, and the registry of live sessions (bastion/access/sessions) is how it
 // reaches them.
 package access
 
@@ -26,7 +26,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/realip"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin"
-	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/bastion/realip"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"

@@ -10,9 +10,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/conncap"
 	"github.com/obmd/obmd/bastion/proxyproto"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/bastion/sshdoor"
 )
 

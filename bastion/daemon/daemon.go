@@ -30,10 +30,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"

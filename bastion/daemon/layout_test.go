@@ -44,7 +44,7 @@ var layoutRules = []layoutRule{
 		from:      []string{mod + "sol"},
 		forbidden: []string{mod + "sol/..."}, allowed: []string{mod + "sol/history"}, deps: true},
 	{why: "access changes and the session registry know nothing of SSH or HTTP",
-		from:      []string{mod + "bastion/access", mod + "bastion/sessions", mod + "bastion/authlimit"},
+		from:      []string{mod + "bastion/access", mod + "bastion/access/sessions", mod + "bastion/access/authlimit"},
 		forbidden: []string{"github.com/gliderlabs/ssh/...", "golang.org/x/crypto/ssh/...", "net/http"}},
 	{why: "only the composition root (bastion/daemon) knows the drivers: the node types are its table",
 		from:   []string{mod + "bastion/...", mod + "commands/..."},

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
 )

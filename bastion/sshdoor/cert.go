@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
 )

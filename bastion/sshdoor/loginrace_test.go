@@ -18,8 +18,8 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"

@@ -24,8 +24,8 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/realip"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/bastion/sshalgo"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 )
 
 func TestLimiter(t *testing.T) {
