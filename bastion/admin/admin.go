@@ -36,7 +36,7 @@ import (
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/access/sessions"
-	"github.com/obmd/obmd/bastion/realip"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"

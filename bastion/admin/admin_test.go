@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/access/authlimit"
-	"github.com/obmd/obmd/bastion/realip"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 )

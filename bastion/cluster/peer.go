@@ -14,7 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/sshalgo"
+	"github.com/obmd/obmd/bastion/internal/sshalgo"
 	text "github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"

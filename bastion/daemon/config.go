@@ -13,7 +13,7 @@ import (
 	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin"
 	"github.com/obmd/obmd/bastion/cluster"
-	"github.com/obmd/obmd/bastion/realip"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"

@@ -11,8 +11,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/access/sessions"
-	"github.com/obmd/obmd/bastion/conncap"
-	"github.com/obmd/obmd/bastion/proxyproto"
+	"github.com/obmd/obmd/bastion/internal/conncap"
+	"github.com/obmd/obmd/bastion/internal/proxyproto"
 	"github.com/obmd/obmd/bastion/sshdoor"
 )
 

@@ -32,7 +32,7 @@ import (
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/access/sessions"
-	"github.com/obmd/obmd/bastion/metrics"
+	"github.com/obmd/obmd/bastion/internal/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"

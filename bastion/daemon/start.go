@@ -19,7 +19,7 @@ import (
 	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin"
-	"github.com/obmd/obmd/bastion/conncap"
+	"github.com/obmd/obmd/bastion/internal/conncap"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"

@@ -10,8 +10,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/bastion/conncap"
-	"github.com/obmd/obmd/bastion/proxyproto"
+	"github.com/obmd/obmd/bastion/internal/conncap"
+	"github.com/obmd/obmd/bastion/internal/proxyproto"
 )
 
 // PreauthStats counts what the front door did to connections before they

@@ -25,8 +25,8 @@ import (
 
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/access/sessions"
-	"github.com/obmd/obmd/bastion/realip"
-	"github.com/obmd/obmd/bastion/sshalgo"
+	"github.com/obmd/obmd/bastion/internal/realip"
+	"github.com/obmd/obmd/bastion/internal/sshalgo"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys/sshcert"

@@ -70,7 +70,7 @@ const unknownNode uint64 = 0
 // sources and nodes past Config. One Limiter serves the SSH front door
 // and the admin API, so a source locked out on one is locked out on both.
 // A source is the client's address without port (behind a balancer, the
-// real client's: bastion/realip); an IPv6 /64 counts as one
+// real client's: bastion/internal/realip); an IPv6 /64 counts as one
 // (sessions.SourceKey). Safe for concurrent use.
 //
 // A try is Begin (the source's budget), the caller's lookup of the node,
