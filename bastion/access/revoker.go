@@ -27,8 +27,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/access/sessions"
-	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 // Cutter ends every console viewer of a node and wipes its scrollback.

@@ -15,9 +15,9 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/internal/sshalgo"
-	text "github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
+	text "github.com/obmd/obmd/sol/printable"
 )
 
 // ErrServerClosed is returned by PeerServer.Serve after Close.

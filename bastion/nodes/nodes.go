@@ -23,10 +23,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/admin/api"
-	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 // Type names a node type as registered ("ipmi").

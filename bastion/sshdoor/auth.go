@@ -12,9 +12,9 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 type (
