@@ -1,8 +1,11 @@
-// Package admin owns obmd's HTTP admin API: the obmd-compatible routes HIL's
-// driver uses (node registration, token rotation, and the node-token power
-// and console routes), the /v1 JSON API for everything else (nodes, keys,
-// node principals, trusted certificate authorities and revocations,
-// sessions, audit, lockouts), and the /healthz and /readyz probes.
+// Package admin owns obmd's admin door: the HTTP admin API, its console
+// streams and the health probes.
+//
+// It serves the obmd-compatible routes HIL's driver uses (node registration,
+// token rotation, and the node-token power and console routes), the /v1 JSON
+// API for everything else (nodes, keys, node principals, trusted certificate
+// authorities and revocations, sessions, audit, lockouts), and the /healthz
+// and /readyz probes.
 //
 // Authentication: admin routes take HTTP basic "admin:<admin token>" and
 // answer 404 to a missing or wrong credential, so that an outsider cannot

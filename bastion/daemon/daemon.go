@@ -1,11 +1,13 @@
-// Package daemon is obmd's composition root: it assembles one replica
-// from a Config (state directory and keys, the database, migrated; the
-// table of node types over the drivers, nodetypes.go; the console hub;
-// access control and the session registry; the SSH front door and the
-// admin API; in cluster mode the cluster and its peer server), runs them
-// until its context ends, and shuts them down in order. It is the one
-// package that knows every other one, and the only part of the server
-// that imports the drivers (TestLayout holds that).
+// Package daemon is obmd's composition root: it assembles one replica, runs
+// it, and shuts it down in order.
+//
+// A replica is built from a Config: the state directory and keys; the
+// database, migrated; the table of node types over the drivers
+// (nodetypes.go); the console hub; access control and the session registry;
+// the SSH front door and the admin API; in cluster mode the cluster and its
+// peer server. They run until the context ends. It is the one package that
+// knows every other one, and the only part of the server that imports the
+// drivers (TestLayout holds that).
 //
 // It is a package rather than part of cmd/obmd because three programs run
 // the same assembly: cmd/obmd (which only maps flags, OBMD_* variables and

@@ -103,20 +103,25 @@ func matchesSome(graph map[string][]string, pattern string) bool {
 	return false
 }
 
-// importGraph is every package of the module and everything they import,
-// each with its direct imports (go list, without tests).
-func importGraph(t *testing.T) map[string][]string {
+// goList runs go list with args and returns its output's lines.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	cmd := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", "github.com/obmd/obmd/...")
-	out, err := cmd.Output()
+	out, err := exec.Command(goBin, append([]string{"list"}, args...)...).Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// importGraph is every package of the module and everything they import,
+// each with its direct imports (go list, without tests).
+func importGraph(t *testing.T) map[string][]string {
 	graph := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range goList(t, "-deps", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}", mod+"...") {
 		pkg, imports, _ := strings.Cut(line, "|")
 		graph[pkg] = strings.Fields(imports)
 	}

@@ -1,10 +1,12 @@
-// Package bastion is obmd's SSH front door, and only that: it bounds
-// connections before they authenticate (login grace time, caps that
-// displace the oldest stranger, the PROXY protocol from listed balancers),
-// authenticates a tenant as a node (user name = node label; password or
-// keyboard-interactive = the node's token; a public key registered for
-// the node; or an OpenSSH user certificate from a trusted CA, cert.go;
-// guesses counted by authlimit), then starts the session through
+// Package sshdoor is obmd's SSH front door, and only that: it bounds,
+// authenticates and serves tenants' SSH connections.
+//
+// It bounds connections before they authenticate (login grace time, caps
+// that displace the oldest stranger, the PROXY protocol from listed
+// balancers), authenticates a tenant as a node (user name = node label;
+// password or keyboard-interactive = the node's token; a public key
+// registered for the node; or an OpenSSH user certificate from a trusted CA,
+// cert.go; guesses counted by authlimit), then starts the session through
 // access (registered, admitted, cut on every access change) and serves the
 // node's console, with its escapes, or runs one command (exec).
 package sshdoor

@@ -1,10 +1,12 @@
-// Package printable is obmd's one sanitizer for untrusted text: node
-// labels and user names a client sent, a peer's name, a driver's or a
-// library's error text. Clean makes such text safe to print on a terminal,
-// in a log line, an audit record or an error message without quoting it;
-// Quote quotes it for an error message that echoes input. Neither lets a
-// control character, an escape sequence, a bidirectional override or an
-// invalid byte through, and both bound the length.
+// Package printable is obmd's one sanitizer for untrusted text shown on
+// terminals and in logs, audit records and errors.
+//
+// Untrusted text is node labels and user names a client sent, a peer's name,
+// a driver's or a library's error text. Clean makes such text safe to print
+// on a terminal, in a log line, an audit record or an error message without
+// quoting it; Quote quotes it for an error message that echoes input.
+// Neither lets a control character, an escape sequence, a bidirectional
+// override or an invalid byte through, and both bound the length.
 package printable
 
 import (

@@ -1,12 +1,14 @@
-// Package authlimit owns the guessing limits: it counts failed secrets
-// (node tokens over SSH and through the admin API, wrong admin credentials,
-// SSH connections that offered keys and never logged in) per source address
-// and per node, and refuses the sources and nodes past its Config. One
-// Limiter serves both doors, so a source locked out on one is locked out on
-// both; a correct admin credential never reaches it (the admin API checks
-// that first). Lockouts and Unlock let the operator see and lift lockouts
-// (the admin API's /v1/lockouts). Run, owned by the daemon's run group,
-// sweeps expired entries.
+// Package authlimit owns the guessing limits: failed secrets counted per
+// source address and per node, and the lockouts past them.
+//
+// It counts failed secrets (node tokens over SSH and through the admin API,
+// wrong admin credentials, SSH connections that offered keys and never
+// logged in) per source address and per node, and refuses the sources and
+// nodes past its Config. One Limiter serves both doors, so a source locked
+// out on one is locked out on both; a correct admin credential never reaches
+// it (the admin API checks that first). Lockouts and Unlock let the operator
+// see and lift lockouts (the admin API's /v1/lockouts). Run, owned by the
+// daemon's run group, sweeps expired entries.
 package authlimit
 
 import (

@@ -1,8 +1,10 @@
-// Package sessions owns the registry of live sessions (SSH consoles, SSH exec
-// commands, HTTP console streams) and is how access changes reach them: a
-// cut cancels every session of a node that authenticated before the change
-// and waits until each has ended. It also watches authenticated SSH
-// connections (Watch, conns.go), so that a cut, or the expiry of the
+// Package sessions owns the registry of live sessions, through which access
+// changes reach and cut them.
+//
+// The registry holds SSH consoles, SSH exec commands and HTTP console
+// streams: a cut cancels every session of a node that authenticated before
+// the change and waits until each has ended. It also watches authenticated
+// SSH connections (Watch, conns.go), so that a cut, or the expiry of the
 // certificate a connection logged in with, reaches those too.
 package sessions
 

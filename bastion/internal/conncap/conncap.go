@@ -1,6 +1,7 @@
 // Package conncap bounds the connections a listener holds, so that clients
-// without credentials cannot exhaust obmd's file descriptors, and so that
-// those caps never keep out a client that has one.
+// without credentials cannot exhaust obmd's file descriptors.
+//
+// The caps never keep out a client that has credentials.
 //
 // A connection is a stranger until its server vouches for it, at one of two
 // levels. Trust is for a credential that must never be kept out (the admin

@@ -1,8 +1,11 @@
-// Package metrics keeps obmd's counters and renders them in the Prometheus
-// text exposition format (version 0.0.4), without a client library: power
-// operations by result with latency, authentication results, and whatever
-// the daemon pulls in at scrape time (sessions open, console links, bytes).
-// No metric carries a node label, so /metrics reveals no inventory.
+// Package metrics keeps obmd's counters and renders them for /metrics in the
+// Prometheus text format.
+//
+// It writes the text exposition format (version 0.0.4) without a client
+// library: power operations by result with latency, authentication results,
+// and whatever the daemon pulls in at scrape time (sessions open, console
+// links, bytes). No metric carries a node label, so /metrics reveals no
+// inventory.
 package metrics
 
 import (

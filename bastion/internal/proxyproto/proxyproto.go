@@ -1,13 +1,15 @@
-// Package proxyproto reads the PROXY protocol header (HAProxy's, versions 1
-// and 2: https://www.haproxy.org/download/2.6/doc/proxy-protocol.txt) that a
-// TCP load balancer sends ahead of the client's bytes, so that a server
-// behind it sees the real client's address. Parse reads a header from
-// bytes, Accept reads one from a connection within a deadline and a size
-// bound, Listener reads one from every connection of listed balancers
-// before its Accept returns it (for servers that read the connection
-// themselves: net/http, crypto/tls); Header.Append writes one (for tests and
-// tools). Whether a peer may send a header at all is the caller's
-// decision: a header from anyone else is a forgery.
+// Package proxyproto reads the PROXY protocol header a TCP load balancer
+// sends, so a server behind it sees the real client.
+//
+// The header is HAProxy's, versions 1 and 2
+// (https://www.haproxy.org/download/2.6/doc/proxy-protocol.txt), sent ahead
+// of the client's bytes. Parse reads a header from bytes, Accept reads one
+// from a connection within a deadline and a size bound, Listener reads one
+// from every connection of listed balancers before its Accept returns it
+// (for servers that read the connection themselves: net/http, crypto/tls);
+// Header.Append writes one (for tests and tools). Whether a peer may send a
+// header at all is the caller's decision: a header from anyone else is a
+// forgery.
 package proxyproto
 
 import (

@@ -1,9 +1,11 @@
 // Package realip decides who the client of a connection is when obmd runs
-// behind load balancers or reverse proxies: only peers the operator listed
-// (Trusted) may speak for someone else, through the PROXY protocol on the
-// SSH port (bastion/internal/proxyproto) or X-Forwarded-For on the admin port
-// (Forwarded). Everything obmd does per source (guessing limits, connection
-// and session caps, audit rows, logs) uses the address decided here.
+// behind load balancers or reverse proxies.
+//
+// Only peers the operator listed (Trusted) may speak for someone else,
+// through the PROXY protocol on the SSH port (bastion/internal/proxyproto)
+// or X-Forwarded-For on the admin port (Forwarded). Everything obmd does per
+// source (guessing limits, connection and session caps, audit rows, logs)
+// uses the address decided here.
 package realip
 
 import (

@@ -1,6 +1,8 @@
-// Package sshalgo owns obmd's SSH algorithm policy: the key exchanges,
-// ciphers, MACs and signature algorithms that the front door and the
-// replicas' peer channel offer and accept.
+// Package sshalgo owns obmd's SSH algorithm policy, for the SSH door and the
+// replicas' peer channel.
+//
+// It lists the key exchanges, ciphers, MACs and signature algorithms that
+// the front door and the replicas' peer channel offer and accept.
 //
 // Modern, the default, is what a current OpenSSH server (10.x) offers by
 // default, less what golang.org/x/crypto/ssh does not implement (sntrup761)
