@@ -1,5 +1,7 @@
-// Command bench measures obmd side by side with what it replaces and with
-// its own limits, and writes the table into BENCHMARKS.md:
+// Command bench measures obmd beside what it replaces and against its own
+// limits, and writes the table into BENCHMARKS.md.
+//
+// It runs as:
 //
 //	go run ./bench -out BENCHMARKS.md      (make bench)
 //

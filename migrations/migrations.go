@@ -1,6 +1,8 @@
 // Package migrations holds obmd's goose SQL migrations, embedded, one folder
-// per dialect because SQLite, MySQL and PostgreSQL spell types and options
-// differently.
+// per dialect.
+//
+// Each dialect has its own folder because SQLite, MySQL and PostgreSQL
+// spell types and options differently.
 //
 // Migrations are append-only: once a file has shipped it is never edited;
 // a change of schema is a new numbered file in every folder, with the same

@@ -1,6 +1,9 @@
-// Package sol owns the BMC side of obmd: power and boot-device operations on
-// a node's BMC, and its serial-over-LAN console, with at most one SOL link
-// per node shared by every viewer attached to it.
+// Package sol owns the BMC side of obmd: power and boot-device operations,
+// and the shared serial-over-LAN console.
+//
+// Power and boot-device operations act on a node's BMC; its serial-over-LAN
+// console has at most one SOL link per node, shared by every viewer attached
+// to it.
 //
 // Drivers (sol/ipmi, sol/ipmitool, sol/redfish, sol/sim) implement BMC, and
 // Diagnoser (the driver's half of doctor: Check steps, each with an

@@ -1,8 +1,11 @@
-// Package admin owns obmd's HTTP admin API: the obmd-compatible routes HIL's
-// driver uses (node registration, token rotation, and the node-token power
-// and console routes), the /v1 JSON API for everything else (nodes, keys,
-// node principals, trusted certificate authorities and revocations,
-// sessions, audit, lockouts), and the /healthz and /readyz probes.
+// Package admin owns obmd's admin door: the HTTP admin API, its console
+// streams and the health probes.
+//
+// It serves the obmd-compatible routes HIL's driver uses (node registration,
+// token rotation, and the node-token power and console routes), the /v1 JSON
+// API for everything else (nodes, keys, node principals, trusted certificate
+// authorities and revocations, sessions, audit, lockouts), and the /healthz
+// and /readyz probes.
 //
 // Authentication: admin routes take HTTP basic "admin:<admin token>" and
 // answer 404 to a missing or wrong credential, so that an outsider cannot
@@ -34,9 +37,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/realip"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"

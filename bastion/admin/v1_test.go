@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin/api"
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
 	"github.com/sirupsen/logrus"

@@ -1,6 +1,8 @@
 // Package cluster lets several obmd replicas share one database and the same
-// BMCs: it wraps the replica's BMC resolver so that, across the cluster, a
-// node has at most one SOL link and one power operation at a time.
+// BMCs.
+//
+// It wraps the replica's BMC resolver so that, across the cluster, a node
+// has at most one SOL link and one power operation at a time.
 //
 // Consoles: the replica whose console hub opens a node's link first takes
 // the node's SOL lease (a row in the database, renewed while the link is

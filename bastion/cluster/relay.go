@@ -12,7 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/sshalgo"
+	"github.com/obmd/obmd/bastion/internal/sshalgo"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )

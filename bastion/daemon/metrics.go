@@ -1,8 +1,8 @@
 package daemon
 
 import (
-	"github.com/obmd/obmd/bastion/metrics"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
+	"github.com/obmd/obmd/bastion/internal/metrics"
 )
 
 // newMetrics builds the registry behind GET /metrics: power and auth

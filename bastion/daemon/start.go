@@ -15,13 +15,13 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin"
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/conncap"
+	"github.com/obmd/obmd/bastion/internal/conncap"
 	"github.com/obmd/obmd/bastion/nodes"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/auditlog"
@@ -281,7 +281,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	if d.certs, err = d.certPolicy(); err != nil {
 		return err
 	}
-	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.Escape,
+	d.ssh, err = sshdoor.New(sshdoor.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.Escape,
 		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
 		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
 		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,

@@ -11,8 +11,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/admin/api"
-	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 // SolSpec describes a node type whose BMC info is a sol.Info (obmd's

@@ -1,7 +1,9 @@
 // Package dbtest gives tests a fresh, private database to open with db.Open:
-// SQLite in t.TempDir() always, MariaDB/MySQL when OBMD_TEST_MYSQL_DSN is
-// set and PostgreSQL when OBMD_TEST_POSTGRES_DSN is (a scratch database
-// created for the test and dropped after it).
+// SQLite always, MariaDB/MySQL and PostgreSQL when configured.
+//
+// SQLite lives in t.TempDir(); MariaDB/MySQL is used when
+// OBMD_TEST_MYSQL_DSN is set, PostgreSQL when OBMD_TEST_POSTGRES_DSN is (a
+// scratch database created for the test and dropped after it).
 //
 // It does not import db, so db's own tests can use it too.
 package dbtest

@@ -1,10 +1,12 @@
 // Package redfish is the Redfish BMC driver, built on
-// github.com/stmcginnis/gofish: power and boot-device operations on one
-// ComputerSystem of a BMC's Redfish service over HTTPS, each operation in
-// its own Redfish session that it logs out of, waiting (as Ironic does) until
-// the system reports the state it asked for. A node's serial console, when
-// its info has "sol" details, is IPMI serial-over-LAN on the same BMC,
-// through the native IPMI driver (sol/ipmi).
+// github.com/stmcginnis/gofish.
+//
+// It runs power and boot-device operations on one ComputerSystem of a BMC's
+// Redfish service over HTTPS, each operation in its own Redfish session that
+// it logs out of, waiting (as Ironic does) until the system reports the
+// state it asked for. A node's serial console, when its info has "sol"
+// details, is IPMI serial-over-LAN on the same BMC, through the native IPMI
+// driver (sol/ipmi).
 //
 // Failures are *Error values whose Kind is a class callers can branch on
 // (ErrUnreachable, ErrAuth, ErrCertificate, ErrSystemMissing, ErrNotAllowed,

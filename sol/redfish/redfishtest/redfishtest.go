@@ -1,10 +1,13 @@
 // Package redfishtest runs a Redfish BMC for tests: metal-operator's mock
-// Redfish server (github.com/ironcore-dev/metal-operator/bmc/mock/server)
-// on 127.0.0.1, behind a TLS front that runs Redfish sessions (which the
-// mock does not: its POST to Sessions only adds a collection member),
-// forwards everything else to the mock with the session's credentials as
-// basic auth, and records what the driver asked for. sol/redfish's tests
-// and the end-to-end tests use it.
+// behind a TLS front that runs Redfish sessions.
+//
+// The mock Redfish server
+// (github.com/ironcore-dev/metal-operator/bmc/mock/server) runs on
+// 127.0.0.1. The TLS front runs Redfish sessions (which the mock does not:
+// its POST to Sessions only adds a collection member), forwards everything
+// else to the mock with the session's credentials as basic auth, and records
+// what the driver asked for. sol/redfish's tests and the end-to-end tests
+// use it.
 package redfishtest
 
 import (
