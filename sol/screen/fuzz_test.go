@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"reflect"
 	"testing"
+
+	"github.com/obmd/obmd/sol/screen/screentest"
 )
 
 // fuzzSize picks a screen size from a byte: small ones, where the edges
@@ -42,10 +44,22 @@ var fuzzSeeds = []string{
 	"\x1b[L\x1b[M\x1b[S\x1b[T\x1b[1;1;1;1;1T\x1bD\x1bM\x1bE",
 }
 
+// addRecordings adds the recorded programs' output to f's corpus.
+func addRecordings(f *testing.F, add func(i int, p []byte)) {
+	recs, err := screentest.Recordings()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i, r := range recs {
+		add(i, r.Output)
+	}
+}
+
 func FuzzWrite(f *testing.F) {
 	for i, s := range fuzzSeeds {
 		f.Add(byte(i*37), uint16(i*7), []byte(s))
 	}
+	addRecordings(f, func(i int, p []byte) { f.Add(byte(14), uint16(i*1000), p) })
 	f.Fuzz(func(t *testing.T, sz byte, split uint16, in []byte) {
 		s := fuzzSize(sz)
 		whole, err := New(s)
@@ -80,6 +94,7 @@ func FuzzRedraw(f *testing.F) {
 	for i, s := range fuzzSeeds {
 		f.Add(byte(i*37), []byte(s))
 	}
+	addRecordings(f, func(i int, p []byte) { f.Add(byte(14), p) })
 	f.Fuzz(func(t *testing.T, sz byte, in []byte) {
 		s := fuzzSize(sz)
 		term, _ := New(s)
@@ -127,6 +142,26 @@ func checkInvariants(t *testing.T, term *Terminal) {
 					t.Fatalf("row %d: a wide character split at column %d", r, c)
 				}
 			}
+		}
+	}
+}
+
+// TestWriteAllocatesNothing: feeding a terminal allocates nothing, once
+// its alternate screen exists.
+func TestWriteAllocatesNothing(t *testing.T) {
+	term, _ := New(Size{})
+	term.Write([]byte("\x1b[?1049h\x1b[?1049l"))
+	inputs := [][]byte{[]byte(fuzzSeeds[1]), []byte(fuzzSeeds[3]), screentest.BIOSSetup(100).Output}
+	recs, err := screentest.Recordings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		inputs = append(inputs, r.Output)
+	}
+	for i, in := range inputs {
+		if n := testing.AllocsPerRun(10, func() { term.Write(in) }); n != 0 {
+			t.Errorf("input %d: %v allocations per Write", i, n)
 		}
 	}
 }
