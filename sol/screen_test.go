@@ -262,7 +262,7 @@ func (c *seededConsole) Read(p []byte) (int, error) {
 	return k, nil
 }
 
-func (c *seededConsole) Write(p []byte) (int, error)   { return len(p), nil }
+func (c *seededConsole) Write(p []byte) (int, error)     { return len(p), nil }
 func (c *seededConsole) Break(ctx context.Context) error { return nil }
 func (c *seededConsole) Close() error                    { c.v.Close(); return nil }
 
