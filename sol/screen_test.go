@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/obmd/obmd/sol/screen"
 	"github.com/obmd/obmd/sol/screen/screentest"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // inject prints p on bmc's serial side in pieces of at most 4 KiB, as a
@@ -270,3 +272,32 @@ var (
 	_ sol.Seeded       = (*seededConsole)(nil)
 	_ sol.ScreenSeeded = (*seededConsole)(nil)
 )
+
+// TestScreenOverIPMISim: a BIOS menu printed on a real BMC's serial side
+// (OpenIPMI's ipmi_sim), through the native IPMI driver's SOL, shows whole
+// on the held node's screen.
+func TestScreenOverIPMISim(t *testing.T) {
+	s := ipmisim.Start(t)
+	b, err := ipmi.New("n1", s.Info(), ipmi.Config{}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHistRig(t)
+	m := h.manager(t, oneBMC{b})
+	if err := m.Hold("n1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the SOL link up", func() bool { return m.LinkUp("n1") })
+	bios := screentest.BIOSSetup(500)
+	for p := bios.Output; len(p) > 0; p = p[min(len(p), 1024):] {
+		if err := s.WriteSerial(p[:min(len(p), 1024)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitScreen(t, "the menu over SOL", screenOf(m), bios.Screen)
+}
+
+// oneBMC resolves every label to b.
+type oneBMC struct{ b sol.BMC }
+
+func (o oneBMC) Resolve(context.Context, string) (sol.BMC, error) { return o.b, nil }
