@@ -79,10 +79,18 @@ func FuzzWrite(f *testing.F) {
 		if held, limit := parts.cellsHeld(), 2*s.Cols*s.Rows; held > limit || len(parts.tabs) != s.Cols {
 			t.Fatalf("%d cells held on %v, above %d (or tabs %d)", held, s, limit, len(parts.tabs))
 		}
-		// Split anywhere, the same bytes give the same terminal.
-		whole.work, parts.work = 0, 0
+		// Split anywhere, the same bytes give the same terminal; and fed a
+		// byte at a time past Write's run of printable ASCII, too.
+		slow, _ := New(s)
+		for _, b := range in {
+			slow.advance(b)
+		}
+		whole.work, parts.work, slow.work = 0, 0, 0
 		if !reflect.DeepEqual(whole, parts) {
 			t.Fatalf("written whole and split at %d differ: %s", k, diffState(whole, parts))
+		}
+		if !reflect.DeepEqual(whole, slow) {
+			t.Fatalf("written whole and a byte at a time differ: %s", diffState(slow, whole))
 		}
 		checkInvariants(t, parts)
 	})

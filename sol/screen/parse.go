@@ -51,20 +51,19 @@ func (t *Terminal) Write(p []byte) (int, error) {
 	for i := 0; i < len(p); i++ {
 		b := p[i]
 		if t.p.state == sGround && t.p.un == 0 && b >= 0x20 && b < 0x7f {
-			// The common case: printable ASCII.
-			g := t.cur.g[t.cur.gl]
-			for {
-				if g == csASCII {
-					t.print(rune(b))
-				} else {
-					t.print(translate(g, rune(b)))
-				}
-				if i+1 >= len(p) || p[i+1] < 0x20 || p[i+1] >= 0x7f {
-					break
-				}
-				i++
-				b = p[i]
+			// The common case: a run of printable ASCII.
+			j := i + 1
+			for j < len(p) && p[j] >= 0x20 && p[j] < 0x7f {
+				j++
 			}
+			if g := t.cur.g[t.cur.gl]; g == csASCII && !t.mode.insert {
+				t.printASCII(p[i:j])
+			} else {
+				for _, c := range p[i:j] {
+					t.print(translate(g, rune(c)))
+				}
+			}
+			i = j - 1
 			continue
 		}
 		t.advance(b)

@@ -239,6 +239,47 @@ func (t *Terminal) print(r rune) {
 	}
 }
 
+// printASCII prints a run of printable ASCII (0x20 to 0x7e) drawn as
+// itself (the ASCII set in GL, insert mode off): print's work a line at a
+// time rather than a character at a time.
+func (t *Terminal) printASCII(p []byte) {
+	cols := t.size.Cols
+	for len(p) > 0 {
+		if t.wrapNext && t.mode.autowrap {
+			t.cur.col = 0
+			t.index()
+		}
+		t.wrapNext = false
+		l := t.line(t.cur.row)
+		if l.wide { // halves to mind: one at a time
+			t.print(rune(p[0]))
+			p = p[1:]
+			continue
+		}
+		t.own(l)
+		col, pen := t.cur.col, t.cur.pen.style()
+		n := min(len(p), cols-col)
+		for i, b := range p[:n] {
+			l.cells[col+i] = cell{r: rune(b), a: pen}
+		}
+		t.work += n
+		if !t.mode.autowrap && len(p) > n {
+			// Without autowrap, what does not fit overwrites the last
+			// column: its last character stays there.
+			l.cells[cols-1] = cell{r: rune(p[len(p)-1]), a: pen}
+			n = len(p)
+		}
+		t.last = rune(p[n-1])
+		p = p[n:]
+		if col+n < cols {
+			t.cur.col = col + n
+		} else {
+			t.cur.col = cols - 1
+			t.wrapNext = t.mode.autowrap
+		}
+	}
+}
+
 // shiftRight moves l's cells from col right by n (ICH, insert mode),
 // blanking the gap.
 func (t *Terminal) shiftRight(l *line, col, n int) {
@@ -318,6 +359,20 @@ func (t *Terminal) scrollDown(top, bot, n int) {
 
 // rotate moves ls left by k: ls[k] becomes ls[0].
 func rotate(ls []line, k int) {
+	switch k {
+	case 0, len(ls):
+		return
+	case 1: // a line feed at the bottom: the common case
+		first := ls[0]
+		copy(ls, ls[1:])
+		ls[len(ls)-1] = first
+		return
+	case len(ls) - 1:
+		last := ls[len(ls)-1]
+		copy(ls[1:], ls)
+		ls[0] = last
+		return
+	}
 	reverse := func(s []line) {
 		for i, j := 0, len(s)-1; i < j; i, j = i+1, j-1 {
 			s[i], s[j] = s[j], s[i]
