@@ -266,6 +266,7 @@ func (n *node) linkUp(ctx context.Context, con Console, wasLost bool) error {
 	// comes back keeps it. Before the waiting replays choose: their
 	// screens come after it.
 	switch {
+	case n.m.noScreens:
 	case relay:
 		feed := seeded.Seed()
 		if ss, ok := con.(ScreenSeeded); ok && ss.ScreenSeed() != nil {

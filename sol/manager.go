@@ -188,6 +188,8 @@ type Manager struct {
 	st   counters
 	// nextID numbers viewers (Viewer.id).
 	nextID atomic.Uint64
+	// noScreens: no screens (the benchmarks' reference). Set before use.
+	noScreens bool
 
 	mu     sync.Mutex
 	closed bool
