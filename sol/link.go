@@ -269,7 +269,7 @@ func (n *node) linkUp(ctx context.Context, con Console, wasLost bool) error {
 	case n.m.noScreens:
 	case relay:
 		feed := seeded.Seed()
-		if ss, ok := con.(ScreenSeeded); ok && ss.ScreenSeed() != nil {
+		if ss, ok := con.(ScreenSeeded); ok && len(ss.ScreenSeed()) > 0 {
 			feed = ss.ScreenSeed()
 		}
 		n.screenResetLocked(n.size, feed, false)

@@ -25,8 +25,9 @@ type ScreenSizer interface {
 
 // ScreenSeeded may be implemented by a Seeded console (a relay): the
 // holder's screen as the relay began, as a redraw (screen.Terminal.ANSI)
-// taken where the seed ends (the holder's Chunk.Screen); nil if the holder
-// sent none, and then the relay's screen starts from the seed's bytes.
+// taken where the seed ends (the holder's Chunk.Screen); empty if the
+// holder sent none, and then the relay's screen starts from the seed's
+// bytes.
 type ScreenSeeded interface {
 	ScreenSeed() []byte
 }
