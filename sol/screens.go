@@ -16,6 +16,9 @@ var ErrNoScreen = errors.New("the node's console is not open here")
 // maxParked bounds the snapshot requests a screen keeps until it settles.
 const maxParked = 16
 
+// spareBytes bounds the buffer a screen keeps for the output to come.
+const spareBytes = 64 << 10
+
 // ScreenSizer may be implemented by a Resolver: the size of a node's screen
 // (its screen_size setting; the zero Size is the default 80x25). The hub
 // asks it each time it opens the node's link.
@@ -47,6 +50,9 @@ type nodeScreen struct {
 	settled  bool // a link came up and reset the screen: it shows the node
 	settledC chan struct{}
 	size     screen.Size // of the last reset
+	// spare is an output buffer the owner is done with, for the next
+	// item (at most spareBytes of capacity).
+	spare []byte
 	// parked are snapshot requests made before the screen settled (a
 	// replay asked as the link is being opened), at most maxParked: they
 	// are answered right after the first reset.
@@ -106,7 +112,12 @@ func (n *node) screenFeedLocked(p []byte) (behind bool) {
 	if k := len(s.items); k > 0 && s.items[k-1].data != nil {
 		s.items[k-1].data = append(s.items[k-1].data, p...)
 	} else {
-		n.screenQueueLocked(screenItem{data: append(make([]byte, 0, max(len(p), 4<<10)), p...)})
+		buf := s.spare
+		s.spare = nil
+		if cap(buf) < len(p) {
+			buf = make([]byte, 0, max(len(p), 4<<10))
+		}
+		n.screenQueueLocked(screenItem{data: append(buf, p...)})
 	}
 	return s.queued > limit/2
 }
@@ -175,7 +186,7 @@ func (n *node) screenRetireLocked() {
 	for _, f := range s.parked {
 		f(screen.Snapshot{}, false)
 	}
-	s.items, s.queued, s.parked = nil, 0, nil
+	s.items, s.queued, s.parked, s.spare = nil, 0, nil, nil
 }
 
 // runScreen is the screen's owner: it feeds the queue's items to the
@@ -187,7 +198,7 @@ func (n *node) runScreen() {
 		n.mu.Lock()
 		if len(s.items) == 0 || n.retired {
 			s.running = false
-			s.items = nil // its buffers go
+			s.items = nil
 			n.mu.Unlock()
 			return
 		}
@@ -214,6 +225,11 @@ func (n *node) runScreen() {
 			n.resetScreen(it)
 		default:
 			term.Write(it.data)
+			if cap(it.data) <= spareBytes {
+				n.mu.Lock()
+				s.spare = it.data[:0]
+				n.mu.Unlock()
+			}
 		}
 	}
 }
