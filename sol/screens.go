@@ -16,8 +16,10 @@ var ErrNoScreen = errors.New("the node's console is not open here")
 // maxParked bounds the snapshot requests a screen keeps until it settles.
 const maxParked = 16
 
-// spareBytes bounds the buffer a screen keeps for the output to come.
-const spareBytes = 64 << 10
+// spareBytes bounds the buffer a screen keeps for the output to come: a
+// console read's worth (readBuf), so a node's screen holds no more when
+// its output comes in bursts.
+const spareBytes = readBuf
 
 // ScreenSizer may be implemented by a Resolver: the size of a node's screen
 // (its screen_size setting; the zero Size is the default 80x25). The hub
@@ -115,7 +117,7 @@ func (n *node) screenFeedLocked(p []byte) (behind bool) {
 		buf := s.spare
 		s.spare = nil
 		if cap(buf) < len(p) {
-			buf = make([]byte, 0, max(len(p), 4<<10))
+			buf = make([]byte, 0, max(len(p), spareBytes))
 		}
 		n.screenQueueLocked(screenItem{data: append(buf, p...)})
 	}
