@@ -111,8 +111,8 @@ func (n *node) screenFeedLocked(p []byte) (behind bool) {
 		return true
 	}
 	s.queued += len(p)
-	if k := len(s.items); k > 0 && s.items[k-1].data != nil {
-		s.items[k-1].data = append(s.items[k-1].data, p...)
+	if k := len(s.items); k > 0 && s.items[k-1].data != nil && len(s.items[k-1].data)+len(p) <= cap(s.items[k-1].data) {
+		s.items[k-1].data = append(s.items[k-1].data, p...) // room left: no copy of what is queued
 	} else {
 		buf := s.spare
 		s.spare = nil
