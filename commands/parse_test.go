@@ -98,6 +98,7 @@ func TestParse(t *testing.T) {
 		{"empty is console", nil, Command{Name: CmdConsole}, "", ""},
 		{"console", []string{"console"}, Command{Name: CmdConsole}, "", ""},
 		{"console read-only", []string{"console", "--read-only"}, Command{Name: CmdConsole, ReadOnly: true}, "", ""},
+		{"console ignore-eof", []string{"console", "--ignore-eof", "--read-only"}, Command{Name: CmdConsole, ReadOnly: true, IgnoreEOF: true}, "", ""},
 		{"power-status", []string{"power-status"}, Command{Name: CmdPowerStatus}, "", ""},
 		{"power-status json", []string{"power-status", "--json"}, Command{Name: CmdPowerStatus, JSON: true}, "", ""},
 		{"power-on", []string{"power-on"}, Command{Name: CmdPowerOn}, "", ""},
@@ -225,9 +226,20 @@ func TestUsageListsEveryCommand(t *testing.T) {
 	if got := CommandUsage("nope"); got != u {
 		t.Errorf("got %q, want the whole usage for an unknown command", got)
 	}
-	for _, line := range strings.Split(strings.TrimSuffix(u, "\n"), "\n") {
-		if len(line) > 80 {
-			t.Errorf("usage line too long (%d): %q", len(line), line)
+	for _, text := range append([]string{u}, commandUsages()...) {
+		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+			if len(line) > 80 {
+				t.Errorf("usage line too long (%d): %q", len(line), line)
+			}
 		}
 	}
+}
+
+// commandUsages is the help of the automation commands.
+func commandUsages() []string {
+	var all []string
+	for _, name := range []Name{CmdWaitFor, CmdSend, CmdExpect, CmdPowerOn, CmdPowerCycle} {
+		all = append(all, CommandUsage(name))
+	}
+	return all
 }

@@ -69,7 +69,8 @@ func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Seal
 			New: func(label string, info redfish.Info, log logrus.FieldLogger) (sol.BMC, error) {
 				return redfish.New(label, info, rf, log)
 			},
-			Forget: opts.Ciphers.Forget}),
+			Forget: opts.Ciphers.Forget,
+			BMCs:   redfish.Info.BMCs}),
 	)
 }
 
