@@ -81,14 +81,13 @@ type node struct {
 	// run when a console it holds comes up, closed by finish.
 	rec     *history.Recording
 	waiting []*replayJob // replays waiting for the link to come up (replay.go)
+	scr     nodeScreen   // the node's screen (screens.go)
 
 	// The arbitration of the writer across hubs (roles.go): the
 	// established console if it is an Arbiter, the messages queued for it
 	// and how many were queued (the link's writer loop sends them), the
 	// writer's name when it is no viewer of this hub, and the channel
 	// AwaitRole waits on (closed when a role is decided).
-	scr nodeScreen // the node's screen (screens.go)
-
 	linked       bool // the established console's part has begun (startRolesLocked)
 	arb          Arbiter
 	ctl          []ctlMsg

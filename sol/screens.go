@@ -84,18 +84,23 @@ type screenItem struct {
 	snap func(s screen.Snapshot, ok bool)
 }
 
+// minScreenQueue is the least output a screen queues before it is
+// rebuilt instead, whatever Config.QueueBytes: a rebuild reads the
+// database.
+const minScreenQueue = 64 << 10
+
 // screenFeedLocked queues output p (published by the link); it reports
 // whether the screen is behind (more than half its queue). The queue is
-// bounded as a viewer's is (Config.QueueBytes): past it, the queued output
-// is dropped and the screen rebuilt instead (from the history, where this
-// replica records the node), so a screen that falls behind never slows
-// the link. n.mu is held.
+// bounded as a viewer's is (Config.QueueBytes, at least minScreenQueue):
+// past it, the queued output is dropped and the screen rebuilt instead
+// (from the history, where this replica records the node), so a screen
+// that falls behind never slows the link. n.mu is held.
 func (n *node) screenFeedLocked(p []byte) (behind bool) {
 	s := &n.scr
 	if !s.settled {
 		return false // nothing to draw on yet: the reset to come reads the history
 	}
-	limit := n.m.cfg.QueueBytes
+	limit := max(n.m.cfg.QueueBytes, minScreenQueue)
 	if s.queued+len(p) > limit {
 		// Fallen behind: the output queued goes, and one rebuild (which
 		// reads it all in the history when the owner comes to it) replaces
