@@ -150,10 +150,14 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 			_ = writers.Close()
 			return nil, redact(fmt.Errorf("open mysql %s/%s: %w", cfg.Addr, cfg.DBName, err), cfg.Passwd)
 		}
+	}
+	s := &Store{dialect: DialectMySQL, w: writers, r: pool, log: log, now: time.Now, suspect: suspect}
+	if galera {
 		f["galera"], f[syncWait], f["evs_suspect_timeout"] = true, cfg.Params[syncWait], suspect.String()
+		f["stall_bound"] = s.StallBound().String()
 	}
 	log.WithFields(f).Info("db_open")
-	return &Store{dialect: DialectMySQL, w: writers, r: pool, log: log, now: time.Now, suspect: suspect}, nil
+	return s, nil
 }
 
 // driverLog takes the MySQL driver's messages ("closing bad idle

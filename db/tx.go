@@ -46,18 +46,24 @@ func (s *Store) withTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return s.retryConflicts(ctx, func() error { return s.tryTx(ctx, fn) })
 }
 
-// retryConflicts runs op until it returns anything but a lost conflict,
-// and not after ctx ends (conflictAttempts times at most when ctx has no
+// retryConflicts runs op until it returns anything but a lost conflict
+// or a wait for the cluster held past its bound (errSyncHeld), and not
+// after ctx ends (conflictAttempts times at most when ctx has no
 // deadline).
 func (s *Store) retryConflicts(ctx context.Context, op func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := op()
 		_, bounded := ctx.Deadline()
-		if !isConflict(err) || ctx.Err() != nil || (!bounded && attempt == conflictAttempts) {
+		held := errors.Is(err, errSyncHeld)
+		if !isConflict(err) && !held || ctx.Err() != nil || (!bounded && attempt == conflictAttempts) {
 			return err
 		}
-		s.conflicts.Add(1)
-		s.log.WithError(err).WithField("attempt", attempt).Debug("db_conflict_retry")
+		if held {
+			s.log.WithError(err).WithField("attempt", attempt).Warn("db_sync_wait_held")
+		} else {
+			s.conflicts.Add(1)
+			s.log.WithError(err).WithField("attempt", attempt).Debug("db_conflict_retry")
+		}
 		wait := time.NewTimer(rand.N(conflictBound(attempt)))
 		select {
 		case <-wait.C:
@@ -85,10 +91,11 @@ func (s *Store) ConflictRetries() int64 { return s.conflicts.Load() }
 // progress (CheckWrites) from when it holds its connection: the wait for
 // one behind other writes says nothing about the database.
 func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, end, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	defer end()
 	defer s.writing()()
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback() // fn's error is the cause; a failed rollback is discarded with the connection
@@ -97,7 +104,38 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	s.writes.committed.Add(1)
 	return nil
+}
+
+// begin begins a transaction on the writer pool; end releases what it
+// holds once the transaction has committed or rolled back. On a Galera
+// node a BEGIN held past heldBound (its wait for the cluster) is abandoned,
+// and begin returns errSyncHeld, which retryConflicts runs again (on
+// another connection: the driver closes one whose statement it abandons).
+func (s *Store) begin(ctx context.Context) (tx *sql.Tx, end func(), err error) {
+	bound := s.heldBound()
+	if bound <= 0 {
+		tx, err = s.w.BeginTx(ctx, nil)
+		return tx, func() {}, err
+	}
+	// The transaction lives in tctx (database/sql rolls it back when that
+	// ends), which the timer ends only while BEGIN is waiting.
+	tctx, cancel := context.WithCancelCause(ctx)
+	held := time.AfterFunc(bound, func() { cancel(errSyncHeld) })
+	tx, err = s.w.BeginTx(tctx, nil)
+	if !held.Stop() { // held: abandoned, even if it answered as the bound passed
+		if tx != nil {
+			_ = tx.Rollback() // begun as tctx ended: database/sql rolls it back anyway
+		}
+		cancel(errSyncHeld)
+		return nil, nil, fmt.Errorf("%w (%v)", errSyncHeld, bound)
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, nil, err
+	}
+	return tx, func() { cancel(nil) }, nil
 }
 
 // isDuplicate reports a primary-key or unique violation.

@@ -15,12 +15,18 @@ import (
 )
 
 // fakeDB is the database as the Watcher and Health read it: changes to
-// hand out, and a switch that fails every read.
+// hand out, a switch that fails every read, a count of committed writes,
+// the age of the oldest write in progress, a stall bound (default 2 s),
+// and a switch that holds Ping until its context ends.
 type fakeDB struct {
-	mu      sync.Mutex
-	down    bool
-	latest  int64 // the epoch changes stand at when the Watcher starts
-	changes []db.Change
+	mu        sync.Mutex
+	down      bool
+	latest    int64 // the epoch changes stand at when the Watcher starts
+	changes   []db.Change
+	committed uint64
+	oldest    time.Duration
+	stall     time.Duration
+	hold      bool
 }
 
 func (f *fakeDB) setDown(down bool) {
@@ -62,9 +68,44 @@ func (f *fakeDB) ChangesSince(_ context.Context, after int64, _ int) ([]db.Chang
 	return out, nil
 }
 
-func (f *fakeDB) Ping(context.Context) error                       { return f.fail() }
+func (f *fakeDB) Ping(ctx context.Context) error {
+	f.mu.Lock()
+	hold := f.hold
+	f.mu.Unlock()
+	if hold {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return f.fail()
+}
+
 func (f *fakeDB) CheckWrites(context.Context, time.Duration) error { return f.fail() }
-func (f *fakeDB) OldestWrite() time.Duration                       { return 0 }
+
+func (f *fakeDB) OldestWrite() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.oldest
+}
+
+func (f *fakeDB) Committed() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.committed
+}
+
+func (f *fakeDB) StallBound() time.Duration {
+	if f.stall > 0 {
+		return f.stall
+	}
+	return 2 * time.Second
+}
+
+// set changes f under its lock.
+func (f *fakeDB) set(change func(f *fakeDB)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f)
+}
 
 // TestWatcher: a change made elsewhere cuts the node's older sessions; a
 // database that stops answering makes the replica unusable at once (logins

@@ -25,7 +25,7 @@ func TestReplicaClockSkew(t *testing.T) {
 	for _, skew := range []time.Duration{-time.Minute, time.Minute} {
 		t.Run(skew.String(), func(t *testing.T) {
 			dsn := dbtest.MySQLDSN(t)
-			proxy := rpStartProxy(t, dsn)
+			proxy := dbtest.StartProxy(t, dsn)
 			state := t.TempDir() // shared: the same host key, seal key and admin token
 			replica := func(id, dsn string, opts ...db.Option) *obmd {
 				return startObmd(t, func(c *daemon.Config) {
@@ -33,11 +33,11 @@ func TestReplicaClockSkew(t *testing.T) {
 					c.DBOptions = opts
 				})
 			}
-			skewed := replica("skewed", proxy.dsn, db.WithClockSkew(skew))
+			skewed := replica("skewed", proxy.DSN, db.WithClockSkew(skew))
 			honest := replica("honest", dsn)
 			// The database is back before they stop (cleanups run last
 			// first): the skewed one flushes its console history then.
-			t.Cleanup(func() { proxy.cut(false) })
+			t.Cleanup(func() { proxy.Cut(false) })
 			tok := skewed.addSimNode("n1")
 			st := rpStore(t, dsn)
 			owner := func() string {
@@ -64,7 +64,7 @@ func TestReplicaClockSkew(t *testing.T) {
 			}
 			// Dead: the honest replica takes it over within about a TTL.
 			cut := time.Now()
-			proxy.cut(true)
+			proxy.Cut(true)
 			waitUntil(t, "the honest replica taking the lease over", func() bool { return owner() == "honest" })
 			took := time.Since(cut)
 			if took < ttl/2 || took > ttl+5*time.Second {

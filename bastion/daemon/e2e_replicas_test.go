@@ -264,8 +264,8 @@ func TestReplicas(t *testing.T) {
 // logins.
 func TestReplicaDatabaseLost(t *testing.T) {
 	dsn := dbtest.MySQLDSN(t)
-	proxy := rpStartProxy(t, dsn)
-	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.dsn; c.DBGrace = time.Second })
+	proxy := dbtest.StartProxy(t, dsn)
+	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.DSN; c.DBGrace = time.Second })
 	tok := o.addSimNode("n1")
 	if res, err := o.execGo("n1", tok, "power-status"); err != nil || res.Code != 0 {
 		t.Fatalf("before: got %v, %v", res, err)
@@ -274,7 +274,7 @@ func TestReplicaDatabaseLost(t *testing.T) {
 	v.out.wait(t, "console", 0, "console of n1")
 
 	cut := time.Now()
-	proxy.cut(true)
+	proxy.Cut(true)
 	waitUntil(t, "/readyz to fail", func() bool {
 		code, _ := o.request("GET", "/readyz", nil, "", "")
 		return code == http.StatusServiceUnavailable
@@ -297,7 +297,7 @@ func TestReplicaDatabaseLost(t *testing.T) {
 	}
 	t.Logf("console cut %v after the database was lost (db_grace 1 s, epoch_poll 100 ms)", end.Sub(cut).Round(time.Millisecond))
 
-	proxy.cut(false)
+	proxy.Cut(false)
 	waitUntil(t, "logins again", func() bool {
 		res, err := o.execGo("n1", tok, "power-status")
 		return err == nil && res.Code == 0

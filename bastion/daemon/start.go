@@ -226,7 +226,7 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 		peers, fence, fenceAfter = d.rep.cluster, d.rep.cluster, d.rep.cluster.FenceAfter()
 	}
 	d.health = access.NewHealth(d.store, fence)
-	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout, d.store.Exclusive() && d.rep.cluster == nil)
+	gate := access.NewGate(d.store, d.health, d.dbBound(), d.store.Exclusive() && d.rep.cluster == nil)
 	onApply := func(label string, epoch int64) {
 		d.history.applied(label, epoch)
 		d.resolver.Forget(label, epoch) // the info of the node's previous epochs is no longer served
@@ -235,7 +235,7 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 		OnApply: onApply, Usable: d.health.Usable},
 		d.consoles, d.reg, gate, d.log)
 	var err error
-	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout,
+	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.dbBound(),
 		DBGrace: d.cfg.DBGrace, FenceAfter: fenceAfter}, d.store, d.health, d.revoker, d.announce, d.log)
 	if err != nil {
 		return nil, err
@@ -244,6 +244,13 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 	d.limiter = authlimit.New(d.cfg.AuthLimits, time.Now)
 	return gate, nil
 }
+
+// dbBound bounds each database call of a login's lookups, the change
+// watcher's polls and this replica's announcements: change_timeout, plus
+// on a Galera node the time the cluster may hold every call while it
+// evicts a dead member (db.Store.Eviction), so that such a call waits the
+// eviction out instead of failing in it.
+func (d *Daemon) dbBound() time.Duration { return d.cfg.ChangeTimeout + d.store.Eviction() }
 
 // buildDoors builds the metrics, the command runner, the admin API and the
 // SSH front door.
