@@ -46,9 +46,13 @@ type Node struct {
 	// Capture is whether the node's console is captured with nobody
 	// attached: CaptureAlways, CaptureAttached, or "" (the daemon's
 	// default for its type). Not access: it moves no epoch.
-	Capture   string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Capture string
+	// ScreenSize is the size of the node's screen (the terminal emulator
+	// of its console): "COLSxROWS" up to 200x100, or "" for the default
+	// 80x25. Not access: it moves no epoch.
+	ScreenSize string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // Capture settings of a node (Node.Capture).

@@ -41,9 +41,9 @@ var layoutRules = []layoutRule{
 	{why: "keys knows nothing of the database",
 		from:      []string{mod + "keys"},
 		forbidden: []string{"database/sql/...", mod + "db/..."}, deps: true},
-	{why: "the console hub knows no driver (its console history is none)",
+	{why: "the console hub knows no driver (its console history and its screens' emulator are none)",
 		from:      []string{mod + "sol"},
-		forbidden: []string{mod + "sol/..."}, allowed: []string{mod + "sol/history"}, deps: true},
+		forbidden: []string{mod + "sol/..."}, allowed: []string{mod + "sol/history", mod + "sol/screen"}, deps: true},
 	{why: "access changes, the guessing limits and the session registry know nothing of SSH or HTTP",
 		from:      []string{mod + "bastion/access/..."},
 		forbidden: []string{"github.com/gliderlabs/ssh/...", "golang.org/x/crypto/ssh/...", "net/http"}},
@@ -79,7 +79,7 @@ var layoutRules = []layoutRule{
 	{why: "test helpers stay out of obmd's binaries",
 		from: []string{mod + "cmd/...", mod + "bastion/...", mod + "commands/...", mod + "db", mod + "keys", mod + "sol",
 			mod + "sol/ipmi", mod + "sol/ipmitool", mod + "sol/redfish", mod + "sol/sim"},
-		forbidden: []string{mod + "sol/soltest/...", mod + "sol/redfish/redfishtest", mod + "db/dbtest"},
+		forbidden: []string{mod + "sol/soltest/...", mod + "sol/redfish/redfishtest", mod + "db/dbtest", mod + "sol/screen/screentest"},
 		deps:      true},
 }
 

@@ -37,6 +37,8 @@ func (d *Daemon) newMetrics() *metrics.Registry {
 		w.Sample("", float64(st.BytesIn), "direction", "in")
 		w.Counter("obmd_console_viewer_overflows_total", "Times a slow viewer's queue overflowed.", float64(st.Overflows))
 		w.Counter("obmd_console_skipped_bytes_total", "Console bytes slow viewers skipped.", float64(st.Skipped))
+		w.Counter("obmd_console_screen_rebuilds_total", "Times a node's screen fell behind its output and was rebuilt from its history.",
+			float64(st.ScreenRebuilds))
 		pre := d.ssh.PreauthStats()
 		w.Gauge("obmd_ssh_connections", "Open SSH connections, authenticated or not.", float64(pre.Conns))
 		w.Gauge("obmd_ssh_unauthenticated", "SSH connections that have not authenticated yet.", float64(pre.Open))

@@ -24,9 +24,12 @@ type Node struct {
 	Label string `json:"label"`
 	Type  string `json:"type"`
 	// Capture is the node's own capture setting ("": the default).
-	Capture   string    `json:"capture,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Capture string `json:"capture,omitempty"`
+	// ScreenSize is the size of the node's screen, COLSxROWS ("": the
+	// default 80x25).
+	ScreenSize string    `json:"screen_size,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
 	// InfoError says the stored info cannot be read (a changed sealing key).
 	InfoError string `json:"info_error,omitempty"`
 	// CipherInUse is the IPMI cipher suite this replica last negotiated
@@ -118,6 +121,12 @@ type PutNode struct {
 // Capture is the body of PUT /v1/nodes/{label}/capture.
 type Capture struct {
 	Capture *string `json:"capture"`
+}
+
+// ScreenSize is the body of PUT /v1/nodes/{label}/screen_size: COLSxROWS
+// up to 200x100, or "" for the default 80x25.
+type ScreenSize struct {
+	ScreenSize *string `json:"screen_size"`
 }
 
 // Token is the answer of a token rotation (POST .../token): the new token,
