@@ -32,8 +32,8 @@ type Config struct {
 	// StateDir holds the host key, the sealing key, the generated admin
 	// token and the default SQLite database (default ./obmd-state).
 	StateDir string `yaml:"state_dir"`
-	// DB is a SQLite path or mysql://user:pass@tcp(host:port)/db (default
-	// StateDir/obmd.db).
+	// DB is a SQLite path (or file: URI), mysql://user:pass@tcp(host:port)/db
+	// or postgres://user:pass@host:port/db (default StateDir/obmd.db).
 	DB string `yaml:"db"`
 	// AdminToken, if set, is the admin secret; otherwise it is read from
 	// StateDir/admin-token, generated there on first start.
@@ -140,7 +140,7 @@ type Config struct {
 	// database for changes and each login's lookups.
 	ChangeTimeout time.Duration `yaml:"change_timeout"`
 
-	// Several replicas on one MySQL/MariaDB (docs/replicas.md). ReplicaID
+	// Several replicas on one MySQL/MariaDB or PostgreSQL (docs/replicas.md). ReplicaID
 	// names this replica (default: host name and a random suffix, new at
 	// each start). PeerAddr is where this replica listens for the others
 	// (empty: single-replica mode, no leases); PeerAdvertise is the address
