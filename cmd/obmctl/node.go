@@ -335,7 +335,9 @@ func nodeDetail(n api.Node) string {
 		}
 		fmt.Fprintf(&b, "system:   %s\ntls:      %s\n", sys, tls)
 		if n.SOL == nil {
-			b.WriteString("console:  none (no sol details)\n")
+			if n.Console == "" { // else consoleDetail says
+				b.WriteString("console:  none (no sol details)\n")
+			}
 			break
 		}
 		port := n.SOL.Port
