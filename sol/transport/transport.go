@@ -111,11 +111,14 @@ type Target struct {
 	Info             sol.ConsoleInfo
 }
 
-// Wrap returns node label's BMC: base itself when its console is SOL,
-// else base with its console reached as tg.Info says. It does no I/O.
+// Wrap returns node label's BMC: base itself when its console is SOL
+// (and what auto remembered of the node is forgotten: it no longer
+// applies), else base with its console reached as tg.Info says. It does
+// no I/O.
 func (t *Transports) Wrap(label string, base sol.BMC, tg Target) (sol.BMC, error) {
 	mode := tg.Info.Console
 	if mode == "" || mode == sol.ConsoleSOL {
+		t.mem.Forget(label)
 		return base, nil
 	}
 	if mode != sol.ConsoleSSH && mode != sol.ConsoleAuto {

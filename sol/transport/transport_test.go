@@ -174,6 +174,12 @@ func TestAutoFallsBack(t *testing.T) {
 	if got, ok := mem.InUse("n1"); !ok || got != sol.ConsoleSSH {
 		t.Errorf("in use: got %q, %v, want ssh", got, ok)
 	}
+	if _, err := tr.Wrap("n1", b, transport.Target{Host: m.Host, User: "u", Pass: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := mem.InUse("n1"); ok {
+		t.Errorf("in use after the node went back to SOL: got %q, want nothing remembered", got)
+	}
 }
 
 // TestAutoHostKeyNoFallback: a changed host key on the remembered SSH
