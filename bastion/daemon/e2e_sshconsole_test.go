@@ -284,6 +284,12 @@ func TestSSHConsoleHostKeyChanged(t *testing.T) {
 		t.Errorf("attaches went from %d to %d: a console was attached past a changed key", attaches, got)
 	}
 
+	if code, _ := o.request("DELETE", "/v1/nodes/hk/ssh-host-key", nil, "admin", "wrong-admin-token"); code != 404 {
+		t.Errorf("reset with a wrong admin credential: got %d, want 404", code)
+	}
+	if code, _ := o.api("DELETE", "/v1/nodes/no-such-node/ssh-host-key", nil); code != 404 {
+		t.Errorf("reset of an unknown node: got %d, want 404", code)
+	}
 	var reset struct{ Removed bool }
 	if err := json.Unmarshal(o.mustAPI(200, "DELETE", "/v1/nodes/hk/ssh-host-key", nil), &reset); err != nil || !reset.Removed {
 		t.Fatalf("reset: %+v %v", reset, err)

@@ -3,7 +3,6 @@ package sshconsole_test
 import (
 	"testing"
 
-	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/sshbmc"
 )
 
@@ -16,13 +15,7 @@ func TestConsoleVendors(t *testing.T) {
 	for _, v := range vendors {
 		t.Run(v, func(t *testing.T) {
 			t.Parallel()
-			b := sshbmc.Start(t, sshbmc.Options{Vendor: v})
-			c := newClient(t, sshbmc.NewKeys(), nil)
-			con, err := c.Open(ctxWait(t), target(t, "n1", b))
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
-			r := soltest.Collect(t, con)
+			b, con, r := attached(t, sshbmc.Options{Vendor: v})
 			if err := b.WriteSerial([]byte("BIOS line\r\n")); err != nil {
 				t.Fatal(err)
 			}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/sshbmc"
 	"github.com/obmd/obmd/sol/sshconsole"
 )
@@ -27,13 +26,7 @@ func TestViewerKeysNeverEscape(t *testing.T) {
 	for _, v := range vendors {
 		t.Run(v, func(t *testing.T) {
 			t.Parallel()
-			b := sshbmc.Start(t, sshbmc.Options{Vendor: v})
-			c := newClient(t, sshbmc.NewKeys(), nil)
-			con, err := c.Open(ctxWait(t), target(t, "n1", b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := soltest.Collect(t, con)
+			b, con, r := attached(t, sshbmc.Options{Vendor: v})
 			// One byte a write too: the escape state spans writes.
 			for _, k := range [][]byte{keysWithEscapes, keysWithEscapes} {
 				if _, err := con.Write(k); err != nil {

@@ -90,13 +90,7 @@ func TestBusyFreed(t *testing.T) {
 // TestShellOnly: a BMC that refuses the console command as the session's
 // command gets it typed at its CLI's prompt.
 func TestShellOnly(t *testing.T) {
-	b := sshbmc.Start(t, sshbmc.Options{NoExec: true})
-	c := newClient(t, sshbmc.NewKeys(), nil)
-	con, err := c.Open(ctxWait(t), target(t, "n1", b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := soltest.Collect(t, con)
+	b, _, r := attached(t, sshbmc.Options{NoExec: true})
 	if err := b.WriteSerial([]byte("hello\r\n")); err != nil {
 		t.Fatal(err)
 	}

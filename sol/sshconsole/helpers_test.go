@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/sshbmc"
 	"github.com/obmd/obmd/sol/sshconsole"
 )
@@ -51,4 +52,16 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// attached starts a BMC of o and opens node n1's console on it, its output
+// collected.
+func attached(t testing.TB, o sshbmc.Options) (*sshbmc.BMC, *sshconsole.Console, *soltest.Reader) {
+	t.Helper()
+	b := sshbmc.Start(t, o)
+	con, err := newClient(t, sshbmc.NewKeys(), nil).Open(ctxWait(t), target(t, "n1", b))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return b, con, soltest.Collect(t, con)
 }

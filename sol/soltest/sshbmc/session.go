@@ -72,7 +72,6 @@ func escTilde(e *escState, c byte) ([]byte, bool) {
 
 // run serves the session's requests and input until it ends.
 func (s *session) run(reqs <-chan *ssh.Request) {
-	defer s.ch.Close()
 	start := make(chan bool, 1) // true: exec of the console command; false: a shell
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -111,7 +110,10 @@ func (s *session) run(reqs <-chan *ssh.Request) {
 		}
 		close(start)
 	}()
-	defer wg.Wait()
+	defer func() {
+		s.ch.Close() // ends the requests goroutine
+		wg.Wait()
+	}()
 	exec, ok := <-start
 	if !ok {
 		return
