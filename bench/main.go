@@ -29,8 +29,8 @@ type benchConfig struct {
 	obmdBin string // the obmd binary, built for this run
 	bareBin string // bench/baressh, built for this run
 	quick   bool   // shorter phases (a smoke run; figures are noisier)
-	// baseline is another obmd binary (-baseline) that section 1 also
-	// measures, for a before/after ratio in one run; "" for none.
+	// baseline is another obmd binary (-baseline) that sections 1 and 9
+	// also measure, for a before/after ratio in one run; "" for none.
 	baseline string
 	log      io.Writer
 }
@@ -49,9 +49,9 @@ func (c benchConfig) logf(format string, a ...any) {
 
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "file to write the table into (between the bench markers)")
-	only := flag.String("only", "", "comma-separated sections to run (1-8); default all")
+	only := flag.String("only", "", "comma-separated sections to run (1-9); default all")
 	quick := flag.Bool("quick", false, "shorter phases, for trying the bench itself (noisier figures)")
-	baseline := flag.String("baseline", "", "another obmd binary (an older build) that section 1 measures too")
+	baseline := flag.String("baseline", "", "another obmd binary (an older build) that sections 1 and 9 measure too")
 	flag.Parse()
 	if err := run(*out, *only, *quick, *baseline); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
@@ -78,7 +78,7 @@ func run(out, only string, quick bool, baseline string) error {
 		id  string
 		run func(benchConfig) *section
 	}{{"1", connRate}, {"2", memory}, {"3", consoleBench}, {"4", isolation}, {"5", revocation}, {"6", preauthBench},
-		{"7", fleetBench}, {"8", powerStatusBench}}
+		{"7", fleetBench}, {"8", powerStatusBench}, {"9", automationBench}, {"10", auditFloodBench}}
 	var sections []*section
 	for _, s := range all {
 		if only != "" && !strings.Contains(","+only+",", ","+s.id+",") {

@@ -66,7 +66,8 @@ const (
 
 // matcher searches console output for one pattern after another. The
 // first byte searched counts as a line start; after that, `^` matches
-// only where a line starts, whatever chunk it started in.
+// only where a line starts, whatever chunk it started in. Its searches
+// are bounded and interruptible (meter).
 type matcher struct {
 	buf     []byte
 	base    int64 // offset of buf[0]
@@ -77,6 +78,7 @@ type matcher struct {
 	prev    byte
 	hasPrev bool
 	scratch []byte // prev and buf, for a search from buf[0] mid-line
+	meter   meter  // the command's search budget (zero: none)
 }
 
 // feed adds output that arrived at at.
@@ -94,24 +96,45 @@ func (m *matcher) feed(p []byte, at time.Time) {
 	m.at = at
 }
 
-// find looks for p in what was fed since the last match; a match
-// consumes the output up to its end.
-func (m *matcher) find(p *pattern) (Match, bool) {
-	n := m.complete()
-	from := 0
-	if m.scanned > maxSpan {
-		from = m.scanned - maxSpan
-		if nl := bytes.IndexByte(m.buf[from:m.scanned], '\n'); nl >= 0 {
-			from += nl + 1
-		}
-		for from < n && !utf8.RuneStart(m.buf[from]) {
-			from++ // the context byte before it then decodes alone
-		}
+// from is where the next search starts: maxSpan before the output not
+// searched yet, at a line start after it if there is one, at a character.
+func (m *matcher) from(n int) int {
+	if m.scanned <= maxSpan {
+		return 0
 	}
-	loc := m.search(p, m.buf[:n], from)
+	from := m.scanned - maxSpan
+	if nl := bytes.IndexByte(m.buf[from:m.scanned], '\n'); nl >= 0 {
+		from += nl + 1
+	}
+	for from < n && !utf8.RuneStart(m.buf[from]) {
+		from++ // the context byte before it then decodes alone
+	}
+	return from
+}
+
+// due reports whether a search of p should run now rather than wait for
+// more output: it fits in one slice, or the output not searched yet is at
+// least an amortize-th of what it would search (a console printing tiny
+// chunks then costs at most amortize+1 searches of each byte).
+func (m *matcher) due(p *pattern) bool {
+	n := len(m.buf)
+	span := n - m.from(n)
+	return span*max(p.size, p.midSize) <= sliceSteps || (n-m.scanned)*amortize >= span
+}
+
+// find looks for p in what was fed since the last match; a match
+// consumes the output up to its end. It fails only with ctx's cause,
+// when ctx ended first (the matcher is then as before the search).
+func (m *matcher) find(ctx context.Context, p *pattern) (Match, bool, error) {
+	n := m.complete()
+	from := m.from(n)
+	loc, err := m.search(ctx, p, m.buf[:n], from)
+	if err != nil {
+		return Match{}, false, err
+	}
 	if loc == nil {
 		m.scanned = n
-		return Match{}, false
+		return Match{}, false, nil
 	}
 	start, end := from+loc[0], from+loc[1]
 	ls := start
@@ -133,7 +156,7 @@ func (m *matcher) find(p *pattern) (Match, bool) {
 	m.base += int64(end)
 	m.buf = append(m.buf[:0], m.buf[end:]...)
 	m.scanned = 0
-	return mt, true
+	return mt, true, nil
 }
 
 // complete is how much of buf a search sees: all but a UTF-8 sequence at
@@ -159,56 +182,76 @@ func (m *matcher) complete() int {
 // before it as context when that is no line start, so that `^` does not
 // match there. buf[from] starts a character (or is an invalid byte), so
 // the context byte decodes alone.
-func (m *matcher) search(p *pattern, buf []byte, from int) []int {
+func (m *matcher) search(ctx context.Context, p *pattern, buf []byte, from int) ([]int, error) {
 	switch {
 	case from > 0 && buf[from-1] != '\n':
-		return p.findAfter(buf[from-1:])
+		return p.findAfter(ctx, &m.meter, buf[from-1:])
 	case from == 0 && m.hasPrev && m.prev != '\n':
 		m.scratch = append(append(m.scratch[:0], m.prev), buf...)
-		return p.findAfter(m.scratch)
+		return p.findAfter(ctx, &m.meter, m.scratch)
 	}
-	return p.re.FindIndex(buf[from:])
+	return p.find(ctx, &m.meter, buf[from:])
 }
 
 // scan feeds p, arrived at at, and looks for re after every maxSpan bytes
 // of it (a chunk larger than the window is searched whole); what follows
 // a match is kept for the next search.
-func (m *matcher) scan(p []byte, at time.Time, re *pattern) (Match, bool) {
+func (m *matcher) scan(ctx context.Context, p []byte, at time.Time, re *pattern) (Match, bool, error) {
 	for len(p) > 0 {
 		k := min(len(p), maxSpan)
 		m.feed(p[:k], at)
 		p = p[k:]
-		if mt, ok := m.find(re); ok {
+		mt, ok, err := m.find(ctx, re)
+		if ok {
 			m.feed(p, at)
-			return mt, true
+		}
+		if ok || err != nil {
+			return mt, ok, err
 		}
 	}
-	return Match{}, false
+	return Match{}, false, nil
 }
 
 // wait reads con until re matches, timeout passes (ErrTimedOut) or ctx
-// ends (its cause).
+// ends (its cause). A search that costs more than a slice waits for more
+// output (matcher.due), at most searchDelay.
 func (m *matcher) wait(ctx context.Context, con Console, re *pattern, timeout time.Duration) (Match, error) {
-	if mt, ok := m.find(re); ok {
-		return mt, nil
-	}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
+	tctx, cancel := context.WithTimeoutCause(ctx, timeout, &noMatchError{after: timeout})
 	defer cancel()
-	for {
-		p, at, err := con.Next(tctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return Match{}, context.Cause(ctx)
-			}
-			if tctx.Err() != nil {
-				return Match{}, &noMatchError{after: timeout}
-			}
-			return Match{}, err
+	mt, ok, err := m.find(tctx, re)
+	var pending time.Time // when the oldest output not searched yet came (zero: none)
+	for !ok && err == nil {
+		nctx, ncancel := tctx, context.CancelFunc(func() {})
+		if !pending.IsZero() {
+			nctx, ncancel = context.WithDeadline(tctx, pending.Add(searchDelay))
 		}
-		if mt, ok := m.scan(p, at, re); ok {
-			return mt, nil
+		p, at, nerr := con.Next(nctx)
+		ncancel()
+		switch {
+		case nerr == nil && len(p) >= maxSpan: // searched every maxSpan bytes
+			pending = time.Time{}
+			mt, ok, err = m.scan(tctx, p, at, re)
+		case nerr == nil:
+			m.feed(p, at)
+			if pending.IsZero() {
+				pending = time.Now()
+			}
+			if !m.due(re) && time.Since(pending) < searchDelay {
+				continue
+			}
+			pending = time.Time{}
+			mt, ok, err = m.find(tctx, re)
+		case tctx.Err() == nil && nctx.Err() != nil: // searchDelay passed
+			pending = time.Time{}
+			mt, ok, err = m.find(tctx, re)
+		default:
+			err = nerr
 		}
 	}
+	if err != nil && tctx.Err() != nil {
+		err = context.Cause(tctx) // the cut's reason, or the timeout
+	}
+	return mt, err
 }
 
 // openConsole opens req's console with o.
@@ -238,7 +281,9 @@ func (r *Runner) watch(ctx context.Context, req Request, o ConsoleOptions) (*wat
 	if err != nil {
 		return nil, err
 	}
-	return &watching{con: con, start: r.cfg.Now()}, nil
+	w := &watching{con: con, start: r.cfg.Now()}
+	w.m.meter = r.newMeter()
+	return w, nil
 }
 
 // watchFor is watch for a command that waits for cmd.Pattern.
@@ -264,12 +309,16 @@ func (r *Runner) waitFor(ctx context.Context, req Request, cmd Command) (Result,
 		return res, err
 	}
 	defer w.con.Close()
-	mt, found, err := r.searchStored(ctx, req, cmd, w)
-	if err != nil {
-		return res, err
+	// The timeout covers the search of the stored output too.
+	timeout := waitTimeout(cmd.Timeout)
+	tctx, cancel := context.WithTimeoutCause(ctx, timeout, &noMatchError{after: timeout})
+	defer cancel()
+	mt, found, err := r.searchStored(tctx, req, cmd, w)
+	if err == nil && !found {
+		mt, err = w.m.wait(tctx, w.con, w.re, timeout)
 	}
-	if !found {
-		mt, err = w.m.wait(ctx, w.con, w.re, waitTimeout(cmd.Timeout))
+	if err != nil && tctx.Err() != nil {
+		err = context.Cause(tctx) // the cut's reason, or the timeout
 	}
 	r.auditWait(ctx, req, ActionConsoleWait, w.start, err)
 	if err != nil {
@@ -297,8 +346,7 @@ func (r *Runner) searchStored(ctx context.Context, req Request, cmd Command, w *
 		return Match{}, false, nil
 	}
 	if r.cfg.History == nil || req.Epoch <= 0 {
-		mt, ok := w.m.scan(r.consoles.Scrollback(req.Node), r.cfg.Now(), w.re)
-		return mt, ok, nil
+		return w.m.scan(ctx, r.consoles.Scrollback(req.Node), r.cfg.Now(), w.re)
 	}
 	q := history.Query{Node: req.Node, Epoch: req.Epoch}
 	if cmd.SinceMode == SinceTime {
@@ -312,8 +360,8 @@ func (r *Runner) searchStored(ctx context.Context, req Request, cmd Command, w *
 		if c.Kind != history.KindOutput {
 			continue
 		}
-		if mt, ok := w.m.scan(c.Data, c.Until(), w.re); ok {
-			return mt, true, nil
+		if mt, ok, err := w.m.scan(ctx, c.Data, c.Until(), w.re); ok || err != nil {
+			return mt, ok, err
 		}
 	}
 	return Match{}, false, nil

@@ -55,15 +55,15 @@ func TestMatcherAcrossChunks(t *testing.T) {
 	var m matcher
 	re := mustPattern(`log+in:`)
 	m.feed([]byte("boot\r\nsim lo"), time.Now())
-	if _, ok := m.find(re); ok {
+	if _, ok := m.findT(re); ok {
 		t.Fatal("matched half a word")
 	}
 	m.feed([]byte("gin: \r\nmore"), time.Now())
-	mt, ok := m.find(re)
+	mt, ok := m.findT(re)
 	if !ok || mt.Text != "login:" || mt.Line != "sim login: " || mt.Offset != 10 {
 		t.Fatalf("got %+v %v", mt, ok)
 	}
-	if _, ok := m.find(re); ok {
+	if _, ok := m.findT(re); ok {
 		t.Error("the same match twice")
 	}
 }
@@ -133,7 +133,7 @@ func TestParseAutomation(t *testing.T) {
 
 func TestParseScript(t *testing.T) {
 	steps, err := ParseScript("# c\n\nwait 'sim login:' 2m\nsend root\\r\nsleep 1s\nbreak\nwait x\n")
-	if err != nil || len(steps) != 5 || steps[0].Line != 3 || steps[0].re.src != "sim login:" ||
+	if err != nil || len(steps) != 5 || steps[0].Line != 3 || steps[0].Pattern != "sim login:" ||
 		steps[0].Timeout != 2*time.Minute || string(steps[1].Data) != "root\r" || steps[2].Timeout != time.Second ||
 		steps[3].Kind != StepBreak || steps[4].Timeout != 0 {
 		t.Fatalf("got %+v, %v", steps, err)
@@ -227,7 +227,7 @@ func BenchmarkMatcherNoMatch(b *testing.B) {
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
 		m.feed(chunk, time.Time{})
-		if _, ok := m.find(re); ok {
+		if _, ok := m.findT(re); ok {
 			b.Fatal("matched")
 		}
 	}
@@ -241,36 +241,36 @@ func TestMatcherSpan(t *testing.T) {
 	m.feed([]byte("noise\n"), time.Now())
 	for range 20 {
 		m.feed(bytes.Repeat([]byte("x"), 1000), time.Now())
-		if _, ok := m.find(re); ok {
+		if _, ok := m.findT(re); ok {
 			t.Fatal("matched noise")
 		}
 	}
 	m.feed([]byte("\nbegin "+strings.Repeat("y", 6000)), time.Now())
-	if _, ok := m.find(re); ok {
+	if _, ok := m.findT(re); ok {
 		t.Fatal("matched half")
 	}
 	m.feed([]byte(strings.Repeat("y", 1000)+" end\n"), time.Now())
-	mt, ok := m.find(re)
+	mt, ok := m.findT(re)
 	if !ok || mt.Offset != 6+20000+1 || !strings.HasPrefix(mt.Line, "begin y") {
 		t.Fatalf("got %+v %v", mt.Offset, ok)
 	}
 }
 
-// TestREADMEScript: the example script of README's "Automating a
-// console" parses, every step of it.
-func TestREADMEScript(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+// TestTenantGuideScript: the example script of the tenant guide's
+// "Automating a console" (docs/tenant.md) parses, every step of it.
+func TestTenantGuideScript(t *testing.T) {
+	data, err := os.ReadFile("../docs/tenant.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(data), "  # boot.exp:")
-	block, _, ok2 := strings.Cut(rest, "  ```")
+	_, rest, ok := strings.Cut(string(data), "\n# boot.exp:")
+	block, _, ok2 := strings.Cut(rest, "\n```")
 	if !ok || !ok2 {
-		t.Fatal("README: no boot.exp block")
+		t.Fatal("docs/tenant.md: no boot.exp block")
 	}
 	steps, err := ParseScript("#" + block)
 	if err != nil || len(steps) != 9 {
-		t.Fatalf("README's script: %d steps, %v", len(steps), err)
+		t.Fatalf("the tenant guide's script: %d steps, %v", len(steps), err)
 	}
 }
 
@@ -280,11 +280,11 @@ func TestMatcherBigChunk(t *testing.T) {
 	var m matcher
 	big := append([]byte("early-marker\n"), bytes.Repeat([]byte("z"), 3*window)...)
 	big = append(big, "late-marker\n"...)
-	mt, ok := m.scan(big, time.Now(), mustPattern("early-marker"))
+	mt, ok := m.scanT(big, time.Now(), mustPattern("early-marker"))
 	if !ok || mt.Offset != 0 {
 		t.Fatalf("early: got %+v %v", mt, ok)
 	}
-	if _, ok := m.find(mustPattern("late-marker")); !ok {
+	if _, ok := m.findT(mustPattern("late-marker")); !ok {
 		t.Error("what followed the match was lost")
 	}
 }
@@ -306,13 +306,13 @@ func TestMatcherLineStart(t *testing.T) {
 	now := time.Now()
 	login := mustPattern(`^login:`)
 	var m matcher
-	if mt, ok := m.scan([]byte("login: first"), now, login); !ok || mt.Offset != 0 {
+	if mt, ok := m.scanT([]byte("login: first"), now, login); !ok || mt.Offset != 0 {
 		t.Errorf("at the first byte searched: got %+v, %v", mt, ok)
 	}
 	// A line that started in an earlier chunk.
 	m = matcher{}
 	for _, c := range []string{"boot\r\nlog", "in: "} {
-		if mt, ok := m.scan([]byte(c), now, login); ok {
+		if mt, ok := m.scanT([]byte(c), now, login); ok {
 			if c == "boot\r\nlog" || mt.Offset != 6 || mt.Line != "login: " {
 				t.Errorf("after chunk %q: got %+v", c, mt)
 			}
@@ -323,15 +323,15 @@ func TestMatcherLineStart(t *testing.T) {
 	// Mid-line: within a chunk, across chunks, after a match.
 	m = matcher{}
 	for _, c := range []string{"xlogin: ", "ab", "login:", " tail\r\nzz"} {
-		if mt, ok := m.scan([]byte(c), now, login); ok {
+		if mt, ok := m.scanT([]byte(c), now, login); ok {
 			t.Errorf("chunk %q: ^login: matched mid-line: %+v", c, mt)
 		}
 	}
 	m = matcher{}
-	if _, ok := m.scan([]byte("key: login: and more\r\nlogin: ok"), now, mustPattern(`key: `)); !ok {
+	if _, ok := m.scanT([]byte("key: login: and more\r\nlogin: ok"), now, mustPattern(`key: `)); !ok {
 		t.Fatal("the first wait did not match")
 	}
-	if mt, ok := m.find(login); !ok || mt.Line != "login: ok" {
+	if mt, ok := m.findT(login); !ok || mt.Line != "login: ok" {
 		t.Errorf("^login: after a match mid-line: got %+v, %v, want the next line's", mt, ok)
 	}
 	// A long line, cut maxSpan back: ^ does not match at the cut.
@@ -339,22 +339,22 @@ func TestMatcherLineStart(t *testing.T) {
 	long := append(bytes.Repeat([]byte("y"), 3*maxSpan), []byte("login:")...)
 	for len(long) > 0 {
 		k := min(len(long), 1000)
-		if mt, ok := m.scan(long[:k], now, login); ok {
+		if mt, ok := m.scanT(long[:k], now, login); ok {
 			t.Fatalf("^login: in a long line: %+v", mt)
 		}
 		long = long[k:]
 	}
-	if mt, ok := m.scan([]byte("\r\nlogin: z"), now, login); !ok || mt.Line != "login: z" {
+	if mt, ok := m.scanT([]byte("\r\nlogin: z"), now, login); !ok || mt.Line != "login: z" {
 		t.Errorf("after the long line: got %+v, %v", mt, ok)
 	}
 	// \Q...\E quoting to the end of the pattern is kept.
 	m = matcher{}
-	if mt, ok := m.scan([]byte("x a)b(c y"), now, mustPattern(`\Qa)b(c`)); !ok || mt.Text != "a)b(c" {
+	if mt, ok := m.scanT([]byte("x a)b(c y"), now, mustPattern(`\Qa)b(c`)); !ok || mt.Text != "a)b(c" {
 		t.Errorf("\\Q pattern: got %+v, %v", mt, ok)
 	}
 	// (?-m) keeps ^ at the first byte searched only.
 	m = matcher{}
-	if _, ok := m.scan([]byte("a\nb"), now, mustPattern(`(?-m)^b`)); ok {
+	if _, ok := m.scanT([]byte("a\nb"), now, mustPattern(`(?-m)^b`)); ok {
 		t.Error("(?-m)^b matched after a newline")
 	}
 }
@@ -367,7 +367,7 @@ func TestInlineScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(steps) != 4 || string(steps[0].Data) != "echo a;b\r" || steps[1].re.src != "a;b" ||
+	if len(steps) != 4 || string(steps[0].Data) != "echo a;b\r" || steps[1].Pattern != "a;b" ||
 		string(steps[2].Data) != `c\` || steps[3].Kind != StepSleep || steps[3].Line != 4 {
 		t.Errorf("got %+v", steps)
 	}
@@ -395,6 +395,69 @@ func TestWaitForHostileLine(t *testing.T) {
 		}
 		if strings.ContainsAny(out, "\x1b\x07\u202e\u009b") {
 			t.Errorf("%s: raw control characters reach the caller: %q", line, out)
+		}
+	}
+}
+
+// findT is m.find with no deadline (it cannot fail).
+func (m *matcher) findT(p *pattern) (Match, bool) {
+	mt, ok, err := m.find(context.Background(), p)
+	if err != nil {
+		panic(err)
+	}
+	return mt, ok
+}
+
+// scanT is m.scan with no deadline (it cannot fail).
+func (m *matcher) scanT(data []byte, at time.Time, p *pattern) (Match, bool) {
+	mt, ok, err := m.scan(context.Background(), data, at, p)
+	if err != nil {
+		panic(err)
+	}
+	return mt, ok
+}
+
+// TestParseJoinedWords: OpenSSH sends a remote command's words joined by
+// spaces (the user's quotes are gone); wait-for's REGEX, --wait-for's RE
+// and expect's SCRIPT take their words joined by single spaces, as send's
+// TEXT does, wherever the flags are; quotes obmd sees keep spaces; a word
+// that starts with - is an unknown flag whose error says to quote it.
+func TestParseJoinedWords(t *testing.T) {
+	for line, want := range map[string]string{
+		"wait-for Reached target .*Multi-User --since 10m": "Reached target .*Multi-User",
+		"wait-for a --timeout 1s b":                        "a b",
+		`wait-for "a  b" --tenancy`:                        "a  b",
+		"power-cycle --wait-for login prompt --timeout 1m": "login prompt",
+		"power-on --wait-for=a b --json":                   "a b",
+	} {
+		argv, err := Split(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmd, err := Parse(argv); err != nil || cmd.Pattern != want || len(cmd.Args) != 0 {
+			t.Errorf("%s: got %q %q, %v; want the pattern %q", line, cmd.Pattern, cmd.Args, err, want)
+		}
+	}
+	argv, _ := Split(`expect send a\;b\r;wait done --timeout 1m`)
+	cmd, err := Parse(argv)
+	if err != nil || cmd.Script() != `send a\;b\r;wait done` || cmd.Timeout != time.Minute {
+		t.Fatalf("expect: got %q, %v", cmd.Script(), err)
+	}
+	steps, err := ParseScript(InlineScript(cmd.Script()))
+	if err != nil || len(steps) != 2 || string(steps[0].Data) != "a;b\r" || steps[1].Pattern != "done" {
+		t.Errorf("expect's steps: got %+v, %v", steps, err)
+	}
+	for line, want := range map[string]string{
+		"wait-for link -up":            `unknown flag "-up" (a word of the regular expression that starts with - must be quoted`,
+		"expect send ls -l":            `unknown flag "-l" (a word of the script`,
+		"power-cycle --wait-for a -b":  `unknown flag "-b" (a word of the regular expression`,
+		"power-on foo":                 `unexpected argument "foo"`,
+		"power-cycle foo --wait-for x": `unexpected argument "foo"`,
+		"power-off --wait-for x":       `unknown flag "--wait-for"`,
+	} {
+		argv, _ := Split(line)
+		if _, err := Parse(argv); ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want a usage error with %q", line, err, want)
 		}
 	}
 }

@@ -1,10 +1,11 @@
 package commands
 
 import (
+	"bytes"
+	"context"
 	"encoding/hex"
 	"fmt"
 	"regexp"
-	"regexp/syntax"
 	"strings"
 	"time"
 )
@@ -84,28 +85,43 @@ func parseAutomation(cmd *Command, args []string, i *int) (handled bool, err err
 		cmd.Hex = true
 		return true, nil
 	case strings.HasPrefix(a, "-") && a != "-":
+		if isAutomation(name) || cmd.Pattern != "" {
+			return true, usagef(name, "%s: unknown flag %s (a word of the %s that starts with - must be quoted "+
+				"for obmd as well as for the shell; see \"help %s\")", name, quote(a), argName(name), name)
+		}
 		return true, usagef(name, "%s: unknown flag %s; try \"help %s\"", name, quote(a), name)
-	case name == CmdWaitFor && cmd.Pattern == "":
-		return true, setPattern(cmd, a)
-	case name == CmdSend || (name == CmdExpect && len(cmd.Args) == 0):
+	case isAutomation(name):
+		// OpenSSH sends the words of a remote command joined by spaces;
+		// they are joined again (Command.Args).
 		cmd.Args = append(cmd.Args, a)
+		return true, nil
+	case cmd.Pattern != "": // power-on/power-cycle --wait-for RE more words
+		cmd.Pattern += " " + a
 		return true, nil
 	}
 	return false, nil
 }
 
-// parsePattern reads flag's regular expression (--wait-for REGEX).
+// argName names what a command's words are, for errors.
+func argName(name Name) string {
+	switch name {
+	case CmdSend:
+		return "text"
+	case CmdExpect:
+		return "script"
+	}
+	return "regular expression"
+}
+
+// parsePattern reads flag's regular expression (--wait-for REGEX); the
+// words after it that are no flag join it (checkAutomation checks it).
 func parsePattern(cmd *Command, args []string, i *int, flag string) error {
 	val, err := flagValueOf(cmd.Name, args, i, flag, "a regular expression")
 	if err != nil {
 		return err
 	}
-	return setPattern(cmd, val)
-}
-
-func setPattern(cmd *Command, val string) error {
-	if _, err := compilePattern(cmd.Name, val); err != nil {
-		return err
+	if val == "" {
+		return usagef(cmd.Name, "%s: empty regular expression", cmd.Name)
 	}
 	cmd.Pattern = val
 	return nil
@@ -115,50 +131,52 @@ func setPattern(cmd *Command, val string) error {
 // at the start of any line, `$` at the end of one (before a \n) or of the
 // output so far. mid is the same after one byte of context, for a search
 // that starts mid-line (the rest of a line after a match, or a long line
-// cut): its `^` never matches at the search's start.
+// cut): its `^` never matches at the search's start. Both are compiled
+// without the pattern's capture groups. size and midSize are their
+// programs' instructions: what a search costs per byte searched.
 type pattern struct {
-	src     string // as given
-	re, mid *regexp.Regexp
+	src           string // as given
+	re, mid       *regexp.Regexp
+	size, midSize int
+	prefix        []byte // re.LiteralPrefix
 }
 
-// compilePattern compiles an RE2 pattern of at most MaxPattern bytes.
+// compilePattern checks val against the budgets (checkPattern) and
+// compiles it.
 func compilePattern(name Name, val string) (*pattern, error) {
-	if val == "" {
-		return nil, usagef(name, "%s: empty regular expression", name)
-	}
-	if len(val) > MaxPattern {
-		return nil, usagef(name, "%s: regular expression longer than %d bytes", name, MaxPattern)
-	}
-	if _, err := regexp.Compile(val); err != nil { // its own text in the error
-		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
-	}
-	// Parsed multi-line, then printed back (no \Q...\E left to swallow
-	// what is put around it).
-	tree, err := syntax.Parse(val, syntax.Perl&^syntax.OneLine)
+	c, err := checkPattern(name, val)
 	if err != nil {
-		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+		return nil, err
 	}
-	ml := tree.String()
-	re, err := regexp.Compile(ml)
-	if err != nil {
-		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
+	return c.compile()
+}
+
+// find is the leftmost match of p in in.
+func (p *pattern) find(ctx context.Context, mt *meter, in []byte) ([]int, error) {
+	if !p.mayMatch(in) {
+		return nil, nil
 	}
-	// The context byte, then the leftmost match (a lazy prefix), as group 1.
-	mid, err := regexp.Compile(`\A(?s:.)(?s:.*?)(` + ml + `)`)
-	if err != nil {
-		return nil, usagef(name, "%s: bad regular expression: %s", name, clean(err.Error(), 200))
-	}
-	return &pattern{src: val, re: re, mid: mid}, nil
+	return mt.find(ctx, p.re, p.size, in, false)
 }
 
 // findAfter is the leftmost match of p in in[1:], in[0] being the byte
 // before it (never a \n): offsets in in[1:].
-func (p *pattern) findAfter(in []byte) []int {
-	sub := p.mid.FindSubmatchIndex(in)
-	if sub == nil || sub[2] < 1 {
-		return nil
+func (p *pattern) findAfter(ctx context.Context, mt *meter, in []byte) ([]int, error) {
+	if !p.mayMatch(in[1:]) {
+		return nil, nil
 	}
-	return []int{sub[2] - 1, sub[3] - 1}
+	sub, err := mt.find(ctx, p.mid, p.midSize, in, true)
+	if err != nil || sub == nil || sub[2] < 1 {
+		return nil, err
+	}
+	return []int{sub[2] - 1, sub[3] - 1}, nil
+}
+
+// mayMatch is false when in lacks p's literal prefix, which every match
+// of p begins with: no search is needed (the usual miss of a pattern
+// such as `login:` costs a scan for its text, not a search).
+func (p *pattern) mayMatch(in []byte) bool {
+	return len(p.prefix) == 0 || bytes.Contains(in, p.prefix)
 }
 
 func parseWait(name Name, val string) (time.Duration, error) {
@@ -169,19 +187,26 @@ func parseWait(name Name, val string) (time.Duration, error) {
 	return d, nil
 }
 
-// checkAutomation checks what the automation commands need once parsed.
-func checkAutomation(cmd Command) error {
-	switch cmd.Name {
-	case CmdWaitFor:
-		if cmd.Pattern == "" {
+// checkAutomation checks what the automation commands need once parsed;
+// it sets wait-for's Pattern (its words joined by single spaces).
+func checkAutomation(cmd *Command) error {
+	if cmd.Name == CmdWaitFor {
+		if len(cmd.Args) == 0 {
 			return usagef(cmd.Name, "wait-for needs a regular expression")
 		}
+		cmd.Pattern, cmd.Args = strings.Join(cmd.Args, " "), nil
+	}
+	if cmd.Pattern != "" {
+		_, err := checkPattern(cmd.Name, cmd.Pattern)
+		return err
+	}
+	switch cmd.Name {
 	case CmdSend:
 		if cmd.Stdin == (len(cmd.Args) > 0) {
 			return usagef(cmd.Name, "send needs TEXT or --stdin (not both)")
 		}
 		if !cmd.Stdin {
-			_, err := sendBytes(cmd)
+			_, err := sendBytes(*cmd)
 			return err
 		}
 	case CmdExpect:
@@ -189,7 +214,7 @@ func checkAutomation(cmd Command) error {
 			return usagef(cmd.Name, "expect needs SCRIPT or --stdin (not both)")
 		}
 		if !cmd.Stdin {
-			_, err := ParseScript(InlineScript(cmd.Args[0]))
+			_, err := ParseScript(InlineScript(cmd.Script()))
 			return err
 		}
 	case CmdPowerOn, CmdPowerCycle:
@@ -199,6 +224,9 @@ func checkAutomation(cmd Command) error {
 	}
 	return nil
 }
+
+// Script is expect's SCRIPT: its words joined by single spaces.
+func (c Command) Script() string { return strings.Join(c.Args, " ") }
 
 // sendBytes is what send TEXT... (or --hex) writes.
 func sendBytes(cmd Command) ([]byte, error) {

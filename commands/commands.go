@@ -56,7 +56,10 @@
 // unless --force. An expect script failing reports "expect: line N (KIND):
 // reason". The audit records console.send (the byte count, never the
 // bytes), console.wait and console.expect (result ok, timeout, busy or
-// error).
+// error). Their patterns are bounded by compiled size (MaxProgram, and
+// MaxScriptProgram for a script's), their searches by slices checked
+// against the command's context and a CPU budget (SearchCPU): see
+// budget.go.
 //
 // The node label and any text from a driver are printed with control
 // characters escaped (\x1b, \u009b, ...).
@@ -203,14 +206,15 @@ type Command struct {
 	Follow     bool // console-log --follow
 	Cast       bool // console-log --cast (asciicast v2)
 	ReadOnly   bool // console --read-only
-	// wait-for REGEX, power-on/power-cycle --wait-for REGEX: the pattern
-	// (checked by Parse: RE2, at most MaxPattern bytes).
+	// wait-for REGEX, power-on/power-cycle --wait-for REGEX: the pattern,
+	// its words joined by single spaces (checked by Parse: RE2, at most
+	// MaxPattern bytes and MaxProgram instructions).
 	Pattern string
 	Timeout time.Duration // wait-for, expect, --wait-for: --timeout (0: DefaultWait)
 	// wait-for --since: SinceMode says where the search starts (SinceNow
 	// when empty); SinceAgo/SinceAt as for console-log.
 	SinceMode string
-	Args      []string // send TEXT..., expect SCRIPT
+	Args      []string // send TEXT..., expect SCRIPT... (joined by single spaces)
 	Stdin     bool     // send --stdin, expect --stdin
 	Hex       bool     // send --hex
 	Topic     Name     // help COMMAND, or COMMAND --help: the command to describe ("" = all)

@@ -21,7 +21,8 @@ func (e *StepError) Error() string {
 
 func (e *StepError) Unwrap() error { return e.Err }
 
-// expect runs an expect script (cmd.Args[0], InlineScript, or stdin) on the console, step by step, stopping at the first that fails.
+// expect runs an expect script (cmd.Script(), InlineScript, or stdin) on
+// the console, step by step, stopping at the first that fails.
 func (r *Runner) expect(ctx context.Context, req Request, cmd Command) (Result, error) {
 	res := Result{Node: req.Node, Command: cmd.Name}
 	var text string
@@ -32,7 +33,7 @@ func (r *Runner) expect(ctx context.Context, req Request, cmd Command) (Result, 
 		}
 		text = string(b)
 	} else {
-		text = InlineScript(cmd.Args[0])
+		text = InlineScript(cmd.Script())
 	}
 	steps, err := ParseScript(text)
 	if err != nil {
@@ -68,7 +69,13 @@ func (r *Runner) step(ctx context.Context, req Request, cmd Command, w *watching
 		if timeout == 0 {
 			timeout = waitTimeout(cmd.Timeout)
 		}
-		mt, err := w.m.wait(ctx, con, st.re, timeout)
+		// Compiled now, dropped after: a script holds one compiled
+		// pattern at a time (ParseScript checked them all).
+		re, err := compilePattern(CmdExpect, st.Pattern)
+		if err != nil {
+			return nil, err
+		}
+		mt, err := w.m.wait(ctx, con, re, timeout)
 		if err != nil {
 			return nil, err
 		}

@@ -18,16 +18,28 @@ func (f found) String() string { return fmt.Sprintf("%q at %d", f.text, f.off) }
 
 // scanCut feeds out to a fresh matcher cut at cuts (ascending offsets
 // into out) and returns every match of p, in order (a match consumes the
-// output up to its end, as expect's successive waits do).
+// output up to its end, as expect's successive waits do). It searches
+// both ways a search can run (in one call to regexp, and in slices
+// through a sliceReader) and panics if they differ.
 func scanCut(p *pattern, out []byte, cuts []int) []found {
+	whole, sliced := scanCutWith(p, out, cuts, 0), scanCutWith(p, out, cuts, 1)
+	if fmt.Sprint(whole) != fmt.Sprint(sliced) {
+		panic(fmt.Sprintf("pattern %q, output %q cut at %v: %v in one call, %v in slices", p.src, out, cuts, whole, sliced))
+	}
+	return whole
+}
+
+// scanCutWith is scanCut with the meter's direct bound.
+func scanCutWith(p *pattern, out []byte, cuts []int, direct int) []found {
 	var m matcher
+	m.meter.direct = direct
 	var got []found
 	prev := 0
 	for _, c := range append(cuts, len(out)) {
-		mt, ok := m.scan(out[prev:c], time.Now(), p)
+		mt, ok := m.scanT(out[prev:c], time.Now(), p)
 		for ok {
 			got = append(got, found{mt.Offset, mt.Text})
-			mt, ok = m.find(p)
+			mt, ok = m.findT(p)
 		}
 		prev = c
 	}
@@ -83,15 +95,15 @@ func TestMatcherInvalidUTF8(t *testing.T) {
 func TestMatcherSplitCharacterWaits(t *testing.T) {
 	var m matcher
 	p := mustPattern(`x.`)
-	if mt, ok := m.scan([]byte("x\xe2\x82"), time.Now(), p); ok {
+	if mt, ok := m.scanT([]byte("x\xe2\x82"), time.Now(), p); ok {
 		t.Fatalf("matched a character's first bytes: %q", mt.Text)
 	}
-	if mt, ok := m.scan([]byte("\xac"), time.Now(), p); !ok || mt.Text != "x€" || mt.Offset != 0 {
+	if mt, ok := m.scanT([]byte("\xac"), time.Now(), p); !ok || mt.Text != "x€" || mt.Offset != 0 {
 		t.Fatalf("the completed character: got %+v, %v, want x€ at 0", mt, ok)
 	}
 	m = matcher{}
-	m.scan([]byte("ax\xe2"), time.Now(), p)
-	if mt, ok := m.scan([]byte("y"), time.Now(), p); !ok || mt.Text != "x\xe2" || mt.Offset != 1 {
+	m.scanT([]byte("ax\xe2"), time.Now(), p)
+	if mt, ok := m.scanT([]byte("y"), time.Now(), p); !ok || mt.Text != "x\xe2" || mt.Offset != 1 {
 		t.Fatalf("a lead byte that starts no character: got %+v, %v, want x\\xe2 at 1", mt, ok)
 	}
 }
@@ -102,7 +114,7 @@ func TestMatcherWindowCutsCharacter(t *testing.T) {
 	for lead := range 3 { // the window cuts €'s bytes after 1, 2 or 3 of them
 		var m matcher
 		m.feed(append([]byte("€"), bytes.Repeat([]byte("x"), window-3+lead+1)...), time.Now())
-		if mt, ok := m.find(mustPattern(`\x{FFFD}`)); ok {
+		if mt, ok := m.findT(mustPattern(`\x{FFFD}`)); ok {
 			t.Errorf("cut after %d bytes: matched %q at %d, a piece of €", lead+1, mt.Text, mt.Offset)
 		}
 	}

@@ -38,7 +38,12 @@ func specs() []spec {
 				"  now: only output after the command starts (the default); attach: also\n" +
 				"  what an attach replays now; 10m|RFC3339: this tenancy's history since.\n" +
 				"--tenancy: also this tenancy's whole history.\n" +
-				"(?m) is implied: ^ matches where a line starts, never mid-line."},
+				"(?m) is implied: ^ matches where a line starts, never mid-line.\n" +
+				"REGEX is its words joined by single spaces, as ssh joins a command's words:\n" +
+				"  ssh NODE wait-for 'Reached target .*Multi-User' works. To keep two spaces,\n" +
+				"  a word starting with - or a quote, quote REGEX for obmd too:\n" +
+				"  ssh NODE \"wait-for 'a  b'\".\n" +
+				fmt.Sprintf("REGEX compiles to at most %d instructions; --timeout ends a long search.", MaxProgram)},
 		{CmdSend, "TEXT...|--stdin [flags]", "type on the console, as the writer",
 			"TEXT: the words joined by spaces, with \\r \\n \\t \\\\ \\; \\xHH escapes; nothing\n" +
 				"is added (send 'root\\r' types root and Enter). --stdin: stdin's bytes.\n" +
@@ -48,17 +53,24 @@ func specs() []spec {
 			"Lines: wait REGEX [TIMEOUT] | send TEXT | sleep D | break | # a comment.\n" +
 				"Stops at the first failing step, naming its line; exits 5 if a wait timed out.\n" +
 				"SCRIPT: the script, steps separated by ';' (\\; is a ';'). --stdin: from stdin.\n" +
-				"--timeout D: a wait's default (5m). --force: send even while a session writes."},
+				"--timeout D: a wait's default (5m). --force: send even while a session writes.\n" +
+				"SCRIPT is its words joined by single spaces, as ssh joins a command's words:\n" +
+				"  ssh NODE expect 'send a\\;b\\r;wait b' works. To keep two spaces, a word\n" +
+				"  starting with - or a quote, quote SCRIPT for obmd too:\n" +
+				"  ssh NODE \"expect 'send ls  -l\\r'\".\n" +
+				fmt.Sprintf("Its waits compile to at most %d instructions each, %d together.", MaxProgram, MaxScriptProgram)},
 		{CmdPowerStatus, "", "print the power state", ""},
 		{CmdPowerOn, "[--wait-for RE]", "power on (--wait-for: then wait for RE)",
 			"--wait-for RE: then wait for output after the power operation to match RE;\n" +
-				"exits 5 if it did not come within --timeout D (default 5m)."},
+				"exits 5 if it did not come within --timeout D (default 5m). The words after\n" +
+				"RE join it, as wait-for's do (see help wait-for)."},
 		{CmdPowerOff, "[--soft]", "power off (--soft: ask the OS to shut down)",
 			"--soft: ask the OS to shut down (ACPI) instead of cutting power."},
 		{CmdPowerCycle, "[--force] [flags]", "power off, then on (--force: hard reset)",
 			"--force: hard reset instead of power off and on.\n" +
 				"--wait-for RE: then wait for output after the power operation to match RE;\n" +
-				"exits 5 if it did not come within --timeout D (default 5m)."},
+				"exits 5 if it did not come within --timeout D (default 5m). The words after\n" +
+				"RE join it, as wait-for's do (see help wait-for)."},
 		{CmdPowerReset, "", "hard reset (power stays on)", ""},
 		{CmdBootdev, "DEVICE [--persistent]", "next boot device: pxe|disk|bios|cdrom|none",
 			"DEVICE: pxe, disk, bios, cdrom or none.\n--persistent: every boot, not only the next one."},
@@ -222,7 +234,7 @@ func Parse(argv []string) (Command, error) {
 	if name == CmdBootdev && cmd.Device == "" {
 		return cmd, usagef(name, "bootdev needs a device: pxe, disk, bios, cdrom or none")
 	}
-	if err := checkAutomation(cmd); err != nil {
+	if err := checkAutomation(&cmd); err != nil {
 		return cmd, err
 	}
 	if cmd.JSON && (cmd.Follow || cmd.Cast) {

@@ -225,9 +225,20 @@ func TestUsageListsEveryCommand(t *testing.T) {
 	if got := CommandUsage("nope"); got != u {
 		t.Errorf("got %q, want the whole usage for an unknown command", got)
 	}
-	for _, line := range strings.Split(strings.TrimSuffix(u, "\n"), "\n") {
-		if len(line) > 80 {
-			t.Errorf("usage line too long (%d): %q", len(line), line)
+	for _, text := range append([]string{u}, commandUsages()...) {
+		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+			if len(line) > 80 {
+				t.Errorf("usage line too long (%d): %q", len(line), line)
+			}
 		}
 	}
+}
+
+// commandUsages is the help of the automation commands.
+func commandUsages() []string {
+	var all []string
+	for _, name := range []Name{CmdWaitFor, CmdSend, CmdExpect, CmdPowerOn, CmdPowerCycle} {
+		all = append(all, CommandUsage(name))
+	}
+	return all
 }

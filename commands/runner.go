@@ -93,6 +93,10 @@ const (
 	ResultError   = "error"
 	ResultBusy    = "busy"
 	ResultTimeout = "timeout"
+	// ResultRefused: the driver refused the request before reaching the
+	// BMC (an unknown boot device, an operation it does not support). The
+	// audit counts such refusals rather than writing each (db.Aggregated).
+	ResultRefused = "refused"
 )
 
 // maxDetail bounds Event.Detail.
@@ -133,6 +137,9 @@ type Runner struct {
 	// test and set an entry, never across BMC I/O.
 	mu   sync.Mutex
 	busy map[string]struct{}
+	// searching holds a token per automation search slice running now
+	// (searchSlots: a daemon-wide cap).
+	searching chan struct{}
 }
 
 // NewRunner checks its arguments and returns a Runner. Every dependency is
@@ -161,7 +168,8 @@ func NewRunner(cfg Config, bmcs Resolver, consoles Consoles, sessions Sessions, 
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runner{cfg: cfg, bmcs: bmcs, consoles: consoles, sessions: sessions, audit: audit, log: log, busy: map[string]struct{}{}}, nil
+	return &Runner{cfg: cfg, bmcs: bmcs, consoles: consoles, sessions: sessions, audit: audit, log: log, busy: map[string]struct{}{},
+		searching: searchSlots()}, nil
 }
 
 // Do runs cmd for req.Node and returns its result, with Text set to the
@@ -305,8 +313,11 @@ func (r *Runner) power(ctx context.Context, req Request, cmd Command, op powerOp
 	took := "took " + res.Took.Round(time.Millisecond).String()
 	if err != nil {
 		result := ResultError
-		if errors.Is(err, ErrBusy) { // held by another replica
+		switch {
+		case errors.Is(err, ErrBusy): // held by another replica
 			result = ResultBusy
+		case errors.Is(err, sol.ErrBadBootDevice), errors.Is(err, sol.ErrNotSupported):
+			result = ResultRefused
 		}
 		r.record(ctx, req, op.action, result, err.Error()+"; "+took, err, res.Took)
 		return res, &opError{verb: op.verb, node: node, err: err}

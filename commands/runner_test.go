@@ -384,6 +384,11 @@ func TestDoErrorsAreDetectable(t *testing.T) {
 	if got := env.bmcs["node-17"].(*fakeBMC).Calls(); len(got) != 1 || got[0] != "bootdev A persistent=false" {
 		t.Errorf("got calls %q, want the driver to judge device A (obmd's mock accepts it)", got)
 	}
+	// The driver refused it before reaching the BMC: audited as refused,
+	// which the audit counts rather than writing a row each.
+	if ev := env.audit.Events(); len(ev) != 1 || ev[0].Action != ActionBootdev || ev[0].Result != ResultRefused {
+		t.Errorf("audit: got %+v, want one bootdev event, result %s", ev, ResultRefused)
+	}
 	for _, cmd := range []Command{{Name: "nope"}, {Name: CmdBootdev}, {Name: CmdConsoleLog, Lines: -1}, {Name: CmdConsole}} {
 		_, err := env.r.Do(context.Background(), req("node-17"), cmd)
 		var ue *UsageError

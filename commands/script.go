@@ -55,22 +55,29 @@ const (
 
 // Step is one line of an expect script.
 type Step struct {
-	Line    int // 1-based line number in the script
-	Kind    StepKind
-	re      *pattern
+	Line int // 1-based line number in the script
+	Kind StepKind
+	// Pattern is a wait's regular expression, checked against the
+	// budgets; it is compiled when the step runs, so that a script holds
+	// one compiled pattern at a time.
+	Pattern string
 	Timeout time.Duration // wait (0: the command's --timeout) or sleep
 	Data    []byte        // send
+	cost    int           // a wait's compiled size (MaxScriptProgram)
 }
 
 // maxSteps bounds a script's steps.
 const maxSteps = 1000
 
-// ParseScript parses an expect script; the error names the bad line.
+// ParseScript parses an expect script; the error names the bad line. Its
+// waits' patterns are each within MaxProgram, and MaxScriptProgram
+// together.
 func ParseScript(text string) ([]Step, error) {
 	if len(text) > MaxScript {
 		return nil, usagef(CmdExpect, "expect: a script is at most %d bytes", MaxScript)
 	}
 	var steps []Step
+	total := 0
 	for i, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(strings.TrimSuffix(line, "\r"))
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -81,6 +88,10 @@ func ParseScript(text string) ([]Step, error) {
 			return nil, usagef(CmdExpect, "expect: line %d: %v", i+1, err)
 		}
 		st.Line = i + 1
+		if total += st.cost; total > MaxScriptProgram {
+			return nil, usagef(CmdExpect, "expect: line %d: the script's patterns compile to more than %d "+
+				"instructions together (the limit; each one counts)", i+1, MaxScriptProgram)
+		}
 		if steps = append(steps, st); len(steps) > maxSteps {
 			return nil, usagef(CmdExpect, "expect: at most %d steps", maxSteps)
 		}
@@ -100,11 +111,11 @@ func parseStep(line string) (Step, error) {
 		if pat == "" {
 			return Step{}, fmt.Errorf("wait needs a regular expression")
 		}
-		re, err := compilePattern(CmdExpect, pat)
+		c, err := checkPattern(CmdExpect, pat)
 		if err != nil {
 			return Step{}, err
 		}
-		st := Step{Kind: StepWait, re: re}
+		st := Step{Kind: StepWait, Pattern: pat, cost: c.cost()}
 		if tail != "" {
 			if st.Timeout, err = parseWait(CmdExpect, tail); err != nil {
 				return Step{}, err

@@ -33,6 +33,10 @@ const (
 //     together with every deferred event queued before it. Concurrent calls
 //     share one transaction (group commit): one commit (one fsync on SQLite)
 //     per event would make the audit log the daemon's bottleneck.
+//   - A repeat of an aggregated event (Aggregated), when the store was
+//     opened WithAuditAggregation: counted, and written with its key's
+//     other repeats as one row at the end of the window (see aggregator),
+//     as a deferred event. A crash loses the counts of the window.
 //   - A read or a session's bounds (auth, session.start, session.end,
 //     conn.close, power.status): Audit queues it and returns at once. The store's audit
 //     goroutine commits the queue within AuditWindow of its first event (or
@@ -59,6 +63,10 @@ func (s *Store) Audit(ctx context.Context, e AuditEvent) error {
 	// Cut before queuing: the deferred queue then holds at most the column
 	// sizes per event, whatever an unauthenticated client sent.
 	e = e.clipped()
+	e.Count = 1
+	if s.agg != nil && Aggregated(e) && !s.agg.add(&e) {
+		return nil // a repeat: counted, written at the window's end
+	}
 	if DeferredAudit(e.Action) && s.deferAudit(e) {
 		return nil
 	}
@@ -146,6 +154,8 @@ func (s *Store) flushAudit(ctx context.Context) {
 		if deferred > 0 {
 			s.requeueLater(events[:deferred], err)
 		}
+	} else if s.sink != nil && len(events) > 0 {
+		s.sink.Export(events) // one leader at a time: in commit order
 	}
 	for _, r := range batch {
 		r.done <- err
@@ -204,13 +214,13 @@ func (s *Store) insertAudit(ctx context.Context, events []AuditEvent) error {
 		}
 		inserts[i] = st
 	}
-	args := make([]any, 0, 7*auditChunk(len(events)))
+	args := make([]any, 0, 8*auditChunk(len(events)))
 	return s.withTx(ctx, func(tx *sql.Tx) error {
 		for rest := events; len(rest) > 0; {
 			n := auditChunk(len(rest))
 			args = args[:0]
 			for _, e := range rest[:n] {
-				args = append(args, toMillis(e.At), e.Node, e.Actor, e.Action, e.Source, e.Result, e.Detail)
+				args = append(args, toMillis(e.At), e.Node, e.Actor, e.Action, e.Source, e.Result, e.Detail, max(e.Count, 1))
 			}
 			stmt := tx.StmtContext(ctx, inserts[bits.TrailingZeros(uint(n))])
 			_, err := stmt.ExecContext(ctx, args...)
@@ -241,8 +251,8 @@ func auditChunk(n int) int {
 
 // sqlAuditInsert is the INSERT of n audit rows.
 func sqlAuditInsert(n int) string {
-	const row = "(?, ?, ?, ?, ?, ?, ?)"
-	return "INSERT INTO audit_events (at, node, actor, action, source, result, detail) VALUES " +
+	const row = "(?, ?, ?, ?, ?, ?, ?, ?)"
+	return "INSERT INTO audit_events (at, node, actor, action, source, result, detail, count) VALUES " +
 		strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 }
 
@@ -274,7 +284,7 @@ func (s *Store) AuditEvents(ctx context.Context, q AuditQuery) ([]AuditEvent, er
 			return nil, fmt.Errorf("query audit events: %w", err)
 		}
 	}
-	query := `SELECT id, at, node, actor, action, source, result, detail FROM audit_events`
+	query := `SELECT id, at, node, actor, action, source, result, detail, count FROM audit_events`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -292,7 +302,7 @@ func (s *Store) AuditEvents(ctx context.Context, q AuditQuery) ([]AuditEvent, er
 			e  AuditEvent
 			at int64
 		)
-		if err := rows.Scan(&e.ID, &at, &e.Node, &e.Actor, &e.Action, &e.Source, &e.Result, &e.Detail); err != nil {
+		if err := rows.Scan(&e.ID, &at, &e.Node, &e.Actor, &e.Action, &e.Source, &e.Result, &e.Detail, &e.Count); err != nil {
 			return nil, fmt.Errorf("query audit events: %w", err)
 		}
 		e.At = fromMillis(at)
@@ -303,4 +313,17 @@ func (s *Store) AuditEvents(ctx context.Context, q AuditQuery) ([]AuditEvent, er
 	}
 	slices.Reverse(out)
 	return out, nil
+}
+
+// AuditSink receives every audit row the store commits (db/auditlog sends
+// them to a SIEM): after the commit, in commit order, ID unset. Export is
+// called by the group commit's leader, which other audit writers wait for,
+// so it must not block: it queues the rows, and drops them if it must.
+type AuditSink interface {
+	Export(rows []AuditEvent)
+}
+
+// WithAuditSink sends every committed audit row to sink as well.
+func WithAuditSink(sink AuditSink) Option {
+	return func(s *Store) { s.sink = sink }
 }

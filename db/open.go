@@ -41,6 +41,8 @@ type Store struct {
 	now     func() time.Time // tests replace it
 	skew    time.Duration    // WithClockSkew's: in now's wall time, not in durations (since)
 	audit   auditQueue
+	agg     *aggregator // nil: every event is a row (WithAuditAggregation)
+	sink    AuditSink   // nil: none (WithAuditSink)
 	stmts   stmtCache
 	writes  writeWatch
 	// conflicts counts writes run again after losing a conflict.
@@ -85,6 +87,7 @@ func Open(ctx context.Context, dsn string, log logrus.FieldLogger, opts ...Optio
 		o(s)
 	}
 	s.startAuditLater()
+	s.startAggregator()
 	return s, nil
 }
 
@@ -410,9 +413,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close commits the deferred audit events (see Audit), then closes the
-// pool.
+// Close commits the counted and the deferred audit events (see Audit),
+// then closes the pool.
 func (s *Store) Close() error {
+	s.stopAggregator() // queues what it counted
 	s.stopAuditLater() // commits the deferred audit events first
 	errs := []error{s.waitProbe(), s.closeStmts()}
 	if s.r != s.w {

@@ -155,6 +155,10 @@ type AuditEvent struct {
 	Source string // remote address
 	Result string // "ok", "denied", "error", "busy", ...
 	Detail string // short, safe text
+	// Count is how many events the row stands for: 1 for an event of its
+	// own, more for the repeats of an aggregated one (Aggregated), whose
+	// At is the first repeat's and Detail the latest's. Audit ignores it.
+	Count int64
 }
 
 // AuditQuery filters AuditEvents; zero fields do not filter.

@@ -3,11 +3,8 @@ package access
 import (
 	"context"
 	"errors"
-	"io"
 	"testing"
 	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
@@ -135,14 +132,8 @@ func TestChangeCred(t *testing.T) {
 // elsewhere (a change with no node) to the certificate sessions it names.
 func TestWatcherCred(t *testing.T) {
 	r, cons, reg, _ := newTestRevoker()
-	store := &fakeDB{}
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store, nil), r, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWatcher(t, w)
+	store := &fakeDB{latest: 1}
+	runWatcher(t, fastWatcher(t, store, r))
 	old := certSession(t, reg, "n1", "SHA256:ca", 42, "alice", 1)
 	token := session(t, reg, "n1", 1)
 	store.mu.Lock()

@@ -16,6 +16,10 @@ import (
 // itself, Watcher.Fence).
 const WhyDBLost = "this obmd lost its database and cannot check access; reconnect"
 
+// WhyChangesMissed is why the sessions of a replica that finds it missed
+// access changes (purged before it read them: Watcher.missed) end.
+const WhyChangesMissed = "this obmd missed access changes and cannot tell which sessions they ended; reconnect"
+
 // WatchConfig configures a Watcher. Zero values take the defaults noted.
 type WatchConfig struct {
 	// Poll is how often the database is read for changes made elsewhere
@@ -148,6 +152,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
+		if len(changes) > 0 && changes[0].Epoch > cursor+1 {
+			w.missed(cursor, changes[0].Epoch)
+		}
 		for _, c := range changes {
 			if c.Node == "" { // a credential change: no node's; older rows have no reason
 				w.rev.RevokeCred(c.Epoch, c.Cred, cmp.Or(c.Reason, db.ReasonCertRevoked))
@@ -167,6 +174,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
+// missed handles changes this replica never read: epochs are allocated
+// one after another (a rolled-back change gives its epoch back), so a poll
+// that starts past cursor+1 means the changes between were purged
+// (audit.changes_retention; db.PurgeChanges keeps those a live replica has
+// not applied, so this replica was cut off longer than that). Which nodes
+// they changed is unknown: every session is cut, as when the database is
+// lost.
+func (w *Watcher) missed(cursor, next int64) {
+	w.log.WithFields(logrus.Fields{"applied": cursor, "next": next}).Warn("access_changes_missed")
+	w.cutAll("sessions_cut_changes_missed", WhyChangesMissed)
+}
+
 // polled acts on the outcome of a look at the database: once it has failed
 // for DBGrace, every session is cut (cutAll).
 func (w *Watcher) polled(err error) {
@@ -180,7 +199,7 @@ func (w *Watcher) polled(err error) {
 	case w.downSince.IsZero():
 		w.downSince = time.Now()
 	case time.Since(w.downSince) >= w.cfg.DBGrace:
-		w.cutAll("sessions_cut_db_lost")
+		w.cutAll("sessions_cut_db_lost", WhyDBLost)
 	}
 	w.log.WithError(err).Warn("access_poll_failed")
 }
@@ -190,12 +209,12 @@ func (w *Watcher) polled(err error) {
 // since its announcement may lapse for the other replicas, which then act
 // without it. Health refuses logins and sessions until it announces itself
 // again.
-func (w *Watcher) Fence() { w.cutAll("sessions_cut_fenced") }
+func (w *Watcher) Fence() { w.cutAll("sessions_cut_fenced", WhyDBLost) }
 
-// cutAll cuts every session (as revoked, with WhyDBLost) and wipes their
-// nodes' consoles, in one pass over the registry; event names the log line.
-func (w *Watcher) cutAll(event string) {
-	if cut := w.rev.CutAll(WhyDBLost); cut > 0 {
+// cutAll cuts every session (as revoked, with why) and wipes their nodes'
+// consoles, in one pass over the registry; event names the log line.
+func (w *Watcher) cutAll(event, why string) {
+	if cut := w.rev.CutAll(why); cut > 0 {
 		w.log.WithField("cut", cut).Warn(event)
 	}
 }

@@ -19,6 +19,7 @@ import (
 type fakeDB struct {
 	mu      sync.Mutex
 	down    bool
+	latest  int64 // the epoch changes stand at when the Watcher starts
 	changes []db.Change
 }
 
@@ -37,7 +38,14 @@ func (f *fakeDB) fail() error {
 	return nil
 }
 
-func (f *fakeDB) LatestChange(context.Context) (int64, error) { return 0, f.fail() }
+func (f *fakeDB) LatestChange(context.Context) (int64, error) {
+	if err := f.fail(); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.latest, nil
+}
 
 func (f *fakeDB) ChangesSince(_ context.Context, after int64, _ int) ([]db.Change, error) {
 	if err := f.fail(); err != nil {
@@ -63,7 +71,7 @@ func (f *fakeDB) OldestWrite() time.Duration                       { return 0 }
 // refused) and, after DBGrace, cuts every session; it recovers by itself.
 func TestWatcher(t *testing.T) {
 	r, _, reg, _ := newTestRevoker()
-	store := &fakeDB{}
+	store := &fakeDB{latest: 1}
 	health := NewHealth(store, nil)
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -130,4 +138,39 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// TestWatcherMissedChanges: a poll that finds the next epoch gone (purged
+// before this replica read it) cuts every session, since which nodes the
+// missed changes ended is unknown.
+func TestWatcherMissedChanges(t *testing.T) {
+	r, _, reg, _ := newTestRevoker()
+	store := &fakeDB{latest: 3}
+	runWatcher(t, fastWatcher(t, store, r))
+	other := session(t, reg, "n2", 3)
+	mine := session(t, reg, "n1", 3)
+	store.mu.Lock()
+	store.changes = append(store.changes, db.Change{Node: "n1", Epoch: 4, Reason: db.ReasonTokenRotated})
+	store.mu.Unlock()
+	waitCut(t, mine, "access to n1 was revoked (token rotated)")
+	alive(t, "the other node's session", other) // epochs 4 and on: nothing missed
+
+	later := session(t, reg, "n3", 4)
+	store.mu.Lock()
+	store.changes = append(store.changes, db.Change{Node: "n1", Epoch: 9, Reason: db.ReasonTokenRotated})
+	store.mu.Unlock()
+	waitCut(t, other, "access to n2 was revoked ("+WhyChangesMissed+")")
+	waitCut(t, later, "access to n3 was revoked ("+WhyChangesMissed+")")
+}
+
+// fastWatcher is a Watcher of store polling every 5 ms, logging nowhere.
+func fastWatcher(t *testing.T, store *fakeDB, r *Revoker) *Watcher {
+	t.Helper()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond}, store, NewHealth(store, nil), r, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -145,7 +145,7 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) {
 	out := api.AuditEvents{Events: make([]api.AuditEvent, 0, len(events))}
 	for _, e := range events {
 		out.Events = append(out.Events, api.AuditEvent{ID: e.ID, At: e.At.UTC(), Node: e.Node, Actor: e.Actor,
-			Action: e.Action, Source: e.Source, Result: e.Result, Detail: e.Detail})
+			Action: e.Action, Source: e.Source, Result: e.Result, Detail: e.Detail, Count: max(e.Count, 1)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

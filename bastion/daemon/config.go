@@ -195,6 +195,9 @@ type Config struct {
 	// Certs configures certificate logins (OpenSSH user certificates from
 	// the CAs registered through the admin API).
 	Certs CertsConfig `yaml:"certs"`
+	// Audit is the audit section: retention of audit rows and access
+	// changes, aggregation of repeats, export to a SIEM (db.AuditConfig).
+	Audit db.AuditConfig `yaml:"audit"`
 
 	// Demo registers node "demo" on the built-in simulator and prints a
 	// fresh token for it at start (make run).
@@ -273,6 +276,9 @@ func (c *Config) setDefaults() error {
 		c.Certs.PurgeInterval = time.Hour
 	}
 	var err error
+	if c.Audit, err = c.Audit.WithDefaults(); err != nil {
+		return err
+	}
 	if c.SSHConsole, err = c.SSHConsole.WithDefaults(); err != nil {
 		return err
 	}

@@ -41,75 +41,63 @@ func yamlKeys(t reflect.Type, prefix string) (keys, untagged []string) {
 	return keys, untagged
 }
 
-// configDocs are the pages whose configuration tables (a header row
-// starting "| key (`OBMD_…`) |") document the configuration keys, between
-// them.
-var configDocs = []string{"../../README.md", "../../docs/configuration.md"}
-
-// readmeKeys lists the keys the configuration tables of configDocs
-// document: the backquoted names in each row's first column, ".key" after
-// "section.…" meaning "section.key".
-func readmeKeys(t *testing.T) []string {
-	var keys []string
-	for _, page := range configDocs {
-		data, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, table, ok := strings.Cut(string(data), "| key (`OBMD_…`) |")
-		if !ok {
-			t.Fatalf("%s has no configuration table", page)
-		}
-		table, _, _ = strings.Cut(table, "\n\n")
-		keys = append(keys, tableKeys(table)...)
+// documentedKeys lists the keys docs/configuration.md documents: the
+// backquoted names in the first column of each of its key tables, ".key"
+// after "section.…" (or "section.sub.…") meaning "section.key"
+// ("section.sub.key").
+func documentedKeys(t *testing.T) []string {
+	data, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return keys
-}
-
-// tableKeys lists the keys of a configuration table, from the end of its
-// header row.
-func tableKeys(table string) []string {
+	tables := strings.Split(string(data), "| key (`OBMD_…`) |")
+	if len(tables) < 2 {
+		t.Fatal("docs/configuration.md has no key table")
+	}
 	name := regexp.MustCompile("`([^`]+)`")
 	var keys []string
-	for _, row := range strings.Split(table, "\n")[2:] {
-		cols := strings.Split(row, "|")
-		if len(cols) < 2 {
-			continue
-		}
-		section := ""
-		for _, m := range name.FindAllStringSubmatch(cols[1], -1) {
-			k := m[1]
-			switch {
-			case strings.HasPrefix(k, "OBMD_"):
+	for _, table := range tables[1:] {
+		table, _, _ = strings.Cut(table, "\n\n")
+		for _, row := range strings.Split(table, "\n")[2:] {
+			cols := strings.Split(row, "|")
+			if len(cols) < 2 {
 				continue
-			case strings.HasPrefix(k, "."):
-				k = section + k
-			default:
-				section, _, _ = strings.Cut(k, ".")
 			}
-			keys = append(keys, k)
+			section := ""
+			for _, m := range name.FindAllStringSubmatch(cols[1], -1) {
+				k := m[1]
+				switch {
+				case strings.HasPrefix(k, "OBMD_"):
+					continue
+				case strings.HasPrefix(k, "."):
+					k = section + k
+				case strings.Contains(k, "."):
+					section = k[:strings.LastIndex(k, ".")]
+				}
+				keys = append(keys, k)
+			}
 		}
 	}
 	return keys
 }
 
-// TestREADMEListsEveryKey: the configuration tables (README's, and
-// docs/configuration.md's) list every key of the configuration file, and
-// no key that is not one; every setting has a key.
-func TestREADMEListsEveryKey(t *testing.T) {
+// TestConfigurationDocListsEveryKey: docs/configuration.md lists every
+// key of the configuration file, and no key that is not one; every
+// setting has a key.
+func TestConfigurationDocListsEveryKey(t *testing.T) {
 	keys, untagged := yamlKeys(reflect.TypeOf(Config{}), "")
 	if len(untagged) > 0 {
 		t.Errorf("settings without a yaml key (tag them, or yaml:\"-\"): %v", untagged)
 	}
-	documented := readmeKeys(t)
+	documented := documentedKeys(t)
 	for _, k := range keys {
 		if !slices.Contains(documented, k) {
-			t.Errorf("no configuration table lists %s", k)
+			t.Errorf("docs/configuration.md does not list %s", k)
 		}
 	}
 	for _, k := range documented {
 		if !slices.Contains(keys, k) {
-			t.Errorf("a configuration table lists %s, which is no key", k)
+			t.Errorf("docs/configuration.md lists %s, which is no key", k)
 		}
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/db/auditlog"
 	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmi"
@@ -49,6 +50,7 @@ type Daemon struct {
 	log logrus.FieldLogger
 
 	store    *db.Store
+	auditLog *auditlog.Log // the audit export (audit.export), nil if none
 	lab      *sim.Lab
 	ciphers  *sol.Ciphers   // each node's negotiated IPMI cipher suite
 	cons     *consoles      // consoles over the BMCs' SSH services (sshconsole.go)
@@ -123,7 +125,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	})
 	// The loops that use the database end before shutdown closes it.
 	var loops sync.WaitGroup
-	for _, loop := range []func(context.Context) error{d.watcher.Run, d.guard, d.limiter.Run} {
+	purge := func(ctx context.Context) error { return d.store.RunPurge(ctx, d.cfg.Audit) }
+	for _, loop := range []func(context.Context) error{d.watcher.Run, d.guard, d.limiter.Run, purge} {
 		loops.Add(1)
 		g.Go(func() error {
 			defer loops.Done()
@@ -186,6 +189,11 @@ func (d *Daemon) shutdown(waitLoops func()) error {
 	if err := d.closeStore(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if d.auditLog != nil { // after the store: its last rows are exported
+		if err := d.auditLog.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	d.log.WithFields(logrus.Fields{"sessions_cut": cut, "sessions_late": late}).Info("obmd_stopped")
 	return errors.Join(errs...)
 }
@@ -244,6 +252,11 @@ func (d *Daemon) closeAll() {
 	d.ipmiPool.Close()
 	if d.store != nil {
 		d.store.Close()
+	}
+	if d.auditLog != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d.auditLog.Close(ctx)
+		cancel()
 	}
 }
 

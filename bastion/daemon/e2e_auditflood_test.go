@@ -20,7 +20,8 @@ import (
 )
 
 // afDenied returns the denied audit events whose source is the address src
-// (any port), oldest first, over every node.
+// (any port), oldest first, over every node: a row counting repeats as
+// many times as its count.
 func (o *obmd) afDenied(src string) []fdAuditRow {
 	o.t.Helper()
 	var out struct{ Events []fdAuditRow }
@@ -29,17 +30,19 @@ func (o *obmd) afDenied(src string) []fdAuditRow {
 	}
 	var rows []fdAuditRow
 	for _, e := range out.Events {
-		if e.Result == "denied" && strings.HasPrefix(e.Source, src+":") {
-			rows = append(rows, e)
+		if e.Result == "denied" && fromAddr(e.Source, src) {
+			for range e.Count {
+				rows = append(rows, e)
+			}
 		}
 	}
 	return rows
 }
 
-// afSettled waits until at least want denied rows from src are in the audit
-// log (a connection's failure is written as it closes, after the client
-// saw it fail), then a little more for any beyond, and returns their
-// details.
+// afSettled waits until at least want denied events from src are in the
+// audit log (a connection's failure is written as it closes, after the
+// client saw it fail, and repeats at the end of the aggregation window),
+// then a little more for any beyond, and returns their details.
 func (o *obmd) afSettled(src string, want int) []string {
 	o.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

@@ -21,7 +21,7 @@ import (
 const ckFailDelay = 200 * time.Millisecond
 
 // TestCertLogin: a CA is trusted through /v1/cas (adding it again is 200;
-// GET lists it); a certificate signed with the README's line (ssh-keygen
+// GET lists it); a certificate signed with the operator guide's line (ssh-keygen
 // -s CA -I alice@project-x -n node-17 -V +1s:+8h -z 42) logs in through
 // OpenSSH and x/crypto, and the audit names its key id and serial; `-V
 // +1m` right after a node's access change is refused (its start is

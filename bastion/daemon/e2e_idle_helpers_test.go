@@ -165,7 +165,7 @@ func (m *cmMaster) alive(why string) {
 func (o *obmd) closedAudit(node, actor, why string) {
 	o.t.Helper()
 	var got []fdAuditRow
-	for range 50 { // deferred rows: GET /v1/audit commits this replica's first
+	for range 150 { // deferred rows: GET /v1/audit commits this replica's first; repeats, the window's end
 		got = got[:0]
 		for _, e := range o.fdAudit(node) {
 			if e.Action == "conn.close" {

@@ -17,7 +17,7 @@ import (
 // URI with nolock=1), another process (here the sqlite3 shell) can revoke a
 // node's token while obmd runs: the next login with that token must fail,
 // as it does when every login reads the database. Where the lock holds
-// (always with the DSNs the README documents), the other writer is refused
+// (always with the DSNs docs/configuration.md documents), the other writer is refused
 // and the token stays good.
 func TestKeptAccessNeedsTheLock(t *testing.T) {
 	if _, err := exec.LookPath("sqlite3"); err != nil {

@@ -129,9 +129,20 @@ func (o *obmd) pxSources(node string) map[string]int {
 		if err != nil {
 			host = e.Source
 		}
-		out[host]++
+		out[host] += int(e.Count)
 	}
 	return out
+}
+
+// pxSourcesUntil polls pxSources until ok holds of them (repeats are
+// counted at the end of the aggregation window), for 10 s at most, and
+// returns the last.
+func (o *obmd) pxSourcesUntil(node string, ok func(map[string]int) bool) map[string]int {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if src := o.pxSources(node); ok(src) || time.Now().After(deadline) {
+			return src
+		}
+	}
 }
 
 // pxLimits are strict guessing limits, so the tests can lock a client out.
@@ -155,8 +166,8 @@ func pxLockoutThrough(t *testing.T, o *obmd, addr, node, tok, guesser, other str
 	if err := pxTry(t, addr, other, node, tok); err != nil {
 		t.Errorf("another client %s through the same balancer: %v, want in", other, err)
 	}
-	src := o.pxSources(node)
-	if src[guesser] != 4 || src[other] == 0 || src[pxBalancer] != 0 {
+	want := func(src map[string]int) bool { return src[guesser] == 4 && src[other] != 0 && src[pxBalancer] == 0 }
+	if src := o.pxSourcesUntil(node, want); !want(src) {
 		t.Errorf("audit sources of %s: got %v, want 3 failures and a refusal from %s, a login from %s, none from the balancer",
 			node, src, guesser, other)
 	}
@@ -355,9 +366,20 @@ func TestProxyForwardedFor(t *testing.T) {
 	for range 2 {
 		requestFrom(t, direct, "127.0.0.48", "GET", status+"guess", "", "", http.Header{"X-Forwarded-For": {"127.0.0.98"}})
 	}
-	src := o.pxSources("xf1")
-	for addr, want := range map[string]int{guesser: 4, other: 1, spoofer: 4, "127.0.0.48": 2, "127.0.0.99": 0, "127.0.0.98": 0, pxBalancer: 0} {
-		if src[addr] < want || (want == 0 && src[addr] != 0) {
+	wantFrom := map[string]int{guesser: 4, other: 1, spoofer: 4, "127.0.0.48": 2, "127.0.0.99": 0, "127.0.0.98": 0, pxBalancer: 0}
+	wrong := func(src map[string]int, addr string) bool {
+		return src[addr] < wantFrom[addr] || (wantFrom[addr] == 0 && src[addr] != 0)
+	}
+	src := o.pxSourcesUntil("xf1", func(src map[string]int) bool {
+		for addr := range wantFrom {
+			if wrong(src, addr) {
+				return false
+			}
+		}
+		return true
+	})
+	for addr, want := range wantFrom {
+		if wrong(src, addr) {
 			t.Errorf("audit rows from %s: got %d, want %d (all: %v)", addr, src[addr], want, src)
 		}
 	}

@@ -19,7 +19,10 @@ import (
 
 // TestSSHAudit runs each power command, a failing one and a console session
 // and checks the audit log holds, in order and per connection, the login,
-// the session start, the action and the session end.
+// the session start, the action and the session end. Each connection comes
+// from an address of its own: from one address, repeated logins and
+// session bounds would be counted rather than written one by one
+// (TestAuditRowsBounded).
 func TestSSHAudit(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
@@ -47,7 +50,12 @@ func TestSSHAudit(t *testing.T) {
 			if i == len(steps)-1 {
 				bmc.SetFail(errors.New("BMC on fire"))
 			}
-			res := fdMust(t)(o.execGo("au", tok, st.line))
+			c, err := o.fdDialFrom(fmt.Sprintf("127.0.1.%d", i+1), "au", gossh.Password(tok))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := fdMust(t)(runSession(c, st.line))
+			c.Close()
 			if res.Code != st.exit {
 				t.Fatalf("%q: got %v, want exit %d", st.line, res, st.exit)
 			}
@@ -62,7 +70,7 @@ func TestSSHAudit(t *testing.T) {
 		// A console session, through a public key.
 		signer, _ := newKey(t)
 		fp := o.addKey("au", signer.PublicKey())
-		c, err := o.dial("au", gossh.PublicKeys(signer))
+		c, err := o.fdDialFrom("127.0.1.100", "au", gossh.PublicKeys(signer))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +118,7 @@ func TestSSHAudit(t *testing.T) {
 			if e.Action == "auth" {
 				source = e.Source
 			}
-			if e.Node != "au" || !strings.HasPrefix(e.Source, "127.0.0.1:") || e.Source != source {
+			if e.Node != "au" || !strings.HasPrefix(e.Source, "127.0.1.") || e.Source != source {
 				t.Errorf("audit event %d: got node %q source %q, want au and %s (the login's)", i, e.Node, e.Source, source)
 			}
 		}

@@ -9,8 +9,8 @@ import (
 )
 
 // The layout's rules: which packages may not import what (their code, not
-// their tests). README's Layout section is the map; this keeps the code to
-// it.
+// their tests). docs/contributing.md's Layout section is the map; this
+// keeps the code to it.
 const mod = "github.com/obmd/obmd/"
 
 // layoutRule forbids the packages matching from importing anything

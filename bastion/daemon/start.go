@@ -24,6 +24,7 @@ import (
 	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/db/auditlog"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/ipmi"
@@ -89,8 +90,17 @@ func (d *Daemon) openStore(ctx context.Context) error {
 	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
+	a := d.cfg.Audit
+	opts := []db.Option{db.WithAuditAggregation(a.AggregateWindow, a.AggregateKeys)}
+	if d.auditLog = auditlog.New(a.Export, d.log); d.auditLog != nil {
+		if err := d.auditLog.Start(); err != nil {
+			d.auditLog = nil
+			return err
+		}
+		opts = append(opts, db.WithAuditSink(d.auditLog))
+	}
 	var err error
-	if d.store, err = db.Open(ctx, d.cfg.DB, d.log, d.cfg.DBOptions...); err != nil {
+	if d.store, err = db.Open(ctx, d.cfg.DB, d.log, append(opts, d.cfg.DBOptions...)...); err != nil {
 		return err
 	}
 	return d.store.Migrate(ctx)

@@ -145,9 +145,10 @@ func audit(c *client, in *input) error {
 	}
 	var rows [][]string
 	for _, e := range out.Events {
-		rows = append(rows, []string{e.At.Format(time.RFC3339), e.Node, e.Actor, e.Action, e.Result, e.Source, e.Detail})
+		rows = append(rows, []string{e.At.Format(time.RFC3339), e.Node, e.Actor, e.Action, e.Result,
+			strconv.FormatInt(max(e.Count, 1), 10), e.Source, e.Detail})
 	}
-	c.table("AT\tNODE\tACTOR\tACTION\tRESULT\tSOURCE\tDETAIL", rows)
+	c.table("AT\tNODE\tACTOR\tACTION\tRESULT\tCOUNT\tSOURCE\tDETAIL", rows)
 	return nil
 }
 

@@ -52,10 +52,12 @@ func commandTable() []command {
 			flags:   []flagDef{{name: "none", kind: boolFlag, usage: "remove every extra principal"}}},
 		{name: "sessions", args: []string{"[LABEL]"}, summary: "live sessions (of every replica)", run: sessionList},
 		{name: "kick", args: []string{"ID"}, summary: "end one session", run: kick},
-		{name: "audit", summary: "audit events, newest last", run: audit, flags: []flagDef{
-			{name: "node", arg: "LABEL", usage: "only this node's"},
-			{name: "since", arg: "T", usage: "only from T on (RFC 3339 or unix seconds)"},
-			{name: "limit", kind: intFlag, arg: "N", usage: "at most N, the newest (1 to 1000)"}}},
+		{name: "audit", summary: "audit events, newest last", run: audit,
+			help: "COUNT is how many events a row stands for: repeats of a read or a refusal are counted into a row per audit.aggregate_window.",
+			flags: []flagDef{
+				{name: "node", arg: "LABEL", usage: "only this node's"},
+				{name: "since", arg: "T", usage: "only from T on (RFC 3339 or unix seconds)"},
+				{name: "limit", kind: intFlag, arg: "N", usage: "at most N, the newest (1 to 1000)"}}},
 		{name: "lockouts", run: lockouts,
 			summary: "the addresses the guessing limits lock out, and the nodes under attack (this replica's)",
 			help: "A locked-out address is refused even with the right token, and told nothing more than for a wrong one.\n" +

@@ -11,7 +11,7 @@ import (
 )
 
 // TestBinaryAuditAfterKill tests what the audit trail promises after a
-// crash (README, "Audit trail"), on each engine, with a child obmd:
+// crash (docs/security.md, "The audit trail"), on each engine, with a child obmd:
 //
 //   - SIGKILL right after a power action was acknowledged: its row is
 //     stored, and so are the rows of its login and session start, which were

@@ -5,7 +5,7 @@
 //	obmd version           print the version
 //
 // Configuration: defaults, then the YAML file (--config or OBMD_CONFIG), then
-// OBMD_* environment variables, then flags. See README.md.
+// OBMD_* environment variables, then flags. See docs/configuration.md.
 package main
 
 import (

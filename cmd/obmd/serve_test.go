@@ -219,7 +219,7 @@ func TestBinaryRefusesBadStart(t *testing.T) {
 	}
 }
 
-// TestBinaryHILFlow is the README's curl flow, as HIL's obmd driver and its
+// TestBinaryHILFlow is the admin API's curl flow (docs/admin-api.md), as HIL's obmd driver and its
 // integration tests run it, against the binary, then a restart on the same
 // state, then a grep of the database for secrets; on SQLite and MariaDB.
 func TestBinaryHILFlow(t *testing.T) {

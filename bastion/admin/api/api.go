@@ -246,6 +246,11 @@ type AuditEvent struct {
 	Source string    `json:"source,omitempty"`
 	Result string    `json:"result"`
 	Detail string    `json:"detail,omitempty"`
+	// Count is how many events the row stands for: more than 1 for the
+	// repeats of a read, a session's bounds, a console action or a
+	// refusal, counted over audit.aggregate_window (At is the first
+	// repeat's, Detail the latest's, Source the address without its port).
+	Count int64 `json:"count"`
 }
 
 // AuditEvents is GET /v1/audit.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/obmd/obmd/sol/soltest"
 )
 
 // goipmi-server listens on ":PORT", every interface of its network
@@ -99,28 +101,7 @@ func enterNetNS(pid int) error {
 	if err != nil {
 		return fmt.Errorf("enter network namespace: %w", err)
 	}
-	return loopbackUp()
-}
-
-// loopbackUp sets the IFF_UP flag of "lo" (a new namespace has it down).
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback up: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return fmt.Errorf("loopback up: %w", err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback up: %w", err)
-	}
-	return nil
+	return soltest.LoopbackUp()
 }
 
 // dial connects a UDP socket to raddr inside the namespace. Not after close.

@@ -59,6 +59,7 @@ type Sim struct {
 	Dir  string // working directory: config, state, action log
 
 	tag   string
+	fixed bool // Port was asked for: never pick another
 	socat *exec.Cmd
 	host  *os.File // host end of the serial line
 
@@ -76,10 +77,17 @@ type Sim struct {
 // test runs, the cleanup reports it as a test failure.
 func Start(t testing.TB) *Sim {
 	t.Helper()
+	return StartAt(t, 0)
+}
+
+// StartAt is Start on a given UDP port (0: a free one), for examples that
+// name the port; it fails t if the port is taken.
+func StartAt(t testing.TB, port int) *Sim {
+	t.Helper()
 	Require(t, "ipmi_sim", "socat")
-	s, err := start(t.TempDir())
+	s, err := start(t.TempDir(), port)
 	if err != nil {
-		t.Fatalf("start ipmi_sim: %v", err)
+		t.Fatalf("start ipmi_sim on port %d: %v", port, err)
 	}
 	t.Cleanup(func() {
 		if died := s.stop(); died != "" {
@@ -99,7 +107,7 @@ func StartProcess(dir string) (*Sim, error) {
 	if _, err := exec.LookPath("socat"); err != nil {
 		return nil, fmt.Errorf("start ipmi_sim: %w", err)
 	}
-	return start(dir)
+	return start(dir, 0)
 }
 
 // Close ends the simulator and its serial pty (for StartProcess). It
@@ -111,10 +119,11 @@ func (s *Sim) Close() error {
 	return nil
 }
 
-func start(dir string) (*Sim, error) {
+// start runs a simulator in dir on port, or on a free port if port is 0.
+func start(dir string, port int) (*Sim, error) {
 	b := make([]byte, 4)
 	rand.Read(b)
-	s := &Sim{Dir: dir, tag: hex.EncodeToString(b)}
+	s := &Sim{Dir: dir, tag: hex.EncodeToString(b), Port: port, fixed: port != 0}
 	if err := s.writeConfig(); err != nil {
 		return nil, err
 	}
@@ -184,7 +193,9 @@ func (s *Sim) launch() error {
 	s.mu.Unlock()
 	if err := waitAnswer(s.Port, exited, 5*time.Second); err != nil {
 		s.Kill()
-		s.Port = 0 // maybe someone else took the port: pick another
+		if !s.fixed {
+			s.Port = 0 // maybe someone else took the port: pick another
+		}
 		return err
 	}
 	return nil
