@@ -48,7 +48,6 @@ type keyCheck struct {
 type dialed struct {
 	conn   net.Conn
 	client *ssh.Client
-	key    *keyCheck
 	// release ends the ctx watch that bounds the handshake; the caller
 	// calls it once the opening is done and clears the deadline.
 	release func() bool
@@ -93,7 +92,7 @@ func (c *Client) dial(ctx context.Context, t Target, pin bool) (*dialed, *keyChe
 		}
 		return nil, k, handshakeError(ctx, addr, k, err)
 	}
-	return &dialed{conn: conn, client: ssh.NewClient(sc, chans, reqs), key: k, release: release}, k, nil
+	return &dialed{conn: conn, client: ssh.NewClient(sc, chans, reqs), release: release}, k, nil
 }
 
 // settle ends the handshake's bound: the console lives until its Close.

@@ -249,12 +249,6 @@ func Canonical(ci sol.ConsoleInfo) sol.ConsoleInfo {
 	return ci
 }
 
-// Used reports whether ci sets any SSH field.
-func Used(ci sol.ConsoleInfo) bool {
-	ci.Console = ""
-	return ci != sol.ConsoleInfo{}
-}
-
 // checkText checks an optional text field; the error never shows a
 // password's value (show false).
 func checkText(field, v string, max int, show bool) error {
