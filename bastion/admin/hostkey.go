@@ -7,7 +7,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/sol/sshconsole"
+	"github.com/obmd/obmd/keys"
 )
 
 // pinnedHostKey is the SSH host key pinned for label's BMC, as the node
@@ -20,7 +20,11 @@ func (a *API) pinnedHostKey(ctx context.Context, label string) (*api.HostKey, er
 	if err != nil {
 		return nil, err
 	}
-	return &api.HostKey{Key: k.Key, Fingerprint: sshconsole.Fingerprint(k.Key), Addr: k.Addr, PinnedAt: k.CreatedAt.UTC()}, nil
+	v := &api.HostKey{Key: k.Key, Addr: k.Addr, PinnedAt: k.CreatedAt.UTC()}
+	if ak, err := keys.ParseAuthorizedKey(k.Key); err == nil {
+		v.Fingerprint = ak.Fingerprint
+	}
+	return v, nil
 }
 
 // resetHostKey is DELETE /v1/nodes/{label}/ssh-host-key: obmd forgets the

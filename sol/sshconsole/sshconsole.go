@@ -36,6 +36,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
 )
 
@@ -273,34 +274,20 @@ func quote(s string) string {
 	return strconv.QuoteToASCII(s)
 }
 
-// parseHostKey reads an authorized_keys line of a plain host key.
+// parseHostKey reads an authorized_keys line of a plain host key (no
+// options, no certificate: keys.ParseAuthorizedKey's rules).
 func parseHostKey(line string) (ssh.PublicKey, error) {
-	k, _, opts, rest, err := ssh.ParseAuthorizedKey([]byte(line))
-	switch {
-	case err != nil:
-		return nil, errors.New(`not an authorized_keys line ("ssh-ed25519 AAAA...")`)
-	case len(opts) > 0:
-		return nil, errors.New("options are not allowed")
-	case len(strings.TrimSpace(string(rest))) > 0:
-		return nil, errors.New("one key only")
-	}
-	if _, cert := k.(*ssh.Certificate); cert {
+	k, err := keys.ParseAuthorizedKey(line)
+	if errors.Is(err, keys.ErrKeyCertificate) {
 		return nil, errors.New("a certificate is not a host key")
 	}
-	return k, nil
+	if err != nil {
+		return nil, err
+	}
+	return k.Key, nil
 }
 
 // KeyLine is k as an authorized_keys line without a comment.
 func KeyLine(k ssh.PublicKey) string {
 	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k)))
-}
-
-// Fingerprint is the SHA256 fingerprint of the authorized_keys line key
-// ("" if it does not parse).
-func Fingerprint(key string) string {
-	k, err := parseHostKey(key)
-	if err != nil {
-		return ""
-	}
-	return ssh.FingerprintSHA256(k)
 }
