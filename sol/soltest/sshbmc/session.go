@@ -13,7 +13,7 @@ type session struct {
 	b  *BMC
 	ch ssh.Channel
 
-	mu       sync.Mutex // guards attached (read by break requests)
+	mu       sync.Mutex // guards attached; held while the console's output is written
 	attached bool
 	exec     bool // the console is the session's command (or the session itself)
 	line     []byte
@@ -70,31 +70,44 @@ func escTilde(e *escState, c byte) ([]byte, bool) {
 	return []byte{c}, false
 }
 
+// started is a session's start: exec of the console command or a shell;
+// the request is answered once ready is closed (the console attached, or
+// the prompt shown), so that a client that got its answer finds the
+// console there.
+type started struct {
+	exec  bool
+	ready chan struct{}
+}
+
 // run serves the session's requests and input until it ends.
 func (s *session) run(reqs <-chan *ssh.Request) {
-	start := make(chan bool, 1) // true: exec of the console command; false: a shell
+	start := make(chan started, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // ends when the channel closes
 		defer wg.Done()
-		started := false
+		begun := false
 		for r := range reqs {
 			ok := true
 			switch r.Type {
 			case "pty-req", "env", "window-change":
 			case "shell":
-				ok = !started
+				ok = !begun
 				if ok {
-					started = true
-					start <- false
+					begun = true
+					st := started{ready: make(chan struct{})}
+					start <- st
+					<-st.ready
 				}
 			case "exec":
 				var cmd struct{ Command string }
-				ok = !started && !s.b.o.NoExec && ssh.Unmarshal(r.Payload, &cmd) == nil &&
+				ok = !begun && !s.b.o.NoExec && ssh.Unmarshal(r.Payload, &cmd) == nil &&
 					strings.TrimSpace(cmd.Command) == s.b.v.command && !s.b.v.session
 				if ok {
-					started = true
-					start <- true
+					begun = true
+					st := started{exec: true, ready: make(chan struct{})}
+					start <- st
+					<-st.ready
 				}
 			case "break":
 				s.b.mu.Lock()
@@ -114,23 +127,25 @@ func (s *session) run(reqs <-chan *ssh.Request) {
 		s.ch.Close() // ends the requests goroutine
 		wg.Wait()
 	}()
-	exec, ok := <-start
+	st, ok := <-start
 	if !ok {
 		return
 	}
 	switch {
-	case exec:
+	case st.exec:
 		s.exec = true
-		if !s.attach() {
+		if !s.attach("") {
+			close(st.ready)
 			s.exit(1)
 			return
 		}
 	case s.b.v.session:
 		s.exec = true
-		s.attach()
+		s.attach("")
 	default:
 		s.ch.Write([]byte("Welcome to the test BMC\r\n" + s.b.v.prompt))
 	}
+	close(st.ready)
 	s.input()
 }
 
@@ -190,7 +205,6 @@ func (s *session) feed(p []byte) bool {
 func (s *session) cli(c byte) bool {
 	switch c {
 	case '\r', '\n':
-		s.ch.Write([]byte("\r\n"))
 		line := strings.TrimSpace(string(s.line))
 		s.line = s.line[:0]
 		return s.command(line)
@@ -206,18 +220,25 @@ func (s *session) cli(c byte) bool {
 	return false
 }
 
-// command runs one CLI command line; true when the session is over.
+// command runs one CLI command line, its end of line not echoed yet;
+// true when the session is over.
 func (s *session) command(line string) bool {
 	v := s.b.v
+	if line == v.command {
+		// The end of the line is echoed once the slot is taken, so that
+		// a client seeing it finds the console attached.
+		if s.attach("\r\n") {
+			return false
+		}
+		s.ch.Write([]byte(v.prompt))
+		return false
+	}
+	s.ch.Write([]byte("\r\n"))
 	switch {
 	case line == "":
 	case line == "exit" || line == "quit":
 		s.exit(0)
 		return true
-	case line == v.command:
-		if s.attach() {
-			return false
-		}
 	case v.free != "" && line == v.free:
 		s.b.free()
 		s.ch.Write([]byte("status=0\r\nstatus_tag=COMMAND COMPLETED\r\n"))
@@ -235,15 +256,16 @@ func (s *session) isAttached() bool {
 }
 
 // attach takes the console slot, as the vendor does: shared, taken over,
-// or refused when held. false: refused (the CLI said so).
-func (s *session) attach() bool {
+// or refused when held; then it writes echo and the banner (or the busy
+// text). false: refused (the CLI said so).
+func (s *session) attach(echo string) bool {
 	b := s.b
 	b.mu.Lock()
 	held := len(b.holders) > 0 || b.staleLocked()
 	if held && !b.v.shared && !b.v.steal {
 		b.stats.Refused++
 		b.mu.Unlock()
-		s.ch.Write([]byte(b.v.busy))
+		s.ch.Write([]byte(echo + b.v.busy))
 		return false
 	}
 	var old []*session
@@ -261,10 +283,12 @@ func (s *session) attach() bool {
 	for _, o := range old {
 		o.kick("\r\n[console taken over by another session]\r\n")
 	}
+	// The host's output reaches the session from the end of its banner
+	// on (output), never in the middle of the CLI's words.
 	s.mu.Lock()
 	s.attached, s.esc = true, escState{}
+	s.ch.Write([]byte(echo + b.v.banner))
 	s.mu.Unlock()
-	s.ch.Write([]byte(b.v.banner))
 	return true
 }
 
@@ -290,6 +314,15 @@ func (s *session) detach(clean bool) {
 			}
 			return
 		}
+	}
+}
+
+// output writes host output p to the session if its console is attached.
+func (s *session) output(p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attached {
+		s.ch.Write(p)
 	}
 }
 

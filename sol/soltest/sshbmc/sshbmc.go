@@ -398,7 +398,7 @@ func (b *BMC) hostOutput() {
 			holders := append([]*session(nil), b.holders...)
 			b.mu.Unlock()
 			for _, s := range holders {
-				s.ch.Write(buf[:n])
+				s.output(buf[:n])
 			}
 		}
 		if err != nil {
