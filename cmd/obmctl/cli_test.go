@@ -450,7 +450,7 @@ func TestObmctlSSHConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(out, "(pinned") && time.Now().Before(deadline) {
+	for !(strings.Contains(out, "(pinned") && strings.Contains(out, "in use: ssh")) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 		out, _, _ = ctl("node", "show", "n1")
 	}
