@@ -77,13 +77,22 @@ func TestEscapeName(t *testing.T) {
 // names the configured prefix, not the default one.
 func TestEscapeTexts(t *testing.T) {
 	e := newEscapeTexts("\x1dq")
-	for name, msg := range map[string]string{"help": e.help, "hint": e.hint, "toWrite": e.toWrite,
+	for name, msg := range map[string]string{"help": e.help, "watchHelp": e.watchHelp, "hint": e.hint, "toWrite": e.toWrite,
 		"readOnly": e.readOnly, "unknown": e.unknown} {
 		if !strings.Contains(msg, "Ctrl-] q") || strings.Contains(msg, "Ctrl-E") {
 			t.Errorf("%s: got %q, want it to name Ctrl-] q (and not Ctrl-E)", name, msg)
 		}
 	}
-	if got, want := newEscapeTexts("\x05c").help, "obmd escapes: Ctrl-E c then  . detach  f take over writing  s read-only  b break  r replay scrollback  Ctrl-E send Ctrl-E c  ? help"; got != want {
+	// One escape a line, as conserver lists them (a PTY's line ends).
+	want := "\r\n[obmd escapes: Ctrl-E c, then]\r\n" +
+		"  .       detach\r\n" +
+		"  f       take over writing\r\n" +
+		"  s       become read-only\r\n" +
+		"  b       send a serial break\r\n" +
+		"  r       replay the scrollback\r\n" +
+		"  Ctrl-E  send Ctrl-E c itself\r\n" +
+		"  ?       this help\r\n"
+	if got := newEscapeTexts("\x05c").help; got != want {
 		t.Errorf("default help: got %q, want %q", got, want)
 	}
 }

@@ -45,7 +45,7 @@ type channel struct {
 	sess *access.Session
 
 	mu      sync.Mutex
-	onBreak func() // set while a console runs
+	onBreak func() bool // set while a console runs: sends a break, or says why not (false)
 }
 
 // start is a shell or exec request.
@@ -145,8 +145,7 @@ func (c *channel) requests(reqs <-chan *gossh.Request, starts chan<- start) {
 			f := c.onBreak
 			c.mu.Unlock()
 			if f != nil {
-				f()
-				ok = true
+				ok = f()
 			}
 		}
 		if st != nil {
@@ -270,15 +269,15 @@ func (a *authInfo) credential() string {
 // ended records the end of a session that ran, telling its user why if it
 // was cut; it returns the exit code.
 func (c *channel) ended(sctx context.Context, kind sessions.Kind, began time.Time, code int, cause error, stderr io.Writer) int {
-	result := "ok"
+	result, why := "ok", ""
 	if access.IsCut(cause) {
-		result = "cut"
+		result, why = "cut", "; cut: "+cutReason(cause)
 		fmt.Fprintf(stderr, "\nobmd: %v\n", cause)
 		code = exitFor(cause)
 	}
 	took := c.s.cfg.Now().Sub(began).Round(time.Millisecond)
 	c.log.WithFields(logrus.Fields{"kind": kind, "exit": code, "took": took}).Info("session_end")
-	c.audit(sctx, "session.end", result, fmt.Sprintf("%s exit %d after %v", kind, code, took))
+	c.audit(sctx, "session.end", result, fmt.Sprintf("%s exit %d after %v%s", kind, code, took, why))
 	return code
 }
 
@@ -364,6 +363,16 @@ func (g *gate) close() {
 func (c *channel) audit(ctx context.Context, action, result, detail string) {
 	c.s.audit(ctx, db.AuditEvent{Node: safe(c.label), Actor: c.a.Actor, Action: action,
 		Source: c.remote, Result: result, Detail: detail})
+}
+
+// cutReason is why a session was cut, as its audit row says it: the
+// access change ("token rotated"), "kicked by admin", or the cause's text.
+func cutReason(cause error) string {
+	var r *sessions.RevokedError
+	if errors.As(cause, &r) {
+		return r.Why
+	}
+	return cause.Error()
 }
 
 func exitFor(cause error) int {

@@ -270,14 +270,18 @@ func slowInfo(sim *ipmisim.Sim, d *udpDelay) sol.Info {
 }
 
 // addAttachedNode registers label on o with capture attached (node ps
-// holds the BMC's SOL payload: another node on it must not fight for it)
-// and returns its token.
+// holds the BMC's SOL payload: another node on it must not fight for it,
+// and it shares that BMC on purpose) and returns its token.
 func addAttachedNode(o *pstatObmd, label string, info sol.Info) (string, error) {
-	token, err := o.admin().addNode(label, "ipmi", info)
+	a := o.admin()
+	if err := a.call("PUT", "/node/"+url.PathEscape(label)+"?allow_shared_bmc=1", map[string]any{"type": "ipmi", "info": info}, nil); err != nil {
+		return "", err
+	}
+	token, err := a.rotate(label)
 	if err != nil {
 		return "", err
 	}
-	return token, o.admin().call("PUT", "/v1/nodes/"+label+"/capture", map[string]string{"capture": "attached"}, nil)
+	return token, a.call("PUT", "/v1/nodes/"+label+"/capture", map[string]string{"capture": "attached"}, nil)
 }
 
 // powerStatusBench is section 8.

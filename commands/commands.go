@@ -206,6 +206,7 @@ type Command struct {
 	Follow     bool // console-log --follow
 	Cast       bool // console-log --cast (asciicast v2)
 	ReadOnly   bool // console --read-only
+	IgnoreEOF  bool // console --ignore-eof: a console without a PTY outlives the end of its input
 	// wait-for REGEX, power-on/power-cycle --wait-for REGEX: the pattern,
 	// its words joined by single spaces (checked by Parse: RE2, at most
 	// MaxPattern bytes and MaxProgram instructions).

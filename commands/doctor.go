@@ -64,7 +64,11 @@ func (r *Runner) doctor(ctx context.Context, req Request) (Result, error) {
 	res.Text = doctorText(node, checks)
 	if last := checks[len(checks)-1]; !last.OK {
 		err := &CheckError{Check: last}
-		r.note(ctx, req, ActionDoctor, ResultError, err.Error()+"; "+took, err, "doctor")
+		logged := error(err) // the log gets the failure's whole chain
+		if last.Err != nil {
+			logged = fmt.Errorf("%s: %w", last.Name, last.Err)
+		}
+		r.note(ctx, req, ActionDoctor, ResultError, err.Error()+"; "+took, logged, "doctor")
 		return res, &opError{verb: "doctor", node: node, err: err}
 	}
 	r.note(ctx, req, ActionDoctor, ResultOK, fmt.Sprintf("%d checks passed; %s", len(checks), took), nil, "doctor")
@@ -82,7 +86,7 @@ func doctorText(node string, checks []sol.Check) string {
 		mark, text := "ok", clean(c.Tenant, maxDetail)
 		if !c.OK {
 			mark = "FAIL"
-			text += "; what to do: " + clean(c.Hint, maxDetail)
+			text += "; what to do: " + clean(c.HintFor(true), maxDetail)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", mark, clean(c.Name, 64), text)
 	}
@@ -107,7 +111,7 @@ type checkJSON struct {
 func tenantChecks(checks []sol.Check) []checkJSON {
 	out := make([]checkJSON, len(checks))
 	for i, c := range checks {
-		out[i] = checkJSON{Name: c.Name, OK: c.OK, Result: c.Tenant, Hint: c.Hint}
+		out[i] = checkJSON{Name: c.Name, OK: c.OK, Result: c.Tenant, Hint: c.HintFor(true)}
 	}
 	return out
 }

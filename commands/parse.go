@@ -23,8 +23,11 @@ type spec struct {
 // variable, so that nothing package-level is mutable.
 func specs() []spec {
 	return []spec{
-		{CmdConsole, "[--read-only]", "attach to the serial console (the default)",
-			"--read-only: watch without ever taking the write side."},
+		{CmdConsole, "[--read-only] [flags]", "attach to the serial console (the default)",
+			"--read-only: watch; nothing this session types or escapes reaches the node.\n" +
+				"Without a terminal (ssh -T < script.txt), the console ends once the input you\n" +
+				"sent does (EOF): it goes to the node, then the output until it pauses.\n" +
+				"--ignore-eof: keep the console after the end of your input, until you hang up."},
 		{CmdConsoleLog, "[--lines N] [flags]",
 			"print this tenancy's console history",
 			"--lines N: only the last N lines (1 to 100000).\n--since 10m|RFC3339: only what came since.\n" +
@@ -177,6 +180,8 @@ func Parse(argv []string) (Command, error) {
 			cmd.Persistent = true
 		case name == CmdConsole && a == "--read-only":
 			cmd.ReadOnly = true
+		case name == CmdConsole && a == "--ignore-eof":
+			cmd.IgnoreEOF = true
 		case name == CmdConsoleLog && (a == "--lines" || strings.HasPrefix(a, "--lines=")):
 			val, err := flagValue(args, &i, "--lines", "a number")
 			if err != nil {

@@ -98,6 +98,7 @@ func TestParse(t *testing.T) {
 		{"empty is console", nil, Command{Name: CmdConsole}, "", ""},
 		{"console", []string{"console"}, Command{Name: CmdConsole}, "", ""},
 		{"console read-only", []string{"console", "--read-only"}, Command{Name: CmdConsole, ReadOnly: true}, "", ""},
+		{"console ignore-eof", []string{"console", "--ignore-eof", "--read-only"}, Command{Name: CmdConsole, ReadOnly: true, IgnoreEOF: true}, "", ""},
 		{"power-status", []string{"power-status"}, Command{Name: CmdPowerStatus}, "", ""},
 		{"power-status json", []string{"power-status", "--json"}, Command{Name: CmdPowerStatus, JSON: true}, "", ""},
 		{"power-on", []string{"power-on"}, Command{Name: CmdPowerOn}, "", ""},

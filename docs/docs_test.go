@@ -66,15 +66,7 @@ import (
 
 // pendingFix lists the examples that fail until a known defect is fixed:
 // they are reported, not run. Remove an entry when its fix merges.
-var pendingFix = map[string]string{
-	`docs/configuration.md: printf 'ssh_adr: 127.0.0.1:2200\n' > typo.yaml`:                                                           "issue 23 defect 10",
-	`docs/admin-api.md: curl -s -X PUT "$H/node/node-18/boot_device?token=$T" -d '{"bootdev":"floppy"}'`:                              "issue 23 defect 10",
-	"docs/operator.md: OBMD_BMC_PASS=sim-password-9f3c obmctl node add node-43 --type ipmi --addr 127.0.0.1:9623 --user admin":        "issue 23 defect 4",
-	"docs/operator.md: OBMD_BMC_PASS=sim-password-9f3c obmctl node add node-43 --type ipmi --addr 127.0.0.1 --port 9623 --user admin": "issue 23 defect 5",
-	"docs/operator.md: obmctl node add 'node;17' --type sim --addr simulator":                                                         "issue 23 defect 4",
-	"docs/tenant.md: «Ctrl-E c b»":                                "issue 23 defect 10",
-	"docs/tenant.md: ssh -t node-17@obm-host console --read-only": "issue 23 defect 2",
-}
+var pendingFix = map[string]string{}
 
 // The ports the examples name: obmd's defaults and the example BMC's.
 const (

@@ -3,7 +3,10 @@ package sol
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/netip"
+	"strings"
 )
 
 // Errors that callers branch on. Drivers wrap them (errors.Is works).
@@ -37,6 +40,35 @@ const (
 	BootCDROM = "cdrom"
 	BootNone  = "none"
 )
+
+// BootDevices are the boot devices of the IPMI and Redfish drivers, in the
+// order messages list them.
+func BootDevices() []string { return []string{BootPXE, BootDisk, BootBIOS, BootCDROM, BootNone} }
+
+// BootDeviceError is a boot device the driver does not know. It is
+// ErrBadBootDevice (errors.Is), and it names the devices the driver knows,
+// which TenantText shows.
+type BootDeviceError struct {
+	Device string   // as asked (the log's; never shown to a tenant)
+	Valid  []string // what the driver knows
+}
+
+// BadBootDevice is the error of device dev, unknown to a driver that knows
+// valid.
+func BadBootDevice(dev string, valid ...string) error {
+	return &BootDeviceError{Device: dev, Valid: valid}
+}
+
+func (e *BootDeviceError) Error() string {
+	return fmt.Sprintf("boot device %q: %s", e.Device, e.tenantText())
+}
+
+// Is makes it ErrBadBootDevice.
+func (e *BootDeviceError) Is(target error) bool { return target == ErrBadBootDevice }
+
+func (e *BootDeviceError) tenantText() string {
+	return ErrBadBootDevice.Error() + "; valid: " + strings.Join(e.Valid, ", ")
+}
 
 // BMC is one node's baseboard management controller, as a driver reaches it.
 // Every method honours ctx (cancellation and deadline) and is safe for
@@ -158,6 +190,22 @@ func (i Info) Canonical() Info {
 		i.Cipher = nil
 	}
 	return i
+}
+
+// IPMIEndpoint names the IPMI service at host and port (0: 623) in one
+// normal form, so that two names of one BMC compare equal: an IP address
+// in its canonical form (an IPv4-mapped IPv6 address as IPv4), a host name
+// in lower case without a final dot. "IPMI 10.0.0.5 port 623".
+func IPMIEndpoint(host string, port int) string {
+	if port == 0 {
+		port = 623
+	}
+	if ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
+		host = ip.Unmap().String()
+	} else {
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+	}
+	return fmt.Sprintf("IPMI %s port %d", host, port)
 }
 
 // Equal reports whether i and other reach the same BMC the same way.

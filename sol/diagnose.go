@@ -22,19 +22,40 @@ type Diagnoser interface {
 // admin API and log and also to the tenant (over SSH): Detail is for
 // administrators and the log and may name the BMC's address, its user name
 // or what the BMC said; Tenant is the same result as a tenant may read it,
-// with no address, user name or password (the rule of TenantText). Hint is
-// written for both and holds no address either.
+// with no address, user name or password (the rule of TenantText). So do
+// its hints: Hint is the administrator's (it may name registration fields
+// and settings, never an address), TenantHint what a tenant, who can change
+// neither, can do (often: ask the operator).
 type Check struct {
 	// Name is what was checked: one of the Check* names.
 	Name string
 	// OK reports whether the step passed.
 	OK bool
-	// Detail is the result for administrators (may name the BMC's address).
+	// Detail is the result for administrators, on one line (may name the
+	// BMC's address).
 	Detail string
 	// Tenant is the result for tenants (never names an address).
 	Tenant string
 	// Hint says what to do about a failed step; empty when OK.
 	Hint string
+	// TenantHint is Hint for tenants; empty: Hint serves them too.
+	TenantHint string
+	// Err is the failure with its whole chain, for the log (nil if none).
+	Err error
+}
+
+// HintFor is the hint for a tenant (tenant) or an administrator.
+func (c Check) HintFor(tenant bool) string {
+	if tenant && c.TenantHint != "" {
+		return c.TenantHint
+	}
+	return c.Hint
+}
+
+// ForTenant returns c with the tenant's hint.
+func (c Check) ForTenant(hint string) Check {
+	c.TenantHint = hint
+	return c
 }
 
 // Names of the steps, in the order drivers check them. An IPMI node checks
@@ -93,8 +114,29 @@ func Fail(name, detail, tenant, hint string) Check {
 	return Check{Name: name, Detail: detail, Tenant: tenant, Hint: hint}
 }
 
-// FailErr is a failed step from err: its whole text for administrators,
-// TenantText for tenants.
+// FailErr is a failed step from err: its whole text on one line for
+// administrators (OneLine), TenantText for tenants.
 func FailErr(name string, err error, hint string) Check {
-	return Check{Name: name, Detail: err.Error(), Tenant: TenantText(err), Hint: hint}
+	return Check{Name: name, Detail: OneLine(err.Error()), Tenant: TenantText(err), Hint: hint, Err: err}
+}
+
+// OneLine is s with its line breaks (a library's multi-line error, joined
+// errors) turned into "; " (a space after a line that ends in ":") and
+// runs of white space into one space.
+func OneLine(s string) string {
+	var b strings.Builder
+	for _, l := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		l = strings.Join(strings.Fields(l), " ")
+		switch {
+		case l == "":
+			continue
+		case b.Len() == 0:
+		case strings.HasSuffix(b.String(), ":"):
+			b.WriteString(" ")
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(l)
+	}
+	return b.String()
 }

@@ -158,6 +158,10 @@ func TenantText(err error) string {
 	if err == nil {
 		return ""
 	}
+	var bd *BootDeviceError
+	if errors.As(err, &bd) {
+		return bd.tenantText()
+	}
 	for _, p := range public {
 		if errors.Is(err, p) {
 			return p.Error()

@@ -565,3 +565,31 @@ func injectLockstep(t *testing.T, b *sim.BMC, full []byte, r *recorder) {
 		waitFor(t, fmt.Sprintf("%s to see %d bytes", r.v.Name(), off), func() bool { return r.seen() >= off })
 	}
 }
+
+// TestFlush: Flush waits for the writer's input to go to the link and says
+// whether it did: input the link does not take within OpenTimeout is
+// ErrInputLost; once taken, nil. A viewer that is not the writer has
+// nothing to wait for.
+func TestFlush(t *testing.T) {
+	g := &gateBMC{gate: make(chan struct{})} // held: the link's Write waits
+	m := newManager(t, sol.Config{OpenTimeout: 100 * time.Millisecond}, g)
+	w := attach(t, m, "n1", "w", sol.AttachOptions{})
+	r := attach(t, m, "n1", "r", sol.AttachOptions{ReadOnly: true})
+	if _, err := w.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the link", func() bool { return m.Stats().LinksUp == 1 })
+	if err := w.Flush(); !errors.Is(err, sol.ErrInputLost) {
+		t.Errorf("Flush with the link's Write held: got %v, want ErrInputLost", err)
+	}
+	if err := r.Flush(); err != nil {
+		t.Errorf("Flush of a viewer that wrote nothing: got %v, want nil", err)
+	}
+	close(g.gate)
+	if err := w.Flush(); err != nil {
+		t.Errorf("Flush with the gate open: got %v, want nil", err)
+	}
+	if got := bytes.Join(g.Writes(), nil); !bytes.Equal(got, []byte("abc")) {
+		t.Errorf("console writes: got %q, want abc", got)
+	}
+}

@@ -154,6 +154,27 @@ func (v *Viewer) Write(p []byte) (int, error) {
 	return written, nil
 }
 
+// Flush waits until the input v wrote has gone to the node's console link
+// (written to it, not only queued), v ends, or Config.OpenTimeout passes:
+// what a console whose client ended its input waits for before it ends.
+// It is ErrInputLost if some of v's input did not go (dropped, or still
+// pending); nil at once if v is not the writer and lost nothing.
+func (v *Viewer) Flush() error {
+	n := v.n
+	n.mu.Lock()
+	writer := n.writer == v
+	n.mu.Unlock()
+	if writer {
+		v.awaitInput(v.m.cfg.OpenTimeout)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if v.dropped || n.writer == v && n.unsentLocked() > 0 {
+		return ErrInputLost
+	}
+	return nil
+}
+
 // TakeWrite makes v the writer. The previous writer, if any, gets a notice
 // and becomes read-only, wherever in the cluster it is (roles.go). It does
 // nothing once v has ended, or for a relay viewer.

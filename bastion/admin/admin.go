@@ -219,7 +219,7 @@ const (
 	WhyTokenRotate = db.ReasonTokenRotated
 	WhyTokenRevoke = db.ReasonTokenRevoked
 	WhyKeyRemoved  = db.ReasonKeyRemoved
-	WhyKicked      = "kicked by admin"
+	WhyKicked      = sessions.WhyKicked
 	WhyPrincipals  = db.ReasonPrincipals
 	WhyCARemoved   = db.ReasonCARemoved
 	WhyCertRevoked = db.ReasonCertRevoked

@@ -42,5 +42,6 @@ func (a *API) doctor(w http.ResponseWriter, r *http.Request) {
 }
 
 func adminCheck(c sol.Check) api.Check {
-	return api.Check{Name: safeText(c.Name), OK: c.OK, Result: safeText(c.Detail), Tenant: safeText(c.Tenant), Hint: safeText(c.Hint)}
+	return api.Check{Name: safeText(c.Name), OK: c.OK, Result: safeText(c.Detail), Tenant: safeText(c.Tenant), Hint: safeText(c.Hint),
+		TenantHint: safeText(c.TenantHint)}
 }

@@ -10,6 +10,29 @@ import (
 	"github.com/obmd/obmd/db"
 )
 
+// LabelRule is the rule a new node's label follows (ValidNewLabel), as
+// error messages and the operator's guide state it.
+const LabelRule = `a node label is 1 to 80 characters among ASCII letters, digits, "-", "_" and ".", ` +
+	`starting with a letter or a digit (it is the SSH user name: OpenSSH refuses some characters, and shells ` +
+	`read others)`
+
+// ValidNewLabel reports why label cannot name a new node, or nil: LabelRule.
+// A node registered before the rule (ValidLabel's) keeps its label: every
+// route still reads, changes and deletes it.
+func ValidNewLabel(label string) error {
+	if err := ValidLabel(label); err != nil {
+		return fmt.Errorf("%w; %s", err, LabelRule)
+	}
+	for i := 0; i < len(label); i++ {
+		b := label[i]
+		alnum := 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+		if !alnum && (i == 0 || b != '-' && b != '_' && b != '.') {
+			return fmt.Errorf("label %s is not allowed: %s", quote(label), LabelRule)
+		}
+	}
+	return nil
+}
+
 // ValidLabel reports why label cannot name a node, or nil. A label is 1 to
 // db.MaxLabelLen (80) bytes of valid UTF-8 with no "/", no control or other
 // non-printable character (C0, DEL, C1, Unicode format characters such as

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/obmd/obmd/bastion/access"
@@ -15,7 +17,8 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// pathLabel returns the request's validated {label}, or answers 400.
+// pathLabel returns the request's validated {label} (ValidLabel), or
+// answers 400.
 func pathLabel(w http.ResponseWriter, r *http.Request) (string, bool) {
 	l := r.PathValue("label")
 	if err := ValidLabel(l); err != nil {
@@ -68,10 +71,12 @@ func (a *API) putNodeV1(w http.ResponseWriter, r *http.Request) {
 	a.putNode(w, r, true)
 }
 
-// labelBody is a PUT's node label and body; on failure it has answered.
+// labelBody is a PUT's node label and body; on failure it has answered
+// (a bad label with the rule of a new node's, LabelRule).
 func (a *API) labelBody(w http.ResponseWriter, r *http.Request) (string, []byte, bool) {
-	label, valid := pathLabel(w, r)
-	if !valid {
+	label := r.PathValue("label")
+	if err := ValidLabel(label); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error()+"; "+LabelRule)
 		return "", nil, false
 	}
 	data, err := a.readBody(w, r)
@@ -110,6 +115,10 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeBodyError(w, err)
 		return
 	}
+	allowShared, valid := allowSharedBMC(w, r)
+	if !valid {
+		return
+	}
 	typ := string(info.Type())
 	// Bounded as the change it leads to (a stopped database must not hold
 	// the call), and detached from the client.
@@ -120,6 +129,13 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 	for round := 0; round < 2; round++ {
 		n, err := a.store.Node(ctx, label)
 		if errors.Is(err, db.ErrNotFound) {
+			if err := ValidNewLabel(label); err != nil {
+				writeError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+			if !allowShared && !a.ownBMC(ctx, w, r, label, info) {
+				return
+			}
 			sealed, err := a.types.Seal(label, info)
 			if err != nil {
 				a.log.WithError(err).Error("seal_failed")
@@ -179,10 +195,67 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 			writeError(w, http.StatusConflict, msg)
 			return
 		}
+		if !allowShared && !a.ownBMC(ctx, w, r, label, info) {
+			return
+		}
 		a.updateNode(w, r, label, info, principals, capture)
 		return
 	}
 	writeError(w, http.StatusConflict, "node "+quote(label)+" is being changed concurrently; try again")
+}
+
+// allowSharedBMC reads a registration's ?allow_shared_bmc=1 (true, 1):
+// the node may use a BMC another node uses. On a bad value it has
+// answered 400.
+func allowSharedBMC(w http.ResponseWriter, r *http.Request) (allow, valid bool) {
+	v := r.URL.Query().Get("allow_shared_bmc")
+	if v == "" {
+		return false, true
+	}
+	allow, err := strconv.ParseBool(v)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "allow_shared_bmc "+quote(v)+" is not 1 or 0 (true or false)")
+		return false, false
+	}
+	return allow, true
+}
+
+// ownBMC checks that no other node uses a BMC service of info, label's new
+// registration (nodes.Info.BMCs, normalised: the default port, IPv6 forms,
+// the case of host names), and answers 409 naming the node that does:
+// two nodes on one BMC take its console from each other, forever. A
+// service that label's stored registration uses already is not checked
+// again. Two registrations racing each other can both pass.
+func (a *API) ownBMC(ctx context.Context, w http.ResponseWriter, r *http.Request, label string, info nodes.Info) bool {
+	mine := info.BMCs()
+	if len(mine) == 0 {
+		return true
+	}
+	all, err := a.store.Nodes(ctx)
+	if err != nil {
+		a.storeError(w, r, "list nodes", err)
+		return false
+	}
+	opened := make([]nodes.Info, len(all))
+	for i, n := range all {
+		opened[i], _ = a.types.Open(n) // an unreadable node uses no BMC we know of
+		if n.Label == label {
+			cur := opened[i].BMCs()
+			mine = slices.DeleteFunc(mine, func(b string) bool { return slices.Contains(cur, b) })
+		}
+	}
+	for i, n := range all {
+		if n.Label == label {
+			continue
+		}
+		if bmc := nodes.SharedBMC(mine, opened[i].BMCs()); bmc != "" {
+			writeError(w, http.StatusConflict, "node "+quote(n.Label)+" already uses this BMC ("+bmc+"): two nodes on one BMC "+
+				"take its console from each other; register this node's own BMC, or, if the nodes really share it, "+
+				"send the request again with ?allow_shared_bmc=1")
+			return false
+		}
+	}
+	return true
 }
 
 // updateNode replaces a node's type and info (/v1) and cuts its sessions:

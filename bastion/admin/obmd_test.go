@@ -133,7 +133,7 @@ func TestPutNodeObmd(t *testing.T) {
 		ok("ipmi-2", `{"type":"ipmi","info":{"addr":"a","user":"u","pass":"p","interface":"lan","NumWrites":5}}`,
 			sol.Info{Addr: "a", User: "u", Pass: "p"}, "ipmi")
 		ok("mock-2", `{"type":"mock","info":{"addr":"m","user":"u","pass":"p"}}`, sol.Info{Addr: "m"}, "mock")
-		ok("nœud-7 x", `{"type":"mock","info":{"addr":"m"}}`, sol.Info{Addr: "m"}, "mock")
+		ok("Node_7.rack-3", `{"type":"mock","info":{"addr":"m"}}`, sol.Info{Addr: "m"}, "mock")
 		ok(strings.Repeat("a", 80), `{"type":"mock","info":{"addr":"m"}}`, sol.Info{Addr: "m"}, "mock")
 
 		// Re-registration: identical (defaults folded) is 200, different 409.

@@ -319,7 +319,7 @@ func TestV1Sessions(t *testing.T) {
 		if r := e.admin("DELETE", "/v1/sessions/"+info.ID, ""); r.code != 200 || r.body != "" {
 			t.Errorf("kick: got %d %q, want 200", r.code, r.body)
 		}
-		if cause := context.Cause(ctx); cause == nil || cause.Error() != "access to n1 was revoked (kicked by admin)" {
+		if cause := context.Cause(ctx); cause == nil || cause.Error() != "your session on n1 was ended by an administrator; your access is unchanged" {
 			t.Errorf("kicked session cause: got %v", cause)
 		}
 		if r := e.admin("DELETE", "/v1/sessions/"+info.ID, ""); r.code != 404 || r.body != errJSON(`no session "`+info.ID+`"`) {

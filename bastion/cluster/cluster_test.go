@@ -526,7 +526,7 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 		default:
 			t.Fatal("r0's session still runs after the kick was answered")
 		}
-		if cause := context.Cause(ss[0].ctx); cause == nil || cause.Error() != "access to n1 was revoked (kicked by admin)" {
+		if cause := context.Cause(ss[0].ctx); cause == nil || cause.Error() != "your session on n1 was ended by an administrator; your access is unchanged" {
 			t.Errorf("kicked session's cause: got %v", cause)
 		}
 		if ss[1].ctx.Err() != nil {

@@ -133,12 +133,12 @@ func TestAPINodeTokenRoutes(t *testing.T) {
 			}
 			status(c.then)
 		}
-		for _, c := range []struct{ name, method, path, body string }{
-			{"bad bootdev", "PUT", "/node/s1/boot_device" + q, `{"bootdev":"floppy"}`},
-			{"bad power_cycle body", "POST", "/node/s1/power_cycle" + q, `{"force":"yes"}`},
+		for _, c := range []struct{ name, method, path, body, want string }{
+			{"bad bootdev", "PUT", "/node/s1/boot_device" + q, `{"bootdev":"floppy"}`, "unsupported boot device; valid: pxe, disk, bios, cdrom, none"},
+			{"bad power_cycle body", "POST", "/node/s1/power_cycle" + q, `{"force":"yes"}`, ""},
 		} {
-			if code, got := o.request(c.method, c.path, c.body, "", ""); code != 400 {
-				t.Errorf("%s: got %d %q, want 400", c.name, code, got)
+			if code, got := o.request(c.method, c.path, c.body, "", ""); code != 400 || !strings.Contains(string(got), c.want) {
+				t.Errorf("%s: got %d %q, want 400 with %q", c.name, code, got, c.want)
 			} else {
 				apiErr(t, got)
 			}

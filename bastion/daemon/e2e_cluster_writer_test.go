@@ -79,11 +79,14 @@ func rpOneWriter(t *testing.T, bmc *ipmisim.Sim, vs []*client, reps []*rpReplica
 	refused(va, "a")
 	refused(vb, "b")
 	refused(vc, "c")
-	// A read-only attach on a relaying replica does not write either,
-	// though nobody does.
+	// A read-only session on a relaying replica does not write either,
+	// though nobody does, nor after Ctrl-E c f.
 	ro := &sshPTY(t, reps[1].listening["ssh"], "n1", "", []string{"-i", keyFile}, "console", "--read-only").client
-	ro.out.wait(t, "the read-only banner", 0, "you are read-only")
+	ro.out.wait(t, "the read-only banner", 0, "this session is read-only")
 	refused(ro, "ro")
+	ro.typeKeys(escTakeOver)
+	ro.expect("[obmd: this session is read-only]")
+	refused(ro, "ro-f")
 	ro.detach()
 
 	// C takes the role back; what it types comes after everything typed
@@ -178,7 +181,7 @@ func rpOneSessionList(t *testing.T, reps []*rpReplica, tok, writerOn string) {
 
 	c.on(t).mustAPI(200, "DELETE", "/v1/sessions/"+newest.ID, nil)
 	extra.end.wait(t, "the session kicked through "+c.name)
-	if !strings.Contains(extra.out.String(), "access to n1 was revoked (kicked by admin)") {
+	if !strings.Contains(extra.out.String(), "your session on n1 was ended by an administrator; your access is unchanged") {
 		t.Errorf("kicked viewer on %s: no reason; screen %q", a.name, tailString(extra.out.String(), 300))
 	}
 	if code, _ := c.on(t).api("DELETE", "/v1/sessions/"+newest.ID, nil); code != 404 {

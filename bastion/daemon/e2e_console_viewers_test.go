@@ -159,7 +159,7 @@ func TestConsoleViewers(t *testing.T) {
 
 // TestConsoleTakeover: a reader takes over writing (Ctrl-E c f), the
 // previous writer is told and becomes read-only; `console --read-only`
-// never writes by itself, and may take over too.
+// never writes by itself, nor by any escape.
 func TestConsoleTakeover(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t)
@@ -168,7 +168,7 @@ func TestConsoleTakeover(t *testing.T) {
 			node := backend.node(t, o, "take-"+backend.name)
 			// ro attaches first, read-only: it does not take the free pen.
 			ro := o.goConsole(t, node.label, node.token, conOpts{cmd: "console --read-only", pty: true})
-			ro.notice("you are read-only (Ctrl-E c f to write); no one else attached")
+			ro.notice("this session is read-only; no one else attached")
 			a := o.goConsole(t, node.label, node.token, conOpts{pty: true})
 			a.notice("you are writing; 1 other(s): #")
 			b := o.goConsole(t, node.label, node.token, conOpts{pty: true})
@@ -181,7 +181,7 @@ func TestConsoleTakeover(t *testing.T) {
 				waitUntil(t, s+" on the serial side", func() bool { return bytes.Contains(node.typed(), []byte(s+"\r")) })
 			}
 			keys(ro, "ro-before")
-			ro.notice("read-only: your keys are not sent")
+			ro.notice("this session is read-only: your keys are not sent")
 			keys(a, "a-writes")
 			arrived("a-writes")
 
@@ -193,29 +193,101 @@ func TestConsoleTakeover(t *testing.T) {
 			keys(b, "b-writes")
 			arrived("b-writes")
 
+			// The read-only session cannot take over: b keeps writing.
 			ro.typeKeys(escTakeOver)
-			ro.notice("[obmd: you are writing]")
+			ro.notice("[obmd: this session is read-only]")
+			keys(ro, "ro-after-f")
+			keys(b, "b-still-writes")
+			arrived("b-still-writes")
+			// a takes over, then gives the pen back; nobody writes until
+			// someone takes it.
+			a.typeKeys(escTakeOver)
+			a.notice("[obmd: you are writing]")
 			b.notice("took over writing; you are read-only]")
-			keys(ro, "ro-writes")
-			arrived("ro-writes")
-			// ro gives the pen back; nobody writes until someone takes it.
-			ro.typeKeys(escReadOnly)
-			ro.notice("[obmd: you are read-only]")
-			keys(a, "nobody")
-			// (The hint is given once per 5 s: a had it. The help answer
-			// shows that a's keys before it were handled.)
-			a.typeKeys(escHelp)
-			a.notice("[obmd: obmd escapes:")
+			a.typeKeys(escReadOnly)
+			a.notice("[obmd: you are read-only]")
+			keys(b, "nobody")
+			// (The hint is given once per 5 s: b had it. The help answer
+			// shows that b's keys before it were handled.)
+			b.typeKeys(escHelp)
+			b.notice("[obmd escapes: Ctrl-E c, then]")
 
-			for _, bad := range []string{"ro-before", "a-after", "nobody"} {
+			for _, bad := range []string{"ro-before", "a-after", "ro-after-f", "nobody"} {
 				if bytes.Contains(node.typed(), []byte(bad)) {
 					t.Errorf("serial side: got %q, a read-only viewer's keys", bad)
 				}
+			}
+			if strings.Contains(b.errb.String(), "took over writing; you are read-only]\r\n\r\n[obmd: you are writing") {
+				t.Errorf("b's notices: the read-only session took the pen: %q", b.errb.String())
 			}
 			// Everyone still sees the same output.
 			node.sync(t, allSaw([]*conGo{ro, a, b}))
 		})
 	}
+}
+
+// TestConsoleReadOnlySession: `console --read-only` through the real
+// OpenSSH client with a PTY never writes: its banner offers no takeover,
+// and neither its keys, nor Ctrl-E c f then keys, nor Ctrl-E c s, Ctrl-E c
+// b, OpenSSH's ~B or the escaped prefix reach the node, whoever else is
+// attached; each refused escape says why, and its help lists only what it
+// may do. Without a PTY (x/crypto) its bytes never reach the node either.
+func TestConsoleReadOnlySession(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	tok := o.addSimNode("watch")
+	bmc := o.Lab().BMC("watch", sim.ModeNormal)
+	if err := bmc.PowerOff(t.Context(), false); err != nil { // a powered-off host does not echo keys
+		t.Fatal(err)
+	}
+	p := sshPTY(t, o.SSHAddr(), "watch", tok, nil, "console", "--read-only")
+	p.expect("[obmd: console of watch; this session is read-only; no one else attached; Ctrl-E c ? for help]")
+	waitUntil(t, "console open", bmc.ConsoleActive)
+
+	// Alone on the node, with nobody writing: still nothing goes through.
+	p.typeKeys("ro-alone\r")
+	p.expect("[obmd: this session is read-only: your keys are not sent]")
+	for _, esc := range []string{escTakeOver, escReadOnly, escBreak} {
+		p.typeKeys(esc)
+		p.expect("[obmd: this session is read-only]")
+	}
+	p.typeKeys("ro-after-f\r\x05c\x05\r~B")
+	p.expect("[obmd: this session is read-only]") // the ~B break request
+	p.typeKeys(escHelp)
+	p.expect("[obmd escapes: Ctrl-E c, then]\r\n  .       detach\r\n  r       replay the scrollback\r\n  ?       this help\r\n" +
+		"  (this session is read-only: it never writes or sends a break)\r\n")
+
+	// A writer comes and goes; the read-only session never takes over.
+	w := o.goConsole(t, "watch", tok, conOpts{pty: true})
+	w.notice("you are writing; 1 other(s): #")
+	p.typeKeys(escTakeOver)
+	p.expect("[obmd: this session is read-only]")
+	w.typeKeys("w-writes\r")
+	waitUntil(t, "the writer's keys on the serial side", func() bool { return bytes.Contains(bmc.Typed(), []byte("w-writes\r")) })
+	w.typeKeys(escDetach)
+	w.notice("[obmd: detached]")
+	p.typeKeys(escTakeOver + "ro-last\r")
+	p.expect("[obmd: this session is read-only]")
+
+	// Without a PTY: no escapes, and the bytes stay here too.
+	g := o.goConsole(t, "watch", tok, conOpts{cmd: "console --read-only"})
+	g.notice("[obmd: console of watch; this session is read-only; ")
+	g.typeKeys("nopty-keys\r" + escTakeOver + "nopty-after-f\r")
+	g.notice("[obmd: this session is read-only: your keys are not sent]")
+
+	// A writer that attaches now gets the free pen, and its keys come
+	// after anything queued before them: none of the read-only sessions'.
+	w2 := o.goConsole(t, "watch", tok, conOpts{pty: true})
+	w2.notice("you are writing; 2 other(s): #")
+	w2.typeKeys("<end>\r")
+	waitUntil(t, "the last writer's keys on the serial side", func() bool { return bytes.Contains(bmc.Typed(), []byte("<end>")) })
+	if typed := bmc.Typed(); !bytes.Equal(typed, []byte("w-writes\r<end>\r")) {
+		t.Errorf("serial side: got %q, want only the writers' keys", typed)
+	}
+	if bmc.Breaks() != 0 {
+		t.Errorf("breaks: got %d, want none from a read-only session", bmc.Breaks())
+	}
+	p.detach()
 }
 
 // TestConsoleStalledViewer: a viewer that never reads (its SSH window and

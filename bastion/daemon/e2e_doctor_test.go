@@ -44,11 +44,12 @@ type tenantDoctor struct {
 // doctorWant is what a doctor run must show: the steps run, whether all
 // passed, and what the last step's tenant text and hint say.
 type doctorWant struct {
-	steps  []string
-	ok     bool
-	tenant string // in the last step's tenant text
-	hint   string // the last step's hint, on failure
-	detail string // in the last step's administrator's detail, if set
+	steps   []string
+	ok      bool
+	tenant  string // in the last step's tenant text
+	hint    string // the last step's hint, on failure (the administrator's)
+	tenant2 string // the last step's hint for tenants, if not hint
+	detail  string // in the last step's administrator's detail, if set
 }
 
 // ipmiSteps is a healthy IPMI node's diagnosis.
@@ -80,8 +81,16 @@ func (o *obmd) checkDoctor(t *testing.T, label, tok string, info sol.Info, want 
 		}
 	}
 	lastLine := lines[len(want.steps)-1]
-	if !strings.Contains(lastLine, want.tenant) || !want.ok && !strings.HasSuffix(lastLine, "; what to do: "+want.hint) {
-		t.Errorf("doctor's last step: got %q, want it to say %q (and what to do: %q)", lastLine, want.tenant, want.hint)
+	tenantHint := want.hint
+	if want.tenant2 != "" {
+		tenantHint = want.tenant2
+	}
+	if !strings.Contains(lastLine, want.tenant) || !want.ok && !strings.HasSuffix(lastLine, "; what to do: "+tenantHint) {
+		t.Errorf("doctor's last step: got %q, want it to say %q (and what to do: %q)", lastLine, want.tenant, tenantHint)
+	}
+	// A tenant is never told to change what only the operator can.
+	if _, todo, _ := strings.Cut(res.Stdout, "what to do: "); strings.Contains(todo, "info.") || strings.Contains(todo, "sol_enable") {
+		t.Errorf("doctor over OpenSSH: got %q, want no registration field or setting to change", res.Stdout)
 	}
 	summary := fmt.Sprintf("%s: doctor: all %d checks passed", label, len(want.steps))
 	if !want.ok {
@@ -119,6 +128,12 @@ func (o *obmd) checkDoctor(t *testing.T, label, tok string, info sol.Info, want 
 	if !strings.Contains(c.Tenant, want.tenant) || c.Hint != want.hint || !strings.Contains(c.Result, want.detail) {
 		t.Errorf("GET doctor, step %s: got %+v, want tenant %q, hint %q, detail with %q", c.Name, c, want.tenant, want.hint, want.detail)
 	}
+	// One line a step: no library's line breaks, raw or escaped.
+	for _, c := range rep.Checks {
+		if strings.ContainsAny(c.Result, "\r\n") || strings.Contains(c.Result, `\n`) {
+			t.Errorf("GET doctor, step %s: result %q is more than one line", c.Name, c.Result)
+		}
+	}
 	return rep
 }
 
@@ -154,13 +169,14 @@ func (e *bmcE2E) doctor(t *testing.T) {
 			label := "dr-pin3-" + typ
 			info := soltest.Pinned(e.only17.Info(), 3)
 			e.o.checkDoctor(t, label, e.o.add(label, typ, info), info, doctorWant{steps: ipmiSteps[:2],
-				tenant: "the BMC refused IPMI cipher suite 3", hint: ipmicheck.HintCipher})
+				tenant: "the BMC refused IPMI cipher suite 3", hint: ipmicheck.HintCipher, tenant2: ipmicheck.TenantHintCipher,
+				detail: "suite 3: the BMC refused the cipher suite ("})
 		})
 		t.Run("unreachable "+typ, func(t *testing.T) {
 			label := "dr-closed-" + typ
 			info := ipmisim.Closed(t)
 			e.o.checkDoctor(t, label, e.o.add(label, typ, info), info, doctorWant{steps: ipmiSteps[:1],
-				tenant: "the BMC is unreachable", hint: ipmicheck.HintAddress, detail: info.Addr})
+				tenant: "the BMC is unreachable", hint: ipmicheck.AddressHint(info.Port), tenant2: ipmicheck.TenantHintAddress, detail: info.Addr})
 		})
 	}
 	if got := e.only17.Actions(); len(got) != 0 {
@@ -210,14 +226,27 @@ func (e *bmcE2E) doctorOn(t *testing.T, m soltest.Machine, typ string) {
 	})
 	t.Run("wrong password", func(t *testing.T) {
 		bad := soltest.Unpinned(m.WrongPassword())
-		e.o.checkDoctor(t, label+"-pw", e.o.add(label+"-pw", typ, bad), bad, doctorWant{steps: ipmiSteps[:2],
-			tenant: sol.FaultCredentials.String(), hint: ipmicheck.HintCredentials})
+		rep := e.o.checkDoctor(t, label+"-pw", e.o.add(label+"-pw", typ, bad), bad, doctorWant{steps: ipmiSteps[:2],
+			tenant: sol.FaultCredentials.String(), hint: ipmicheck.HintCredentials, tenant2: ipmicheck.TenantHintCredentials,
+			detail: "the BMC refused obmd's credentials (as " + bad.User + " at "})
+		// Each suite tried and what the BMC said to it: ipmi_sim refuses
+		// suite 17 before any credential is checked, so that one is not
+		// blamed on the credentials; suite 3 is.
+		want := []string{"): suite 17: the BMC refused obmd's credentials ("}
+		if m.Kind() == soltest.IPMISim {
+			want = []string{"): suite 17: the BMC refused the cipher suite (", "); suite 3: the BMC refused obmd's credentials ("}
+		}
+		for _, w := range want {
+			if got := rep.Checks[1].Result; !strings.Contains(got, w) {
+				t.Errorf("authentication for the admin: got %q, want %q in it", got, w)
+			}
+		}
 	})
 	t.Run("SOL disabled", func(t *testing.T) {
 		setSOLOn(t, m, false)
 		defer setSOLOn(t, m, true)
 		e.never.checkDoctor(t, label, ntok, info, doctorWant{steps: ipmiSteps, tenant: ipmicheck.OffDisabled,
-			hint: ipmicheck.HintSOLDisabled, detail: "(sol_enable: never)"})
+			hint: ipmicheck.HintSOLDisabled, tenant2: ipmicheck.TenantHintSOLDisabled, detail: "(sol_enable: never)"})
 		e.o.checkDoctor(t, label, tok, info, doctorWant{steps: ipmiSteps, ok: true, tenant: "obmd switches it on when a console opens"})
 		if solOn(t, m) {
 			t.Error("SOL after the doctor runs: on, want left off")

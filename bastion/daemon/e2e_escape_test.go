@@ -22,10 +22,11 @@ func TestConsoleEscapeConfigured(t *testing.T) {
 	g := o.goConsole(t, "esc1", tok, conOpts{pty: true})
 	g.notice("[obmd: console of esc1; you are writing; no one else attached; Ctrl-] q ? for help]")
 	ro := o.goConsole(t, "esc1", tok, conOpts{cmd: "console --read-only", pty: true})
-	ro.notice("you are read-only (Ctrl-] q f to write); 1 other(s): #")
+	ro.notice("this session is read-only; 1 other(s): #")
 
 	g.typeKeys("\x1dq?")
-	g.notice("[obmd: obmd escapes: Ctrl-] q then  . detach  f take over writing  s read-only  b break  r replay scrollback  Ctrl-] send Ctrl-] q  ? help]")
+	g.notice("[obmd escapes: Ctrl-] q, then]\r\n  .       detach\r\n  f       take over writing\r\n  s       become read-only\r\n" +
+		"  b       send a serial break\r\n  r       replay the scrollback\r\n  Ctrl-]  send Ctrl-] q itself\r\n  ?       this help\r\n")
 	g.typeKeys("\x1dqz")
 	g.notice("[obmd: unknown escape; Ctrl-] q ? for help]")
 	g.typeKeys("\x1dqs")
@@ -119,7 +120,7 @@ func TestConsoleLiteralPrefix(t *testing.T) {
 				t.Errorf("serial side: got %q, want %q", got, want)
 			}
 			p.typeKeys(escHelp)
-			p.expect("Ctrl-E send Ctrl-E c  ? help]")
+			p.expect("  Ctrl-E  send Ctrl-E c itself\r\n")
 			p.typeKeys(escReadOnly)
 			p.expect("[obmd: you are read-only]")
 			p.typeKeys(escTakeOver)

@@ -72,10 +72,10 @@ func frontPort(t *testing.T, b *redfishtest.BMC) int {
 }
 
 // addRedfish registers label through HIL's route with info and returns
-// its token.
+// its token. The tests put several nodes on one mock BMC, on purpose.
 func (o *obmd) addRedfish(label string, info map[string]any) string {
 	o.t.Helper()
-	o.mustAPI(200, "PUT", "/node/"+url.PathEscape(label), map[string]any{"type": "redfish", "info": info})
+	o.mustAPI(200, "PUT", "/node/"+url.PathEscape(label)+"?allow_shared_bmc=1", map[string]any{"type": "redfish", "info": info})
 	return o.rotate(label)
 }
 
@@ -218,7 +218,8 @@ func (e *redfishE2E) doctor(t *testing.T) {
 		info := e.redfishInfo()
 		info["system"] = "NoSuchSystem"
 		e.o.checkDoctor(t, label, e.o.addRedfish(label, info), e.safe, doctorWant{steps: redfishSteps[:4],
-			tenant: "system not found on the BMC", hint: "check info.system against the BMC's systems (/redfish/v1/Systems)"})
+			tenant: "system not found on the BMC", hint: "check info.system against the BMC's systems (/redfish/v1/Systems)",
+			tenant2: "ask obmd's operator to check the Redfish system registered for this node"})
 	})
 	t.Run("wrong password", func(t *testing.T) {
 		const label = "rf-dr-pw"
@@ -226,7 +227,7 @@ func (e *redfishE2E) doctor(t *testing.T) {
 		info["pass"] = "not-the-password"
 		e.o.checkDoctor(t, label, e.o.addRedfish(label, info), e.safe, doctorWant{steps: redfishSteps[:3],
 			tenant: "BMC refused the credentials", hint: "check the user and password registered for the node (info.user, info.pass) " +
-				"and that the account may log in to Redfish"})
+				"and that the account may log in to Redfish", tenant2: "ask obmd's operator to check the BMC user and password registered for this node"})
 	})
 	t.Run("certificate not trusted", func(t *testing.T) {
 		// Without the redfish section's ca_file, httptest's certificate
@@ -235,7 +236,8 @@ func (e *redfishE2E) doctor(t *testing.T) {
 		const label = "rf-dr-cert"
 		tok := o.addRedfish(label, e.redfishInfo())
 		o.checkDoctor(t, label, tok, e.safe, doctorWant{steps: redfishSteps[:2],
-			tenant: "BMC TLS certificate not trusted", hint: `give obmd the CA that signed the BMC's certificate, or register the node with "insecure": true`})
+			tenant: "BMC TLS certificate not trusted", hint: `give obmd the CA that signed the BMC's certificate, or register the node with "insecure": true`,
+			tenant2: "ask obmd's operator to check the BMC's certificate for this node"})
 		// A power command says so too, on both doors.
 		want := "power status of " + label + ": the BMC's TLS certificate is not trusted"
 		if res := o.openssh(label, tok, nil, "power-status"); res.Code != 1 || res.Stderr != "obmd: "+want+"\n" {
@@ -252,7 +254,7 @@ func (e *redfishE2E) doctor(t *testing.T) {
 		closed := ipmisim.Closed(t)
 		info["sol"] = map[string]any{"port": closed.Port}
 		e.o.checkDoctor(t, label, e.o.addRedfish(label, info), e.safe, doctorWant{steps: append(slices.Clone(redfishSteps), consoleSteps(1)...),
-			tenant: "the BMC is unreachable", hint: ipmicheck.HintAddress})
+			tenant: "the BMC is unreachable", hint: ipmicheck.AddressHint(closed.Port), tenant2: ipmicheck.TenantHintAddress})
 	})
 	if after, _ := e.b.Recorded(); !slices.Equal(after, resets) {
 		t.Errorf("resets during the doctor runs: got %q, want none", after[len(resets):])

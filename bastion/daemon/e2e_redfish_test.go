@@ -36,7 +36,12 @@ func TestRedfishRegistration(t *testing.T) {
 	node := map[string]any{"type": "redfish", "info": info}
 	o.mustAPI(201, "PUT", "/v1/nodes/rf1", node)
 	o.mustAPI(200, "PUT", "/v1/nodes/rf1", node)
-	o.mustAPI(200, "PUT", "/node/rf2", node)
+	// A second node on that BMC is refused, naming the first, unless said
+	// to be intended.
+	if code, body := o.api("PUT", "/node/rf2", node); code != 409 || !strings.Contains(string(body), `node \"rf1\" already uses this BMC (Redfish https://bmc-7.example:8443 system System.Embedded.1)`) {
+		t.Errorf("a second node on rf1's BMC: got %d %s, want 409 naming rf1", code, body)
+	}
+	o.mustAPI(200, "PUT", "/node/rf2?allow_shared_bmc=1", node)
 	// The documented defaults fold: the same BMC.
 	same := map[string]any{"addr": "https://BMC-7.example:8443/", "user": "obmd", "pass": pass,
 		"system": "/redfish/v1/Systems/System.Embedded.1", "sol": map[string]any{"cipher": 17, "port": 623}}

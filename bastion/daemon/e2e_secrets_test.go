@@ -176,7 +176,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}{
 		{"PUT", "/node/tool", map[string]any{"type": "ipmitool", "info": bmc}, 200},
 		{"PUT", "/node/tool", map[string]any{"type": "ipmitool", "info": bmc}, 200},
-		{"PUT", "/v1/nodes/native", map[string]any{"type": "ipmi", "info": bmc}, 201},
+		{"PUT", "/v1/nodes/native", map[string]any{"type": "ipmi", "info": bmc}, 409}, // tool's BMC: the answer names it
+		{"PUT", "/v1/nodes/native?allow_shared_bmc=1", map[string]any{"type": "ipmi", "info": bmc}, 201},
 		{"PUT", "/node/tool", map[string]any{"type": "ipmi", "info": bmc}, 409},
 		{"PUT", "/node/bad", map[string]any{"type": "ipmi", "info": map[string]any{"addr": "h", "user": "u", "pass": info.Pass + "\x01"}}, 400},
 		{"PUT", "/node/bad", map[string]any{"type": "ipmi", "info": map[string]any{"addr": "h", "user": "u", "pass": info.Pass, "port": 99999}}, 400},

@@ -1,12 +1,13 @@
 package daemon_test
 
-// `make run`'s demo, end to end: the obmd binary with --demo prints an ssh
-// command line with a fresh token, and that line works.
+// `make run`'s demo, end to end: the obmd binary with --demo prints ssh
+// command lines with a fresh token and its host key's fingerprint, and
+// those lines work as printed on a machine that has never reached obmd.
 
 import (
-	"errors"
 	"os"
 	"os/exec"
+	"os/user"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,14 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// demoLine matches the printed one-shot command.
-var demoLine = regexp.MustCompile(`(?m)^\s*sshpass -p (\S+) ssh -p (\d+) demo@(\S+) power-status\s*$`)
-
-// TestDemoCommandLine runs `obmd serve --demo` on port 0, runs the sshpass
-// line it prints (with the real port), and stops it with SIGTERM.
+// TestDemoCommandLine runs `obmd serve --demo` on port 0 and runs the
+// command lines it prints, verbatim, as a newcomer would on a machine that
+// has never reached obmd (a home directory of its own, empty: no
+// known_hosts, no ssh configuration): the sshpass line first, then the
+// interactive ssh line, whose host key question is answered with the
+// printed fingerprint; then it stops obmd with SIGTERM.
 func TestDemoCommandLine(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ssh", "sshpass")
@@ -47,47 +50,50 @@ func TestDemoCommandLine(t *testing.T) {
 	})
 	go func() { exited <- cmd.Wait() }() // read by the test or its cleanup
 
-	var token, port, host string
-	for deadline := time.Now().Add(60 * time.Second); token == ""; {
-		if m := demoLine.FindStringSubmatch(logs.String()); m != nil {
-			token, port, host = m[1], m[2], m[3]
+	var m []string
+	for deadline := time.Now().Add(60 * time.Second); m == nil; {
+		if m = demoBlock.FindStringSubmatch(logs.String()); m != nil {
 			break
 		}
 		select {
 		case err := <-exited:
 			stopped = true
-			t.Fatalf("obmd exited (%v) without printing the demo line", err)
+			t.Fatalf("obmd exited (%v) without printing the demo lines", err)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no demo line within 60 s")
+			t.Fatal("no demo lines within 60 s")
 		}
 	}
-	if port == "0" || host != "127.0.0.1" {
-		t.Fatalf("demo line: got port %s host %s, want the bound port on 127.0.0.1", port, host)
+	token, fingerprint, interactive, oneShot := m[1], m[2], m[3], m[4]
+	if !strings.Contains(interactive, "demo@127.0.0.1") || !strings.Contains(oneShot, token) || strings.Contains(oneShot, "-p 0 ") {
+		t.Fatalf("demo lines: got %q and %q, want the bound port on 127.0.0.1 and the token", interactive, oneShot)
 	}
-	if !strings.Contains(logs.String(), "ssh -p "+port+" demo@127.0.0.1 ") {
-		t.Errorf("interactive demo line: want ssh -p %s demo@127.0.0.1 in\n%s", port, logs.String())
+	if out := logs.String(); strings.Index(out, `"msg":"obmd_listening"`) > strings.Index(out, "Try:") {
+		t.Errorf("the Try lines come before the start-up log:\n%s", out)
 	}
 
-	// The printed line, with options that keep it off this user's ssh config
-	// and known_hosts.
-	args := []string{"-p", token, "ssh", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no",
-		"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "PubkeyAuthentication=no",
-		"-o", "ConnectTimeout=10", "-p", port, "demo@" + host, "power-status"}
-	start := time.Now()
-	out, err := exec.Command("sshpass", args...).Output()
-	took := time.Since(start)
-	if err != nil || string(out) != "demo: power on\n" {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Errorf("printed line: got %q, exit %d, stderr %q; want demo: power on", out, ee.ExitCode(), ee.Stderr)
-		} else {
-			t.Errorf("printed line: got %q, %v; want demo: power on", out, err)
-		}
+	// The one-shot line, first thing on a fresh machine.
+	res := runInHome(t, freshHome(t), oneShot)
+	if res.Code != 0 || res.Stdout != "demo: power on\n" {
+		t.Errorf("%s: got %v, want demo: power on", oneShot, res)
 	}
-	t.Logf("sshpass+ssh power-status round trip against the binary: %v", took.Round(time.Millisecond))
 
+	// The interactive line on another fresh machine: ssh shows the printed
+	// fingerprint and takes it as the answer, then asks for the token.
+	home := freshHome(t)
+	p := startPTY(t, inHome(t, home, interactive))
+	p.expect("ED25519 key fingerprint is " + fingerprint + ".")
+	p.expect("(yes/no/[fingerprint])? ")
+	p.typeKeys(fingerprint + "\r")
+	p.expect("Password (node token): ")
+	p.typeKeys(token + "\r")
+	p.expect("[obmd: console of demo; you are writing")
+	p.detach()
+	// That machine knows obmd now: the one-shot line works there too.
+	if res := runInHome(t, home, oneShot); res.Code != 0 || res.Stdout != "demo: power on\n" {
+		t.Errorf("%s after the interactive login: got %v, want demo: power on", oneShot, res)
+	}
 	// Secrets are only on the terminal banner, never in a log line.
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.HasPrefix(l, "{") && strings.Contains(l, token) {
@@ -114,4 +120,46 @@ func TestDemoCommandLine(t *testing.T) {
 	}) {
 		t.Errorf("no obmd_stopped log line after SIGTERM")
 	}
+}
+
+// demoBlock matches what --demo prints: the token, the host key's
+// fingerprint, and the two command lines after "Try:".
+var demoBlock = regexp.MustCompile(`(?s)its token \(new at each start\) is:\n\n    (\S+)\n.*` +
+	`ED25519 key fingerprint is (SHA256:\S+)\n.*Try:\n    (ssh [^\n]+)\n    (sshpass [^\n]+)\n`)
+
+// freshHome is an empty directory to serve as the home directory of a
+// user who has never run ssh (inHome).
+func freshHome(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		soltest.Missing(t, "a fresh home directory for ssh needs root (a private mount namespace)")
+	}
+	ipmisim.Require(t, "unshare", "mount", "sh")
+	return t.TempDir()
+}
+
+// inHome is `sh -c line` with home as the home directory of the user the
+// tests run as: OpenSSH reads its configuration and known_hosts from the
+// home directory the password database names, whatever $HOME says, so
+// home is mounted over that one, in a mount namespace of the command's
+// own.
+func inHome(t testing.TB, home, line string) *exec.Cmd {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+		`mount --bind "$0" "$1" && cd "$1" && HOME="$1" exec sh -c "$2"`, home, u.HomeDir, line)
+}
+
+// runInHome runs line in home (inHome) to its end.
+func runInHome(t testing.TB, home, line string) execResult {
+	t.Helper()
+	c := inHome(t, home, line)
+	res, err := runClient(e2eWait, c.Path, c.Args[1:]...)
+	if err != nil {
+		t.Fatalf("%s: %v (%v)", line, err, res)
+	}
+	return res
 }

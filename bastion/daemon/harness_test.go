@@ -171,10 +171,12 @@ func onEngines(t *testing.T, f func(t *testing.T, dsn string)) {
 
 // ---- admin API ----
 
-// addNode registers label with type typ and info via the obmd route.
+// addNode registers label with type typ and info via the obmd route. The
+// tests put several nodes on one simulated BMC (each driver, each case),
+// so they say it is intended (allow_shared_bmc).
 func (o *obmd) addNode(label, typ string, info sol.Info) {
 	o.t.Helper()
-	o.mustAPI(200, "PUT", "/node/"+url.PathEscape(label), map[string]any{"type": typ, "info": info})
+	o.mustAPI(200, "PUT", "/node/"+url.PathEscape(label)+"?allow_shared_bmc=1", map[string]any{"type": typ, "info": info})
 }
 
 // addSimNode registers label on the built-in simulator and returns its token.

@@ -83,7 +83,8 @@ func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Seal
 				}
 				return cons.wrap(label, b, err, host, info.User, info.Pass, info.ConsoleInfo)
 			},
-			Forget: forget}),
+			Forget: forget,
+			BMCs:   redfish.Info.BMCs}),
 	)
 }
 

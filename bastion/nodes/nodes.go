@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -62,6 +63,10 @@ type Kind[I any] struct {
 	// Forget, if set, drops what the type keeps of a deleted node (the
 	// simulator's state).
 	Forget func(label string)
+	// BMCs, if set, names the BMC services the node uses, each normalised
+	// (sol.IPMIEndpoint: "IPMI 10.0.0.5 port 623"), so that a second node
+	// on a BMC another node uses is found (Info.BMCs). Default: none.
+	BMCs func(I) []string
 }
 
 // Entry is one row of the Table: a node type and what it means (Define).
@@ -73,6 +78,7 @@ type Entry struct {
 	view   func(any) api.BMC
 	build  func(label string, info any, log logrus.FieldLogger) (sol.BMC, error)
 	forget func(label string)
+	bmcs   func(any) []string
 	checks bool // Kind.Check is set
 }
 
@@ -120,6 +126,9 @@ func Define[I any](typ Type, k Kind[I]) Entry {
 	if k.New != nil {
 		e.build = func(label string, i any, log logrus.FieldLogger) (sol.BMC, error) { return k.New(label, i.(I), log) }
 	}
+	if k.BMCs != nil {
+		e.bmcs = func(i any) []string { return k.BMCs(i.(I)) }
+	}
 	return e
 }
 
@@ -150,6 +159,26 @@ func (i Info) View() api.BMC {
 		return api.BMC{}
 	}
 	return i.e.view(i.v)
+}
+
+// BMCs names the BMC services the node uses, normalised (Kind.BMCs): two
+// nodes that share one take its console from each other.
+func (i Info) BMCs() []string {
+	if i.e == nil || i.e.bmcs == nil {
+		return nil
+	}
+	return i.e.bmcs(i.v)
+}
+
+// SharedBMC returns the first of mine (Info.BMCs) that theirs holds too,
+// or "".
+func SharedBMC(mine, theirs []string) string {
+	for _, b := range mine {
+		if slices.Contains(theirs, b) {
+			return b
+		}
+	}
+	return ""
 }
 
 // Table is the node types this obmd serves, and the key that seals their

@@ -163,3 +163,28 @@ func TestSolKind(t *testing.T) {
 		t.Errorf("defaults: %v and %v differ", a.View(), b.View())
 	}
 }
+
+// FuzzBMCHost: what bmcHost accepts is stored without brackets, accepted
+// again unchanged (so it holds no port: that is refused), and has the
+// endpoint of what was sent.
+func FuzzBMCHost(f *testing.F) {
+	for _, s := range []string{"10.0.0.5", "[::1]", "::1", "fd00:0::5", "bmc-17.example", "127.0.0.1:9623", "[::1]:623",
+		"[10.0.0.5]", "https://bmc", "a@b", "fe80::1%eth0", "::ffff:10.0.0.5", "BMC.Example."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		host, err := bmcHost(addr)
+		if err != nil {
+			return
+		}
+		if strings.ContainsAny(host, "[]/@") {
+			t.Fatalf("bmcHost(%q) = %q: brackets or a URL's characters", addr, host)
+		}
+		if again, err := bmcHost(host); err != nil || again != host {
+			t.Fatalf("bmcHost(%q) = %q, then %q, %v: want it unchanged", addr, host, again, err)
+		}
+		if sol.IPMIEndpoint(host, 0) != sol.IPMIEndpoint(addr, 623) {
+			t.Fatalf("endpoints of %q and %q differ: %q, %q", addr, host, sol.IPMIEndpoint(addr, 623), sol.IPMIEndpoint(host, 0))
+		}
+	})
+}

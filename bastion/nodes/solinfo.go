@@ -2,6 +2,9 @@ package nodes
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -44,7 +47,9 @@ const (
 // SolKind is the Kind of typ, a sol.Info type. Its registration rules,
 // shared by every such type before the driver's own Check: addr is
 // required, at most 255 bytes, without spaces or control characters and
-// not starting with "-"; with credentials, user and pass are required, at
+// not starting with "-"; with credentials, addr is a host name or an IP
+// address without a port (bmcHost: an IPv6 address bracketed or not,
+// stored without brackets), user and pass are required, at
 // most 255 bytes, without control characters, port is 1-65535 (623 is the
 // default), cipher -1 (the driver's default) to 17; interface is "lan" or
 // "lanplus" (the default); the console fields as SolSpec.Console checks
@@ -81,6 +86,12 @@ func SolKind(typ Type, s SolSpec) Kind[sol.Info] {
 		},
 		New:    s.New,
 		Forget: s.Forget,
+		BMCs: func(i sol.Info) []string {
+			if !s.Credentials { // the simulator: no BMC to share
+				return nil
+			}
+			return []string{sol.IPMIEndpoint(i.Addr, i.Port)}
+		},
 	}
 }
 
@@ -119,6 +130,9 @@ func (w wireInfo) info(typ Type, s SolSpec, strict bool) (sol.Info, error) {
 	info.Addr = addr
 	if !s.Credentials {
 		return info, w.noCredentials(typ, strict)
+	}
+	if info.Addr, err = bmcHost(addr); err != nil {
+		return info, err
 	}
 	if info.User, err = required(w.User, "user", maxUser); err != nil {
 		return info, err
@@ -178,6 +192,33 @@ func consoleField(ci sol.ConsoleInfo) string {
 		}
 	}
 	return ""
+}
+
+// bmcHost checks the addr of a BMC reached over IPMI: a host name or an IP
+// address, without a port (that is info.port); an IPv6 address may be
+// bracketed. It returns the host as stored: an IP address in its canonical
+// form, without brackets.
+func bmcHost(addr string) (string, error) {
+	bare := addr
+	if strings.HasPrefix(addr, "[") && strings.HasSuffix(addr, "]") {
+		bare = addr[1 : len(addr)-1]
+		if ip, err := netip.ParseAddr(bare); err != nil || !ip.Is6() {
+			return "", fmt.Errorf("info.addr %s: brackets hold an IPv6 address", quote(addr))
+		}
+	}
+	if ip, err := netip.ParseAddr(bare); err == nil {
+		return ip.String(), nil
+	}
+	if host, port, err := net.SplitHostPort(addr); err == nil && port != "" {
+		if p, err := strconv.Atoi(port); err == nil && p > 0 && p <= 65535 {
+			return "", fmt.Errorf("info.addr %s has a port: give the host alone in info.addr (%s) and the port in info.port (%d)",
+				quote(addr), quote(host), p)
+		}
+	}
+	if strings.ContainsAny(addr, ":/@[]") {
+		return "", fmt.Errorf("info.addr %s is not a host name or an IP address (the port goes in info.port)", quote(addr))
+	}
+	return addr, nil
 }
 
 // noCredentials refuses, when strict, the fields of a type that takes an

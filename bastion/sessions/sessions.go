@@ -30,14 +30,23 @@ const (
 	KindHTTPConsole Kind = "http-console" // a node-token HTTP console stream
 )
 
-// RevokedError is the cause given to sessions cut by an access change. Its
-// text is shown to the user as is, so it never carries secrets.
+// RevokedError is the cause given to sessions cut by an access change, or
+// ended by an administrator (WhyKicked). Its text is shown to the user as
+// is, so it never carries secrets.
 type RevokedError struct {
 	Node string
-	Why  string // "token rotated", "token revoked", "key removed", "node deleted", "node changed", "kicked by admin"
+	Why  string // "token rotated", "token revoked", "key removed", "node deleted", "node changed", WhyKicked
 }
 
+// WhyKicked is the Why of a session an administrator ended (DELETE
+// /v1/sessions/{id}): not an access change, so its text says that access
+// is unchanged. Replicas pass it to each other as is.
+const WhyKicked = "kicked by admin"
+
 func (e *RevokedError) Error() string {
+	if e.Why == WhyKicked {
+		return fmt.Sprintf("your session on %s was ended by an administrator; your access is unchanged", e.Node)
+	}
 	return fmt.Sprintf("access to %s was revoked (%s)", e.Node, e.Why)
 }
 

@@ -410,6 +410,35 @@ func openSSH(t *testing.T, d *daemon.Daemon, node, token, command string) (int, 
 	return 0, string(out)
 }
 
+// TestObmctlSharedBMC: a second node on a BMC another node uses is refused,
+// and the refusal names the flag an obmctl user types to say it is meant
+// (never the API's query parameter); with it the node registers. An IPv6
+// BMC is shown as an operator types it, bracketed before its port.
+func TestObmctlSharedBMC(t *testing.T) {
+	ctl := newCtl(t)
+	pw := writePass(t, "pw")
+	add := func(label string, extra ...string) (string, int) {
+		args := append([]string{"node", "add", label, "--addr", "::1", "--port", "9623", "--user", "root", "--pass-file", pw}, extra...)
+		_, errOut, code := ctl(args...)
+		return errOut, code
+	}
+	if errOut, code := add("v6a"); code != 0 {
+		t.Fatalf("first node: exit %d, %q", code, errOut)
+	}
+	errOut, code := add("v6b")
+	if code != 1 || !strings.Contains(errOut, `"v6a" already uses this BMC`) || !strings.Contains(errOut, "--allow-shared-bmc") ||
+		strings.Contains(errOut, "allow_shared_bmc") {
+		t.Errorf("second node: got exit %d, %q; want 1, naming v6a and --allow-shared-bmc", code, errOut)
+	}
+	if errOut, code := add("v6b", "--allow-shared-bmc"); code != 0 {
+		t.Errorf("second node with --allow-shared-bmc: got exit %d, %q; want 0", code, errOut)
+	}
+	out, errOut, code := ctl("node", "ls")
+	if code != 0 || !strings.Contains(out, "[::1]:9623") {
+		t.Errorf("node ls: got exit %d, %q %q; want the BMC as [::1]:9623", code, out, errOut)
+	}
+}
+
 // TestObmctlSSHConsole: node add takes the SSH console's flags (its
 // password and host key from files, never arguments), node show says how
 // the console is reached and shows the key pinned at the first console

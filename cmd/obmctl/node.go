@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +41,8 @@ func nodeAddFlags() []flagDef {
 		{name: "ssh-pass-file", arg: "FILE", usage: "the file holding the SSH console's password (default the BMC password)", field: "info.ssh_pass"},
 		{name: "ssh-command", arg: "CMD", usage: "what reaches the host console once logged in (default the preset's)", field: "info.ssh_command"},
 		{name: "ssh-host-key", arg: "FILE", usage: "the file holding the BMC's SSH host key, an authorized_keys line (default: pinned on first contact)", field: "info.ssh_host_key"},
+		{name: "allow-shared-bmc", kind: boolFlag, usage: "register even though another node uses this BMC (nodes that really share one)",
+			field: "?allow_shared_bmc=1"},
 	}
 }
 
@@ -75,11 +79,13 @@ func nodeList(c *client, in *input) error {
 	return nil
 }
 
+// hostPort is a BMC's address and port as an operator types them:
+// [::1]:623 for an IPv6 address.
 func hostPort(b api.BMC) string {
 	if b.Port == 0 {
 		return b.Addr
 	}
-	return fmt.Sprintf("%s:%d", b.Addr, b.Port)
+	return net.JoinHostPort(b.Addr, strconv.Itoa(b.Port))
 }
 
 func nodeShow(c *client, in *input) error {
@@ -159,7 +165,7 @@ func nodeAdd(c *client, in *input) error {
 	}
 	var wrong []string
 	for _, f := range in.cmd.flags {
-		if in.given(f.name) && !slices.Contains([]string{"type", "addr", "capture"}, f.name) && !slices.Contains(takes, f.name) {
+		if in.given(f.name) && !slices.Contains([]string{"type", "addr", "capture", "allow-shared-bmc"}, f.name) && !slices.Contains(takes, f.name) {
 			wrong = append(wrong, "--"+f.name)
 		}
 	}
@@ -181,7 +187,11 @@ func nodeAdd(c *client, in *input) error {
 	if body.Info, err = json.Marshal(info); err != nil {
 		return err
 	}
-	if printed, err := c.call("PUT", "/v1/nodes/"+esc(label), body, nil); printed || err != nil {
+	path := "/v1/nodes/" + esc(label)
+	if in.bool("allow-shared-bmc") {
+		path += "?allow_shared_bmc=1"
+	}
+	if printed, err := c.call("PUT", path, body, nil); printed || err != nil {
 		return err
 	}
 	fmt.Fprintf(c.out, "%s: registered\n", label)

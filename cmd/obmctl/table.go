@@ -362,7 +362,7 @@ func (cmd *command) fieldNames(msg string) string {
 
 // apiField matches a field name in the API's messages: info.addr,
 // info.sol.port.
-var apiField = regexp.MustCompile(`\binfo(\.[a-z_]+)+\b`)
+var apiField = regexp.MustCompile(`\binfo(\.[a-z_]+)+\b|\?allow_shared_bmc=1`)
 
 // helpText is the help for cmd, or for the group words name (every
 // command if none).

@@ -82,13 +82,14 @@ func loadConfig(cmd string, args []string, getenv func(string) string, out io.Wr
 	return cfg, lo, nil
 }
 
-// decodeYAML decodes one YAML document into cfg, refusing unknown keys. An
+// decodeYAML decodes one YAML document into cfg, refusing unknown keys and
+// values of the wrong kind with errors in the file's terms (checkKeys). An
 // empty file (or one with only comments) sets nothing; a second document
 // is refused rather than silently ignored.
 func decodeYAML(data []byte, cfg *daemon.Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil {
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -98,7 +99,12 @@ func decodeYAML(data []byte, cfg *daemon.Config) error {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return errors.New("want one document, found more (a \"---\" line?)")
 	}
-	return nil
+	if err := checkKeys(&doc, reflect.TypeOf(*cfg)); err != nil {
+		return err
+	}
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true) // checkKeys found nothing: this is a safety net
+	return strict.Decode(cfg)
 }
 
 // applyEnv sets each field of v from OBMD_<YAML KEY> (nested structs:

@@ -167,11 +167,18 @@ func TestLoadConfigErrors(t *testing.T) {
 		args    []string
 		wantErr []string // substrings of the error
 	}{
-		{name: "unknown yaml key", yaml: "ssh_addr: 127.0.0.1:1\nsssh_port: 22\n", wantErr: []string{"sssh_port", "not found"}},
-		{name: "unknown nested yaml key", yaml: "auth_limits:\n  per_sauce: 3\n", wantErr: []string{"per_sauce"}},
-		{name: "bad yaml duration", yaml: "linger: soon\n", wantErr: []string{"soon"}},
-		{name: "bad yaml int", yaml: "scrollback: lots\n", wantErr: []string{"lots"}},
-		{name: "yaml not a mapping", yaml: "- a\n- b\n", wantErr: []string{"obmd.yaml"}},
+		{name: "unknown yaml key", yaml: "ssh_addr: 127.0.0.1:1\nsssh_port: 22\n", wantErr: []string{`line 2: unknown key "sssh_port"`}},
+		{name: "misspelt yaml key", yaml: "ssh_adr: 127.0.0.1:1\n", wantErr: []string{`line 1: unknown key "ssh_adr" (did you mean "ssh_addr"?)`}},
+		{name: "unknown nested yaml key", yaml: "auth_limits:\n  per_sauce: 3\n",
+			wantErr: []string{`line 2: unknown key "per_sauce" in section "auth_limits" (did you mean "per_source"?)`}},
+		{name: "two unknown keys", yaml: "console:\n  lingr: 2s\nfail_dealy: 1s\n",
+			wantErr: []string{`line 2: unknown key "lingr" in section "console" (did you mean "linger"?)`, "\n", `line 3: unknown key "fail_dealy" (did you mean "fail_delay"?)`}},
+		{name: "bad yaml duration", yaml: "linger: soon\n", wantErr: []string{`line 1: linger: "soon" is not a duration (such as 30s, 2m or 1h)`}},
+		{name: "bad yaml int", yaml: "console:\n  scrollback: lots\n", wantErr: []string{`line 2: console.scrollback: "lots" is not a whole number`}},
+		{name: "bad yaml bool", yaml: "demo: maybe\n", wantErr: []string{`line 1: demo: "maybe" is not true or false`}},
+		{name: "bad yaml list", yaml: "trusted_proxies: 10.0.0.1\n", wantErr: []string{`line 1: trusted_proxies: "10.0.0.1" is not a list ("- item" lines, or [a, b])`}},
+		{name: "section not a mapping", yaml: "console: 2s\n", wantErr: []string{`line 1: "console" must hold keys`}},
+		{name: "yaml not a mapping", yaml: "- a\n- b\n", wantErr: []string{"obmd.yaml", "the file must hold keys"}},
 		{name: "two yaml documents", yaml: "ssh_addr: a:1\n---\nadmin_addr: b:2\n", wantErr: []string{"one document"}},
 		{name: "missing file", args: []string{"--config", "/nonexistent/obmd.yaml"}, wantErr: []string{"/nonexistent/obmd.yaml"}},
 		{name: "bad env duration", env: map[string]string{"OBMD_SHUTDOWN_TIMEOUT": "10"}, wantErr: []string{"OBMD_SHUTDOWN_TIMEOUT", "10"}},
@@ -196,6 +203,12 @@ func TestLoadConfigErrors(t *testing.T) {
 			for _, w := range tt.wantErr {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("got error %q, want it to mention %q", err, w)
+				}
+			}
+			// The file's terms, never Go's.
+			for _, goWord := range []string{"daemon.", "not found in type", "!!", "unmarshal", "time.Duration"} {
+				if strings.Contains(err.Error(), goWord) {
+					t.Errorf("got error %q, want no %q in it", err, goWord)
 				}
 			}
 		})
@@ -315,4 +328,13 @@ func TestEveryConfigFieldFromEnv(t *testing.T) {
 		}
 	}
 	check(reflect.ValueOf(cfg), "")
+}
+
+// TestLoadConfigNestedList: a list's items are checked as their type, with
+// the key that holds them.
+func TestLoadConfigNestedList(t *testing.T) {
+	_, _, err := loadConfig("serve", []string{"--config", writeYAML(t, "ipmi_options:\n  cipher_order: [17, three]\n")}, fakeEnv(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `line 2: ipmi_options.cipher_order: "three" is not a whole number`) {
+		t.Errorf("got %v, want the item and its key named", err)
+	}
 }

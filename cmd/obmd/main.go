@@ -100,11 +100,7 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	if t := d.DemoToken(); t != "" {
-		host, port := splitAddr(d.SSHAddr())
-		fmt.Fprintf(stderr, "\nobmd: demo node %q is on the built-in simulator; its token (new at each start) is:\n\n    %s\n\n"+
-			"Try:\n    ssh -p %s %s@%s              (password: the token; Ctrl-E c . leaves the console)\n"+
-			"    sshpass -p %s ssh -p %s %s@%s power-status\n\n",
-			daemon.DemoNode, t, port, daemon.DemoNode, host, t, port, daemon.DemoNode, host)
+		io.WriteString(stderr, demoText(d.SSHAddr(), t, d.HostKeyFingerprint()))
 	}
 	if err := d.Run(ctx); err != nil {
 		log.WithError(err).Error("obmd_failed")
@@ -165,6 +161,24 @@ func newLogger(o logOptions, w io.Writer) (*logrus.Logger, error) {
 		return nil, fmt.Errorf("log format %q: want auto, text or json", o.format)
 	}
 	return log, nil
+}
+
+// demoText is what --demo prints once obmd listens, after its start-up
+// log: the demo node's token, obmd's host key fingerprint (the first ssh
+// asks whether to trust it), and command lines that work as printed on a
+// machine that has never reached obmd: the sshpass line, which cannot
+// answer that question, accepts a host key it has never seen
+// (StrictHostKeyChecking=accept-new; a changed one is still refused).
+func demoText(sshAddr, token, fingerprint string) string {
+	host, port := splitAddr(sshAddr)
+	target := fmt.Sprintf("-p %s %s@%s", port, daemon.DemoNode, host)
+	return fmt.Sprintf("\nobmd: demo node %q is on the built-in simulator; its token (new at each start) is:\n\n    %s\n\n"+
+		"obmd's SSH host key: ED25519 key fingerprint is %s\n"+
+		"(the first ssh asks whether to trust it: check that it shows this fingerprint, then answer yes)\n\n"+
+		"Try:\n"+
+		"    ssh %s    # password: the token; Ctrl-E c . leaves the console\n"+
+		"    sshpass -p %s ssh -o StrictHostKeyChecking=accept-new %s power-status\n\n",
+		daemon.DemoNode, token, fingerprint, target, token, target)
 }
 
 // splitAddr splits a listener's address for an ssh command line: the host

@@ -260,10 +260,11 @@ func TestBinaryHILFlow(t *testing.T) {
 		for _, c := range []struct {
 			dev  string
 			want int
-		}{{"A", 200}, {"B", 200}, {"C", 400}} {
+			body string
+		}{{"A", 200, ""}, {"B", 200, ""}, {"C", 400, `{"error":"set boot device of n1: unsupported boot device; valid: A, B"}` + "\n"}} {
 			code, got := p.do("PUT", "/node/n1/boot_device"+q, `{"bootdev":"`+c.dev+`"}`, "", "")
-			if code != c.want || (c.want == 200 && got != "") {
-				t.Errorf("boot_device %s: got %d %q, want %d", c.dev, code, got, c.want)
+			if code != c.want || got != c.body {
+				t.Errorf("boot_device %s: got %d %q, want %d %q", c.dev, code, got, c.want, c.body)
 			}
 		}
 		for i := range 2 { // every stream starts at 0, as obmd's mock did

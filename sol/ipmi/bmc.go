@@ -232,7 +232,7 @@ var bootDevices = map[string]types.BootDeviceSelector{
 func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) error {
 	sel, ok := bootDevices[dev]
 	if !ok {
-		return fmt.Errorf("boot device %q: %w", dev, sol.ErrBadBootDevice)
+		return sol.BadBootDevice(dev, sol.BootDevices()...)
 	}
 	return b.do(ctx, "set boot device", keptSession, func(ctx context.Context, c *client.Client) error {
 		return c.SetBootDevice(ctx, sel, types.BIOSBootTypeLegacy, persistent)

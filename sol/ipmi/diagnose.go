@@ -31,6 +31,7 @@ func (b *BMC) Diagnose(ctx context.Context) []sol.Check {
 			info := ipmicheck.Session{Privilege: types.PrivilegeLevelAdministrator.String(), User: b.user, Endpoint: b.endpoint()}
 			var err error
 			s, err = b.dialNoting(ctx, func(suite int, err error) {
+				info.Tried = append(info.Tried, ipmicheck.Attempt{Suite: suite, Err: err})
 				if b.cipher < 0 && sol.Refused(err) {
 					info.Refused = append(info.Refused, suite)
 				}
@@ -52,7 +53,8 @@ func (b *BMC) Diagnose(ctx context.Context) []sol.Check {
 func (b *BMC) checkPower(ctx context.Context, s *session) sol.Check {
 	st, err := s.c.GetChassisStatus(ctx)
 	if err != nil {
-		return sol.FailErr(sol.CheckPower, b.bmcError(ctx, s.d, true, "get chassis status from", err), ipmicheck.HintPower)
+		return sol.FailErr(sol.CheckPower, b.bmcError(ctx, s.d, true, "get chassis status from", err), ipmicheck.HintPower).
+			ForTenant(ipmicheck.TenantHintPower)
 	}
 	return ipmicheck.Power(st.PowerIsOn)
 }
@@ -67,7 +69,7 @@ func (b *BMC) checkSOL(ctx context.Context, s *session) sol.Check {
 	case err == nil && len(res.ParamData) > 0 && res.ParamData[0]&0x01 == 0:
 		off = append(off, ipmicheck.OffDisabled)
 	case err != nil && !isCC(err):
-		return sol.FailErr(sol.CheckSOL, b.bmcError(ctx, s.d, true, "get SOL configuration from", err), ipmicheck.HintAddress)
+		return ipmicheck.FailAddress(sol.CheckSOL, b.bmcError(ctx, s.d, true, "get SOL configuration from", err), b.port)
 	}
 	if _, _, allowed, ok, _ := b.userAccess(ctx, s); ok && !allowed {
 		off = append(off, ipmicheck.OffAccess)
@@ -77,7 +79,7 @@ func (b *BMC) checkSOL(ctx context.Context, s *session) sol.Check {
 	}
 	st, err := s.c.GetPayloadActivationStatus(ctx, types.PayloadTypeSOL)
 	if err != nil {
-		return sol.FailErr(sol.CheckSOL, b.bmcError(ctx, s.d, true, "get SOL payload status from", err), ipmicheck.HintAddress)
+		return ipmicheck.FailAddress(sol.CheckSOL, b.bmcError(ctx, s.d, true, "get SOL payload status from", err), b.port)
 	}
 	var id uint32
 	if st.Instance01Activated {

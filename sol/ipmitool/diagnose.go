@@ -34,6 +34,7 @@ func (b *BMC) Diagnose(ctx context.Context) []sol.Check {
 			suite, err = b.withSuite(ctx, func(ctx context.Context, suite int) error {
 				var err error
 				s, err = b.currentSession(ctx, suite)
+				info.Tried = append(info.Tried, ipmicheck.Attempt{Suite: suite, Err: err})
 				if b.cipher < 0 && sol.Refused(err) {
 					info.Refused = append(info.Refused, suite)
 				}
@@ -50,7 +51,7 @@ func (b *BMC) Diagnose(ctx context.Context) []sol.Check {
 func (b *BMC) powerCheck(ctx context.Context, suite int) sol.Check {
 	out, err := b.runSuite(ctx, suite, "power", "status")
 	if err != nil {
-		return sol.FailErr(sol.CheckPower, err, ipmicheck.HintPower)
+		return sol.FailErr(sol.CheckPower, err, ipmicheck.HintPower).ForTenant(ipmicheck.TenantHintPower)
 	}
 	switch strings.TrimSpace(string(out)) {
 	case "Chassis Power is on":
@@ -59,7 +60,7 @@ func (b *BMC) powerCheck(ctx context.Context, suite int) sol.Check {
 		return ipmicheck.Power(false)
 	}
 	return sol.Fail(sol.CheckPower, fmt.Sprintf("unexpected ipmitool output %q", firstLine(out)),
-		"the BMC's power status could not be read", ipmicheck.HintPower)
+		"the BMC's power status could not be read", ipmicheck.HintPower).ForTenant(ipmicheck.TenantHintPower)
 }
 
 var solEnabled = regexp.MustCompile(`(?m)^Enabled\s*:\s*(true|false)`)
@@ -68,13 +69,14 @@ var solEnabled = regexp.MustCompile(`(?m)^Enabled\s*:\s*(true|false)`)
 func (b *BMC) solCheck(ctx context.Context, suite int, s session) sol.Check {
 	if b.iface != "lanplus" {
 		return sol.Fail(sol.CheckSOL, "SOL needs the lanplus interface (info.interface "+b.iface+")",
-			"this node's console needs the lanplus interface", "register the node with interface lanplus (or none)")
+			"this node's console needs the lanplus interface", "register the node with interface lanplus (or none)").
+			ForTenant("ask obmd's operator to register this node with the lanplus interface")
 	}
 	var off []string
 	out, err := b.runSuite(ctx, suite, "sol", "info")
 	switch m := solEnabled.FindSubmatch(out); {
 	case err != nil && !rejected(err):
-		return sol.FailErr(sol.CheckSOL, err, ipmicheck.HintAddress)
+		return ipmicheck.FailAddress(sol.CheckSOL, err, b.port)
 	case m != nil && string(m[1]) == "false":
 		off = append(off, ipmicheck.OffDisabled)
 	}
@@ -103,7 +105,7 @@ func rejected(err error) bool {
 func (b *BMC) payloadCheck(ctx context.Context, suite int) sol.Check {
 	out, err := b.runSuite(ctx, suite, "raw", "0x06", "0x4a", "0x01")
 	if err != nil {
-		return sol.FailErr(sol.CheckSOL, err, ipmicheck.HintAddress)
+		return ipmicheck.FailAddress(sol.CheckSOL, err, b.port)
 	}
 	status := hexBytes(out)
 	active := len(status) >= 2 && status[1]&0x01 != 0

@@ -470,7 +470,7 @@ var bootDevices = map[string]string{
 func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) error {
 	d, ok := bootDevices[dev]
 	if !ok {
-		return fmt.Errorf("boot device %q: %w", dev, sol.ErrBadBootDevice)
+		return sol.BadBootDevice(dev, sol.BootDevices()...)
 	}
 	cmd := []string{"chassis", "bootdev", d}
 	if persistent {

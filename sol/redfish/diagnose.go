@@ -29,16 +29,29 @@ var hints = map[error]string{
 	ErrNotAllowed:    "the system does not offer the resets obmd uses (On or ForceOn, ForceOff, ForceRestart): check the BMC's firmware and the account's role",
 }
 
+// tenantHints says what a tenant, who cannot change the node's
+// registration, can do about a failed step, by class.
+var tenantHints = map[error]string{
+	ErrUnreachable:   "the BMC may be down or cut off from obmd: try again later, and if it lasts, ask obmd's operator to check the node's BMC",
+	ErrCertificate:   "ask obmd's operator to check the BMC's certificate for this node",
+	ErrProtocol:      "ask obmd's operator to check the Redfish address registered for this node",
+	ErrAuth:          "ask obmd's operator to check the BMC user and password registered for this node",
+	ErrSystemMissing: "ask obmd's operator to check the Redfish system registered for this node",
+	ErrNotAllowed:    "ask obmd's operator: the BMC does not offer the resets obmd uses",
+}
+
 const hintBMC = "the BMC failed the request: retry later, or check the BMC"
 
 // fail is a failed step from an *Error: its safe text for tenants, its
-// detail (with the BMC's URL) for administrators, the hint of its class.
+// detail (with the BMC's URL) for administrators, the hints of its class.
 func fail(name string, e *Error) sol.Check {
 	hint, ok := hints[e.Kind]
 	if !ok {
 		hint = hintBMC
 	}
-	return sol.Fail(name, e.Detail(), e.Error(), hint)
+	c := sol.Fail(name, sol.OneLine(e.Detail()), e.Error(), hint).ForTenant(tenantHints[e.Kind])
+	c.Err = e
+	return c
 }
 
 // needed are the reset types obmd's operations use, as alternatives.

@@ -152,6 +152,31 @@ func (info Info) Canonical() Info {
 	return info
 }
 
+// BMCs names the BMC services the node uses, normalised: its Redfish
+// system ("Redfish https://bmc-17:443 system 1"; without an Id, the BMC's
+// only one) and, when its console may be IPMI SOL (sol, or console "sol"
+// or "auto"), its IPMI console (sol.IPMIEndpoint). info must have passed
+// Check.
+func (info Info) BMCs() []string {
+	endpoint, host, err := parseAddr(info.Addr)
+	if err != nil {
+		return nil
+	}
+	service := "Redfish " + strings.ToLower(endpoint)
+	if id, err := systemID(info.System); err == nil && id != "" {
+		service += " system " + id
+	}
+	out := []string{service}
+	if info.ipmiConsole() {
+		port := 0
+		if info.SOL != nil {
+			port = info.SOL.Port
+		}
+		out = append(out, sol.IPMIEndpoint(host, port))
+	}
+	return out
+}
+
 // Equal reports whether a and b register the same BMC the same way.
 func (info Info) Equal(other Info) bool {
 	return reflect.DeepEqual(info.Canonical(), other.Canonical())

@@ -271,7 +271,7 @@ var bootTargets = map[string]schemas.BootSource{
 func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) error {
 	target, ok := bootTargets[dev]
 	if !ok {
-		return fmt.Errorf("boot device %q: %w", dev, sol.ErrBadBootDevice)
+		return sol.BadBootDevice(dev, sol.BootDevices()...)
 	}
 	enabled := schemas.OnceBootSourceOverrideEnabled
 	if persistent {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -173,18 +174,12 @@ func (b *BMC) SetBootDevice(ctx context.Context, dev string, persistent bool) er
 	if err := b.begin(ctx); err != nil {
 		return err
 	}
-	ok := false
-	switch b.mode {
-	case ModeMock:
-		ok = dev == "A" || dev == "B"
-	default:
-		switch dev {
-		case sol.BootPXE, sol.BootDisk, sol.BootBIOS, sol.BootCDROM, sol.BootNone:
-			ok = true
-		}
+	valid := sol.BootDevices()
+	if b.mode == ModeMock {
+		valid = []string{"A", "B"}
 	}
-	if !ok {
-		return fmt.Errorf("boot device %q: %w", dev, sol.ErrBadBootDevice)
+	if !slices.Contains(valid, dev) {
+		return sol.BadBootDevice(dev, valid...)
 	}
 	action := "bootdev " + dev
 	if persistent {

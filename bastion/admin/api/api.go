@@ -308,6 +308,8 @@ type Check struct {
 	Result string `json:"result"`
 	Tenant string `json:"tenant"`
 	Hint   string `json:"hint,omitempty"`
+	// TenantHint is what `ssh ... doctor` says to do, when not Hint.
+	TenantHint string `json:"tenant_hint,omitempty"`
 }
 
 // Tenancy is a stored tenancy as GET /v1/nodes/{label}/tenancies shows it.

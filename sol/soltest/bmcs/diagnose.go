@@ -58,6 +58,13 @@ func want(t *testing.T, checks []sol.Check, info sol.Info, steps []string, ok bo
 		if strings.Contains(c.Detail, info.Pass) {
 			t.Errorf("%s: detail holds the password", c.Name)
 		}
+		if strings.ContainsAny(c.Detail, "\r\n") {
+			t.Errorf("%s: detail %q is more than one line", c.Name, c.Detail)
+		}
+		// A tenant can change neither the registration nor the settings.
+		if th := c.HintFor(true); strings.Contains(th, "info.") || strings.Contains(th, "sol_enable") {
+			t.Errorf("%s: tenant hint %q tells the tenant to change what only the operator can", c.Name, th)
+		}
 		if c.Tenant == "" || c.Detail == "" || (!c.OK && c.Hint == "") || (c.OK && c.Hint != "") {
 			t.Errorf("%s: incomplete check %+v", c.Name, c)
 		}
@@ -157,7 +164,7 @@ func RunDiagnose(t *testing.T, newDriver Driver) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checks := diagnose(t, driver(t, tc.info, sol.IPMIOptions{}))
-			want(t, checks, tc.info, allSteps[:1], false, tc.tenant, ipmicheck.HintAddress)
+			want(t, checks, tc.info, allSteps[:1], false, tc.tenant, ipmicheck.AddressHint(tc.info.Port))
 		})
 	}
 }

@@ -1,4 +1,4 @@
-// Package ipmisim runs OpenIPMI's ipmi_sim on 127.0.0.1 for tests and
+// Package ipmisim runs OpenIPMI's ipmi_sim on 127.0.0.1 (or ::1) for tests and
 // benchmarks: a real IPMI v2.0 (RMCP+) BMC with a power hook that records
 // every chassis action, and a SOL port backed by a pty pair whose host end
 // the test reads and writes as the node's serial port.
@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,7 +56,8 @@ func Require(t testing.TB, programs ...string) {
 
 // Sim is one running ipmi_sim with its serial pty.
 type Sim struct {
-	Port int    // UDP port on 127.0.0.1
+	Host string // the loopback address it listens on: 127.0.0.1, or ::1 (StartOn)
+	Port int    // UDP port on Host
 	Dir  string // working directory: config, state, action log
 
 	tag   string
@@ -84,8 +86,26 @@ func Start(t testing.TB) *Sim {
 // name the port; it fails t if the port is taken.
 func StartAt(t testing.TB, port int) *Sim {
 	t.Helper()
+	return startOn(t, "127.0.0.1", port)
+}
+
+// StartOn is Start on host, a loopback address: "127.0.0.1", or "::1" (it
+// fails, or skips without OBMD_REQUIRE_INTEGRATION, where ::1 is missing).
+func StartOn(t testing.TB, host string) *Sim {
+	t.Helper()
+	if c, err := net.ListenPacket("udp", net.JoinHostPort(host, "0")); err != nil {
+		soltest.Missing(t, "no loopback address %s: %v", host, err)
+	} else {
+		c.Close()
+	}
+	return startOn(t, host, 0)
+}
+
+// startOn is StartAt on host.
+func startOn(t testing.TB, host string, port int) *Sim {
+	t.Helper()
 	Require(t, "ipmi_sim", "socat")
-	s, err := start(t.TempDir(), port)
+	s, err := start(t.TempDir(), host, port)
 	if err != nil {
 		t.Fatalf("start ipmi_sim on port %d: %v", port, err)
 	}
@@ -107,7 +127,7 @@ func StartProcess(dir string) (*Sim, error) {
 	if _, err := exec.LookPath("socat"); err != nil {
 		return nil, fmt.Errorf("start ipmi_sim: %w", err)
 	}
-	return start(dir, 0)
+	return start(dir, "127.0.0.1", 0)
 }
 
 // Close ends the simulator and its serial pty (for StartProcess). It
@@ -119,11 +139,12 @@ func (s *Sim) Close() error {
 	return nil
 }
 
-// start runs a simulator in dir on port, or on a free port if port is 0.
-func start(dir string, port int) (*Sim, error) {
+// start runs a simulator in dir on host and port, or on a free port if
+// port is 0.
+func start(dir, host string, port int) (*Sim, error) {
 	b := make([]byte, 4)
 	rand.Read(b)
-	s := &Sim{Dir: dir, tag: hex.EncodeToString(b), Port: port, fixed: port != 0}
+	s := &Sim{Host: host, Dir: dir, tag: hex.EncodeToString(b), Port: port, fixed: port != 0}
 	if err := s.writeConfig(); err != nil {
 		return nil, err
 	}
@@ -139,12 +160,12 @@ func start(dir string, port int) (*Sim, error) {
 		s.stop()
 		return nil, err
 	}
-	host, err := os.OpenFile(s.path("host-"+s.tag), os.O_RDWR|syscall.O_NOCTTY, 0)
+	tty, err := os.OpenFile(s.path("host-"+s.tag), os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
 		s.stop()
 		return nil, fmt.Errorf("open host tty: %w", err)
 	}
-	s.host = host
+	s.host = tty
 	s.readers.Add(1)
 	go s.readSerial() // ends when stop closes host
 	var lastErr error
@@ -161,7 +182,7 @@ func start(dir string, port int) (*Sim, error) {
 // waiting until the port answers.
 func (s *Sim) launch() error {
 	if s.Port == 0 {
-		port, err := freeUDPPort()
+		port, err := freeUDPPort(s.Host)
 		if err != nil {
 			return err
 		}
@@ -191,7 +212,7 @@ func (s *Sim) launch() error {
 	s.mu.Lock()
 	s.proc, s.exited, s.killed = cmd, exited, false
 	s.mu.Unlock()
-	if err := waitAnswer(s.Port, exited, 5*time.Second); err != nil {
+	if err := waitAnswer(s.Host, s.Port, exited, 5*time.Second); err != nil {
 		s.Kill()
 		if !s.fixed {
 			s.Port = 0 // maybe someone else took the port: pick another
@@ -204,7 +225,7 @@ func (s *Sim) launch() error {
 func (s *Sim) writeConfig() error {
 	hook := s.path("hook.sh")
 	files := map[string]string{
-		"lan.conf": fmt.Sprintf(lanConf, s.tag, s.Port, hook, s.Dir, s.path("sol-"+s.tag), User, Pass),
+		"lan.conf": fmt.Sprintf(lanConf, s.tag, s.Host, s.Port, hook, s.Dir, s.path("sol-"+s.tag), User, Pass),
 		"bmc.emu":  bmcEmu,
 		"hook.sh":  hookScript,
 		"power":    "1\n",
@@ -231,7 +252,7 @@ func (s *Sim) path(name string) string { return filepath.Join(s.Dir, name) }
 // Info is how obmd reaches this BMC (cipher suite 3, as ipmi_sim needs).
 func (s *Sim) Info() sol.Info {
 	c := 3
-	return sol.Info{Addr: "127.0.0.1", Port: s.Port, User: User, Pass: Pass, Cipher: &c}
+	return sol.Info{Addr: s.Host, Port: s.Port, User: User, Pass: Pass, Cipher: &c}
 }
 
 // Actions returns every chassis action the power hook recorded, in order:
@@ -389,8 +410,8 @@ func tail(b []byte, n int) []byte {
 	return b
 }
 
-func freeUDPPort() (int, error) {
-	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+func freeUDPPort(host string) (int, error) {
+	c, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("pick a UDP port: %w", err)
 	}
@@ -415,7 +436,7 @@ func waitFile(path string, timeout time.Duration) error {
 var rmcpPing = []byte{0x06, 0x00, 0xff, 0x06, 0x00, 0x00, 0x11, 0xbe, 0x80, 0x00, 0x00, 0x00}
 
 // waitAnswer pings the port until the BMC answers, ipmi_sim exits, or timeout.
-func waitAnswer(port int, exited <-chan struct{}, timeout time.Duration) error {
+func waitAnswer(host string, port int, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		select {
@@ -423,7 +444,7 @@ func waitAnswer(port int, exited <-chan struct{}, timeout time.Duration) error {
 			return errors.New("ipmi_sim exited during start (see ipmi_sim.log)")
 		default:
 		}
-		if ping(port) {
+		if ping(host, port) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -433,8 +454,8 @@ func waitAnswer(port int, exited <-chan struct{}, timeout time.Duration) error {
 	}
 }
 
-func ping(port int) bool {
-	c, err := net.Dial("udp4", fmt.Sprintf("127.0.0.1:%d", port))
+func ping(host string, port int) bool {
+	c, err := net.Dial("udp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return false
 	}
@@ -451,7 +472,7 @@ func ping(port int) bool {
 const lanConf = `name "bmcsim%s"
 set_working_mc 0x20
   startlan 1
-    addr 127.0.0.1 %d
+    addr %s %d
     priv_limit admin
     allowed_auths_callback none md2 md5 straight
     allowed_auths_user none md2 md5 straight
