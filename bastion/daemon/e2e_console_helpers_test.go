@@ -32,11 +32,15 @@ func (c *client) detach() {
 
 // ---- admin API ----
 
-// conAudit returns the actions and results of label's audit events.
+// conAudit returns the actions and results of label's audit events, one
+// per event (a row counting repeats stands for each of them).
 func (o *obmd) conAudit(label string) []string {
 	o.t.Helper()
 	var out struct {
-		Events []struct{ Action, Result string }
+		Events []struct {
+			Action, Result string
+			Count          int
+		}
 	}
 	data := o.mustAPI(200, "GET", "/v1/audit?node="+url.QueryEscape(label)+"&limit=1000", nil)
 	if err := json.Unmarshal(data, &out); err != nil {
@@ -44,7 +48,9 @@ func (o *obmd) conAudit(label string) []string {
 	}
 	var acts []string
 	for _, e := range out.Events {
-		acts = append(acts, e.Action+" "+e.Result)
+		for range max(e.Count, 1) { // a row of counted repeats stands for each
+			acts = append(acts, e.Action+" "+e.Result)
+		}
 	}
 	return acts
 }
