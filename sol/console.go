@@ -45,6 +45,23 @@ type ConsoleInfo struct {
 	SSHHostKey string `json:"ssh_host_key,omitempty"`
 }
 
+// FirstSet names the first field ci sets, by its registration name
+// ("console", "ssh_port", ...; "" when none is): what an error about a
+// field that does not apply names.
+func (ci ConsoleInfo) FirstSet() string {
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"console", ci.Console != ""}, {"ssh_port", ci.SSHPort != 0}, {"ssh_user", ci.SSHUser != ""},
+		{"ssh_pass", ci.SSHPass != ""}, {"ssh_command", ci.SSHCommand != ""}, {"ssh_vendor", ci.SSHVendor != ""},
+		{"ssh_host_key", ci.SSHHostKey != ""}} {
+		if f.set {
+			return f.name
+		}
+	}
+	return ""
+}
+
 // ConsoleServices is what a BMC says of its serial console services (a
 // Redfish system's SerialConsole): whether each is known (reported at all),
 // enabled, and, for SSH, its port and console entry command (0, "": not

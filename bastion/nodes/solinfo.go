@@ -170,28 +170,13 @@ func (w wireInfo) info(typ Type, s SolSpec, strict bool) (sol.Info, error) {
 			return info, fmt.Errorf("info.interface %s is not \"lan\" or \"lanplus\"", quote(iface))
 		}
 	}
-	switch f := consoleField(w.ConsoleInfo); {
+	switch f := w.ConsoleInfo.FirstSet(); {
 	case s.Console != nil:
 		info.ConsoleInfo, err = s.Console(w.ConsoleInfo)
 	case f != "" && strict:
 		err = fmt.Errorf("info.%s does not apply to type %s", f, typ)
 	}
 	return info, err
-}
-
-// consoleField names the first console field ci sets ("" if none).
-func consoleField(ci sol.ConsoleInfo) string {
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"console", ci.Console != ""}, {"ssh_port", ci.SSHPort != 0}, {"ssh_user", ci.SSHUser != ""},
-		{"ssh_pass", ci.SSHPass != ""}, {"ssh_command", ci.SSHCommand != ""}, {"ssh_vendor", ci.SSHVendor != ""},
-		{"ssh_host_key", ci.SSHHostKey != ""}} {
-		if f.set {
-			return f.name
-		}
-	}
-	return ""
 }
 
 // bmcHost checks the addr of a BMC reached over IPMI: a host name or an IP
@@ -231,7 +216,7 @@ func (w wireInfo) noCredentials(typ Type, strict bool) error {
 		name string
 		set  bool
 	}{{"user", w.User != nil}, {"pass", w.Pass != nil}, {"port", w.Port != nil},
-		{"cipher", w.Cipher != nil}, {"interface", w.Interface != nil}, {consoleField(w.ConsoleInfo), consoleField(w.ConsoleInfo) != ""}} {
+		{"cipher", w.Cipher != nil}, {"interface", w.Interface != nil}, {w.ConsoleInfo.FirstSet(), w.ConsoleInfo.FirstSet() != ""}} {
 		if f.set {
 			return fmt.Errorf("info.%s does not apply to type %s", f.name, typ)
 		}

@@ -48,25 +48,11 @@ func CheckInfo(ci sol.ConsoleInfo) (sol.ConsoleInfo, error) {
 		return ci, err
 	}
 	if ci.Console == "" {
-		if f := firstSSHField(ci); f != "" {
+		if f := ci.FirstSet(); f != "" { // an ssh_* field: console is empty
 			return ci, fmt.Errorf(`info.%s applies only with info.console "ssh" or "auto"`, f)
 		}
 	}
 	return sshconsole.Canonical(ci), nil
-}
-
-// firstSSHField names the first ssh_* field ci sets ("" if none).
-func firstSSHField(ci sol.ConsoleInfo) string {
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"ssh_port", ci.SSHPort != 0}, {"ssh_user", ci.SSHUser != ""}, {"ssh_pass", ci.SSHPass != ""},
-		{"ssh_command", ci.SSHCommand != ""}, {"ssh_vendor", ci.SSHVendor != ""}, {"ssh_host_key", ci.SSHHostKey != ""}} {
-		if f.set {
-			return f.name
-		}
-	}
-	return ""
 }
 
 func quote(s string) string {
