@@ -20,6 +20,7 @@ import (
 	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/obmd/obmd/sol/ipmitool"
 	"github.com/obmd/obmd/sol/redfish"
+	"github.com/obmd/obmd/sol/sshconsole"
 )
 
 // Config is everything an operator can set. The YAML names are the config
@@ -185,6 +186,8 @@ type Config struct {
 	IPMI     ipmi.Config     `yaml:"ipmi"`
 	IPMITool ipmitool.Config `yaml:"ipmitool"`
 	Redfish  redfish.Config  `yaml:"redfish"`
+	// SSHConsole tunes the consoles over the BMCs' SSH services.
+	SSHConsole sshconsole.Config `yaml:"ssh_console"`
 	// IPMIOptions is what both IPMI drivers share (and a Redfish node's
 	// IPMI console): the cipher suites tried for a node that pins none,
 	// and what to do when SOL is off on a BMC.
@@ -274,6 +277,9 @@ func (c *Config) setDefaults() error {
 	}
 	var err error
 	if c.Audit, err = c.Audit.WithDefaults(); err != nil {
+		return err
+	}
+	if c.SSHConsole, err = c.SSHConsole.WithDefaults(); err != nil {
 		return err
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {

@@ -55,6 +55,7 @@ type Daemon struct {
 	auditLog *auditlog.Log // the audit export (audit.export), nil if none
 	lab      *sim.Lab
 	ciphers  *sol.Ciphers   // each node's negotiated IPMI cipher suite
+	cons     *consoles      // consoles over the BMCs' SSH services (sshconsole.go)
 	ipmiPool *ipmi.Sessions // native IPMI sessions kept between power calls
 	types    *nodes.Table
 	resolver *nodes.Resolver

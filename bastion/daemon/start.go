@@ -157,7 +157,10 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	d.ipmiPool = ipmi.NewSessions()
 	cfg.IPMI.Sessions = d.ipmiPool
 	var err error
-	if d.types, err = nodeTypes(cfg, d.ipmiOptions(), d.lab, sec.sealer); err != nil {
+	if d.cons, err = d.newConsoles(); err != nil {
+		return nil, err
+	}
+	if d.types, err = nodeTypes(cfg, d.ipmiOptions(), d.lab, sec.sealer, d.cons); err != nil {
 		return nil, err
 	}
 	if d.resolver, err = nodes.NewResolver(d.types, d.store, d.log); err != nil {
@@ -273,7 +276,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay,
-		CipherInUse: d.ciphers.Suite, History: d.history},
+		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
