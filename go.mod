@@ -12,11 +12,11 @@ require (
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/sirupsen/logrus v1.10.2
 	github.com/stmcginnis/gofish v0.24.0
+	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/crypto v0.59.0
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
-	gopkg.in/yaml.v3 v3.0.1
 	modernc.org/sqlite v1.62.0
 )
 
