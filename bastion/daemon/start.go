@@ -20,6 +20,7 @@ import (
 	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin"
 	"github.com/obmd/obmd/bastion/internal/conncap"
+	"github.com/obmd/obmd/bastion/internal/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
@@ -258,7 +259,7 @@ func (d *Daemon) dbBound() time.Duration { return d.cfg.ChangeTimeout + d.store.
 // buildDoors builds the metrics, the command runner, the admin API and the
 // SSH front door.
 func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate, powerBMCs commands.Resolver) error {
-	d.metrics = d.newMetrics()
+	d.metrics = metrics.New()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower, History: d.history},
 		powerBMCs, d.consoles, sessionList{d.allSessions(), d.consoles}, auditor{d.store, d.log}, d.log)
@@ -292,6 +293,9 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 		Certs: d.certs, RoleWait: d.roleWait()},
 		gate, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
 	if err != nil {
+		return err
+	}
+	if err := d.pullMetrics(); err != nil {
 		return err
 	}
 	d.http = d.newHTTPServer(ctx, api.Handler())
