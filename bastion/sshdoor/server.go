@@ -82,8 +82,8 @@ type Sessions interface {
 type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
 	Viewers(label string) []sol.ViewerInfo
-	// Writer names label's writer wherever in the cluster it is.
-	Writer(label string) string
+	// Writer is label's writer wherever in the cluster it is.
+	Writer(label string) sol.Who
 }
 
 // Config configures the front door. Zero values take the defaults noted.
