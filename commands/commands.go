@@ -1,8 +1,10 @@
-// Package commands owns the exec grammar shared by every transport: it turns
-// argv into a Command, runs it against a node's BMC (serialising power
-// operations per node, bounding each call, auditing each action) and renders
-// the result as a line a person reads or one JSON object, with an exit code.
-// It knows nothing of SSH or SQL.
+// Package commands owns the exec grammar every transport shares: parsing
+// argv, running it on a node's BMC, rendering the result.
+//
+// It turns argv into a Command, runs it against a node's BMC (serialising
+// power operations per node, bounding each call, auditing each action) and
+// renders the result as a line a person reads or one JSON object, with an
+// exit code. It knows nothing of SSH or SQL.
 //
 // # Flow
 //

@@ -477,7 +477,7 @@ func lastLines(b []byte, n int) []byte {
 	return b
 }
 
-// kindConsole is the session kind that has a writer (bastion/sessions).
+// kindConsole is the session kind that has a writer (bastion/access/sessions).
 const kindConsole = "console"
 
 // sessionTable renders sessions, oldest first, as an aligned table.

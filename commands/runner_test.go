@@ -14,8 +14,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 // fakeBMC records calls. When gate is set, every call (or only the call

@@ -8,7 +8,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/obmd/obmd/commands/printable"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 // Limits on an exec request line. Real commands are a few words long; the

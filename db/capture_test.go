@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // TestCapture runs the capture cases on every engine (see TestStore).
@@ -116,5 +118,45 @@ func testLeasesListed(t *testing.T, s *Store, _ testEnv) {
 	if len(got) != 2 || got[0].Node != "n1" || got[0].Owner != "a" || got[1].Node != "n2" || got[1].Owner != "b" ||
 		got[0].Addr != "a:7000" || !got[0].ExpiresAt.After(time.Now()) {
 		t.Errorf("got %+v, want n1 by a and n2 by b, live", got)
+	}
+}
+
+func TestScreenSize(t *testing.T) {
+	runCases(t, []storeCase{{"set_is_no_access_change", testScreenSizeNoChange}})
+}
+
+// A node's screen size is stored and read back, changes no epoch, and a
+// bad size changes nothing.
+func testScreenSizeNoChange(t *testing.T, s *Store, _ testEnv) {
+	ctx := context.Background()
+	n, err := s.CreateNode(ctx, Node{Label: "n1", Type: "ipmi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.ScreenSize != "" {
+		t.Fatalf("a new node's screen size: %q, want the default", n.ScreenSize)
+	}
+	for _, size := range []string{"132x43", "200x100", ""} {
+		got, err := s.SetScreenSize(ctx, "n1", size)
+		if err != nil || got.ScreenSize != size || got.Epoch != n.Epoch {
+			t.Fatalf("set %q: got %q epoch %d (%v), want epoch %d", size, got.ScreenSize, got.Epoch, err, n.Epoch)
+		}
+		if read, err := s.Node(ctx, "n1"); err != nil || read.ScreenSize != size {
+			t.Fatalf("read back %q: got %q (%v)", size, read.ScreenSize, err)
+		}
+	}
+	for _, bad := range []string{"201x25", "80x101", "80", "wide"} {
+		if _, err := s.SetScreenSize(ctx, "n1", bad); !errors.Is(err, screen.ErrBadSize) {
+			t.Errorf("set %q: got %v, want screen.ErrBadSize", bad, err)
+		}
+	}
+	if _, err := s.CreateNode(ctx, Node{Label: "n2", Type: "ipmi", ScreenSize: "300x300"}); !errors.Is(err, screen.ErrBadSize) {
+		t.Errorf("create with 300x300: got %v, want screen.ErrBadSize", err)
+	}
+	if got, _ := s.Node(ctx, "n1"); got.ScreenSize != "" {
+		t.Errorf("after refused sizes: %q, want the default", got.ScreenSize)
+	}
+	if _, err := s.SetScreenSize(ctx, "nope", "80x25"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("an unknown node: got %v, want ErrNotFound", err)
 	}
 }

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,6 +19,58 @@ const defaultSuspect = 5 * time.Second
 // stalling meanwhile (a lease or an announcement included). 0 when the
 // store is not on a Galera node.
 func (s *Store) GaleraSuspect() time.Duration { return s.suspect }
+
+// writeStall is how long a write may be in progress before the database
+// counts as not completing writes, off Galera: a healthy write takes
+// milliseconds, and a frozen disk or a stopped server holds it for good.
+const writeStall = 2 * time.Second
+
+// evictionMargin is what a Galera cluster's eviction of a silent member
+// takes beyond evs.suspect_timeout: the suspicion is checked every
+// evs.inactive_check_period, then the others agree on a view without it
+// (measured after a SIGKILL: 1-2 s).
+const evictionMargin = 2 * time.Second
+
+// Eviction is how long the Galera cluster of the store's node may hold
+// every write, and every read that waits for the cluster
+// (wsrep_sync_wait), while it evicts a member that died: its
+// evs.suspect_timeout and evictionMargin (7 s with Galera's default).
+// 0 when the store is not on a Galera node.
+func (s *Store) Eviction() time.Duration {
+	if s.suspect <= 0 {
+		return 0
+	}
+	return s.suspect + evictionMargin
+}
+
+// StallBound is how long the database may hold a write (or, on Galera, a
+// read's wait for the cluster) before it counts as not answering: 2 s,
+// plus the Eviction on a Galera node (9 s with Galera's default), where
+// the death of any member holds everything that long and the cluster then
+// goes on by itself.
+func (s *Store) StallBound() time.Duration { return writeStall + s.Eviction() }
+
+// errSyncHeld is a statement abandoned because its wait for the cluster
+// was held past the stall bound (heldBound).
+var errSyncHeld = errors.New("the wait for the cluster (wsrep_sync_wait) was held past the stall bound")
+
+// heldBound is how long a statement that waits for the cluster
+// (wsrep_sync_wait: every read, and the BEGIN of every transaction) may
+// wait before it is abandoned and run again on another connection: the
+// StallBound on a Galera node, 0 (never) elsewhere. Such a wait normally
+// takes a round trip within the cluster, and as long as an eviction holds
+// it; but one that races a configuration change (a member rejoining) may
+// be held until the provider's repl.causal_read_timeout (30 s by default),
+// while the waits that come after it pass at once: Galera times the wait
+// out only to avoid a deadlock with the monitor drain of the change. A
+// statement abandoned that way did nothing (its wait comes first), and
+// the driver closes its connection.
+func (s *Store) heldBound() time.Duration {
+	if s.suspect <= 0 {
+		return 0
+	}
+	return s.StallBound()
+}
 
 // galeraSuspect reads evs.suspect_timeout from the server's
 // wsrep_provider_options.

@@ -399,16 +399,64 @@ func (ws *galeraWriters) check(t *testing.T, through string, st *Store) {
 }
 
 // TestGaleraSuspect: a store on a Galera node knows the cluster's
-// evs.suspect_timeout (the harness leaves Galera's default, 5 s); one on a
-// plain server or on SQLite reports 0.
+// evs.suspect_timeout (the harness leaves Galera's default, 5 s), and from
+// it how long an eviction may hold everything (7 s) and its stall bound
+// (9 s); one on a plain server or on SQLite reports 0, 0 and 2 s.
 func TestGaleraSuspect(t *testing.T) {
 	dsns := galeraCluster.Database(t)
-	if got := openTestStore(t, dsns[1]).GaleraSuspect(); got != 5*time.Second {
+	st := openTestStore(t, dsns[1])
+	if got := st.GaleraSuspect(); got != 5*time.Second {
 		t.Errorf("on a Galera node: got %v, want 5s", got)
 	}
+	if ev, stall := st.Eviction(), st.StallBound(); ev != 7*time.Second || stall != 9*time.Second {
+		t.Errorf("on a Galera node: eviction %v, stall bound %v, want 7s, 9s", ev, stall)
+	}
 	for _, e := range dbtest.Engines() {
-		if got := openTestStore(t, e.DSN(t)).GaleraSuspect(); got != 0 {
-			t.Errorf("on %s: got %v, want 0", e.Name, got)
+		st := openTestStore(t, e.DSN(t))
+		if got, ev, stall := st.GaleraSuspect(), st.Eviction(), st.StallBound(); got != 0 || ev != 0 || stall != 2*time.Second {
+			t.Errorf("on %s: suspect %v, eviction %v, stall bound %v, want 0, 0, 2s", e.Name, got, ev, stall)
 		}
 	}
+}
+
+// TestGaleraHeldSyncWait: on a Galera node, a statement whose wait for the
+// cluster is held past the stall bound (as one that races a member's
+// rejoin is, until repl.causal_read_timeout, 30 s, while later ones pass:
+// a write's BEGIN once waited out TestGaleraNodeKilled's whole deadline) is
+// abandoned and run again on another connection. Here every connection
+// the store has open stops being answered (a proxy holds them): a write
+// and a read complete after about the bound, not at their deadline.
+func TestGaleraHeldSyncWait(t *testing.T) {
+	dsns := galeraCluster.Database(t)
+	p := dbtest.StartProxy(t, dsns[0])
+	st := openTestStore(t, p.DSN)
+	mustCreate(t, st, "n1")
+	if _, err := st.Access(context.Background(), "n1"); err != nil { // a reader in the pool
+		t.Fatal(err)
+	}
+	p.Hold()
+	bound := st.StallBound()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for what, op := range map[string]func() error{
+		"write": func() error { _, err := st.SetToken(ctx, "n1", keys.HashToken("held")); return err },
+		"read":  func() error { _, err := st.Access(ctx, "n1"); return err },
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			err := op()
+			took := time.Since(start)
+			switch {
+			case err != nil:
+				t.Errorf("%s on held connections: %v after %v, want it run again on another", what, err, took)
+			case took < bound:
+				t.Errorf("%s on held connections: answered after %v, before the bound %v: it was not held, the test cannot tell", what, took, bound)
+			}
+			t.Logf("%s on held connections: answered after %v (bound %v)", what, took.Round(time.Millisecond), bound)
+		}()
+	}
+	wg.Wait()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,8 @@ type writeWatch struct {
 	result error                // of the last probe that ended
 	ended  time.Time            // when it ended
 	wg     sync.WaitGroup       // the probe's goroutine
+	// committed counts the writes committed since Open (Committed).
+	committed atomic.Uint64
 }
 
 // probeEvery is the least time between two write probes: a caller that
@@ -66,6 +69,11 @@ func (s *Store) OldestWrite() time.Duration {
 	}
 	return oldest
 }
+
+// Committed is how many writes (transactions and single statements) have
+// committed since Open: one committed after a look at the database failed
+// shows that it completes writes again.
+func (s *Store) Committed() uint64 { return s.writes.committed.Load() }
 
 // CheckWrites reports whether the database completes writes: ErrWriteStuck
 // (wrapped, with what was seen) if a write has been in progress for longer
@@ -157,11 +165,9 @@ func (s *Store) Settle(ctx context.Context, label string) (int64, error) {
 	errRead := errors.New("read only") // rolls the transaction back
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		// SQLite: the transaction holds the one writer already (BEGIN
-		// IMMEDIATE). MySQL: the row lock a change holds until it ends.
-		lock := `SELECT epoch FROM access_seq WHERE id = 1`
-		if s.dialect == DialectMySQL {
-			lock += ` FOR UPDATE`
-		}
+		// IMMEDIATE). MySQL, PostgreSQL: the row lock a change holds until
+		// it ends.
+		lock := `SELECT epoch FROM access_seq WHERE id = 1` + s.forUpdate()
 		var seq int64
 		if err := tx.QueryRowContext(ctx, lock).Scan(&seq); err != nil {
 			return err

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // CreateNode inserts n (Epoch and timestamps are assigned and returned).
@@ -26,6 +28,9 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 	if err := checkCapture(n.Capture); err != nil {
 		return Node{}, fmt.Errorf("create node %s: %w", n.Label, err)
 	}
+	if _, err := screen.ParseSize(n.ScreenSize); err != nil {
+		return Node{}, fmt.Errorf("create node %s: %w", n.Label, err)
+	}
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		epoch, err := s.recordChange(ctx, tx, n.Label, ReasonNodeCreated)
 		if err != nil {
@@ -35,9 +40,9 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 		n.CreatedAt = s.stamp()
 		n.UpdatedAt = n.CreatedAt
 		_, err = tx.ExecContext(ctx,
-			`INSERT INTO nodes (label, type, info_sealed, access_epoch, capture, created_at, updated_at)
-			 VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			n.Label, n.Type, n.InfoSealed, n.Epoch, n.Capture, toMillis(n.CreatedAt), toMillis(n.UpdatedAt))
+			`INSERT INTO nodes (label, type, info_sealed, access_epoch, capture, screen_size, created_at, updated_at)
+			 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			n.Label, n.Type, n.InfoSealed, n.Epoch, n.Capture, n.ScreenSize, toMillis(n.CreatedAt), toMillis(n.UpdatedAt))
 		if isDuplicate(err) {
 			return ErrExists
 		}
@@ -49,7 +54,7 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 	return n, nil
 }
 
-const nodeColumns = `label, type, info_sealed, access_epoch, capture, created_at, updated_at`
+const nodeColumns = `label, type, info_sealed, access_epoch, capture, screen_size, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -58,7 +63,7 @@ func scanNode(r scanner) (Node, error) {
 		n                Node
 		created, updated int64
 	)
-	if err := r.Scan(&n.Label, &n.Type, &n.InfoSealed, &n.Epoch, &n.Capture, &created, &updated); err != nil {
+	if err := r.Scan(&n.Label, &n.Type, &n.InfoSealed, &n.Epoch, &n.Capture, &n.ScreenSize, &created, &updated); err != nil {
 		return Node{}, err
 	}
 	n.CreatedAt, n.UpdatedAt = fromMillis(created), fromMillis(updated)
@@ -159,6 +164,28 @@ func (s *Store) SetCapture(ctx context.Context, label, capture string) (Node, er
 	})
 	if err != nil {
 		return Node{}, fmt.Errorf("set capture of %s: %w", label, err)
+	}
+	return n, nil
+}
+
+// SetScreenSize sets the size of the node's screen ("COLSxROWS" up to
+// 200x100, or "" for the default) and returns the node; a bad size is
+// screen.ErrBadSize (wrapped). It is not an access change (see
+// SetCapture); the node's next console link draws at the new size.
+// ErrNotFound.
+func (s *Store) SetScreenSize(ctx context.Context, label, size string) (Node, error) {
+	if _, err := screen.ParseSize(size); err != nil {
+		return Node{}, fmt.Errorf("set screen size of %s: %w", label, err)
+	}
+	var n Node
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		n, err = updateNode(ctx, tx, label, `UPDATE nodes SET screen_size = ?, updated_at = ? WHERE label = ?`,
+			size, toMillis(s.stamp()), label)
+		return err
+	})
+	if err != nil {
+		return Node{}, fmt.Errorf("set screen size of %s: %w", label, err)
 	}
 	return n, nil
 }

@@ -78,13 +78,41 @@ func (s *Store) queryRow(ctx context.Context, query string, args ...any) rowScan
 }
 
 // queryRowOn is queryRow on pool db. On the writer pool it must not run
-// inside a transaction: see exec.
+// inside a transaction: see exec. On a Galera node the read runs when it
+// is scanned, and again on another connection if its wait for the cluster
+// was held past heldBound (heldRow).
 func (s *Store) queryRowOn(ctx context.Context, db *sql.DB, query string, args ...any) rowScanner {
 	st, err := s.prepared(ctx, db, query)
 	if err != nil {
 		return errRow{err}
 	}
+	if s.heldBound() > 0 {
+		return heldRow{s: s, ctx: ctx, st: st, args: args}
+	}
 	return st.QueryRowContext(ctx, args...)
+}
+
+// heldRow is a one-row read on a Galera node, run by Scan: an attempt not
+// answered within heldBound is abandoned, and the read is run again until
+// ctx ends (a read changes nothing).
+type heldRow struct {
+	s    *Store
+	ctx  context.Context
+	st   *sql.Stmt
+	args []any
+}
+
+func (r heldRow) Scan(dest ...any) error {
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeoutCause(r.ctx, r.s.heldBound(), errSyncHeld)
+		err := r.st.QueryRowContext(actx, r.args...).Scan(dest...)
+		held := errors.Is(context.Cause(actx), errSyncHeld)
+		cancel()
+		if err == nil || !held || r.ctx.Err() != nil {
+			return err
+		}
+		r.s.log.WithError(errSyncHeld).WithField("attempt", attempt).Warn("db_sync_wait_held")
+	}
 }
 
 // query runs a read of many rows through a cached statement on the read

@@ -1,10 +1,12 @@
-// Package db owns obmd's persistent state over database/sql: nodes (with
-// sealed BMC info), node tokens (SHA-256 only), node keys, access epochs,
-// the audit log and the console history (per tenancy; it implements
-// sol/history's Store), on SQLite (modernc.org/sqlite, the embedded
-// default) or MySQL/MariaDB (production, shared by replicas); and for
-// certificate logins, the trusted CAs, certificate revocations and node
-// principals.
+// Package db owns obmd's persistent state over database/sql, on SQLite
+// (embedded, the default), MySQL/MariaDB or PostgreSQL (replicas).
+//
+// It keeps nodes (with sealed BMC info), node tokens (SHA-256 only), node
+// keys, access epochs, the audit log and the console history (per tenancy;
+// it implements sol/history's Store); and for certificate logins, the
+// trusted CAs, certificate revocations and node principals. SQLite is
+// modernc.org/sqlite, embedded; MySQL/MariaDB (go-sql-driver) and
+// PostgreSQL (pgx) are for production, shared by replicas.
 //
 // Every change of who may access a node takes the next access epoch and a
 // row in access_changes, which replicas poll in epoch order. A change of
@@ -44,9 +46,13 @@ type Node struct {
 	// Capture is whether the node's console is captured with nobody
 	// attached: CaptureAlways, CaptureAttached, or "" (the daemon's
 	// default for its type). Not access: it moves no epoch.
-	Capture   string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Capture string
+	// ScreenSize is the size of the node's screen (the terminal emulator
+	// of its console): "COLSxROWS" up to 200x100, or "" for the default
+	// 80x25. Not access: it moves no epoch.
+	ScreenSize string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // Capture settings of a node (Node.Capture).

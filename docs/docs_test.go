@@ -1,6 +1,7 @@
-// Package docs holds no code: its tests run every shell example of
-// README.md and docs/*.md against a real obmd, so that a page that drifts
-// from the code fails.
+// Package docs holds no code: its tests run every shell example of README.md
+// and docs/*.md against a real obmd.
+//
+// So a page that drifts from the code fails.
 //
 // How an example is written so that it runs:
 //

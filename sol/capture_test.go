@@ -81,10 +81,10 @@ func (h *histRig) output(t *testing.T) string {
 	return b.String()
 }
 
-func (h *histRig) manager(t testing.TB, lab *sim.Lab) *sol.Manager {
+func (h *histRig) manager(t testing.TB, r sol.Resolver) *sol.Manager {
 	t.Helper()
 	m, err := sol.NewManager(sol.Config{Linger: 20 * time.Millisecond,
-		Backoff: sol.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}}, lab, h, quietLog())
+		Backoff: sol.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}}, r, h, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
-// Package sol owns the BMC side of obmd: power and boot-device operations on
-// a node's BMC, and its serial-over-LAN console, with at most one SOL link
-// per node shared by every viewer attached to it.
+// Package sol owns the BMC side of obmd: power and boot-device operations,
+// and the shared serial-over-LAN console.
+//
+// Power and boot-device operations act on a node's BMC; its serial-over-LAN
+// console has at most one SOL link per node, shared by every viewer attached
+// to it.
 //
 // Drivers (sol/ipmi, sol/ipmitool, sol/redfish, sol/sim) implement BMC, and
 // Diagnoser (the driver's half of doctor: Check steps, each with an
@@ -20,6 +23,12 @@
 // writes unless forced, and ErrInputLost for input that did not reach the
 // link; WaitUp waits for
 // the link (power-cycle --wait-for opens it before the power operation).
+//
+// A node's console may also be reached over its BMC's own SSH service:
+// ConsoleInfo (embedded in the IPMI and Redfish infos) names the transport
+// ("sol", "ssh", "auto"), sol/sshconsole speaks SSH to the vendor's manager
+// CLI, and sol/transport puts a driver behind the transport its node names
+// (ConsoleServices is what a BMC's Redfish service says is enabled).
 //
 // IPMIOptions is what the IPMI drivers share, and the composition root
 // owns: the cipher suites tried for a node that pins none and the memory

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol/history"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 const (
@@ -56,6 +58,9 @@ type node struct {
 
 	// lingerT is armed while the node has no viewer. Owned by run.
 	lingerT *time.Timer
+	// size is the screen size the resolver gave when the link last
+	// opened. Owned by run.
+	size screen.Size
 
 	mu        sync.Mutex
 	retired   bool
@@ -76,6 +81,7 @@ type node struct {
 	// run when a console it holds comes up, closed by finish.
 	rec     *history.Recording
 	waiting []*replayJob // replays waiting for the link to come up (replay.go)
+	scr     nodeScreen   // the node's screen (screens.go)
 
 	// The arbitration of the writer across hubs (roles.go): the
 	// established console if it is an Arbiter, the messages queued for it
@@ -249,9 +255,25 @@ func (n *node) linkUp(ctx context.Context, con Console, wasLost bool) error {
 	} else if rec != nil {
 		old, n.rec = nil, rec
 	}
+	wasRelay := n.relay
 	n.relay = relay
 	if wasLost && n.rec != nil {
 		n.rec.Mark(history.LinkRestored())
+	}
+	// The screen starts from the holder's (a relay), or from the history
+	// (a new link here, a takeover from a relay, a new size); a link that
+	// comes back keeps it. Before the waiting replays choose: their
+	// screens come after it.
+	switch {
+	case n.m.noScreens:
+	case relay:
+		feed := seeded.Seed()
+		if ss, ok := con.(ScreenSeeded); ok && len(ss.ScreenSeed()) > 0 {
+			feed = ss.ScreenSeed()
+		}
+		n.screenResetLocked(n.size, feed, false)
+	case wasRelay || !n.scr.settled || n.size != n.scr.size:
+		n.screenResetLocked(n.size, nil, true)
 	}
 	n.chooseWaitingLocked()
 	n.mu.Unlock()
@@ -290,6 +312,9 @@ func (n *node) open(ctx context.Context) (Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve BMC: %w", err)
 	}
+	sctx, cancel := context.WithTimeout(ctx, t)
+	n.size = n.screenSize(sctx)
+	cancel()
 	if x, ok := bmc.(Exclusive); ok && x.Exclusive() {
 		n.mu.Lock()
 		n.exclusive = true
@@ -487,7 +512,9 @@ func (n *node) readLoop(ctx context.Context, con Console) error {
 		k, err := con.Read(p)
 		if k > 0 {
 			n.m.st.bytesOut.Add(uint64(k))
-			n.publish(p[:k])
+			if n.publish(p[:k]) {
+				runtime.Gosched() // the screen's owner is behind: let it run
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("read console: %w", err)
@@ -570,18 +597,20 @@ func (n *node) writeLoop(ctx context.Context, con Console) error {
 	}
 }
 
-// publish appends console output to the scrollback and every viewer's
-// queue. It never blocks on a viewer.
-func (n *node) publish(p []byte) {
+// publish appends console output to the scrollback, the history, the
+// screen's queue and every viewer's queue. It never blocks on a viewer
+// (nor on the screen, behind reports whether it lags).
+func (n *node) publish(p []byte) (screenBehind bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.retired {
-		return
+		return false
 	}
 	n.ring.write(p)
 	if n.rec != nil {
 		n.rec.Write(p) // never waits for the database
 	}
+	screenBehind = n.screenFeedLocked(p)
 	cfg := &n.m.cfg
 	var slow []*Viewer
 	for _, v := range n.viewers {
@@ -598,6 +627,7 @@ func (n *node) publish(p []byte) {
 		n.log.WithField("viewer", v.name).Info("slow console viewer dropped")
 		n.removeLocked(v, ErrSlowViewer)
 	}
+	return screenBehind
 }
 
 // addLocked subscribes v (its replay first if asked: replay.go). It

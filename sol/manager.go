@@ -78,14 +78,27 @@ type Config struct {
 	// history) or relays it (from the holder's replay, Seeded). Zero: it
 	// never waits (a single replica holds every link).
 	RelayWait time.Duration `yaml:"-"`
+	// ScreenRebuild is how much of a node's recent output rebuilds its
+	// screen (screen_rebuild, default 64 KiB, at most 16 MiB) when a link
+	// opens where the screen is not known yet: a restart, another
+	// replica's link taken over, the first viewer after linger. The screen
+	// shows what the last ScreenRebuild bytes of the tenancy's history
+	// draw.
+	ScreenRebuild int `yaml:"screen_rebuild"`
 	// Now is the clock for ViewerInfo.Since (default time.Now).
 	Now func() time.Time `yaml:"-"`
 }
 
 func (c *Config) setDefaults() error {
 	if c.Scrollback < 0 || c.QueueBytes < 0 || c.Linger < 0 || c.OpenTimeout < 0 ||
-		c.Backoff.Min < 0 || c.Backoff.Max < 0 || c.RelayWait < 0 {
+		c.Backoff.Min < 0 || c.Backoff.Max < 0 || c.RelayWait < 0 || c.ScreenRebuild < 0 {
 		return errors.New("negative size or duration")
+	}
+	if c.ScreenRebuild > maxScreenRebuild {
+		return fmt.Errorf("screen_rebuild %d above %d", c.ScreenRebuild, maxScreenRebuild)
+	}
+	if c.ScreenRebuild == 0 {
+		c.ScreenRebuild = 64 << 10
 	}
 	switch c.Capture {
 	case "", CaptureAlways, CaptureAttached:
@@ -118,6 +131,10 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// maxScreenRebuild bounds Config.ScreenRebuild: the CPU and database
+// reads of rebuilding every node's screen at a restart.
+const maxScreenRebuild = 16 << 20
 
 // Capture settings (Config.Capture, and a node's own).
 const (
@@ -171,6 +188,8 @@ type Manager struct {
 	st   counters
 	// nextID numbers viewers (Viewer.id).
 	nextID atomic.Uint64
+	// noScreens: no screens (the benchmarks' reference). Set before use.
+	noScreens bool
 
 	mu     sync.Mutex
 	closed bool
@@ -229,6 +248,10 @@ type AttachOptions struct {
 	// Epoch is the access epoch the viewer's session was admitted at: the
 	// tenancy whose history its replays read. 0: replays from the ring.
 	Epoch int64
+	// Screen: each replay (with Replay on attach, and Viewer.Replay) also
+	// carries the node's screen at its end (Chunk.Screen), for a viewer
+	// whose terminal can be redrawn.
+	Screen bool
 	// Relay marks a viewer that carries another obmd replica's console
 	// (its viewers reach this node's link through this one). It is no
 	// person: it never writes, and Viewers does not list it. The viewers it
@@ -292,6 +315,7 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 		v.members = map[uint64]*Viewer{}
 	}
 	v.epoch = o.Epoch
+	v.wantScreen = o.Screen
 	m.wg.Add(1)
 	go v.pump()
 	n.mu.Lock()
@@ -433,6 +457,7 @@ func (m *Manager) newNodeLocked(label string) (n *node, start func()) {
 		room:     make(chan struct{}, 1),
 		breaks:   make(chan breakReq),
 		ring:     ring{size: m.cfg.Scrollback},
+		scr:      nodeScreen{settledC: make(chan struct{})},
 	}
 	m.nodes[label] = n
 	m.tails[label] = n.linkDone
@@ -465,6 +490,7 @@ func (m *Manager) retireLocked(n *node, cause error) {
 	n.viewers = nil
 	n.writer = nil
 	n.ring.reset()
+	n.screenRetireLocked()
 	n.endReplaysLocked()
 	n.cancel(cause)
 }
@@ -488,13 +514,16 @@ type Stats struct {
 	// HandOffs counts the held links given up for another replica to
 	// capture (HandOff).
 	HandOffs uint64
+	// ScreenRebuilds counts the screens that fell behind their node's
+	// output and were rebuilt from its history instead.
+	ScreenRebuilds uint64
 }
 
 type counters struct {
 	links, linksUp, viewers               atomic.Int64
 	opens, openErrors, reconnects         atomic.Uint64
 	bytesOut, bytesIn, overflows, skipped atomic.Uint64
-	handoffs                              atomic.Uint64
+	handoffs, screenRebuilds              atomic.Uint64
 }
 
 // Stats returns the current counters.
@@ -502,18 +531,19 @@ func (m *Manager) Stats() Stats {
 	s := &m.st
 	up, down := m.captured()
 	return Stats{
-		CapturedUp:   up,
-		CapturedDown: down,
-		Links:        s.links.Load(),
-		LinksUp:      s.linksUp.Load(),
-		Viewers:      s.viewers.Load(),
-		Opens:        s.opens.Load(),
-		OpenErrors:   s.openErrors.Load(),
-		Reconnects:   s.reconnects.Load(),
-		BytesOut:     s.bytesOut.Load(),
-		BytesIn:      s.bytesIn.Load(),
-		Overflows:    s.overflows.Load(),
-		Skipped:      s.skipped.Load(),
-		HandOffs:     s.handoffs.Load(),
+		CapturedUp:     up,
+		CapturedDown:   down,
+		Links:          s.links.Load(),
+		LinksUp:        s.linksUp.Load(),
+		Viewers:        s.viewers.Load(),
+		Opens:          s.opens.Load(),
+		OpenErrors:     s.openErrors.Load(),
+		Reconnects:     s.reconnects.Load(),
+		BytesOut:       s.bytesOut.Load(),
+		BytesIn:        s.bytesIn.Load(),
+		Overflows:      s.overflows.Load(),
+		Skipped:        s.skipped.Load(),
+		HandOffs:       s.handoffs.Load(),
+		ScreenRebuilds: s.screenRebuilds.Load(),
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/sol/history"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // A replay is the last Config.Scrollback bytes of console output a viewer
@@ -35,6 +36,15 @@ type replayJob struct {
 	chosen bool
 	cut    *history.Cut
 	data   []byte
+
+	// The node's screen where the replay ends, if the viewer wants it
+	// (a relay viewer, AttachOptions.Screen): screenDone is closed once
+	// snap is set (ok) or will not be; screen is its redraw, set by the
+	// job's goroutine.
+	screenDone chan struct{}
+	snap       screen.Snapshot
+	snapOK     bool
+	screen     []byte
 }
 
 // replayLocked queues a replay job for v and starts its reader; wait lets
@@ -42,6 +52,9 @@ type replayJob struct {
 func (n *node) replayLocked(v *Viewer, wait bool) {
 	m := n.m
 	j := &replayJob{n: n, ready: make(chan struct{}), done: make(chan struct{})}
+	if v.relay || v.wantScreen {
+		j.screenDone = make(chan struct{})
+	}
 	if m.hist != nil && v.epoch > 0 {
 		j.q = history.Query{Node: n.label, Epoch: v.epoch, MaxBytes: m.cfg.Scrollback + history.MaxChunkBytes}
 	}
@@ -66,6 +79,13 @@ func (n *node) chooseLocked(j *replayJob) {
 	}
 	j.chosen = true
 	defer close(j.ready)
+	if j.screenDone != nil {
+		// At the same point of the output as the replay's end.
+		n.screenRequestLocked(func(s screen.Snapshot, ok bool) {
+			j.snap, j.snapOK = s, ok
+			close(j.screenDone)
+		})
+	}
 	if j.q.Epoch > 0 && !n.relay && !n.retired {
 		if c, err := n.m.hist.Cut(j.q); err == nil {
 			j.cut = c
@@ -93,6 +113,9 @@ func (n *node) endReplaysLocked() {
 		if !j.chosen {
 			j.chosen = true
 			close(j.ready)
+			if j.screenDone != nil {
+				close(j.screenDone)
+			}
 		}
 	}
 	n.waiting = nil
@@ -102,6 +125,7 @@ func (n *node) endReplaysLocked() {
 // RelayWait, then chooses itself), reads a history cut, and sets data.
 func (j *replayJob) run(wait bool) {
 	defer close(j.done)
+	defer j.awaitScreen()
 	n := j.n
 	if wait {
 		t := time.NewTimer(n.m.cfg.RelayWait)
@@ -131,6 +155,24 @@ func (j *replayJob) run(wait bool) {
 		return
 	}
 	j.data = lastOutput(chunks, n.m.cfg.Scrollback)
+}
+
+// awaitScreen waits for the job's screen, if it wants one, at most
+// OpenTimeout (a link that does not come up gives none), and sets its
+// redraw.
+func (j *replayJob) awaitScreen() {
+	if j.screenDone == nil {
+		return
+	}
+	t := time.NewTimer(j.n.m.cfg.OpenTimeout)
+	defer t.Stop()
+	select {
+	case <-j.screenDone:
+		if j.snapOK {
+			j.screen = j.snap.ANSI()
+		}
+	case <-t.C:
+	}
 }
 
 // lastOutput is the last limit bytes of the console output in chunks.

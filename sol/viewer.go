@@ -27,6 +27,11 @@ type Chunk struct {
 	// Viewer.Replay), not live output. A relay viewer gets its replays
 	// even when empty: its replica waits for the first one.
 	Replay bool
+	// Screen, with Replay, for a relay viewer or one attached with
+	// AttachOptions.Screen: the node's screen where the replay ends, as a
+	// redraw for a terminal (screen.Terminal.ANSI); nil when the node has
+	// none yet (its link did not come up in time).
+	Screen []byte
 	// For (relay viewers only, with Notice): the notice is for the
 	// relay's member viewer For (its ID on the relaying hub), whose hub
 	// tells it (Arbiter's notice function).
@@ -45,12 +50,14 @@ type Viewer struct {
 	name    string
 	session string // AttachOptions.Session
 	since   time.Time
-	id      uint64        // unique in the Manager: the viewer's name to an Arbiter (RoleMsg.Viewer)
-	relay   bool          // AttachOptions.Relay: carries another hub's viewers (roles.go)
-	epoch   int64         // AttachOptions.Epoch: the tenancy its replays read
-	out     chan Chunk    // closed by pump when the viewer has ended; nil for a member
-	done    chan struct{} // closed by end
-	ready   chan struct{} // cap 1: the queue is not empty (sent by push/notice, drained by pump)
+	id      uint64 // unique in the Manager: the viewer's name to an Arbiter (RoleMsg.Viewer)
+	relay   bool   // AttachOptions.Relay: carries another hub's viewers (roles.go)
+	epoch   int64  // AttachOptions.Epoch: the tenancy its replays read
+	// wantScreen: its replays carry the node's screen (AttachOptions.Screen).
+	wantScreen bool
+	out        chan Chunk    // closed by pump when the viewer has ended; nil for a member
+	done       chan struct{} // closed by end
+	ready      chan struct{} // cap 1: the queue is not empty (sent by push/notice, drained by pump)
 
 	// A member (roles.go) is a viewer of another hub that relay viewer
 	// carrier carries, known there as remote. It has no queue and no pump:
@@ -427,8 +434,8 @@ func (v *Viewer) pump() {
 			case <-v.done:
 				return
 			}
-			c = Chunk{Data: c.job.data, Replay: true}
-			if len(c.Data) == 0 && !v.relay {
+			c = Chunk{Data: c.job.data, Replay: true, Screen: c.job.screen}
+			if len(c.Data) == 0 && len(c.Screen) == 0 && !v.relay {
 				continue
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/sol"
 )
 

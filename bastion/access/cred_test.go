@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/db"
 )
 

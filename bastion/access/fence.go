@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/db"
 )
 

@@ -41,6 +41,8 @@ func (c *readCounter) count(label string) int {
 func (*readCounter) Ping(context.Context) error                       { return nil }
 func (*readCounter) CheckWrites(context.Context, time.Duration) error { return nil }
 func (*readCounter) OldestWrite() time.Duration                       { return 0 }
+func (*readCounter) Committed() uint64                                { return 0 }
+func (*readCounter) StallBound() time.Duration                        { return 2 * time.Second }
 
 type fenceFlag struct{ on bool }
 

@@ -1,17 +1,19 @@
-// Package access owns who may use a node right now, on this replica: the
-// Revoker, through which every access change (token rotation or
-// revocation, key removal, node change or deletion, an admin kick, and
-// changes made on other replicas) cuts the sessions it ends and wipes the
-// node's console; credential changes (a CA removed, a certificate revoked:
-// cred.go), which end only the certificate sessions they name; the
-// bounded, fail-closed making of a change (Change, ChangeCred); the
-// console fence across replicas (Current, Serve); the Watcher, which picks
-// up changes made through other replicas and judges the database's health;
-// and the policy for a database that stops answering (Health, Gate: logins
-// refused at once, sessions cut after a grace).
+// Package access owns who may use a node right now: revocation, access
+// changes, the console fence and the lost-database policy.
+//
+// On this replica, it holds the Revoker, through which every access change
+// (token rotation or revocation, key removal, node change or deletion, an
+// admin kick, and changes made on other replicas) cuts the sessions it ends
+// and wipes the node's console; credential changes (a CA removed, a
+// certificate revoked: cred.go), which end only the certificate sessions
+// they name; the bounded, fail-closed making of a change (Change,
+// ChangeCred); the console fence across replicas (Current, Serve); the
+// Watcher, which picks up changes made through other replicas and judges the
+// database's health; and the policy for a database that stops answering
+// (Health, Gate: logins refused at once, sessions cut after a grace).
 //
 // It knows nothing of SSH or HTTP: the front doors (bastion, admin) call
-// it, and the registry of live sessions (bastion/sessions) is how it
+// it, and the registry of live sessions (bastion/access/sessions) is how it
 // reaches them.
 package access
 
@@ -26,9 +28,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/bastion/sessions"
-	"github.com/obmd/obmd/commands/printable"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 // Cutter ends every console viewer of a node and wipes its scrollback.

@@ -10,17 +10,23 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/db"
 )
 
 // fakeDB is the database as the Watcher and Health read it: changes to
-// hand out, and a switch that fails every read.
+// hand out, a switch that fails every read, a count of committed writes,
+// the age of the oldest write in progress, a stall bound (default 2 s),
+// and a switch that holds Ping until its context ends.
 type fakeDB struct {
-	mu      sync.Mutex
-	down    bool
-	latest  int64 // the epoch changes stand at when the Watcher starts
-	changes []db.Change
+	mu        sync.Mutex
+	down      bool
+	latest    int64 // the epoch changes stand at when the Watcher starts
+	changes   []db.Change
+	committed uint64
+	oldest    time.Duration
+	stall     time.Duration
+	hold      bool
 }
 
 func (f *fakeDB) setDown(down bool) {
@@ -62,35 +68,52 @@ func (f *fakeDB) ChangesSince(_ context.Context, after int64, _ int) ([]db.Chang
 	return out, nil
 }
 
-func (f *fakeDB) Ping(context.Context) error                       { return f.fail() }
+func (f *fakeDB) Ping(ctx context.Context) error {
+	f.mu.Lock()
+	hold := f.hold
+	f.mu.Unlock()
+	if hold {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return f.fail()
+}
+
 func (f *fakeDB) CheckWrites(context.Context, time.Duration) error { return f.fail() }
-func (f *fakeDB) OldestWrite() time.Duration                       { return 0 }
+
+func (f *fakeDB) OldestWrite() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.oldest
+}
+
+func (f *fakeDB) Committed() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.committed
+}
+
+func (f *fakeDB) StallBound() time.Duration {
+	if f.stall > 0 {
+		return f.stall
+	}
+	return 2 * time.Second
+}
+
+// set changes f under its lock.
+func (f *fakeDB) set(change func(f *fakeDB)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f)
+}
 
 // TestWatcher: a change made elsewhere cuts the node's older sessions; a
 // database that stops answering makes the replica unusable at once (logins
 // refused) and, after DBGrace, cuts every session; it recovers by itself.
 func TestWatcher(t *testing.T) {
-	r, _, reg, _ := newTestRevoker()
 	store := &fakeDB{latest: 1}
 	health := NewHealth(store, nil)
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond, DBGrace: 100 * time.Millisecond}, store, health, r, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: got %v, want nil", err)
-		}
-	}()
+	_, reg := startWatcher(t, WatchConfig{Poll: 5 * time.Millisecond, DBGrace: 100 * time.Millisecond}, store, health)
 
 	old := session(t, reg, "n1", 1)
 	store.mu.Lock()
@@ -116,6 +139,35 @@ func TestWatcher(t *testing.T) {
 
 	store.setDown(false)
 	waitUntil(t, "the database to count as usable again", health.Usable)
+}
+
+// TestWatcherWake: a wake (a database that tells of changes as they
+// commit) makes the Watcher poll at once, long before its next tick.
+func TestWatcherWake(t *testing.T) {
+	store := &fakeDB{latest: 1}
+	w, reg := startWatcher(t, WatchConfig{Poll: time.Hour}, store, NewHealth(store, nil))
+	old := session(t, reg, "n1", 1)
+	store.mu.Lock()
+	store.changes = append(store.changes, db.Change{Node: "n1", Epoch: 2, Reason: db.ReasonTokenRotated})
+	store.mu.Unlock()
+	w.Wake()
+	w.Wake() // one pending at most: never blocks
+	waitCut(t, old, "access to n1 was revoked (token rotated)")
+}
+
+// startWatcher starts a Watcher of store with cfg (runWatcher), running
+// until t ends, and returns it with the registry whose sessions it cuts.
+func startWatcher(t *testing.T, cfg WatchConfig, store *fakeDB, health *Health) (*Watcher, *sessions.Registry) {
+	t.Helper()
+	r, _, reg, _ := newTestRevoker()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	w, err := NewWatcher(cfg, store, health, r, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWatcher(t, w)
+	return w, reg
 }
 
 func waitCut(t *testing.T, ctx context.Context, want string) {

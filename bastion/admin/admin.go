@@ -1,8 +1,11 @@
-// Package admin owns obmd's HTTP admin API: the obmd-compatible routes HIL's
-// driver uses (node registration, token rotation, and the node-token power
-// and console routes), the /v1 JSON API for everything else (nodes, keys,
-// node principals, trusted certificate authorities and revocations,
-// sessions, audit, lockouts), and the /healthz and /readyz probes.
+// Package admin owns obmd's admin door: the HTTP admin API, its console
+// streams and the health probes.
+//
+// It serves the obmd-compatible routes HIL's driver uses (node registration,
+// token rotation, and the node-token power and console routes), the /v1 JSON
+// API for everything else (nodes, keys, node principals, trusted certificate
+// authorities and revocations, sessions, audit, lockouts), and the /healthz
+// and /readyz probes.
 //
 // Authentication: admin routes take HTTP basic "admin:<admin token>" and
 // answer 404 to a missing or wrong credential, so that an outsider cannot
@@ -34,9 +37,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/realip"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
@@ -93,6 +96,10 @@ type Config struct {
 	// negotiated with a node's BMC (sol.Ciphers.Suite), which the node
 	// views show as "cipher_in_use".
 	CipherInUse func(label string) (suite int, ok bool)
+	// ConsoleInUse, if set, tells the console transport ("sol", "ssh")
+	// this replica last opened a node's console over (sol/transport's
+	// Memory), which the node views show as "console_in_use".
+	ConsoleInUse func(label string) (transport string, ok bool)
 	// Authenticated, if set, is called with the request's context once a
 	// request has presented the admin credential: the wiring then spares
 	// its connection from every cap (conncap.TrustContext).
@@ -141,6 +148,7 @@ type Store interface {
 	Nodes(ctx context.Context) ([]db.Node, error)
 	UpdateNodeInfo(ctx context.Context, label, typ string, sealed []byte) (db.Node, error)
 	SetCapture(ctx context.Context, label, capture string) (db.Node, error)
+	SetScreenSize(ctx context.Context, label, size string) (db.Node, error)
 	DeleteNode(ctx context.Context, label string) (int64, error)
 	SetToken(ctx context.Context, label string, h keys.TokenHash) (int64, error)
 	RevokeToken(ctx context.Context, label string) (int64, error)
@@ -148,6 +156,8 @@ type Store interface {
 	AddKey(ctx context.Context, k db.Key) error
 	Keys(ctx context.Context, label string) ([]db.Key, error)
 	DeleteKey(ctx context.Context, label, fingerprint string) (int64, error)
+	SSHHostKey(ctx context.Context, label string) (db.SSHHostKey, error)
+	DeleteSSHHostKey(ctx context.Context, label string) (bool, error)
 	SetNodePrincipals(ctx context.Context, label string, principals []string) (int64, error)
 	NodePrincipals(ctx context.Context, label string) ([]string, error)
 	AddCA(ctx context.Context, ca db.CA) (created bool, err error)
@@ -298,6 +308,7 @@ func (a *API) routes() {
 	a.handle("POST /v1/nodes/{label}/keys", a.admin(a.addKey))
 	a.handle("GET /v1/nodes/{label}/keys", a.admin(a.listKeys))
 	a.handle("GET /v1/nodes/{label}/doctor", a.admin(a.doctor))
+	a.handle("DELETE /v1/nodes/{label}/ssh-host-key", a.admin(a.resetHostKey))
 	a.handle("DELETE /v1/nodes/{label}/keys/{fingerprint...}", a.admin(a.deleteKey))
 	a.handle("POST /v1/cas", a.admin(a.addCA))
 	a.handle("GET /v1/cas", a.admin(a.listCAs))
@@ -306,6 +317,7 @@ func (a *API) routes() {
 	a.handle("DELETE /v1/cas/revoked/{kind}/{value...}", a.admin(a.deleteRevocation))
 	a.handle("DELETE /v1/cas/{fingerprint...}", a.admin(a.deleteCA))
 	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
+	a.handle("PUT /v1/nodes/{label}/screen_size", a.admin(a.putScreenSize))
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
 	a.handle("GET /v1/nodes/{label}/tenancies", a.admin(a.tenancies))
 	a.handle("GET /v1/audit", a.admin(a.audit))

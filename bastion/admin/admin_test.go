@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/realip"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 )

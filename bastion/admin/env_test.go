@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/bastion/nodes"
-	"github.com/obmd/obmd/bastion/realip"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"

@@ -10,6 +10,7 @@ import (
 	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol/history"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // History is what the admin API reads of the console history: the
@@ -173,4 +174,46 @@ func (a *API) putCapture(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, a.view(n))
 	}
+}
+
+// putScreenSize is PUT /v1/nodes/{label}/screen_size {"screen_size":
+// "COLSxROWS" | ""}: the size of the node's screen (at most 200x100; ""
+// the default 80x25), not an access change. The node's next console link
+// draws at the new size.
+func (a *API) putScreenSize(w http.ResponseWriter, r *http.Request) {
+	label, data, valid := a.labelBody(w, r)
+	if !valid {
+		return
+	}
+	var b api.ScreenSize
+	if err := decode(data, &b, true, "body"); err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	if b.ScreenSize == nil || screenSizeBad(*b.ScreenSize) {
+		writeBodyError(w, badBody("field \"screen_size\" must be COLSxROWS from %dx%d to %dx%d, or \"\" (the default, %dx%d)",
+			screen.MinCols, screen.MinRows, screen.MaxCols, screen.MaxRows, screen.DefaultCols, screen.DefaultRows))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
+	defer cancel()
+	n, err := a.store.SetScreenSize(ctx, label, *b.ScreenSize)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no node "+quote(label))
+	case err != nil:
+		a.storeError(w, r, "set screen size", err)
+	default:
+		detail := n.ScreenSize
+		if detail == "" {
+			detail = "default"
+		}
+		a.auditEvent(r, db.AuditEvent{Node: n.Label, Actor: "admin", Action: "node.screen_size", Result: "ok", Detail: "screen size " + detail})
+		writeJSON(w, http.StatusOK, a.view(n))
+	}
+}
+
+func screenSizeBad(s string) bool {
+	_, err := screen.ParseSize(s)
+	return err != nil
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/admin/api"
-	"github.com/obmd/obmd/bastion/authlimit"
 	"github.com/obmd/obmd/db/dbtest"
 )
 

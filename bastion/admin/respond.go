@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/obmd/obmd/bastion/admin/api"
-	"github.com/obmd/obmd/commands/printable"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin/api"
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
 	"github.com/sirupsen/logrus"
@@ -147,6 +147,44 @@ func TestV1Nodes(t *testing.T) {
 		}
 		if r := e.admin("GET", "/v1/nodes/a%7Fb", ""); r.code != 400 {
 			t.Errorf("get bad label: got %d %q, want 400", r.code, r.body)
+		}
+	})
+}
+
+// TestV1ScreenSize: PUT .../screen_size sets a node's screen size (shown
+// in its JSON, audited), moves no epoch and cuts nothing; a bad size, a
+// missing field and an unknown node change nothing.
+func TestV1ScreenSize(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		e := newEnv(t, eng, nil)
+		e.mustNode("n1")
+		ep := e.epoch("n1")
+		r := e.admin("PUT", "/v1/nodes/n1/screen_size", `{"screen_size":"132x43"}`)
+		if r.code != 200 || !strings.Contains(r.body, `"screen_size":"132x43"`) {
+			t.Fatalf("set: got %d %q", r.code, r.body)
+		}
+		if r := e.admin("GET", "/v1/nodes/n1", ""); !strings.Contains(r.body, `"screen_size":"132x43"`) {
+			t.Errorf("get: got %q, want the screen size", r.body)
+		}
+		if e.epoch("n1") != ep || len(e.rev.take()) != 0 {
+			t.Error("setting the screen size moved the epoch or revoked")
+		}
+		if !hasAudit(e.auditEvents("n1"), "admin", "node.screen_size", "ok") {
+			t.Error("audit: want node.screen_size")
+		}
+		for _, bad := range []string{`{"screen_size":"201x25"}`, `{"screen_size":"80x101"}`, `{"screen_size":"big"}`, `{}`, `{"screen_size":80}`, `{"screen_size":"80x25","x":1}`} {
+			if r := e.admin("PUT", "/v1/nodes/n1/screen_size", bad); r.code != 400 {
+				t.Errorf("%s: got %d %q, want 400", bad, r.code, r.body)
+			}
+		}
+		if r := e.admin("GET", "/v1/nodes/n1", ""); !strings.Contains(r.body, `"screen_size":"132x43"`) {
+			t.Errorf("after refused sizes: got %q, want 132x43 kept", r.body)
+		}
+		if r := e.admin("PUT", "/v1/nodes/nope/screen_size", `{"screen_size":"80x25"}`); r.code != 404 {
+			t.Errorf("unknown node: got %d %q, want 404", r.code, r.body)
+		}
+		if r := e.admin("PUT", "/v1/nodes/n1/screen_size", `{"screen_size":""}`); r.code != 200 || strings.Contains(r.body, "screen_size") {
+			t.Errorf("back to the default: got %d %q", r.code, r.body)
 		}
 	})
 }

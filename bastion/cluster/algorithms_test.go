@@ -32,7 +32,7 @@ type algCase struct {
 }
 
 // TestPeerAlgorithms: the peer channel offers what the front door does by
-// default (bastion/sshalgo's Modern set), whatever the shared host key: a
+// default (bastion/internal/sshalgo's Modern set), whatever the shared host key: a
 // client offering only a SHA-1 key exchange, MAC or signature is refused,
 // and replicas sharing an RSA host key still relay to each other.
 func TestPeerAlgorithms(t *testing.T) {

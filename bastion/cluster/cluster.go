@@ -1,6 +1,8 @@
 // Package cluster lets several obmd replicas share one database and the same
-// BMCs: it wraps the replica's BMC resolver so that, across the cluster, a
-// node has at most one SOL link and one power operation at a time.
+// BMCs.
+//
+// It wraps the replica's BMC resolver so that, across the cluster, a node
+// has at most one SOL link and one power operation at a time.
 //
 // Consoles: the replica whose console hub opens a node's link first takes
 // the node's SOL lease (a row in the database, renewed while the link is
@@ -46,6 +48,7 @@ import (
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // Store is the part of the database the cluster uses: leases, and the
@@ -218,6 +221,15 @@ func (c *Cluster) ResolveAt(ctx context.Context, label string, epoch int64) (sol
 		return nil, err
 	}
 	return &bmc{c: c, label: label, inner: inner}, nil
+}
+
+// ScreenSize is sol.ScreenSizer's: the local resolver's, if it has one
+// (else the default).
+func (c *Cluster) ScreenSize(ctx context.Context, label string) (screen.Size, error) {
+	if s, ok := c.local.(sol.ScreenSizer); ok {
+		return s.ScreenSize(ctx, label)
+	}
+	return screen.Size{}, nil
 }
 
 // ForCommands adapts the cluster to commands.Resolver (and

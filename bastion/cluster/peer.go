@@ -14,10 +14,10 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/sshalgo"
-	text "github.com/obmd/obmd/commands/printable"
+	"github.com/obmd/obmd/bastion/internal/sshalgo"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
+	text "github.com/obmd/obmd/sol/printable"
 )
 
 // ErrServerClosed is returned by PeerServer.Serve after Close.

@@ -12,7 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/sshalgo"
+	"github.com/obmd/obmd/bastion/internal/sshalgo"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 )
@@ -144,13 +144,13 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 		client.Close()
 		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, o.err)
 	}
-	seed, err := c.awaitSeed(ctx, o.reqs)
+	seed, screen, err := c.awaitSeed(ctx, o.reqs)
 	if err != nil {
 		o.ch.Close()
 		client.Close()
 		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
 	}
-	r := &relayConsole{client: client, ch: o.ch, holder: holder.Owner, seed: seed, stop: make(chan struct{})}
+	r := &relayConsole{client: client, ch: o.ch, holder: holder.Owner, seed: seed, screen: screen, stop: make(chan struct{})}
 	r.wg.Add(2)
 	go func() { // ends when the channel closes
 		defer r.wg.Done()
@@ -171,6 +171,7 @@ type relayConsole struct {
 	ch     gossh.Channel
 	holder string
 	seed   []byte        // the holder's replay as the relay began (Seed)
+	screen []byte        // the holder's screen there (ScreenSeed), if it sent it
 	stop   chan struct{} // closed by Close: the keepalive stops
 	wg     sync.WaitGroup
 	once   sync.Once

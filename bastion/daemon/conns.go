@@ -10,10 +10,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/bastion"
-	"github.com/obmd/obmd/bastion/conncap"
-	"github.com/obmd/obmd/bastion/proxyproto"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
+	"github.com/obmd/obmd/bastion/internal/conncap"
+	"github.com/obmd/obmd/bastion/internal/proxyproto"
+	"github.com/obmd/obmd/bastion/sshdoor"
 )
 
 // adminDefaults fills the admin port's timeouts (part of setDefaults); its
@@ -125,7 +125,7 @@ func (d *Daemon) proxyAdmin(l net.Listener) (net.Listener, error) {
 	}
 	log := d.log.WithField("part", "admin")
 	pl, err := proxyproto.NewListener(l, proxyproto.ListenerConfig{From: from.ContainsAddr,
-		Refused: func(peer net.Addr, err error) { bastion.LogProxyRefused(log, peer, err) }})
+		Refused: func(peer net.Addr, err error) { sshdoor.LogProxyRefused(log, peer, err) }})
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}

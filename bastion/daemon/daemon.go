@@ -1,11 +1,13 @@
-// Package daemon is obmd's composition root: it assembles one replica
-// from a Config (state directory and keys, the database, migrated; the
-// table of node types over the drivers, nodetypes.go; the console hub;
-// access control and the session registry; the SSH front door and the
-// admin API; in cluster mode the cluster and its peer server), runs them
-// until its context ends, and shuts them down in order. It is the one
-// package that knows every other one, and the only part of the server
-// that imports the drivers (TestLayout holds that).
+// Package daemon is obmd's composition root: it assembles one replica, runs
+// it, and shuts it down in order.
+//
+// A replica is built from a Config: the state directory and keys; the
+// database, migrated; the table of node types over the drivers
+// (nodetypes.go); the console hub; access control and the session registry;
+// the SSH front door and the admin API; in cluster mode the cluster and its
+// peer server. They run until the context ends. It is the one package that
+// knows every other one, and the only part of the server that imports the
+// drivers (TestLayout holds that).
 //
 // It is a package rather than part of cmd/obmd because three programs run
 // the same assembly: cmd/obmd (which only maps flags, OBMD_* variables and
@@ -29,12 +31,12 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/access"
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/metrics"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
+	"github.com/obmd/obmd/bastion/internal/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/auditlog"
@@ -53,6 +55,7 @@ type Daemon struct {
 	auditLog *auditlog.Log // the audit export (audit.export), nil if none
 	lab      *sim.Lab
 	ciphers  *sol.Ciphers   // each node's negotiated IPMI cipher suite
+	cons     *consoles      // consoles over the BMCs' SSH services (sshconsole.go)
 	ipmiPool *ipmi.Sessions // native IPMI sessions kept between power calls
 	types    *nodes.Table
 	resolver *nodes.Resolver
@@ -64,7 +67,7 @@ type Daemon struct {
 	health   *access.Health
 	watcher  *access.Watcher
 	limiter  *authlimit.Limiter
-	ssh      *bastion.Server
+	ssh      *sshdoor.Server
 	certs    *sshcert.Policy // certificate logins (certs.go)
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
@@ -122,10 +125,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	// The loops that use the database end before shutdown closes it.
+	// The loops that use the database end before shutdown closes it. On
+	// PostgreSQL the watcher also polls as soon as a change commits
+	// anywhere (ListenChanges; on other engines it returns at once).
+	listen := func(ctx context.Context) error { return d.store.ListenChanges(ctx, d.watcher.Wake) }
 	var loops sync.WaitGroup
 	purge := func(ctx context.Context) error { return d.store.RunPurge(ctx, d.cfg.Audit) }
-	for _, loop := range []func(context.Context) error{d.watcher.Run, d.guard, d.limiter.Run, purge} {
+	for _, loop := range []func(context.Context) error{d.watcher.Run, d.guard, d.limiter.Run, purge, listen} {
 		loops.Add(1)
 		g.Go(func() error {
 			defer loops.Done()
@@ -282,7 +288,7 @@ type sessionList struct {
 }
 
 func (l sessionList) Sessions(node string) []commands.SessionInfo {
-	// A console viewer is named "#" and its session ID (bastion.console).
+	// A console viewer is named "#" and its session ID (sshdoor.console).
 	writer, _ := strings.CutPrefix(l.consoles.Writer(node), "#")
 	ctx, cancel := context.WithTimeout(context.Background(), l.all.wait)
 	defer cancel()

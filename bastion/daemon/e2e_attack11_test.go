@@ -20,9 +20,9 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
-	"github.com/obmd/obmd/bastion/proxyproto"
+	"github.com/obmd/obmd/bastion/internal/proxyproto"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
@@ -359,11 +359,11 @@ func TestAttackPartitionedHolderOutlivesAck(t *testing.T) {
 	ipmisim.Require(t, "ipmitool")
 	bmc := ipmisim.Start(t)
 	bin, vars := atkReplicaEnv(t)
-	dbPipe := rpStartProxy(t, dsn)
+	dbPipe := dbtest.StartProxy(t, dsn)
 	peerPipe := atkStartPipe(t)
 	a := rpStart(t, bin, "rep-a", vars(dsn, ""))
 	c := rpStart(t, bin, "rep-c", vars(dsn, ""))
-	b := rpStart(t, bin, "rep-b", vars(dbPipe.dsn, peerPipe.addr()))
+	b := rpStart(t, bin, "rep-b", vars(dbPipe.DSN, peerPipe.addr()))
 	if a == nil || b == nil || c == nil {
 		t.FailNow()
 	}
@@ -419,7 +419,7 @@ func TestAttackPartitionedHolderOutlivesAck(t *testing.T) {
 	}
 
 	// B loses the database and its peers; HIL rotates through A at once.
-	dbPipe.cut(true)
+	dbPipe.Cut(true)
 	peerPipe.cut()
 	start := time.Now()
 	status, body := a.api("POST", "/node/n1/token", nil)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/sim"
 )

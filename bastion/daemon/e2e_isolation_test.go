@@ -98,7 +98,7 @@ const isoPartitionEvery = 5
 // rep-a, which is never cut off).
 type isoReplica struct {
 	*rpReplica
-	db   *rpProxy
+	db   *dbtest.Proxy
 	peer *atkPipe
 }
 
@@ -119,8 +119,8 @@ func TestReplicaIsolation(t *testing.T) {
 	bin, vars := atkReplicaEnv(t)
 	reps := []*isoReplica{{rpReplica: rpStart(t, bin, "rep-a", vars(dsn, ""))}}
 	for _, name := range []string{"rep-b", "rep-c"} {
-		r := &isoReplica{db: rpStartProxy(t, dsn), peer: atkStartPipe(t)}
-		if r.rpReplica = rpStart(t, bin, name, vars(r.db.dsn, r.peer.addr())); r.rpReplica == nil {
+		r := &isoReplica{db: dbtest.StartProxy(t, dsn), peer: atkStartPipe(t)}
+		if r.rpReplica = rpStart(t, bin, name, vars(r.db.DSN, r.peer.addr())); r.rpReplica == nil {
 			t.FailNow()
 		}
 		r.peer.setTarget(r.listening["peer"])
@@ -158,10 +158,10 @@ func TestReplicaIsolation(t *testing.T) {
 // isoCut cuts r off from the database and the other replicas; the
 // function it returns reconnects it and waits until it serves again.
 func isoCut(t *testing.T, r *isoReplica) (heal func()) {
-	r.db.cut(true)
+	r.db.Cut(true)
 	r.peer.cut()
 	return func() {
-		r.db.cut(false)
+		r.db.Cut(false)
 		r.peer.heal()
 		waitUntil(t, r.name+" to serve again", func() bool {
 			code, _ := r.on(t).request("GET", "/readyz", nil, "", "")

@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/daemon"
-	"github.com/obmd/obmd/bastion/proxyproto"
+	"github.com/obmd/obmd/bastion/internal/proxyproto"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 

@@ -23,9 +23,9 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion/authlimit"
+	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
-	"github.com/obmd/obmd/bastion/proxyproto"
+	"github.com/obmd/obmd/bastion/internal/proxyproto"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 

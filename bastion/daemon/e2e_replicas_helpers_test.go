@@ -1,8 +1,8 @@
 package daemon_test
 
 // Helpers of the replica tests (e2e_replicas_test.go): obmd processes,
-// console viewers through x/crypto and OpenSSH, the BMC's payload status,
-// and a TCP proxy that can cut a replica off its database.
+// console viewers through x/crypto and OpenSSH, the BMC's payload status.
+// (The TCP proxy that cuts a replica off its database is dbtest.Proxy.)
 
 import (
 	"bufio"
@@ -16,12 +16,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
@@ -256,78 +254,6 @@ func rpBlackHole(t testing.TB) int {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c.LocalAddr().(*net.UDPAddr).Port
-}
-
-// rpProxy forwards TCP to the MariaDB server; cut(true) drops every
-// connection and refuses new ones until cut(false).
-type rpProxy struct {
-	dsn string
-	l   net.Listener
-
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
-
-func rpStartProxy(t testing.TB, dsn string) *rpProxy {
-	t.Helper()
-	cfg, err := mysql.ParseDSN(strings.TrimPrefix(dsn, "mysql://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := cfg.Addr
-	cfg.Addr = l.Addr().String()
-	p := &rpProxy{dsn: "mysql://" + cfg.FormatDSN(), l: l, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go func() { // ends when l closes
-		defer p.wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			if p.down {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }() // ends when either side closes
-			go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		p.cut(true)
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *rpProxy) cut(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	if down {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
 }
 
 // ---- small things ----

@@ -43,10 +43,12 @@ const (
 	rpRotateGoal   = 2 * time.Second
 )
 
-// TestReplicas runs three obmd processes on one MariaDB and one ipmi_sim.
-// The subtests run in order on the same replicas (the last one kills one).
-func TestReplicas(t *testing.T) {
-	dsn := dbtest.MySQLDSN(t)
+// TestReplicas runs three obmd processes on one MariaDB, then on one
+// PostgreSQL, and one ipmi_sim. The subtests run in order on the same
+// replicas (the last one kills one).
+func TestReplicas(t *testing.T) { onSharedEngines(t, testReplicas) }
+
+func testReplicas(t *testing.T, dsn string) {
 	ipmisim.Require(t, "ssh", "ipmitool")
 	bmc := ipmisim.Start(t)
 	// Three replicas start at once (they migrate the database concurrently).
@@ -261,11 +263,12 @@ func TestReplicas(t *testing.T) {
 // /readyz fails and SSH logins are refused with a banner that explains why;
 // sessions already open are cut after db_grace (access changes made
 // elsewhere can no longer reach it); when the database is back, so are
-// logins.
-func TestReplicaDatabaseLost(t *testing.T) {
-	dsn := dbtest.MySQLDSN(t)
-	proxy := rpStartProxy(t, dsn)
-	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.dsn; c.DBGrace = time.Second })
+// logins. On MariaDB and on PostgreSQL.
+func TestReplicaDatabaseLost(t *testing.T) { onSharedEngines(t, testReplicaDatabaseLost) }
+
+func testReplicaDatabaseLost(t *testing.T, dsn string) {
+	proxy := dbtest.StartProxy(t, dsn)
+	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.DSN; c.DBGrace = time.Second })
 	tok := o.addSimNode("n1")
 	if res, err := o.execGo("n1", tok, "power-status"); err != nil || res.Code != 0 {
 		t.Fatalf("before: got %v, %v", res, err)
@@ -274,7 +277,7 @@ func TestReplicaDatabaseLost(t *testing.T) {
 	v.out.wait(t, "console", 0, "console of n1")
 
 	cut := time.Now()
-	proxy.cut(true)
+	proxy.Cut(true)
 	waitUntil(t, "/readyz to fail", func() bool {
 		code, _ := o.request("GET", "/readyz", nil, "", "")
 		return code == http.StatusServiceUnavailable
@@ -297,7 +300,7 @@ func TestReplicaDatabaseLost(t *testing.T) {
 	}
 	t.Logf("console cut %v after the database was lost (db_grace 1 s, epoch_poll 100 ms)", end.Sub(cut).Round(time.Millisecond))
 
-	proxy.cut(false)
+	proxy.Cut(false)
 	waitUntil(t, "logins again", func() bool {
 		res, err := o.execGo("n1", tok, "power-status")
 		return err == nil && res.Code == 0

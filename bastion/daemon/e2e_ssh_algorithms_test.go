@@ -1,7 +1,7 @@
 package daemon_test
 
 // SSH algorithms: by default the front door offers what a current OpenSSH
-// server does, without SHA-1 (bastion/sshalgo); a client that offers only
+// server does, without SHA-1 (bastion/internal/sshalgo); a client that offers only
 // a SHA-1 key exchange, MAC, host key or user key signature is refused,
 // through x/crypto and through OpenSSH, and every one of them gets in with
 // ssh_legacy_algorithms set. The server's host key is RSA here, so that

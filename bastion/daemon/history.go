@@ -7,7 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/bastion/metrics"
+	"github.com/obmd/obmd/bastion/internal/metrics"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/history"

@@ -189,14 +189,14 @@ func (d *Daemon) closePeer() {
 
 // announce tells the other replicas, through the database, that this one
 // is alive and has applied every access change up to applied (cluster
-// mode), within ChangeTimeout. The Watcher logs a failure: the
+// mode), within dbBound. The Watcher logs a failure: the
 // announcement expires, and replicas that change access then stop waiting
 // for this one, which fences itself first (guard).
 func (d *Daemon) announce(ctx context.Context, applied int64) error {
 	if d.rep.cluster == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, d.dbBound())
 	defer cancel()
 	return d.rep.cluster.Announce(ctx, applied)
 }

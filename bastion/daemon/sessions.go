@@ -9,8 +9,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/cluster"
-	"github.com/obmd/obmd/bastion/sessions"
 )
 
 // clusterSessions is the session list of the whole cluster: this

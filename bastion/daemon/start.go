@@ -15,13 +15,14 @@ import (
 	"github.com/sirupsen/logrus"
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/obmd/obmd/bastion"
 	"github.com/obmd/obmd/bastion/access"
+	"github.com/obmd/obmd/bastion/access/authlimit"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin"
-	"github.com/obmd/obmd/bastion/authlimit"
-	"github.com/obmd/obmd/bastion/conncap"
+	"github.com/obmd/obmd/bastion/internal/conncap"
+	"github.com/obmd/obmd/bastion/internal/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/auditlog"
@@ -157,7 +158,10 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	d.ipmiPool = ipmi.NewSessions()
 	cfg.IPMI.Sessions = d.ipmiPool
 	var err error
-	if d.types, err = nodeTypes(cfg, d.ipmiOptions(), d.lab, sec.sealer); err != nil {
+	if d.cons, err = d.newConsoles(); err != nil {
+		return nil, err
+	}
+	if d.types, err = nodeTypes(cfg, d.ipmiOptions(), d.lab, sec.sealer, d.cons); err != nil {
 		return nil, err
 	}
 	if d.resolver, err = nodes.NewResolver(d.types, d.store, d.log); err != nil {
@@ -226,7 +230,7 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 		peers, fence, fenceAfter = d.rep.cluster, d.rep.cluster, d.rep.cluster.FenceAfter()
 	}
 	d.health = access.NewHealth(d.store, fence)
-	gate := access.NewGate(d.store, d.health, d.cfg.ChangeTimeout, d.store.Exclusive() && d.rep.cluster == nil)
+	gate := access.NewGate(d.store, d.health, d.dbBound(), d.store.Exclusive() && d.rep.cluster == nil)
 	onApply := func(label string, epoch int64) {
 		d.history.applied(label, epoch)
 		d.resolver.Forget(label, epoch) // the info of the node's previous epochs is no longer served
@@ -235,7 +239,7 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 		OnApply: onApply, Usable: d.health.Usable},
 		d.consoles, d.reg, gate, d.log)
 	var err error
-	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.cfg.ChangeTimeout,
+	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.dbBound(),
 		DBGrace: d.cfg.DBGrace, FenceAfter: fenceAfter}, d.store, d.health, d.revoker, d.announce, d.log)
 	if err != nil {
 		return nil, err
@@ -245,10 +249,17 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 	return gate, nil
 }
 
+// dbBound bounds each database call of a login's lookups, the change
+// watcher's polls and this replica's announcements: change_timeout, plus
+// on a Galera node the time the cluster may hold every call while it
+// evicts a dead member (db.Store.Eviction), so that such a call waits the
+// eviction out instead of failing in it.
+func (d *Daemon) dbBound() time.Duration { return d.cfg.ChangeTimeout + d.store.Eviction() }
+
 // buildDoors builds the metrics, the command runner, the admin API and the
 // SSH front door.
 func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate, powerBMCs commands.Resolver) error {
-	d.metrics = d.newMetrics()
+	d.metrics = metrics.New()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower, History: d.history},
 		powerBMCs, d.consoles, sessionList{d.allSessions(), d.consoles}, auditor{d.store, d.log}, d.log)
@@ -266,7 +277,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay,
-		CipherInUse: d.ciphers.Suite, History: d.history},
+		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
@@ -274,7 +285,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	if d.certs, err = d.certPolicy(); err != nil {
 		return err
 	}
-	d.ssh, err = bastion.New(bastion.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.Escape,
+	d.ssh, err = sshdoor.New(sshdoor.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.Escape,
 		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
 		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
 		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
@@ -282,6 +293,9 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 		Certs: d.certs, RoleWait: d.roleWait()},
 		gate, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
 	if err != nil {
+		return err
+	}
+	if err := d.pullMetrics(); err != nil {
 		return err
 	}
 	d.http = d.newHTTPServer(ctx, api.Handler())

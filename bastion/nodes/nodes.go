@@ -1,11 +1,13 @@
-// Package nodes owns what a node's type means: how its BMC info is
-// registered (decoded, checked, compared with the stored one, shown
-// without the password), sealed at rest, and turned into the driver of its
-// type (Resolver). It knows no type itself: the composition root builds the
-// Table, one Entry a type, from the drivers, and hands it to the admin API,
-// which registers nodes, and to the Resolver, which builds drivers. Adding
-// a BMC type is a row of that table and a driver; nothing here or in the
-// admin API changes.
+// Package nodes owns what a node's type means: registering its BMC info,
+// sealing it, and building its driver.
+//
+// It says how a node's BMC info is registered (decoded, checked, compared
+// with the stored one, shown without the password), sealed at rest, and
+// turned into the driver of its type (Resolver). It knows no type itself:
+// the composition root builds the Table, one Entry a type, from the drivers,
+// and hands it to the admin API, which registers nodes, and to the Resolver,
+// which builds drivers. Adding a BMC type is a row of that table and a
+// driver; nothing here or in the admin API changes.
 //
 // Every rule a driver enforces on its info is in its entry's Check, so a
 // node the driver would refuse is refused at registration (the admin API's
@@ -23,10 +25,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/bastion/admin/api"
-	"github.com/obmd/obmd/commands/printable"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 // Type names a node type as registered ("ipmi").

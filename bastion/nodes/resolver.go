@@ -8,10 +8,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/obmd/obmd/bastion/sessions"
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // Store is the part of the database the resolver reads.
@@ -129,6 +130,20 @@ func (r *Resolver) Forget(label string, epoch int64) {
 	if k, ok := r.kept[label]; ok && k.epoch < epoch {
 		delete(r.kept, label)
 	}
+}
+
+// ScreenSize is sol.ScreenSizer's: label's screen_size, read from the
+// database now (the zero Size: the default).
+func (r *Resolver) ScreenSize(ctx context.Context, label string) (screen.Size, error) {
+	n, err := r.store.Node(ctx, label)
+	if err != nil {
+		return screen.Size{}, fmt.Errorf("screen size of %s: %w", label, err)
+	}
+	s, err := screen.ParseSize(n.ScreenSize)
+	if err != nil {
+		return screen.Size{}, fmt.Errorf("screen size of %s: %w", label, err)
+	}
+	return s, nil
 }
 
 // ForCommands adapts the resolver to commands.Resolver (and

@@ -9,11 +9,12 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin/api"
-	"github.com/obmd/obmd/bastion/sessions"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // fakeNodes is the database's nodes, counting reads.
@@ -169,4 +170,30 @@ func TestResolverBounded(t *testing.T) {
 	if n := len(r.kept); n != MaxKept {
 		t.Errorf("kept %d nodes, want %d", n, MaxKept)
 	}
+}
+
+// TestScreenSize: the resolver tells the hub a node's screen_size as the
+// database holds it now (the zero Size for the default), and fails for a
+// node it cannot read or a size it cannot parse.
+func TestScreenSize(t *testing.T) {
+	table, store, _ := urlNodes(t)
+	r, err := NewResolver(table, store, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.nodes["n1"] = db.Node{Label: "n1", Type: "own"}
+	store.nodes["n2"] = db.Node{Label: "n2", Type: "own", ScreenSize: "132x43"}
+	store.nodes["n3"] = db.Node{Label: "n3", Type: "own", ScreenSize: "999x999"}
+	for label, want := range map[string]screen.Size{"n1": {}, "n2": {Cols: 132, Rows: 43}} {
+		if got, err := r.ScreenSize(context.Background(), label); err != nil || got != want {
+			t.Errorf("%s: got %v (%v), want %v", label, got, err, want)
+		}
+	}
+	if _, err := r.ScreenSize(context.Background(), "n3"); !errors.Is(err, screen.ErrBadSize) {
+		t.Errorf("a stored size out of bounds: got %v, want screen.ErrBadSize", err)
+	}
+	if _, err := r.ScreenSize(context.Background(), "nope"); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("an unknown node: got %v, want db.ErrNotFound", err)
+	}
+	var _ sol.ScreenSizer = r
 }

@@ -1,8 +1,10 @@
 // Package bare is the ceiling obmd's SSH front door is measured against: a
-// bare gliderlabs/ssh server with the same host key type and the same
-// password authentication as obmd, but no database, no session registry and
-// no console hub. bench/baressh runs it as a process (for CPU and RSS); the
-// bench also runs it in-process next to an in-process obmd.
+// bare gliderlabs/ssh server.
+//
+// It has the same host key type and the same password authentication as
+// obmd, but no database, no session registry and no console hub.
+// bench/baressh runs it as a process (for CPU and RSS); the bench also runs
+// it in-process next to an in-process obmd.
 //
 // It answers
 //

@@ -1,5 +1,7 @@
-// Command baressh runs bench/bare as its own process, so the connection-rate
-// benchmark can read its CPU time from /proc like obmd's and sshd's.
+// Command baressh runs bench/bare as its own process, for the
+// connection-rate benchmark.
+//
+// The benchmark reads its CPU time from /proc like obmd's and sshd's.
 //
 // The password is read from BARESSH_PASSWORD (never argv). It prints
 // "listening ADDR" on stdout once it accepts connections on 127.0.0.1, and

@@ -1,6 +1,8 @@
 // Package sshcert is obmd's policy for OpenSSH user certificates as a node
-// credential: whether a certificate presented for a node opens it, and
-// what the session it opens may do and until when.
+// credential.
+//
+// It decides whether a certificate presented for a node opens it, and what
+// the session it opens may do and until when.
 //
 // It reads nothing and keeps no state. The caller reads what the database
 // knows about the certificate (its CA, its revocations, the node's extra

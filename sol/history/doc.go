@@ -1,8 +1,11 @@
-// Package history owns a node's console history: what the node printed and
-// what happened to its console (markers: link lost and restored, power and
-// boot-device operations and who ran them, the end of a tenancy), kept per
-// tenancy in a Store that every replica shares, and written in one of the
-// output formats (raw, text, asciicast v2).
+// Package history owns a node's console history: recorded per tenancy,
+// shared by every replica, written as raw, text or asciicast.
+//
+// The history is what the node printed and what happened to its console
+// (markers: link lost and restored, power and boot-device operations and who
+// ran them, the end of a tenancy), kept per tenancy in a Store that every
+// replica shares, and written in one of the output formats (raw, text,
+// asciicast v2).
 //
 // A tenancy is the time between two access changes of a node; it is named
 // by the node's access epoch at which it began. What a tenant may read is

@@ -53,8 +53,14 @@ type flight struct {
 // tenancy. Safe for concurrent use.
 type Recording struct {
 	n      *node
+	epoch  int64 // the tenancy it was opened in
 	closed atomic.Bool
 }
+
+// Epoch is the tenancy the recording was opened in (Recorder.Open): the
+// one its holder's console belongs to. (An access change moves what Write
+// records to the next tenancy, and ends that holder's console.)
+func (h *Recording) Epoch() int64 { return h.epoch }
 
 // Write records p (copied) as console output. It never waits for the
 // Store (see Config.BufferBytes) and never fails.

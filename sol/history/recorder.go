@@ -222,7 +222,7 @@ func (r *Recorder) Open(label string, epoch int64) (*Recording, error) {
 	n.mu.Unlock()
 	r.mu.Unlock()
 	r.SetEpoch(label, epoch)
-	return &Recording{n: n}, nil
+	return &Recording{n: n, epoch: epoch}, nil
 }
 
 // Mark records marker m in label's tenancy epoch (the epoch of the session

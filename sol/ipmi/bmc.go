@@ -1,8 +1,10 @@
 // Package ipmi is the native IPMI v2.0 (RMCP+, "lanplus") BMC driver, built
-// on github.com/bougou/go-ipmi: power and boot-device operations over short
-// RMCP+ sessions, the last one kept warm for the node's next status or
-// boot-device call (Sessions), and a serial-over-LAN console with its own
-// session whose input is batched into full SOL packets.
+// on github.com/bougou/go-ipmi.
+//
+// It runs power and boot-device operations over short RMCP+ sessions, the
+// last one kept warm for the node's next status or boot-device call
+// (Sessions), and a serial-over-LAN console with its own session whose input
+// is batched into full SOL packets.
 //
 // go-ipmi does the session work (RAKP, keys, encryption, IPMI commands); this
 // package owns the UDP socket (demuxConn) and runs the SOL packet protocol

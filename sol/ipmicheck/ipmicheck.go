@@ -1,7 +1,10 @@
-// Package ipmicheck words the steps of a diagnosis (sol.Diagnoser, doctor)
-// of an IPMI BMC from the facts a driver gathered, so that both IPMI
-// drivers (sol/ipmi, sol/ipmitool) report the same steps in the same words,
-// each with an administrator's detail and a tenant's text (sol.Check).
+// Package ipmicheck words the steps of an IPMI BMC's diagnosis (doctor), the
+// same for both IPMI drivers.
+//
+// It words the steps (sol.Diagnoser) from the facts a driver gathered, so
+// that both IPMI drivers (sol/ipmi, sol/ipmitool) report the same steps in
+// the same words, each with an administrator's detail and a tenant's text
+// (sol.Check).
 package ipmicheck
 
 import (

@@ -1,6 +1,7 @@
 // Package ipmitool is obmd's fallback BMC driver: every power, boot-device
-// and console operation runs the ipmitool binary, for BMCs that the native
-// driver (sol/ipmi) cannot reach.
+// and console operation runs the ipmitool binary.
+//
+// It is for BMCs that the native driver (sol/ipmi) cannot reach.
 //
 // Each operation is one short-lived `ipmitool -I lanplus -C N -H ... -E ...`
 // child (N: the node's pinned cipher suite, else the one that worked last,

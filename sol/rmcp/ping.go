@@ -1,8 +1,9 @@
-// Package rmcp speaks the one RMCP message that obmd's IPMI drivers need
-// outside an IPMI session: the ASF presence ping (IPMI v2.0 section 13.2),
-// which every IPMI-over-LAN BMC answers without credentials. The drivers
-// use it as a cheap "is the BMC there" (keepalive probes, classifying a
-// failure, doctor's first step).
+// Package rmcp speaks the one RMCP message obmd's IPMI drivers need outside
+// a session: the ASF presence ping.
+//
+// The ping (IPMI v2.0 section 13.2) is answered by every IPMI-over-LAN BMC
+// without credentials. The drivers use it as a cheap "is the BMC there"
+// (keepalive probes, classifying a failure, doctor's first step).
 package rmcp
 
 import (

@@ -1,5 +1,5 @@
-// Package sim is an in-process simulated BMC, for demos, development and
-// fast tests, and the implementation of obmd's "mock" node type.
+// Package sim is an in-process simulated BMC: obmd's "mock" node type, for
+// demos, development and fast tests.
 //
 // A Lab holds simulated BMCs by node label, so a BMC's power state, boot
 // device and console survive the Manager resolving it again. In ModeNormal a

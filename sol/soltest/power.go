@@ -1,7 +1,10 @@
-// Package soltest is a conformance table for sol.BMC drivers: the same
-// power and console checks run against every driver (sol/ipmi, sol/ipmitool)
-// talking to real BMCs: OpenIPMI's ipmi_sim (sol/soltest/ipmisim) and go-ipmi's own
-// goipmi-server (sol/soltest/goipmisrv).
+// Package soltest is the conformance table every sol.BMC driver passes,
+// against real BMCs.
+//
+// The same power and console checks run against every driver (sol/ipmi,
+// sol/ipmitool) talking to real BMCs: OpenIPMI's ipmi_sim
+// (sol/soltest/ipmisim) and go-ipmi's own goipmi-server
+// (sol/soltest/goipmisrv).
 //
 // The two BMCs differ in what their machine does, and the power table says
 // which behaviour is whose (outcome per Kind):

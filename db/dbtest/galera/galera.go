@@ -1,5 +1,7 @@
 // Package galera runs a three-node MariaDB Galera cluster on loopback for
-// tests (../shared/notes/galera.md): Debian's mariadb-server with galera-4,
+// tests.
+//
+// It uses Debian's mariadb-server with galera-4 (../shared/notes/galera.md),
 // state transfers by rsync, every node on 127.0.0.1 with its own data
 // directory, socket, SQL port and Galera ports. A test can stop, SIGKILL and
 // restart one node; a restarted node rejoins by IST from a peer.

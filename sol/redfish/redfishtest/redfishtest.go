@@ -1,10 +1,13 @@
 // Package redfishtest runs a Redfish BMC for tests: metal-operator's mock
-// Redfish server (github.com/ironcore-dev/metal-operator/bmc/mock/server)
-// on 127.0.0.1, behind a TLS front that runs Redfish sessions (which the
-// mock does not: its POST to Sessions only adds a collection member),
-// forwards everything else to the mock with the session's credentials as
-// basic auth, and records what the driver asked for. sol/redfish's tests
-// and the end-to-end tests use it.
+// behind a TLS front that runs Redfish sessions.
+//
+// The mock Redfish server
+// (github.com/ironcore-dev/metal-operator/bmc/mock/server) runs on
+// 127.0.0.1. The TLS front runs Redfish sessions (which the mock does not:
+// its POST to Sessions only adds a collection member), forwards everything
+// else to the mock with the session's credentials as basic auth, and records
+// what the driver asked for. sol/redfish's tests and the end-to-end tests
+// use it.
 package redfishtest
 
 import (
@@ -367,4 +370,31 @@ func (b *BMC) TryPatch(body string) error {
 		return fmt.Errorf("patch mock: HTTP %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// SerialConsole is what the system says of its serial console services
+// (ComputerSystem.SerialConsole): IPMI SOL and SSH enabled or not, and
+// SSH's port and console entry command (0, "": not said).
+type SerialConsole struct {
+	IPMI, SSH  bool
+	SSHPort    int
+	SSHCommand string
+}
+
+// SetSerialConsole makes the system report sc.
+func (b *BMC) SetSerialConsole(t testing.TB, sc SerialConsole) {
+	t.Helper()
+	ssh := map[string]any{"ServiceEnabled": sc.SSH, "SharedWithManagerCLI": sc.SSHCommand != ""}
+	if sc.SSHPort != 0 {
+		ssh["Port"] = sc.SSHPort
+	}
+	if sc.SSHCommand != "" {
+		ssh["ConsoleEntryCommand"] = sc.SSHCommand
+	}
+	body, err := json.Marshal(map[string]any{"SerialConsole": map[string]any{
+		"IPMI": map[string]any{"ServiceEnabled": sc.IPMI}, "SSH": ssh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Patch(t, string(body))
 }

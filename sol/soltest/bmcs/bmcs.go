@@ -1,6 +1,10 @@
-// Package bmcs starts the real BMCs that the driver conformance tables run
-// on: OpenIPMI's ipmi_sim (sol/soltest/ipmisim) and go-ipmi's goipmi-server
-// (sol/soltest/goipmisrv), one of each per call.
+// Package bmcs starts the real BMCs the driver conformance tables run on,
+// one of each per call.
+//
+// They are OpenIPMI's ipmi_sim (sol/soltest/ipmisim) and go-ipmi's
+// goipmi-server (sol/soltest/goipmisrv). (The console table runs over the
+// SSH transport too, against sol/soltest/sshbmc: sol/sshconsole's
+// TestConformance.)
 package bmcs
 
 import (

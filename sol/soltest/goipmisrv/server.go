@@ -1,8 +1,10 @@
-// Package goipmisrv runs go-ipmi's own BMC, goipmi-server (the version of
-// github.com/bougou/go-ipmi that obmd uses), for tests: a second IPMI v2.0
-// implementation beside OpenIPMI's ipmi_sim (sol/soltest/ipmisim), with cipher
-// suites up to 17 and SOL on a pty whose other end the test holds as the
-// node's serial port.
+// Package goipmisrv runs go-ipmi's own BMC, goipmi-server, for tests: a
+// second IPMI v2.0 implementation beside ipmi_sim.
+//
+// The server is the version of github.com/bougou/go-ipmi that obmd uses;
+// beside OpenIPMI's ipmi_sim (sol/soltest/ipmisim), it brings cipher suites
+// up to 17 and SOL on a pty whose other end the test holds as the node's
+// serial port.
 //
 // Each Server runs in a network namespace of its own and is reached on
 // 127.0.0.1 through a relay (see netns.go), so it needs root (or

@@ -1,7 +1,10 @@
-// Package ipmisim runs OpenIPMI's ipmi_sim on 127.0.0.1 (or ::1) for tests and
-// benchmarks: a real IPMI v2.0 (RMCP+) BMC with a power hook that records
-// every chassis action, and a SOL port backed by a pty pair whose host end
-// the test reads and writes as the node's serial port.
+// Package ipmisim runs OpenIPMI's ipmi_sim on loopback for tests and
+// benchmarks: a real IPMI v2.0 BMC.
+//
+// It listens on 127.0.0.1 (or ::1): a real IPMI v2.0 (RMCP+) BMC with a
+// power hook that records every chassis action, and a SOL port backed by a
+// pty pair whose host end the test reads and writes as the node's serial
+// port.
 //
 // Each Sim has its own directory, UDP port and tty names (ipmi_sim takes a
 // UUCP lock named after the SOL tty), so sims run in parallel.

@@ -1,0 +1,176 @@
+package cluster
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
+	"github.com/obmd/obmd/sol/screen/screentest"
+	"github.com/obmd/obmd/sol/sim"
+)
+
+// waitScreen waits until hub's screen of n1 is want.
+func waitScreen(t *testing.T, what string, hub *sol.Manager, want string) {
+	t.Helper()
+	var got string
+	waitFor(t, what, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s, err := hub.Screen(ctx, "n1")
+		got = s.Text()
+		return err == nil && got == want
+	})
+}
+
+// TestRelayScreen: a replica that relays a node's console shows the
+// holder's screen, a BIOS menu that the relay's seed (the holder's last
+// 16 KiB) no longer draws, and live output draws on both.
+func TestRelayScreen(t *testing.T) {
+	engines(t, func(t *testing.T, dsn string) {
+		key, lab := newHostKey(t), sim.NewLab()
+		b := lab.BMC("n1", sim.ModeNormal)
+		r0 := startReplica(t, "r0", openStore(t, dsn), lab, key)
+		r1 := startReplica(t, "r1", openStore(t, dsn), lab, key)
+		attach(t, r0, "n1", "alice")
+		waitFor(t, "the holder's link", func() bool { return r0.hub.Stats().LinksUp == 1 })
+		bios := screentest.BIOSSetup(10000)
+		for p := bios.Output; len(p) > 0; p = p[min(len(p), 4<<10):] {
+			b.Inject(p[:min(len(p), 4<<10)])
+		}
+		waitScreen(t, "the holder's menu", r0.hub, bios.Screen)
+		if strings.Contains(string(r0.hub.Scrollback("n1")), bios.Menu[0]) {
+			t.Fatal("the holder's scrollback (the relay's seed) holds the menu: the test proves nothing")
+		}
+		attach(t, r1, "n1", "bob")
+		waitFor(t, "the relay", func() bool { return r1.hub.LinkUp("n1") })
+		waitScreen(t, "the relayed menu", r1.hub, bios.Screen)
+		b.Inject([]byte("\x1b[24;3Hchanged"))
+		want := strings.Replace(bios.Screen, "  ><: Sel", "  changed", 1)
+		waitScreen(t, "live output on the holder", r0.hub, want)
+		waitScreen(t, "live output on the relay", r1.hub, want)
+	})
+}
+
+// TestSeedAcrossVersions: the screen goes with the seed only between
+// replicas that both know it; a holder or a relaying replica from before
+// it still relays, the screen left out.
+func TestSeedAcrossVersions(t *testing.T) {
+	term, _ := screen.New(screen.Size{})
+	term.Write([]byte("the holder's screen"))
+	seed := sol.Chunk{Data: []byte("seed"), Replay: true, Screen: term.ANSI()}
+	c := &Cluster{cfg: Config{DialTimeout: 5 * time.Second}}
+
+	t.Run("both", func(t *testing.T) {
+		holder, relay, reqs := channelPair(t)
+		go sendSeed(holder, seed)
+		got, scr, err := c.awaitSeed(context.Background(), reqs)
+		if err != nil || string(got) != "seed" || string(scr) != string(seed.Screen) {
+			t.Fatalf("seed %q, screen %d bytes, %v", got, len(scr), err)
+		}
+		readData(t, holder, relay)
+	})
+	t.Run("an older holder", func(t *testing.T) {
+		holder, relay, reqs := channelPair(t)
+		go holder.SendRequest(seedRequest, false, seed.Data) // as it sent it
+		got, scr, err := c.awaitSeed(context.Background(), reqs)
+		if err != nil || string(got) != "seed" || scr != nil {
+			t.Fatalf("seed %q, screen %q, %v; want the seed, no screen", got, scr, err)
+		}
+		readData(t, holder, relay)
+	})
+	t.Run("an older relaying replica", func(t *testing.T) {
+		holder, relay, reqs := channelPair(t)
+		sent := make(chan error, 1)
+		go func() {
+			_, err := sendSeed(holder, seed)
+			sent <- err
+		}()
+		r := <-reqs // as it took the seed: every request answered false
+		if r.Type != seedRequest {
+			t.Fatalf("first request %q", r.Type)
+		}
+		r.Reply(false, nil)
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for r := range reqs {
+				t.Errorf("a request after the seed: %q", r.Type)
+			}
+		}()
+		readData(t, holder, relay)
+	})
+}
+
+// readData checks that console bytes the holder writes after the seed
+// reach the relaying replica.
+func readData(t *testing.T, holder, relay gossh.Channel) {
+	t.Helper()
+	go holder.Write([]byte("live"))
+	buf := make([]byte, 4)
+	if _, err := relay.Read(buf); err != nil || string(buf) != "live" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+}
+
+// channelPair connects an SSH client and server on loopback and returns
+// a channel's two ends: the holder's (the server's) and the relaying
+// replica's, with the requests the holder sends on it.
+func channelPair(t *testing.T) (holder, relay gossh.Channel, reqs <-chan *gossh.Request) {
+	t.Helper()
+	key := newHostKey(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0") // (net.Pipe deadlocks SSH's version exchange)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	b, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	scfg := &gossh.ServerConfig{NoClientAuth: true}
+	scfg.AddHostKey(key)
+	type server struct {
+		ch  gossh.Channel
+		err error
+	}
+	srv := make(chan server, 1)
+	go func() {
+		_, chans, greqs, err := gossh.NewServerConn(a, scfg)
+		if err != nil {
+			srv <- server{err: err}
+			return
+		}
+		go gossh.DiscardRequests(greqs)
+		nc := <-chans
+		ch, creqs, err := nc.Accept()
+		go gossh.DiscardRequests(creqs)
+		srv <- server{ch, err}
+	}()
+	cc, chans, greqs, err := gossh.NewClientConn(b, "holder", &gossh.ClientConfig{HostKeyCallback: gossh.InsecureIgnoreHostKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := gossh.NewClient(cc, chans, greqs)
+	t.Cleanup(func() { client.Close() })
+	relay, creqs, err := client.OpenChannel(consoleChannel, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-srv
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.ch, relay, creqs
+}

@@ -1,8 +1,0 @@
-//go:build !linux
-
-package bastion
-
-import "net"
-
-// quickAck is a no-op where TCP_QUICKACK does not exist.
-func quickAck(c net.Conn) net.Conn { return c }

@@ -1,0 +1,5 @@
+package sol
+
+// DisableScreens turns m's screens off (before anything attaches), for the
+// benchmarks that weigh them against the hub without them.
+func DisableScreens(m *Manager) { m.noScreens = true }
