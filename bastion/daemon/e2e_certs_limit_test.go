@@ -50,7 +50,7 @@ func TestAttackEnumerateNodesThroughCertLimiter(t *testing.T) {
 	})
 }
 
-// judgedLogin runs a failing login from src to label (try), again while
+// judgedLogin runs a login from src to label (try), again while
 // obmd refused it because its database was unavailable: such a refusal
 // counts against nobody, whatever the name (on a loaded machine a write
 // held past access.WriteStall makes the database count as stuck for a
