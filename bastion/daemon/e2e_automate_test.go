@@ -384,7 +384,18 @@ func TestAutomateIPMI(t *testing.T) {
 
 	// Byte-exact, ending mid-line: the link closes (linger) right after,
 	// and ipmitool, which cannot be told to leave mid-line, is killed only
-	// once it has had time to send what it was given.
+	// once it has had time to send what it was given. ipmi_sim takes a SOL
+	// packet numbered as the last one it acknowledged for a retransmission
+	// and drops its data, whatever session sent either (it never forgets
+	// that number), and each ipmitool numbers its packets from 1: the
+	// send's, first on a new link, would be lost after the ping's, first
+	// on the link before. A new ipmi_sim, once that link has closed,
+	// remembers nothing.
+	waitUntil(t, "the link closed", func() bool { return o.auLinks("ai", "open") == o.auLinks("ai", "closed") })
+	s.Kill()
+	if err := s.Restart(); err != nil {
+		t.Fatalf("restart ipmi_sim: %v", err)
+	}
 	s.ResetSerial()
 	if res := o.openssh("ai", tok, nil, "send", "--hex", "6c730d00ff"); res.Code != 0 {
 		t.Fatalf("send on ipmi_sim: got %+v", res)
@@ -474,4 +485,9 @@ func TestAutomateHostileGo(t *testing.T) {
 			t.Fatalf("%s not cut", cmd)
 		}
 	}
+}
+
+// auLinks counts the times label's console link reached state (its log).
+func (o *obmd) auLinks(label, state string) int {
+	return strings.Count(o.Logs.String(), `"msg":"console link state","node":"`+label+`","part":"sol","state":"`+state+`"`)
 }
