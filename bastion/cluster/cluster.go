@@ -97,7 +97,7 @@ type Config struct {
 	// LeaseTTL is how long a lease outlives its last renewal, so how long
 	// a dead holder blocks the takeover of its consoles (default
 	// DefaultLeaseTTL), and how long an announcement lasts.
-	LeaseTTL time.Duration `yaml:"-"`
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// FenceMargin is how long before its announcement (or a SOL lease)
 	// expires this replica stops serving, and how long after another
 	// replica's announcement expired this one counts it stopped (default

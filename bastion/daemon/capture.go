@@ -33,7 +33,7 @@ const awaitPolls = 5
 // it, one node a poll, to a replica short of its share (one that joined,
 // or was restarted), which polls faster meanwhile (awaitPolls).
 func (d *Daemon) runCapture(ctx context.Context) error {
-	every := d.cfg.EpochPoll
+	every := d.cfg.Access.Poll
 	if every <= 0 {
 		every = time.Second // the change watcher's default
 	}
@@ -65,7 +65,7 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 // polls: the nodes it handed off, and when (fairShare). It reports whether
 // this replica awaits a hand-off, and how many nodes it holds.
 func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) (awaiting bool, held int) {
-	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
+	qctx, cancel := context.WithTimeout(ctx, d.cfg.Access.ChangeTimeout)
 	caps, err := d.store.Captures(qctx, captureCandidates(d.cfg.Console.Capture))
 	cancel()
 	if err != nil {
@@ -106,7 +106,7 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 // for about twice lease_ttl at most (a viewer here may have opened it
 // again).
 func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving map[string]time.Time) (sharePlan, error) {
-	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
+	qctx, cancel := context.WithTimeout(ctx, d.cfg.Access.ChangeTimeout)
 	defer cancel()
 	leases, err := d.store.Leases(qctx, db.LeaseSOL)
 	if err != nil {
@@ -116,7 +116,7 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving ma
 	if err != nil {
 		return sharePlan{}, err
 	}
-	v := shareView{me: d.cfg.ReplicaID, want: want, holder: map[string]string{}, leaving: map[string]bool{}}
+	v := shareView{me: d.cfg.Replica.ID, want: want, holder: map[string]string{}, leaving: map[string]bool{}}
 	for _, l := range leases {
 		v.holder[l.Node] = l.Owner
 	}

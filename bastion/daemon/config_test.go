@@ -102,35 +102,17 @@ func TestConfigurationDocListsEveryKey(t *testing.T) {
 	}
 }
 
-// TestAliases: a setting that moved into a section keeps its old name;
-// both names set differently is an error.
-func TestAliases(t *testing.T) {
-	c := Config{Scrollback: 4096, MaxSessionsPerNode: -1}
-	if err := c.aliases(); err != nil || c.Console.Scrollback != 4096 || c.Sessions.MaxPerNode != -1 {
-		t.Errorf("old names: got %v, console %+v, sessions %+v", err, c.Console, c.Sessions)
-	}
-	c = Config{Linger: time.Second}
-	c.Console.Linger = time.Second
-	if err := c.aliases(); err != nil {
-		t.Errorf("both names, one value: got %v, want nil", err)
-	}
-	c.Console.Linger = 2 * time.Second
-	if err := c.aliases(); err == nil || !strings.Contains(err.Error(), "console.linger") {
-		t.Errorf("both names, two values: got %v, want an error naming both", err)
-	}
-}
-
 // TestCertsConfig: certs.skew is bounded (0 takes sshcert's default),
 // certs.purge_interval defaults to an hour.
 func TestCertsConfig(t *testing.T) {
 	for _, skew := range []time.Duration{-time.Second, 11 * time.Minute} {
-		c := Config{StateDir: t.TempDir()}
+		c := Config{Daemon: DaemonConfig{StateDir: t.TempDir()}}
 		c.Certs.Skew = skew
 		if _, err := c.WithDefaults(); err == nil || !strings.Contains(err.Error(), "certs.skew") {
 			t.Errorf("skew %v: got %v, want an error naming certs.skew", skew, err)
 		}
 	}
-	c, err := Config{StateDir: t.TempDir()}.WithDefaults()
+	c, err := Config{Daemon: DaemonConfig{StateDir: t.TempDir()}}.WithDefaults()
 	if err != nil || c.Certs.PurgeInterval != time.Hour {
 		t.Errorf("defaults: got %v, purge interval %v; want 1h", err, c.Certs.PurgeInterval)
 	}

@@ -41,7 +41,7 @@ import (
 func TestAttackTenantHoldsAdminPort(t *testing.T) {
 	t.Parallel()
 	const maxConns = 32
-	o := startObmd(t, func(c *daemon.Config) { c.AdminMaxConns = maxConns })
+	o := startObmd(t, func(c *daemon.Config) { c.Admin.MaxConns = maxConns })
 	tok := o.addSimNode("victim1")
 	g := o.goConsole(t, "victim1", tok, conOpts{})
 	g.notice("[obmd: console of victim1")
@@ -163,8 +163,8 @@ func TestAttackPreauthChurnEvictsHuman(t *testing.T) {
 	t.Parallel()
 	const global, perSource = 64, 4
 	o := startObmd(t, func(c *daemon.Config) {
-		c.MaxUnauthenticated, c.MaxUnauthenticatedPerSource = global, perSource
-		c.LoginGraceTime = time.Minute
+		c.SSH.MaxUnauthenticated, c.SSH.MaxUnauthenticatedPerSource = global, perSource
+		c.SSH.LoginGraceTime = time.Minute
 	})
 	tok := o.addSimNode("human1")
 
@@ -331,11 +331,11 @@ func atkReplicaEnv(t *testing.T) (string, func(db, advertise string) map[string]
 	bin := obmdBinary(t)
 	hostKey, sealKey := sharedReplicaKeys(t)
 	return bin, func(db, advertise string) map[string]string {
-		m := map[string]string{"OBMD_DB": db, "OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
-			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_PEER_ADDR": "127.0.0.1:0",
-			"OBMD_LEASE_TTL": rpLeaseTTL.String()}
+		m := map[string]string{"OBMD_DB": db, "OBMD_SSH_HOST_KEY": hostKey, "OBMD_DB_SEAL_KEY": sealKey,
+			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_REPLICA_PEER_ADDR": "127.0.0.1:0",
+			"OBMD_CLUSTER_LEASE_TTL": rpLeaseTTL.String()}
 		if advertise != "" {
-			m["OBMD_PEER_ADVERTISE"] = advertise
+			m["OBMD_REPLICA_PEER_ADVERTISE"] = advertise
 		}
 		return m
 	}
@@ -481,7 +481,7 @@ func TestAttackAdminBehindTCPBalancer(t *testing.T) {
 	const balancer, guesser, hil = "127.0.0.5", "127.0.0.9", "127.0.0.1"
 	o := startObmd(t, func(c *daemon.Config) {
 		c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
-		c.AdminProxyProtocolFrom = []string{balancer}
+		c.Admin.ProxyProtocolFrom = []string{balancer}
 	})
 	tok := o.addSimNode("lb1")
 	lb := atkStartPipe(t)

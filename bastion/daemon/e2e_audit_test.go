@@ -52,7 +52,7 @@ func TestAuditRowsBounded(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
 		o := startObmd(t, func(c *daemon.Config) {
-			c.DB = dsn
+			c.DB.DSN = dsn
 			c.Sessions.MaxBMCPerNode = -1
 		})
 		tok := o.addSimNode("ar")
@@ -159,7 +159,7 @@ func TestAuditRetention(t *testing.T) {
 		const old = 20 * db.PurgeBatch
 		fillOldAudit(t, dsn, old)
 		o := startObmd(t, func(c *daemon.Config) {
-			c.DB = dsn
+			c.DB.DSN = dsn
 			c.Audit.PurgeInterval = 50 * time.Millisecond // the first pass, too
 		})
 		tok := o.addSimNode("rt")

@@ -103,7 +103,7 @@ func TestBMCAddressNeverReachesTenants(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ssh", "sshpass", "ipmitool")
 	s := ipmisim.Start(t)
-	o := startObmd(t, func(c *daemon.Config) { c.PowerTimeout = blPowerTimeout })
+	o := startObmd(t, func(c *daemon.Config) { c.Commands.Timeout = blPowerTimeout })
 	var got blTenant
 	slots := make(chan struct{}, 12) // clients running at once
 	cases := blCases(t, s)

@@ -108,7 +108,7 @@ func TestRotationWithBudgetsExhausted(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
 		o := startObmd(t, func(c *daemon.Config) {
-			c.DB = dsn
+			c.DB.DSN = dsn
 			c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 1 << 20}
 		})
 		const label = "rx1"

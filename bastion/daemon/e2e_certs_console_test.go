@@ -32,7 +32,7 @@ const noConsole = "this certificate does not permit the console (no permit-pty)"
 func TestCertPowerOnly(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o, k, _ := certObmd(t, dsn, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+		o, k, _ := certObmd(t, dsn, func(c *daemon.Config) { c.Console.Capture = "always" })
 		tok := o.addSimNode("po")
 		bmc := o.Lab().BMC("po", sim.ModeNormal)
 		secret := printUntilSeen(t, inject(bmc), "secret", o.logShows("po", tok))

@@ -138,7 +138,7 @@ func (a *adminClient) trust(k *ckIssuer, name string) string {
 // issuer's CA as "hil"; it returns the CA's fingerprint too.
 func certObmd(t *testing.T, dsn string, opts ...func(*daemon.Config)) (*obmd, *ckIssuer, string) {
 	t.Helper()
-	o := startObmd(t, append([]func(*daemon.Config){func(c *daemon.Config) { c.DB = dsn }}, opts...)...)
+	o := startObmd(t, append([]func(*daemon.Config){func(c *daemon.Config) { c.DB.DSN = dsn }}, opts...)...)
 	k := newIssuer(t)
 	return o, k, o.trust(k, "hil")
 }

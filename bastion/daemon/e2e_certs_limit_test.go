@@ -22,7 +22,7 @@ func TestAttackEnumerateNodesThroughCertLimiter(t *testing.T) {
 	onEngines(t, func(t *testing.T, dsn string) {
 		o, k, _ := certObmd(t, dsn, func(c *daemon.Config) {
 			c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
-			c.FailDelay = ckFailDelay
+			c.SSH.FailDelay, c.Admin.FailDelay = ckFailDelay, ckFailDelay
 		})
 		o.addSimNode("real1")
 		const onReal, onGhost = "127.0.0.22", "127.0.0.23"

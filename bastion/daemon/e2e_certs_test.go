@@ -84,7 +84,7 @@ func TestCertLogin(t *testing.T) {
 func TestCertRefused(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o, k, _ := certObmd(t, dsn, fdNoLimits, func(c *daemon.Config) { c.FailDelay = ckFailDelay })
+		o, k, _ := certObmd(t, dsn, fdNoLimits, func(c *daemon.Config) { c.SSH.FailDelay, c.Admin.FailDelay = ckFailDelay, ckFailDelay })
 		untrusted := newIssuer(t)
 		o.addSimNode("c17")
 		o.mustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 43})

@@ -352,7 +352,7 @@ func TestConsoleStalledViewer(t *testing.T) {
 // others go on.
 func TestConsoleDropSlowViewer(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t, func(c *daemon.Config) { c.DropSlowViewers = true })
+	o := startObmd(t, func(c *daemon.Config) { c.Console.DropSlow = true })
 	tok := o.addSimNode("drop")
 	bmc := o.Lab().BMC("drop", sim.ModeNormal)
 	stalled := o.goConsole(t, "drop", tok, conOpts{stall: true})

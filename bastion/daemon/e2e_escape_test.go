@@ -15,7 +15,7 @@ import (
 // it, and the default one is plain data.
 func TestConsoleEscapeConfigured(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t, func(c *daemon.Config) { c.Escape = "\x1dq" })
+	o := startObmd(t, func(c *daemon.Config) { c.SSH.Escape = "\x1dq" })
 	tok := o.addSimNode("esc1")
 	bmc := o.Lab().BMC("esc1", sim.ModeNormal)
 

@@ -24,8 +24,8 @@ import (
 // (capture always for ipmi and ipmitool nodes).
 func capturing(dsn string) func(*daemon.Config) {
 	return func(c *daemon.Config) {
-		c.DB = dsn
-		c.ConsoleCapture = ""
+		c.DB.DSN = dsn
+		c.Console.Capture = ""
 	}
 }
 
@@ -108,7 +108,7 @@ func checkStamped(t *testing.T, out string, lines []string, wrote []time.Time) {
 func TestHistoryTenancies(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn; c.ConsoleCapture = "always" })
+		o := startObmd(t, func(c *daemon.Config) { c.DB.DSN = dsn; c.Console.Capture = "always" })
 		for _, sc := range rvScenarios() {
 			t.Run(sc.name, func(t *testing.T) {
 				label := "ten-" + sc.name
@@ -166,7 +166,7 @@ func withKey(change func(a *adminClient, label, fp string), fp string) func(a *a
 // link records.
 func capturedSim(t *testing.T, dsn, label, prefix string) (o *obmd, tok string, bmc *sim.BMC, marker string) {
 	t.Helper()
-	o = startObmd(t, func(c *daemon.Config) { c.DB, c.ConsoleCapture = dsn, "always" })
+	o = startObmd(t, func(c *daemon.Config) { c.DB.DSN, c.Console.Capture = dsn, "always" })
 	tok = o.addSimNode(label)
 	bmc = o.Lab().BMC(label, sim.ModeNormal)
 	return o, tok, bmc, printUntilSeen(t, inject(bmc), prefix, o.logShows(label, tok))
@@ -278,7 +278,7 @@ func testHistoryFormats(t *testing.T, dsn string) {
 func TestHistoryAdmin(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn; c.HistoryRetention = time.Hour })
+		o := startObmd(t, func(c *daemon.Config) { c.DB.DSN = dsn; c.History.Retention = time.Hour })
 		o.mustAPI(201, "PUT", "/v1/nodes/kept", map[string]any{"type": "sim", "info": map[string]string{"addr": "sim"},
 			"capture": "always"})
 		if got := string(o.mustAPI(200, "GET", "/v1/nodes/kept", nil)); !strings.Contains(got, `"capture":"always"`) {

@@ -46,9 +46,9 @@ func (o *obmd) hsSnapshot(t *testing.T) string {
 	}
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	dsn := o.Cfg.DB
+	dsn := o.Cfg.DB.DSN
 	if dsn == "" {
-		dsn = daemon.DefaultDB(o.Cfg.StateDir)
+		dsn = daemon.DefaultDB(o.Cfg.Daemon.StateDir)
 	}
 	st, err := db.Open(context.Background(), dsn, quiet)
 	if err != nil {
@@ -438,7 +438,7 @@ func TestHostileSSHFeatures(t *testing.T) {
 // budget apart from its SSH one.
 func TestHostileSessionLimits(t *testing.T) {
 	o := startObmd(t, func(c *daemon.Config) {
-		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxHTTPSessionsPerSource = 2, 2, 1
+		c.Sessions.MaxPerNode, c.Sessions.MaxPerSource, c.Sessions.MaxPerSourceHTTP = 2, 2, 1
 	})
 	t1, t2 := o.addSimNode("n1"), o.addSimNode("n2")
 	a := o.goConsole(t, "n1", t1, conOpts{pty: true}) // escapes need a PTY
@@ -538,7 +538,7 @@ func TestHostileStuckClientsCut(t *testing.T) {
 func TestHostileConnectionFlood(t *testing.T) {
 	t.Parallel()
 	const limit = 3
-	o := startObmd(t, func(c *daemon.Config) { c.MaxConnsPerSource = limit })
+	o := startObmd(t, func(c *daemon.Config) { c.SSH.MaxConnsPerSource = limit })
 	tok := o.addSimNode("flood")
 	var held []*paConn
 	for range limit {

@@ -61,8 +61,8 @@ func rpClusterOn(t *testing.T, dsns []string, env map[string]string) []*rpReplic
 	t.Helper()
 	bin := obmdBinary(t)
 	hostKey, sealKey := sharedReplicaKeys(t)
-	vars := map[string]string{"OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
-		"OBMD_ADMIN_TOKEN": rpRandom(t), "OBMD_PEER_ADDR": "127.0.0.1:0"}
+	vars := map[string]string{"OBMD_SSH_HOST_KEY": hostKey, "OBMD_DB_SEAL_KEY": sealKey,
+		"OBMD_ADMIN_TOKEN": rpRandom(t), "OBMD_REPLICA_PEER_ADDR": "127.0.0.1:0"}
 	for k, v := range env {
 		vars[k] = v
 	}

@@ -113,7 +113,7 @@ func metricSample(exposition, series string) (float64, bool) {
 // retrying and is down; the history's counters move as output is recorded.
 func TestMetricsCaptured(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	o := startObmd(t, func(c *daemon.Config) { c.Console.Capture = "always" })
 	o.Lab().BMC("broken", sim.ModeNormal).SetFail(errors.New("BMC unreachable"))
 	o.addSimNode("broken")
 	tok := o.addSimNode("fine")

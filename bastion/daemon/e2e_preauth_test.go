@@ -99,7 +99,7 @@ func (c *paConn) closedAt(t testing.TB, what string) time.Time {
 func TestPreauthGrace(t *testing.T) {
 	t.Parallel()
 	const grace = time.Second
-	o := startObmd(t, func(c *daemon.Config) { c.LoginGraceTime = grace })
+	o := startObmd(t, func(c *daemon.Config) { c.SSH.LoginGraceTime = grace })
 	tok := o.addSimNode("pg1")
 	const src = "127.0.0.80"
 	start := time.Now()
@@ -261,8 +261,8 @@ func TestPreauthCaps(t *testing.T) {
 	t.Parallel()
 	const global, perSource, perSourceAll = 12, 4, 6
 	o := startObmd(t, func(c *daemon.Config) {
-		c.MaxUnauthenticated, c.MaxUnauthenticatedPerSource, c.MaxConnsPerSource = global, perSource, perSourceAll
-		c.LoginGraceTime = time.Minute
+		c.SSH.MaxUnauthenticated, c.SSH.MaxUnauthenticatedPerSource, c.SSH.MaxConnsPerSource = global, perSource, perSourceAll
+		c.SSH.LoginGraceTime = time.Minute
 	})
 	tok := o.addSimNode("pc1")
 

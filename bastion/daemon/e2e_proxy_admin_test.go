@@ -88,8 +88,8 @@ func TestProxyHAProxyAdmin(t *testing.T) {
 	ipmisim.Require(t, "haproxy")
 	certFile, keyFile, pool := pxCert(t)
 	o := startObmd(t, pxLimits, func(c *daemon.Config) {
-		c.TLSCert, c.TLSKey = certFile, keyFile
-		c.AdminProxyProtocolFrom = []string{pxBalancer}
+		c.Admin.TLSCert, c.Admin.TLSKey = certFile, keyFile
+		c.Admin.ProxyProtocolFrom = []string{pxBalancer}
 	})
 	direct := "https://" + o.AdminAddr()
 	v2, v1 := pxFreePort(t), pxFreePort(t)

@@ -180,8 +180,8 @@ func pxLockoutThrough(t *testing.T, o *obmd, addr, node, tok, guesser, other str
 func TestProxyProtocol(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t, pxLimits, func(c *daemon.Config) {
-		c.ProxyProtocolFrom = []string{pxBalancer, "127.0.1.0/24"}
-		c.MaxConnsPerSource = 3
+		c.SSH.ProxyProtocolFrom = []string{pxBalancer, "127.0.1.0/24"}
+		c.SSH.MaxConnsPerSource = 3
 	})
 	for _, v := range []int{1, 2} {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
@@ -288,7 +288,7 @@ func pxFreePort(t testing.TB) int {
 func TestProxyHAProxy(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "haproxy", "ssh", "sshpass")
-	o := startObmd(t, pxLimits, func(c *daemon.Config) { c.ProxyProtocolFrom = []string{pxBalancer} })
+	o := startObmd(t, pxLimits, func(c *daemon.Config) { c.SSH.ProxyProtocolFrom = []string{pxBalancer} })
 	v2, v1 := pxFreePort(t), pxFreePort(t)
 	pxHAProxy(t, pxHAProxyConfig("ssh", o.SSHAddr(), v2, v1), v2, v1)
 	for i, port := range []int{v2, v1} {
@@ -333,7 +333,7 @@ func pxReverseProxy(t testing.TB, o *obmd) string {
 // header is ignored; a listed proxy's unreadable header is refused.
 func TestProxyForwardedFor(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t, pxLimits, func(c *daemon.Config) { c.TrustedProxies = []string{pxBalancer} })
+	o := startObmd(t, pxLimits, func(c *daemon.Config) { c.Admin.TrustedProxies = []string{pxBalancer} })
 	tok := o.addSimNode("xf1")
 	base := pxReverseProxy(t, o)
 	const guesser, other, spoofer = "127.0.0.44", "127.0.0.45", "127.0.0.46"

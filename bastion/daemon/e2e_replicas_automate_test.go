@@ -62,7 +62,7 @@ func TestReplicasAutomate(t *testing.T) {
 	dsn := dbtest.MySQLDSN(t)
 	ipmisim.Require(t, "ssh", "ipmitool")
 	bmc := ipmisim.Start(t)
-	reps := rpClusterOn(t, []string{dsn, dsn}, map[string]string{"OBMD_LEASE_TTL": rpLeaseTTL.String()})
+	reps := rpClusterOn(t, []string{dsn, dsn}, map[string]string{"OBMD_CLUSTER_LEASE_TTL": rpLeaseTTL.String()})
 	a, b := reps[0], reps[1]
 	a.mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	a.rotate("n1")

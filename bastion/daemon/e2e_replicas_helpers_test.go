@@ -45,7 +45,7 @@ func rpStart(t *testing.T, bin, name string, env map[string]string) *rpReplica {
 	vars := map[string]string{
 		"OBMD_SSH_ADDR": "127.0.0.1:0", "OBMD_ADMIN_ADDR": "127.0.0.1:0", "OBMD_STATE_DIR": t.TempDir(),
 		"OBMD_REPLICA_ID": name, "OBMD_LOG_FORMAT": "json", "OBMD_LOG_LEVEL": "info",
-		"OBMD_FAIL_DELAY": "20ms", "OBMD_LINGER": "200ms",
+		"OBMD_SSH_FAIL_DELAY": "20ms", "OBMD_ADMIN_FAIL_DELAY": "20ms", "OBMD_CONSOLE_LINGER": "200ms",
 		// As startObmd: links open for viewers only, unless a test says.
 		"OBMD_CONSOLE_CAPTURE": "attached",
 	}

@@ -27,8 +27,8 @@ func TestReplicasHistory(t *testing.T) { onSharedEngines(t, testReplicasHistory)
 func testReplicasHistory(t *testing.T, dsn string) {
 	ipmisim.Require(t, "ipmitool")
 	bmc := ipmisim.Start(t)
-	reps := rpCluster(t, dsn, map[string]string{"OBMD_LEASE_TTL": rpLeaseTTL.String(),
-		"OBMD_CONSOLE_CAPTURE": "always", "OBMD_EPOCH_POLL": "200ms"})
+	reps := rpCluster(t, dsn, map[string]string{"OBMD_CLUSTER_LEASE_TTL": rpLeaseTTL.String(),
+		"OBMD_CONSOLE_CAPTURE": "always", "OBMD_ACCESS_POLL": "200ms"})
 	a := reps[0]
 	a.mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	tok := a.rotate("n1")

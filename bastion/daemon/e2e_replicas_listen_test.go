@@ -26,8 +26,8 @@ const listenCutBound = 5 * time.Second
 func TestReplicasListen(t *testing.T) {
 	dsn := dbtest.PostgresDSN(t)
 	state := t.TempDir() // shared: the same host key, seal key and admin token
-	a := startObmd(t, func(c *daemon.Config) { c.DB, c.StateDir = dsn, state })
-	b := startObmd(t, func(c *daemon.Config) { c.DB, c.StateDir, c.EpochPoll = dsn, state, time.Hour })
+	a := startObmd(t, func(c *daemon.Config) { c.DB.DSN, c.Daemon.StateDir = dsn, state })
+	b := startObmd(t, func(c *daemon.Config) { c.DB.DSN, c.Daemon.StateDir, c.Access.Poll = dsn, state, time.Hour })
 	tok := a.addSimNode("n1")
 	v := goSession(t, b.SSHAddr(), "n1", gossh.Password(tok), conOpts{pty: true, merge: true})
 	v.out.wait(t, "the console on the second replica", 0, "console of n1")

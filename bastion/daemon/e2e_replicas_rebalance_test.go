@@ -41,7 +41,7 @@ func TestReplicasRebalance(t *testing.T) {
 	bin, vars := atkReplicaEnv(t)
 	env := func() map[string]string {
 		m := vars(dsn, "")
-		m["OBMD_CONSOLE_CAPTURE"], m["OBMD_EPOCH_POLL"] = "always", rbPoll.String()
+		m["OBMD_CONSOLE_CAPTURE"], m["OBMD_ACCESS_POLL"] = "always", rbPoll.String()
 		return m
 	}
 	a := rpStart(t, bin, "rep-a", env())

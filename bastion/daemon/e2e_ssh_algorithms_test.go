@@ -43,7 +43,7 @@ type alServer struct {
 func alStart(t *testing.T, legacy bool) alServer {
 	t.Helper()
 	_, hostKey := alRSAKey(t)
-	o := startObmd(t, func(c *daemon.Config) { c.HostKey, c.SSHLegacyAlgorithms = hostKey, legacy })
+	o := startObmd(t, func(c *daemon.Config) { c.SSH.HostKey, c.SSH.LegacyAlgorithms = hostKey, legacy })
 	s := alServer{obmd: o, tok: o.addSimNode("alg1")}
 	s.user, s.keyFile = alRSAKey(t)
 	o.addKey("alg1", s.user.PublicKey())

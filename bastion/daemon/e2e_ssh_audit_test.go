@@ -26,7 +26,7 @@ import (
 func TestSSHAudit(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
+		o := startObmd(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		tok := o.addSimNode("au")
 		bmc := o.Lab().BMC("au", sim.ModeNormal)
 		type step struct {

@@ -183,7 +183,7 @@ func TestSSHAuthIndistinguishable(t *testing.T) {
 func TestSSHAuthTiming(t *testing.T) {
 	t.Parallel()
 	const failDelay = 100 * time.Millisecond
-	o := startObmd(t, fdNoLimits, func(c *daemon.Config) { c.FailDelay = failDelay })
+	o := startObmd(t, fdNoLimits, func(c *daemon.Config) { c.SSH.FailDelay, c.Admin.FailDelay = failDelay, failDelay })
 	o.addSimNode("t1")
 	o.addNode("t2", "sim", sol.Info{Addr: "sim"}) // no token issued
 	users := []string{"t1", "ghost", "t2"}
@@ -222,7 +222,7 @@ func TestSSHAuthTiming(t *testing.T) {
 func TestSSHKeyRemoved(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
+		o := startObmd(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		tok := o.addSimNode("k1")
 		signer, path := newKey(t)
 		other, otherPath := newKey(t)
@@ -256,7 +256,7 @@ func TestSSHKeyRemoved(t *testing.T) {
 func TestSSHTokenRotated(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, dsn string) {
-		o := startObmd(t, func(c *daemon.Config) { c.DB = dsn })
+		o := startObmd(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		old := o.addSimNode("r1")
 		if res := o.openssh("r1", old, nil, "power-status"); res.Code != 0 {
 			t.Fatalf("first token: got %v", res)

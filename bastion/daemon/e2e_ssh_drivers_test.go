@@ -154,7 +154,7 @@ func TestSSHDeadBMC(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ipmi_sim", "socat", "ipmitool")
 	const powerTimeout = 3 * time.Second
-	o := startObmd(t, func(c *daemon.Config) { c.PowerTimeout = powerTimeout })
+	o := startObmd(t, func(c *daemon.Config) { c.Commands.Timeout = powerTimeout })
 	s := ipmisim.Start(t)
 	liveTok := o.addIPMINode("live", "ipmi", s)
 	simTok := o.addSimNode("simnode")

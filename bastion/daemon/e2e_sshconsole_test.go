@@ -188,7 +188,7 @@ func TestSSHConsoleSlotFreed(t *testing.T) {
 // nobody attached and what the host prints is in console-log.
 func TestSSHConsoleCapture(t *testing.T) {
 	t.Parallel()
-	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	o := startObmd(t, func(c *daemon.Config) { c.Console.Capture = "always" })
 	b := sshbmc.Start(t, sshbmc.Options{Vendor: "ilo"})
 	tok := o.addSSHNode("cap", b)
 	b.WaitStats(t, "link held for capture", e2eWait, func(s sshbmc.Stats) bool { return s.Held })

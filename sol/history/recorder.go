@@ -17,6 +17,9 @@ var ErrClosed = errors.New("console history recorder is closed")
 // MinHistoryBytes is the smallest Config.HistoryBytes: a few chunks.
 const MinHistoryBytes = 64 << 10
 
+// DefaultHistoryBytes is Config.HistoryBytes's default.
+const DefaultHistoryBytes = 1 << 20
+
 // maxBatchBytes bounds one flush's transaction; nodes left over go in the
 // next one, at once.
 const maxBatchBytes = 4 << 20
@@ -73,7 +76,7 @@ func (c *Config) setDefaults() error {
 	defDur(&c.PurgeEvery, time.Minute)
 	defDur(&c.StoreTimeout, 10*time.Second)
 	if c.HistoryBytes == 0 {
-		c.HistoryBytes = 1 << 20
+		c.HistoryBytes = DefaultHistoryBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now
