@@ -116,6 +116,41 @@ type Config struct {
 	Keepalive time.Duration `yaml:"keepalive"`
 }
 
+// WithDefaults returns c with its unset tunables at their defaults (the
+// lease TTL's is DefaultLeaseTTL; the wiring may settle another at start),
+// or an error for ones that do not fit together. It checks no dependency:
+// New does.
+func (c Config) WithDefaults() (Config, error) {
+	if c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0 || c.FenceMargin < 0 {
+		return c, errors.New("negative duration")
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.Renew == 0 {
+		c.Renew = c.LeaseTTL / 3
+	}
+	if c.FenceMargin == 0 {
+		c.FenceMargin = DefaultFenceMargin(c.LeaseTTL)
+	}
+	if c.FenceMargin >= c.LeaseTTL/2 {
+		return c, fmt.Errorf("fence margin %v must be below half the lease TTL %v", c.FenceMargin, c.LeaseTTL)
+	}
+	if c.Renew >= c.LeaseTTL-c.FenceMargin {
+		return c, fmt.Errorf("renew interval %v must be below the lease TTL %v less the fence margin %v", c.Renew, c.LeaseTTL, c.FenceMargin)
+	}
+	if c.PowerHold == 0 {
+		c.PowerHold = time.Minute
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.Keepalive == 0 {
+		c.Keepalive = 5 * time.Second
+	}
+	return c, nil
+}
+
 func (c *Config) setDefaults() error {
 	switch {
 	case c.ReplicaID == "":
@@ -128,34 +163,10 @@ func (c *Config) setDefaults() error {
 		return errors.New("no host key")
 	case c.Access == nil:
 		return errors.New("no access state")
-	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0 || c.FenceMargin < 0:
-		return errors.New("negative duration")
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.Renew == 0 {
-		c.Renew = c.LeaseTTL / 3
-	}
-	if c.FenceMargin == 0 {
-		c.FenceMargin = DefaultFenceMargin(c.LeaseTTL)
-	}
-	if c.FenceMargin >= c.LeaseTTL/2 {
-		return fmt.Errorf("fence margin %v must be below half the lease TTL %v", c.FenceMargin, c.LeaseTTL)
-	}
-	if c.Renew >= c.LeaseTTL-c.FenceMargin {
-		return fmt.Errorf("renew interval %v must be below the lease TTL %v less the fence margin %v", c.Renew, c.LeaseTTL, c.FenceMargin)
-	}
-	if c.PowerHold == 0 {
-		c.PowerHold = time.Minute
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = 5 * time.Second
-	}
-	if c.Keepalive == 0 {
-		c.Keepalive = 5 * time.Second
-	}
-	return nil
+	var err error
+	*c, err = c.WithDefaults()
+	return err
 }
 
 // DefaultFenceMargin is Config.FenceMargin's default for a lease TTL.

@@ -409,3 +409,31 @@ func TestMovedKeysExist(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsYAMLExamples: every YAML example of the docs (and README) is a
+// configuration file obmd reads, so none shows a key it would refuse.
+func TestDocsYAMLExamples(t *testing.T) {
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, page := range append(pages, "../../README.md") {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := strings.Split(string(data), "```yaml\n")
+		for i, b := range blocks[1:] {
+			body, _, _ := strings.Cut(b, "```")
+			var cfg daemon.Config
+			if err := decodeYAML([]byte(body), &cfg); err != nil {
+				t.Errorf("%s, YAML example %d: %v", filepath.Base(page), i+1, err)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Error("found no YAML example")
+	}
+}
