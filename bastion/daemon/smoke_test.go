@@ -3,12 +3,14 @@ package daemon_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/obmd/obmd/bastion/e2e/obmdtest"
 )
 
 // TestSmoke is the shortest path through everything: register a node on the
 // simulator, issue a token, run a power command over SSH.
 func TestSmoke(t *testing.T) {
-	o := Start(t)
+	o := obmdtest.Start(t)
 	tok := o.AddSimNode("n1")
 	res, err := o.ExecGo("n1", tok, "power-status")
 	if err != nil {
