@@ -39,6 +39,7 @@ type LoopFS struct {
 // (fails under OBMD_REQUIRE_INTEGRATION=1) without root or the tools.
 func MountLoopFS(t testing.TB) *LoopFS {
 	t.Helper()
+	External(t, "a loop mount and fsfreeze")
 	if os.Geteuid() != 0 {
 		Missing(t, "loop mounts and fsfreeze need root")
 	}
@@ -122,6 +123,7 @@ type MariaDB struct {
 // MariaDB.
 func StartMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
+	External(t, "a private mariadbd")
 	if os.Geteuid() != 0 {
 		Missing(t, "a private mariadbd runs as root here")
 	}

@@ -36,6 +36,7 @@ type Postgres struct {
 // PostgreSQL.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	External(t, "a private PostgreSQL")
 	if os.Geteuid() != 0 {
 		Missing(t, "a private PostgreSQL runs as the postgres user, started as root here")
 	}

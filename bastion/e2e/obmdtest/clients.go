@@ -28,6 +28,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
@@ -52,6 +53,7 @@ var (
 // obmdBinary returns the path of cmd/obmd, built once per test binary.
 func Binary(t testing.TB) string {
 	t.Helper()
+	soltest.External(t, "the obmd binary, run as a process")
 	path, err := obmdBuild()
 	if err != nil {
 		t.Fatal(err)
