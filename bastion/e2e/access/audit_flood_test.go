@@ -20,7 +20,7 @@ import (
 	"github.com/obmd/obmd/bastion/daemon"
 )
 
-// afDenied returns the denied audit events whose source is the address src
+// denied returns the denied audit events whose source is the address src
 // (any port), oldest first, over every node: a row counting repeats as
 // many times as its count.
 func denied(o *obmdtest.Daemon, src string) []obmdtest.AuditRow {
@@ -40,7 +40,7 @@ func denied(o *obmdtest.Daemon, src string) []obmdtest.AuditRow {
 	return rows
 }
 
-// afSettled waits until at least want denied events from src are in the
+// settled waits until at least want denied events from src are in the
 // audit log (a connection's failure is written as it closes, after the
 // client saw it fail, and repeats at the end of the aggregation window),
 // then a little more for any beyond, and returns their details.
@@ -96,8 +96,8 @@ func TestAuditFloodLockedOut(t *testing.T) {
 	}
 }
 
-// afKeys returns n fresh signers, registered nowhere.
-func afKeys(t *testing.T, n int) []gossh.Signer {
+// keys returns n fresh signers, registered nowhere.
+func keys(t *testing.T, n int) []gossh.Signer {
 	var out []gossh.Signer
 	for range n {
 		k, _ := obmdtest.NewKey(t)
@@ -120,7 +120,7 @@ func TestAuditFloodKeyOffers(t *testing.T) {
 	tok := o.AddSimNode("ko1")
 	owner, _ := obmdtest.NewKey(t)
 	o.AddKey("ko1", owner.PublicKey())
-	stranger := afKeys(t, 12)
+	stranger := keys(t, 12)
 
 	// Three unregistered keys, then the token: a login, no failure.
 	const user = "127.0.0.31"
@@ -204,7 +204,7 @@ func TestAuditFloodKeyOffers(t *testing.T) {
 	}
 }
 
-// afHTTPFrom sends an admin-port request from the local address src with
+// statusFrom sends an admin-port request from the local address src with
 // basic credentials user:pass ("" user: none); it returns the status.
 func statusFrom(o *obmdtest.Daemon, src, method, path, user, pass string) int {
 	o.T.Helper()

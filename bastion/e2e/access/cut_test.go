@@ -53,8 +53,8 @@ func runMany(t *testing.T, o *obmdtest.Daemon, src, label string, auth gossh.Aut
 	}
 }
 
-// cfStuck is runMany from 127.0.0.1 with token.
-func cfStuck(t *testing.T, o *obmdtest.Daemon, label, token, cmd string, n int, ended *sync.WaitGroup) {
+// stuck is runMany from 127.0.0.1 with token.
+func stuck(t *testing.T, o *obmdtest.Daemon, label, token, cmd string, n int, ended *sync.WaitGroup) {
 	t.Helper()
 	runMany(t, o, "127.0.0.1", label, gossh.Password(token), cmd, n, ended)
 }
@@ -81,7 +81,7 @@ func TestCutFreesSlotsOfStuckSessions(t *testing.T) {
 		var ended sync.WaitGroup
 		defer ended.Wait()
 		defer release() // first: the stuck calls return, then the sessions end
-		cfStuck(t, o, label, old, "power-status", 64, &ended)
+		stuck(t, o, label, old, "power-status", 64, &ended)
 		obmdtest.WaitUntil(t, "64 stuck BMC calls", func() bool { return bmc.Hung() == 64 })
 		if res, err := o.ExecGo(label, old, "sessions"); err != nil || res.Code != 3 ||
 			!strings.Contains(res.Stderr, "too many sessions on node cf1 (limit 64)") {
@@ -150,7 +150,7 @@ func TestSessionsHidePreviousTenancy(t *testing.T) {
 		var ended sync.WaitGroup
 		defer ended.Wait()
 		defer release()
-		cfStuck(t, o, label, old, "power-status", 1, &ended)
+		stuck(t, o, label, old, "power-status", 1, &ended)
 		kc, err := o.Dial(label, gossh.PublicKeys(signer))
 		if err != nil {
 			t.Fatal(err)

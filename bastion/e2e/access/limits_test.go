@@ -20,8 +20,8 @@ import (
 	"github.com/obmd/obmd/sol/sim"
 )
 
-// bgRefused checks that res is a refusal as busy for want.
-func bgRefused(t *testing.T, what string, res obmdtest.Result, want string) {
+// refused checks that res is a refusal as busy for want.
+func refused(t *testing.T, what string, res obmdtest.Result, want string) {
 	t.Helper()
 	if res.Code != 4 || !strings.Contains(res.Stderr, "obmd: "+want+"; try again when one ends") {
 		t.Errorf("%s: got %v, want exit 4 and %q", what, res, want)
@@ -44,9 +44,9 @@ func TestAutomationCaps(t *testing.T) {
 	runMany(t, o, "127.0.0.1", "ac1", gossh.Password(tokA), "console-log --follow", 1, &ended)
 	obmdtest.WaitUntil(t, "8 sessions", func() bool { return len(o.Sessions("ac1")) == 8 })
 
-	bgRefused(t, "a ninth on the node", o.OpenSSH("ac1", tokA, []string{"-b", "127.0.0.2"}, "wait-for", "x"),
+	refused(t, "a ninth on the node", o.OpenSSH("ac1", tokA, []string{"-b", "127.0.0.2"}, "wait-for", "x"),
 		"too many automation sessions on node ac1 (limit 8)")
-	bgRefused(t, "the address's ninth", o.OpenSSH("ac2", tokB, nil, "send", "x"),
+	refused(t, "the address's ninth", o.OpenSSH("ac2", tokB, nil, "send", "x"),
 		"too many automation sessions from your address (limit 8)")
 	if res := o.OpenSSH("ac1", tokA, nil, "power-status"); res.Code != 0 {
 		t.Errorf("another command on the node: got %v, want exit 0", res)
@@ -65,7 +65,7 @@ func TestAutomationCaps(t *testing.T) {
 	runMany(t, o, "127.0.0.3", "ak1", gossh.PublicKeys(signer), "wait-for never-printed --timeout 1h", 4, &ended)
 	runMany(t, o, "127.0.0.4", "ak2", gossh.PublicKeys(signer), "wait-for never-printed --timeout 1h", 4, &ended)
 	obmdtest.WaitUntil(t, "the key's 8 sessions", func() bool { return len(o.Sessions("ak1"))+len(o.Sessions("ak2")) == 8 })
-	bgRefused(t, "the key's ninth, from a third address",
+	refused(t, "the key's ninth, from a third address",
 		o.OpenSSH("ak3", "", []string{"-b", "127.0.0.5", "-i", keyFile}, "wait-for", "x"),
 		"too many automation sessions with your key or certificate (limit 8)")
 }
@@ -85,7 +85,7 @@ func TestBMCCaps(t *testing.T) {
 	runMany(t, o, "127.0.0.1", "bc1", gossh.Password(tok), "power-status", 4, &ended)
 	obmdtest.WaitUntil(t, "4 stuck BMC calls", func() bool { return bmc.Hung() == 4 })
 	for _, cmd := range []string{"power-on", "bootdev pxe", "doctor"} {
-		bgRefused(t, cmd, o.OpenSSH("bc1", tok, []string{"-b", "127.0.0.2"}, cmd),
+		refused(t, cmd, o.OpenSSH("bc1", tok, []string{"-b", "127.0.0.2"}, cmd),
 			"too many sessions calling the BMC on node bc1 (limit 4)")
 	}
 	code, body := o.Request("GET", "/node/bc1/power_status?token="+tok, nil, "", "")
@@ -121,7 +121,7 @@ func TestRotationWithBudgetsExhausted(t *testing.T) {
 		runMany(t, o, "127.0.0.1", label, auth, "", 20, &ended)
 		runMany(t, o, "127.0.0.2", label, auth, "", 28, &ended)
 		for range 4 {
-			svStreamFrom(t, o, "127.0.0.3", label, tok)
+			streamFrom(t, o, "127.0.0.3", label, tok)
 		}
 		obmdtest.WaitUntil(t, "60 sessions", func() bool { return len(o.Sessions(label)) == 60 })
 		bmc := o.Lab().BMC(label, sim.ModeNormal)

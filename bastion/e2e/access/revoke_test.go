@@ -30,35 +30,35 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// rvDelays are one run's measured delays from the start of the admin call.
-type rvDelays struct {
+// delays are one run's measured delays from the start of the admin call.
+type delays struct {
 	call, console, exec, http time.Duration
 }
 
-// rvInFlight is how long the simulated BMC takes over the power-cycle that
+// inFlight is how long the simulated BMC takes over the power-cycle that
 // each change must cut: had it not been cut, the simulator records it when
 // that time is over.
-const rvInFlight = time.Second
+const inFlight = time.Second
 
-// rvCycleCut is a run's power-cycle, checked once rvInFlight has passed
+// cycleCut is a run's power-cycle, checked once inFlight has passed
 // since the change began (by then an uncut cycle is recorded).
-type rvCycleCut struct {
+type cycleCut struct {
 	label string
 	bmc   *sim.BMC
 	start time.Time
 }
 
-func (c rvCycleCut) check(t *testing.T) {
+func (c cycleCut) check(t *testing.T) {
 	t.Helper()
-	time.Sleep(time.Until(c.start.Add(rvInFlight + 100*time.Millisecond)))
+	time.Sleep(time.Until(c.start.Add(inFlight + 100*time.Millisecond)))
 	if slices.Contains(c.bmc.Actions(), "power cycle") {
 		t.Errorf("%s: BMC actions %v: the cut power-cycle still happened", c.label, c.bmc.Actions())
 	}
 }
 
-// rvRuns is how many times each scenario runs (the figures in
+// runs is how many times each scenario runs (the figures in
 // BENCHMARKS.md are medians over more: OBMD_REVOKE_RUNS=21).
-func rvRuns(t *testing.T) int {
+func runs(t *testing.T) int {
 	if s := os.Getenv("OBMD_REVOKE_RUNS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -84,18 +84,18 @@ func TestRevokeEndsEverySession(t *testing.T) {
 			c.DB = dbtest.MySQLDSN(t)
 		}
 	})
-	runs := rvRuns(t)
+	runs := runs(t)
 	var report []string
-	var cycles []rvCycleCut // checked at the end, so the runs need not wait
+	var cycles []cycleCut // checked at the end, so the runs need not wait
 	for _, sc := range obmdtest.AccessChanges() {
 		t.Run(sc.Name, func(t *testing.T) {
-			var ds []rvDelays
+			var ds []delays
 			for i := 0; i < runs; i++ {
-				d, c := rvRevokeOnce(t, o, sc, fmt.Sprintf("%s-%d", sc.Name, i))
+				d, c := revokeOnce(t, o, sc, fmt.Sprintf("%s-%d", sc.Name, i))
 				ds = append(ds, d)
 				cycles = append(cycles, c)
 			}
-			pick := func(f func(rvDelays) time.Duration) string {
+			pick := func(f func(delays) time.Duration) string {
 				var v []time.Duration
 				for _, d := range ds {
 					v = append(v, f(d))
@@ -103,10 +103,10 @@ func TestRevokeEndsEverySession(t *testing.T) {
 				return fmt.Sprintf("%6.2f ms (max %6.2f)", ms(median(v)), ms(slices.Max(v)))
 			}
 			line := fmt.Sprintf("| %-13s | %s | %s | %s | %s | %d |", sc.Name,
-				pick(func(d rvDelays) time.Duration { return d.call }),
-				pick(func(d rvDelays) time.Duration { return d.console }),
-				pick(func(d rvDelays) time.Duration { return d.exec }),
-				pick(func(d rvDelays) time.Duration { return d.http }), runs)
+				pick(func(d delays) time.Duration { return d.call }),
+				pick(func(d delays) time.Duration { return d.console }),
+				pick(func(d delays) time.Duration { return d.exec }),
+				pick(func(d delays) time.Duration { return d.http }), runs)
 			report = append(report, line)
 		})
 	}
@@ -120,9 +120,9 @@ func TestRevokeEndsEverySession(t *testing.T) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// rvRevokeOnce sets up the three sessions on a fresh node, makes the change
+// revokeOnce sets up the three sessions on a fresh node, makes the change
 // and measures. The power-cycle it cut is for the caller to check.
-func rvRevokeOnce(t *testing.T, o *obmdtest.Daemon, sc obmdtest.AccessChange, label string) (rvDelays, rvCycleCut) {
+func revokeOnce(t *testing.T, o *obmdtest.Daemon, sc obmdtest.AccessChange, label string) (delays, cycleCut) {
 	t.Helper()
 	token := o.AddSimNode(label)
 	bmc := o.Lab().BMC(label, sim.ModeNormal)
@@ -140,7 +140,7 @@ func rvRevokeOnce(t *testing.T, o *obmdtest.Daemon, sc obmdtest.AccessChange, la
 	if err := bmc.WaitConsole(obmdtest.Context(t), true); err != nil {
 		t.Fatalf("console link: %v", err)
 	}
-	bmc.SetDelay(rvInFlight) // the power-cycle below stays in flight
+	bmc.SetDelay(inFlight) // the power-cycle below stays in flight
 	exStarted := time.Now()
 	ex := obmdtest.StartGoSession(t, o.SSHAddr(), label, sshAuth, obmdtest.SessionOpts{Cmd: "power-cycle"})
 	web := o.ConsoleHTTP(t, label, token)
@@ -148,7 +148,7 @@ func rvRevokeOnce(t *testing.T, o *obmdtest.Daemon, sc obmdtest.AccessChange, la
 	time.Sleep(20 * time.Millisecond) // let the runner reach the BMC
 
 	start := time.Now()
-	if setup := start.Sub(exStarted); setup > rvInFlight*8/10 {
+	if setup := start.Sub(exStarted); setup > inFlight*8/10 {
 		t.Fatalf("the sessions took %v to start: the power-cycle may end before the change", setup)
 	}
 	sc.Change(o.Admin, label, fp)
@@ -156,7 +156,7 @@ func rvRevokeOnce(t *testing.T, o *obmdtest.Daemon, sc obmdtest.AccessChange, la
 	if left := o.Sessions(label); len(left) != 0 {
 		t.Errorf("after the admin call returned: got live sessions %+v, want none", left)
 	}
-	d := rvDelays{call: returned.Sub(start)}
+	d := delays{call: returned.Sub(start)}
 	d.console = con.End.Wait(t, "OpenSSH console").Sub(start)
 	d.exec = ex.End.Wait(t, "exec").Sub(start)
 	d.http = web.End.Wait(t, "HTTP console").Sub(start)
@@ -183,7 +183,7 @@ func rvRevokeOnce(t *testing.T, o *obmdtest.Daemon, sc obmdtest.AccessChange, la
 			t.Errorf("a session took %v to end", dd)
 		}
 	}
-	return d, rvCycleCut{label: label, bmc: bmc, start: start}
+	return d, cycleCut{label: label, bmc: bmc, start: start}
 }
 
 // TestRevokeRacingAuth hammers a node with old-token console sessions while
@@ -278,21 +278,21 @@ func TestRevokeRacingAuth(t *testing.T) {
 	}
 }
 
-// rvMarker is a distinctive marker prefix for one test.
-func rvMarker(t *testing.T, what string) string {
+// marker is a distinctive marker prefix for one test.
+func marker(t *testing.T, what string) string {
 	return fmt.Sprintf("%s-%s-%d", what, strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
 }
 
-// rvNewTenant checks what the next tenant (token tokB) can see of label's
+// newTenant checks what the next tenant (token tokB) can see of label's
 // console: its console's replay, the `r` replay escape, console-log and
 // the HTTP console hold fresh output (printed with print until it shows,
 // since a new console link takes a moment to open) and no marker of the
 // old tenant's (prefix old).
-func rvNewTenant(t *testing.T, o *obmdtest.Daemon, label, tokB, old string, print func([]byte) error) {
+func newTenant(t *testing.T, o *obmdtest.Daemon, label, tokB, old string, print func([]byte) error) {
 	t.Helper()
 	b := o.GoConsole(t, label, tokB, obmdtest.SessionOpts{PTY: true}) // escapes need a PTY
 	b.Stderr.Wait(t, "new tenant's banner", 0, "console of "+label)
-	fresh := obmdtest.PrintUntilSeen(t, print, rvMarker(t, "FRESH"), obmdtest.Shows(b.Out))
+	fresh := obmdtest.PrintUntilSeen(t, print, marker(t, "FRESH"), obmdtest.Shows(b.Out))
 	if strings.Contains(b.Out.String(), old) {
 		t.Errorf("new tenant's console replayed the old tenant's output %q", old)
 	}
@@ -312,7 +312,7 @@ func rvNewTenant(t *testing.T, o *obmdtest.Daemon, label, tokB, old string, prin
 		t.Errorf("console-log holds the old tenant's output %q", old)
 	}
 	web := o.ConsoleHTTP(t, label, tokB)
-	obmdtest.PrintUntilSeen(t, print, rvMarker(t, "WEB"), obmdtest.Shows(web.Out))
+	obmdtest.PrintUntilSeen(t, print, marker(t, "WEB"), obmdtest.Shows(web.Out))
 	if strings.Contains(web.Out.String(), old) {
 		t.Errorf("HTTP console holds the old tenant's output %q", old)
 	}
@@ -341,7 +341,7 @@ func TestRevokeIsolation(t *testing.T) {
 			bmc := o.Lab().BMC(label, sim.ModeNormal)
 			a := obmdtest.SSHPTY(t, o.SSHAddr(), label, tokA, nil)
 			a.Out.Wait(t, "old tenant's banner", 0, "console of "+label)
-			old := rvMarker(t, "MARKER")
+			old := marker(t, "MARKER")
 			obmdtest.PrintUntilSeen(t, obmdtest.Inject(bmc), old, obmdtest.Shows(a.Out))
 			if tc.detach {
 				a.TypeKeys(obmdtest.EscDetach)
@@ -364,7 +364,7 @@ func TestRevokeIsolation(t *testing.T) {
 				}
 				return
 			}
-			rvNewTenant(t, o, label, tokB, old, obmdtest.Inject(bmc))
+			newTenant(t, o, label, tokB, old, obmdtest.Inject(bmc))
 		})
 	}
 }
@@ -378,14 +378,14 @@ func TestRevokeIsolationIPMISim(t *testing.T) {
 	tokA := o.AddIPMINode("iso-ipmi", "ipmi", s)
 	a := obmdtest.SSHPTY(t, o.SSHAddr(), "iso-ipmi", tokA, nil)
 	a.Out.Wait(t, "old tenant's banner", 0, "console of iso-ipmi")
-	old := rvMarker(t, "MARKER")
+	old := marker(t, "MARKER")
 	obmdtest.PrintUntilSeen(t, s.WriteSerial, old, obmdtest.Shows(a.Out))
 	tokB := o.Rotate("iso-ipmi")
 	a.End.Wait(t, "old tenant's console")
 	if !strings.Contains(a.Out.String(), "access to iso-ipmi was revoked (token rotated)") {
 		t.Errorf("old tenant: got (tail) %q, want the reason", obmdtest.Tail(a.Out.String(), 300))
 	}
-	rvNewTenant(t, o, "iso-ipmi", tokB, old, s.WriteSerial)
+	newTenant(t, o, "iso-ipmi", tokB, old, s.WriteSerial)
 }
 
 // TestRevokeAcrossReplicas: two replicas share a database; the token is
@@ -405,14 +405,14 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 		bmc := r2.Lab().BMC("xr", sim.ModeNormal)
 		a := r2.GoConsole(t, "xr", tokA, obmdtest.SessionOpts{})
 		a.Stderr.Wait(t, "old tenant's banner on replica 2", 0, "console of xr")
-		old := rvMarker(t, "MARKER")
+		old := marker(t, "MARKER")
 		obmdtest.PrintUntilSeen(t, obmdtest.Inject(bmc), old, obmdtest.Shows(a.Out))
 
 		tokB := r1.Rotate("xr")
 		if a.End.Ended() {
 			t.Fatalf("replica 2 cut the old tenant before anything told it: the test's premise is wrong")
 		}
-		rvNewTenant(t, r2, "xr", tokB, old, obmdtest.Inject(bmc))
+		newTenant(t, r2, "xr", tokB, old, obmdtest.Inject(bmc))
 		a.End.Wait(t, "old tenant's console on replica 2")
 		if got := a.Stderr.String(); !strings.Contains(got, "access to xr was revoked") {
 			t.Errorf("old tenant on replica 2: got stderr %q, want the reason", got)

@@ -26,28 +26,28 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// scRecorder keeps every text obmd showed: API bodies, SSH output.
-type scRecorder struct {
+// recorder keeps every text obmd showed: API bodies, SSH output.
+type recorder struct {
 	t    *testing.T
 	o    *obmdtest.Daemon
 	mu   sync.Mutex
-	seen []scText
+	seen []shownText
 }
 
-type scText struct {
+type shownText struct {
 	where string
 	text  string
 	allow string // a secret this text may hold (a token it issues)
 }
 
-func (r *scRecorder) add(where, text, allow string) {
+func (r *recorder) add(where, text, allow string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen = append(r.seen, scText{where, text, allow})
+	r.seen = append(r.seen, shownText{where, text, allow})
 }
 
 // api sends an admin request and records the answer.
-func (r *scRecorder) api(method, path string, body any) (int, []byte) {
+func (r *recorder) api(method, path string, body any) (int, []byte) {
 	r.t.Helper()
 	status, data := r.o.API(method, path, body)
 	r.add(method+" "+path, string(data), "")
@@ -55,7 +55,7 @@ func (r *scRecorder) api(method, path string, body any) (int, []byte) {
 }
 
 // request is api with other credentials (user "" sends none).
-func (r *scRecorder) request(method, path string, body any, user, pass string) (int, []byte) {
+func (r *recorder) request(method, path string, body any, user, pass string) (int, []byte) {
 	r.t.Helper()
 	status, data := r.o.Request(method, path, body, user, pass)
 	r.add(method+" "+path, string(data), "")
@@ -63,7 +63,7 @@ func (r *scRecorder) request(method, path string, body any, user, pass string) (
 }
 
 // rotate issues a token; its answer is the one place the token may show.
-func (r *scRecorder) rotate(label string) string {
+func (r *recorder) rotate(label string) string {
 	r.t.Helper()
 	status, data := r.o.API("POST", "/node/"+label+"/token", nil)
 	var out struct{ Token string }
@@ -76,7 +76,7 @@ func (r *scRecorder) rotate(label string) string {
 
 // exec runs line over SSH and records the output, or the error (exit -1)
 // when the login (or the session) failed.
-func (r *scRecorder) exec(user string, auth gossh.AuthMethod, line string) obmdtest.Result {
+func (r *recorder) exec(user string, auth gossh.AuthMethod, line string) obmdtest.Result {
 	r.t.Helper()
 	res, err := obmdtest.ExecSSH(r.o.SSHAddr(), user, line, auth)
 	if err != nil {
@@ -86,18 +86,18 @@ func (r *scRecorder) exec(user string, auth gossh.AuthMethod, line string) obmdt
 	return res
 }
 
-// scChildren watches the argument lists of this process's children (the
+// children watches the argument lists of this process's children (the
 // daemon runs in it) until stop is closed. ssh and sshpass are the tests'
 // own clients, not obmd's children.
-type scChildren struct {
+type children struct {
 	mu    sync.Mutex
 	seen  map[string]string // pid -> "comm: argv"
 	stop  chan struct{}
 	ended chan struct{}
 }
 
-func watchChildren() *scChildren {
-	c := &scChildren{seen: map[string]string{}, stop: make(chan struct{}), ended: make(chan struct{})}
+func watchChildren() *children {
+	c := &children{seen: map[string]string{}, stop: make(chan struct{}), ended: make(chan struct{})}
 	self := strconv.Itoa(os.Getpid())
 	go func() { // ends when stop is closed; closes ended
 		defer close(c.ended)
@@ -145,7 +145,7 @@ func watchChildren() *scChildren {
 	return c
 }
 
-func (c *scChildren) finish() map[string]string {
+func (c *children) finish() map[string]string {
 	close(c.stop)
 	<-c.ended
 	c.mu.Lock()
@@ -158,7 +158,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	s := ipmisim.Start(t)
 	o := obmdtest.Start(t)
 	children := watchChildren()
-	rec := &scRecorder{t: t, o: o}
+	rec := &recorder{t: t, o: o}
 	var tokens []string
 	signer, keyPath := obmdtest.NewKey(t)
 	keyFile, err := os.ReadFile(keyPath)

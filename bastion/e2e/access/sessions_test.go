@@ -19,9 +19,9 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 )
 
-// svStreamFrom opens label's HTTP console from the local address src; it
+// streamFrom opens label's HTTP console from the local address src; it
 // returns once the stream has begun, and ends it when t ends.
-func svStreamFrom(t *testing.T, o *obmdtest.Daemon, src, label, token string) {
+func streamFrom(t *testing.T, o *obmdtest.Daemon, src, label, token string) {
 	t.Helper()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
 	client := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
@@ -50,7 +50,7 @@ func TestSessionsShowOthersNoAddress(t *testing.T) {
 	signer, _ := obmdtest.NewKey(t)
 	fp := o.AddKey("sv1", signer.PublicKey())
 
-	svStreamFrom(t, o, "127.0.0.2", "sv1", tok) // HIL, streaming with the token
+	streamFrom(t, o, "127.0.0.2", "sv1", tok) // HIL, streaming with the token
 	other := obmdtest.StartGoSession(t, o.SSHAddr(), "sv1", gossh.PublicKeys(signer), obmdtest.SessionOpts{PTY: true})
 	other.Notice("console of sv1") // another party: a key holder on 127.0.0.1
 	mine := o.GoConsole(t, "sv1", tok, obmdtest.SessionOpts{PTY: true})

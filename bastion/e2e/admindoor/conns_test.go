@@ -22,9 +22,9 @@ import (
 	"github.com/obmd/obmd/sol/sim"
 )
 
-// acTrickle writes p one byte every interval until the write fails or stop
+// trickle writes p one byte every interval until the write fails or stop
 // is closed.
-func acTrickle(c net.Conn, p string, interval time.Duration, stop <-chan struct{}) {
+func trickle(c net.Conn, p string, interval time.Duration, stop <-chan struct{}) {
 	for i := 0; i < len(p); i++ {
 		select {
 		case <-stop:
@@ -83,7 +83,7 @@ func TestAdminSlowClientsCut(t *testing.T) {
 			stop := make(chan struct{})
 			defer close(stop)
 			if tc.trickle {
-				go acTrickle(c, trickled, 100*time.Millisecond, stop) // ends with stop or the connection
+				go trickle(c, trickled, 100*time.Millisecond, stop) // ends with stop or the connection
 			}
 			at, err := obmdtest.ClosedAt(c, tc.bound+10*time.Second)
 			if err != nil {

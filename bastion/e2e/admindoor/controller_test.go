@@ -21,9 +21,9 @@ import (
 	"github.com/obmd/obmd/sol/sim"
 )
 
-// drDefaults gives a test the shipped guessing and session limits (the
+// defaults gives a test the shipped guessing and session limits (the
 // harness lifts the guessing limits for tests that fail on purpose).
-func drDefaults(dsn string) func(*daemon.Config) {
+func defaults(dsn string) func(*daemon.Config) {
 	return func(c *daemon.Config) {
 		c.DB = dsn
 		c.AuthLimits = authlimit.Config{}
@@ -41,7 +41,7 @@ func drDefaults(dsn string) func(*daemon.Config) {
 func TestDoorRotationNotLockedOut(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, drDefaults(dsn))
+		o := obmdtest.Start(t, defaults(dsn))
 		old := o.AddSimNode("hil1")
 		tenant := o.GoConsole(t, "hil1", old, obmdtest.SessionOpts{})
 		tenant.Notice("console of hil1")
@@ -108,7 +108,7 @@ func TestDoorRotationNotLockedOut(t *testing.T) {
 func TestDoorControllerSessions(t *testing.T) {
 	t.Parallel()
 	const nodes = 100
-	o := obmdtest.Start(t, drDefaults(""))
+	o := obmdtest.Start(t, defaults(""))
 	tokens := make([]string, nodes)
 	for i := range nodes {
 		tokens[i] = o.AddSimNode(fmt.Sprintf("hc%03d", i))

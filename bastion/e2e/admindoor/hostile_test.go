@@ -18,7 +18,7 @@ import (
 	"github.com/obmd/obmd/db"
 )
 
-// hsSnapshot is everything the admin API shows of nodes and keys, plus the
+// snapshot is everything the admin API shows of nodes and keys, plus the
 // database's access epoch (any access change moves it).
 func snapshot(o *obmdtest.Daemon, t *testing.T) string {
 	t.Helper()

@@ -32,10 +32,10 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// pxCert writes net/http's test certificate (for 127.0.0.1, as
+// cert writes net/http's test certificate (for 127.0.0.1, as
 // httptest's TLS servers use) and its key to files, and returns them and
 // a pool that trusts it.
-func pxCert(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
+func cert(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil)
 	srv.StartTLS()
@@ -57,9 +57,9 @@ func pxCert(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
 	return certFile, keyFile, pool
 }
 
-// pxHTTPS sends one request over HTTPS from the local address src and
+// https sends one request over HTTPS from the local address src and
 // returns the status and body (0 when the request failed: err says why).
-func pxHTTPS(pool *x509.CertPool, src, method, rawURL, user, pass, body string) (int, []byte, error) {
+func https(pool *x509.CertPool, src, method, rawURL, user, pass, body string) (int, []byte, error) {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext,
 		TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
@@ -89,7 +89,7 @@ func pxHTTPS(pool *x509.CertPool, src, method, rawURL, user, pass, body string) 
 func TestProxyHAProxyAdmin(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "haproxy")
-	certFile, keyFile, pool := pxCert(t)
+	certFile, keyFile, pool := cert(t)
 	o := obmdtest.Start(t, obmdtest.StrictLimits, func(c *daemon.Config) {
 		c.TLSCert, c.TLSKey = certFile, keyFile
 		c.AdminProxyProtocolFrom = []string{obmdtest.Balancer}
@@ -100,7 +100,7 @@ func TestProxyHAProxyAdmin(t *testing.T) {
 
 	admin := func(src, base, method, path, body string) []byte {
 		t.Helper()
-		code, data, err := pxHTTPS(pool, src, method, base+path, "admin", o.AdminToken(), body)
+		code, data, err := https(pool, src, method, base+path, "admin", o.AdminToken(), body)
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("%s %s from %s: got %d %s, %v; want 200", method, path, src, code, data, err)
 		}
@@ -122,18 +122,18 @@ func TestProxyHAProxyAdmin(t *testing.T) {
 		tok := rotate(hil, base, node)
 		status := "/node/" + node + "/power_status?token="
 		for k := range 3 {
-			if code, _, err := pxHTTPS(pool, guesser, "GET", base+status+"wrong", "", "", ""); err != nil || code != http.StatusUnauthorized {
+			if code, _, err := https(pool, guesser, "GET", base+status+"wrong", "", "", ""); err != nil || code != http.StatusUnauthorized {
 				t.Fatalf("guess %d through the balancer: got %d, %v; want 401", k, code, err)
 			}
 		}
-		if code, _, err := pxHTTPS(pool, guesser, "GET", base+status+url.QueryEscape(tok), "", "", ""); code != http.StatusTooManyRequests {
+		if code, _, err := https(pool, guesser, "GET", base+status+url.QueryEscape(tok), "", "", ""); code != http.StatusTooManyRequests {
 			t.Errorf("right token from the locked-out client through the balancer: got %d, %v; want 429", code, err)
 		}
-		if code, body, err := pxHTTPS(pool, other, "GET", base+status+url.QueryEscape(tok), "", "", ""); code != http.StatusOK {
+		if code, body, err := https(pool, other, "GET", base+status+url.QueryEscape(tok), "", "", ""); code != http.StatusOK {
 			t.Errorf("another client through the same balancer: got %d %s, %v; want 200", code, body, err)
 		}
 		rotate(hil, base, node)
-		sources := func() map[string]int { // events per address, as pxSources counts them
+		sources := func() map[string]int { // events per address, as AuditSources counts them
 			var audit struct{ Events []obmdtest.AuditRow }
 			if err := json.Unmarshal(admin("127.0.0.1", direct, "GET", "/v1/audit?node="+node, ""), &audit); err != nil {
 				t.Fatal(err)
@@ -232,9 +232,9 @@ func TestAttackAdminBehindTCPBalancer(t *testing.T) {
 	}
 }
 
-// pxReverseProxy is net/http's reverse proxy to o's admin port, dialing
+// reverseProxy is net/http's reverse proxy to o's admin port, dialing
 // from the balancer's address; it appends the client to X-Forwarded-For.
-func pxReverseProxy(t testing.TB, o *obmdtest.Daemon) string {
+func reverseProxy(t testing.TB, o *obmdtest.Daemon) string {
 	t.Helper()
 	target, _ := url.Parse("http://" + o.AdminAddr())
 	rp := httputil.NewSingleHostReverseProxy(target)
@@ -254,7 +254,7 @@ func TestProxyForwardedFor(t *testing.T) {
 	t.Parallel()
 	o := obmdtest.Start(t, obmdtest.StrictLimits, func(c *daemon.Config) { c.TrustedProxies = []string{obmdtest.Balancer} })
 	tok := o.AddSimNode("xf1")
-	base := pxReverseProxy(t, o)
+	base := reverseProxy(t, o)
 	const guesser, other, spoofer = "127.0.0.44", "127.0.0.45", "127.0.0.46"
 	status := "/node/xf1/power_status?token="
 	for i := range 3 {
@@ -308,7 +308,7 @@ func TestProxyForwardedFor(t *testing.T) {
 		t.Errorf("unreadable X-Forwarded-For from the proxy: got %d %s, want 400", code, body)
 	}
 	// A console stream through the proxy is the client's session.
-	code, _ := pxHTTPStream(t, base, other, "/node/xf1/console?token="+url.QueryEscape(tok))
+	code, _ := httpStream(t, base, other, "/node/xf1/console?token="+url.QueryEscape(tok))
 	if code != http.StatusOK {
 		t.Fatalf("console stream through the proxy: got %d", code)
 	}
@@ -321,9 +321,9 @@ func TestProxyForwardedFor(t *testing.T) {
 	}
 }
 
-// pxHTTPStream opens a streaming GET from src and leaves it open until
+// httpStream opens a streaming GET from src and leaves it open until
 // the end of t; it returns the status.
-func pxHTTPStream(t testing.TB, base, src, path string) (int, *http.Response) {
+func httpStream(t testing.TB, base, src, path string) (int, *http.Response) {
 	t.Helper()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
 	tr := &http.Transport{DialContext: d.DialContext}

@@ -61,7 +61,7 @@ func cpuOver(t *testing.T, d time.Duration) time.Duration {
 // before the budgets compiled and kept them all: about 40 MB each); obmd
 // allocates little doing so.
 func TestAutomateBudgetMemory(t *testing.T) {
-	o, tok, _ := auSim(t, "bm")
+	o, tok, _ := startSim(t, "bm")
 	script := strings.Repeat("wait "+budgetHuge+" 1s\n", 16)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -82,7 +82,7 @@ func TestAutomateBudgetMemory(t *testing.T) {
 	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
 		t.Errorf("obmd allocated %d MB refusing them", n>>20)
 	}
-	if acts := auditEvents(o, "bm"); auHas(acts, "power.cycle") {
+	if acts := auditEvents(o, "bm"); has(acts, "power.cycle") {
 		t.Errorf("a refused power-cycle --wait-for ran: %q", acts)
 	}
 }
@@ -95,7 +95,7 @@ func TestAutomateBudgetMemory(t *testing.T) {
 // hang-up and a rotation end the search at once: its goroutine is gone and
 // the CPU with it.
 func TestAutomateBudgetSearch(t *testing.T) {
-	o, tok, bmc := auSim(t, "bs")
+	o, tok, bmc := startSim(t, "bs")
 	// The line goes into the history while a viewer holds the link.
 	_, hold := o.NewSession(t, "bs", tok)
 	if err := hold.Start("wait-for never-printed --timeout 1m"); err != nil {
@@ -189,9 +189,9 @@ func budgetLate(t *testing.T, o *obmdtest.Daemon, label string, timeout time.Dur
 // the unquoted form of a word starting with - says so.
 func TestAutomateQuotingOpenSSH(t *testing.T) {
 	t.Parallel()
-	o, tok, bmc := auSim(t, "aq")
+	o, tok, bmc := startSim(t, "aq")
 	done := background(o, "aq", tok, "wait-for", "Reached target .*Multi-User", "--since", "10m", "--timeout", "30s")
-	res := auPrintUntil(t, simInject(bmc), "Reached target Multi-User System", done)
+	res := printUntil(t, simInject(bmc), "Reached target Multi-User System", done)
 	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "Reached target Multi-User System-") {
 		t.Errorf("wait-for 'Reached target .*Multi-User' --since 10m: got %+v", res)
 	}
@@ -214,7 +214,7 @@ func TestAutomateQuotingOpenSSH(t *testing.T) {
 		{[]string{`wait-for "it's up" --timeout 30s`}, 0},
 	} {
 		done := background(o, "aq", tok, c.args...)
-		res := auPrintUntil(t, simInject(bmc), "two  spaces, link -up, it's up", done)
+		res := printUntil(t, simInject(bmc), "two  spaces, link -up, it's up", done)
 		if res.Code != c.code {
 			t.Errorf("%q: got %+v, want exit %d", c.args, res, c.code)
 		}

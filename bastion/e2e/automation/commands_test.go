@@ -25,7 +25,7 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// auBackground runs an OpenSSH command in the background; the channel gets
+// background runs an OpenSSH command in the background; the channel gets
 // its result.
 func background(o *obmdtest.Daemon, label, tok string, cmd ...string) <-chan obmdtest.Result {
 	done := make(chan obmdtest.Result, 1)
@@ -33,8 +33,8 @@ func background(o *obmdtest.Daemon, label, tok string, cmd ...string) <-chan obm
 	return done
 }
 
-// auPrintUntil prints numbered lines with print until done delivers.
-func auPrintUntil(t *testing.T, print func([]byte) error, prefix string, done <-chan obmdtest.Result) obmdtest.Result {
+// printUntil prints numbered lines with print until done delivers.
+func printUntil(t *testing.T, print func([]byte) error, prefix string, done <-chan obmdtest.Result) obmdtest.Result {
 	t.Helper()
 	deadline := time.Now().Add(obmdtest.Timeout)
 	for i := 0; ; i++ {
@@ -52,9 +52,9 @@ func auPrintUntil(t *testing.T, print func([]byte) error, prefix string, done <-
 	}
 }
 
-// auSim starts a daemon with one simulator node, label; it returns the
+// startSim starts a daemon with one simulator node, label; it returns the
 // daemon, the node's token and its BMC.
-func auSim(t *testing.T, label string) (*obmdtest.Daemon, string, *sim.BMC) {
+func startSim(t *testing.T, label string) (*obmdtest.Daemon, string, *sim.BMC) {
 	t.Helper()
 	o := obmdtest.Start(t)
 	tok := o.AddSimNode(label)
@@ -65,7 +65,7 @@ func simInject(b *sim.BMC) func([]byte) error {
 	return func(p []byte) error { b.Inject(p); return nil }
 }
 
-// auAudit returns label's audit events as "action result detail".
+// auditEvents returns label's audit events as "action result detail".
 func auditEvents(o *obmdtest.Daemon, label string) []string {
 	o.T.Helper()
 	var out struct {
@@ -82,7 +82,7 @@ func auditEvents(o *obmdtest.Daemon, label string) []string {
 	return acts
 }
 
-func auHas(acts []string, prefix string) bool {
+func has(acts []string, prefix string) bool {
 	for _, a := range acts {
 		if strings.HasPrefix(a, prefix) {
 			return true
@@ -97,17 +97,17 @@ func auHas(acts []string, prefix string) bool {
 // node (even with input on its stdin), and is audited.
 func TestAutomateWaitForSim(t *testing.T) {
 	t.Parallel()
-	o, tok, bmc := auSim(t, "aw")
+	o, tok, bmc := startSim(t, "aw")
 
 	done := background(o, "aw", tok, "wait-for", "'ready-[0-9]+'", "--timeout", "30s")
-	res := auPrintUntil(t, simInject(bmc), "ready", done)
+	res := printUntil(t, simInject(bmc), "ready", done)
 	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "ready-") || strings.Count(res.Stdout, "\n") != 1 {
 		t.Fatalf("wait-for: got %+v, want exit 0 and one line ready-N", res)
 	}
 	seen := strings.TrimSuffix(res.Stdout, "\n") // reached obmd (earlier lines may have come before the link)
 
 	done = background(o, "aw", tok, "wait-for", "'json-[0-9]+'", "--json")
-	res = auPrintUntil(t, simInject(bmc), "json", done)
+	res = printUntil(t, simInject(bmc), "json", done)
 	var js struct {
 		OK     bool
 		Match  string
@@ -145,7 +145,7 @@ func TestAutomateWaitForSim(t *testing.T) {
 		}
 	}
 	acts := auditEvents(o, "aw")
-	if !auHas(acts, "console.wait ok matched after") || !auHas(acts, "console.wait timeout timed out after") {
+	if !has(acts, "console.wait ok matched after") || !has(acts, "console.wait timeout timed out after") {
 		t.Errorf("audit: got %q, want console.wait ok and timeout", acts)
 	}
 }
@@ -156,7 +156,7 @@ func TestAutomateWaitForSim(t *testing.T) {
 // count, never the bytes.
 func TestAutomateSendSim(t *testing.T) {
 	t.Parallel()
-	o, tok, bmc := auSim(t, "as")
+	o, tok, bmc := startSim(t, "as")
 
 	if res := o.OpenSSH("as", tok, nil, "send", `'echo sent-one\r'`); res.Code != 0 || res.Stdout != "as: sent 14 bytes\n" {
 		t.Fatalf("send: got %+v", res)
@@ -193,7 +193,7 @@ func TestAutomateSendSim(t *testing.T) {
 
 	acts := auditEvents(o, "as")
 	for _, want := range []string{"console.send ok 14 bytes", "console.send busy 7 bytes", "console.send ok 12 bytes (forced)"} {
-		if !auHas(acts, want) {
+		if !has(acts, want) {
 			t.Errorf("audit: no %q in %q", want, acts)
 		}
 	}
@@ -209,7 +209,7 @@ func TestAutomateSendSim(t *testing.T) {
 // is found too, and the text of an earlier tenancy never is.
 func TestAutomateWaitForSinceAttach(t *testing.T) {
 	t.Parallel()
-	o, tok, bmc := auSim(t, "at")
+	o, tok, bmc := startSim(t, "at")
 	p := obmdtest.SSHPTY(t, o.SSHAddr(), "at", tok, nil)
 	p.Expect("you are writing")
 	seen := obmdtest.PrintUntilSeen(t, simInject(bmc), "before", obmdtest.Shows(p.Out))
@@ -224,7 +224,7 @@ func TestAutomateWaitForSinceAttach(t *testing.T) {
 		t.Errorf("wait-for without --since: got %+v, want 5", res)
 	}
 	done := background(o, "at", tok, "wait-for", "'after-[0-9]+'", "--since", "attach", "--timeout", "30s")
-	if res := auPrintUntil(t, simInject(bmc), "after", done); res.Code != 0 || !strings.HasPrefix(res.Stdout, "after-") {
+	if res := printUntil(t, simInject(bmc), "after", done); res.Code != 0 || !strings.HasPrefix(res.Stdout, "after-") {
 		t.Errorf("wait-for --since attach of live text: got %+v", res)
 	}
 	tok = o.Rotate("at")
@@ -259,7 +259,7 @@ func TestAutomateSendLinkDown(t *testing.T) {
 	if bytes.Contains(bmc.Typed(), []byte("lost-bytes")) {
 		t.Errorf("the send reported failed was typed later: %q", bmc.Typed())
 	}
-	if acts := auditEvents(o, "al"); !auHas(acts, "console.send error 11 bytes: the console link did not take the input") {
+	if acts := auditEvents(o, "al"); !has(acts, "console.send error 11 bytes: the console link did not take the input") {
 		t.Errorf("audit: got %q, want the failed send", acts)
 	}
 }
@@ -268,7 +268,7 @@ func TestAutomateSendLinkDown(t *testing.T) {
 // after the simulator's boot text, 5 when it never comes.
 func TestAutomatePowerCycleWaitSim(t *testing.T) {
 	t.Parallel()
-	o, tok, _ := auSim(t, "ap")
+	o, tok, _ := startSim(t, "ap")
 	res := o.OpenSSH("ap", tok, nil, "power-cycle", "--wait-for", "'login:'", "--timeout", "30s")
 	if res.Code != 0 || res.Stdout != "ap: power cycled\nsim login: \n" {
 		t.Errorf("power-cycle --wait-for: got %+v", res)
@@ -283,7 +283,7 @@ func TestAutomatePowerCycleWaitSim(t *testing.T) {
 // runs its steps in order; the first failing step stops it, named by line.
 func TestAutomateExpectSim(t *testing.T) {
 	t.Parallel()
-	o, tok, bmc := auSim(t, "ae")
+	o, tok, bmc := startSim(t, "ae")
 	script := "# boot and log in\nsend echo marker-a\\r\nwait 'marker-a\\r\\n' 10s\nsleep 10ms\nsend echo marker-b\\r\nwait marker-b\n"
 	res := o.OpenSSHIn("ae", tok, strings.NewReader(script), []string{"-T"}, "expect", "--stdin")
 	if res.Code != 0 || res.Stdout != "ae: expect: 5 steps done\n" {
@@ -329,7 +329,7 @@ func TestAutomateIPMI(t *testing.T) {
 
 	done := background(o, "ai", tok, "wait-for", "'boot-[0-9]+ done'", "--timeout", "40s")
 	var n atomic.Int32
-	res := auPrintUntil(t, func(p []byte) error {
+	res := printUntil(t, func(p []byte) error {
 		return s.WriteSerial(fmt.Appendf(nil, "boot-%d done\r\n", n.Add(1)))
 	}, "line", done)
 	if res.Code != 0 || !strings.Contains(res.Stdout, " done") {
@@ -338,7 +338,7 @@ func TestAutomateIPMI(t *testing.T) {
 
 	// power-cycle --wait-for: the host prints its login prompt after it.
 	done = background(o, "ai", tok, "power-cycle", "--wait-for", "'host login:'", "--timeout", "40s")
-	res = auPrintUntil(t, func(p []byte) error { return s.WriteSerial([]byte("host login: \r\n")) }, "login", done)
+	res = printUntil(t, func(p []byte) error { return s.WriteSerial([]byte("host login: \r\n")) }, "login", done)
 	if res.Code != 0 || res.Stdout != "ai: power cycled\nhost login: \n" {
 		t.Errorf("power-cycle --wait-for on ipmi_sim: got %+v", res)
 	}
@@ -393,7 +393,7 @@ func TestAutomateIPMI(t *testing.T) {
 // power-cycle --wait-for that wait are cut by a rotation (exit 3).
 func TestAutomateHostileGo(t *testing.T) {
 	t.Parallel()
-	o, tok, bmc := auSim(t, "ah")
+	o, tok, bmc := startSim(t, "ah")
 	execs := func() int {
 		r, err := o.ExecGo("ah", tok, "sessions")
 		if err != nil {
@@ -416,7 +416,7 @@ func TestAutomateHostileGo(t *testing.T) {
 		r, _ := o.ExecGo("ah", tok, `wait-for '\x00\x{FFFD}bin' --json --timeout 20s`)
 		done <- r
 	}()
-	res := auPrintUntil(t, func([]byte) error { bmc.Inject([]byte("junk\x1b[31m\x00\xffbin\r\n")); return nil }, "bin", done)
+	res := printUntil(t, func([]byte) error { bmc.Inject([]byte("junk\x1b[31m\x00\xffbin\r\n")); return nil }, "bin", done)
 	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"junk\u001b[31m\u0000\ufffdbin"`) {
 		t.Errorf("binary wait-for: got %+v", res)
 	}

@@ -83,7 +83,7 @@ func TestReplicasAutomate(t *testing.T) {
 	// wait-for through B sees what the node prints (relayed from A).
 	done := replicaSSHBackground(b, "n1", keyFile, "wait-for", "'auto-[0-9]+ ready'", "--timeout", "40s")
 	var n atomic.Int32
-	res := auPrintUntil(t, func([]byte) error {
+	res := printUntil(t, func([]byte) error {
 		return bmc.WriteSerial(fmt.Appendf(nil, "auto-%d ready\r\n", n.Add(1)))
 	}, "line", done)
 	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "auto-") || !strings.HasSuffix(res.Stdout, " ready\n") {
@@ -109,8 +109,8 @@ func TestReplicasAutomate(t *testing.T) {
 		t.Fatalf("send --force through %s: got %+v", b.Name, res)
 	}
 	bmc.WaitSerial(t, []byte("forced\r\x00\xff\x1b"), obmdtest.Timeout)
-	rpGivenBack(t, bmc, va, a.Name, mark)
-	rpWriterListed(t, b, keyFile, "n1", 1)
+	givenBack(t, bmc, va, a.Name, mark)
+	writerListed(t, b, keyFile, "n1", 1)
 
 	// The writer on B (relayed), the forced send through A (the holder).
 	vb := b.SSHViewer(t, "n1", keyFile)
@@ -123,7 +123,7 @@ func TestReplicasAutomate(t *testing.T) {
 		t.Fatalf("send --force through %s: got %+v", a.Name, res)
 	}
 	bmc.WaitSerial(t, []byte("from-a\r"), obmdtest.Timeout)
-	rpGivenBack(t, bmc, vb, b.Name, mark)
+	givenBack(t, bmc, vb, b.Name, mark)
 
 	// A rotation through A cuts a wait-for on B.
 	done = replicaSSHBackground(b, "n1", keyFile, "wait-for", "never-printed", "--timeout", "60s")
@@ -142,10 +142,10 @@ func TestReplicasAutomate(t *testing.T) {
 	}
 }
 
-// rpGivenBack: viewer v (on replica where), whose write role a forced send
+// givenBack: viewer v (on replica where), whose write role a forced send
 // borrowed, was told both times, once each, after screen offset mark, and
 // its keys reach the node again.
-func rpGivenBack(t *testing.T, bmc *ipmisim.Sim, v *obmdtest.Client, where string, mark int) {
+func givenBack(t *testing.T, bmc *ipmisim.Sim, v *obmdtest.Client, where string, mark int) {
 	t.Helper()
 	end := v.Out.Wait(t, "the writer on "+where+" told of the send", mark, "is sending input; you are read-only meanwhile")
 	v.Out.Wait(t, "the writer on "+where+" told it writes again", end, "you are writing again")
@@ -158,8 +158,8 @@ func rpGivenBack(t *testing.T, bmc *ipmisim.Sim, v *obmdtest.Client, where strin
 	}
 }
 
-// rpWriterListed: `sessions` through r lists exactly want writers of label.
-func rpWriterListed(t *testing.T, r *obmdtest.Replica, keyFile, label string, want int) {
+// writerListed: `sessions` through r lists exactly want writers of label.
+func writerListed(t *testing.T, r *obmdtest.Replica, keyFile, label string, want int) {
 	t.Helper()
 	res := replicaSSH(r, t, label, keyFile, "sessions")
 	writers := 0

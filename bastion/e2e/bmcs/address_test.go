@@ -31,18 +31,18 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// blPowerTimeout bounds each power call, so that a silent BMC costs little.
-const blPowerTimeout = 2 * time.Second
+// leakPowerTimeout bounds each power call, so that a silent BMC costs little.
+const leakPowerTimeout = 2 * time.Second
 
-// blCommand is one power command and how its errors name it.
-type blCommand struct {
+// leakCommand is one power command and how its errors name it.
+type leakCommand struct {
 	line, verb string
 	method     string // its HTTP node-token route ("" if none)
 	route      string
 	body       string
 }
 
-var blCommands = []blCommand{
+var leakCommands = []leakCommand{
 	{"power-status", "power status of", "GET", "power_status", ""},
 	{"power-on", "power on", "POST", "power_on", ""},
 	{"power-off", "power off", "POST", "power_off", ""},
@@ -53,9 +53,9 @@ var blCommands = []blCommand{
 	{"bootdev pxe", "set boot device of", "PUT", "boot_device", `{"bootdev":"pxe"}`},
 }
 
-// blCase is one failing BMC: the driver type, how it is reached, the
+// leakCase is one failing BMC: the driver type, how it is reached, the
 // fault a tenant must be told, and the strings that must never reach one.
-type blCase struct {
+type leakCase struct {
 	name   string
 	typ    string
 	info   sol.Info
@@ -64,38 +64,38 @@ type blCase struct {
 	secret []string // what no tenant may see
 }
 
-// blTenant collects everything tenants received.
-type blTenant struct {
+// leakTenant collects everything tenants received.
+type leakTenant struct {
 	mu   sync.Mutex
 	seen []string // "where: text"
 }
 
-func (r *blTenant) add(where, text string) {
+func (r *leakTenant) add(where, text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen = append(r.seen, where+": "+text)
 }
 
-func blCases(t *testing.T, s *ipmisim.Sim) []blCase {
+func leakCases(t *testing.T, s *ipmisim.Sim) []leakCase {
 	secret := func(info sol.Info) (string, []string) {
 		hp := net.JoinHostPort(info.Addr, strconv.Itoa(info.Port))
 		return hp, []string{hp, strconv.Itoa(info.Port)}
 	}
-	var cases []blCase
+	var cases []leakCase
 	for _, typ := range obmdtest.IPMIDrivers {
 		for _, fc := range ipmisim.FaultCases(t, s) {
 			hp, sec := secret(fc.Info)
 			if fc.Info.Addr != "127.0.0.1" {
 				sec = append(sec, fc.Info.Addr)
 			}
-			cases = append(cases, blCase{typ + " " + fc.Name, typ, fc.Info, fc.Want, hp, sec})
+			cases = append(cases, leakCase{typ + " " + fc.Name, typ, fc.Info, fc.Want, hp, sec})
 		}
 	}
 	// The simulator with the same faults injected: its detail names an
 	// address as a real driver's would.
 	for i, f := range []sol.Fault{sol.FaultCredentials, sol.FaultNoAnswer, sol.FaultUnreachable} {
 		hp := fmt.Sprintf("10.20.30.%d:%d", 40+i, 6620+i)
-		cases = append(cases, blCase{"sim " + f.String(), "sim", sol.Info{Addr: "sim"}, f, hp,
+		cases = append(cases, leakCase{"sim " + f.String(), "sim", sol.Info{Addr: "sim"}, f, hp,
 			[]string{hp, fmt.Sprintf("10.20.30.%d", 40+i), strconv.Itoa(6620 + i)}})
 	}
 	return cases
@@ -105,10 +105,10 @@ func TestBMCAddressNeverReachesTenants(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ssh", "sshpass", "ipmitool")
 	s := ipmisim.Start(t)
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.PowerTimeout = blPowerTimeout })
-	var got blTenant
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.PowerTimeout = leakPowerTimeout })
+	var got leakTenant
 	slots := make(chan struct{}, 12) // clients running at once
-	cases := blCases(t, s)
+	cases := leakCases(t, s)
 	for i, bc := range cases {
 		t.Run(bc.name, func(t *testing.T) {
 			t.Parallel()
@@ -121,7 +121,7 @@ func TestBMCAddressNeverReachesTenants(t *testing.T) {
 				return o.Rotate(label)
 			}
 			var wg sync.WaitGroup
-			for j, cmd := range blCommands {
+			for j, cmd := range leakCommands {
 				label := fmt.Sprintf("bl%d-%d", i, j)
 				tok := register(label)
 				wg.Add(1)
@@ -129,12 +129,12 @@ func TestBMCAddressNeverReachesTenants(t *testing.T) {
 					defer wg.Done()
 					slots <- struct{}{}
 					defer func() { <-slots }()
-					blPower(t, o, &got, bc, cmd, label, tok)
+					leakPower(t, o, &got, bc, cmd, label, tok)
 				}()
 			}
 			label := fmt.Sprintf("bl%d-con", i)
 			tok := register(label)
-			blConsole(t, o, &got, bc, label, tok)
+			leakConsole(t, o, &got, bc, label, tok)
 			wg.Wait()
 			if logs := o.Logs.String(); !strings.Contains(logs, bc.detail) {
 				t.Errorf("obmd's log does not name the BMC (%s)", bc.detail)
@@ -151,15 +151,15 @@ func TestBMCAddressNeverReachesTenants(t *testing.T) {
 				}
 			}
 		}
-		if len(got.seen) < len(cases)*(len(blCommands)*2+2) {
+		if len(got.seen) < len(cases)*(len(leakCommands)*2+2) {
 			t.Errorf("collected %d tenant texts, want every command, route and console", len(got.seen))
 		}
 	})
 }
 
-// blPower runs cmd on label over OpenSSH (text, then --json) and its HTTP
+// leakPower runs cmd on label over OpenSSH (text, then --json) and its HTTP
 // route, and checks that each failed with the fault's text.
-func blPower(t *testing.T, o *obmdtest.Daemon, got *blTenant, bc blCase, cmd blCommand, label, tok string) {
+func leakPower(t *testing.T, o *obmdtest.Daemon, got *leakTenant, bc leakCase, cmd leakCommand, label, tok string) {
 	want := cmd.verb + " " + label + ": " + bc.fault.String()
 	for _, line := range []string{cmd.line, cmd.line + " --json"} {
 		args := append([]string{"-p", tok, "ssh"}, o.SSHArgs(label, "-o", "PubkeyAuthentication=no")...)
@@ -183,7 +183,7 @@ func blPower(t *testing.T, o *obmdtest.Daemon, got *blTenant, bc blCase, cmd blC
 	if cmd.route == "" {
 		return
 	}
-	status, body, err := blHTTP(o, cmd.method, "/node/"+label+"/"+cmd.route+"?token="+url.QueryEscape(tok), cmd.body, 0)
+	status, body, err := leakHTTP(o, cmd.method, "/node/"+label+"/"+cmd.route+"?token="+url.QueryEscape(tok), cmd.body, 0)
 	got.add("HTTP "+cmd.route, body)
 	var e struct{ Error string }
 	switch {
@@ -194,22 +194,22 @@ func blPower(t *testing.T, o *obmdtest.Daemon, got *blTenant, bc blCase, cmd blC
 	}
 }
 
-// blConsole opens label's console over OpenSSH with a PTY and waits for
+// leakConsole opens label's console over OpenSSH with a PTY and waits for
 // the notice that names the fault; then streams it over HTTP for a moment.
-func blConsole(t *testing.T, o *obmdtest.Daemon, got *blTenant, bc blCase, label, tok string) {
+func leakConsole(t *testing.T, o *obmdtest.Daemon, got *leakTenant, bc leakCase, label, tok string) {
 	p := obmdtest.SSHPTY(t, o.SSHAddr(), label, tok, nil)
 	p.Out.Wait(t, "console notice", 0, "cannot open console: "+bc.fault.String()+"; retrying")
 	got.add("ssh console", p.Out.String())
-	_, body, err := blHTTP(o, "GET", "/node/"+label+"/console?token="+url.QueryEscape(tok), "", time.Second)
+	_, body, err := leakHTTP(o, "GET", "/node/"+label+"/console?token="+url.QueryEscape(tok), "", time.Second)
 	if err != nil {
 		t.Errorf("GET console: %v", err)
 	}
 	got.add("HTTP console", body)
 }
 
-// blHTTP sends one request to the admin port; with limit, the body read
+// leakHTTP sends one request to the admin port; with limit, the body read
 // so far when limit passes is the answer (a console stream never ends).
-func blHTTP(o *obmdtest.Daemon, method, path, body string, limit time.Duration) (int, string, error) {
+func leakHTTP(o *obmdtest.Daemon, method, path, body string, limit time.Duration) (int, string, error) {
 	req, err := http.NewRequest(method, "http://"+o.AdminAddr()+path, strings.NewReader(body))
 	if err != nil {
 		return 0, "", err

@@ -22,10 +22,10 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// fdDriverCase is one row of the power table (the rows of sol/soltest,
+// driverCase is one row of the power table (the rows of sol/soltest,
 // through obmd): run lines on a fresh machine that is on with no actions
 // recorded, then expect exactly actions (ipmi_sim's power hook words).
-type fdDriverCase struct {
+type driverCase struct {
 	name    string
 	lines   []string
 	stdout  []string // per line, with L for the label
@@ -34,8 +34,8 @@ type fdDriverCase struct {
 	status  string // power-status afterwards, if set
 }
 
-func fdDriverCases() []fdDriverCase {
-	return []fdDriverCase{
+func driverCases() []driverCase {
+	return []driverCase{
 		{"status on", []string{"power-status"}, []string{"L: power on"}, nil, true, ""},
 		{"off", []string{"power-off"}, []string{"L: powered off"}, []string{"power 0"}, false, "off"},
 		{"soft off", []string{"power-off --soft"}, []string{"L: soft power-off requested"}, []string{"shutdown 1"}, false, "off"},
@@ -66,7 +66,7 @@ func TestSSHDrivers(t *testing.T) {
 	for _, typ := range []string{"ipmi", "ipmitool"} {
 		t.Run(typ, func(t *testing.T) {
 			t.Parallel()
-			for i, tc := range fdDriverCases() {
+			for i, tc := range driverCases() {
 				t.Run(tc.name, func(t *testing.T) {
 					s := ipmisim.Start(t)
 					label := typ + "-" + string(rune('a'+i))
@@ -78,7 +78,7 @@ func TestSSHDrivers(t *testing.T) {
 							t.Fatalf("%q: got %v, want exit 0 and %q", line, res, want)
 						}
 					}
-					fdWaitActions(t, s, tc.actions)
+					waitActions(t, s, tc.actions)
 					if got := s.PowerOn(); got != tc.powerOn {
 						t.Errorf("machine power on: got %v, want %v", got, tc.powerOn)
 					}
@@ -94,9 +94,9 @@ func TestSSHDrivers(t *testing.T) {
 	}
 }
 
-// fdWaitActions waits until the simulator recorded exactly want (a power
+// waitActions waits until the simulator recorded exactly want (a power
 // cycle's "power 1" comes about a second after its "power 0").
-func fdWaitActions(t *testing.T, s *ipmisim.Sim, want []string) {
+func waitActions(t *testing.T, s *ipmisim.Sim, want []string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -111,21 +111,21 @@ func fdWaitActions(t *testing.T, s *ipmisim.Sim, want []string) {
 	}
 }
 
-// fdDeadBMC is a UDP socket on loopback that reads what it is sent and
+// deadBMC is a UDP socket on loopback that reads what it is sent and
 // never answers: a BMC that is gone.
-type fdDeadBMC struct {
+type deadBMC struct {
 	conn *net.UDPConn
 	got  chan struct{} // closed at the first packet
 	done chan struct{} // closed when the reader has returned
 }
 
-func newDeadBMC(t *testing.T) *fdDeadBMC {
+func newDeadBMC(t *testing.T) *deadBMC {
 	t.Helper()
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &fdDeadBMC{conn: conn, got: make(chan struct{}), done: make(chan struct{})}
+	d := &deadBMC{conn: conn, got: make(chan struct{}), done: make(chan struct{})}
 	go func() { // owned by the test: the cleanup closes conn and waits
 		defer close(d.done)
 		var once sync.Once
@@ -141,11 +141,11 @@ func newDeadBMC(t *testing.T) *fdDeadBMC {
 	return d
 }
 
-// fdDeadPass is the dead BMC's password: it must never reach a client.
-const fdDeadPass = "dead-bmc-secret-7f3e"
+// deadPass is the dead BMC's password: it must never reach a client.
+const deadPass = "dead-bmc-secret-7f3e"
 
-func (d *fdDeadBMC) info() sol.Info {
-	return sol.Info{Addr: "127.0.0.1", Port: d.conn.LocalAddr().(*net.UDPAddr).Port, User: "admin", Pass: fdDeadPass}
+func (d *deadBMC) info() sol.Info {
+	return sol.Info{Addr: "127.0.0.1", Port: d.conn.LocalAddr().(*net.UDPAddr).Port, User: "admin", Pass: deadPass}
 }
 
 // TestSSHDeadBMC: while calls to BMCs that never answer are in flight (one
@@ -226,7 +226,7 @@ func TestSSHDeadBMC(t *testing.T) {
 		}
 		t.Logf("%s: dead call %v, stderr %q", typ, d.took.Round(time.Millisecond), d.res.Stderr)
 	}
-	if strings.Contains(o.Logs.String(), fdDeadPass) {
+	if strings.Contains(o.Logs.String(), deadPass) {
 		t.Errorf("the BMC password reached the log")
 	}
 	t.Logf("meanwhile: power-status %v (ipmi_sim) and %v (sim); busy answers %v and %v",
@@ -256,7 +256,7 @@ func TestSSHBusy(t *testing.T) {
 	// the runner took it (right after the session.start record).
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for ctx.Err() == nil && !fdHasAudit(o.Audit("slow"), "session.start", "ok") {
+	for ctx.Err() == nil && !hasAudit(o.Audit("slow"), "session.start", "ok") {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -297,7 +297,7 @@ func TestSSHBusy(t *testing.T) {
 	}
 }
 
-func fdHasAudit(events []obmdtest.AuditRow, action, result string) bool {
+func hasAudit(events []obmdtest.AuditRow, action, result string) bool {
 	for _, e := range events {
 		if e.Action == action && e.Result == result {
 			return true

@@ -1,6 +1,6 @@
 package certs
 
-// Helpers of the idle-connection tests (e2e_certs_idle_test.go): an
+// Helpers of the idle-connection tests (idle_test.go): an
 // OpenSSH ControlMaster (`ssh -N -M`) that logged in and holds no session,
 // and the clients run through it.
 
@@ -17,9 +17,9 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// cmMaster is `ssh -N -o ControlMaster=yes`: a connection that logged in
+// master is `ssh -N -o ControlMaster=yes`: a connection that logged in
 // and opens sessions only for the clients run through its socket.
-type cmMaster struct {
+type master struct {
 	t      testing.TB
 	name   string
 	args   []string // a client's through the socket, but the command
@@ -33,7 +33,7 @@ type cmMaster struct {
 // (a key or certificate: "-i", ...; with a token, through sshpass), and
 // waits until a command through it has run: it is logged in, and holds no
 // session from then on.
-func idleMaster(t testing.TB, name, addr, user, token string, extra []string) *cmMaster {
+func idleMaster(t testing.TB, name, addr, user, token string, extra []string) *master {
 	t.Helper()
 	ipmisim.Require(t, "ssh", "sshpass")
 	// A socket's path is at most 107 bytes: not under t.TempDir().
@@ -47,7 +47,7 @@ func idleMaster(t testing.TB, name, addr, user, token string, extra []string) *c
 	if token != "" {
 		auth = []string{"-o", "PubkeyAuthentication=no"}
 	}
-	m := &cmMaster{t: t, name: name, stderr: obmdtest.NewBuffer(), done: make(chan struct{}),
+	m := &master{t: t, name: name, stderr: obmdtest.NewBuffer(), done: make(chan struct{}),
 		args: append([]string{"-o", "ControlMaster=no"}, obmdtest.SSHArgs(addr, user, "-o", "ControlPath="+sock)...)}
 	args := append([]string{"-N", "-o", "ControlMaster=yes"}, obmdtest.SSHArgs(addr, user, append(append(auth, "-o", "ControlPath="+sock), extra...)...)...)
 	m.cmd = exec.Command("ssh", args...)
@@ -84,7 +84,7 @@ func idleMaster(t testing.TB, name, addr, user, token string, extra []string) *c
 }
 
 // run runs cmd through the master.
-func (m *cmMaster) run(cmd ...string) obmdtest.Result {
+func (m *master) run(cmd ...string) obmdtest.Result {
 	m.t.Helper()
 	res, err := obmdtest.RunClient(60*time.Second, "ssh", append(m.args, cmd...)...)
 	if err != nil {
@@ -96,7 +96,7 @@ func (m *cmMaster) run(cmd ...string) obmdtest.Result {
 // start starts cmd through the master and leaves it running (its stdin
 // stays open); its stderr is returned, and a channel closed once it has
 // exited.
-func (m *cmMaster) start(cmd ...string) (*obmdtest.Buffer, chan struct{}) {
+func (m *master) start(cmd ...string) (*obmdtest.Buffer, chan struct{}) {
 	m.t.Helper()
 	c := exec.Command("ssh", append(m.args, cmd...)...)
 	stderr := obmdtest.NewBuffer()
@@ -125,7 +125,7 @@ func (m *cmMaster) start(cmd ...string) (*obmdtest.Buffer, chan struct{}) {
 	return stderr, done
 }
 
-func (m *cmMaster) exited() bool {
+func (m *master) exited() bool {
 	select {
 	case <-m.done:
 		return true
@@ -136,7 +136,7 @@ func (m *cmMaster) exited() bool {
 
 // closed checks that the master exits (obmd closed its connection)
 // within bound of start; it returns how long it took.
-func (m *cmMaster) closed(start time.Time, bound time.Duration) time.Duration {
+func (m *master) closed(start time.Time, bound time.Duration) time.Duration {
 	m.t.Helper()
 	select {
 	case <-m.done:
@@ -151,7 +151,7 @@ func (m *cmMaster) closed(start time.Time, bound time.Duration) time.Duration {
 }
 
 // alive checks that the master still runs and opens a session.
-func (m *cmMaster) alive(why string) {
+func (m *master) alive(why string) {
 	m.t.Helper()
 	if m.exited() {
 		m.t.Errorf("%s: exited after %s (%q), want it open", m.name, why, m.stderr.String())

@@ -19,30 +19,30 @@ import (
 	"github.com/obmd/obmd/sol/sim"
 )
 
-// ckLive is a node's live sessions: an OpenSSH console and an x/crypto
+// live is a node's live sessions: an OpenSSH console and an x/crypto
 // power-cycle in flight, both by certificate, and a token console that
 // no credential change may end (nil once a node's change has ended it).
-type ckLive struct {
+type live struct {
 	con   *obmdtest.PTY
 	ex    *obmdtest.GoSession
 	token *obmdtest.GoSession
 	bmc   *sim.BMC
 }
 
-// ckInFlight is how long the simulated BMC holds the power-cycle: longer
+// inFlight is how long the simulated BMC holds the power-cycle: longer
 // than any test waits for its cut.
-const ckInFlight = 10 * time.Second
+const inFlight = 10 * time.Second
 
-// liveCert starts the sessions of ckLive on label of o with the
+// liveCert starts the sessions of live on label of o with the
 // certificate at cert (of k), and waits until all three are registered.
-func liveCert(t *testing.T, o *obmdtest.Daemon, k *ckIssuer, label, cert, token string) *ckLive {
+func liveCert(t *testing.T, o *obmdtest.Daemon, k *issuer, label, cert, token string) *live {
 	t.Helper()
-	l := &ckLive{bmc: o.Lab().BMC(label, sim.ModeNormal)}
+	l := &live{bmc: o.Lab().BMC(label, sim.ModeNormal)}
 	l.con = obmdtest.SSHPTY(t, o.SSHAddr(), label, "", k.args(cert))
 	l.con.Out.Wait(t, "OpenSSH console banner", 0, "console of "+label)
 	l.token = o.GoConsole(t, label, token, obmdtest.SessionOpts{})
 	l.token.Stderr.Wait(t, "token console banner", 0, "console of "+label)
-	l.bmc.SetDelay(ckInFlight)
+	l.bmc.SetDelay(inFlight)
 	t.Cleanup(func() { l.bmc.SetDelay(0) })
 	l.ex = obmdtest.StartGoSession(t, o.SSHAddr(), label, gossh.PublicKeys(k.signer(cert)), obmdtest.SessionOpts{Cmd: "power-cycle"})
 	obmdtest.WaitUntil(t, "three live sessions", func() bool { return o.SessionKinds(label) == "console,console,exec" })
@@ -52,7 +52,7 @@ func liveCert(t *testing.T, o *obmdtest.Daemon, k *ckIssuer, label, cert, token 
 // cut checks that the certificate sessions ended with reason, each within
 // bound of start, and the token console did not; it returns the slower
 // end's delay.
-func (l *ckLive) cut(t *testing.T, start time.Time, reason string, bound time.Duration) time.Duration {
+func (l *live) cut(t *testing.T, start time.Time, reason string, bound time.Duration) time.Duration {
 	t.Helper()
 	dc := l.con.End.Wait(t, "OpenSSH console").Sub(start)
 	de := l.ex.End.Wait(t, "exec").Sub(start)

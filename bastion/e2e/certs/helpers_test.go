@@ -1,6 +1,6 @@
 package certs
 
-// Helpers of the certificate tests (e2e_certs_test.go): an OpenSSH CA run
+// Helpers of the certificate tests (login_test.go): an OpenSSH CA run
 // with Debian's ssh-keygen, its certificates as files for `ssh -o
 // CertificateFile=` and as x/crypto signers, and the audit rows they leave.
 
@@ -22,9 +22,9 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// ckIssuer is an OpenSSH user CA and one tenant's key pair, made by
+// issuer is an OpenSSH user CA and one tenant's key pair, made by
 // ssh-keygen in a test's directory.
-type ckIssuer struct {
+type issuer struct {
 	t     testing.TB
 	dir   string
 	key   string // the tenant's private key file (ssh -i)
@@ -34,10 +34,10 @@ type ckIssuer struct {
 }
 
 // newIssuer makes a CA and a tenant key.
-func newIssuer(t testing.TB) *ckIssuer {
+func newIssuer(t testing.TB) *issuer {
 	t.Helper()
 	ipmisim.Require(t, "ssh-keygen", "ssh")
-	k := &ckIssuer{t: t, dir: t.TempDir()}
+	k := &issuer{t: t, dir: t.TempDir()}
 	k.run("-q", "-t", "ed25519", "-N", "", "-C", "ca", "-f", "ca")
 	k.run("-q", "-t", "ed25519", "-N", "", "-C", "tenant", "-f", "id")
 	k.key = filepath.Join(k.dir, "id")
@@ -49,7 +49,7 @@ func newIssuer(t testing.TB) *ckIssuer {
 	return k
 }
 
-func (k *ckIssuer) run(args ...string) {
+func (k *issuer) run(args ...string) {
 	k.t.Helper()
 	cmd := exec.Command("ssh-keygen", args...)
 	cmd.Dir = k.dir
@@ -58,7 +58,7 @@ func (k *ckIssuer) run(args ...string) {
 	}
 }
 
-func (k *ckIssuer) read(name string) []byte {
+func (k *issuer) read(name string) []byte {
 	k.t.Helper()
 	b, err := os.ReadFile(filepath.Join(k.dir, name))
 	if err != nil {
@@ -69,7 +69,7 @@ func (k *ckIssuer) read(name string) []byte {
 
 // sign runs `ssh-keygen -s ca ARGS id.pub` and returns the path of the
 // certificate, a file of its own.
-func (k *ckIssuer) sign(args ...string) string {
+func (k *issuer) sign(args ...string) string {
 	k.t.Helper()
 	k.run(append(append([]string{"-q", "-s", "ca"}, args...), "id.pub")...)
 	k.certs++
@@ -81,7 +81,7 @@ func (k *ckIssuer) sign(args ...string) string {
 }
 
 // signer is the x/crypto signer of the certificate at path.
-func (k *ckIssuer) signer(path string) gossh.Signer {
+func (k *issuer) signer(path string) gossh.Signer {
 	k.t.Helper()
 	s, err := gossh.NewCertSigner(certAt(k.t, path), k.user)
 	if err != nil {
@@ -116,7 +116,7 @@ func validAfter(t testing.TB, path string) time.Time {
 
 // args are the OpenSSH client arguments that log in with the certificate
 // at path.
-func (k *ckIssuer) args(path string) []string {
+func (k *issuer) args(path string) []string {
 	return []string{"-i", k.key, "-o", "CertificateFile=" + path}
 }
 
@@ -127,7 +127,7 @@ func window(from, to time.Time) string {
 }
 
 // trust adds k's CA as name and returns its fingerprint.
-func trust(a *obmdtest.Admin, k *ckIssuer, name string) string {
+func trust(a *obmdtest.Admin, k *issuer, name string) string {
 	a.T.Helper()
 	var out struct{ Fingerprint string }
 	if err := json.Unmarshal(a.MustAPI(201, "POST", "/v1/cas", map[string]string{"key": k.ca, "name": name}), &out); err != nil {
@@ -138,7 +138,7 @@ func trust(a *obmdtest.Admin, k *ckIssuer, name string) string {
 
 // certObmd starts a daemon on dsn ("": SQLite) with opts, trusting a new
 // issuer's CA as "hil"; it returns the CA's fingerprint too.
-func certObmd(t *testing.T, dsn string, opts ...func(*daemon.Config)) (*obmdtest.Daemon, *ckIssuer, string) {
+func certObmd(t *testing.T, dsn string, opts ...func(*daemon.Config)) (*obmdtest.Daemon, *issuer, string) {
 	t.Helper()
 	o := obmdtest.Start(t, append([]func(*daemon.Config){func(c *daemon.Config) { c.DB = dsn }}, opts...)...)
 	k := newIssuer(t)
@@ -147,7 +147,7 @@ func certObmd(t *testing.T, dsn string, opts ...func(*daemon.Config)) (*obmdtest
 
 // certOpens checks that the certificate at cert (of k) runs power-status
 // on label through OpenSSH; what names the case.
-func certOpens(o *obmdtest.Daemon, k *ckIssuer, label, cert, what string) {
+func certOpens(o *obmdtest.Daemon, k *issuer, label, cert, what string) {
 	o.T.Helper()
 	if res := o.OpenSSH(label, "", k.args(cert), "power-status"); res.Code != 0 || res.Stdout != label+": power on\n" {
 		o.T.Errorf("%s: got %v, want exit 0 and the power status", what, res)
@@ -156,7 +156,7 @@ func certOpens(o *obmdtest.Daemon, k *ckIssuer, label, cert, what string) {
 
 // certRefused checks that OpenSSH cannot log in to label with the
 // certificate at cert (of k).
-func certRefused(o *obmdtest.Daemon, k *ckIssuer, label, cert, what string) {
+func certRefused(o *obmdtest.Daemon, k *issuer, label, cert, what string) {
 	o.T.Helper()
 	if res := o.OpenSSH(label, "", k.args(cert), "power-status"); res.Code != 255 || !strings.Contains(res.Stderr, "Permission denied") {
 		o.T.Errorf("%s: got %v, want permission denied", what, res)

@@ -23,7 +23,7 @@ import (
 const idleBound = 5 * time.Second
 
 // idleCert signs a certificate of k for label, key id id and serial.
-func idleCert(k *ckIssuer, label, id string, serial int) []string {
+func idleCert(k *issuer, label, id string, serial int) []string {
 	return k.args(k.sign("-I", id, "-n", label, "-V", "+1s:+1h", "-z", fmt.Sprint(serial)))
 }
 
@@ -47,7 +47,7 @@ func TestCertIdleClosed(t *testing.T) {
 		o.MustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 11, "ca": fp})
 		t.Logf("serial: closed %v after the call began", bySerial.closed(start, idleBound).Round(time.Millisecond))
 		closedAudit(o, "ic1", "ssh:cert hil:ivy serial 11", "access to ic1 was revoked (certificate revoked)")
-		for _, m := range []*cmMaster{byKeyID, other, tok} {
+		for _, m := range []*master{byKeyID, other, tok} {
 			m.alive("serial 11's revocation")
 		}
 
@@ -106,9 +106,9 @@ func TestIdleAccessChange(t *testing.T) {
 		busy := idleMaster(t, "ia1's busy certificate master", addr, "ia1", "", idleCert(k, "ia1", "ola", 32))
 		busyTok := idleMaster(t, "ia1's busy token master", addr, "ia1", token, nil)
 		other := idleMaster(t, "ia2's master", addr, "ia2", "", idleCert(k, "ia2", "pat", 33))
-		stderrs := map[*cmMaster]*obmdtest.Buffer{}
-		ended := map[*cmMaster]chan struct{}{}
-		for _, m := range []*cmMaster{busy, busyTok} {
+		stderrs := map[*master]*obmdtest.Buffer{}
+		ended := map[*master]chan struct{}{}
+		for _, m := range []*master{busy, busyTok} {
 			stderrs[m], ended[m] = m.start("console")
 			stderrs[m].Wait(t, m.name+"'s console banner", 0, "console of ia1")
 		}
@@ -117,7 +117,7 @@ func TestIdleAccessChange(t *testing.T) {
 		start := time.Now()
 		o.Rotate("ia1")
 		t.Logf("idle: closed %v after the call began", idle.closed(start, idleBound).Round(time.Millisecond))
-		for _, m := range []*cmMaster{busy, busyTok} {
+		for _, m := range []*master{busy, busyTok} {
 			select {
 			case <-ended[m]:
 			case <-time.After(obmdtest.Timeout):

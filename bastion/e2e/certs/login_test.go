@@ -19,9 +19,9 @@ import (
 	"github.com/obmd/obmd/bastion/daemon"
 )
 
-// ckFailDelay is the fail delay of the certificate tests: long enough to
+// failDelay is the fail delay of the certificate tests: long enough to
 // see that every refusal waits for it.
-const ckFailDelay = 200 * time.Millisecond
+const failDelay = 200 * time.Millisecond
 
 // TestCertLogin: a CA is trusted through /v1/cas (adding it again is 200;
 // GET lists it); a certificate signed with the operator guide's line (ssh-keygen
@@ -86,7 +86,7 @@ func TestCertLogin(t *testing.T) {
 func TestCertRefused(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o, k, _ := certObmd(t, dsn, obmdtest.NoLimits, func(c *daemon.Config) { c.FailDelay = ckFailDelay })
+		o, k, _ := certObmd(t, dsn, obmdtest.NoLimits, func(c *daemon.Config) { c.FailDelay = failDelay })
 		untrusted := newIssuer(t)
 		o.AddSimNode("c17")
 		o.MustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 43})
@@ -99,7 +99,7 @@ func TestCertRefused(t *testing.T) {
 		now := time.Now()
 		for _, tc := range []struct {
 			name string
-			k    *ckIssuer
+			k    *issuer
 			args []string
 			why  string
 		}{
@@ -127,8 +127,8 @@ func TestCertRefused(t *testing.T) {
 				if _, err := o.Exec("c17", "power-status", gossh.PublicKeys(tc.k.signer(cert))); err == nil {
 					t.Errorf("x/crypto: logged in, want refused")
 				}
-				if took := time.Since(start); took < ckFailDelay {
-					t.Errorf("x/crypto refusal after %v, want at least the fail delay %v", took, ckFailDelay)
+				if took := time.Since(start); took < failDelay {
+					t.Errorf("x/crypto refusal after %v, want at least the fail delay %v", took, failDelay)
 				}
 			})
 		}

@@ -4,7 +4,7 @@ package console
 // and "mock" types): the bastion-level flow (banner, escapes, notices,
 // break, detach, no-PTY consoles, window changes, console-log, the HTTP
 // stream) through the real OpenSSH client and x/crypto. Real BMCs are in
-// e2e_console_ipmi_test.go, many viewers in e2e_console_viewers_test.go.
+// ipmi_test.go, many viewers in viewers_test.go.
 
 import (
 	"bytes"

@@ -52,13 +52,13 @@ func TestConsoleEscapeConfigured(t *testing.T) {
 	}
 }
 
-// escBackends are conBackends plus ipmi_sim through ipmitool, whose own
+// escapeBackends are backends plus ipmi_sim through ipmitool, whose own
 // escape character ("~") the driver neutralises.
-func escBackends() []conBackend {
-	return append(conBackends(), conBackend{"ipmitool", func(t *testing.T, o *obmdtest.Daemon, label string) *conNode {
+func escapeBackends() []backend {
+	return append(backends(), backend{"ipmitool", func(t *testing.T, o *obmdtest.Daemon, label string) *node {
 		ipmisim.Require(t, "ipmitool")
 		s := ipmisim.Start(t)
-		return &conNode{label: label, token: o.AddIPMINode(label, "ipmitool", s), write: s.WriteSerial, typed: s.Serial}
+		return &node{label: label, token: o.AddIPMINode(label, "ipmitool", s), write: s.WriteSerial, typed: s.Serial}
 	}})
 }
 
@@ -75,7 +75,7 @@ func TestConsoleNoPTYUntouched(t *testing.T) {
 		in = append(in, byte(i))
 	}
 	in = append(in, "\x05c.\x05c?\x05cb\x05cf\x05cs\x05cr\x05c\x05\x05\x05cc\r~.\r~B\r~?\n~~\x00\xff<in-end>"...)
-	for _, backend := range escBackends() {
+	for _, backend := range escapeBackends() {
 		t.Run(backend.name, func(t *testing.T) {
 			t.Parallel()
 			node := backend.node(t, o, "raw-"+backend.name)
@@ -108,7 +108,7 @@ func TestConsoleNoPTYUntouched(t *testing.T) {
 func TestConsoleLiteralPrefix(t *testing.T) {
 	t.Parallel()
 	o := obmdtest.Start(t)
-	for _, backend := range conBackends() {
+	for _, backend := range backends() {
 		t.Run(backend.name, func(t *testing.T) {
 			t.Parallel()
 			node := backend.node(t, o, "lit-"+backend.name)

@@ -51,14 +51,14 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 			p.TypeKeys("root\r")
 			s.WaitSerial(t, []byte("root\r"), obmdtest.Timeout)
 
-			lat := conEchoLatency(t, p, s, 20)
+			lat := echoLatency(t, p, s, 20)
 			slices.Sort(lat)
 			t.Logf("%s: keystroke echo (ssh -> obmd -> BMC -> serial -> BMC -> obmd -> ssh): median %v, max %v over %d keys",
 				typ, lat[len(lat)/2].Round(100*time.Microsecond), lat[len(lat)-1].Round(100*time.Microsecond), len(lat))
 
 			// A 64 KiB paste arrives intact (ending at a line start, so the
 			// break below is possible for ipmitool too).
-			paste := conPaste(64 << 10)
+			paste := paste(64 << 10)
 			before := len(s.Serial())
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -76,7 +76,7 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 			took := time.Since(start)
 			wg.Wait()
 			if got := s.Serial()[before:]; !bytes.Equal(got, paste) {
-				t.Fatalf("paste: got %d bytes on the serial port (differ at %d), want the %d pasted", len(got), conDiff(got, paste), len(paste))
+				t.Fatalf("paste: got %d bytes on the serial port (differ at %d), want the %d pasted", len(got), diff(got, paste), len(paste))
 			}
 			t.Logf("%s: 64 KiB paste through obmd to the serial port in %v (%.0f KiB/s)",
 				typ, took.Round(time.Millisecond), 64/took.Seconds())
@@ -108,10 +108,10 @@ func TestConsoleIPMIOpenSSH(t *testing.T) {
 	}
 }
 
-// conEchoLatency types n keys and, as a host echoing its input would,
+// echoLatency types n keys and, as a host echoing its input would,
 // writes each back to the serial port as soon as it arrives there; it
 // returns the time from keystroke to echo on the screen.
-func conEchoLatency(t testing.TB, p *obmdtest.PTY, s *ipmisim.Sim, n int) []time.Duration {
+func echoLatency(t testing.TB, p *obmdtest.PTY, s *ipmisim.Sim, n int) []time.Duration {
 	t.Helper()
 	var out []time.Duration
 	for i := range n {
@@ -138,10 +138,10 @@ func conEchoLatency(t testing.TB, p *obmdtest.PTY, s *ipmisim.Sim, n int) []time
 	return out
 }
 
-// conPaste is n bytes of text in lines of 79 characters and CR, as a
+// paste is n bytes of text in lines of 79 characters and CR, as a
 // pasted file arrives from a terminal. It contains no escape of OpenSSH
 // ("~" after a newline), of obmd (Ctrl-E) or of ipmitool ("~").
-func conPaste(n int) []byte {
+func paste(n int) []byte {
 	const chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:-_=+()[]{}<>/|!@#$%^&*"
 	r := rand.New(rand.NewPCG(1, 2))
 	out := make([]byte, n)
@@ -155,8 +155,8 @@ func conPaste(n int) []byte {
 	return out
 }
 
-// conDiff is the first index where a and b differ.
-func conDiff(a, b []byte) int {
+// diff is the first index where a and b differ.
+func diff(a, b []byte) int {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
 			return i
@@ -229,7 +229,7 @@ func TestConsoleIPMIStalePayload(t *testing.T) {
 		t.Run(typ, func(t *testing.T) {
 			t.Parallel()
 			s := ipmisim.Start(t)
-			conStalePayload(t, s)
+			stalePayload(t, s)
 			label := "stale-" + typ
 			tok := o.AddIPMINode(label, typ, s)
 			g := o.GoConsole(t, label, tok, obmdtest.SessionOpts{})
@@ -243,9 +243,9 @@ func TestConsoleIPMIStalePayload(t *testing.T) {
 	}
 }
 
-// conStalePayload activates SOL on s with ipmitool and kills it with
+// stalePayload activates SOL on s with ipmitool and kills it with
 // SIGKILL, leaving the payload active.
-func conStalePayload(t *testing.T, s *ipmisim.Sim) {
+func stalePayload(t *testing.T, s *ipmisim.Sim) {
 	t.Helper()
 	// ipmitool sol activate needs a pty; the password goes in its
 	// environment (-E), never on its command line.

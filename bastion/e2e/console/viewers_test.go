@@ -20,15 +20,15 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// conNode is a node whose serial side a test drives.
-type conNode struct {
+// node is a node whose serial side a test drives.
+type node struct {
 	label, token string
 	write        func(p []byte) error // the host prints p on its serial port
 	typed        func() []byte        // everything that reached the serial port
 }
 
 // print prints p on the node's serial port.
-func (n *conNode) print(t testing.TB, p []byte) {
+func (n *node) print(t testing.TB, p []byte) {
 	t.Helper()
 	if err := n.write(p); err != nil {
 		t.Errorf("write serial: %v", err)
@@ -36,32 +36,32 @@ func (n *conNode) print(t testing.TB, p []byte) {
 }
 
 // sync prints markers until seen says one arrived.
-func (n *conNode) sync(t testing.TB, seen func(marker string) bool) {
+func (n *node) sync(t testing.TB, seen func(marker string) bool) {
 	t.Helper()
 	obmdtest.PrintUntilSeen(t, n.write, "sync", seen)
 }
 
-// conBackend registers a node whose serial side a test drives.
-type conBackend struct {
+// backend registers a node whose serial side a test drives.
+type backend struct {
 	name string
-	node func(t *testing.T, o *obmdtest.Daemon, label string) *conNode
+	node func(t *testing.T, o *obmdtest.Daemon, label string) *node
 }
 
-// conBackends are the simulator ("sim") and a real BMC through the native
+// backends are the simulator ("sim") and a real BMC through the native
 // driver ("ipmi": ipmi_sim, which ipmisim.Start requires).
-func conBackends() []conBackend {
-	return []conBackend{
-		{"sim", func(t *testing.T, o *obmdtest.Daemon, label string) *conNode {
+func backends() []backend {
+	return []backend{
+		{"sim", func(t *testing.T, o *obmdtest.Daemon, label string) *node {
 			tok := o.AddSimNode(label)
 			bmc := o.Lab().BMC(label, sim.ModeNormal)
 			if err := bmc.PowerOff(t.Context(), false); err != nil { // a powered-off host does not echo keys
 				t.Fatal(err)
 			}
-			return &conNode{label: label, token: tok, write: obmdtest.Inject(bmc), typed: bmc.Typed}
+			return &node{label: label, token: tok, write: obmdtest.Inject(bmc), typed: bmc.Typed}
 		}},
-		{"ipmi", func(t *testing.T, o *obmdtest.Daemon, label string) *conNode {
+		{"ipmi", func(t *testing.T, o *obmdtest.Daemon, label string) *node {
 			s := ipmisim.Start(t)
-			return &conNode{label: label, token: o.AddIPMINode(label, "ipmi", s), write: s.WriteSerial, typed: s.Serial}
+			return &node{label: label, token: o.AddIPMINode(label, "ipmi", s), write: s.WriteSerial, typed: s.Serial}
 		}},
 	}
 }
@@ -82,7 +82,7 @@ func allSaw(vs []*obmdtest.GoSession) func(string) bool {
 func TestConsoleViewers(t *testing.T) {
 	t.Parallel()
 	o := obmdtest.Start(t)
-	for _, backend := range conBackends() {
+	for _, backend := range backends() {
 		t.Run(backend.name, func(t *testing.T) {
 			node := backend.node(t, o, "many-"+backend.name)
 			for _, n := range []int{2, 10} {
@@ -165,7 +165,7 @@ func TestConsoleViewers(t *testing.T) {
 func TestConsoleTakeover(t *testing.T) {
 	t.Parallel()
 	o := obmdtest.Start(t)
-	for _, backend := range conBackends() {
+	for _, backend := range backends() {
 		t.Run(backend.name, func(t *testing.T) {
 			node := backend.node(t, o, "take-"+backend.name)
 			// ro attaches first, read-only: it does not take the free pen.
@@ -334,7 +334,7 @@ func TestConsoleStalledViewer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if got := f.Out.Bytes()[marks[i]:]; !bytes.Equal(got, sent.Bytes()) {
-				t.Errorf("viewer %d: got %d bytes (differ at %d), want all %d", i, len(got), conDiff(got, sent.Bytes()), sent.Len())
+				t.Errorf("viewer %d: got %d bytes (differ at %d), want all %d", i, len(got), diff(got, sent.Bytes()), sent.Len())
 			}
 		}()
 	}

@@ -47,7 +47,7 @@ func testReplicasHistory(t *testing.T, dsn string) {
 	var secrets []string
 	for _, sc := range obmdtest.AccessChanges() {
 		var secret string
-		tok, secret = rpHistoryChange(t, reps, bmc, sc, tok)
+		tok, secret = historyChange(t, reps, bmc, sc, tok)
 		secrets = append(secrets, secret)
 	}
 	before := "before-the-kill-" + obmdtest.Random(t)[:8]
@@ -137,12 +137,12 @@ func testReplicasHistory(t *testing.T, dsn string) {
 	obmdtest.PrintUntilSeen(t, bmc.WriteSerial, "after-the-stop", func(m string) bool { return strings.Contains(logOn(last), m) })
 }
 
-// rpHistoryChange runs one access change of sc on node n1 (captured, on
+// historyChange runs one access change of sc on node n1 (captured, on
 // bmc) through reps[1], the current tenant holding tok, and returns the
 // next tenant's token and a secret the old tenancy printed. On reps[2]
 // and reps[0], the next tenant's console-log, attach replay and --follow
 // show the new tenancy's output and not the secret.
-func rpHistoryChange(t *testing.T, reps []*obmdtest.Replica, bmc *ipmisim.Sim, sc obmdtest.AccessChange, tok string) (string, string) {
+func historyChange(t *testing.T, reps []*obmdtest.Replica, bmc *ipmisim.Sim, sc obmdtest.AccessChange, tok string) (string, string) {
 	t.Helper()
 	logShows := func(r *obmdtest.Replica, tok string) func(string) bool {
 		return func(m string) bool {

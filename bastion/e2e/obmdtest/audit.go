@@ -9,7 +9,7 @@ import (
 	"sync"
 )
 
-// afMetric is one sample of /metrics.
+// Metric is one sample of /metrics.
 func (o *Daemon) Metric(series string) float64 {
 	o.T.Helper()
 	status, body := o.Request("GET", "/metrics", nil, "", "")
@@ -20,7 +20,7 @@ func (o *Daemon) Metric(series string) float64 {
 	return v
 }
 
-// afParallel runs n calls of try over workers goroutines.
+// Parallel runs n calls of try over workers goroutines.
 func Parallel(n, workers int, try func(i int)) {
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -38,7 +38,7 @@ func Parallel(n, workers int, try func(i int)) {
 	wg.Wait()
 }
 
-// httpFrom sends an admin-port request from the local address src with
+// HTTPFrom sends an admin-port request from the local address src with
 // basic credentials user:pass ("" user: none) and the headers hdr; it
 // returns the status and body (0 and an error logged if it failed).
 func (o *Daemon) HTTPFrom(src, method, path, user, pass string, hdr http.Header) (int, []byte) {
@@ -46,7 +46,7 @@ func (o *Daemon) HTTPFrom(src, method, path, user, pass string, hdr http.Header)
 	return RequestFrom(o.T, "http://"+o.AdminAddr(), src, method, path, user, pass, hdr)
 }
 
-// auditTotals sums the audit rows of node by action and result: rows, and
+// AuditTotals sums the audit rows of node by action and result: rows, and
 // the events they count.
 func (o *Daemon) AuditTotals(node string) (rows, events map[string]int64) {
 	o.T.Helper()
@@ -59,7 +59,7 @@ func (o *Daemon) AuditTotals(node string) (rows, events map[string]int64) {
 	return rows, events
 }
 
-// fdAuditRow is one event of GET /v1/audit.
+// AuditRow is one event of GET /v1/audit.
 type AuditRow struct {
 	ID     int64
 	Node   string
@@ -71,13 +71,13 @@ type AuditRow struct {
 	Count  int64 // repeats counted into one row (audit.aggregate_window)
 }
 
-// fromAddr reports whether an audit row's source is the address src: with
+// FromAddr reports whether an audit row's source is the address src: with
 // the client's port, or without it for a row counting repeats.
 func FromAddr(source, src string) bool {
 	return source == src || strings.HasPrefix(source, src+":")
 }
 
-// fdAudit returns node's audit events, oldest first.
+// Audit returns node's audit events, oldest first.
 func (o *Daemon) Audit(node string) []AuditRow {
 	o.T.Helper()
 	var out struct{ Events []AuditRow }

@@ -1,7 +1,7 @@
 package obmdtest
 
 // What the end-to-end tests share beyond the in-process daemon
-// (harness_test.go): how a test waits for what a client shows, the
+// (daemon.go): how a test waits for what a client shows, the
 // clients, and the obmd binary for the tests that run it as a process.
 
 import (
@@ -50,7 +50,7 @@ var (
 	builtDir  string
 )
 
-// obmdBinary returns the path of cmd/obmd, built once per test binary.
+// Binary returns the path of cmd/obmd, built once per test binary.
 func Binary(t testing.TB) string {
 	t.Helper()
 	soltest.External(t, "the obmd binary, run as a process")
@@ -90,11 +90,11 @@ func buildObmd() (string, error) {
 	return path, nil
 }
 
-// e2eWait bounds every wait of these tests for something that must happen
+// Timeout bounds every wait of these tests for something that must happen
 // soon: generous, since CI has two cores and runs them under -race.
 const Timeout = 20 * time.Second
 
-// waitUntil polls cond, less and less often (5 ms to 50 ms apart), until it
+// WaitUntil polls cond, less and less often (5 ms to 50 ms apart), until it
 // holds; it fails t after e2eWait.
 func WaitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
@@ -107,7 +107,7 @@ func WaitUntil(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// conBuf collects a byte stream and lets a test wait for text in it.
+// Buffer collects a byte stream and lets a test wait for text in it.
 type Buffer struct {
 	mu   sync.Mutex
 	b    []byte
@@ -139,7 +139,7 @@ func (c *Buffer) Len() int {
 	return len(c.b)
 }
 
-// find waits until want occurs at or after offset from and returns the
+// Find waits until want occurs at or after offset from and returns the
 // offset just past it; ok is false after timeout.
 func (c *Buffer) Find(from int, want []byte, timeout time.Duration) (end int, ok bool) {
 	deadline := time.NewTimer(timeout)
@@ -163,7 +163,7 @@ func (c *Buffer) Find(from int, want []byte, timeout time.Duration) (end int, ok
 	}
 }
 
-// wait is find that fails t on timeout.
+// Wait is find that fails t on timeout.
 func (c *Buffer) Wait(t testing.TB, what string, from int, want string) int {
 	t.Helper()
 	end, ok := c.Find(from, []byte(want), Timeout)
@@ -178,7 +178,7 @@ func (c *Buffer) Wait(t testing.TB, what string, from int, want string) int {
 // client.
 var printSeq atomic.Int64
 
-// printUntilSeen prints markers "<prefix-N>", each new and on a line of its
+// PrintUntilSeen prints markers "<prefix-N>", each new and on a line of its
 // own, with print (a node's serial port) until seen says one arrived, and
 // returns that one. Output printed while a console link or a replica's
 // relay is still opening is lost: this is how a test knows its clients
@@ -202,12 +202,12 @@ func PrintUntilSeen(t testing.TB, print func([]byte) error, prefix string, seen 
 	}
 }
 
-// inject is print for a simulated BMC's serial side.
+// Inject is print for a simulated BMC's serial side.
 func Inject(bmc *sim.BMC) func([]byte) error {
 	return func(p []byte) error { bmc.Inject(p); return nil }
 }
 
-// shows is a printUntilSeen condition: every buffer holds the marker.
+// Shows is a printUntilSeen condition: every buffer holds the marker.
 func Shows(bufs ...*Buffer) func(string) bool {
 	return func(m string) bool {
 		for _, b := range bufs {
@@ -219,7 +219,7 @@ func Shows(bufs ...*Buffer) func(string) bool {
 	}
 }
 
-// clientEnd is how a client the test watches ended.
+// End is how a client the test watches ended.
 type End struct {
 	Done chan struct{} // closed when the client has ended; at, code and err are then set
 	At   time.Time
@@ -236,7 +236,7 @@ func (e *End) finishAt(at time.Time, code int, err error) {
 	close(e.Done)
 }
 
-// wait returns when the client ended, failing t if it does not.
+// Wait returns when the client ended, failing t if it does not.
 func (e *End) Wait(t testing.TB, what string) time.Time {
 	t.Helper()
 	select {
@@ -257,7 +257,7 @@ func (e *End) Ended() bool {
 	}
 }
 
-// httpConsole is a GET /node/{label}/console stream; its body is copied
+// HTTPConsole is a GET /node/{label}/console stream; its body is copied
 // into out until it ends.
 type HTTPConsole struct {
 	Resp *http.Response // status and headers; the body is out's
@@ -266,7 +266,7 @@ type HTTPConsole struct {
 	Stop func() // ends the stream (idempotent) and waits for the copy
 }
 
-// consoleHTTP opens label's HTTP console with token; it returns once the
+// ConsoleHTTP opens label's HTTP console with token; it returns once the
 // response has begun (the stream is registered), or fails t unless the
 // status is 200. The stream ends at the latest when t does.
 func (o *Daemon) ConsoleHTTP(t testing.TB, label, token string) *HTTPConsole {
@@ -303,7 +303,7 @@ func (o *Daemon) ConsoleHTTP(t testing.TB, label, token string) *HTTPConsole {
 	return h
 }
 
-// countsFrom0 fails t unless the stream's first n lines are 0, 1, ...
+// CountsFrom0 fails t unless the stream's first n lines are 0, 1, ...
 // n-1: a mock console's counter from its start.
 func (h *HTTPConsole) CountsFrom0(t testing.TB, what string, n int) {
 	t.Helper()
@@ -320,7 +320,7 @@ func (h *HTTPConsole) CountsFrom0(t testing.TB, what string, n int) {
 
 // ---- interactive clients ----
 
-// client is what every interactive client of these tests has: keys in,
+// Client is what every interactive client of these tests has: keys in,
 // what it printed, how it ended.
 type Client struct {
 	t   testing.TB
@@ -330,7 +330,7 @@ type Client struct {
 	End *End      // code: its exit status, -1 without one
 }
 
-// typeKeys sends keystrokes.
+// TypeKeys sends keystrokes.
 func (c *Client) TypeKeys(s string) {
 	c.t.Helper()
 	if _, err := c.In.Write([]byte(s)); err != nil {
@@ -338,27 +338,27 @@ func (c *Client) TypeKeys(s string) {
 	}
 }
 
-// expect waits for want in out after the previous match and moves past it.
+// Expect waits for want in out after the previous match and moves past it.
 func (c *Client) Expect(want string) {
 	c.t.Helper()
 	c.Pos = c.Out.Wait(c.t, "client output", c.Pos, want)
 }
 
-// exit waits for the client to end and returns its exit status.
+// Exit waits for the client to end and returns its exit status.
 func (c *Client) Exit() int {
 	c.t.Helper()
 	c.End.Wait(c.t, "the client")
 	return c.End.Code
 }
 
-// dialSSH connects to addr as user with auth (x/crypto, any host key).
+// DialSSH connects to addr as user with auth (x/crypto, any host key).
 func DialSSH(addr, user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
 	return gossh.Dial("tcp", addr, &gossh.ClientConfig{
 		User: user, Auth: auth, HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
 	})
 }
 
-// execSSH runs line on user@addr (x/crypto) on a connection of its own and
+// ExecSSH runs line on user@addr (x/crypto) on a connection of its own and
 // returns its output and exit status; err is a failure to connect, to
 // authenticate or to run it.
 func ExecSSH(addr, user, line string, auth ...gossh.AuthMethod) (Result, error) {
@@ -370,19 +370,19 @@ func ExecSSH(addr, user, line string, auth ...gossh.AuthMethod) (Result, error) 
 	return RunSession(c, line)
 }
 
-// conGo is a session through golang.org/x/crypto/ssh, on a connection of
+// GoSession is a session through golang.org/x/crypto/ssh, on a connection of
 // its own: a console, or a command started without waiting for it.
 type GoSession struct {
 	Client
 	Conn    *gossh.Client
 	Session *gossh.Session
-	Stderr  *Buffer   // stderr: obmd's banner and notices (out itself with conOpts.merge)
+	Stderr  *Buffer   // stderr: obmd's banner and notices (out itself with SessionOpts.merge)
 	epos    int       // notice's cursor in errb
 	stdout  io.Reader // a stalled console's stdout, read only by drain
 	wg      sync.WaitGroup
 }
 
-// conOpts say how a conGo starts.
+// SessionOpts say how a GoSession starts.
 type SessionOpts struct {
 	PTY   bool   // request a pty first
 	Cmd   string // exec this instead of asking for a shell (the console)
@@ -390,7 +390,7 @@ type SessionOpts struct {
 	Merge bool   // stderr into out too, as a terminal shows them
 }
 
-// goSession connects to addr as user with auth and starts a session.
+// StartGoSession connects to addr as user with auth and starts a session.
 func StartGoSession(t testing.TB, addr, user string, auth gossh.AuthMethod, opt SessionOpts) *GoSession {
 	t.Helper()
 	c, err := DialSSH(addr, user, auth)
@@ -455,13 +455,13 @@ func StartGoSession(t testing.TB, addr, user string, auth gossh.AuthMethod, opt 
 	return g
 }
 
-// goConsole attaches to user's console on o with token.
+// GoConsole attaches to user's console on o with token.
 func (o *Daemon) GoConsole(t testing.TB, user, token string, opt SessionOpts) *GoSession {
 	t.Helper()
 	return StartGoSession(t, o.SSHAddr(), user, gossh.Password(token), opt)
 }
 
-// drain starts reading a stalled console's stdout.
+// Drain starts reading a stalled console's stdout.
 func (g *GoSession) Drain() {
 	g.wg.Add(1)
 	go func() { // ends when the session's stdout does
@@ -470,13 +470,13 @@ func (g *GoSession) Drain() {
 	}()
 }
 
-// notice waits for want on stderr after the previous notice.
+// Notice waits for want on stderr after the previous notice.
 func (g *GoSession) Notice(want string) {
 	g.t.Helper()
 	g.epos = g.Stderr.Wait(g.t, "console notices", g.epos, want)
 }
 
-// sshArgs are the OpenSSH client arguments for user@addr: no user config,
+// SSHArgs are the OpenSSH client arguments for user@addr: no user config,
 // no known_hosts, only the given auth.
 func SSHArgs(addr, user string, extra ...string) []string {
 	host, port, _ := net.SplitHostPort(addr)
@@ -487,7 +487,7 @@ func SSHArgs(addr, user string, extra ...string) []string {
 	return append(args, user+"@"+host)
 }
 
-// conPTY is the real OpenSSH client, ssh -tt, with a pty for a terminal, as
+// PTY is the real OpenSSH client, ssh -tt, with a pty for a terminal, as
 // a person at a keyboard runs it. Its out is the screen (stdout and stderr
 // share the pty).
 type PTY struct {
@@ -495,7 +495,7 @@ type PTY struct {
 	Master *os.File // the pty master: the keyboard (in) and the screen
 }
 
-// sshPTY starts ssh -tt to user@addr running cmd (none: the console). With
+// SSHPTY starts ssh -tt to user@addr running cmd (none: the console). With
 // a token it runs under sshpass, the token in its environment (not its
 // arguments); with token "" it authenticates with the key file in extra
 // ("-i", path).
@@ -516,7 +516,7 @@ func SSHPTY(t testing.TB, addr, user, token string, extra []string, cmd ...strin
 	return StartPTY(t, c)
 }
 
-// startPTY runs the ssh command c under a pty (sshPTY).
+// StartPTY runs the ssh command c under a pty (sshPTY).
 func StartPTY(t testing.TB, c *exec.Cmd) *PTY {
 	t.Helper()
 	f, err := pty.StartWithSize(c, &pty.Winsize{Rows: 24, Cols: 80})
@@ -562,7 +562,7 @@ func StartPTY(t testing.TB, c *exec.Cmd) *PTY {
 
 // ---- the admin API ----
 
-// requestFrom sends an HTTP request to base+path from the local address
+// RequestFrom sends an HTTP request to base+path from the local address
 // src, with basic credentials user:pass ("" user: none) and the headers
 // hdr; it returns the status and body (0 and an error logged if it failed:
 // safe in goroutines).
@@ -592,7 +592,7 @@ func RequestFrom(t testing.TB, base, src, method, path, user, pass string, hdr h
 	return res.StatusCode, body
 }
 
-// adminClient is an HTTP client of an obmd's admin API.
+// Admin is an HTTP client of an obmd's admin API.
 type Admin struct {
 	T     testing.TB // what fails on a transport error or an unwanted status
 	base  string     // http://host:port
@@ -605,14 +605,14 @@ func NewAdmin(t testing.TB, addr, token, where string) *Admin {
 	return &Admin{T: t, base: "http://" + addr, token: token, where: where, http: &http.Client{Timeout: 30 * time.Second}}
 }
 
-// on is a copy of a that fails t (a subtest) instead.
+// On is a copy of a that fails t (a subtest) instead.
 func (a *Admin) On(t testing.TB) *Admin {
 	c := *a
 	c.T = t
 	return &c
 }
 
-// request sends an HTTP request to the admin port and returns status and
+// Request sends an HTTP request to the admin port and returns status and
 // body; user "" sends no auth. body may be nil, a string or []byte (sent as
 // is), or a value to encode as JSON.
 func (a *Admin) Request(method, path string, body any, user, pass string) (int, []byte) {
@@ -650,13 +650,13 @@ func (a *Admin) Request(method, path string, body any, user, pass string) (int, 
 	return resp.StatusCode, data
 }
 
-// api sends an admin request (basic admin:<token>).
+// API sends an admin request (basic admin:<token>).
 func (a *Admin) API(method, path string, body any) (int, []byte) {
 	a.T.Helper()
 	return a.Request(method, path, body, "admin", a.token)
 }
 
-// mustAPI is api that fails unless the status is want.
+// MustAPI is api that fails unless the status is want.
 func (a *Admin) MustAPI(want int, method, path string, body any) []byte {
 	a.T.Helper()
 	status, data := a.API(method, path, body)
@@ -666,7 +666,7 @@ func (a *Admin) MustAPI(want int, method, path string, body any) []byte {
 	return data
 }
 
-// rotate issues a new token for label.
+// Rotate issues a new token for label.
 func (a *Admin) Rotate(label string) string {
 	a.T.Helper()
 	var out struct{ Token string }
@@ -676,7 +676,7 @@ func (a *Admin) Rotate(label string) string {
 	return out.Token
 }
 
-// noPTY is the real OpenSSH client with pipes for stdin, stdout and
+// NoPTY is the real OpenSSH client with pipes for stdin, stdout and
 // stderr (ssh -T), as a script runs it.
 type NoPTY struct {
 	Stdin       io.Writer
@@ -684,7 +684,7 @@ type NoPTY struct {
 	End         *End
 }
 
-// sshNoPTY starts `ssh -T user@addr console` under sshpass, the token in
+// SSHNoPTY starts `ssh -T user@addr console` under sshpass, the token in
 // its environment; it is killed when t ends.
 func SSHNoPTY(t testing.TB, addr, user, token string) *NoPTY {
 	t.Helper()

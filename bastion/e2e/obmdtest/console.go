@@ -1,6 +1,6 @@
 package obmdtest
 
-// Helpers of the console end-to-end tests (e2e_console_*_test.go): the
+// Helpers of the console end-to-end tests (bastion/e2e/console): the
 // escapes, the audit of breaks, and the daemon's log.
 
 import (
@@ -19,7 +19,7 @@ const (
 	EscReplay   = "\x05cr"
 )
 
-// detach types the detach escape and fails the test unless the client is
+// Detach types the detach escape and fails the test unless the client is
 // told and exits 0.
 func (c *Client) Detach() {
 	c.t.Helper()
@@ -32,7 +32,7 @@ func (c *Client) Detach() {
 
 // ---- admin API ----
 
-// conAudit returns the actions and results of label's audit events, one
+// ConsoleAudit returns the actions and results of label's audit events, one
 // per event (a row counting repeats stands for each of them).
 func (o *Daemon) ConsoleAudit(label string) []string {
 	o.T.Helper()
@@ -55,7 +55,7 @@ func (o *Daemon) ConsoleAudit(label string) []string {
 	return acts
 }
 
-// conLogLines returns the daemon's log lines that contain every one of subs.
+// LogLinesWith returns the daemon's log lines that contain every one of subs.
 func (o *Daemon) LogLinesWith(subs ...string) []string {
 	var out []string
 	for _, l := range strings.Split(o.Logs.String(), "\n") {
@@ -70,7 +70,7 @@ func (o *Daemon) LogLinesWith(subs ...string) []string {
 	return out
 }
 
-// logShows is a printUntilSeen condition: label's console-log (over
+// LogShows is a printUntilSeen condition: label's console-log (over
 // x/crypto/ssh, cheaper than OpenSSH for polling) holds the marker.
 func (o *Daemon) LogShows(label, tok string) func(string) bool {
 	return func(m string) bool {
@@ -79,5 +79,5 @@ func (o *Daemon) LogShows(label, tok string) func(string) bool {
 	}
 }
 
-// conDrivers are the driver types that reach a real BMC.
+// IPMIDrivers are the driver types that reach a real BMC.
 var IPMIDrivers = []string{"ipmi", "ipmitool"}

@@ -36,7 +36,7 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// syncBuffer collects log output from many goroutines.
+// SyncBuffer collects log output from many goroutines.
 type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -54,7 +54,7 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// obmd is a running daemon under test.
+// Daemon is a running daemon under test.
 type Daemon struct {
 	*daemon.Daemon
 	*Admin // its admin API: api, request, mustAPI, rotate
@@ -66,7 +66,7 @@ type Daemon struct {
 	done   chan error
 }
 
-// startObmd starts a daemon on SQLite (or on the engine's DSN) with test
+// Start starts a daemon on SQLite (or on the engine's DSN) with test
 // defaults (short fail delay and linger; guessing limits no test reaches by
 // accident: the tests of the limits set their own, as the others fail on
 // purpose many times from 127.0.0.1, which the harness's admin client
@@ -92,7 +92,7 @@ func Start(t testing.TB, opts ...func(*daemon.Config)) *Daemon {
 	return StartWith(t, cfg)
 }
 
-// startWith starts a daemon with exactly cfg (restarts reuse a config).
+// StartWith starts a daemon with exactly cfg (restarts reuse a config).
 func StartWith(t testing.TB, cfg daemon.Config) *Daemon {
 	t.Helper()
 	logs := &SyncBuffer{}
@@ -139,7 +139,7 @@ func keepLog(t testing.TB, log string) {
 	t.Logf("whole daemon log in %s", name)
 }
 
-// stop shuts the daemon down and waits (idempotent).
+// Stop shuts the daemon down and waits (idempotent).
 func (o *Daemon) Stop() error {
 	if o.cancel == nil {
 		return nil
@@ -181,7 +181,7 @@ func OnSharedEngines(t *testing.T, f func(t *testing.T, dsn string)) {
 
 // ---- admin API ----
 
-// addNode registers label with type typ and info via the obmd route. The
+// AddNode registers label with type typ and info via the obmd route. The
 // tests put several nodes on one simulated BMC (each driver, each case),
 // so they say it is intended (allow_shared_bmc).
 func (o *Daemon) AddNode(label, typ string, info sol.Info) {
@@ -189,14 +189,14 @@ func (o *Daemon) AddNode(label, typ string, info sol.Info) {
 	o.MustAPI(200, "PUT", "/node/"+url.PathEscape(label)+"?allow_shared_bmc=1", map[string]any{"type": typ, "info": info})
 }
 
-// addSimNode registers label on the built-in simulator and returns its token.
+// AddSimNode registers label on the built-in simulator and returns its token.
 func (o *Daemon) AddSimNode(label string) string {
 	o.T.Helper()
 	o.AddNode(label, "sim", sol.Info{Addr: "sim"})
 	return o.Rotate(label)
 }
 
-// addIPMINode registers label on sim s with driver typ ("ipmi" or
+// AddIPMINode registers label on sim s with driver typ ("ipmi" or
 // "ipmitool") and returns its token.
 func (o *Daemon) AddIPMINode(label, typ string, s *ipmisim.Sim) string {
 	o.T.Helper()
@@ -204,7 +204,7 @@ func (o *Daemon) AddIPMINode(label, typ string, s *ipmisim.Sim) string {
 	return o.Rotate(label)
 }
 
-// addKey registers pub on label and returns its fingerprint.
+// AddKey registers pub on label and returns its fingerprint.
 func (a *Admin) AddKey(label string, pub gossh.PublicKey) string {
 	a.T.Helper()
 	line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pub)))
@@ -218,14 +218,14 @@ func (a *Admin) AddKey(label string, pub gossh.PublicKey) string {
 
 // ---- SSH through golang.org/x/crypto/ssh ----
 
-// dial connects as user with auth.
+// Dial connects as user with auth.
 func (o *Daemon) Dial(user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
 	return gossh.Dial("tcp", o.SSHAddr(), &gossh.ClientConfig{
 		User: user, Auth: auth, HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
 	})
 }
 
-// session dials user with a token and opens a session on the connection,
+// NewSession dials user with a token and opens a session on the connection,
 // both closed at the test's end.
 func (o *Daemon) NewSession(t testing.TB, user, token string) (*gossh.Client, *gossh.Session) {
 	t.Helper()
@@ -242,13 +242,13 @@ func (o *Daemon) NewSession(t testing.TB, user, token string) (*gossh.Client, *g
 	return c, s
 }
 
-// execResult is what one exec returned.
+// Result is what one exec returned.
 type Result struct {
 	Stdout, Stderr string
 	Code           int
 }
 
-// execGo runs cmd on user@obmd with a token (password auth) and returns its
+// ExecGo runs cmd on user@obmd with a token (password auth) and returns its
 // output and exit status; err is a transport or authentication failure.
 func (o *Daemon) ExecGo(user, token, cmd string) (Result, error) {
 	c, err := o.Dial(user, gossh.Password(token))
@@ -279,7 +279,7 @@ func RunSession(c *gossh.Client, cmd string) (Result, error) {
 	return res, nil
 }
 
-// newKey returns a fresh ed25519 signer and the path of its OpenSSH private
+// NewKey returns a fresh ed25519 signer and the path of its OpenSSH private
 // key file (for ssh -i).
 func NewKey(t testing.TB) (gossh.Signer, string) {
 	t.Helper()
@@ -290,7 +290,7 @@ func NewKey(t testing.TB) (gossh.Signer, string) {
 	return KeyFile(t, priv, "id_ed25519")
 }
 
-// keyFile returns a signer of priv and the path of its OpenSSH private key
+// KeyFile returns a signer of priv and the path of its OpenSSH private key
 // file, named name.
 func KeyFile(t testing.TB, priv crypto.PrivateKey, name string) (gossh.Signer, string) {
 	t.Helper()
@@ -311,7 +311,7 @@ func KeyFile(t testing.TB, priv crypto.PrivateKey, name string) (gossh.Signer, s
 
 // ---- SSH through the real OpenSSH client ----
 
-// sshArgs are the OpenSSH client arguments for user@obmd: no user config,
+// SSHArgs are the OpenSSH client arguments for user@obmd: no user config,
 // no known_hosts, only the given auth.
 func (o *Daemon) SSHArgs(user string, extra ...string) []string {
 	host, port, _ := net.SplitHostPort(o.SSHAddr())
@@ -322,14 +322,14 @@ func (o *Daemon) SSHArgs(user string, extra ...string) []string {
 	return append(args, user+"@"+host)
 }
 
-// openssh runs `sshpass -p TOKEN ssh ... user@obmd cmd...` (or, with token
+// OpenSSH runs `sshpass -p TOKEN ssh ... user@obmd cmd...` (or, with token
 // "", `ssh -i key`: pass "-i", path in extra) and returns its result.
 func (o *Daemon) OpenSSH(user, token string, extra []string, cmd ...string) Result {
 	o.T.Helper()
 	return o.OpenSSHIn(user, token, nil, extra, cmd...)
 }
 
-// opensshIn is openssh with stdin (nil: none).
+// OpenSSHIn is openssh with stdin (nil: none).
 func (o *Daemon) OpenSSHIn(user, token string, stdin io.Reader, extra []string, cmd ...string) Result {
 	o.T.Helper()
 	ipmisim.Require(o.T, "ssh", "sshpass")
@@ -349,12 +349,12 @@ func (o *Daemon) OpenSSHIn(user, token string, stdin io.Reader, extra []string, 
 	return res
 }
 
-// clientWaitDelay bounds the wait for a client's output once the client
+// ClientWaitDelay bounds the wait for a client's output once the client
 // has exited or been killed: ssh, sshpass's child, may outlive a killed
 // sshpass and hold the pipes.
 const ClientWaitDelay = 2 * time.Second
 
-// runClient runs a client program to its end and returns its output and
+// RunClient runs a client program to its end and returns its output and
 // exit code; err is a failure to run it, or that it was still running
 // after limit (it is then killed).
 func RunClient(limit time.Duration, name string, args ...string) (Result, error) {

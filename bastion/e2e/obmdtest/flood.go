@@ -14,13 +14,13 @@ import (
 	"time"
 )
 
-// acDial connects to addr from the local address src.
+// DialTCPFrom connects to addr from the local address src.
 func DialTCPFrom(src, addr string) (net.Conn, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
 	return d.Dial("tcp", addr)
 }
 
-// acFlood holds hostile connections to an admin port, from one worker per
+// Flood holds hostile connections to an admin port, from one worker per
 // source address: idle ones, ones that trickle their headers, and ones
 // that trickle a body without a credential. Each worker opens a new one
 // every pause until halt, and keeps its last hold (older ones it closes
@@ -39,12 +39,12 @@ func StartFlood(t testing.TB, addr string, sources []string, pause time.Duration
 	return StartFloodOf(t, addr, sources, pause, hold, static, hostileStarts)
 }
 
-// acHostile are the starts of the hostile connections of acStartFlood:
+// hostileStarts are the starts of the hostile connections of StartFlood:
 // none, headers trickled, a body trickled without a credential.
 var hostileStarts = []string{"", "GET /healthz HTTP/1.1\r\nHost: obmd\r\nX-Slow: ",
 	"POST /node/x/token HTTP/1.1\r\nHost: obmd\r\nContent-Length: 100000\r\n\r\n"}
 
-// acStartFloodOf is acStartFlood with the connections starting with
+// StartFloodOf is StartFlood with the connections starting with
 // starts, in turn.
 func StartFloodOf(t testing.TB, addr string, sources []string, pause time.Duration, hold int, static bool, starts []string) *Flood {
 	f := &Flood{stop: make(chan struct{})}
@@ -114,7 +114,7 @@ func (f *Flood) halt() []net.Conn {
 	return f.held
 }
 
-// serverOpen counts the held connections the server has not closed.
+// ServerOpen counts the held connections the server has not closed.
 func (f *Flood) ServerOpen() int {
 	open := 0
 	for _, c := range f.halt() {
@@ -125,7 +125,7 @@ func (f *Flood) ServerOpen() int {
 	return open
 }
 
-// acSources are count addresses 127.0.0.first, ...
+// Sources are count addresses 127.0.0.first, ...
 func Sources(first, count int) []string {
 	var out []string
 	for i := range count {
@@ -134,12 +134,12 @@ func Sources(first, count int) []string {
 	return out
 }
 
-// acFreshClient sends one request on a new connection (no keep-alive).
+// FreshHTTPClient sends one request on a new connection (no keep-alive).
 func FreshHTTPClient() *http.Client {
 	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 }
 
-// acRotate rotates label's token through the obmd route on a new
+// RotateWith rotates label's token through the obmd route on a new
 // connection and returns the new token.
 func RotateWith(t testing.TB, client *http.Client, base, adminToken, label string) (string, error) {
 	req, err := http.NewRequest("POST", base+"/node/"+label+"/token", nil)
@@ -163,13 +163,13 @@ func RotateWith(t testing.TB, client *http.Client, base, adminToken, label strin
 	return out.Token, nil
 }
 
-// acServerClosed reports whether the server has closed c, waiting briefly.
+// serverClosed reports whether the server has closed c, waiting briefly.
 func serverClosed(c net.Conn) bool {
 	_, err := ClosedAt(c, 20*time.Millisecond)
 	return err == nil
 }
 
-// acClosedAt reads c (ignoring what the server sends) until the server
+// ClosedAt reads c (ignoring what the server sends) until the server
 // closes it, and returns when that was; it gives up after limit.
 func ClosedAt(c net.Conn, limit time.Duration) (time.Time, error) {
 	c.SetReadDeadline(time.Now().Add(limit))

@@ -10,7 +10,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 )
 
-// hsRaw reports the first raw control character (other than \n, \r, \t)
+// RawControl reports the first raw control character (other than \n, \r, \t)
 // in s, or "".
 func RawControl(s string) string {
 	for _, r := range s {
@@ -21,7 +21,7 @@ func RawControl(s string) string {
 	return ""
 }
 
-// hsNoRawInLogs checks every logged string value for raw control characters.
+// NoRawInLogs checks every logged string value for raw control characters.
 func NoRawInLogs(t *testing.T, o *Daemon) {
 	t.Helper()
 	for _, line := range strings.Split(o.Logs.String(), "\n") {
@@ -37,7 +37,7 @@ func NoRawInLogs(t *testing.T, o *Daemon) {
 	}
 }
 
-// hsConnect is an authenticated x/crypto connection as user with a
+// Connect is an authenticated x/crypto connection as user with a
 // token, closed at the test's end.
 func (o *Daemon) Connect(t testing.TB, user, token string) *gossh.Client {
 	t.Helper()

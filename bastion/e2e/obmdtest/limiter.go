@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// ghostsUnderAttack returns a probe of o's ?token= route with a wrong
+// GhostsUnderAttack returns a probe of o's ?token= route with a wrong
 // token from an address, once onReal and onGhost have failed once each on
 // a name that is no node and four helpers (127.0.0.helpers and the next
 // three) have put the shared limiter entry of such names under attack (20

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// metricSample is the value of series (name and labels, as written) in a
+// MetricSample is the value of series (name and labels, as written) in a
 // Prometheus text exposition.
 func MetricSample(exposition, series string) (float64, bool) {
 	for _, line := range strings.Split(exposition, "\n") {

@@ -9,7 +9,7 @@ import (
 	"github.com/obmd/obmd/bastion/internal/proxyproto"
 )
 
-// atkPipe forwards TCP from its own address to target (set once known);
+// Pipe forwards TCP from its own address to target (set once known);
 // cut drops every connection and refuses new ones: a network partition.
 // As a balancer (setBalancer), it connects from its own address and sends
 // a PROXY protocol v2 header naming the client first, as HAProxy's
@@ -88,7 +88,7 @@ func (p *Pipe) SetTarget(addr string) {
 	p.mu.Unlock()
 }
 
-// setBalancer makes p a balancer that connects from address from and
+// SetBalancer makes p a balancer that connects from address from and
 // sends a PROXY header.
 func (p *Pipe) SetBalancer(from string) {
 	p.mu.Lock()
@@ -96,7 +96,7 @@ func (p *Pipe) SetBalancer(from string) {
 	p.mu.Unlock()
 }
 
-// heal takes new connections again after cut.
+// Heal takes new connections again after cut.
 func (p *Pipe) Heal() {
 	p.mu.Lock()
 	p.down = false

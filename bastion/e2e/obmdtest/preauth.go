@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// paConn is a raw TCP connection to the SSH port from a chosen address; it
+// PreauthConn is a raw TCP connection to the SSH port from a chosen address; it
 // reads whatever the server sends until the server closes it.
 type PreauthConn struct {
 	net.Conn
@@ -18,7 +18,7 @@ type PreauthConn struct {
 	at     time.Time     // when that was seen (set before closed is)
 }
 
-// paDial connects to o's SSH port from src; the connection is closed at
+// DialPreauth connects to o's SSH port from src; the connection is closed at
 // the end of t at the latest.
 func DialPreauth(t testing.TB, o *Daemon, src string) *PreauthConn {
 	t.Helper()
@@ -41,7 +41,7 @@ func DialPreauth(t testing.TB, o *Daemon, src string) *PreauthConn {
 	return c
 }
 
-// admitted waits for the server's version line: the connection has its
+// Admitted waits for the server's version line: the connection has its
 // place.
 func (c *PreauthConn) Admitted(t testing.TB) {
 	t.Helper()
@@ -66,7 +66,7 @@ func (c *PreauthConn) Open() bool {
 	}
 }
 
-// paClosedAt waits for the server to close c and returns when it did.
+// ClosedAt waits for the server to close c and returns when it did.
 func (c *PreauthConn) ClosedAt(t testing.TB, what string) time.Time {
 	t.Helper()
 	select {

@@ -17,10 +17,10 @@ import (
 	"github.com/obmd/obmd/bastion/internal/proxyproto"
 )
 
-// pxBalancer is the address the balancers of these tests connect from.
+// Balancer is the address the balancers of these tests connect from.
 const Balancer = "127.0.0.5"
 
-// pxProxy is a TCP proxy: each connection it accepts is forwarded to
+// Proxy is a TCP proxy: each connection it accepts is forwarded to
 // target from the local address from, after header(client, the proxy's
 // address) when header is set.
 type Proxy struct {
@@ -87,19 +87,19 @@ func (p *Proxy) forward(c net.Conn, target, from string, header func(client, loc
 	<-done
 }
 
-// pxHeader is a header of version v for the client.
+// ProxyHeader is a header of version v for the client.
 func ProxyHeader(v int) func(client, local netip.AddrPort) []byte {
 	return func(client, local netip.AddrPort) []byte {
 		return proxyproto.Header{Version: v, Source: client, Dest: local}.Append(nil)
 	}
 }
 
-// pxLimits are strict guessing limits, so the tests can lock a client out.
+// StrictLimits are strict guessing limits, so the tests can lock a client out.
 func StrictLimits(c *daemon.Config) {
 	c.AuthLimits = authlimit.Config{PerSource: 3, PerNode: 1000, Window: time.Minute, Lockout: time.Minute}
 }
 
-// pxFreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -110,8 +110,8 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// pxHAProxyConfig is HAProxy's configuration of two TCP balancers in front
-// of target, from pxBalancer, with health checks: one on port v2 sending
+// HAProxyConfig is HAProxy's configuration of two TCP balancers in front
+// of target, from Balancer, with health checks: one on port v2 sending
 // the PROXY header v2 (send-proxy-v2), one on port v1 sending v1.
 func HAProxyConfig(name, target string, v2, v1 int) string {
 	return fmt.Sprintf(`global
@@ -130,7 +130,7 @@ listen %[1]s_v1
 `, name, v2, v1, target, Balancer)
 }
 
-// pxHAProxy runs haproxy with cfg until the test ends and waits until it
+// HAProxy runs haproxy with cfg until the test ends and waits until it
 // listens on ports.
 func HAProxy(t *testing.T, cfg string, ports ...int) {
 	t.Helper()
@@ -162,7 +162,7 @@ func HAProxy(t *testing.T, cfg string, ports ...int) {
 	}
 }
 
-// pxSources is the set of addresses (no port) of user's audit rows.
+// AuditSources is the set of addresses (no port) of user's audit rows.
 func (o *Daemon) AuditSources(node string) map[string]int {
 	out := map[string]int{}
 	for _, e := range o.Audit(node) {
@@ -175,7 +175,7 @@ func (o *Daemon) AuditSources(node string) map[string]int {
 	return out
 }
 
-// pxSourcesUntil polls pxSources until ok holds of them (repeats are
+// AuditSourcesUntil polls AuditSources until ok holds of them (repeats are
 // counted at the end of the aggregation window), for 10 s at most, and
 // returns the last.
 func (o *Daemon) AuditSourcesUntil(node string, ok func(map[string]int) bool) map[string]int {

@@ -1,6 +1,6 @@
 package obmdtest
 
-// Helpers of the replica tests (e2e_replicas_test.go): obmd processes,
+// Helpers of the replica tests (bastion/e2e/replicas): obmd processes,
 // console viewers through x/crypto and OpenSSH, the BMC's payload status.
 // (The TCP proxy that cuts a replica off its database is dbtest.Proxy.)
 
@@ -33,7 +33,7 @@ import (
 
 // ---- replicas as processes ----
 
-// rpReplica is one obmd process.
+// Replica is one obmd process.
 type Replica struct {
 	*Admin    // its admin API, failing the test that started it (on: another)
 	Name      string
@@ -43,7 +43,7 @@ type Replica struct {
 	Exited    chan struct{}     // closed when the process has been reaped
 }
 
-// rpStart runs `obmd serve` with env (plus test defaults) and waits for
+// StartReplica runs `obmd serve` with env (plus test defaults) and waits for
 // its obmd_listening line. On failure it reports and returns nil.
 func StartReplica(t *testing.T, bin, name string, env map[string]string) *Replica {
 	vars := map[string]string{
@@ -116,7 +116,7 @@ func StartReplica(t *testing.T, bin, name string, env map[string]string) *Replic
 	return nil
 }
 
-// stop ends the process with SIGTERM (SIGKILL after 20 s).
+// Stop ends the process with SIGTERM (SIGKILL after 20 s).
 func (r *Replica) Stop(t testing.TB) {
 	select {
 	case <-r.Exited:
@@ -133,7 +133,7 @@ func (r *Replica) Stop(t testing.TB) {
 	}
 }
 
-// kill ends the process with SIGKILL, as a crashed host would.
+// Kill ends the process with SIGKILL, as a crashed host would.
 func (r *Replica) Kill(t testing.TB) {
 	if err := r.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %s: %v", r.Name, err)
@@ -141,7 +141,7 @@ func (r *Replica) Kill(t testing.TB) {
 	<-r.Exited
 }
 
-// count counts log lines with message msg for node.
+// Count counts log lines with message msg for node.
 func (r *Replica) Count(msg, node string) int {
 	n := 0
 	for _, m := range r.LogLines() {
@@ -152,7 +152,7 @@ func (r *Replica) Count(msg, node string) int {
 	return n
 }
 
-// countState counts console link state lines of node in state s.
+// CountState counts console link state lines of node in state s.
 func (r *Replica) CountState(node, s string) int {
 	n := 0
 	for _, m := range r.LogLines() {
@@ -174,14 +174,14 @@ func (r *Replica) LogLines() []map[string]any {
 	return out
 }
 
-// exec runs one command over SSH (x/crypto, token).
+// Exec runs one command over SSH (x/crypto, token).
 func (r *Replica) Exec(user, token, cmd string) (Result, error) {
 	return ExecSSH(r.Listening["ssh"], user, cmd, gossh.Password(token))
 }
 
 // ---- viewers ----
 
-// rpSeeAll prints on the serial port until every viewer has shown the same
+// SeeAll prints on the serial port until every viewer has shown the same
 // line (output from before a relay is up is not replayed to it).
 func SeeAll(t testing.TB, bmc *ipmisim.Sim, prefix string, vs ...*Client) {
 	t.Helper()
@@ -192,14 +192,14 @@ func SeeAll(t testing.TB, bmc *ipmisim.Sim, prefix string, vs ...*Client) {
 	PrintUntilSeen(t, bmc.WriteSerial, prefix, Shows(bufs...))
 }
 
-// goViewer attaches through x/crypto/ssh with a pty; its out holds
+// GoViewer attaches through x/crypto/ssh with a pty; its out holds
 // everything it printed.
 func (r *Replica) GoViewer(t testing.TB, label, token string) *Client {
 	t.Helper()
 	return &StartGoSession(t, r.Listening["ssh"], label, gossh.Password(token), SessionOpts{PTY: true, Merge: true}).Client
 }
 
-// sshViewer attaches through OpenSSH (ssh -tt under a pty, key auth).
+// SSHViewer attaches through OpenSSH (ssh -tt under a pty, key auth).
 func (r *Replica) SSHViewer(t testing.TB, label, keyFile string) *Client {
 	t.Helper()
 	return &SSHPTY(t, r.Listening["ssh"], label, "", []string{"-i", keyFile}).Client
@@ -207,7 +207,7 @@ func (r *Replica) SSHViewer(t testing.TB, label, keyFile string) *Client {
 
 // ---- the BMC and the database ----
 
-// rpActivePayloads asks the BMC how many SOL payload instances are active
+// ActivePayloads asks the BMC how many SOL payload instances are active
 // (Get Payload Activation Status, IPMI v2.0 24.4).
 func ActivePayloads(t testing.TB, bmc *ipmisim.Sim) int {
 	t.Helper()
@@ -236,7 +236,7 @@ func ActivePayloads(t testing.TB, bmc *ipmisim.Sim) int {
 	return n
 }
 
-// rpStore opens the replicas' database (already migrated by them).
+// OpenStore opens the replicas' database (already migrated by them).
 func OpenStore(t testing.TB, dsn string) *db.Store {
 	t.Helper()
 	log := logrus.New()
@@ -249,7 +249,7 @@ func OpenStore(t testing.TB, dsn string) *db.Store {
 	return s
 }
 
-// rpBlackHole returns a UDP port on 127.0.0.1 where nothing ever answers.
+// BlackHole returns a UDP port on 127.0.0.1 where nothing ever answers.
 func BlackHole(t testing.TB) int {
 	t.Helper()
 	c, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -271,14 +271,14 @@ func Random(t testing.TB) string {
 	return hex.EncodeToString(b[:])
 }
 
-// rpCluster starts three obmd processes (rep-a, rep-b, rep-c) on dsn with
+// Cluster starts three obmd processes (rep-a, rep-b, rep-c) on dsn with
 // shared keys and admin token, in cluster mode, with env added.
 func Cluster(t *testing.T, dsn string, env map[string]string) []*Replica {
 	t.Helper()
 	return ClusterOn(t, []string{dsn, dsn, dsn}, env)
 }
 
-// sharedReplicaKeys makes the host key and sealing key every replica of
+// sharedKeys makes the host key and sealing key every replica of
 // one cluster shares, and returns their paths.
 func sharedKeys(t *testing.T) (hostKey, sealKey string) {
 	t.Helper()
@@ -293,7 +293,7 @@ func sharedKeys(t *testing.T) (hostKey, sealKey string) {
 	return hostKey, sealKey
 }
 
-// rpClusterOn starts one replica per database in dsns (at most three),
+// ClusterOn starts one replica per database in dsns (at most three),
 // replica i on dsns[i] (the nodes of one Galera cluster, or one server).
 func ClusterOn(t *testing.T, dsns []string, env map[string]string) []*Replica {
 	t.Helper()
@@ -319,13 +319,13 @@ func ClusterOn(t *testing.T, dsns []string, env map[string]string) []*Replica {
 	wg.Wait()
 	for _, r := range reps {
 		if r == nil {
-			t.FailNow() // rpStart reported why
+			t.FailNow() // StartReplica reported why
 		}
 	}
 	return reps
 }
 
-// atkReplicaEnv returns the obmd binary and the environment of a replica
+// ReplicaEnv returns the obmd binary and the environment of a replica
 // of one cluster (shared keys and admin token) on database db, advertising
 // advertise to its peers ("": its bound peer address).
 func ReplicaEnv(t *testing.T) (string, func(db, advertise string) map[string]string) {
@@ -343,6 +343,6 @@ func ReplicaEnv(t *testing.T) (string, func(db, advertise string) map[string]str
 	}
 }
 
-// rpLeaseTTL is the lease of the replicas under test (short, so that a
+// LeaseTTL is the lease of the replicas under test (short, so that a
 // lost holder's links move within a test).
 const LeaseTTL = 3 * time.Second

@@ -1,9 +1,9 @@
 package obmdtest
 
 // Helpers of the revocation, isolation and hostile-input tests
-// (e2e_revoke_test.go, e2e_hostile_test.go): the live sessions as the admin
+// (access/revoke_test.go, sshdoor/hostile_test.go): the live sessions as the admin
 // API lists them, a bounded context, a median. The clients whose end they
-// watch are in clients_test.go.
+// watch are in clients.go.
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// rvSession is a live session as GET /v1/sessions shows it.
+// Session is a live session as GET /v1/sessions shows it.
 type Session struct {
 	ID   string `json:"id"`
 	Node string `json:"node"`
@@ -30,7 +30,7 @@ type Session struct {
 	} `json:"cert"`
 }
 
-// rvSessions lists label's live sessions.
+// Sessions lists label's live sessions.
 func (o *Daemon) Sessions(label string) []Session {
 	o.T.Helper()
 	var out struct{ Sessions []Session }
@@ -40,7 +40,7 @@ func (o *Daemon) Sessions(label string) []Session {
 	return out.Sessions
 }
 
-// rvKinds is the sorted kinds of label's live sessions, joined by ",".
+// SessionKinds is the sorted kinds of label's live sessions, joined by ",".
 func (o *Daemon) SessionKinds(label string) string {
 	var k []string
 	for _, s := range o.Sessions(label) {
@@ -50,19 +50,19 @@ func (o *Daemon) SessionKinds(label string) string {
 	return strings.Join(k, ",")
 }
 
-// rvCtx is a context bounded by e2eWait.
+// Context is a context bounded by e2eWait.
 func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// rvScenario is one kind of access change.
+// AccessChange is one kind of access change.
 type AccessChange struct {
 	Name string
 	Why  string // the reason users are shown
 	Key  bool   // the SSH sessions authenticate with a key (removed by the change)
-	// change makes the change through the admin API.
+	// Change makes the change through the admin API.
 	Change func(a *Admin, label, fp string)
 }
 

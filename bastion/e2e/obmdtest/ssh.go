@@ -14,24 +14,24 @@ import (
 	"github.com/obmd/obmd/bastion/daemon"
 )
 
-// fdNoLimits lifts the guessing limits for tests that fail on purpose many
+// NoLimits lifts the guessing limits for tests that fail on purpose many
 // times from one address.
 func NoLimits(c *daemon.Config) {
 	c.AuthLimits = authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20, Window: time.Minute, Lockout: time.Minute}
 }
 
-// fdDialFrom connects from the local address src (127.0.0.2, ...), so tests
+// DialFrom connects from the local address src (127.0.0.2, ...), so tests
 // can act as several clients.
 func (o *Daemon) DialFrom(src, user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
 	return DialFrom(o.SSHAddr(), src, user, auth...)
 }
 
-// dialFrom connects to addr from the local address src as user.
+// DialFrom connects to addr from the local address src as user.
 func DialFrom(addr, src, user string, auth ...gossh.AuthMethod) (*gossh.Client, error) {
 	return DialWrapped(addr, src, user, func(c net.Conn) net.Conn { return c }, auth...)
 }
 
-// dialWrapped is dialFrom with the client's socket wrapped (a slow link).
+// DialWrapped is dialFrom with the client's socket wrapped (a slow link).
 func DialWrapped(addr, src, user string, wrap func(net.Conn) net.Conn, auth ...gossh.AuthMethod) (*gossh.Client, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
 	raw, err := d.Dial("tcp", addr)
@@ -51,7 +51,7 @@ func DialWrapped(addr, src, user string, wrap func(net.Conn) net.Conn, auth ...g
 	return gossh.NewClient(conn, chans, reqs), nil
 }
 
-// fdTryFrom authenticates from src with token and, if that works, runs
+// TryFrom authenticates from src with token and, if that works, runs
 // power-status; it returns the authentication error.
 func (o *Daemon) TryFrom(t *testing.T, src, user, token string) error {
 	t.Helper()
@@ -67,7 +67,7 @@ func (o *Daemon) TryFrom(t *testing.T, src, user, token string) error {
 	return nil
 }
 
-// fdImpostor offers a registered public key but signs with another key: it
+// Impostor offers a registered public key but signs with another key: it
 // does not hold the registered key's private half.
 type Impostor struct {
 	Key    gossh.PublicKey
@@ -80,7 +80,7 @@ func (i Impostor) Sign(r io.Reader, data []byte) (*gossh.Signature, error) {
 	return i.Signer.Sign(r, data)
 }
 
-// fdKbd answers obmd's one keyboard-interactive prompt with token; any
+// KeyboardInteractive answers obmd's one keyboard-interactive prompt with token; any
 // other challenge (more prompts, an echoed one) fails the login.
 func KeyboardInteractive(token string) gossh.AuthMethod {
 	return gossh.KeyboardInteractive(func(name, instruction string, questions []string, echos []bool) ([]string, error) {
@@ -91,13 +91,13 @@ func KeyboardInteractive(token string) gossh.AuthMethod {
 	})
 }
 
-// fdExec runs line on user@obmd with the given authentication.
+// Exec runs line on user@obmd with the given authentication.
 func (o *Daemon) Exec(user, line string, auth ...gossh.AuthMethod) (Result, error) {
 	return ExecSSH(o.SSHAddr(), user, line, auth...)
 }
 
-// fdMust fails t on a transport or authentication error:
-// fdMust(t)(o.execGo(...)).
+// Must fails t on a transport or authentication error:
+// Must(t)(o.execGo(...)).
 func Must(t *testing.T) func(Result, error) Result {
 	return func(res Result, err error) Result {
 		t.Helper()

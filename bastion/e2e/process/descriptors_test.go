@@ -24,11 +24,11 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-const fxAdminToken = "fx-admin-token-for-the-descriptor-tests"
+const adminToken = "fx-admin-token-for-the-descriptor-tests"
 
-// fxStart runs `obmd serve` under prlimit --nofile=soft:hard with env, and
+// start runs `obmd serve` under prlimit --nofile=soft:hard with env, and
 // waits until it listens.
-func fxStart(t *testing.T, soft, hard int, env map[string]string) *obmdtest.Replica {
+func start(t *testing.T, soft, hard int, env map[string]string) *obmdtest.Replica {
 	t.Helper()
 	ipmisim.Require(t, "prlimit")
 	script := filepath.Join(t.TempDir(), "obmd-limited")
@@ -36,7 +36,7 @@ func fxStart(t *testing.T, soft, hard int, env map[string]string) *obmdtest.Repl
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env["OBMD_ADMIN_TOKEN"] = fxAdminToken
+	env["OBMD_ADMIN_TOKEN"] = adminToken
 	r := obmdtest.StartReplica(t, script, "fx", env)
 	if r == nil {
 		t.FailNow()
@@ -44,8 +44,8 @@ func fxStart(t *testing.T, soft, hard int, env map[string]string) *obmdtest.Repl
 	return r
 }
 
-// fxOpenFiles counts the descriptors process pid holds.
-func fxOpenFiles(t testing.TB, pid int) int {
+// openFiles counts the descriptors process pid holds.
+func openFiles(t testing.TB, pid int) int {
 	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
 		t.Fatalf("count descriptors: %v", err)
@@ -53,8 +53,8 @@ func fxOpenFiles(t testing.TB, pid int) int {
 	return len(entries)
 }
 
-// fxLogins checks that tok logs in on r through x/crypto and OpenSSH.
-func fxLogins(t *testing.T, r *obmdtest.Replica, label, tok string) {
+// logins checks that tok logs in on r through x/crypto and OpenSSH.
+func logins(t *testing.T, r *obmdtest.Replica, label, tok string) {
 	t.Helper()
 	if res, err := r.Exec(label, tok, "power-status"); err != nil || res.Code != 0 {
 		t.Errorf("x/crypto login: got %v, %v; want power-status to exit 0", res, err)
@@ -77,7 +77,7 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
 		const nofile = 256
-		r := fxStart(t, nofile, nofile, map[string]string{"OBMD_DB": dsn, "OBMD_PEER_ADDR": "127.0.0.1:0"})
+		r := start(t, nofile, nofile, map[string]string{"OBMD_DB": dsn, "OBMD_PEER_ADDR": "127.0.0.1:0"})
 		if got := r.Listening["admin_max_conns"]; got != "64" {
 			t.Errorf("admin_max_conns: got %s, want 64 (a quarter of %d)", got, nofile)
 		}
@@ -97,18 +97,18 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 		// The caps' share of strangers (an eighth of the limit for admin,
 		// a thirty-second for peers, an eighth for SSH) and obmd's own
 		// files.
-		if n := fxOpenFiles(t, r.Cmd.Process.Pid); n > nofile/2 {
+		if n := openFiles(t, r.Cmd.Process.Pid); n > nofile/2 {
 			t.Errorf("obmd holds %d descriptors of %d under the flood, want at most half", n, nofile)
 		} else {
 			t.Logf("obmd holds %d descriptors of %d under the flood", n, nofile)
 		}
 
-		newTok, err := obmdtest.RotateWith(t, obmdtest.FreshHTTPClient(), "http://"+r.Listening["admin"], fxAdminToken, "fx1")
+		newTok, err := obmdtest.RotateWith(t, obmdtest.FreshHTTPClient(), "http://"+r.Listening["admin"], adminToken, "fx1")
 		if err != nil {
 			t.Fatalf("rotation under the flood: %v", err)
 		}
 		tenant.Expect("token rotated")
-		fxLogins(t, r, "fx1", newTok)
+		logins(t, r, "fx1", newTok)
 		// Those still queued are accepted, pushing out older ones.
 		obmdtest.WaitUntil(t, "at most admin_max_unauth_conns (32) flood connections open", func() bool { return flood.ServerOpen() <= 32 })
 	})
@@ -123,7 +123,7 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 func TestFDExhaustionAcceptLoops(t *testing.T) {
 	t.Parallel()
 	const nofile = 128
-	r := fxStart(t, nofile, nofile, map[string]string{"OBMD_PEER_ADDR": "127.0.0.1:0",
+	r := start(t, nofile, nofile, map[string]string{"OBMD_PEER_ADDR": "127.0.0.1:0",
 		"OBMD_ADMIN_MAX_CONNS": "100000", "OBMD_ADMIN_MAX_UNAUTH_CONNS": "100000",
 		"OBMD_ADMIN_MAX_UNAUTH_CONNS_PER_SOURCE": "100000", "OBMD_ADMIN_READ_HEADER_TIMEOUT": "10m"})
 	r.MustAPI(200, "PUT", "/node/fx2", map[string]any{"type": "sim", "info": map[string]string{"addr": "sim"}})
@@ -181,14 +181,14 @@ func TestFDExhaustionAcceptLoops(t *testing.T) {
 		}
 	}
 	newTok := r.Rotate("fx2")
-	fxLogins(t, r, "fx2", newTok)
+	logins(t, r, "fx2", newTok)
 }
 
 // TestOpenFileLimitRaised: obmd raises its soft open-file limit to the hard
 // one at start, says so, and sizes its caps from the result.
 func TestOpenFileLimitRaised(t *testing.T) {
 	t.Parallel()
-	r := fxStart(t, 200, 4096, map[string]string{})
+	r := start(t, 200, 4096, map[string]string{})
 	var line map[string]any
 	for _, m := range r.LogLines() {
 		if m["msg"] == "open_files_limit" {
@@ -204,13 +204,13 @@ func TestOpenFileLimitRaised(t *testing.T) {
 	if got := r.Listening["admin_max_conns"]; got != "1024" {
 		t.Errorf("admin_max_conns: got %s, want 1024", got)
 	}
-	if n := fxProcLimit(t, r.Cmd.Process.Pid); n != 4096 {
+	if n := procLimit(t, r.Cmd.Process.Pid); n != 4096 {
 		t.Errorf("the process's soft limit: got %d, want 4096", n)
 	}
 }
 
-// fxProcLimit reads the soft "Max open files" of process pid.
-func fxProcLimit(t testing.TB, pid int) int {
+// procLimit reads the soft "Max open files" of process pid.
+func procLimit(t testing.TB, pid int) int {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func fxProcLimit(t testing.TB, pid int) int {
 func TestAttackSSHPreauthExhaustsFDs(t *testing.T) {
 	t.Parallel()
 	const nofile = 256
-	r := fxStart(t, nofile, nofile, map[string]string{})
+	r := start(t, nofile, nofile, map[string]string{})
 	r.MustAPI(200, "PUT", "/node/fx9", map[string]any{"type": "sim", "info": map[string]string{"addr": "sim"}})
 	tok := r.Rotate("fx9")
 	tenant := r.GoViewer(t, "fx9", tok)
@@ -261,7 +261,7 @@ func TestAttackSSHPreauthExhaustsFDs(t *testing.T) {
 	// attack did before the SSH caps were sized from the limit), or every
 	// flood connection held or displaced.
 	obmdtest.WaitUntil(t, "obmd to take the flood in", func() bool {
-		if fxOpenFiles(t, r.Cmd.Process.Pid) >= nofile-1 {
+		if openFiles(t, r.Cmd.Process.Pid) >= nofile-1 {
 			return true
 		}
 		_, m := r.Request("GET", "/metrics", nil, "", "")
@@ -269,10 +269,10 @@ func TestAttackSSHPreauthExhaustsFDs(t *testing.T) {
 		displaced, _ := obmdtest.MetricSample(string(m), `obmd_ssh_unauthenticated_closed_total{reason="displaced"}`)
 		return open+displaced >= float64(len(held))
 	})
-	t.Logf("obmd holds %d descriptors of %d (max_conns %s, max_unauthenticated %s)", fxOpenFiles(t, r.Cmd.Process.Pid), nofile,
+	t.Logf("obmd holds %d descriptors of %d (max_conns %s, max_unauthenticated %s)", openFiles(t, r.Cmd.Process.Pid), nofile,
 		r.Listening["max_conns"], r.Listening["max_unauthenticated"])
 
-	if _, err := obmdtest.RotateWith(t, obmdtest.FreshHTTPClient(), "http://"+r.Listening["admin"], fxAdminToken, "fx9"); err != nil {
+	if _, err := obmdtest.RotateWith(t, obmdtest.FreshHTTPClient(), "http://"+r.Listening["admin"], adminToken, "fx9"); err != nil {
 		t.Errorf("HIL's rotation with the SSH port's caps full of connections that never authenticate: %v", err)
 		return
 	}

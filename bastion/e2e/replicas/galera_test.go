@@ -40,7 +40,7 @@ var galeraCluster galera.Shared
 // refuses logins; once the node has rejoined it serves again, and what
 // was acknowledged meanwhile (a rotation) is there.
 func TestReplicasGalera(t *testing.T) {
-	gc, dsns, bmc, reps := rpGalera(t)
+	gc, dsns, bmc, reps := galeraReplicas(t)
 	a, b, c := reps[0], reps[1], reps[2]
 	a.MustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	tok := b.Rotate("n1")
@@ -52,14 +52,14 @@ func TestReplicasGalera(t *testing.T) {
 	va.Out.Wait(t, "the first viewer's banner", 0, "you are writing")
 	viewers := []*obmdtest.Client{va, b.SSHViewer(t, "n1", keyFile), c.SSHViewer(t, "n1", keyFile)}
 	obmdtest.SeeAll(t, bmc, "galera-boot", viewers...)
-	rpOneWriter(t, bmc, viewers, reps, keyFile)
+	oneWriter(t, bmc, viewers, reps, keyFile)
 
 	start := time.Now()
 	tok = c.Rotate("n1")
 	for i, v := range viewers {
 		took := v.End.Wait(t, "viewer on "+reps[i].Name).Sub(start)
-		if took >= rpRotateGoal {
-			t.Errorf("rotation through %s ended the viewer on %s after %v, want under %v", c.Name, reps[i].Name, took, rpRotateGoal)
+		if took >= rotateGoal {
+			t.Errorf("rotation through %s ended the viewer on %s after %v, want under %v", c.Name, reps[i].Name, took, rotateGoal)
 		}
 		if !strings.Contains(v.Out.String(), "access to n1 was revoked (token rotated)") {
 			t.Errorf("viewer on %s: not told the reason; screen %q", reps[i].Name, obmdtest.Tail(v.Out.String(), 300))
@@ -74,7 +74,7 @@ func TestReplicasGalera(t *testing.T) {
 	viewers = append(viewers, b.SSHViewer(t, "n1", keyFile), c.SSHViewer(t, "n1", keyFile))
 	obmdtest.SeeAll(t, bmc, "before-kill", viewers...)
 	survivors := viewers[1:]
-	rpSurvivingWriter(t, bmc, survivors, true)
+	survivingWriter(t, bmc, survivors, true)
 	if err := gc.Kill(0); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestReplicasGalera(t *testing.T) {
 	})
 	obmdtest.SeeAll(t, bmc, "after-kill", survivors...)
 	t.Logf("BENCH galera console_takeover_after_holder_node_kill=%v", time.Since(killed).Round(time.Millisecond))
-	rpSurvivingWriter(t, bmc, survivors, false)
+	survivingWriter(t, bmc, survivors, false)
 	// A change through a survivor (one meanwhile may answer 503: retried).
 	obmdtest.WaitUntil(t, "a rotation through a surviving node", func() bool {
 		code, body := b.API("POST", "/node/n1/token", nil)
@@ -148,14 +148,14 @@ func TestReplicasGalera(t *testing.T) {
 // (5 s), plus 2 s for the eviction to complete.
 const galeraStallBound = 9 * time.Second
 
-// rpGalera starts three replicas, each on its own node of the test
+// galeraReplicas starts three replicas, each on its own node of the test
 // binary's Galera cluster (replica i on node i), with lease_ttl left unset,
 // in front of one ipmi_sim. Each derives from the cluster's settings a
 // lease TTL and a stall bound that outlast Galera's eviction of a dead
 // node (6-7 s, in which every write waits): a shorter TTL would fence
 // every replica then (their announcements cannot be renewed), cutting all
 // sessions, and a shorter stall bound would refuse every login.
-func rpGalera(t *testing.T) (*galera.Cluster, []string, *ipmisim.Sim, []*obmdtest.Replica) {
+func galeraReplicas(t *testing.T) (*galera.Cluster, []string, *ipmisim.Sim, []*obmdtest.Replica) {
 	t.Helper()
 	ipmisim.Require(t, "ssh", "ipmitool")
 	dsns := galeraCluster.Database(t)
@@ -196,7 +196,7 @@ const galeraCheckTimeout = 5 * time.Second
 // the dead node answers 503 and refuses logins. Once the node has
 // rejoined, that replica serves again.
 func TestReplicasGaleraNodeLoss(t *testing.T) {
-	gc, _, bmc, reps := rpGalera(t)
+	gc, _, bmc, reps := galeraReplicas(t)
 	const victim = 2
 	dead, survivors := reps[victim], reps[:victim]
 	survivors[0].MustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})

@@ -24,24 +24,24 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// isoRounds is how many rotations TestReplicaIsolation attacks.
-const isoRounds = 20
+// rounds is how many rotations TestReplicaIsolation attacks.
+const rounds = 20
 
-// isoLeakWindow is how long, after a rotation, the test keeps printing and
+// leakWindow is how long, after a rotation, the test keeps printing and
 // typing as the old tenant: longer than the epoch poll, so a replica that
 // learns of the change only by polling is caught leaking.
-const isoLeakWindow = 1500 * time.Millisecond
+const leakWindow = 1500 * time.Millisecond
 
-// isoPartitionEvery: every isoPartitionEvery-th round of
+// partitionEvery: every partitionEvery-th round of
 // TestReplicaIsolation, the holder is cut off from the database and from
 // the other replicas (not from its tenants nor its BMC) before the
 // rotation.
-const isoPartitionEvery = 5
+const partitionEvery = 5
 
-// isoReplica is a replica of TestReplicaIsolation with its links to the
+// replica is a replica of TestReplicaIsolation with its links to the
 // database and to the other replicas, which a round can cut (nil for
 // rep-a, which is never cut off).
-type isoReplica struct {
+type replica struct {
 	*obmdtest.Replica
 	db   *dbtest.Proxy
 	peer *obmdtest.Pipe
@@ -62,9 +62,9 @@ func TestReplicaIsolation(t *testing.T) {
 	ipmisim.Require(t, "ssh", "sshpass", "ipmitool")
 	bmc := ipmisim.Start(t)
 	bin, vars := obmdtest.ReplicaEnv(t)
-	reps := []*isoReplica{{Replica: obmdtest.StartReplica(t, bin, "rep-a", vars(dsn, ""))}}
+	reps := []*replica{{Replica: obmdtest.StartReplica(t, bin, "rep-a", vars(dsn, ""))}}
 	for _, name := range []string{"rep-b", "rep-c"} {
-		r := &isoReplica{db: dbtest.StartProxy(t, dsn), peer: obmdtest.StartPipe(t)}
+		r := &replica{db: dbtest.StartProxy(t, dsn), peer: obmdtest.StartPipe(t)}
 		if r.Replica = obmdtest.StartReplica(t, bin, name, vars(r.db.DSN, r.peer.Addr())); r.Replica == nil {
 			t.FailNow()
 		}
@@ -80,29 +80,29 @@ func TestReplicaIsolation(t *testing.T) {
 	st := obmdtest.OpenStore(t, dsn)
 
 	leaks := 0
-	for round := range isoRounds {
+	for round := range rounds {
 		// The holder alternates between rep-b and rep-c.
 		holder, relayer := reps[1+round%2], reps[2-round%2]
-		partition := round%isoPartitionEvery == isoPartitionEvery-1
+		partition := round%partitionEvery == partitionEvery-1
 		name := fmt.Sprintf("round_%02d_holder_%s", round, holder.Name)
 		if partition {
 			name += "_cut_off"
 		}
 		failed := !t.Run(name, func(t *testing.T) {
-			tok = isoRound(t, bmc, st, a.Replica, holder, relayer.Replica, tok, round, partition)
+			tok = isolationRound(t, bmc, st, a.Replica, holder, relayer.Replica, tok, round, partition)
 		})
 		if failed {
 			leaks++
 		}
 	}
 	if leaks > 0 {
-		t.Errorf("the old tenant saw or typed past the change (or a round failed) in %d of %d rounds", leaks, isoRounds)
+		t.Errorf("the old tenant saw or typed past the change (or a round failed) in %d of %d rounds", leaks, rounds)
 	}
 }
 
-// isoCut cuts r off from the database and the other replicas; the
+// cut cuts r off from the database and the other replicas; the
 // function it returns reconnects it and waits until it serves again.
-func isoCut(t *testing.T, r *isoReplica) (heal func()) {
+func cut(t *testing.T, r *replica) (heal func()) {
 	r.db.Cut(true)
 	r.peer.Cut()
 	return func() {
@@ -115,9 +115,9 @@ func isoCut(t *testing.T, r *isoReplica) (heal func()) {
 	}
 }
 
-// isoRound runs one round of TestReplicaIsolation (cutting the holder off
+// isolationRound runs one round of TestReplicaIsolation (cutting the holder off
 // before the rotation if partition) and returns the new token.
-func isoRound(t *testing.T, bmc *ipmisim.Sim, st *db.Store, a *obmdtest.Replica, holder *isoReplica, relayer *obmdtest.Replica, tok string,
+func isolationRound(t *testing.T, bmc *ipmisim.Sim, st *db.Store, a *obmdtest.Replica, holder *replica, relayer *obmdtest.Replica, tok string,
 	round int, partition bool) string {
 	// The previous round's link (held by a) must be gone, so that the old
 	// tenant's first console makes holder the holder.
@@ -140,15 +140,15 @@ func isoRound(t *testing.T, bmc *ipmisim.Sim, st *db.Store, a *obmdtest.Replica,
 	typedFrom := len(bmc.Serial())
 
 	if partition {
-		heal := isoCut(t, holder)
+		heal := cut(t, holder)
 		defer heal()
 	}
 	newTok := a.On(t).Rotate("n1")
 	// Acknowledged: from now on the old tenant gets nothing and sends
-	// nothing. It keeps trying, on both replicas, for isoLeakWindow.
+	// nothing. It keeps trying, on both replicas, for leakWindow.
 	after := fmt.Sprintf("after-%d-", round)
 	oldKeys := fmt.Sprintf("oldkeys-%d-", round)
-	stop := time.Now().Add(isoLeakWindow)
+	stop := time.Now().Add(leakWindow)
 	var wg sync.WaitGroup
 	for _, v := range olds {
 		wg.Add(1)

@@ -19,11 +19,11 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// rbPoll is the replicas' epoch_poll in TestReplicasRebalance (the
-// capture poll runs as often), and rbEvery how often each node prints.
+// poll is the replicas' epoch_poll in TestReplicasRebalance (the
+// capture poll runs as often), and every how often each node prints.
 const (
-	rbPoll  = 200 * time.Millisecond
-	rbEvery = 20 * time.Millisecond
+	poll  = 200 * time.Millisecond
+	every = 20 * time.Millisecond
 )
 
 // TestReplicasRebalance: two replicas on MariaDB and four nodes (ipmi_sim)
@@ -43,7 +43,7 @@ func TestReplicasRebalance(t *testing.T) {
 	bin, vars := obmdtest.ReplicaEnv(t)
 	env := func() map[string]string {
 		m := vars(dsn, "")
-		m["OBMD_CONSOLE_CAPTURE"], m["OBMD_EPOCH_POLL"] = "always", rbPoll.String()
+		m["OBMD_CONSOLE_CAPTURE"], m["OBMD_EPOCH_POLL"] = "always", poll.String()
 		return m
 	}
 	a := obmdtest.StartReplica(t, bin, "rep-a", env())
@@ -73,9 +73,9 @@ func TestReplicasRebalance(t *testing.T) {
 	obmdtest.WaitUntil(t, "rep-a holding the four links", func() bool { _, n := counts(); return n["rep-a"] == 4 })
 	// A viewer on n4, the first rep-a would give up: n4 stays.
 	viewer := a.GoViewer(t, "n4", a.Rotate("n4"))
-	pr := rbStartPrinters(t, bmcs, labels)
+	pr := startPrinters(t, bmcs, labels)
 	for _, label := range labels {
-		obmdtest.WaitUntil(t, label+"'s output in its history", func() bool { return len(rbSeqs(t, st, label).seqs) > 0 })
+		obmdtest.WaitUntil(t, label+"'s output in its history", func() bool { return len(seqs(t, st, label).seqs) > 0 })
 	}
 	viewer.Expect("<n4-")
 
@@ -86,7 +86,7 @@ func TestReplicasRebalance(t *testing.T) {
 	obmdtest.WaitUntil(t, "two links on each replica", func() bool { _, n := counts(); return n["rep-a"] == 2 && n["rep-b"] == 2 })
 	balanced, _ := counts()
 	for range 10 {
-		time.Sleep(rbPoll)
+		time.Sleep(poll)
 		if now, _ := counts(); !maps.Equal(now, balanced) {
 			t.Fatalf("the links moved once balanced: %v, then %v", balanced, now)
 		}
@@ -94,7 +94,7 @@ func TestReplicasRebalance(t *testing.T) {
 	if balanced["n4"] != "rep-a" {
 		t.Errorf("n4, watched on rep-a, was handed off: %v", balanced)
 	}
-	if k, m := rbCount(a, "capture_handed_off"), rbCount(b, "capture_handed_off"); k != 2 || m != 0 {
+	if k, m := count(a, "capture_handed_off"), count(b, "capture_handed_off"); k != 2 || m != 0 {
 		t.Errorf("hand-offs logged: rep-a %d, rep-b %d; want 2 and 0", k, m)
 	}
 	if _, m := a.Request("GET", "/metrics", nil, "", ""); !strings.Contains(string(m), "obmd_console_capture_handoffs_total 2\n") {
@@ -106,12 +106,12 @@ func TestReplicasRebalance(t *testing.T) {
 	}
 	for _, label := range labels {
 		moved := balanced[label] == "rep-b"
-		var h rbHistory
+		var h storedHistory
 		obmdtest.WaitUntil(t, label+"'s last line stored", func() bool {
-			h = rbSeqs(t, st, label)
+			h = seqs(t, st, label)
 			return len(h.seqs) > 0 && h.seqs[len(h.seqs)-1] == last[label]
 		})
-		rbCheck(t, label, h, moved, pr.times(label))
+		check(t, label, h, moved, pr.times(label))
 	}
 	viewer.Expect(fmt.Sprintf("<n4-%d>", last["n4"]))
 	if out := viewer.Out.String(); strings.Contains(out, "link lost") {
@@ -131,19 +131,19 @@ func TestReplicasRebalance(t *testing.T) {
 	})
 	balanced, _ = counts()
 	for range 10 {
-		time.Sleep(rbPoll)
+		time.Sleep(poll)
 		if now, _ := counts(); !maps.Equal(now, balanced) {
 			t.Fatalf("the links moved once balanced after the restart: %v, then %v", balanced, now)
 		}
 	}
-	if k := rbCount(b, "capture_handed_off"); k != 2 {
+	if k := count(b, "capture_handed_off"); k != 2 {
 		t.Errorf("rep-b logged %d hand-offs after rep-a's restart, want 2", k)
 	}
 }
 
-// rbPrinters prints a numbered line on each node's serial port every
-// rbEvery (<n1-17>), remembering when each went out.
-type rbPrinters struct {
+// printers prints a numbered line on each node's serial port every
+// every (<n1-17>), remembering when each went out.
+type printers struct {
 	stopC chan struct{}
 	wg    sync.WaitGroup
 
@@ -152,13 +152,13 @@ type rbPrinters struct {
 	err error
 }
 
-func rbStartPrinters(t *testing.T, bmcs []*ipmisim.Sim, labels []string) *rbPrinters {
-	p := &rbPrinters{stopC: make(chan struct{}), at: map[string][]time.Time{}}
+func startPrinters(t *testing.T, bmcs []*ipmisim.Sim, labels []string) *printers {
+	p := &printers{stopC: make(chan struct{}), at: map[string][]time.Time{}}
 	for i, bmc := range bmcs {
 		p.wg.Add(1)
 		go func() { // ends at stop
 			defer p.wg.Done()
-			tick := time.NewTicker(rbEvery)
+			tick := time.NewTicker(every)
 			defer tick.Stop()
 			for {
 				select {
@@ -184,7 +184,7 @@ func rbStartPrinters(t *testing.T, bmcs []*ipmisim.Sim, labels []string) *rbPrin
 }
 
 // stop ends the printers and returns each node's last line number.
-func (p *rbPrinters) stop() map[string]int {
+func (p *printers) stop() map[string]int {
 	select {
 	case <-p.stopC:
 	default:
@@ -200,23 +200,23 @@ func (p *rbPrinters) stop() map[string]int {
 	return last
 }
 
-func (p *rbPrinters) times(label string) []time.Time {
+func (p *printers) times(label string) []time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.at[label]
 }
 
-// rbHistory is a node's history as the test reads it: the line numbers
+// storedHistory is a node's history as the test reads it: the line numbers
 // in the order stored, and before which of them a link lost marker came.
-type rbHistory struct {
+type storedHistory struct {
 	seqs []int
 	lost map[int]bool // seqs[i] follows a link lost marker
 }
 
-var rbLine = regexp.MustCompile(`<n\d+-(\d+)>`)
+var lineRE = regexp.MustCompile(`<n\d+-(\d+)>`)
 
-// rbSeqs reads label's current tenancy from the database, as an admin.
-func rbSeqs(t *testing.T, st *db.Store, label string) rbHistory {
+// seqs reads label's current tenancy from the database, as an admin.
+func seqs(t *testing.T, st *db.Store, label string) storedHistory {
 	t.Helper()
 	ctx := context.Background()
 	epoch, err := st.Epoch(ctx, label)
@@ -238,13 +238,13 @@ func rbSeqs(t *testing.T, st *db.Store, label string) rbHistory {
 			text.WriteString("\n[marker]\n")
 		}
 	}
-	h := rbHistory{lost: map[int]bool{}}
+	h := storedHistory{lost: map[int]bool{}}
 	lost := false
 	for _, line := range strings.Split(text.String(), "\n") {
 		if line == "[lost]" {
 			lost = true
 		}
-		for _, m := range rbLine.FindAllStringSubmatch(line, -1) {
+		for _, m := range lineRE.FindAllStringSubmatch(line, -1) {
 			seq, _ := strconv.Atoi(m[1])
 			if lost {
 				h.lost[len(h.seqs)] = true
@@ -256,12 +256,12 @@ func rbSeqs(t *testing.T, st *db.Store, label string) rbHistory {
 	return h
 }
 
-// rbCheck checks label's history: in order, no line twice, complete from
+// check checks label's history: in order, no line twice, complete from
 // its first line on, and with no link lost marker if the node stayed; if
 // it was handed off, one link lost marker, and the lines missing (if any)
 // right before it. The run is logged, with how long the node printed into
 // it (the gap of the hand-off).
-func rbCheck(t *testing.T, label string, h rbHistory, moved bool, at []time.Time) {
+func check(t *testing.T, label string, h storedHistory, moved bool, at []time.Time) {
 	t.Helper()
 	if want := map[bool]int{false: 0, true: 1}[moved]; len(h.lost) != want {
 		t.Errorf("%s (handed off: %v): %d link lost markers, want %d", label, moved, len(h.lost), want)
@@ -274,7 +274,7 @@ func rbCheck(t *testing.T, label string, h rbHistory, moved bool, at []time.Time
 		case h.lost[i]:
 			gap := at[seq].Sub(at[prev])
 			t.Logf("%s handed off: %d lines not recorded (%d-%d, of one per %v): %v from the last line before to the first after",
-				label, seq-prev-1, prev+1, seq-1, rbEvery, gap.Round(time.Millisecond))
+				label, seq-prev-1, prev+1, seq-1, every, gap.Round(time.Millisecond))
 			if gap > obmdtest.LeaseTTL {
 				t.Errorf("%s: the hand-off took %v, more than lease_ttl (%v): as long as a takeover from a dead holder", label, gap, obmdtest.LeaseTTL)
 			}
@@ -284,8 +284,8 @@ func rbCheck(t *testing.T, label string, h rbHistory, moved bool, at []time.Time
 	}
 }
 
-// rbCount counts r's log lines with message msg.
-func rbCount(r *obmdtest.Replica, msg string) int {
+// count counts r's log lines with message msg.
+func count(r *obmdtest.Replica, msg string) int {
 	n := 0
 	for _, m := range r.LogLines() {
 		if m["msg"] == msg {

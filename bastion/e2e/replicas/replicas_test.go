@@ -37,12 +37,12 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// Poll timings of the replicas under test (their lease is rpLeaseTTL).
+// Poll timings of the replicas under test (their lease is LeaseTTL).
 // The epoch poll is the default (1 s): the 2 s rotation goal is measured
 // as shipped.
 const (
-	rpPowerTimeout = 3 * time.Second
-	rpRotateGoal   = 2 * time.Second
+	powerTimeout = 3 * time.Second
+	rotateGoal   = 2 * time.Second
 )
 
 // TestReplicas runs three obmd processes on one MariaDB, then on one
@@ -55,7 +55,7 @@ func testReplicas(t *testing.T, dsn string) {
 	bmc := ipmisim.Start(t)
 	// Three replicas start at once (they migrate the database concurrently).
 	reps := obmdtest.Cluster(t, dsn, map[string]string{"OBMD_LEASE_TTL": obmdtest.LeaseTTL.String(),
-		"OBMD_POWER_TIMEOUT": rpPowerTimeout.String()})
+		"OBMD_POWER_TIMEOUT": powerTimeout.String()})
 	a, b, c := reps[0], reps[1], reps[2]
 	if fa, fb := a.Listening["host_key"], b.Listening["host_key"]; fa == "" || fa != fb {
 		t.Errorf("host key fingerprints: got %q and %q, want one shared key", fa, fb)
@@ -109,14 +109,14 @@ func testReplicas(t *testing.T, dsn string) {
 		if len(viewers) != 3 {
 			t.Fatal("no viewers: the step that attaches them failed")
 		}
-		rpOneWriter(t, bmc, viewers, reps, keyFile)
+		oneWriter(t, bmc, viewers, reps, keyFile)
 	})
 
 	t.Run("one_session_list", func(t *testing.T) {
 		if len(viewers) != 3 {
 			t.Fatal("no viewers: the step that attaches them failed")
 		}
-		rpOneSessionList(t, reps, tok, c.Name) // C writes (one_writer_in_the_cluster)
+		oneSessionList(t, reps, tok, c.Name) // C writes (one_writer_in_the_cluster)
 	})
 
 	// doctor, on any replica, tells obmd's payload (the lease holder's)
@@ -164,8 +164,8 @@ func testReplicas(t *testing.T, dsn string) {
 					t.Errorf("viewer on %s: not told the reason; screen %q", reps[i].Name, obmdtest.Tail(v.Out.String(), 400))
 				}
 			}
-			if worst >= rpRotateGoal {
-				t.Errorf("rotation through %s ended the sessions on the other replicas after %v, want under %v", a.Name, worst, rpRotateGoal)
+			if worst >= rotateGoal {
+				t.Errorf("rotation through %s ended the sessions on the other replicas after %v, want under %v", a.Name, worst, rotateGoal)
 			}
 			worsts = append(worsts, worst)
 		}
@@ -237,12 +237,12 @@ func testReplicas(t *testing.T, dsn string) {
 		for i, v := range survivors {
 			marks[i] = len(v.Out.String())
 		}
-		rpSurvivingWriter(t, bmc, survivors, true)
+		survivingWriter(t, bmc, survivors, true)
 		killed := time.Now()
 		holder.Kill(t)
 		obmdtest.SeeAll(t, bmc, "after-kill", survivors...)
 		gap := time.Since(killed)
-		rpSurvivingWriter(t, bmc, survivors, false)
+		survivingWriter(t, bmc, survivors, false)
 		for i, v := range survivors {
 			if !strings.Contains(v.Out.String()[marks[i]:], "console link lost") {
 				t.Errorf("survivor viewer on %s: no gap marker after the kill; screen %q", where[i], obmdtest.Tail(v.Out.String(), 600))

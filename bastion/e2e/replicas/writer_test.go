@@ -17,12 +17,12 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// rpOneWriter: viewers vs on replicas reps (vs[0] attached first, so its
+// oneWriter: viewers vs on replicas reps (vs[0] attached first, so its
 // replica holds the link) share one writer: the first; a takeover through
 // any replica moves it and tells the previous writer wherever it is;
 // read-only escapes and `console --read-only` work the same everywhere;
 // and no key typed by a viewer that does not write reaches the node.
-func rpOneWriter(t *testing.T, bmc *ipmisim.Sim, vs []*obmdtest.Client, reps []*obmdtest.Replica, keyFile string) {
+func oneWriter(t *testing.T, bmc *ipmisim.Sim, vs []*obmdtest.Client, reps []*obmdtest.Replica, keyFile string) {
 	va, vb, vc := vs[0], vs[1], vs[2]
 	named := regexp.MustCompile(`#[0-9a-f]{8}-\d+ \(writing, on another replica\)`)
 	for i, v := range vs[1:] {
@@ -102,10 +102,10 @@ func rpOneWriter(t *testing.T, bmc *ipmisim.Sim, vs []*obmdtest.Client, reps []*
 	}
 }
 
-// rpSurvivingWriter: survivors[0] writes before the holder is killed; it
+// survivingWriter: survivors[0] writes before the holder is killed; it
 // still does once a survivor has taken the link over, and survivors[1]
 // does not.
-func rpSurvivingWriter(t *testing.T, bmc *ipmisim.Sim, survivors []*obmdtest.Client, before bool) {
+func survivingWriter(t *testing.T, bmc *ipmisim.Sim, survivors []*obmdtest.Client, before bool) {
 	t.Helper()
 	w, r := survivors[0], survivors[1]
 	k := "survivor-" + obmdtest.Random(t)[:6]
@@ -125,11 +125,11 @@ func rpSurvivingWriter(t *testing.T, bmc *ipmisim.Sim, survivors []*obmdtest.Cli
 	}
 }
 
-// rpOneSessionList: with viewers on every replica, `sessions` through any
+// oneSessionList: with viewers on every replica, `sessions` through any
 // replica and GET /v1/sessions list every replica's sessions (the admin's
 // naming the replica, IDs unique), the writer marked wherever it is; DELETE /v1/sessions
 // through one replica ends a session on another, with the reason.
-func rpOneSessionList(t *testing.T, reps []*obmdtest.Replica, tok, writerOn string) {
+func oneSessionList(t *testing.T, reps []*obmdtest.Replica, tok, writerOn string) {
 	a, c := reps[0], reps[2]
 	extra := a.GoViewer(t, "n1", tok)
 	extra.Out.Wait(t, "the extra viewer's banner", 0, "console of n1")

@@ -22,9 +22,9 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// alRSAKey returns a new RSA signer and the path of its OpenSSH private
+// rsaKey returns a new RSA signer and the path of its OpenSSH private
 // key file.
-func alRSAKey(t testing.TB) (gossh.Signer, string) {
+func rsaKey(t testing.TB) (gossh.Signer, string) {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -33,34 +33,34 @@ func alRSAKey(t testing.TB) (gossh.Signer, string) {
 	return obmdtest.KeyFile(t, k, "id_rsa")
 }
 
-// alServer is an obmd with an RSA host key and node alg1, reachable with
+// server is an obmd with an RSA host key and node alg1, reachable with
 // tok or with the RSA user key.
-type alServer struct {
+type server struct {
 	*obmdtest.Daemon
 	tok     string
 	user    gossh.Signer
 	keyFile string
 }
 
-func alStart(t *testing.T, legacy bool) alServer {
+func start(t *testing.T, legacy bool) server {
 	t.Helper()
-	_, hostKey := alRSAKey(t)
+	_, hostKey := rsaKey(t)
 	o := obmdtest.Start(t, func(c *daemon.Config) { c.HostKey, c.SSHLegacyAlgorithms = hostKey, legacy })
-	s := alServer{Daemon: o, tok: o.AddSimNode("alg1")}
-	s.user, s.keyFile = alRSAKey(t)
+	s := server{Daemon: o, tok: o.AddSimNode("alg1")}
+	s.user, s.keyFile = rsaKey(t)
 	o.AddKey("alg1", s.user.PublicKey())
 	return s
 }
 
-// alGoCase is an x/crypto client; sha1 says it offers only a SHA-1
+// goCase is an x/crypto client; sha1 says it offers only a SHA-1
 // algorithm of some kind.
-type alGoCase struct {
+type goCase struct {
 	name string
 	sha1 bool
-	cfg  func(s alServer, c *gossh.ClientConfig)
+	cfg  func(s server, c *gossh.ClientConfig)
 }
 
-func alGoCases(t *testing.T) []alGoCase {
+func goCases(t *testing.T) []goCase {
 	restrict := func(s gossh.Signer, algo string) gossh.Signer {
 		ms, err := gossh.NewSignerWithAlgorithms(s.(gossh.AlgorithmSigner), []string{algo})
 		if err != nil {
@@ -68,24 +68,24 @@ func alGoCases(t *testing.T) []alGoCase {
 		}
 		return ms
 	}
-	kex := func(k string) func(alServer, *gossh.ClientConfig) {
-		return func(_ alServer, c *gossh.ClientConfig) { c.KeyExchanges = []string{k} }
+	kex := func(k string) func(server, *gossh.ClientConfig) {
+		return func(_ server, c *gossh.ClientConfig) { c.KeyExchanges = []string{k} }
 	}
-	mac := func(m string) func(alServer, *gossh.ClientConfig) {
-		return func(_ alServer, c *gossh.ClientConfig) {
+	mac := func(m string) func(server, *gossh.ClientConfig) {
+		return func(_ server, c *gossh.ClientConfig) {
 			c.Ciphers, c.MACs = []string{gossh.CipherAES128CTR}, []string{m}
 		}
 	}
-	hostKey := func(a string) func(alServer, *gossh.ClientConfig) {
-		return func(_ alServer, c *gossh.ClientConfig) { c.HostKeyAlgorithms = []string{a} }
+	hostKey := func(a string) func(server, *gossh.ClientConfig) {
+		return func(_ server, c *gossh.ClientConfig) { c.HostKeyAlgorithms = []string{a} }
 	}
-	userKey := func(a string) func(alServer, *gossh.ClientConfig) {
-		return func(s alServer, c *gossh.ClientConfig) {
+	userKey := func(a string) func(server, *gossh.ClientConfig) {
+		return func(s server, c *gossh.ClientConfig) {
 			c.Auth = []gossh.AuthMethod{gossh.PublicKeys(restrict(s.user, a))}
 		}
 	}
-	return []alGoCase{
-		{"defaults", false, func(alServer, *gossh.ClientConfig) {}},
+	return []goCase{
+		{"defaults", false, func(server, *gossh.ClientConfig) {}},
 		{"kex mlkem768x25519-sha256", false, kex(gossh.KeyExchangeMLKEM768X25519)},
 		{"kex curve25519-sha256 (the benchmarks' pin)", false, kex(gossh.KeyExchangeCurve25519)},
 		{"kex diffie-hellman-group14-sha1", true, kex(gossh.InsecureKeyExchangeDH14SHA1)},
@@ -99,15 +99,15 @@ func alGoCases(t *testing.T) []alGoCase {
 	}
 }
 
-// alOpenSSHCase is an OpenSSH client (password, or the RSA key with key).
-type alOpenSSHCase struct {
+// openSSHCase is an OpenSSH client (password, or the RSA key with key).
+type openSSHCase struct {
 	name string
 	sha1 bool
 	key  bool
 	opts []string
 }
 
-var alOpenSSHCases = []alOpenSSHCase{
+var openSSHCases = []openSSHCase{
 	{"defaults", false, false, nil},
 	{"defaults with an RSA key", false, true, nil},
 	{"KexAlgorithms=diffie-hellman-group14-sha1", true, false, []string{"-o", "KexAlgorithms=diffie-hellman-group14-sha1"}},
@@ -128,17 +128,17 @@ func TestSSHAlgorithms(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := alStart(t, legacy)
-			for _, c := range alGoCases(t) {
+			s := start(t, legacy)
+			for _, c := range goCases(t) {
 				cfg := &gossh.ClientConfig{User: "alg1", Auth: []gossh.AuthMethod{gossh.Password(s.tok)},
 					HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second}
 				c.cfg(s, cfg)
-				res, err := alGoExec(s.SSHAddr(), cfg)
+				res, err := goExec(s.SSHAddr(), cfg)
 				if refused := c.sha1 && !legacy; refused != (err != nil) || err == nil && res.Code != 0 {
 					t.Errorf("x/crypto, %s: got %v, %v; want refused %v", c.name, res, err, refused)
 				}
 			}
-			for _, c := range alOpenSSHCases {
+			for _, c := range openSSHCases {
 				tok, opts := s.tok, c.opts
 				if c.key {
 					tok, opts = "", append([]string{"-i", s.keyFile}, opts...)
@@ -152,8 +152,8 @@ func TestSSHAlgorithms(t *testing.T) {
 	}
 }
 
-// alGoExec runs power-status through x/crypto with cfg.
-func alGoExec(addr string, cfg *gossh.ClientConfig) (obmdtest.Result, error) {
+// goExec runs power-status through x/crypto with cfg.
+func goExec(addr string, cfg *gossh.ClientConfig) (obmdtest.Result, error) {
 	c, err := gossh.Dial("tcp", addr, cfg)
 	if err != nil {
 		return obmdtest.Result{}, err

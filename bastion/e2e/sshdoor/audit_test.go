@@ -108,7 +108,7 @@ func TestSSHAudit(t *testing.T) {
 			}
 		}
 		if len(got) != len(want) {
-			t.Fatalf("audit: got %d SSH events, want %d:\n%s", len(got), len(want), fdAuditText(got))
+			t.Fatalf("audit: got %d SSH events, want %d:\n%s", len(got), len(want), auditText(got))
 		}
 		var source string
 		for i, e := range got {
@@ -125,12 +125,12 @@ func TestSSHAudit(t *testing.T) {
 			}
 		}
 		if t.Failed() {
-			t.Logf("audit:\n%s", fdAuditText(got))
+			t.Logf("audit:\n%s", auditText(got))
 		}
 	})
 }
 
-func fdAuditText(events []obmdtest.AuditRow) string {
+func auditText(events []obmdtest.AuditRow) string {
 	var b strings.Builder
 	for _, e := range events {
 		fmt.Fprintf(&b, "  %s %s %s %s %s %q\n", e.Node, e.Source, e.Actor, e.Action, e.Result, e.Detail)

@@ -24,9 +24,9 @@ import (
 	"github.com/obmd/obmd/sol/sim"
 )
 
-// fdTransport runs one exec command on a node through one SSH client and
+// transport runs one exec command on a node through one SSH client and
 // authentication method.
-type fdTransport struct {
+type transport struct {
 	name   string
 	method string // the SSH authentication method it ends up using
 	// setup registers whatever credential the transport uses on label and
@@ -34,9 +34,9 @@ type fdTransport struct {
 	setup func(t *testing.T, o *obmdtest.Daemon, label string) func(line string) obmdtest.Result
 }
 
-// fdTransports are every client and method a tenant may use.
-func fdTransports() []fdTransport {
-	return []fdTransport{
+// transports are every client and method a tenant may use.
+func transports() []transport {
+	return []transport{
 		{"go-password", "password", func(t *testing.T, o *obmdtest.Daemon, label string) func(string) obmdtest.Result {
 			tok := o.Rotate(label)
 			return func(line string) obmdtest.Result { return obmdtest.Must(t)(o.ExecGo(label, tok, line)) }
@@ -58,32 +58,32 @@ func fdTransports() []fdTransport {
 		// keyboard-interactive, so the plain password method is forced too.
 		{"openssh-sshpass", "keyboard-interactive", func(t *testing.T, o *obmdtest.Daemon, label string) func(string) obmdtest.Result {
 			tok := o.Rotate(label)
-			return func(line string) obmdtest.Result { return o.OpenSSH(label, tok, nil, fdWords(line)...) }
+			return func(line string) obmdtest.Result { return o.OpenSSH(label, tok, nil, words(line)...) }
 		}},
 		{"openssh-password-method", "password", func(t *testing.T, o *obmdtest.Daemon, label string) func(string) obmdtest.Result {
 			tok := o.Rotate(label)
 			only := []string{"-o", "PreferredAuthentications=password"}
-			return func(line string) obmdtest.Result { return o.OpenSSH(label, tok, only, fdWords(line)...) }
+			return func(line string) obmdtest.Result { return o.OpenSSH(label, tok, only, words(line)...) }
 		}},
 		{"openssh-key", "publickey", func(t *testing.T, o *obmdtest.Daemon, label string) func(string) obmdtest.Result {
 			signer, path := obmdtest.NewKey(t)
 			o.AddKey(label, signer.PublicKey())
 			return func(line string) obmdtest.Result {
-				return o.OpenSSH(label, "", []string{"-i", path}, fdWords(line)...)
+				return o.OpenSSH(label, "", []string{"-i", path}, words(line)...)
 			}
 		}},
 	}
 }
 
-// fdWords splits line for the OpenSSH command line; a leading "--" stops
+// words splits line for the OpenSSH command line; a leading "--" stops
 // ssh from taking a first word such as --json as its own option.
-func fdWords(line string) []string {
+func words(line string) []string {
 	return append([]string{"--"}, strings.Fields(line)...)
 }
 
-// fdCommandCase is one exec command on a simulated node; cases run in order
+// commandCase is one exec command on a simulated node; cases run in order
 // on one node (it starts powered on, boot device none).
-type fdCommandCase struct {
+type commandCase struct {
 	line   string
 	code   int
 	stdout string // exact, with L for the node label; ignored if check is set
@@ -92,8 +92,8 @@ type fdCommandCase struct {
 	power  string // the simulator's power state afterwards: "on", "off" or "" (unchecked)
 }
 
-func fdCommandCases() []fdCommandCase {
-	return []fdCommandCase{
+func commandCases() []commandCase {
+	return []commandCase{
 		{line: "power-status", stdout: "L: power on\n", power: "on"},
 		{line: "power-off", stdout: "L: powered off\n", action: "power off", power: "off"},
 		{line: "power-status", stdout: "L: power off\n"},
@@ -137,13 +137,13 @@ func fdCommandCases() []fdCommandCase {
 func TestSSHCommands(t *testing.T) {
 	t.Parallel()
 	o := obmdtest.Start(t)
-	for _, tr := range fdTransports() {
+	for _, tr := range transports() {
 		t.Run(tr.name, func(t *testing.T) {
 			label := "cmd-" + tr.name
 			o.AddNode(label, "sim", sol.Info{Addr: "sim"})
 			run := tr.setup(t, o, label)
 			bmc := o.Lab().BMC(label, sim.ModeNormal)
-			for i, tc := range fdCommandCases() {
+			for i, tc := range commandCases() {
 				before := bmc.Actions()
 				res := run(tc.line)
 				if res.Code != tc.code || res.Stderr != "" {
@@ -163,7 +163,7 @@ func TestSSHCommands(t *testing.T) {
 					t.Errorf("#%d %q: simulator actions got %q, want %q added to %q", i, tc.line, got, tc.action, before)
 				}
 				if tc.power != "" {
-					if got := fdSimPower(t, bmc); got != tc.power {
+					if got := simPower(t, bmc); got != tc.power {
 						t.Errorf("#%d %q: power got %s, want %s", i, tc.line, got, tc.power)
 					}
 				}
@@ -189,7 +189,7 @@ func TestSSHCommands(t *testing.T) {
 	}
 }
 
-func fdSimPower(t *testing.T, b *sim.BMC) string {
+func simPower(t *testing.T, b *sim.BMC) string {
 	t.Helper()
 	s, err := b.PowerStatus(context.Background())
 	if err != nil {
@@ -231,7 +231,7 @@ func TestSSHUsageErrors(t *testing.T) {
 		t.Run(tc.line, func(t *testing.T) {
 			results := map[string]obmdtest.Result{"go": obmdtest.Must(t)(o.ExecGo("u1", tok, tc.line))}
 			if !strings.Contains(tc.line, "'") { // OpenSSH joins words; quoting is not the point here
-				results["openssh"] = o.OpenSSH("u1", tok, nil, fdWords(tc.line)...)
+				results["openssh"] = o.OpenSSH("u1", tok, nil, words(tc.line)...)
 			}
 			for client, res := range results {
 				first, _, _ := strings.Cut(res.Stderr, "\n")
@@ -290,7 +290,7 @@ func TestSSHJSON(t *testing.T) {
 			if client == "go" {
 				res = obmdtest.Must(t)(o.ExecGo("j1", tok, tc.line))
 			} else {
-				res = o.OpenSSH("j1", tok, nil, fdWords(tc.line)...)
+				res = o.OpenSSH("j1", tok, nil, words(tc.line)...)
 			}
 			if res.Code != tc.code {
 				t.Errorf("#%d %s %q: got %v, want exit %d", i, client, tc.line, res, tc.code)
@@ -375,7 +375,7 @@ func TestSSHPTY(t *testing.T) {
 	}
 }
 
-// fdExecPTY runs line with a PTY requested, through x/crypto.
+// execPTY runs line with a PTY requested, through x/crypto.
 func execPTY(o *obmdtest.Daemon, user, token, line string) (obmdtest.Result, error) {
 	c, err := o.Dial(user, gossh.Password(token))
 	if err != nil {

@@ -127,8 +127,8 @@ func TestHostileUserName(t *testing.T) {
 	obmdtest.NoRawInLogs(t, o)
 }
 
-// hsStillUsable runs power-status on c: the connection survived.
-func hsStillUsable(t *testing.T, c *gossh.Client) {
+// stillUsable runs power-status on c: the connection survived.
+func stillUsable(t *testing.T, c *gossh.Client) {
 	t.Helper()
 	res, err := obmdtest.RunSession(c, "power-status")
 	if err != nil || res.Code != 0 || !strings.Contains(res.Stdout, "power on") {
@@ -171,7 +171,7 @@ func TestHostileSSHFeatures(t *testing.T) {
 		if !errors.As(err, &oce) || oce.Reason != gossh.UnknownChannelType {
 			t.Errorf("direct-tcpip: got %v, want an unknown-channel-type refusal", err)
 		}
-		hsStillUsable(t, c)
+		stillUsable(t, c)
 	})
 	for _, global := range []string{"tcpip-forward", "streamlocal-forward@openssh.com", "keepalive@openssh.com", "no-more-sessions@openssh.com"} {
 		t.Run("global "+global, func(t *testing.T) {
@@ -184,7 +184,7 @@ func TestHostileSSHFeatures(t *testing.T) {
 			if err != nil || ok {
 				t.Errorf("%s: got ok=%v err=%v, want a refusal", global, ok, err)
 			}
-			hsStillUsable(t, c)
+			stillUsable(t, c)
 		})
 	}
 	t.Run("listener", func(t *testing.T) {
@@ -193,7 +193,7 @@ func TestHostileSSHFeatures(t *testing.T) {
 			l.Close()
 			t.Errorf("remote port forwarding: got a listener, want a refusal")
 		}
-		hsStillUsable(t, c)
+		stillUsable(t, c)
 	})
 	for _, req := range []struct {
 		typ     string
@@ -229,7 +229,7 @@ func TestHostileSSHFeatures(t *testing.T) {
 			if err := s.Run("power-status"); err != nil || !strings.Contains(out.String(), "power on") {
 				t.Errorf("exec on the same channel: got %q (%v)", out.String(), err)
 			}
-			hsStillUsable(t, c)
+			stillUsable(t, c)
 		})
 	}
 	t.Run("sftp through the subsystem API", func(t *testing.T) {
@@ -242,7 +242,7 @@ func TestHostileSSHFeatures(t *testing.T) {
 		if err := s.RequestSubsystem("sftp"); err == nil {
 			t.Errorf("sftp subsystem: got accepted, want a refusal")
 		}
-		hsStillUsable(t, c)
+		stillUsable(t, c)
 	})
 	t.Run("OpenSSH with forwardings", func(t *testing.T) {
 		// OpenSSH asks for the agent, X11 and a remote forward, warns

@@ -53,7 +53,7 @@ func TestPreauthGrace(t *testing.T) {
 	var clients sync.WaitGroup
 	defer clients.Wait()
 	defer close(never)
-	var watched []*paWatch
+	var watched []*watch
 	for _, auth := range []gossh.AuthMethod{
 		gossh.PasswordCallback(func() (string, error) { <-never; return "", errors.New("gave up") }),
 		gossh.KeyboardInteractive(func(string, string, []string, []bool) ([]string, error) {
@@ -66,7 +66,7 @@ func TestPreauthGrace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := &paWatch{Conn: nc, closed: make(chan struct{})}
+		w := &watch{Conn: nc, closed: make(chan struct{})}
 		watched = append(watched, w)
 		clients.Go(func() { // ends once never is closed, at the latest
 			defer nc.Close()
@@ -110,16 +110,16 @@ func TestPreauthGrace(t *testing.T) {
 	}
 }
 
-// paWatch notes when reading the connection first fails: the server
+// watch notes when reading the connection first fails: the server
 // closed it.
-type paWatch struct {
+type watch struct {
 	net.Conn
 	once   sync.Once
 	at     time.Time
 	closed chan struct{}
 }
 
-func (w *paWatch) Read(p []byte) (int, error) {
+func (w *watch) Read(p []byte) (int, error) {
 	n, err := w.Conn.Read(p)
 	if err != nil {
 		w.once.Do(func() { w.at = time.Now(); close(w.closed) })
@@ -127,14 +127,14 @@ func (w *paWatch) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// paHolder keeps n unauthenticated connections open from src, opening a
+// holder keeps n unauthenticated connections open from src, opening a
 // new one a moment after the server closes one: an attacker holding the
 // caps full. stop ends it and waits.
-type paHolder struct {
+type holder struct {
 	stop func()
 }
 
-func paHold(t testing.TB, o *obmdtest.Daemon, src string, n int) *paHolder {
+func hold(t testing.TB, o *obmdtest.Daemon, src string, n int) *holder {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for range n {
@@ -161,7 +161,7 @@ func paHold(t testing.TB, o *obmdtest.Daemon, src string, n int) *paHolder {
 		})
 	}
 	var once sync.Once
-	h := &paHolder{stop: func() { once.Do(func() { close(done); wg.Wait() }) }}
+	h := &holder{stop: func() { once.Do(func() { close(done); wg.Wait() }) }}
 	t.Cleanup(h.stop)
 	return h
 }
@@ -241,9 +241,9 @@ func TestPreauthCaps(t *testing.T) {
 
 	// An attacker holds every cap full; logins get in, from its address
 	// and from another, and it still holds the caps afterwards.
-	var holders []*paHolder
+	var holders []*holder
 	for _, src := range []string{"127.0.0.94", "127.0.0.95", "127.0.0.96"} {
-		holders = append(holders, paHold(t, o, src, perSource))
+		holders = append(holders, hold(t, o, src, perSource))
 	}
 	obmdtest.WaitUntil(t, "the attacker to fill the caps", func() bool { return o.Metric("obmd_ssh_unauthenticated") == global })
 	for _, src := range []string{"127.0.0.94", "127.0.0.97"} {

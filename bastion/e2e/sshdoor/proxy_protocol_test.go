@@ -24,9 +24,9 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// pxTry logs in through addr from src with token and runs power-status;
+// try logs in through addr from src with token and runs power-status;
 // it returns the authentication error.
-func pxTry(t *testing.T, addr, src, user, token string) error {
+func try(t *testing.T, addr, src, user, token string) error {
 	t.Helper()
 	c, err := obmdtest.DialFrom(addr, src, user, gossh.Password(token))
 	if err != nil {
@@ -39,20 +39,20 @@ func pxTry(t *testing.T, addr, src, user, token string) error {
 	return nil
 }
 
-// pxLockoutThrough: through the balancer at addr, three wrong tokens from
+// lockoutThrough: through the balancer at addr, three wrong tokens from
 // guesser lock guesser out, not the balancer: another client gets in, and
 // the audit rows name the clients, never the balancer.
-func pxLockoutThrough(t *testing.T, o *obmdtest.Daemon, addr, node, tok, guesser, other string) {
+func lockoutThrough(t *testing.T, o *obmdtest.Daemon, addr, node, tok, guesser, other string) {
 	t.Helper()
 	for i := range 3 {
-		if err := pxTry(t, addr, guesser, node, "guess"); err == nil {
+		if err := try(t, addr, guesser, node, "guess"); err == nil {
 			t.Fatalf("guess %d authenticated", i)
 		}
 	}
-	if err := pxTry(t, addr, guesser, node, tok); err == nil {
+	if err := try(t, addr, guesser, node, tok); err == nil {
 		t.Errorf("right token from the locked-out client %s through the balancer: authenticated, want refused", guesser)
 	}
-	if err := pxTry(t, addr, other, node, tok); err != nil {
+	if err := try(t, addr, other, node, tok); err != nil {
 		t.Errorf("another client %s through the same balancer: %v, want in", other, err)
 	}
 	want := func(src map[string]int) bool {
@@ -80,7 +80,7 @@ func TestProxyProtocol(t *testing.T) {
 			tok := o.AddSimNode(node)
 			lb := obmdtest.StartProxy(t, o.SSHAddr(), obmdtest.Balancer, obmdtest.ProxyHeader(v))
 			guesser, other := fmt.Sprintf("127.0.0.%d", 20+v), fmt.Sprintf("127.0.0.%d", 30+v)
-			pxLockoutThrough(t, o, lb.Addr, node, tok, guesser, other)
+			lockoutThrough(t, o, lb.Addr, node, tok, guesser, other)
 
 			// The connection cap counts the client, not the balancer.
 			var held []*gossh.Client
@@ -97,7 +97,7 @@ func TestProxyProtocol(t *testing.T) {
 				t.Errorf("a fourth authenticated connection of %s (cap 3): got in, want refused", other)
 			}
 			third := fmt.Sprintf("127.0.0.%d", 40+v)
-			if err := pxTry(t, lb.Addr, third, node, tok); err != nil {
+			if err := try(t, lb.Addr, third, node, tok); err != nil {
 				t.Errorf("a third client through the balancer while %s is at its cap: %v", other, err)
 			}
 			// Sessions and logs name the client.
@@ -124,7 +124,7 @@ func TestProxyProtocol(t *testing.T) {
 	t.Run("listed peer without a header", func(t *testing.T) {
 		tok := o.AddSimNode("pp-none")
 		plain := obmdtest.StartProxy(t, o.SSHAddr(), obmdtest.Balancer, nil)
-		if err := pxTry(t, plain.Addr, "127.0.0.50", "pp-none", tok); err == nil {
+		if err := try(t, plain.Addr, "127.0.0.50", "pp-none", tok); err == nil {
 			t.Errorf("a connection from the balancer without a header: got in, want refused")
 		}
 		obmdtest.WaitUntil(t, "the refusal logged", func() bool { return strings.Contains(o.Logs.String(), "proxy_header_refused") })
@@ -143,7 +143,7 @@ func TestProxyProtocol(t *testing.T) {
 				return proxyproto.Header{Version: v, Source: spoofed, Dest: local}.Append(nil)
 			})
 			for range 4 { // past the limit, if it were the spoofed address's
-				pxTry(t, direct.Addr, "127.0.0.52", "pp-spoof", "guess")
+				try(t, direct.Addr, "127.0.0.52", "pp-spoof", "guess")
 			}
 		}
 		// x/crypto skips a v1 line before the version (RFC 4253 lets a
@@ -176,7 +176,7 @@ func TestProxyHAProxy(t *testing.T) {
 		tok := o.AddSimNode(node)
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		guesser, other := fmt.Sprintf("127.0.0.%d", 60+i), fmt.Sprintf("127.0.0.%d", 70+i)
-		pxLockoutThrough(t, o, addr, node, tok, guesser, other)
+		lockoutThrough(t, o, addr, node, tok, guesser, other)
 		host, p, _ := net.SplitHostPort(addr)
 		res, err := obmdtest.RunClient(60*time.Second, "sshpass", append([]string{"-p", tok, "ssh"},
 			append(obmdtest.SSHArgs(host+":"+p, node, "-b", other, "-o", "PubkeyAuthentication=no"), "power-status")...)...)
