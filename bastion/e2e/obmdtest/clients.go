@@ -114,8 +114,10 @@ type Buffer struct {
 	grew chan struct{} // closed and replaced by every Write
 }
 
+// NewBuffer returns an empty Buffer.
 func NewBuffer() *Buffer { return &Buffer{grew: make(chan struct{})} }
 
+// Write appends p and wakes the waiters.
 func (c *Buffer) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -125,14 +127,17 @@ func (c *Buffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Bytes returns a copy of what c holds.
 func (c *Buffer) Bytes() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return bytes.Clone(c.b)
 }
 
+// String returns what c holds.
 func (c *Buffer) String() string { return string(c.Bytes()) }
 
+// Len returns how many bytes c holds.
 func (c *Buffer) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -221,14 +226,16 @@ func Shows(bufs ...*Buffer) func(string) bool {
 
 // End is how a client the test watches ended.
 type End struct {
-	Done chan struct{} // closed when the client has ended; at, code and err are then set
+	Done chan struct{} // closed when the client has ended; At, Code and Err are then set
 	At   time.Time
 	Code int
 	Err  error
 }
 
+// NewEnd returns the End of a client still running.
 func NewEnd() *End { return &End{Done: make(chan struct{})} }
 
+// Finish records that the client ended now, with code and err.
 func (e *End) Finish(code int, err error) { e.finishAt(time.Now(), code, err) }
 
 func (e *End) finishAt(at time.Time, code int, err error) {
@@ -248,6 +255,7 @@ func (e *End) Wait(t testing.TB, what string) time.Time {
 	}
 }
 
+// Ended reports whether the client has ended, without waiting.
 func (e *End) Ended() bool {
 	select {
 	case <-e.Done:
@@ -601,6 +609,8 @@ type Admin struct {
 	http  *http.Client
 }
 
+// NewAdmin returns a client of the admin API at addr with token; where
+// (" on <replica>", or "") goes into its failure messages.
 func NewAdmin(t testing.TB, addr, token, where string) *Admin {
 	return &Admin{T: t, base: "http://" + addr, token: token, where: where, http: &http.Client{Timeout: 30 * time.Second}}
 }

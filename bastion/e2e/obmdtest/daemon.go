@@ -42,12 +42,14 @@ type SyncBuffer struct {
 	b  bytes.Buffer
 }
 
+// Write appends p.
 func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
+// String returns what s holds.
 func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -154,6 +156,7 @@ func (o *Daemon) Stop() error {
 	}
 }
 
+// Tail returns the last n bytes of s, marked as cut if s is longer.
 func Tail(s string, n int) string {
 	if len(s) > n {
 		return "..." + s[len(s)-n:]
@@ -259,6 +262,8 @@ func (o *Daemon) ExecGo(user, token, cmd string) (Result, error) {
 	return RunSession(c, cmd)
 }
 
+// RunSession runs cmd in a new session of c and returns its output and
+// exit code.
 func RunSession(c *gossh.Client, cmd string) (Result, error) {
 	s, err := c.NewSession()
 	if err != nil {
@@ -384,6 +389,7 @@ func runClientIn(limit time.Duration, stdin io.Reader, name string, args ...stri
 	return res, nil
 }
 
+// String is r for a failure message.
 func (r Result) String() string {
 	return fmt.Sprintf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 }

@@ -35,6 +35,8 @@ type Flood struct {
 	held []net.Conn // the workers' connections once they have stopped
 }
 
+// StartFlood starts a Flood on the admin port addr, a worker per source
+// address (see Flood); it ends when t does.
 func StartFlood(t testing.TB, addr string, sources []string, pause time.Duration, hold int, static bool) *Flood {
 	return StartFloodOf(t, addr, sources, pause, hold, static, hostileStarts)
 }

@@ -10,8 +10,8 @@ import (
 )
 
 // Pipe forwards TCP from its own address to target (set once known);
-// cut drops every connection and refuses new ones: a network partition.
-// As a balancer (setBalancer), it connects from its own address and sends
+// Cut drops every connection and refuses new ones: a network partition.
+// As a balancer (SetBalancer), it connects from its own address and sends
 // a PROXY protocol v2 header naming the client first, as HAProxy's
 // send-proxy-v2 does.
 type Pipe struct {
@@ -26,6 +26,8 @@ type Pipe struct {
 	wg     sync.WaitGroup
 }
 
+// StartPipe listens on 127.0.0.1 and forwards to the target SetTarget
+// sets; it stops when t ends.
 func StartPipe(t testing.TB) *Pipe {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -80,8 +82,10 @@ func StartPipe(t testing.TB) *Pipe {
 	return p
 }
 
+// Addr is the address p listens on.
 func (p *Pipe) Addr() string { return p.l.Addr().String() }
 
+// SetTarget makes p forward new connections to addr.
 func (p *Pipe) SetTarget(addr string) {
 	p.mu.Lock()
 	p.target = addr
@@ -96,13 +100,14 @@ func (p *Pipe) SetBalancer(from string) {
 	p.mu.Unlock()
 }
 
-// Heal takes new connections again after cut.
+// Heal takes new connections again after Cut.
 func (p *Pipe) Heal() {
 	p.mu.Lock()
 	p.down = false
 	p.mu.Unlock()
 }
 
+// Cut drops every connection and refuses new ones until Heal.
 func (p *Pipe) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

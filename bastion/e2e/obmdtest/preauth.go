@@ -57,6 +57,7 @@ func (c *PreauthConn) Admitted(t testing.TB) {
 	}
 }
 
+// Open reports whether the server still holds c open.
 func (c *PreauthConn) Open() bool {
 	select {
 	case <-c.closed:

@@ -31,6 +31,9 @@ type Proxy struct {
 	open map[net.Conn]bool
 }
 
+// StartProxy forwards connections to target from the local address from,
+// sending header(client, local) first when header is set; it stops when
+// t ends.
 func StartProxy(t testing.TB, target, from string, header func(client, local netip.AddrPort) []byte) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -163,6 +163,7 @@ func (r *Replica) CountState(node, s string) int {
 	return n
 }
 
+// LogLines returns r's JSON log lines, decoded.
 func (r *Replica) LogLines() []map[string]any {
 	var out []map[string]any
 	for _, line := range strings.Split(r.Logs.String(), "\n") {
@@ -262,6 +263,7 @@ func BlackHole(t testing.TB) int {
 
 // ---- small things ----
 
+// Random returns a random hex string, for a unique name or token.
 func Random(t testing.TB) string {
 	t.Helper()
 	var b [16]byte

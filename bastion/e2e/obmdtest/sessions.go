@@ -66,6 +66,8 @@ type AccessChange struct {
 	Change func(a *Admin, label, fp string)
 }
 
+// AccessChanges returns every kind of access change a tenant must not
+// outlive.
 func AccessChanges() []AccessChange {
 	return []AccessChange{
 		{Name: "rotate", Why: "token rotated", Change: func(a *Admin, label, _ string) {

@@ -74,8 +74,10 @@ type Impostor struct {
 	Signer gossh.Signer
 }
 
+// PublicKey is the registered key i claims.
 func (i Impostor) PublicKey() gossh.PublicKey { return i.Key }
 
+// Sign signs with i's own key, not the registered one.
 func (i Impostor) Sign(r io.Reader, data []byte) (*gossh.Signature, error) {
 	return i.Signer.Sign(r, data)
 }
