@@ -69,7 +69,7 @@ func TestClientExitCodes(t *testing.T) {
 // lookup: the code of the row from that program whose meaning holds what.
 func docExitCodes(t *testing.T) func(from, what string) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "tenant.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "tenant.md"))
 	if err != nil {
 		t.Fatalf("the tenant guide: %v", err)
 	}
