@@ -2,8 +2,7 @@ package obmdtest
 
 // The end-to-end harness: a whole obmd in this process on 127.0.0.1:0,
 // talked to through its admin HTTP API, golang.org/x/crypto/ssh, and the
-// real OpenSSH client. Every e2e test of the project lives in this package
-// so the slow ones run once.
+// real OpenSSH client.
 
 import (
 	"bytes"

@@ -1,7 +1,7 @@
 package obmdtest
 
 // Helpers of the revocation, isolation and hostile-input tests
-// (access/revoke_test.go, sshdoor/hostile_test.go): the live sessions as the admin
+// (bastion/e2e/access, replicas, sshdoor): the live sessions as the admin
 // API lists them, a bounded context, a median. The clients whose end they
 // watch are in clients.go.
 
