@@ -26,8 +26,10 @@ import (
 )
 
 // background runs an OpenSSH command in the background; the channel gets
-// its result.
+// its result. It checks for the client first, in the test's goroutine,
+// where a skip or a failure may end the test.
 func background(o *obmdtest.Daemon, label, tok string, cmd ...string) <-chan obmdtest.Result {
+	ipmisim.Require(o.T, "ssh", "sshpass")
 	done := make(chan obmdtest.Result, 1)
 	go func() { done <- o.OpenSSHIn(label, tok, nil, nil, cmd...) }() // ends with the command (bounded by runClient)
 	return done
