@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -155,21 +156,22 @@ func TestAutomateWaitForSim(t *testing.T) {
 // TestAutomateSendSim: send reaches the node byte-exact (TEXT escapes,
 // --hex, --stdin), is refused with exit 4 while a console writes, and
 // with --force writes and hands the role back; the audit has the byte
-// count, never the bytes.
+// count, never the bytes. A login refused because the database was
+// unavailable is made again (judgedSend).
 func TestAutomateSendSim(t *testing.T) {
 	t.Parallel()
 	o, tok, bmc := startSim(t, "as")
 
-	if res := o.OpenSSH("as", tok, nil, "send", `'echo sent-one\r'`); res.Code != 0 || res.Stdout != "as: sent 14 bytes\n" {
+	if res := judgedSend(o, "as", tok, nil, "send", `'echo sent-one\r'`); res.Code != 0 || res.Stdout != "as: sent 14 bytes\n" {
 		t.Fatalf("send: got %+v", res)
 	}
 	obmdtest.WaitUntil(t, "send's bytes on the node", func() bool { return bytes.Contains(bmc.Typed(), []byte("echo sent-one\r")) })
-	if res := o.OpenSSH("as", tok, nil, "send", "--hex", "00ff0d"); res.Code != 0 {
+	if res := judgedSend(o, "as", tok, nil, "send", "--hex", "00ff0d"); res.Code != 0 {
 		t.Fatalf("send --hex: got %+v", res)
 	}
 	obmdtest.WaitUntil(t, "send --hex's bytes", func() bool { return bytes.Contains(bmc.Typed(), []byte{0, 0xff, '\r'}) })
 	raw := []byte("stdin\x01\x7f\n\r\xfe")
-	if res := o.OpenSSHIn("as", tok, bytes.NewReader(raw), nil, "send", "--stdin", "--json"); res.Code != 0 ||
+	if res := judgedSend(o, "as", tok, raw, "send", "--stdin", "--json"); res.Code != 0 ||
 		!strings.Contains(res.Stdout, `"bytes":10`) {
 		t.Fatalf("send --stdin: got %+v", res)
 	}
@@ -178,13 +180,13 @@ func TestAutomateSendSim(t *testing.T) {
 	// A console writes: send is refused, --force writes and hands back.
 	p := obmdtest.SSHPTY(t, o.SSHAddr(), "as", tok, nil)
 	p.Expect("you are writing")
-	if res := o.OpenSSH("as", tok, nil, "send", "refused"); res.Code != 4 || !strings.Contains(res.Stderr, "another session is writing") {
+	if res := judgedSend(o, "as", tok, nil, "send", "refused"); res.Code != 4 || !strings.Contains(res.Stderr, "another session is writing") {
 		t.Errorf("send while a console writes: got %+v, want exit 4", res)
 	}
 	if bytes.Contains(bmc.Typed(), []byte("refused")) {
 		t.Errorf("a refused send reached the node")
 	}
-	if res := o.OpenSSH("as", tok, nil, "send", "--force", `'echo forced\r'`); res.Code != 0 {
+	if res := judgedSend(o, "as", tok, nil, "send", "--force", `'echo forced\r'`); res.Code != 0 {
 		t.Errorf("send --force: got %+v", res)
 	}
 	p.Expect("you are writing again")
@@ -202,6 +204,26 @@ func TestAutomateSendSim(t *testing.T) {
 	if strings.Contains(strings.Join(acts, "\n"), "sent-one") {
 		t.Errorf("audit holds the bytes sent: %q", acts)
 	}
+}
+
+// judgedSend runs an ssh command on label with stdin (nil: none), again while
+// obmd refused its login because the database was unavailable (sshpass
+// exits 5, as for a wrong token): on a loaded machine a write held past
+// access.WriteStall makes the database count as stuck for a moment, and
+// logins fail closed then. The tests that use it need each command
+// judged, not its login.
+func judgedSend(o *obmdtest.Daemon, label, tok string, stdin []byte, cmd ...string) obmdtest.Result {
+	o.T.Helper()
+	var res obmdtest.Result
+	o.JudgedLogin("127.0.0.1", label, func() error {
+		var in io.Reader
+		if stdin != nil {
+			in = bytes.NewReader(stdin)
+		}
+		res = o.OpenSSHIn(label, tok, in, nil, cmd...)
+		return fmt.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
+	})
+	return res
 }
 
 // TestAutomateWaitForSinceAttach: wait-for --since attach finds text the
@@ -366,7 +388,18 @@ func TestAutomateIPMI(t *testing.T) {
 
 	// Byte-exact, ending mid-line: the link closes (linger) right after,
 	// and ipmitool, which cannot be told to leave mid-line, is killed only
-	// once it has had time to send what it was given.
+	// once it has had time to send what it was given. ipmi_sim takes a SOL
+	// packet numbered as the last one it acknowledged for a retransmission
+	// and drops its data, whatever session sent either (it never forgets
+	// that number), and each ipmitool numbers its packets from 1: the
+	// send's, first on a new link, would be lost after the ping's, first
+	// on the link before. A new ipmi_sim, once that link has closed,
+	// remembers nothing.
+	obmdtest.WaitUntil(t, "the link closed", func() bool { return linkStates(o, "ai", "open") == linkStates(o, "ai", "closed") })
+	s.Kill()
+	if err := s.Restart(); err != nil {
+		t.Fatalf("restart ipmi_sim: %v", err)
+	}
 	s.ResetSerial()
 	if res := o.OpenSSH("ai", tok, nil, "send", "--hex", "6c730d00ff"); res.Code != 0 {
 		t.Fatalf("send on ipmi_sim: got %+v", res)
@@ -456,4 +489,9 @@ func TestAutomateHostileGo(t *testing.T) {
 			t.Fatalf("%s not cut", cmd)
 		}
 	}
+}
+
+// linkStates counts the times label's console link reached state (its log).
+func linkStates(o *obmdtest.Daemon, label, state string) int {
+	return strings.Count(o.Logs.String(), `"msg":"console link state","node":"`+label+`","part":"sol","state":"`+state+`"`)
 }

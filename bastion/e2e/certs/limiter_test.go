@@ -33,10 +33,14 @@ func TestAttackEnumerateNodesThroughCertLimiter(t *testing.T) {
 		cert := k.signer(k.sign("-I", "mallory", "-n", "nobody", "-V", "-5m:+1h"))
 		for range 4 {
 			for _, p := range [][2]string{{onReal, "real1"}, {onGhost, "ghost1"}} {
-				if c, err := o.DialFrom(p[0], p[1], gossh.PublicKeys(cert)); err == nil {
-					c.Close()
-					t.Fatalf("%s: a certificate for no principal of the node logged in", p[1])
-				}
+				o.JudgedLogin(p[0], p[1], func() error {
+					c, err := o.DialFrom(p[0], p[1], gossh.PublicKeys(cert))
+					if err == nil {
+						c.Close()
+						t.Fatalf("%s: a certificate for no principal of the node logged in", p[1])
+					}
+					return err
+				})
 			}
 		}
 		real, ghost := probe(onReal, "real1"), probe(onGhost, "real1")
