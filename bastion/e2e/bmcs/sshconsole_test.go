@@ -20,6 +20,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/redfish/redfishtest"
+	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/goipmisrv"
 	"github.com/obmd/obmd/sol/soltest/sshbmc"
 )
@@ -351,6 +352,7 @@ func TestSSHConsoleAutoRedfish(t *testing.T) {
 // address shows in the admin view, never in the tenant's doctor.
 func TestSSHConsoleAutoIPMIRedfish(t *testing.T) {
 	t.Parallel()
+	soltest.External(t, "goipmi-server") // before any daemon starts
 	o, rf, b := startRedfishSSH(t, "generic")
 	gis := goipmisrv.Start(t, goipmisrv.Options{Pass: redfishtest.Pass})
 	rf.SetSerialConsole(t, redfishtest.SerialConsole{SSH: true, SSHPort: b.Port, SSHCommand: "console"})

@@ -140,8 +140,8 @@ func trust(a *obmdtest.Admin, k *issuer, name string) string {
 // issuer's CA as "hil"; it returns the CA's fingerprint too.
 func certObmd(t *testing.T, dsn string, opts ...func(*daemon.Config)) (*obmdtest.Daemon, *issuer, string) {
 	t.Helper()
+	k := newIssuer(t) // first: it needs OpenSSH's tools, which -short skips
 	o := obmdtest.Start(t, append([]func(*daemon.Config){func(c *daemon.Config) { c.DB = dsn }}, opts...)...)
-	k := newIssuer(t)
 	return o, k, trust(o.Admin, k, "hil")
 }
 

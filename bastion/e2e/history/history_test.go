@@ -176,6 +176,7 @@ func TestHistoryRestart(t *testing.T) {
 }
 
 func testHistoryRestart(t *testing.T, dsn string) {
+	ipmisim.Require(t, "ssh", "sshpass") // console-log through OpenSSH after the restart: checked before the daemon starts
 	o, tok, bmc, before := capturedSim(t, dsn, "kept", "before-restart")
 	if err := o.Stop(); err != nil {
 		t.Fatal(err)

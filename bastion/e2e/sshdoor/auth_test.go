@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/bastion/e2e/obmdtest"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -28,6 +29,7 @@ import (
 // both clients.
 func TestSSHAuthIndistinguishable(t *testing.T) {
 	t.Parallel()
+	ipmisim.Require(t, "ssh", "sshpass") // its OpenSSH cases run on the test's daemon: checked before any starts
 	o := obmdtest.Start(t, obmdtest.NoLimits)
 	good := o.AddSimNode("a1")
 	o.AddNode("notoken", "sim", sol.Info{Addr: "sim"})

@@ -22,6 +22,7 @@ import (
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // transport runs one exec command on a node through one SSH client and
@@ -136,6 +137,7 @@ func commandCases() []commandCase {
 // and checks stdout, stderr, the exit code and what the BMC did.
 func TestSSHCommands(t *testing.T) {
 	t.Parallel()
+	ipmisim.Require(t, "ssh", "sshpass") // its OpenSSH cases run on the test's daemon: checked before any starts
 	o := obmdtest.Start(t)
 	for _, tr := range transports() {
 		t.Run(tr.name, func(t *testing.T) {
@@ -203,6 +205,7 @@ func simPower(t *testing.T, b *sim.BMC) string {
 // nothing to the BMC.
 func TestSSHUsageErrors(t *testing.T) {
 	t.Parallel()
+	ipmisim.Require(t, "ssh", "sshpass") // its OpenSSH cases run on the test's daemon: checked before any starts
 	o := obmdtest.Start(t)
 	tok := o.AddSimNode("u1")
 	bmc := o.Lab().BMC("u1", sim.ModeNormal)
@@ -344,6 +347,7 @@ func TestSSHJSON(t *testing.T) {
 // same result as without (ssh -T), modulo CRLF line ends.
 func TestSSHPTY(t *testing.T) {
 	t.Parallel()
+	ipmisim.Require(t, "ssh", "sshpass") // its OpenSSH cases run on the test's daemon: checked before any starts
 	o := obmdtest.Start(t)
 	tok := o.AddSimNode("p1")
 	for _, line := range []string{"power-status", "power-status --json", "help", "bootdev pxe", "bogus", "bootdev floppy --json", "version"} {

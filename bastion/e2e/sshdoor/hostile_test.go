@@ -19,6 +19,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
 // TestHostileExec runs unknown commands and absurd arguments: each is a
@@ -139,6 +140,7 @@ func stillUsable(t *testing.T, c *gossh.Client) {
 // TestHostileSSHFeatures asks for every SSH feature obmd does not offer:
 // each is refused specifically, and the connection still runs a command.
 func TestHostileSSHFeatures(t *testing.T) {
+	ipmisim.Require(t, "ssh", "sshpass") // its OpenSSH cases run on the test's daemon: checked before any starts
 	o := obmdtest.Start(t)
 	token := o.AddSimNode("n1")
 
