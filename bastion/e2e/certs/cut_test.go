@@ -185,9 +185,9 @@ func TestCertAcrossReplicas(t *testing.T) {
 				c.ReplicaID, c.PeerAddr, c.EpochPoll, c.LeaseTTL = id, "127.0.0.1:0", poll, time.Minute
 			})
 		}
+		k := newIssuer(t) // first: it needs OpenSSH's tools, which -short skips
 		r1 := replica("r1", 100*time.Millisecond)
 		r2, r3 := replica("r2", 20*time.Second), replica("r3", 20*time.Second)
-		k := newIssuer(t)
 		fp := trust(r1.Admin, k, "hil")
 		for _, r := range []*obmdtest.Daemon{r2, r3} {
 			if got := string(r.MustAPI(200, "GET", "/v1/cas", nil)); !strings.Contains(got, fp) {
