@@ -63,7 +63,7 @@ func (c *WatchConfig) setDefaults() {
 
 func (c *WatchConfig) check() error {
 	if c.FenceAfter > 0 && 2*c.Poll >= c.FenceAfter {
-		return fmt.Errorf("epoch_poll %v must be below half of %v (lease_ttl less the fence margin): a replica that has not announced itself by then stops serving",
+		return fmt.Errorf("access.poll %v must be below half of %v (cluster.lease_ttl less the fence margin): a replica that has not announced itself by then stops serving",
 			c.Poll, c.FenceAfter)
 	}
 	return nil

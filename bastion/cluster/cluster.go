@@ -89,11 +89,6 @@ type Config struct {
 	// PeerAddr is where other replicas reach this replica's peer server
 	// (host:port). Required.
 	PeerAddr string `yaml:"-"`
-	// HostKey is the SSH host key every replica shares; it authenticates
-	// the peer channel in both directions. Required.
-	HostKey gossh.Signer `yaml:"-"`
-	// Access is this replica's revocation state. Required.
-	Access Access `yaml:"-"`
 	// LeaseTTL is how long a lease outlives its last renewal, so how long
 	// a dead holder blocks the takeover of its consoles (default
 	// DefaultLeaseTTL), and how long an announcement lasts.
@@ -159,10 +154,6 @@ func (c *Config) setDefaults() error {
 		return errors.New("replica ID longer than 100 bytes")
 	case c.PeerAddr == "":
 		return errors.New("no peer address")
-	case c.HostKey == nil:
-		return errors.New("no host key")
-	case c.Access == nil:
-		return errors.New("no access state")
 	}
 	var err error
 	*c, err = c.WithDefaults()
@@ -176,10 +167,12 @@ func DefaultFenceMargin(leaseTTL time.Duration) time.Duration { return leaseTTL 
 // ForCommands, a commands.Resolver) whose BMCs take leases, and the record
 // of which SOL leases this replica holds (for its PeerServer).
 type Cluster struct {
-	cfg   Config
-	store Store
-	local sol.Resolver
-	log   logrus.FieldLogger
+	cfg     Config
+	hostKey gossh.Signer // shared by every replica: authenticates the peer channel both ways
+	access  Access       // this replica's revocation state
+	store   Store
+	local   sol.Resolver
+	log     logrus.FieldLogger
 
 	mu    sync.Mutex
 	held  map[string]string         // label -> token of the SOL lease this replica holds
@@ -189,15 +182,22 @@ type Cluster struct {
 }
 
 // New validates cfg and returns a Cluster over local, the resolver that
-// builds this replica's real drivers. It starts nothing.
-func New(cfg Config, store Store, local sol.Resolver, log logrus.FieldLogger) (*Cluster, error) {
-	if store == nil || local == nil || log == nil {
+// builds this replica's real drivers. hostKey is the SSH host key every
+// replica shares (it authenticates the peer channel in both directions);
+// access is this replica's revocation state. It starts nothing.
+func New(cfg Config, hostKey gossh.Signer, access Access, store Store, local sol.Resolver, log logrus.FieldLogger) (*Cluster, error) {
+	switch {
+	case hostKey == nil:
+		return nil, errors.New("cluster: no host key")
+	case access == nil:
+		return nil, errors.New("cluster: no access state")
+	case store == nil || local == nil || log == nil:
 		return nil, errors.New("cluster: missing dependency")
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	return &Cluster{cfg: cfg, store: store, local: local, log: log, held: map[string]string{},
+	return &Cluster{cfg: cfg, hostKey: hostKey, access: access, store: store, local: local, log: log, held: map[string]string{},
 		links: map[*heldConsole]struct{}{}, fence: newFence()}, nil
 }
 

@@ -63,7 +63,7 @@ func (h *consoleHistory) Flush(ctx context.Context) error { return h.rec.Flush(c
 
 // applied is the Revoker's OnApply: an access change moved label to epoch.
 // New output goes to the new tenancy at once; the old ones are ended in the
-// database (deleted, or kept for admins with history_retention) in the
+// database (deleted, or kept for admins with history.retention) in the
 // background, bounded by ChangeTimeout. A missed end is caught by the
 // recorder's purge; a tenant never reads an old tenancy meanwhile.
 func (h *consoleHistory) applied(label string, epoch int64) {

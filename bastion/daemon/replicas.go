@@ -74,9 +74,9 @@ func (d *Daemon) startCluster(hostKey gossh.Signer, local sol.Resolver, forComma
 	}
 	var err error
 	cfg := d.cfg.Cluster
-	cfg.ReplicaID, cfg.PeerAddr, cfg.HostKey, cfg.Access = d.cfg.Replica.ID, advertise, hostKey, clusterAccess{d}
+	cfg.ReplicaID, cfg.PeerAddr = d.cfg.Replica.ID, advertise
 	cfg.LeaseTTL = leaseTTL(d.cfg.Cluster.LeaseTTL, d.store.GaleraSuspect(), d.log)
-	d.rep.cluster, err = cluster.New(cfg, d.store, local, d.log.WithField("part", "cluster"))
+	d.rep.cluster, err = cluster.New(cfg, hostKey, clusterAccess{d}, d.store, local, d.log.WithField("part", "cluster"))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -250,7 +250,7 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 }
 
 // dbBound bounds each database call of a login's lookups, the change
-// watcher's polls and this replica's announcements: change_timeout, plus
+// watcher's polls and this replica's announcements: access.change_timeout, plus
 // on a Galera node the time the cluster may hold every call while it
 // evicts a dead member (db.Store.Eviction), so that such a call waits the
 // eviction out instead of failing in it.

@@ -37,10 +37,10 @@ type Config struct {
 	// the oldest give way to a "not recorded" gap: Write never waits for
 	// the Store.
 	BufferBytes int
-	// HistoryBytes bounds the history stored per tenancy (history_bytes,
+	// HistoryBytes bounds the history stored per tenancy (history.bytes,
 	// default 1 MiB, at least MinHistoryBytes): the oldest chunks go first.
 	HistoryBytes int64
-	// Retention keeps an ended tenancy for admins (history_retention;
+	// Retention keeps an ended tenancy for admins (history.retention;
 	// default 0: deleted at once).
 	Retention time.Duration
 	// PurgeEvery paces PurgeHistory (default 1 min).
