@@ -192,6 +192,17 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "bad env int", env: map[string]string{"OBMD_AUTH_LIMITS_PER_NODE": "x"}, wantErr: []string{"OBMD_AUTH_LIMITS_PER_NODE"}},
 		{name: "unknown flag", args: []string{"--ssh-port", "22"}, wantErr: []string{"ssh-port"}},
 		{name: "stray argument", args: []string{"now"}, wantErr: []string{`"now"`}},
+		// Keys from before the sections: refused with their new place
+		// (TestMovedKeysRefused).
+		{name: "old ssh_addr", yaml: "ssh_addr: 127.0.0.1:22\n", wantErr: []string{"line 1: ssh_addr is now ssh.addr"}},
+		{name: "old db", yaml: "console:\n  linger: 1s\ndb: /var/lib/obmd/obmd.db\n", wantErr: []string{"line 3: db is now db.dsn"}},
+		{name: "old login_grace_time", yaml: "login_grace_time: 5s\n", wantErr: []string{"line 1: login_grace_time is now ssh.login_grace_time"}},
+		{name: "old fail_delay", yaml: "fail_delay: 1s\n", wantErr: []string{"line 1: fail_delay is now ssh.fail_delay and admin.fail_delay"}},
+		{name: "old alias", yaml: "max_sessions_per_node: 3\n", wantErr: []string{"line 1: max_sessions_per_node is now sessions.max_per_node"}},
+		{name: "old variable", env: map[string]string{"OBMD_LOGIN_GRACE_TIME": "5s"},
+			wantErr: []string{"OBMD_LOGIN_GRACE_TIME is now OBMD_SSH_LOGIN_GRACE_TIME (ssh.login_grace_time)"}},
+		{name: "old tls variable", env: map[string]string{"OBMD_TLS_CERT": "c.pem"},
+			wantErr: []string{"OBMD_TLS_CERT is now OBMD_ADMIN_TLS_CERT (admin.tls_cert)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,38 +358,11 @@ func TestLoadConfigNestedList(t *testing.T) {
 
 // TestMovedKeysRefused: a key of the flat schema from before the sections,
 // in the file or as a variable, is refused with the key (or variable) that
-// replaced it, never read nor ignored; the flags' variables (OBMD_DB,
-// OBMD_STATE_DIR, OBMD_DEMO) and those whose name did not change
-// (OBMD_ADMIN_TOKEN is admin.token's) still work.
+// replaced it, never read nor ignored (the "old" cases of
+// TestLoadConfigErrors); the flags' variables (OBMD_DB, OBMD_STATE_DIR,
+// OBMD_DEMO) and those whose name did not change (OBMD_ADMIN_TOKEN is
+// admin.token's) still work.
 func TestMovedKeysRefused(t *testing.T) {
-	for _, tt := range []struct {
-		name, yaml string
-		env        map[string]string
-		wantErr    string
-	}{
-		{name: "file ssh_addr", yaml: "ssh_addr: 127.0.0.1:22\n", wantErr: "line 1: ssh_addr is now ssh.addr"},
-		{name: "file db", yaml: "console:\n  linger: 1s\ndb: /var/lib/obmd/obmd.db\n", wantErr: "line 3: db is now db.dsn"},
-		{name: "file login_grace_time", yaml: "login_grace_time: 5s\n", wantErr: "line 1: login_grace_time is now ssh.login_grace_time"},
-		{name: "file fail_delay", yaml: "fail_delay: 1s\n", wantErr: "line 1: fail_delay is now ssh.fail_delay and admin.fail_delay"},
-		{name: "file alias", yaml: "max_sessions_per_node: 3\n", wantErr: "line 1: max_sessions_per_node is now sessions.max_per_node"},
-		{name: "env", env: map[string]string{"OBMD_LOGIN_GRACE_TIME": "5s"},
-			wantErr: "OBMD_LOGIN_GRACE_TIME is now OBMD_SSH_LOGIN_GRACE_TIME (ssh.login_grace_time)"},
-		{name: "env tls", env: map[string]string{"OBMD_TLS_CERT": "c.pem"}, wantErr: "OBMD_TLS_CERT is now OBMD_ADMIN_TLS_CERT (admin.tls_cert)"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			env := map[string]string{}
-			for k, v := range tt.env {
-				env[k] = v
-			}
-			if tt.yaml != "" {
-				env["OBMD_CONFIG"] = writeYAML(t, tt.yaml)
-			}
-			_, _, err := loadConfig("serve", nil, fakeEnv(env), io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("got %v, want an error with %q", err, tt.wantErr)
-			}
-		})
-	}
 	cfg, _, err := loadConfig("serve", nil, fakeEnv(map[string]string{"OBMD_DB": "/x/obmd.db", "OBMD_STATE_DIR": "/x",
 		"OBMD_DEMO": "true", "OBMD_ADMIN_TOKEN": "t", "OBMD_DB_GRACE": "7s", "OBMD_CONSOLE_CAPTURE": "always"}), io.Discard)
 	if err != nil {
