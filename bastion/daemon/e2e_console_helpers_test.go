@@ -16,7 +16,8 @@ const (
 	escTakeOver = "\x05cf"
 	escReadOnly = "\x05cs"
 	escBreak    = "\x05cb"
-	escReplay   = "\x05cr"
+	escRedraw   = "\x05cr"
+	escPlayback = "\x05cp"
 )
 
 // detach types the detach escape and fails the test unless the client is

@@ -59,8 +59,8 @@ func TestConsoleSimOpenSSH(t *testing.T) {
 	// The help: one escape a line.
 	p.typeKeys(escHelp)
 	p.expect("[obmd escapes: Ctrl-E c, then]\r\n  .       detach\r\n  f       take over writing\r\n  s       become read-only\r\n" +
-		"  b       send a serial break\r\n  r       replay the scrollback\r\n  Ctrl-E  send Ctrl-E c itself\r\n  ?       this help\r\n")
-	p.typeKeys(escReplay)
+		"  b       send a serial break\r\n  r       redraw the screen\r\n  p       play back the scrollback\r\n  Ctrl-E  send Ctrl-E c itself\r\n  ?       this help\r\n")
+	p.typeKeys(escPlayback)
 	p.expect("kernel: printed by the host\r\n") // the scrollback again
 	p.typeKeys("\x05cz")
 	p.expect("[obmd: unknown escape; Ctrl-E c ? for help]")

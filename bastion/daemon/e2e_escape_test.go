@@ -26,7 +26,7 @@ func TestConsoleEscapeConfigured(t *testing.T) {
 
 	g.typeKeys("\x1dq?")
 	g.notice("[obmd escapes: Ctrl-] q, then]\r\n  .       detach\r\n  f       take over writing\r\n  s       become read-only\r\n" +
-		"  b       send a serial break\r\n  r       replay the scrollback\r\n  Ctrl-]  send Ctrl-] q itself\r\n  ?       this help\r\n")
+		"  b       send a serial break\r\n  r       redraw the screen\r\n  p       play back the scrollback\r\n  Ctrl-]  send Ctrl-] q itself\r\n  ?       this help\r\n")
 	g.typeKeys("\x1dqz")
 	g.notice("[obmd: unknown escape; Ctrl-] q ? for help]")
 	g.typeKeys("\x1dqs")

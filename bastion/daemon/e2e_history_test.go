@@ -72,7 +72,9 @@ func TestHistoryCaptureIPMI(t *testing.T) {
 				checkStamped(t, res.Stdout, lines, wrote)
 
 				p := sshPTY(t, o.SSHAddr(), label, tok, nil)
-				p.expect(lines[0] + "\r\n" + lines[1] + "\r\n" + lines[2])
+				for _, l := range lines { // the screen redrawn, a row at a time
+					p.expect(strings.TrimSpace(l))
+				}
 			})
 		}
 	})
