@@ -68,18 +68,26 @@ func (a *API) screen(w http.ResponseWriter, r *http.Request) {
 }
 
 // nodeScreen is label's screen: this replica's where it has the node's
-// link, else through a viewer attached for it.
+// link, else through a viewer attached for it. A viewer cut by an access
+// change (a node's first epoch, noticed as it attaches) gives way to a
+// new one, once.
 func (a *API) nodeScreen(ctx context.Context, label string) (screen.Snapshot, error) {
 	s, err := a.consoles.Screen(ctx, label)
 	if !errors.Is(err, sol.ErrNoScreen) {
 		return s, err
 	}
-	v, err := a.consoles.Attach(ctx, label, sol.AttachOptions{Name: "admin", ReadOnly: true})
-	if err != nil {
-		return screen.Snapshot{}, err
+	for try := 0; ; try++ {
+		v, err := a.consoles.Attach(ctx, label, sol.AttachOptions{Name: "admin", ReadOnly: true})
+		if err != nil {
+			return screen.Snapshot{}, err
+		}
+		s, err = v.Screen(ctx)
+		cut := v.Err() != nil
+		v.Close()
+		if err == nil || !cut || try == 1 || ctx.Err() != nil {
+			return s, err
+		}
 	}
-	defer v.Close()
-	return v.Screen(ctx)
 }
 
 // screenView is s as the API shows it.

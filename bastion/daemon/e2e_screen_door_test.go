@@ -8,12 +8,14 @@ package daemon_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/screen"
 	"github.com/obmd/obmd/sol/screen/screentest"
@@ -124,6 +126,15 @@ func TestScreenDoorLateAttach(t *testing.T) {
 			check(t, "Ctrl-E c r", waitShown(t, "Ctrl-E c r", p.out, mark, bios.Screen))
 			p.typeKeys(escDetach)
 			p.end.wait(t, "the detached ssh")
+
+			// The admin API: the same screen, as JSON and as a redraw.
+			var s api.Screen
+			if err := json.Unmarshal(o.mustAPI(200, "GET", "/v1/nodes/"+n.label+"/screen", nil), &s); err != nil ||
+				strings.Join(s.Lines, "\n") != bios.Screen || s.Cursor.Row != ref.Cursor().Row || s.Cursor.Col != ref.Cursor().Col ||
+				len(s.Spans) != len(ref.Spans()) {
+				t.Errorf("GET .../screen: got %+v (%v), want the menu", s, err)
+			}
+			check(t, "GET .../screen?format=ansi", shownOn(o.mustAPI(200, "GET", "/v1/nodes/"+n.label+"/screen?format=ansi", nil)))
 
 			// Without a terminal: the raw replay, the last 16 KiB as printed.
 			raw := o.goConsole(t, n.label, n.tok, conOpts{})
