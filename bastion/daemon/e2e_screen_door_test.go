@@ -4,10 +4,13 @@ package daemon_test
 // program's output played on the node's serial side (the simulator and
 // ipmi_sim), then a late attach through the real OpenSSH client with a
 // terminal, which must show the whole screen though the last bytes no
-// longer draw it; across a restart, and never after an access change.
+// longer draw it; the tenant's screen and wait-for --screen over OpenSSH,
+// the admin API's screen; across a restart and a replica failover, and
+// never after an access change.
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"reflect"
 	"regexp"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/sol/screen"
 	"github.com/obmd/obmd/sol/screen/screentest"
 	"github.com/obmd/obmd/sol/sim"
@@ -87,9 +91,12 @@ func screenNodes(t *testing.T, o *obmd) []screenNode {
 // nobody attached: a late attach through OpenSSH with a terminal (ssh
 // -tt) shows the whole menu cell for cell (text, attributes, cursor),
 // though the last 16 KiB (the raw replay, still what a session without a
-// terminal gets) no longer draw it; Ctrl-E c r draws it again. After a
-// restart, the screen is rebuilt from the stored history; after a token
-// rotation, the next tenant's terminal never shows it.
+// terminal gets) no longer draw it; Ctrl-E c r draws it again; `screen`
+// prints it exactly (text, --json, --ansi), `wait-for --screen` and
+// expect's `wait --screen` match what only the first drawing printed, and
+// the admin API shows the same. After a restart, the screen is rebuilt
+// from the stored history; after a token rotation, the next tenant's
+// terminal, `screen` and `wait-for --screen` never show it.
 func TestScreenDoorLateAttach(t *testing.T) {
 	t.Parallel()
 	o := startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
@@ -127,6 +134,34 @@ func TestScreenDoorLateAttach(t *testing.T) {
 			p.typeKeys(escDetach)
 			p.end.wait(t, "the detached ssh")
 
+			// The tenant's commands over OpenSSH: screen cell for cell, and
+			// wait-for --screen on text the last 16 KiB do not hold.
+			if res := o.openssh(n.label, n.tok, nil, "screen"); res.Code != 0 || res.Stdout != bios.Screen+"\n" {
+				t.Errorf("screen: got %v, want the menu", res)
+			}
+			var js struct {
+				OK     bool       `json:"ok"`
+				Screen api.Screen `json:"screen"`
+			}
+			res := o.openssh(n.label, n.tok, nil, "screen", "--json")
+			if err := json.Unmarshal([]byte(res.Stdout), &js); err != nil || !js.OK || strings.Join(js.Screen.Lines, "\n") != bios.Screen ||
+				js.Screen.Cursor.Row != ref.Cursor().Row || js.Screen.Cursor.Col != ref.Cursor().Col || len(js.Screen.Spans) != len(ref.Spans()) {
+				t.Errorf("screen --json: got %v (%v)", res, err)
+			}
+			res = o.openssh(n.label, n.tok, nil, "screen", "--ansi")
+			check(t, "screen --ansi", shownOn([]byte(res.Stdout)))
+			if bytes.Contains(tail, []byte(bios.Menu[2])) {
+				t.Fatalf("the last 16 KiB hold %q", bios.Menu[2])
+			}
+			res = o.openssh(n.label, n.tok, nil, "wait-for", "--screen", "--timeout", "20s", "'"+bios.Menu[2]+" +03/14'")
+			if res.Code != 0 || !strings.Contains(res.Stdout, bios.Menu[3]) {
+				t.Errorf("wait-for --screen: got %v, want the row of %q", res, bios.Menu[2])
+			}
+			res = o.openssh(n.label, n.tok, nil, "expect", `'wait --screen "^ +Version 2" 20s'`)
+			if res.Code != 0 {
+				t.Errorf("expect wait --screen: got %v", res)
+			}
+
 			// The admin API: the same screen, as JSON and as a redraw.
 			var s api.Screen
 			if err := json.Unmarshal(o.mustAPI(200, "GET", "/v1/nodes/"+n.label+"/screen", nil), &s); err != nil ||
@@ -154,6 +189,9 @@ func TestScreenDoorLateAttach(t *testing.T) {
 		t.Run(n.label+"/restarted", func(t *testing.T) {
 			p := sshPTY(t, o.SSHAddr(), n.label, n.tok, nil)
 			check(t, "attach after a restart", waitShown(t, "attach after a restart", p.out, 0, bios.Screen))
+			if res := o.openssh(n.label, n.tok, nil, "screen"); res.Code != 0 || res.Stdout != bios.Screen+"\n" {
+				t.Errorf("screen after a restart: got %v, want the menu", res)
+			}
 			p.typeKeys(escDetach)
 			p.end.wait(t, "the detached ssh")
 		})
@@ -176,6 +214,73 @@ func TestScreenDoorLateAttach(t *testing.T) {
 			if text := shownOn(next.out.Bytes()).Text(); !strings.Contains(text, live) {
 				t.Errorf("the next tenant's terminal:\n%s\nwant %s on it", text, live)
 			}
+			res := o.openssh(n.label, tok, nil, "screen")
+			if res.Code != 0 || !strings.Contains(res.Stdout, live) || strings.Contains(res.Stdout, bios.Menu[0]) {
+				t.Errorf("the next tenant's screen: got %v, want its own output alone", res)
+			}
+			if res := o.openssh(n.label, tok, nil, "wait-for", "--screen", "--timeout", "1s", "'"+bios.Menu[2]+"'"); res.Code != 5 {
+				t.Errorf("the next tenant's wait-for --screen on the previous screen: got %v, want exit 5", res)
+			}
 		})
 	}
+}
+
+// TestScreenDoorFailover: two replicas on a shared database (MariaDB,
+// then PostgreSQL) and a node on ipmi_sim captured always. A BIOS menu
+// printed on its serial side shows whole through either replica (the
+// holder's screen, and the other's relayed from it); after SIGKILL of
+// the holder, the survivor takes the link over and rebuilds the screen
+// from the stored history: `screen` and a late attach through OpenSSH
+// show the menu there, and output that follows draws on it.
+func TestScreenDoorFailover(t *testing.T) { onSharedEngines(t, testScreenDoorFailover) }
+
+func testScreenDoorFailover(t *testing.T, dsn string) {
+	ipmisim.Require(t, "ipmitool")
+	bmc := ipmisim.Start(t)
+	reps := rpClusterOn(t, []string{dsn, dsn}, map[string]string{"OBMD_LEASE_TTL": rpLeaseTTL.String(),
+		"OBMD_CONSOLE_CAPTURE": "always", "OBMD_EPOCH_POLL": "200ms"})
+	reps[0].mustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
+	tok := reps[0].rotate("n1")
+	on := func(r *rpReplica, cmd string) string {
+		res, err := r.exec("n1", tok, cmd)
+		if err != nil || res.Code != 0 {
+			return ""
+		}
+		return res.Stdout
+	}
+	printUntilSeen(t, bmc.WriteSerial, "captured", func(m string) bool { return strings.Contains(on(reps[0], "console-log"), m) })
+	bios := screentest.BIOSSetup(2500) // within the 64 KiB a screen is rebuilt from
+	n := screenNode{label: "n1", print: bmc.WriteSerial}
+	n.printAll(t, bios.Output)
+	for _, r := range reps {
+		waitUntil(t, "the menu on "+r.name, func() bool { return on(r, "screen") == bios.Screen+"\n" })
+	}
+	end := string(bios.Output[len(bios.Output)-200:])
+	for _, r := range reps { // stored: the replica that does not hold the link reads the database
+		waitUntil(t, "the menu stored, read on "+r.name, func() bool { return strings.HasSuffix(on(r, "console-log"), end) })
+	}
+
+	st := rpStore(t, dsn)
+	lease := func() string {
+		l, err := st.Lease(context.Background(), "n1", db.LeaseSOL)
+		if err != nil {
+			return ""
+		}
+		return l.Owner
+	}
+	holder, survivor := reps[0], reps[1]
+	if lease() == survivor.name {
+		holder, survivor = survivor, holder
+	}
+	holder.kill(t)
+	waitUntil(t, "the survivor holding the link", func() bool { return lease() == survivor.name })
+	waitUntil(t, "the menu rebuilt on "+survivor.name, func() bool { return on(survivor, "screen") == bios.Screen+"\n" })
+	p := sshPTY(t, survivor.listening["ssh"], "n1", tok, nil)
+	waitShown(t, "a late attach on the survivor", p.out, 0, bios.Screen)
+	if err := bmc.WriteSerial([]byte("\x1b[24;3Hchanged")); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(bios.Screen, "  ><: Sel", "  changed", 1)
+	waitUntil(t, "live output on the rebuilt screen", func() bool { return on(survivor, "screen") == want+"\n" })
+	t.Logf("holder %s killed; %s rebuilt the screen", holder.name, survivor.name)
 }
