@@ -340,3 +340,33 @@ func (hangingBMC) OpenConsole(ctx context.Context) (sol.Console, error) {
 }
 
 func (hangingBMC) DeactivateConsole(context.Context) error { return nil }
+
+// TestRedrawsBounded: a viewer that asks for redraws and replays again
+// and again while it reads nothing (a key held down, a paste) holds at
+// most two of them queued, each a copy of the screen or of the history;
+// once it reads, it gets the redraw (the screen alone, no output).
+func TestRedrawsBounded(t *testing.T) {
+	_, _, bmc, m := heldN1(t)
+	waitConsole(t, bmc, true)
+	bios := screentest.BIOSSetup(100)
+	inject(bmc, bios.Output)
+	waitScreen(t, "the menu", screenOf(m), bios.Screen)
+	v := attach(t, m, "n1", "v", sol.AttachOptions{ReadOnly: true})
+	for range 1000 {
+		v.Redraw()
+		v.Replay()
+	}
+	if k := sol.ReplaysQueued(v); k > 2 {
+		t.Fatalf("%d replays queued, want at most 2", k)
+	}
+	select {
+	case c := <-v.Output():
+		term, _ := screen.New(screen.Size{})
+		term.Write(c.Screen)
+		if !c.Replay || len(c.Data) != 0 || term.Text() != bios.Screen {
+			t.Errorf("the redraw: got %+v, showing\n%s", c, term.Text())
+		}
+	case <-time.After(wait):
+		t.Fatal("no redraw")
+	}
+}

@@ -258,17 +258,18 @@ func (v *Viewer) Break(ctx context.Context) error {
 // Replay queues the node's replay for v again (the `r` escape), in order
 // with live output: the history's last Config.Scrollback bytes as of now
 // (AttachOptions.Replay says where they come from).
-func (v *Viewer) Replay() {
+func (v *Viewer) Replay() { v.again(replayOutput) }
+
+// again queues a replay job of kind for v, unless v has maxReplaysQueued
+// waiting already.
+func (v *Viewer) again(kind replayKind) {
 	n := v.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.retired || v.Err() != nil {
+	if n.retired || v.Err() != nil || v.replaysQueued() >= maxReplaysQueued {
 		return
 	}
-	if v.replaysQueued() >= maxReplaysQueued {
-		return
-	}
-	n.replayLocked(v, replayOutput)
+	n.replayLocked(v, kind)
 }
 
 // maxReplaysQueued bounds the replays and redraws a viewer has queued
@@ -296,18 +297,7 @@ func (v *Viewer) replaysQueued() int {
 // comes with no Screen if the node has none in time (its link did not
 // come up), and then with nothing at all for a viewer that relays no
 // other hub's.
-func (v *Viewer) Redraw() {
-	n := v.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.retired || v.Err() != nil {
-		return
-	}
-	if v.replaysQueued() >= maxReplaysQueued {
-		return
-	}
-	n.replayLocked(v, replayScreen)
-}
+func (v *Viewer) Redraw() { v.again(replayScreen) }
 
 // Close detaches v (cause ErrDetached). It is idempotent; Output is closed
 // shortly after. When v was the last viewer of an Exclusive node, the node
