@@ -15,8 +15,11 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/daemon"
@@ -283,4 +286,30 @@ func testScreenDoorFailover(t *testing.T, dsn string) {
 	want := strings.Replace(bios.Screen, "  ><: Sel", "  changed", 1)
 	waitUntil(t, "live output on the rebuilt screen", func() bool { return on(survivor, "screen") == want+"\n" })
 	t.Logf("holder %s killed; %s rebuilt the screen", holder.name, survivor.name)
+}
+
+// TestScreenDoorAutomationCaps: wait-for --screen and screen count as the
+// node's automation sessions: with 8 screen waits on a node, a ninth and
+// a screen are refused as busy through OpenSSH, while the node's power
+// commands go on; a rotation ends the waits and frees their places.
+func TestScreenDoorAutomationCaps(t *testing.T) {
+	t.Parallel()
+	o := startObmd(t)
+	var ended sync.WaitGroup
+	t.Cleanup(ended.Wait) // after the connections close (cleanups run last first)
+	tok := o.addSimNode("sc1")
+	runMany(t, o, "127.0.0.1", "sc1", gossh.Password(tok), "wait-for --screen never-shown --timeout 1h", 8, &ended)
+	waitUntil(t, "8 sessions", func() bool { return len(o.rvSessions("sc1")) == 8 })
+	bgRefused(t, "a ninth screen wait", o.openssh("sc1", tok, []string{"-b", "127.0.0.2"}, "wait-for", "--screen", "x"),
+		"too many automation sessions on node sc1 (limit 8)")
+	bgRefused(t, "screen", o.openssh("sc1", tok, []string{"-b", "127.0.0.2"}, "screen"),
+		"too many automation sessions on node sc1 (limit 8)")
+	if res := o.openssh("sc1", tok, nil, "power-status"); res.Code != 0 {
+		t.Errorf("another command on the node: got %v, want exit 0", res)
+	}
+	tok = o.rotate("sc1")
+	waitUntil(t, "the waits cut", func() bool { return len(o.rvSessions("sc1")) == 0 })
+	if res := o.openssh("sc1", tok, nil, "screen"); res.Code != 0 {
+		t.Errorf("screen after the rotation: got %v, want exit 0", res)
+	}
 }
