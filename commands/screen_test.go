@@ -165,3 +165,32 @@ func TestWaitScreenBudget(t *testing.T) {
 		t.Errorf("the search used %v of CPU in %v", cpu, wall)
 	}
 }
+
+// BenchmarkScreenLook: one look of a screen wait at a BIOS menu (80x25)
+// and at the largest screen full of text (200x100): the snapshot, its
+// text, and a search that misses.
+func BenchmarkScreenLook(b *testing.B) {
+	bios := screentest.BIOSSetup(100)
+	for _, c := range []struct {
+		name string
+		size screen.Size
+		out  []byte
+	}{
+		{"bios-80x25", screen.Size{}, bios.Output},
+		{"full-200x100", screen.Size{Cols: screen.MaxCols, Rows: screen.MaxRows}, bytes.Repeat([]byte("word "), 4000)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			term, _ := screen.New(c.size)
+			term.Write(c.out)
+			re := mustPattern(`Boot Option #[0-9]+ +\[UEFI`)
+			var mt meter
+			b.ReportAllocs()
+			for b.Loop() {
+				text := term.Snapshot().Text()
+				if loc, err := re.find(context.Background(), &mt, []byte(text)); loc != nil || err != nil {
+					b.Fatal(loc, err)
+				}
+			}
+		})
+	}
+}
