@@ -301,7 +301,7 @@ func TestScreenDoorAutomationCaps(t *testing.T) {
 	var ended sync.WaitGroup
 	t.Cleanup(ended.Wait) // after the connections close (cleanups run last first)
 	tok := o.AddSimNode("sc1")
-	runMany(t, o, "127.0.0.1", "sc1", gossh.Password(tok), "wait-for --screen never-shown --timeout 1h", 8, &ended)
+	obmdtest.RunMany(t, o, "127.0.0.1", "sc1", gossh.Password(tok), "wait-for --screen never-shown --timeout 1h", 8, &ended)
 	obmdtest.WaitUntil(t, "8 sessions", func() bool { return len(o.Sessions("sc1")) == 8 })
 	bgRefused(t, "a ninth screen wait", o.OpenSSH("sc1", tok, []string{"-b", "127.0.0.2"}, "wait-for", "--screen", "x"),
 		"too many automation sessions on node sc1 (limit 8)")
@@ -314,35 +314,6 @@ func TestScreenDoorAutomationCaps(t *testing.T) {
 	obmdtest.WaitUntil(t, "the waits cut", func() bool { return len(o.Sessions("sc1")) == 0 })
 	if res := o.OpenSSH("sc1", tok, nil, "screen"); res.Code != 0 {
 		t.Errorf("screen after the rotation: got %v, want exit 0", res)
-	}
-}
-
-// runMany starts n sessions of label from src with auth, each running
-// cmd, on connections of 4 sessions each (the most one connection holds);
-// ended is done once all have ended (with their connections, when t ends
-// at the latest).
-func runMany(t *testing.T, o *obmdtest.Daemon, src, label string, auth gossh.AuthMethod, cmd string, n int, ended *sync.WaitGroup) {
-	t.Helper()
-	for i := 0; i < n; i += 4 {
-		c, err := o.DialFrom(src, label, auth)
-		if err != nil {
-			t.Fatalf("log in to %s from %s: %v", label, src, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		for range min(4, n-i) {
-			s, err := c.NewSession()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Start(cmd); err != nil {
-				t.Fatal(err)
-			}
-			ended.Add(1)
-			go func() { // ends with its connection
-				defer ended.Done()
-				_ = s.Wait()
-			}()
-		}
 	}
 }
 
