@@ -89,6 +89,13 @@ type Config struct {
 	Now func() time.Time `yaml:"-"`
 }
 
+// WithDefaults returns c with its unset fields at their defaults, or an
+// error for a value out of bounds.
+func (c Config) WithDefaults() (Config, error) {
+	err := c.setDefaults()
+	return c, err
+}
+
 func (c *Config) setDefaults() error {
 	if c.Scrollback < 0 || c.QueueBytes < 0 || c.Linger < 0 || c.OpenTimeout < 0 ||
 		c.Backoff.Min < 0 || c.Backoff.Max < 0 || c.RelayWait < 0 || c.ScreenRebuild < 0 {

@@ -118,7 +118,7 @@ func (a *API) logQuery(r *http.Request, label string) (history.Query, history.Fo
 
 // tenancies is GET /v1/nodes/{label}/tenancies: the node's stored
 // tenancies, oldest first (the current one, and the ended ones kept with
-// history_retention).
+// history.retention).
 func (a *API) tenancies(w http.ResponseWriter, r *http.Request) {
 	label, valid := a.historyLabel(w, r)
 	if !valid {

@@ -25,23 +25,26 @@ func TestConfigValidates(t *testing.T) {
 	lab := sim.NewLab()
 	store := &killableStore{}
 	acc := &testAccess{}
+	ok := Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1"}
 	tests := []struct {
 		name string
 		cfg  Config
+		key  gossh.Signer
+		acc  Access
 		ok   bool
 	}{
-		{"complete", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", HostKey: key, Access: acc}, true},
-		{"no replica ID", Config{PeerAddr: "127.0.0.1:1", HostKey: key, Access: acc}, false},
-		{"no peer address", Config{ReplicaID: "a", HostKey: key, Access: acc}, false},
-		{"no host key", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", Access: acc}, false},
-		{"no access state", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", HostKey: key}, false},
-		{"long replica ID", Config{ReplicaID: strings.Repeat("a", 101), PeerAddr: "x:1", HostKey: key, Access: acc}, false},
-		{"renew not below TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, Access: acc, LeaseTTL: time.Second, Renew: time.Second}, false},
-		{"negative TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, Access: acc, LeaseTTL: -1}, false},
+		{"complete", ok, key, acc, true},
+		{"no replica ID", Config{PeerAddr: "127.0.0.1:1"}, key, acc, false},
+		{"no peer address", Config{ReplicaID: "a"}, key, acc, false},
+		{"no host key", ok, nil, acc, false},
+		{"no access state", ok, key, nil, false},
+		{"long replica ID", Config{ReplicaID: strings.Repeat("a", 101), PeerAddr: "x:1"}, key, acc, false},
+		{"renew not below TTL", Config{ReplicaID: "a", PeerAddr: "x:1", LeaseTTL: time.Second, Renew: time.Second}, key, acc, false},
+		{"negative TTL", Config{ReplicaID: "a", PeerAddr: "x:1", LeaseTTL: -1}, key, acc, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(tt.cfg, store, lab, quietLog())
+			_, err := New(tt.cfg, tt.key, tt.acc, store, lab, quietLog())
 			if got := err == nil; got != tt.ok {
 				t.Errorf("got error %v, want ok %v", err, tt.ok)
 			}

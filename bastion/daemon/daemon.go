@@ -77,17 +77,19 @@ type Daemon struct {
 	newAdminToken string // adminToken when this Start generated it
 	fingerprint   string
 	demoToken     string
+	dbOpts        []db.Option // db.Open's, from New
 }
 
-// New validates cfg; it does no I/O.
-func New(cfg Config, log logrus.FieldLogger) (*Daemon, error) {
+// New validates cfg; it does no I/O. dbOpts are passed to db.Open (tests:
+// e.g. db.WithClockSkew for a replica whose clock is wrong).
+func New(cfg Config, log logrus.FieldLogger, dbOpts ...db.Option) (*Daemon, error) {
 	if log == nil {
 		return nil, errors.New("daemon: nil logger")
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return &Daemon{cfg: cfg, log: log}, nil
+	return &Daemon{cfg: cfg, log: log, dbOpts: dbOpts}, nil
 }
 
 // SSHAddr, AdminAddr, AdminToken, DemoToken and HostKeyFingerprint describe
@@ -154,7 +156,7 @@ const hangupGrace = time.Second
 // shutdown stops everything; waitLoops returns once the loops that use
 // the database have ended (they end with Run's context).
 func (d *Daemon) shutdown(waitLoops func()) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Daemon.ShutdownTimeout)
 	defer cancel()
 	d.log.Info("obmd_stopping")
 	cut, late := d.reg.Shutdown()

@@ -22,8 +22,9 @@ func startDaemon(t *testing.T) *daemon.Daemon {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(&bytes.Buffer{})
-	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: t.TempDir(),
-		ConsoleCapture: "attached"}, log)
+	var cfg daemon.Config
+	cfg.SSH.Addr, cfg.Admin.Addr, cfg.Daemon.StateDir, cfg.Console.Capture = "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), "attached"
+	d, err := daemon.New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

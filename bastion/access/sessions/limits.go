@@ -47,6 +47,13 @@ type Config struct {
 	Replica  string `yaml:"-"`
 }
 
+// WithDefaults returns c with its unset limits at their defaults, and a
+// negative one (none) as 0: afterwards a limit of 0 means none.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
 // setDefaults fills the defaults; afterwards a limit of 0 means none.
 func (c *Config) setDefaults() {
 	def := func(n *int, v int) {

@@ -41,7 +41,7 @@ func TestAuditRowsBounded(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
 		o := obmdtest.Start(t, func(c *daemon.Config) {
-			c.DB = dsn
+			c.DB.DSN = dsn
 			c.Sessions.MaxBMCPerNode = -1
 		})
 		tok := o.AddSimNode("ar")
@@ -148,7 +148,7 @@ func TestAuditRetention(t *testing.T) {
 		const old = 20 * db.PurgeBatch
 		fillOldAudit(t, dsn, old)
 		o := obmdtest.Start(t, func(c *daemon.Config) {
-			c.DB = dsn
+			c.DB.DSN = dsn
 			c.Audit.PurgeInterval = 50 * time.Millisecond // the first pass, too
 		})
 		tok := o.AddSimNode("rt")

@@ -40,7 +40,7 @@ func TestCutFreesSlotsOfStuckSessions(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
 		o := obmdtest.Start(t, func(c *daemon.Config) {
-			c.DB = dsn
+			c.DB.DSN = dsn
 			c.Sessions.MaxPerSource = 64 // one address may fill the node
 			c.Sessions.MaxBMCPerNode, c.Sessions.MaxBMCPerSource = -1, -1
 			c.Sessions.CutWait = 500 * time.Millisecond
@@ -111,7 +111,7 @@ func TestCutFreesSlotsOfStuckSessions(t *testing.T) {
 func TestSessionsHidePreviousTenancy(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn; c.Sessions.CutWait = 200 * time.Millisecond })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn; c.Sessions.CutWait = 200 * time.Millisecond })
 		const label = "cf2"
 		old := o.AddSimNode(label)
 		signer, _ := obmdtest.NewKey(t)
@@ -174,7 +174,7 @@ func TestSessionsHidePreviousTenancy(t *testing.T) {
 // ended the viewer the send waited on).
 func TestCutEndsSendWaitingForLink(t *testing.T) {
 	t.Parallel()
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.PowerTimeout = 100 * time.Millisecond })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Commands.Timeout = 100 * time.Millisecond })
 	const label = "cf3"
 	old := o.AddSimNode(label)
 	o.Lab().BMC(label, sim.ModeNormal).SetDelay(time.Hour) // the console never opens

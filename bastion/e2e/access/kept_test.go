@@ -37,10 +37,10 @@ func TestKeptAccessNeedsTheLock(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "obmd.db")
 			o := obmdtest.Start(t, func(cfg *daemon.Config) {
-				cfg.DB = strings.Replace(c.dsn, "%s", path, 1)
+				cfg.DB.DSN = strings.Replace(c.dsn, "%s", path, 1)
 				// The change watcher would pick the change up at its
 				// next poll: the login below comes long before it.
-				cfg.EpochPoll = time.Minute
+				cfg.Access.Poll = time.Minute
 			})
 			tok := o.AddSimNode("n1")
 			for range 2 { // read, then (on SQLite) kept

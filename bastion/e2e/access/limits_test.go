@@ -110,7 +110,7 @@ func TestRotationWithBudgetsExhausted(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
 		o := obmdtest.Start(t, func(c *daemon.Config) {
-			c.DB = dsn
+			c.DB.DSN = dsn
 			c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 1 << 20}
 		})
 		const label = "rx1"
@@ -219,7 +219,7 @@ func TestStdinBounded(t *testing.T) {
 // budget apart from its SSH one.
 func TestHostileSessionLimits(t *testing.T) {
 	o := obmdtest.Start(t, func(c *daemon.Config) {
-		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxHTTPSessionsPerSource = 2, 2, 1
+		c.Sessions.MaxPerNode, c.Sessions.MaxPerSource, c.Sessions.MaxPerSourceHTTP = 2, 2, 1
 	})
 	t1, t2 := o.AddSimNode("n1"), o.AddSimNode("n2")
 	a := o.GoConsole(t, "n1", t1, obmdtest.SessionOpts{PTY: true}) // escapes need a PTY

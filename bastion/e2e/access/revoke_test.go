@@ -81,7 +81,7 @@ func runs(t *testing.T) int {
 func TestRevokeEndsEverySession(t *testing.T) {
 	o := obmdtest.Start(t, func(c *daemon.Config) {
 		if os.Getenv("OBMD_REVOKE_ON") == "mysql" {
-			c.DB = dbtest.MySQLDSN(t)
+			c.DB.DSN = dbtest.MySQLDSN(t)
 		}
 	})
 	runs := runs(t)
@@ -191,7 +191,7 @@ func revokeOnce(t *testing.T, o *obmdtest.Daemon, sc obmdtest.AccessChange, labe
 // cut with the reason; none may outlive the rotation.
 func TestRevokeRacingAuth(t *testing.T) {
 	o := obmdtest.Start(t, func(c *daemon.Config) {
-		c.MaxSessionsPerNode, c.MaxSessionsPerSource = -1, -1
+		c.Sessions.MaxPerNode, c.Sessions.MaxPerSource = -1, -1
 		c.AuthLimits = authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20}
 	})
 	old := o.AddSimNode("race")
@@ -324,7 +324,7 @@ func newTenant(t *testing.T, o *obmdtest.Daemon, label, tokB, old string, print 
 // scrollback. A control without rotation shows that the same replay paths
 // do carry the scrollback to the same tenant.
 func TestRevokeIsolation(t *testing.T) {
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.Linger = 5 * time.Second })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Console.Linger = 5 * time.Second })
 	for _, tc := range []struct {
 		name    string
 		detach  bool // the old tenant leaves before the rotation
@@ -397,10 +397,10 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
 		dir := t.TempDir()
 		shared := func(c *daemon.Config) {
-			c.DB, c.SealKey, c.HostKey, c.AdminToken = dsn, dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
+			c.DB.DSN, c.DB.SealKey, c.SSH.HostKey, c.Admin.Token = dsn, dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
 		}
 		r1 := obmdtest.Start(t, shared)
-		r2 := obmdtest.Start(t, shared, func(c *daemon.Config) { c.EpochPoll, c.DBOptions = time.Hour, []db.Option{db.WithoutListen()} })
+		r2 := obmdtest.StartDB(t, []db.Option{db.WithoutListen()}, shared, func(c *daemon.Config) { c.Access.Poll = time.Hour })
 		tokA := r1.AddSimNode("xr")
 		bmc := r2.Lab().BMC("xr", sim.ModeNormal)
 		a := r2.GoConsole(t, "xr", tokA, obmdtest.SessionOpts{})

@@ -44,7 +44,7 @@ func apiQ(tok string) string { return "?token=" + url.QueryEscape(tok) }
 func TestAPIRegistration(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		const pass = "reg-secret-pw-0x5a"
 		ipmi := `{"type":"ipmi","info":{"addr":"192.0.2.5","user":"root","pass":"` + pass + `"}}`
 		o.MustAPI(200, "PUT", "/node/r1", ipmi)
@@ -108,7 +108,7 @@ func TestAPIRegistration(t *testing.T) {
 func TestAPINodeTokenRoutes(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		tok := o.AddSimNode("s1")
 		q := apiQ(tok)
 		status := func(want string) {
@@ -160,8 +160,8 @@ func TestAPINodeTokenRoutes(t *testing.T) {
 		} {
 			start := time.Now()
 			code, body := o.Request("GET", c.path, nil, "", "")
-			if took := time.Since(start); took < o.Cfg.FailDelay {
-				t.Errorf("%s: answered after %v, want at least the fail delay %v", c.name, took, o.Cfg.FailDelay)
+			if took := time.Since(start); took < o.Cfg.Admin.FailDelay {
+				t.Errorf("%s: answered after %v, want at least the fail delay %v", c.name, took, o.Cfg.Admin.FailDelay)
 			}
 			if first == "" {
 				first = string(body)
@@ -237,7 +237,7 @@ func TestAPIAdminAuth(t *testing.T) {
 func TestAPIV1(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		const pass = "v1-secret-pw-77"
 		before := time.Now().Add(-time.Second)
 		o.MustAPI(201, "PUT", "/v1/nodes/v1", `{"type":"ipmi","info":{"addr":"192.0.2.9","user":"admin","pass":"`+pass+`","port":624}}`)
@@ -337,7 +337,7 @@ func TestAPIV1(t *testing.T) {
 func TestAPIRestart(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		tok := o.AddSimNode("k1")
 		o.AddNode("m1", "mock", apiMock)
 		mockTok := o.Rotate("m1")

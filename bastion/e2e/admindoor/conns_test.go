@@ -47,7 +47,7 @@ func TestAdminSlowClientsCut(t *testing.T) {
 	t.Parallel()
 	const header, read, idle = 600 * time.Millisecond, 1500 * time.Millisecond, time.Second
 	o := obmdtest.Start(t, func(c *daemon.Config) {
-		c.AdminReadHeaderTimeout, c.AdminReadTimeout, c.AdminIdleTimeout = header, read, idle
+		c.Admin.ReadHeaderTimeout, c.Admin.ReadTimeout, c.Admin.IdleTimeout = header, read, idle
 	})
 	tok := url.QueryEscape(o.AddSimNode("slow1"))
 	auth := "Authorization: Basic " + basicAuth("admin", o.AdminToken()) + "\r\n"
@@ -113,8 +113,8 @@ func TestAdminReadTimeoutSparesStreams(t *testing.T) {
 	t.Parallel()
 	const bound = 400 * time.Millisecond
 	o := obmdtest.Start(t, func(c *daemon.Config) {
-		c.AdminReadHeaderTimeout, c.AdminReadTimeout, c.AdminIdleTimeout = bound, bound, bound
-		c.PowerTimeout = time.Minute
+		c.Admin.ReadHeaderTimeout, c.Admin.ReadTimeout, c.Admin.IdleTimeout = bound, bound, bound
+		c.Commands.Timeout = time.Minute
 	})
 	tok := o.AddSimNode("stream1")
 	bmc := o.Lab().BMC("stream1", sim.ModeNormal)
@@ -149,10 +149,10 @@ func TestAdminCapsKeepRotation(t *testing.T) {
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
 		const maxConns, maxUnauth, perSource = 64, 32, 4
 		o := obmdtest.Start(t, func(c *daemon.Config) {
-			c.DB = dsn
-			c.AdminMaxConns, c.AdminMaxUnauthConns, c.AdminMaxUnauthConnsPerSource = maxConns, maxUnauth, perSource
+			c.DB.DSN = dsn
+			c.Admin.MaxConns, c.Admin.MaxUnauthConns, c.Admin.MaxUnauthConnsPerSource = maxConns, maxUnauth, perSource
 			// The caps alone must hold the flood: no timeout helps them here.
-			c.AdminReadHeaderTimeout, c.AdminReadTimeout = time.Minute, time.Minute
+			c.Admin.ReadHeaderTimeout, c.Admin.ReadTimeout = time.Minute, time.Minute
 		})
 		tok := o.AddSimNode("cap1")
 		hilTok := o.AddSimNode("hil1")
@@ -206,7 +206,7 @@ func TestAdminCapsKeepRotation(t *testing.T) {
 func TestAttackTenantHoldsAdminPort(t *testing.T) {
 	t.Parallel()
 	const maxConns = 32
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.AdminMaxConns = maxConns })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Admin.MaxConns = maxConns })
 	tok := o.AddSimNode("victim1")
 	g := o.GoConsole(t, "victim1", tok, obmdtest.SessionOpts{})
 	g.Notice("[obmd: console of victim1")

@@ -26,9 +26,9 @@ import (
 // harness lifts the guessing limits for tests that fail on purpose).
 func defaults(dsn string) func(*daemon.Config) {
 	return func(c *daemon.Config) {
-		c.DB = dsn
+		c.DB.DSN = dsn
 		c.AuthLimits = authlimit.Config{}
-		c.MaxSessionsPerNode, c.MaxSessionsPerSource, c.MaxHTTPSessionsPerSource, c.MaxConnsPerSource = 0, 0, 0, 0
+		c.Sessions.MaxPerNode, c.Sessions.MaxPerSource, c.Sessions.MaxPerSourceHTTP, c.SSH.MaxConnsPerSource = 0, 0, 0, 0
 	}
 }
 

@@ -35,9 +35,9 @@ func snapshot(o *obmdtest.Daemon, t *testing.T) string {
 	}
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
-	dsn := o.Cfg.DB
+	dsn := o.Cfg.DB.DSN
 	if dsn == "" {
-		dsn = daemon.DefaultDB(o.Cfg.StateDir)
+		dsn = daemon.DefaultDB(o.Cfg.Daemon.StateDir)
 	}
 	st, err := db.Open(context.Background(), dsn, quiet)
 	if err != nil {

@@ -102,7 +102,7 @@ func TestMetrics(t *testing.T) {
 // retrying and is down; the history's counters move as output is recorded.
 func TestMetricsCaptured(t *testing.T) {
 	t.Parallel()
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Console.Capture = "always" })
 	o.Lab().BMC("broken", sim.ModeNormal).SetFail(errors.New("BMC unreachable"))
 	o.AddSimNode("broken")
 	tok := o.AddSimNode("fine")

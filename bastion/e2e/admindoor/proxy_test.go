@@ -91,8 +91,8 @@ func TestProxyHAProxyAdmin(t *testing.T) {
 	ipmisim.Require(t, "haproxy")
 	certFile, keyFile, pool := cert(t)
 	o := obmdtest.Start(t, obmdtest.StrictLimits, func(c *daemon.Config) {
-		c.TLSCert, c.TLSKey = certFile, keyFile
-		c.AdminProxyProtocolFrom = []string{obmdtest.Balancer}
+		c.Admin.TLSCert, c.Admin.TLSKey = certFile, keyFile
+		c.Admin.ProxyProtocolFrom = []string{obmdtest.Balancer}
 	})
 	direct := "https://" + o.AdminAddr()
 	v2, v1 := obmdtest.FreePort(t), obmdtest.FreePort(t)
@@ -212,7 +212,7 @@ func TestAttackAdminBehindTCPBalancer(t *testing.T) {
 	const balancer, guesser, hil = "127.0.0.5", "127.0.0.9", "127.0.0.1"
 	o := obmdtest.Start(t, func(c *daemon.Config) {
 		c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
-		c.AdminProxyProtocolFrom = []string{balancer}
+		c.Admin.ProxyProtocolFrom = []string{balancer}
 	})
 	tok := o.AddSimNode("lb1")
 	lb := obmdtest.StartPipe(t)
@@ -252,7 +252,7 @@ func reverseProxy(t testing.TB, o *obmdtest.Daemon) string {
 // header is ignored; a listed proxy's unreadable header is refused.
 func TestProxyForwardedFor(t *testing.T) {
 	t.Parallel()
-	o := obmdtest.Start(t, obmdtest.StrictLimits, func(c *daemon.Config) { c.TrustedProxies = []string{obmdtest.Balancer} })
+	o := obmdtest.Start(t, obmdtest.StrictLimits, func(c *daemon.Config) { c.Admin.TrustedProxies = []string{obmdtest.Balancer} })
 	tok := o.AddSimNode("xf1")
 	base := reverseProxy(t, o)
 	const guesser, other, spoofer = "127.0.0.44", "127.0.0.45", "127.0.0.46"

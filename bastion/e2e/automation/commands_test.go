@@ -266,7 +266,7 @@ func TestAutomateSendLinkDown(t *testing.T) {
 	o := obmdtest.Start(t, func(c *daemon.Config) {
 		c.Console.OpenTimeout = 500 * time.Millisecond
 		c.Console.Backoff = sol.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond} // back at once
-		c.PowerTimeout = time.Second
+		c.Commands.Timeout = time.Second
 	})
 	tok := o.AddSimNode("al")
 	bmc := o.Lab().BMC("al", sim.ModeNormal)

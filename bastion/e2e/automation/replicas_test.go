@@ -64,7 +64,7 @@ func TestReplicasAutomate(t *testing.T) {
 	dsn := dbtest.MySQLDSN(t)
 	ipmisim.Require(t, "ssh", "ipmitool")
 	bmc := ipmisim.Start(t)
-	reps := obmdtest.ClusterOn(t, []string{dsn, dsn}, map[string]string{"OBMD_LEASE_TTL": obmdtest.LeaseTTL.String()})
+	reps := obmdtest.ClusterOn(t, []string{dsn, dsn}, map[string]string{"OBMD_CLUSTER_LEASE_TTL": obmdtest.LeaseTTL.String()})
 	a, b := reps[0], reps[1]
 	a.MustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	a.Rotate("n1")

@@ -105,7 +105,7 @@ func TestBMCAddressNeverReachesTenants(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ssh", "sshpass", "ipmitool")
 	s := ipmisim.Start(t)
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.PowerTimeout = leakPowerTimeout })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Commands.Timeout = leakPowerTimeout })
 	var got leakTenant
 	slots := make(chan struct{}, 12) // clients running at once
 	cases := leakCases(t, s)

@@ -156,7 +156,7 @@ func TestSSHDeadBMC(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ipmi_sim", "socat", "ipmitool")
 	const powerTimeout = 3 * time.Second
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.PowerTimeout = powerTimeout })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Commands.Timeout = powerTimeout })
 	s := ipmisim.Start(t)
 	liveTok := o.AddIPMINode("live", "ipmi", s)
 	simTok := o.AddSimNode("simnode")

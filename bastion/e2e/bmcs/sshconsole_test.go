@@ -192,7 +192,7 @@ func TestSSHConsoleSlotFreed(t *testing.T) {
 // nobody attached and what the host prints is in console-log.
 func TestSSHConsoleCapture(t *testing.T) {
 	t.Parallel()
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Console.Capture = "always" })
 	b := sshbmc.Start(t, sshbmc.Options{Vendor: "ilo"})
 	tok := addSSHNode(o, "cap", b)
 	b.WaitStats(t, "link held for capture", obmdtest.Timeout, func(s sshbmc.Stats) bool { return s.Held })

@@ -179,10 +179,10 @@ func TestCertAcrossReplicas(t *testing.T) {
 		dir := t.TempDir()
 		replica := func(id string, poll time.Duration) *obmdtest.Daemon {
 			return obmdtest.Start(t, func(c *daemon.Config) {
-				c.DB, c.SealKey, c.HostKey, c.AdminToken = dsn, dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
+				c.DB.DSN, c.DB.SealKey, c.SSH.HostKey, c.Admin.Token = dsn, dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
 				// A long lease lets the polls be slow (epoch_poll must stay
 				// below half of lease_ttl less the fence margin).
-				c.ReplicaID, c.PeerAddr, c.EpochPoll, c.LeaseTTL = id, "127.0.0.1:0", poll, time.Minute
+				c.Replica.ID, c.Replica.PeerAddr, c.Access.Poll, c.Cluster.LeaseTTL = id, "127.0.0.1:0", poll, time.Minute
 			})
 		}
 		k := newIssuer(t) // first: it needs OpenSSH's tools, which -short skips
@@ -303,7 +303,7 @@ func TestCertWatcherFallback(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	shared := func(c *daemon.Config) {
-		c.DB, c.SealKey, c.HostKey, c.AdminToken = dir+"/obmd.db", dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
+		c.DB.DSN, c.DB.SealKey, c.SSH.HostKey, c.Admin.Token = dir+"/obmd.db", dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
 	}
 	r1, k, _ := certObmd(t, "", shared)
 	r2 := obmdtest.Start(t, shared)

@@ -141,7 +141,7 @@ func trust(a *obmdtest.Admin, k *issuer, name string) string {
 func certObmd(t *testing.T, dsn string, opts ...func(*daemon.Config)) (*obmdtest.Daemon, *issuer, string) {
 	t.Helper()
 	k := newIssuer(t) // first: it needs OpenSSH's tools, which -short skips
-	o := obmdtest.Start(t, append([]func(*daemon.Config){func(c *daemon.Config) { c.DB = dsn }}, opts...)...)
+	o := obmdtest.Start(t, append([]func(*daemon.Config){func(c *daemon.Config) { c.DB.DSN = dsn }}, opts...)...)
 	return o, k, trust(o.Admin, k, "hil")
 }
 

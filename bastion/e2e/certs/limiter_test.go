@@ -23,7 +23,7 @@ func TestAttackEnumerateNodesThroughCertLimiter(t *testing.T) {
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
 		o, k, _ := certObmd(t, dsn, func(c *daemon.Config) {
 			c.AuthLimits = authlimit.Config{PerSource: 5, PerNode: 20, Window: time.Minute, Lockout: time.Minute}
-			c.FailDelay = failDelay
+			c.SSH.FailDelay, c.Admin.FailDelay = failDelay, failDelay
 		})
 		o.AddSimNode("real1")
 		const onReal, onGhost = "127.0.0.22", "127.0.0.23"

@@ -86,7 +86,7 @@ func TestCertLogin(t *testing.T) {
 func TestCertRefused(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o, k, _ := certObmd(t, dsn, obmdtest.NoLimits, func(c *daemon.Config) { c.FailDelay = failDelay })
+		o, k, _ := certObmd(t, dsn, obmdtest.NoLimits, func(c *daemon.Config) { c.SSH.FailDelay, c.Admin.FailDelay = failDelay, failDelay })
 		untrusted := newIssuer(t)
 		o.AddSimNode("c17")
 		o.MustAPI(200, "POST", "/v1/cas/revoked", map[string]any{"serial": 43})

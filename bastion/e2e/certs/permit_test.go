@@ -34,7 +34,7 @@ const noConsole = "this certificate does not permit the console (no permit-pty)"
 func TestCertPowerOnly(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o, k, _ := certObmd(t, dsn, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+		o, k, _ := certObmd(t, dsn, func(c *daemon.Config) { c.Console.Capture = "always" })
 		tok := o.AddSimNode("po")
 		bmc := o.Lab().BMC("po", sim.ModeNormal)
 		secret := obmdtest.PrintUntilSeen(t, obmdtest.Inject(bmc), "secret", o.LogShows("po", tok))

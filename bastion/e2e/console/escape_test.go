@@ -17,7 +17,7 @@ import (
 // it, and the default one is plain data.
 func TestConsoleEscapeConfigured(t *testing.T) {
 	t.Parallel()
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.Escape = "\x1dq" })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.SSH.Escape = "\x1dq" })
 	tok := o.AddSimNode("esc1")
 	bmc := o.Lab().BMC("esc1", sim.ModeNormal)
 

@@ -355,7 +355,7 @@ func TestConsoleStalledViewer(t *testing.T) {
 // others go on.
 func TestConsoleDropSlowViewer(t *testing.T) {
 	t.Parallel()
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.DropSlowViewers = true })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Console.DropSlow = true })
 	tok := o.AddSimNode("drop")
 	bmc := o.Lab().BMC("drop", sim.ModeNormal)
 	stalled := o.GoConsole(t, "drop", tok, obmdtest.SessionOpts{Stall: true})

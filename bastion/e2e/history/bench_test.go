@@ -39,7 +39,7 @@ func (w *ttfbWriter) Write(p []byte) (int, error) {
 func BenchmarkConsoleLog1MiB(b *testing.B) {
 	for _, e := range dbtest.Engines() {
 		b.Run(e.Name, func(b *testing.B) {
-			o := obmdtest.Start(b, func(c *daemon.Config) { c.DB = e.DSN(b); c.ConsoleCapture = "always" })
+			o := obmdtest.Start(b, func(c *daemon.Config) { c.DB.DSN = e.DSN(b); c.Console.Capture = "always" })
 			tok := o.AddSimNode("big")
 			bmc := o.Lab().BMC("big", sim.ModeNormal)
 			line := append(bytes.Repeat([]byte("x"), 1018), '\r', '\n')
@@ -93,7 +93,7 @@ func BenchmarkHistoryWrites100Nodes(b *testing.B) {
 	const nodes = 100
 	for _, e := range dbtest.Engines() {
 		b.Run(e.Name, func(b *testing.B) {
-			o := obmdtest.Start(b, func(c *daemon.Config) { c.DB = e.DSN(b); c.ConsoleCapture = "always" })
+			o := obmdtest.Start(b, func(c *daemon.Config) { c.DB.DSN = e.DSN(b); c.Console.Capture = "always" })
 			bmcs := make([]*sim.BMC, nodes)
 			for i := range bmcs {
 				label := fmt.Sprintf("w-%03d", i)

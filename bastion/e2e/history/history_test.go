@@ -26,8 +26,8 @@ import (
 // (capture always for ipmi and ipmitool nodes).
 func capturing(dsn string) func(*daemon.Config) {
 	return func(c *daemon.Config) {
-		c.DB = dsn
-		c.ConsoleCapture = ""
+		c.DB.DSN = dsn
+		c.Console.Capture = ""
 	}
 }
 
@@ -103,7 +103,7 @@ func checkStamped(t *testing.T, out string, lines []string, wrote []time.Time) {
 func TestHistoryTenancies(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn; c.ConsoleCapture = "always" })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn; c.Console.Capture = "always" })
 		for _, sc := range obmdtest.AccessChanges() {
 			t.Run(sc.Name, func(t *testing.T) {
 				label := "ten-" + sc.Name
@@ -161,7 +161,7 @@ func withKey(change func(a *obmdtest.Admin, label, fp string), fp string) func(a
 // link records.
 func capturedSim(t *testing.T, dsn, label, prefix string) (o *obmdtest.Daemon, tok string, bmc *sim.BMC, marker string) {
 	t.Helper()
-	o = obmdtest.Start(t, func(c *daemon.Config) { c.DB, c.ConsoleCapture = dsn, "always" })
+	o = obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN, c.Console.Capture = dsn, "always" })
 	tok = o.AddSimNode(label)
 	bmc = o.Lab().BMC(label, sim.ModeNormal)
 	return o, tok, bmc, obmdtest.PrintUntilSeen(t, obmdtest.Inject(bmc), prefix, o.LogShows(label, tok))
@@ -274,7 +274,7 @@ func testHistoryFormats(t *testing.T, dsn string) {
 func TestHistoryAdmin(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn; c.HistoryRetention = time.Hour })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn; c.History.Retention = time.Hour })
 		o.MustAPI(201, "PUT", "/v1/nodes/kept", map[string]any{"type": "sim", "info": map[string]string{"addr": "sim"},
 			"capture": "always"})
 		if got := string(o.MustAPI(200, "GET", "/v1/nodes/kept", nil)); !strings.Contains(got, `"capture":"always"`) {

@@ -29,8 +29,8 @@ func TestReplicasHistory(t *testing.T) { obmdtest.OnSharedEngines(t, testReplica
 func testReplicasHistory(t *testing.T, dsn string) {
 	ipmisim.Require(t, "ipmitool")
 	bmc := ipmisim.Start(t)
-	reps := obmdtest.Cluster(t, dsn, map[string]string{"OBMD_LEASE_TTL": obmdtest.LeaseTTL.String(),
-		"OBMD_CONSOLE_CAPTURE": "always", "OBMD_EPOCH_POLL": "200ms"})
+	reps := obmdtest.Cluster(t, dsn, map[string]string{"OBMD_CLUSTER_LEASE_TTL": obmdtest.LeaseTTL.String(),
+		"OBMD_CONSOLE_CAPTURE": "always", "OBMD_ACCESS_POLL": "200ms"})
 	a := reps[0]
 	a.MustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	tok := a.Rotate("n1")
@@ -117,7 +117,7 @@ func testReplicasHistory(t *testing.T, dsn string) {
 	t.Logf("holder %s killed; the capture was taken over", holder.Name)
 
 	// A clean stop releases the lease at once (a kill leaves it for
-	// lease_ttl), and the last replica takes the capture over.
+	// cluster.lease_ttl), and the last replica takes the capture over.
 	l, err = st.Lease(context.Background(), "n1", db.LeaseSOL)
 	if err != nil {
 		t.Fatalf("SOL lease after the takeover: %v", err)

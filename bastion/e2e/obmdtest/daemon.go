@@ -30,6 +30,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
@@ -74,34 +75,39 @@ type Daemon struct {
 // shares); opts adjust the config.
 func Start(t testing.TB, opts ...func(*daemon.Config)) *Daemon {
 	t.Helper()
+	return StartDB(t, nil, opts...)
+}
+
+// StartDB is Start with options for db.Open (daemon.New's dbOpts).
+func StartDB(t testing.TB, dbOpts []db.Option, opts ...func(*daemon.Config)) *Daemon {
+	t.Helper()
 	cfg := daemon.Config{
-		SSHAddr:    "127.0.0.1:0",
-		AdminAddr:  "127.0.0.1:0",
-		StateDir:   t.TempDir(),
-		FailDelay:  20 * time.Millisecond,
-		Linger:     200 * time.Millisecond,
-		EpochPoll:  100 * time.Millisecond,
+		Daemon:     daemon.DaemonConfig{StateDir: t.TempDir()},
+		SSH:        daemon.SSHConfig{Addr: "127.0.0.1:0", FailDelay: 20 * time.Millisecond},
+		Admin:      daemon.AdminConfig{Addr: "127.0.0.1:0", FailDelay: 20 * time.Millisecond},
+		Access:     daemon.AccessConfig{Poll: 100 * time.Millisecond},
 		Version:    "test",
 		AuthLimits: authlimit.Config{PerSource: 1 << 20, PerNode: 1 << 20},
-		// Tests register IPMI nodes at addresses nobody answers: no link
-		// opens unless a test attaches (the capture tests set their own).
-		ConsoleCapture: "attached",
 	}
+	cfg.Console.Linger = 200 * time.Millisecond
+	// Tests register IPMI nodes at addresses nobody answers: no link
+	// opens unless a test attaches (the capture tests set their own).
+	cfg.Console.Capture = "attached"
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return StartWith(t, cfg)
+	return StartWith(t, cfg, dbOpts...)
 }
 
 // StartWith starts a daemon with exactly cfg (restarts reuse a config).
-func StartWith(t testing.TB, cfg daemon.Config) *Daemon {
+func StartWith(t testing.TB, cfg daemon.Config, dbOpts ...db.Option) *Daemon {
 	t.Helper()
 	logs := &SyncBuffer{}
 	log := logrus.New()
 	log.SetOutput(logs)
 	log.SetLevel(logrus.DebugLevel)
 	log.SetFormatter(&logrus.JSONFormatter{})
-	d, err := daemon.New(cfg, log)
+	d, err := daemon.New(cfg, log, dbOpts...)
 	if err != nil {
 		t.Fatalf("daemon.New: %v", err)
 	}

@@ -49,7 +49,7 @@ func StartReplica(t *testing.T, bin, name string, env map[string]string) *Replic
 	vars := map[string]string{
 		"OBMD_SSH_ADDR": "127.0.0.1:0", "OBMD_ADMIN_ADDR": "127.0.0.1:0", "OBMD_STATE_DIR": t.TempDir(),
 		"OBMD_REPLICA_ID": name, "OBMD_LOG_FORMAT": "json", "OBMD_LOG_LEVEL": "info",
-		"OBMD_FAIL_DELAY": "20ms", "OBMD_LINGER": "200ms",
+		"OBMD_SSH_FAIL_DELAY": "20ms", "OBMD_ADMIN_FAIL_DELAY": "20ms", "OBMD_CONSOLE_LINGER": "200ms",
 		// As startObmd: links open for viewers only, unless a test says.
 		"OBMD_CONSOLE_CAPTURE": "attached",
 	}
@@ -301,8 +301,8 @@ func ClusterOn(t *testing.T, dsns []string, env map[string]string) []*Replica {
 	t.Helper()
 	bin := Binary(t)
 	hostKey, sealKey := sharedKeys(t)
-	vars := map[string]string{"OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
-		"OBMD_ADMIN_TOKEN": Random(t), "OBMD_PEER_ADDR": "127.0.0.1:0"}
+	vars := map[string]string{"OBMD_SSH_HOST_KEY": hostKey, "OBMD_DB_SEAL_KEY": sealKey,
+		"OBMD_ADMIN_TOKEN": Random(t), "OBMD_REPLICA_PEER_ADDR": "127.0.0.1:0"}
 	for k, v := range env {
 		vars[k] = v
 	}
@@ -335,11 +335,11 @@ func ReplicaEnv(t *testing.T) (string, func(db, advertise string) map[string]str
 	bin := Binary(t)
 	hostKey, sealKey := sharedKeys(t)
 	return bin, func(db, advertise string) map[string]string {
-		m := map[string]string{"OBMD_DB": db, "OBMD_HOST_KEY": hostKey, "OBMD_SEAL_KEY": sealKey,
-			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_PEER_ADDR": "127.0.0.1:0",
-			"OBMD_LEASE_TTL": LeaseTTL.String()}
+		m := map[string]string{"OBMD_DB": db, "OBMD_SSH_HOST_KEY": hostKey, "OBMD_DB_SEAL_KEY": sealKey,
+			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_REPLICA_PEER_ADDR": "127.0.0.1:0",
+			"OBMD_CLUSTER_LEASE_TTL": LeaseTTL.String()}
 		if advertise != "" {
-			m["OBMD_PEER_ADVERTISE"] = advertise
+			m["OBMD_REPLICA_PEER_ADVERTISE"] = advertise
 		}
 		return m
 	}

@@ -77,7 +77,7 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
 		const nofile = 256
-		r := start(t, nofile, nofile, map[string]string{"OBMD_DB": dsn, "OBMD_PEER_ADDR": "127.0.0.1:0"})
+		r := start(t, nofile, nofile, map[string]string{"OBMD_DB": dsn, "OBMD_REPLICA_PEER_ADDR": "127.0.0.1:0"})
 		if got := r.Listening["admin_max_conns"]; got != "64" {
 			t.Errorf("admin_max_conns: got %s, want 64 (a quarter of %d)", got, nofile)
 		}
@@ -123,7 +123,7 @@ func TestFDExhaustionAdminFlood(t *testing.T) {
 func TestFDExhaustionAcceptLoops(t *testing.T) {
 	t.Parallel()
 	const nofile = 128
-	r := start(t, nofile, nofile, map[string]string{"OBMD_PEER_ADDR": "127.0.0.1:0",
+	r := start(t, nofile, nofile, map[string]string{"OBMD_REPLICA_PEER_ADDR": "127.0.0.1:0",
 		"OBMD_ADMIN_MAX_CONNS": "100000", "OBMD_ADMIN_MAX_UNAUTH_CONNS": "100000",
 		"OBMD_ADMIN_MAX_UNAUTH_CONNS_PER_SOURCE": "100000", "OBMD_ADMIN_READ_HEADER_TIMEOUT": "10m"})
 	r.MustAPI(200, "PUT", "/node/fx2", map[string]any{"type": "sim", "info": map[string]string{"addr": "sim"}})

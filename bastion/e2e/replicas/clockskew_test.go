@@ -40,9 +40,8 @@ func testClockSkew(t *testing.T, dsn string, skew time.Duration) {
 	proxy := dbtest.StartProxy(t, dsn)
 	state := t.TempDir() // shared: the same host key, seal key and admin token
 	replica := func(id, dsn string, opts ...db.Option) *obmdtest.Daemon {
-		return obmdtest.Start(t, func(c *daemon.Config) {
-			c.DB, c.StateDir, c.ReplicaID, c.PeerAddr, c.LeaseTTL = dsn, state, id, "127.0.0.1:0", ttl
-			c.DBOptions = opts
+		return obmdtest.StartDB(t, opts, func(c *daemon.Config) {
+			c.DB.DSN, c.Daemon.StateDir, c.Replica.ID, c.Replica.PeerAddr, c.Cluster.LeaseTTL = dsn, state, id, "127.0.0.1:0", ttl
 		})
 	}
 	skewed := replica("skewed", proxy.DSN, db.WithClockSkew(skew))

@@ -20,7 +20,9 @@ func TestFrozenDiskPostgres(t *testing.T) {
 	p := dbtest.StartPostgresOn(t, fs.Dir)
 	// No poll (and so no write probe) during the test: the first change
 	// is the write that the frozen disk holds, mid-commit.
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.DB, c.ChangeTimeout, c.EpochPoll = p.DSN, outageBound, time.Hour })
+	o := obmdtest.Start(t, func(c *daemon.Config) {
+		c.DB.DSN, c.Access.ChangeTimeout, c.Access.Poll = p.DSN, outageBound, time.Hour
+	})
 	t.Cleanup(fs.Thaw) // runs before the daemon's stop (last in, first out)
 	storeOutage(t, o, fs.Freeze, fs.Thaw, true)
 }

@@ -28,8 +28,8 @@ const listenCutBound = 5 * time.Second
 func TestReplicasListen(t *testing.T) {
 	dsn := dbtest.PostgresDSN(t)
 	state := t.TempDir() // shared: the same host key, seal key and admin token
-	a := obmdtest.Start(t, func(c *daemon.Config) { c.DB, c.StateDir = dsn, state })
-	b := obmdtest.Start(t, func(c *daemon.Config) { c.DB, c.StateDir, c.EpochPoll = dsn, state, time.Hour })
+	a := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN, c.Daemon.StateDir = dsn, state })
+	b := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN, c.Daemon.StateDir, c.Access.Poll = dsn, state, time.Hour })
 	tok := a.AddSimNode("n1")
 	v := obmdtest.StartGoSession(t, b.SSHAddr(), "n1", gossh.Password(tok), obmdtest.SessionOpts{PTY: true, Merge: true})
 	v.Out.Wait(t, "the console on the second replica", 0, "console of n1")

@@ -46,7 +46,7 @@ func TestFrozenDisk(t *testing.T) {
 	// No poll (and so no write probe) during the test: the first change
 	// is the write that the frozen disk holds, mid-commit.
 	o := obmdtest.Start(t, func(c *daemon.Config) {
-		c.DB, c.ChangeTimeout, c.EpochPoll = filepath.Join(fs.Dir, "obmd.db"), outageBound, time.Hour
+		c.DB.DSN, c.Access.ChangeTimeout, c.Access.Poll = filepath.Join(fs.Dir, "obmd.db"), outageBound, time.Hour
 	})
 	t.Cleanup(fs.Thaw) // runs before the daemon's stop (last in, first out)
 	storeOutage(t, o, fs.Freeze, fs.Thaw, true)
@@ -57,7 +57,7 @@ func TestFrozenDisk(t *testing.T) {
 // watcher's) is what sees it; logins are then refused with the banner.
 func TestFrozenDiskIdle(t *testing.T) {
 	fs := dbtest.MountLoopFS(t)
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = filepath.Join(fs.Dir, "obmd.db") })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = filepath.Join(fs.Dir, "obmd.db") })
 	t.Cleanup(fs.Thaw)
 	tok := o.AddSimNode("n1")
 	time.Sleep(1100 * time.Millisecond) // the last write probe is over
@@ -97,7 +97,7 @@ func TestStoppedDatabase(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			dsn, stop, cont := srv.start(t)
-			o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn; c.ChangeTimeout = outageBound })
+			o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn; c.Access.ChangeTimeout = outageBound })
 			t.Cleanup(cont)
 			storeOutage(t, o, stop, cont, false)
 		})
@@ -275,7 +275,7 @@ func outageSettled(t *testing.T, o *obmdtest.Daemon, changes []outageChange, tok
 	// SQLite has one writer: one change's commit is held, the others wait
 	// for its lock. PostgreSQL commits concurrently: each change may be
 	// held in the WAL's flush, and each is settled as it was stored.
-	switch oneWriter := !strings.HasPrefix(o.Cfg.DB, "postgres"); {
+	switch oneWriter := !strings.HasPrefix(o.Cfg.DB.DSN, "postgres"); {
 	case oneWriter && late != 1:
 		t.Errorf("changes stored after the thaw: got %d, want 1 (the one whose commit the frozen disk held)", late)
 	case late < 1:

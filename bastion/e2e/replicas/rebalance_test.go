@@ -43,7 +43,7 @@ func TestReplicasRebalance(t *testing.T) {
 	bin, vars := obmdtest.ReplicaEnv(t)
 	env := func() map[string]string {
 		m := vars(dsn, "")
-		m["OBMD_CONSOLE_CAPTURE"], m["OBMD_EPOCH_POLL"] = "always", poll.String()
+		m["OBMD_CONSOLE_CAPTURE"], m["OBMD_ACCESS_POLL"] = "always", poll.String()
 		return m
 	}
 	a := obmdtest.StartReplica(t, bin, "rep-a", env())

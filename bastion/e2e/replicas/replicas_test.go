@@ -54,8 +54,8 @@ func testReplicas(t *testing.T, dsn string) {
 	ipmisim.Require(t, "ssh", "ipmitool")
 	bmc := ipmisim.Start(t)
 	// Three replicas start at once (they migrate the database concurrently).
-	reps := obmdtest.Cluster(t, dsn, map[string]string{"OBMD_LEASE_TTL": obmdtest.LeaseTTL.String(),
-		"OBMD_POWER_TIMEOUT": powerTimeout.String()})
+	reps := obmdtest.Cluster(t, dsn, map[string]string{"OBMD_CLUSTER_LEASE_TTL": obmdtest.LeaseTTL.String(),
+		"OBMD_COMMANDS_TIMEOUT": powerTimeout.String()})
 	a, b, c := reps[0], reps[1], reps[2]
 	if fa, fb := a.Listening["host_key"], b.Listening["host_key"]; fa == "" || fa != fb {
 		t.Errorf("host key fingerprints: got %q and %q, want one shared key", fa, fb)
@@ -270,7 +270,7 @@ func TestReplicaDatabaseLost(t *testing.T) { obmdtest.OnSharedEngines(t, testRep
 
 func testReplicaDatabaseLost(t *testing.T, dsn string) {
 	proxy := dbtest.StartProxy(t, dsn)
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = proxy.DSN; c.DBGrace = time.Second })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = proxy.DSN; c.DB.Grace = time.Second })
 	tok := o.AddSimNode("n1")
 	if res, err := o.ExecGo("n1", tok, "power-status"); err != nil || res.Code != 0 {
 		t.Fatalf("before: got %v, %v", res, err)
@@ -321,7 +321,9 @@ func TestReplicaPeerConfig(t *testing.T) {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
 	base := func(state string) daemon.Config {
-		return daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: state}
+		var c daemon.Config
+		c.SSH.Addr, c.Admin.Addr, c.Daemon.StateDir = "127.0.0.1:0", "127.0.0.1:0", state
+		return c
 	}
 	absent := func(t *testing.T, state string) {
 		t.Helper()
@@ -341,7 +343,7 @@ func TestReplicaPeerConfig(t *testing.T) {
 		t.Run(tc.addr+" "+tc.advertise, func(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "state")
 			cfg := base(state)
-			cfg.PeerAddr, cfg.PeerAdvertise = tc.addr, tc.advertise
+			cfg.Replica.PeerAddr, cfg.Replica.PeerAdvertise = tc.addr, tc.advertise
 			if _, err := cfg.WithDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("WithDefaults: got %v, want an error naming %q", err, tc.want)
 			}
@@ -359,7 +361,7 @@ func TestReplicaPeerConfig(t *testing.T) {
 
 	for _, ok := range [][2]string{{"127.0.0.1:0", ""}, {"localhost:2223", ""}, {":2223", "10.0.0.11:2223"}, {"[::]:2223", "obmd-2:2223"}} {
 		cfg := base(t.TempDir())
-		cfg.PeerAddr, cfg.PeerAdvertise = ok[0], ok[1]
+		cfg.Replica.PeerAddr, cfg.Replica.PeerAdvertise = ok[0], ok[1]
 		if _, err := cfg.WithDefaults(); err != nil {
 			t.Errorf("peer_addr %q, peer_advertise %q: got %v, want accepted", ok[0], ok[1], err)
 		}
@@ -373,7 +375,7 @@ func TestReplicaPeerConfig(t *testing.T) {
 		defer taken.Close()
 		state := filepath.Join(t.TempDir(), "state")
 		cfg := base(state)
-		cfg.PeerAddr = taken.Addr().String()
+		cfg.Replica.PeerAddr = taken.Addr().String()
 		d, err := daemon.New(cfg, quiet)
 		if err != nil {
 			t.Fatalf("daemon.New: %v", err)

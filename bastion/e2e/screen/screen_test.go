@@ -104,7 +104,7 @@ func screenNodes(t *testing.T, o *obmdtest.Daemon) []screenNode {
 func TestScreenDoorLateAttach(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "ipmi_sim", "ssh", "sshpass") // before the daemon starts: -short skips the test whole
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.Console.Capture = "always" })
 	nodes := screenNodes(t, o)
 	bios := screentest.BIOSSetup(2500) // about 50 KiB: the menu is rebuilt from the last 64 KiB
 	tail := bios.Output[len(bios.Output)-16<<10:]
@@ -242,8 +242,8 @@ func TestScreenDoorFailover(t *testing.T) { obmdtest.OnSharedEngines(t, testScre
 func testScreenDoorFailover(t *testing.T, dsn string) {
 	ipmisim.Require(t, "ipmi_sim", "ssh", "sshpass")
 	bmc := ipmisim.Start(t)
-	reps := obmdtest.ClusterOn(t, []string{dsn, dsn}, map[string]string{"OBMD_LEASE_TTL": obmdtest.LeaseTTL.String(),
-		"OBMD_CONSOLE_CAPTURE": "always", "OBMD_EPOCH_POLL": "200ms"})
+	reps := obmdtest.ClusterOn(t, []string{dsn, dsn}, map[string]string{"OBMD_CLUSTER_LEASE_TTL": obmdtest.LeaseTTL.String(),
+		"OBMD_CONSOLE_CAPTURE": "always", "OBMD_ACCESS_POLL": "200ms"})
 	reps[0].MustAPI(200, "PUT", "/node/n1", map[string]any{"type": "ipmi", "info": bmc.Info()})
 	tok := reps[0].Rotate("n1")
 	on := func(r *obmdtest.Replica, cmd string) string {

@@ -45,7 +45,7 @@ type server struct {
 func start(t *testing.T, legacy bool) server {
 	t.Helper()
 	_, hostKey := rsaKey(t)
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.HostKey, c.SSHLegacyAlgorithms = hostKey, legacy })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.SSH.HostKey, c.SSH.LegacyAlgorithms = hostKey, legacy })
 	s := server{Daemon: o, tok: o.AddSimNode("alg1")}
 	s.user, s.keyFile = rsaKey(t)
 	o.AddKey("alg1", s.user.PublicKey())

@@ -28,7 +28,7 @@ import (
 func TestSSHAudit(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		tok := o.AddSimNode("au")
 		bmc := o.Lab().BMC("au", sim.ModeNormal)
 		type step struct {

@@ -101,7 +101,7 @@ func TestSSHAuthIndistinguishable(t *testing.T) {
 func TestSSHAuthTiming(t *testing.T) {
 	t.Parallel()
 	const failDelay = 100 * time.Millisecond
-	o := obmdtest.Start(t, obmdtest.NoLimits, func(c *daemon.Config) { c.FailDelay = failDelay })
+	o := obmdtest.Start(t, obmdtest.NoLimits, func(c *daemon.Config) { c.SSH.FailDelay, c.Admin.FailDelay = failDelay, failDelay })
 	o.AddSimNode("t1")
 	o.AddNode("t2", "sim", sol.Info{Addr: "sim"}) // no token issued
 	users := []string{"t1", "ghost", "t2"}
@@ -140,7 +140,7 @@ func TestSSHAuthTiming(t *testing.T) {
 func TestSSHKeyRemoved(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		tok := o.AddSimNode("k1")
 		signer, path := obmdtest.NewKey(t)
 		other, otherPath := obmdtest.NewKey(t)
@@ -174,7 +174,7 @@ func TestSSHKeyRemoved(t *testing.T) {
 func TestSSHTokenRotated(t *testing.T) {
 	t.Parallel()
 	obmdtest.OnEngines(t, func(t *testing.T, dsn string) {
-		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB = dsn })
+		o := obmdtest.Start(t, func(c *daemon.Config) { c.DB.DSN = dsn })
 		old := o.AddSimNode("r1")
 		if res := o.OpenSSH("r1", old, nil, "power-status"); res.Code != 0 {
 			t.Fatalf("first token: got %v", res)

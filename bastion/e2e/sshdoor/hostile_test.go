@@ -271,7 +271,7 @@ func TestHostileSSHFeatures(t *testing.T) {
 func TestHostileConnectionFlood(t *testing.T) {
 	t.Parallel()
 	const limit = 3
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.MaxConnsPerSource = limit })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.SSH.MaxConnsPerSource = limit })
 	tok := o.AddSimNode("flood")
 	var held []*obmdtest.PreauthConn
 	for range limit {

@@ -1,7 +1,7 @@
 package sshdoor
 
 // Connections that never authenticate: every phase before authentication
-// is bounded by login_grace_time, and the caps on unauthenticated
+// is bounded by ssh.login_grace_time, and the caps on unauthenticated
 // connections (global, per source) and on connections per source hold,
 // while clients with credentials keep getting in.
 
@@ -23,7 +23,7 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// TestPreauthGrace: a connection is closed at login_grace_time whatever
+// TestPreauthGrace: a connection is closed at ssh.login_grace_time whatever
 // phase before authentication it stalls in: the version exchange (nothing
 // sent, or half a line), the key exchange, authentication (x/crypto with a
 // password or a keyboard-interactive answer it never sends; OpenSSH at its
@@ -31,7 +31,7 @@ import (
 func TestPreauthGrace(t *testing.T) {
 	t.Parallel()
 	const grace = time.Second
-	o := obmdtest.Start(t, func(c *daemon.Config) { c.LoginGraceTime = grace })
+	o := obmdtest.Start(t, func(c *daemon.Config) { c.SSH.LoginGraceTime = grace })
 	tok := o.AddSimNode("pg1")
 	const src = "127.0.0.80"
 	start := time.Now()
@@ -187,14 +187,14 @@ func (c *slowWrites) Write(p []byte) (int, error) {
 // newer one displaces the oldest of its address, or, for the global cap,
 // of the address holding the most; while an attacker holds every cap full,
 // logins with the token (x/crypto and OpenSSH, from the attacker's address
-// and from another) get in; an address whose max_conns_per_source
+// and from another) get in; an address whose ssh.max_conns_per_source
 // connections are all authenticated is refused more.
 func TestPreauthCaps(t *testing.T) {
 	t.Parallel()
 	const global, perSource, perSourceAll = 12, 4, 6
 	o := obmdtest.Start(t, func(c *daemon.Config) {
-		c.MaxUnauthenticated, c.MaxUnauthenticatedPerSource, c.MaxConnsPerSource = global, perSource, perSourceAll
-		c.LoginGraceTime = time.Minute
+		c.SSH.MaxUnauthenticated, c.SSH.MaxUnauthenticatedPerSource, c.SSH.MaxConnsPerSource = global, perSource, perSourceAll
+		c.SSH.LoginGraceTime = time.Minute
 	})
 	tok := o.AddSimNode("pc1")
 
@@ -325,8 +325,8 @@ func TestAttackPreauthChurnEvictsHuman(t *testing.T) {
 	t.Parallel()
 	const global, perSource = 64, 4
 	o := obmdtest.Start(t, func(c *daemon.Config) {
-		c.MaxUnauthenticated, c.MaxUnauthenticatedPerSource = global, perSource
-		c.LoginGraceTime = time.Minute
+		c.SSH.MaxUnauthenticated, c.SSH.MaxUnauthenticatedPerSource = global, perSource
+		c.SSH.LoginGraceTime = time.Minute
 	})
 	tok := o.AddSimNode("human1")
 

@@ -71,8 +71,8 @@ func lockoutThrough(t *testing.T, o *obmdtest.Daemon, addr, node, tok, guesser, 
 func TestProxyProtocol(t *testing.T) {
 	t.Parallel()
 	o := obmdtest.Start(t, obmdtest.StrictLimits, func(c *daemon.Config) {
-		c.ProxyProtocolFrom = []string{obmdtest.Balancer, "127.0.1.0/24"}
-		c.MaxConnsPerSource = 3
+		c.SSH.ProxyProtocolFrom = []string{obmdtest.Balancer, "127.0.1.0/24"}
+		c.SSH.MaxConnsPerSource = 3
 	})
 	for _, v := range []int{1, 2} {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
@@ -168,7 +168,7 @@ func TestProxyProtocol(t *testing.T) {
 func TestProxyHAProxy(t *testing.T) {
 	t.Parallel()
 	ipmisim.Require(t, "haproxy", "ssh", "sshpass")
-	o := obmdtest.Start(t, obmdtest.StrictLimits, func(c *daemon.Config) { c.ProxyProtocolFrom = []string{obmdtest.Balancer} })
+	o := obmdtest.Start(t, obmdtest.StrictLimits, func(c *daemon.Config) { c.SSH.ProxyProtocolFrom = []string{obmdtest.Balancer} })
 	v2, v1 := obmdtest.FreePort(t), obmdtest.FreePort(t)
 	obmdtest.HAProxy(t, obmdtest.HAProxyConfig("ssh", o.SSHAddr(), v2, v1), v2, v1)
 	for i, port := range []int{v2, v1} {
