@@ -514,9 +514,15 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 		key, lab := newHostKey(t), sim.NewLab()
 		var rs []*replica
 		for i := range 3 {
-			r := startReplica(t, fmt.Sprintf("r%d", i), openStore(t, dsn), lab, key)
-			announce(t, r)
-			rs = append(rs, r)
+			rs = append(rs, startReplica(t, fmt.Sprintf("r%d", i), openStore(t, dsn), lab, key))
+		}
+		// Announced just before each fan-out: an announcement lives
+		// testTTL (600 ms), less than three replicas take to start on a
+		// loaded machine.
+		announceAll := func() {
+			for _, r := range rs {
+				announce(t, r)
+			}
 		}
 		type started struct {
 			ctx context.Context
@@ -538,6 +544,7 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
+		announceAll()
 		list, err := rs[2].c.RemoteSessions(ctx, "n1")
 		if err != nil {
 			t.Fatalf("remote sessions: %v", err)
@@ -554,6 +561,7 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 			t.Errorf("another node's sessions: got %v, %v, want none", list, err)
 		}
 
+		announceAll()
 		node, err := rs[2].c.Kick(ctx, ss[0].id, "kicked by admin")
 		if err != nil || node != "n1" {
 			t.Fatalf("kick r0's session through r2: got %q, %v", node, err)
