@@ -10,9 +10,10 @@ FUZZTIME ?= 100000x
 
 .PHONY: run build test unit fuzz lint bench clean
 
-## run: obmd on SQLite in ./obmd-state with a demo node on the built-in simulator
+## run: obmd on SQLite in ./obmd-state with a demo node on the built-in simulator,
+## and the web console on 127.0.0.1:8081
 run: build
-	$(BIN)/obmd serve --demo
+	OBMD_WEB_ADDR=$${OBMD_WEB_ADDR:-127.0.0.1:8081} $(BIN)/obmd serve --demo
 
 ## build: bin/obmd and bin/obmctl
 build:

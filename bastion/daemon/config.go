@@ -14,6 +14,7 @@ import (
 	"github.com/obmd/obmd/bastion/admin"
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/bastion/internal/realip"
+	"github.com/obmd/obmd/bastion/webdoor"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys/sshcert"
 	"github.com/obmd/obmd/sol"
@@ -192,6 +193,9 @@ type Config struct {
 	// IPMI console): the cipher suites tried for a node that pins none,
 	// and what to do when SOL is off on a BMC.
 	IPMIOptions sol.IPMIOptions `yaml:"ipmi_options"`
+	// Web is the web console: its own listener (off unless web.addr is
+	// set), TLS, framing and bounds (webdoor.Settings).
+	Web webdoor.Settings `yaml:"web"`
 	// Certs configures certificate logins (OpenSSH user certificates from
 	// the CAs registered through the admin API).
 	Certs CertsConfig `yaml:"certs"`
@@ -287,6 +291,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.TLSCert == "" && !c.InsecureHTTP && !loopback(c.AdminAddr) {
 		return fmt.Errorf("admin address %s is not loopback: configure tls_cert/tls_key, or set insecure_http to send tokens in clear", c.AdminAddr)
+	}
+	if c.Web, err = c.Web.WithDefaults(c.TLSCert, c.TLSKey); err != nil {
+		return err
+	}
+	if c.Web.Addr != "" && c.Web.TLSCert == "" && !c.Web.InsecureHTTP && !loopback(c.Web.Addr) {
+		return fmt.Errorf("web address %s is not loopback: configure web.tls_cert/web.tls_key (or tls_cert/tls_key), or set web.insecure_http to send tokens in clear", c.Web.Addr)
 	}
 	return nil
 }

@@ -71,6 +71,7 @@ type Daemon struct {
 	certs    *sshcert.Policy // certificate logins (certs.go)
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
+	web      web      // the web console (web.go)
 
 	sshL, adminL  net.Listener
 	caps          connCaps // of the admin, peer and SSH listeners (conns.go)
@@ -125,6 +126,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	g.Go(d.serveWeb)
 	// The loops that use the database end before shutdown closes it. On
 	// PostgreSQL the watcher also polls as soon as a change commits
 	// anywhere (ListenChanges; on other engines it returns at once).
@@ -183,6 +185,9 @@ func (d *Daemon) shutdown(waitLoops func()) error {
 	if err := d.http.Shutdown(ctx); err != nil {
 		d.http.Close()
 	}
+	if err := d.stopWeb(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	d.closePeer() // after the consoles: their leases are released, relays told
 	if err := d.revoker.Close(ctx); err != nil {
 		errs = append(errs, err)
@@ -239,7 +244,7 @@ func waitFor(ctx context.Context, wait func()) error {
 // closeAll releases what a failed Start opened.
 func (d *Daemon) closeAll() {
 	d.closePeer()
-	for _, l := range []net.Listener{d.sshL, d.adminL} {
+	for _, l := range []net.Listener{d.sshL, d.adminL, d.web.l} {
 		if l != nil {
 			l.Close()
 		}

@@ -78,7 +78,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	d.log.WithFields(d.caps.fields()).WithFields(logrus.Fields{
-		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
+		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "", "web": d.WebAddr(),
 		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, sec.tokenFile),
 		"version": d.cfg.Version, "replica": d.cfg.ReplicaID, "peer": d.PeerAddr(),
 	}).Info("obmd_listening")
@@ -270,6 +270,9 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	if err != nil {
 		return err
 	}
+	if err := d.buildWeb(ctx, gate); err != nil {
+		return err
+	}
 	var clusterSessions admin.ClusterSessions
 	if d.rep.cluster != nil {
 		clusterSessions = d.allSessions()
@@ -277,7 +280,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay,
-		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history},
+		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history, WebTickets: d.webTicketMinter()},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
@@ -329,6 +332,9 @@ func (d *Daemon) listen() error {
 	}
 	if d.cfg.TLSCert != "" {
 		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	if err := d.listenWeb(); err != nil {
+		return err
 	}
 	if d.cfg.PeerAddr != "" {
 		if d.rep.peerL, err = net.Listen("tcp", d.cfg.PeerAddr); err != nil {
