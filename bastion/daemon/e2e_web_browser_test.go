@@ -199,7 +199,6 @@ func TestWebConsoleBrowser(t *testing.T) {
 		}
 	}
 
-
 	// Takeover: a second page reads until it takes over; the first is
 	// then told it reads, and its keys no longer reach the node.
 	q := newPage(t)
