@@ -204,7 +204,8 @@ type Config struct {
 	Audit db.AuditConfig `yaml:"audit"`
 
 	// Demo registers node "demo" on the built-in simulator and prints a
-	// fresh token for it at start (make run).
+	// fresh token for it at start (make run), and turns the web console on
+	// at DemoWebAddr unless web.addr is set.
 	Demo bool `yaml:"demo"`
 	// Version is shown by `version` and logged at start.
 	Version string `yaml:"-"`
@@ -228,6 +229,9 @@ type CertsConfig struct {
 
 // DemoNode is the label of the demo node.
 const DemoNode = "demo"
+
+// DemoWebAddr is where the demo's web console listens.
+const DemoWebAddr = "127.0.0.1:8081"
 
 // DefaultDB is the SQLite database used when none is configured.
 func DefaultDB(stateDir string) string { return filepath.Join(stateDir, "obmd.db") }
@@ -291,6 +295,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.TLSCert == "" && !c.InsecureHTTP && !loopback(c.AdminAddr) {
 		return fmt.Errorf("admin address %s is not loopback: configure tls_cert/tls_key, or set insecure_http to send tokens in clear", c.AdminAddr)
+	}
+	if c.Demo && c.Web.Addr == "" {
+		c.Web.Addr = DemoWebAddr
 	}
 	if c.Web, err = c.Web.WithDefaults(c.TLSCert, c.TLSKey); err != nil {
 		return err
