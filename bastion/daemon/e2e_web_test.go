@@ -628,7 +628,8 @@ func TestWebHeaders(t *testing.T) {
 }
 
 // TestWebAddrNeedsTLS: off loopback the web console needs TLS, as the
-// admin port does, unless told to send tokens in clear.
+// admin port does, unless told to send tokens in clear; the demo turns it
+// on.
 func TestWebAddrNeedsTLS(t *testing.T) {
 	_, err := daemon.New(daemon.Config{StateDir: t.TempDir(), Web: webSettings("0.0.0.0:0", false)}, quietLog())
 	if err == nil || !strings.Contains(err.Error(), "web address 0.0.0.0:0 is not loopback") {
@@ -636,6 +637,9 @@ func TestWebAddrNeedsTLS(t *testing.T) {
 	}
 	if _, err := daemon.New(daemon.Config{StateDir: t.TempDir(), Web: webSettings("0.0.0.0:0", true)}, quietLog()); err != nil {
 		t.Errorf("insecure_http: got %v", err)
+	}
+	if c, err := (daemon.Config{Demo: true}).WithDefaults(); err != nil || c.Web.Addr != daemon.DemoWebAddr {
+		t.Errorf("demo: web.addr %q, %v, want %s", c.Web.Addr, err, daemon.DemoWebAddr)
 	}
 }
 
@@ -647,4 +651,38 @@ func quietLog() logrus.FieldLogger {
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	return l
+}
+
+// TestWebConsoleConnCaps: sockets that never log in cannot hold the web
+// port: over the cap on unauthenticated connections the oldest is closed,
+// while a logged-in session keeps its connection.
+func TestWebConsoleConnCaps(t *testing.T) {
+	o := startWebObmd(t, func(c *daemon.Config) {
+		c.Web.MaxUnauthConns, c.Web.MaxUnauthConnsPerSource = 2, 2
+	})
+	tok := o.addSimNode("k1")
+	bmc := o.Lab().BMC("k1", sim.ModeNormal)
+	a, hello := loginWeb(t, o, "k1", map[string]any{"token": tok})
+	if hello.Type != "hello" {
+		t.Fatalf("got %+v", hello)
+	}
+	var idle []*webClient
+	for range 3 {
+		w, _, err := dialWeb(t, o, "k1", "")
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		idle = append(idle, w)
+	}
+	select {
+	case <-idle[0].done:
+	case <-time.After(e2eWait):
+		t.Fatalf("the oldest socket that never logged in is still open over the cap")
+	}
+	printUntilSeen(t, inject(bmc), "still served", func(m string) bool { return strings.Contains(a.output(), m) })
+	if w, m := loginWeb(t, o, "k1", map[string]any{"token": tok}); m.Type != "hello" {
+		t.Errorf("a newcomer over the cap: got %+v", m)
+	} else {
+		w.c.Close(websocket.StatusNormalClosure, "")
+	}
 }
