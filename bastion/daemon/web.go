@@ -88,7 +88,7 @@ func (d *Daemon) buildWeb(ctx context.Context, gate *access.Gate) error {
 		return err
 	}
 	d.web.door, err = webdoor.New(webdoor.Config{Limiter: d.limiter, FailDelay: d.cfg.FailDelay,
-		PreAuthTimeout: s.PreAuthTimeout, MaxMessage: s.MaxMessage, FrameAncestors: s.FrameAncestors,
+		PreAuthTimeout: s.PreAuthTimeout, MaxMessage: int64(s.MaxMessage), FrameAncestors: s.FrameAncestors,
 		PublicURL: s.PublicURL, RoleWait: d.roleWait(), OnAuth: d.metrics.ObserveAuth,
 		Authenticated: conncap.TrustTenantContext},
 		webStore{gate, d.store}, d.revoker, d.consoles, d.log.WithField("part", "web"))

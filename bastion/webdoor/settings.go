@@ -34,7 +34,7 @@ type Settings struct {
 	PreAuthTimeout    time.Duration `yaml:"preauth_timeout"`
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// MaxMessage bounds one message from a browser (default 64 KiB).
-	MaxMessage int64 `yaml:"max_message"`
+	MaxMessage int `yaml:"max_message"`
 	// TicketTTL is how long a one-time ticket is valid (default and at
 	// most 1 min).
 	TicketTTL time.Duration `yaml:"ticket_ttl"`
