@@ -113,7 +113,11 @@ const (
 	maxFirstMessage       = 4 << 10
 )
 
-//go:embed index.html static
+// files are the page and what it loads: xterm.js as npm ships it
+// (static/refresh.sh refreshes it; its licence is served beside it) and the
+// page's own script and style.
+//
+//go:embed index.html static/xterm.js static/xterm.css static/xterm.LICENSE static/console.js static/console.css
 var files embed.FS
 
 // Server is the web door. Handler serves it; Shutdown waits for its
@@ -179,7 +183,8 @@ func New(cfg Config, store Store, sess Sessions, consoles Consoles, log logrus.F
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET /nodes/{label}", s.page)
 	s.mux.HandleFunc("GET /nodes/{label}/ws", s.socket)
-	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	// Files only: no directory listing.
+	s.mux.Handle("GET /static/{file}", http.StripPrefix("/static/", http.FileServerFS(static)))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
 	return s, nil
 }

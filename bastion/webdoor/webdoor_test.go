@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 func TestParseCredential(t *testing.T) {
@@ -121,3 +123,31 @@ func TestSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestFiles: the page and its files are served, nothing else of the
+// package (no listing, not the refresh script).
+func TestFiles(t *testing.T) {
+	s, err := New(Config{Limiter: nopLimiter{}}, nopStore{}, nopSessions{}, nopConsoles{}, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]int{"/nodes/n1": 200, "/static/xterm.js": 200, "/static/xterm.css": 200,
+		"/static/xterm.LICENSE": 200, "/static/console.js": 200, "/static/console.css": 200,
+		"/static/": 404, "/static/refresh.sh": 404, "/static/xterm.VERSION": 404, "/": 404, "/nodes/n1/x": 404} {
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		if w.Code != want {
+			t.Errorf("%s: got %d, want %d", path, w.Code, want)
+		}
+		if !strings.Contains(w.Header().Get("Content-Security-Policy"), "script-src 'self';") {
+			t.Errorf("%s: no policy", path)
+		}
+	}
+}
+
+type (
+	nopLimiter  struct{ Limiter }
+	nopStore    struct{ Store }
+	nopSessions struct{ Sessions }
+	nopConsoles struct{ Consoles }
+)
