@@ -97,15 +97,10 @@ func (d *Daemon) buildWeb(ctx context.Context, gate *access.Gate) error {
 	}
 	d.web.http = &http.Server{Handler: d.web.door.Handler(), ReadHeaderTimeout: s.ReadHeaderTimeout,
 		MaxHeaderBytes: 16 << 10, // a page or socket request needs little; this bounds a label too
-		IdleTimeout: d.cfg.AdminIdleTimeout,
-		ErrorLog:    httpErrorLog(d.log.WithField("part", "web")),
-		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if cc, ok := conncap.Of(c); ok {
-				return conncap.NewContext(ctx, cc)
-			}
-			return ctx
-		},
+		IdleTimeout:    d.cfg.AdminIdleTimeout,
+		ErrorLog:       httpErrorLog(d.log.WithField("part", "web")),
+		BaseContext:    func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext:    capContext,
 	}
 	return nil
 }

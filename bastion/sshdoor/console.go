@@ -245,21 +245,8 @@ func notice(msg string) string { return "\r\n[obmd: " + msg + "]\r\n" }
 // replica's name: that is for operators), those of other replicas as the
 // holder knows them, and the writer wherever it is.
 func (c *channel) banner(v *sol.Viewer, mode consoleMode) string {
-	var others []string
-	writer := c.s.consoles.Writer(c.label) // on another replica, perhaps
-	for _, o := range c.s.consoles.Viewers(c.label) {
-		switch {
-		case o.Name == v.Name():
-		case o.Name == writer:
-			writer = ""
-			others = append(others, o.Name+" (writing)")
-		default:
-			others = append(others, o.Name)
-		}
-	}
-	if writer != "" && writer != v.Name() {
-		others = append(others, writer+" (writing, on another replica)")
-	}
+	// The writer may be on another replica.
+	others := sol.Others(c.s.consoles.Viewers(c.label), c.s.consoles.Writer(c.label), v.Name())
 	role, hint := "you are writing", c.s.esc.hint
 	if !mode.pty {
 		hint = noEscapesHint

@@ -260,20 +260,9 @@ func (k *conn) syncRole() {
 // others are the node's other viewers as the hello names them (by
 // session, as `sessions` lists them; the writer marked, wherever it is).
 func (k *conn) others() []string {
-	out := []string{}
-	writer := k.s.consoles.Writer(k.label)
-	for _, o := range k.s.consoles.Viewers(k.label) {
-		switch {
-		case o.Name == k.v.Name():
-		case o.Name == writer:
-			writer = ""
-			out = append(out, o.Name+" (writing)")
-		default:
-			out = append(out, o.Name)
-		}
-	}
-	if writer != "" && writer != k.v.Name() {
-		out = append(out, writer+" (writing, on another replica)")
+	out := sol.Others(k.s.consoles.Viewers(k.label), k.s.consoles.Writer(k.label), k.v.Name())
+	if out == nil {
+		return []string{} // a JSON list, never null
 	}
 	return out
 }
