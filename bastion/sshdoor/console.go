@@ -246,7 +246,7 @@ func notice(msg string) string { return "\r\n[obmd: " + msg + "]\r\n" }
 // holder knows them, and the writer wherever it is.
 func (c *channel) banner(v *sol.Viewer, mode consoleMode) string {
 	// The writer may be on another replica.
-	others := sol.Others(c.s.consoles.Viewers(c.label), c.s.consoles.Writer(c.label), v.Name())
+	others := sol.Others(c.s.consoles.Viewers(c.label), c.s.consoles.Writer(c.label), v.Who())
 	role, hint := "you are writing", c.s.esc.hint
 	if !mode.pty {
 		hint = noEscapesHint

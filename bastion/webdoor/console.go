@@ -260,7 +260,7 @@ func (k *conn) syncRole() {
 // others are the node's other viewers as the hello names them (by
 // session, as `sessions` lists them; the writer marked, wherever it is).
 func (k *conn) others() []string {
-	out := sol.Others(k.s.consoles.Viewers(k.label), k.s.consoles.Writer(k.label), k.v.Name())
+	out := sol.Others(k.s.consoles.Viewers(k.label), k.s.consoles.Writer(k.label), k.v.Who())
 	if out == nil {
 		return []string{} // a JSON list, never null
 	}

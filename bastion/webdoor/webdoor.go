@@ -64,7 +64,7 @@ type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
 	Viewers(label string) []sol.ViewerInfo
 	// Writer names label's writer wherever in the cluster it is.
-	Writer(label string) string
+	Writer(label string) sol.Who
 }
 
 // Config configures the web door. Zero values take the defaults noted.
