@@ -169,6 +169,7 @@ const (
 
 // TestWebConsoleBrowser is a person's use of the web console in Chromium.
 func TestWebConsoleBrowser(t *testing.T) {
+	t.Parallel()
 	o := startWebObmd(t)
 	tok := o.addSimNode("b1")
 	bmc := o.Lab().BMC("b1", sim.ModeNormal)
@@ -273,6 +274,7 @@ func TestWebConsoleBrowser(t *testing.T) {
 // native driver: serial output in the terminal, typed keys on the serial
 // port.
 func TestWebConsoleBrowserIPMI(t *testing.T) {
+	t.Parallel()
 	ipmisim.Require(t)
 	o := startWebObmd(t)
 	s := ipmisim.Start(t)

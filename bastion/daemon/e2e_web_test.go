@@ -479,6 +479,7 @@ func TestWebConsoleLimiter(t *testing.T) {
 // node's input queue (the socket's flow control), never by memory: the
 // node gets every byte in order and another viewer's output keeps flowing.
 func TestWebConsoleFlood(t *testing.T) {
+	t.Parallel()
 	o := startWebObmd(t)
 	tok := o.addSimNode("f1")
 	bmc := o.Lab().BMC("f1", sim.ModeNormal)
@@ -488,7 +489,7 @@ func TestWebConsoleFlood(t *testing.T) {
 	}
 	watcher, _ := loginWeb(t, o, "f1", map[string]any{"token": tok, "read_only": true})
 	chunk := strings.Repeat("z", 60<<10)
-	const n = 64 // 3.75 MiB
+	const n = 24 // 1.4 MiB, past every queue on the way
 	done := make(chan struct{})
 	go func() { // ends when the flood is written or the socket fails
 		defer close(done)
