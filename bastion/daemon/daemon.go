@@ -181,6 +181,11 @@ func (d *Daemon) shutdown(waitLoops func()) error {
 	if err := d.ssh.Shutdown(sshCtx); err != nil {
 		errs = append(errs, fmt.Errorf("stop ssh: %w", err))
 	}
+	// gliderlabs' Shutdown closes only the listeners its Serve has taken:
+	// a stop that comes before Run's Serve got that far would leave it
+	// accepting for ever. Closed here, Serve's Accept fails and it returns
+	// ErrServerClosed (closing twice is harmless).
+	d.sshL.Close()
 	if err := d.http.Shutdown(ctx); err != nil {
 		d.http.Close()
 	}
