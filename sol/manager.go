@@ -248,9 +248,9 @@ type AttachOptions struct {
 	// Epoch is the access epoch the viewer's session was admitted at: the
 	// tenancy whose history its replays read. 0: replays from the ring.
 	Epoch int64
-	// Screen: each replay (with Replay on attach, and Viewer.Replay) also
-	// carries the node's screen at its end (Chunk.Screen), for a viewer
-	// whose terminal can be redrawn.
+	// Screen: the replay on attach (with Replay) also carries the node's
+	// screen at its end (Chunk.Screen), unless it is blank, for a viewer
+	// whose terminal can be redrawn (Viewer.Redraw redraws it again).
 	Screen bool
 	// Relay marks a viewer that carries another obmd replica's console
 	// (its viewers reach this node's link through this one). It is no

@@ -44,6 +44,7 @@ import (
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // DefaultMaxBody bounds request bodies when Config.MaxBody is zero.
@@ -182,6 +183,9 @@ type Runner interface {
 // is a read-only viewer of it.
 type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
+	// Screen is the node's screen where this replica has its console
+	// link, else sol.ErrNoScreen (wrapped).
+	Screen(ctx context.Context, label string) (screen.Snapshot, error)
 }
 
 // Revoker is this replica's access control (access.Revoker).
@@ -322,6 +326,7 @@ func (a *API) routes() {
 	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
 	a.handle("PUT /v1/nodes/{label}/screen_size", a.admin(a.putScreenSize))
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
+	a.handle("GET /v1/nodes/{label}/screen", a.admin(a.screen))
 	a.handle("GET /v1/nodes/{label}/tenancies", a.admin(a.tenancies))
 	a.handle("POST /v1/nodes/{label}/web-tickets", a.admin(a.webTicket))
 	a.handle("GET /v1/audit", a.admin(a.audit))

@@ -24,39 +24,10 @@ import (
 	"github.com/obmd/obmd/sol/sim"
 )
 
-// runMany starts n sessions of label from src with auth, each running
-// cmd (a console if ""), on connections of 4 sessions each (the most one connection holds),
-// and returns once they are started; ended is done once all have ended
-// (they end with their connections, when t ends, at the latest).
-func runMany(t *testing.T, o *obmdtest.Daemon, src, label string, auth gossh.AuthMethod, cmd string, n int, ended *sync.WaitGroup) {
-	t.Helper()
-	for i := 0; i < n; i += 4 {
-		c, err := o.DialFrom(src, label, auth)
-		if err != nil {
-			t.Fatalf("log in to %s from %s: %v", label, src, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		for range min(4, n-i) {
-			s, err := c.NewSession()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cmd == "" { // a console
-				if err := s.Shell(); err != nil {
-					t.Fatal(err)
-				}
-				ended.Go(func() { s.Wait() }) // ends with its session or c
-				continue
-			}
-			ended.Go(func() { s.Run(cmd) }) // ends with its session or c
-		}
-	}
-}
-
-// stuck is runMany from 127.0.0.1 with token.
+// stuck is RunMany from 127.0.0.1 with token.
 func stuck(t *testing.T, o *obmdtest.Daemon, label, token, cmd string, n int, ended *sync.WaitGroup) {
 	t.Helper()
-	runMany(t, o, "127.0.0.1", label, gossh.Password(token), cmd, n, ended)
+	obmdtest.RunMany(t, o, "127.0.0.1", label, gossh.Password(token), cmd, n, ended)
 }
 
 // TestCutFreesSlotsOfStuckSessions, on SQLite and MariaDB: a former

@@ -40,8 +40,8 @@ func TestAutomationCaps(t *testing.T) {
 	t.Cleanup(ended.Wait) // after the connections close (cleanups run last first)
 	tokA := o.AddSimNode("ac1")
 	tokB := o.AddSimNode("ac2")
-	runMany(t, o, "127.0.0.1", "ac1", gossh.Password(tokA), "wait-for never-printed --timeout 1h", 7, &ended)
-	runMany(t, o, "127.0.0.1", "ac1", gossh.Password(tokA), "console-log --follow", 1, &ended)
+	obmdtest.RunMany(t, o, "127.0.0.1", "ac1", gossh.Password(tokA), "wait-for never-printed --timeout 1h", 7, &ended)
+	obmdtest.RunMany(t, o, "127.0.0.1", "ac1", gossh.Password(tokA), "console-log --follow", 1, &ended)
 	obmdtest.WaitUntil(t, "8 sessions", func() bool { return len(o.Sessions("ac1")) == 8 })
 
 	refused(t, "a ninth on the node", o.OpenSSH("ac1", tokA, []string{"-b", "127.0.0.2"}, "wait-for", "x"),
@@ -62,8 +62,8 @@ func TestAutomationCaps(t *testing.T) {
 		o.AddSimNode(label)
 		o.AddKey(label, signer.PublicKey())
 	}
-	runMany(t, o, "127.0.0.3", "ak1", gossh.PublicKeys(signer), "wait-for never-printed --timeout 1h", 4, &ended)
-	runMany(t, o, "127.0.0.4", "ak2", gossh.PublicKeys(signer), "wait-for never-printed --timeout 1h", 4, &ended)
+	obmdtest.RunMany(t, o, "127.0.0.3", "ak1", gossh.PublicKeys(signer), "wait-for never-printed --timeout 1h", 4, &ended)
+	obmdtest.RunMany(t, o, "127.0.0.4", "ak2", gossh.PublicKeys(signer), "wait-for never-printed --timeout 1h", 4, &ended)
 	obmdtest.WaitUntil(t, "the key's 8 sessions", func() bool { return len(o.Sessions("ak1"))+len(o.Sessions("ak2")) == 8 })
 	refused(t, "the key's ninth, from a third address",
 		o.OpenSSH("ak3", "", []string{"-b", "127.0.0.5", "-i", keyFile}, "wait-for", "x"),
@@ -82,7 +82,7 @@ func TestBMCCaps(t *testing.T) {
 	var ended sync.WaitGroup
 	defer ended.Wait()
 	defer release()
-	runMany(t, o, "127.0.0.1", "bc1", gossh.Password(tok), "power-status", 4, &ended)
+	obmdtest.RunMany(t, o, "127.0.0.1", "bc1", gossh.Password(tok), "power-status", 4, &ended)
 	obmdtest.WaitUntil(t, "4 stuck BMC calls", func() bool { return bmc.Hung() == 4 })
 	for _, cmd := range []string{"power-on", "bootdev pxe", "doctor"} {
 		refused(t, cmd, o.OpenSSH("bc1", tok, []string{"-b", "127.0.0.2"}, cmd),
@@ -117,9 +117,9 @@ func TestRotationWithBudgetsExhausted(t *testing.T) {
 		tok := o.AddSimNode(label)
 		auth := gossh.Password(tok)
 		var ended sync.WaitGroup // the old tenant's sessions
-		runMany(t, o, "127.0.0.1", label, auth, "wait-for never-printed --timeout 1h", 8, &ended)
-		runMany(t, o, "127.0.0.1", label, auth, "", 20, &ended)
-		runMany(t, o, "127.0.0.2", label, auth, "", 28, &ended)
+		obmdtest.RunMany(t, o, "127.0.0.1", label, auth, "wait-for never-printed --timeout 1h", 8, &ended)
+		obmdtest.RunMany(t, o, "127.0.0.1", label, auth, "", 20, &ended)
+		obmdtest.RunMany(t, o, "127.0.0.2", label, auth, "", 28, &ended)
 		for range 4 {
 			streamFrom(t, o, "127.0.0.3", label, tok)
 		}
@@ -130,7 +130,7 @@ func TestRotationWithBudgetsExhausted(t *testing.T) {
 		defer stuck.Wait()
 		defer release()
 		for _, cmd := range []string{"power-on", "doctor", "power-status", "power-status"} {
-			runMany(t, o, "127.0.0.1", label, auth, cmd, 1, &ended)
+			obmdtest.RunMany(t, o, "127.0.0.1", label, auth, cmd, 1, &ended)
 		}
 		obmdtest.WaitUntil(t, "4 stuck BMC calls", func() bool { return bmc.Hung() == 4 })
 		// The address's 64 connections: 11 hold its sessions (2 automation,
@@ -188,7 +188,7 @@ func TestRotationWithBudgetsExhausted(t *testing.T) {
 		if res := o.OpenSSH(label, next, []string{"-b", "127.0.0.5"}, "wait-for", "x", "--timeout", "100ms"); res.Code != 5 {
 			t.Errorf("the next tenant's wait-for: got %v, want it to run (exit 5: timed out)", res)
 		}
-		runMany(t, o, "127.0.0.5", label, gossh.Password(next), "power-status", 1, &stuck)
+		obmdtest.RunMany(t, o, "127.0.0.5", label, gossh.Password(next), "power-status", 1, &stuck)
 		obmdtest.WaitUntil(t, "the next tenant's BMC call", func() bool { return bmc.Hung() == 5 })
 	})
 }

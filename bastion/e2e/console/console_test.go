@@ -60,8 +60,8 @@ func TestConsoleSimOpenSSH(t *testing.T) {
 	// The help: one escape a line.
 	p.TypeKeys(obmdtest.EscHelp)
 	p.Expect("[obmd escapes: Ctrl-E c, then]\r\n  .       detach\r\n  f       take over writing\r\n  s       become read-only\r\n" +
-		"  b       send a serial break\r\n  r       replay the scrollback\r\n  Ctrl-E  send Ctrl-E c itself\r\n  ?       this help\r\n")
-	p.TypeKeys(obmdtest.EscReplay)
+		"  b       send a serial break\r\n  r       redraw the screen\r\n  p       play back the scrollback\r\n  Ctrl-E  send Ctrl-E c itself\r\n  ?       this help\r\n")
+	p.TypeKeys(obmdtest.EscPlayback)
 	p.Expect("kernel: printed by the host\r\n") // the scrollback again
 	p.TypeKeys("\x05cz")
 	p.Expect("[obmd: unknown escape; Ctrl-E c ? for help]")

@@ -28,7 +28,7 @@ func TestConsoleEscapeConfigured(t *testing.T) {
 
 	g.TypeKeys("\x1dq?")
 	g.Notice("[obmd escapes: Ctrl-] q, then]\r\n  .       detach\r\n  f       take over writing\r\n  s       become read-only\r\n" +
-		"  b       send a serial break\r\n  r       replay the scrollback\r\n  Ctrl-]  send Ctrl-] q itself\r\n  ?       this help\r\n")
+		"  b       send a serial break\r\n  r       redraw the screen\r\n  p       play back the scrollback\r\n  Ctrl-]  send Ctrl-] q itself\r\n  ?       this help\r\n")
 	g.TypeKeys("\x1dqz")
 	g.Notice("[obmd: unknown escape; Ctrl-] q ? for help]")
 	g.TypeKeys("\x1dqs")

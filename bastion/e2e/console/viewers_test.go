@@ -119,18 +119,19 @@ func TestConsoleViewers(t *testing.T) {
 
 					node.sync(t, allSaw(vs))
 					var want bytes.Buffer
-					want.WriteString("<begin>")
+					begin, end := fmt.Sprintf("<begin-%d>", n), fmt.Sprintf("<end-%d>", n) // a terminal's redraw shows the last round's
+					want.WriteString(begin)
 					for i := range 200 {
 						fmt.Fprintf(&want, "line %03d of the boot log, the same for every viewer\r\n", i)
 					}
-					want.WriteString("<end>")
+					want.WriteString(end)
 					for p := want.Bytes(); len(p) > 0; p = p[min(len(p), 1000):] {
 						node.print(t, p[:min(len(p), 1000)])
 					}
 					for i, v := range vs {
-						v.Expect("<end>")
+						v.Expect(end)
 						got := v.Out.Bytes()
-						if s := bytes.Index(got, []byte("<begin>")); s < 0 || !bytes.Equal(got[s:v.Pos], want.Bytes()) {
+						if s := bytes.Index(got, []byte(begin)); s < 0 || !bytes.Equal(got[s:v.Pos], want.Bytes()) {
 							t.Errorf("viewer %d: output differs from what the host printed (%d bytes)", i, want.Len())
 						}
 					}
@@ -256,7 +257,7 @@ func TestConsoleReadOnlySession(t *testing.T) {
 	p.TypeKeys("ro-after-f\r\x05c\x05\r~B")
 	p.Expect("[obmd: this session is read-only]") // the ~B break request
 	p.TypeKeys(obmdtest.EscHelp)
-	p.Expect("[obmd escapes: Ctrl-E c, then]\r\n  .       detach\r\n  r       replay the scrollback\r\n  ?       this help\r\n" +
+	p.Expect("[obmd escapes: Ctrl-E c, then]\r\n  .       detach\r\n  r       redraw the screen\r\n  p       play back the scrollback\r\n  ?       this help\r\n" +
 		"  (this session is read-only: it never writes or sends a break)\r\n")
 
 	// A writer comes and goes; the read-only session never takes over.

@@ -65,7 +65,9 @@ func TestHistoryCaptureIPMI(t *testing.T) {
 				checkStamped(t, res.Stdout, lines, wrote)
 
 				p := obmdtest.SSHPTY(t, o.SSHAddr(), label, tok, nil)
-				p.Expect(lines[0] + "\r\n" + lines[1] + "\r\n" + lines[2])
+				for _, l := range lines { // the screen redrawn, a row at a time
+					p.Expect(strings.TrimSpace(l))
+				}
 			})
 		}
 	})

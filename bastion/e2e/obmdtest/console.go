@@ -16,7 +16,8 @@ const (
 	EscTakeOver = "\x05cf"
 	EscReadOnly = "\x05cs"
 	EscBreak    = "\x05cb"
-	EscReplay   = "\x05cr"
+	EscRedraw   = "\x05cr"
+	EscPlayback = "\x05cp"
 )
 
 // Detach types the detach escape and fails the test unless the client is

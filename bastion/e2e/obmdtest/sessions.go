@@ -2,7 +2,8 @@ package obmdtest
 
 // Helpers of the revocation, isolation and hostile-input tests
 // (bastion/e2e/access, replicas, sshdoor): the live sessions as the admin
-// API lists them, a bounded context, a median. The clients whose end they
+// API lists them, many sessions started at once (RunMany), a bounded
+// context, a median. The clients whose end they
 // watch are in clients.go.
 
 import (
@@ -11,8 +12,11 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	gossh "golang.org/x/crypto/ssh"
 )
 
 // Session is a live session as GET /v1/sessions shows it.
@@ -85,5 +89,34 @@ func AccessChanges() []AccessChange {
 		{Name: "info-change", Why: "node changed", Change: func(a *Admin, label, _ string) {
 			a.MustAPI(200, "PUT", "/v1/nodes/"+label, map[string]any{"type": "sim", "info": map[string]string{"addr": "elsewhere"}})
 		}},
+	}
+}
+
+// RunMany starts n sessions of label from src with auth, each running
+// cmd (a console if ""), on connections of 4 sessions each (the most one connection holds),
+// and returns once they are started; ended is done once all have ended
+// (they end with their connections, when t ends, at the latest).
+func RunMany(t *testing.T, o *Daemon, src, label string, auth gossh.AuthMethod, cmd string, n int, ended *sync.WaitGroup) {
+	t.Helper()
+	for i := 0; i < n; i += 4 {
+		c, err := o.DialFrom(src, label, auth)
+		if err != nil {
+			t.Fatalf("log in to %s from %s: %v", label, src, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		for range min(4, n-i) {
+			s, err := c.NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cmd == "" { // a console
+				if err := s.Shell(); err != nil {
+					t.Fatal(err)
+				}
+				ended.Go(func() { s.Wait() }) // ends with its session or c
+				continue
+			}
+			ended.Go(func() { s.Run(cmd) }) // ends with its session or c
+		}
 	}
 }
