@@ -109,8 +109,10 @@ func (s *Server) openError(err error) string {
 // browser until the browser leaves (nil), the viewer ends, or the session
 // is cut (the cause).
 func (k *conn) run(sctx context.Context) error {
+	// The page is a terminal: as for an SSH PTY viewer, the attach replay
+	// is the node's screen redrawn (if it shows something), then live output.
 	v, err := k.s.consoles.Attach(sctx, k.label, sol.AttachOptions{Session: k.info.ID, ReadOnly: k.watch,
-		Replay: true, Epoch: k.info.Epoch})
+		Replay: true, Epoch: k.info.Epoch, Screen: true})
 	if err != nil {
 		if sctx.Err() != nil {
 			return context.Cause(sctx)
@@ -157,7 +159,11 @@ func (k *conn) run(sctx context.Context) error {
 			if ch.Notice != "" {
 				k.notice(ch.Notice)
 			}
-			if len(ch.Data) > 0 && !k.write(websocket.MessageBinary, ch.Data) {
+			data := ch.Data
+			if len(ch.Screen) > 0 {
+				data = ch.Screen // the attach replay, redrawn
+			}
+			if len(data) > 0 && !k.write(websocket.MessageBinary, data) {
 				return nil
 			}
 			k.syncRole()

@@ -179,3 +179,26 @@ func TestCut(t *testing.T) {
 	}
 	waitAudit(t, o, "c1", "web session.end cut web after", "; cut: token rotated")
 }
+
+// TestAttachRedraws: as on an SSH terminal, a late page's attach draws
+// the node's screen, then live output: a line the node erased is not
+// shown again, as a replay of its last bytes would.
+func TestAttachRedraws(t *testing.T) {
+	o := startWeb(t)
+	tok := o.AddSimNode("s1")
+	bmc := o.Lab().BMC("s1", sim.ModeNormal)
+	a, _ := loginWeb(t, o, "s1", map[string]any{"token": tok})
+	obmdtest.PrintUntilSeen(t, obmdtest.Inject(bmc), "link", a.shows)
+	bmc.Inject([]byte("erased draft\r\x1b[2Kshown line\r\n"))
+	a.waitOutput("shown line")
+	b, hello := loginWeb(t, o, "s1", map[string]any{"token": tok})
+	if hello.Type != "hello" {
+		t.Fatalf("got %+v", hello)
+	}
+	b.waitOutput("shown line")
+	if strings.Contains(b.output(), "erased draft") {
+		t.Errorf("the late page's attach replayed the node's bytes, not its screen: %q", obmdtest.Tail(b.output(), 300))
+	}
+	bmc.Inject([]byte("live after the redraw\r\n"))
+	b.waitOutput("live after the redraw")
+}
