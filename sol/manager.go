@@ -280,6 +280,28 @@ type ViewerInfo struct {
 	Remote bool `json:"remote,omitempty"`
 }
 
+// Others names the viewers other than self, as a door tells a viewer
+// who else is attached: by name, the writer marked "(writing)", and a
+// writer no viewer here is (writer: Manager.Writer, wherever in the
+// cluster it writes) added as "(writing, on another replica)".
+func Others(viewers []ViewerInfo, writer, self Who) []string {
+	var out []string
+	for _, o := range viewers {
+		switch o.Who() {
+		case self:
+		case writer:
+			writer = Who{}
+			out = append(out, o.Name+" (writing)")
+		default:
+			out = append(out, o.Name)
+		}
+	}
+	if writer != (Who{}) && writer != self {
+		out = append(out, writer.Name+" (writing, on another replica)")
+	}
+	return out
+}
+
 // Attach subscribes a viewer to label's console, starting the link if this
 // is the first viewer. It never waits for the BMC: the link opens in the
 // background and the viewer is told (Chunk.Notice) only about failures. ctx

@@ -115,6 +115,9 @@ type Config struct {
 	// room (conncap.TrustTenantContext), so that a tenant cannot hold the
 	// port against the rotation that would cut it.
 	TenantSession func(ctx context.Context)
+	// WebTickets, if set, mints the web console's one-time tickets (POST
+	// /v1/nodes/{label}/web-tickets); nil: the web console is off.
+	WebTickets WebTickets
 }
 
 // Limiter bounds secret guessing per source address and per node
@@ -325,6 +328,7 @@ func (a *API) routes() {
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
 	a.handle("GET /v1/nodes/{label}/screen", a.admin(a.screen))
 	a.handle("GET /v1/nodes/{label}/tenancies", a.admin(a.tenancies))
+	a.handle("POST /v1/nodes/{label}/web-tickets", a.admin(a.webTicket))
 	a.handle("GET /v1/audit", a.admin(a.audit))
 	a.handle("GET /v1/sessions", a.admin(a.listSessions))
 	a.handle("DELETE /v1/sessions/{id}", a.admin(a.kickSession))

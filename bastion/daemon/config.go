@@ -15,6 +15,7 @@ import (
 	"github.com/obmd/obmd/bastion/cluster"
 	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/bastion/sshdoor"
+	"github.com/obmd/obmd/bastion/webdoor"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys/sshcert"
@@ -69,6 +70,9 @@ type Config struct {
 	// IPMI console): the cipher suites tried for a node that pins none,
 	// and what to do when SOL is off on a BMC.
 	IPMIOptions sol.IPMIOptions `yaml:"ipmi_options"`
+	// Web is the web console: its own listener (off unless web.addr is
+	// set), TLS, framing and bounds (webdoor.Settings).
+	Web webdoor.Settings `yaml:"web"`
 	// Certs configures certificate logins (OpenSSH user certificates from
 	// the CAs registered through the admin API).
 	Certs CertsConfig `yaml:"certs"`
@@ -89,7 +93,8 @@ type DaemonConfig struct {
 	// ShutdownTimeout bounds a graceful stop (default 10 s).
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// Demo registers node "demo" on the built-in simulator and prints a
-	// fresh token for it at start (make run).
+	// fresh token for it at start (make run), and turns the web console on
+	// at DemoWebAddr unless web.addr is set.
 	Demo bool `yaml:"demo"`
 }
 
@@ -448,6 +453,9 @@ func (c *CertsConfig) setDefaults() error {
 // DemoNode is the label of the demo node.
 const DemoNode = "demo"
 
+// DemoWebAddr is where the demo's web console listens.
+const DemoWebAddr = "127.0.0.1:8081"
+
 // DefaultDB is the SQLite database used when none is configured.
 func DefaultDB(stateDir string) string { return filepath.Join(stateDir, "obmd.db") }
 
@@ -487,6 +495,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Cluster.LeaseTTL < 0 {
 		return errors.New("cluster.lease_ttl must not be negative")
+	}
+	if c.Daemon.Demo && c.Web.Addr == "" {
+		c.Web.Addr = DemoWebAddr
+	}
+	if c.Web, err = c.Web.WithDefaults(c.Admin.TLSCert, c.Admin.TLSKey); err != nil {
+		return err
+	}
+	if c.Web.Addr != "" && c.Web.TLSCert == "" && !c.Web.InsecureHTTP && !loopback(c.Web.Addr) {
+		return fmt.Errorf("web address %s is not loopback: configure web.tls_cert/web.tls_key (or admin.tls_cert/admin.tls_key), or set web.insecure_http to send tokens in clear", c.Web.Addr)
 	}
 	return nil
 }

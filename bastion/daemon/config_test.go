@@ -156,6 +156,12 @@ func codeDefaults(t *testing.T) map[string]string {
 		c.IPMI, c.Redfish = c.IPMI.WithDefaults(), c.Redfish.WithDefaults()
 		c.IPMITool, errs[2] = c.IPMITool.WithDefaults()
 		c.IPMIOptions, errs[3] = c.IPMIOptions.WithDefaults(func(int) bool { return true })
+		// The web console's settings take their defaults once it is on.
+		web := c.Web
+		web.Addr = "127.0.0.1:0"
+		web, errs[4] = web.WithDefaults("", "")
+		web.Addr = c.Web.Addr
+		c.Web = web
 		if err := errors.Join(errs[:]...); err != nil {
 			t.Fatal(err)
 		}

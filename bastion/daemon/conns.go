@@ -133,18 +133,23 @@ func (d *Daemon) newHTTPServer(ctx context.Context, h http.Handler) *http.Server
 		IdleTimeout: d.cfg.Admin.IdleTimeout,
 		ErrorLog:    httpErrorLog(d.log.WithField("part", "admin")),
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if cc, ok := conncap.Of(c); ok {
-				return conncap.NewContext(ctx, cc)
-			}
-			return ctx
-		},
+		ConnContext: capContext,
 		ConnState: func(c net.Conn, s http.ConnState) {
 			if cc, ok := conncap.Of(c); ok {
 				cc.SetIdle(s == http.StateIdle)
 			}
 		},
 	}
+}
+
+// capContext is an http.Server's ConnContext for a capped listener: a
+// request's context carries its connection's caps (conncap.NewContext),
+// so that a handler can vouch for it.
+func capContext(ctx context.Context, c net.Conn) context.Context {
+	if cc, ok := conncap.Of(c); ok {
+		return conncap.NewContext(ctx, cc)
+	}
+	return ctx
 }
 
 // capsFields are the caps for the start's log line (0: no limit).

@@ -70,6 +70,7 @@ type Daemon struct {
 	certs    *sshcert.Policy // certificate logins (certs.go)
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
+	web      web      // the web console (web.go)
 
 	sshL, adminL  net.Listener
 	caps          connCaps // of the admin, peer and SSH listeners (conns.go)
@@ -115,10 +116,13 @@ func (d *Daemon) Lab() *sim.Lab { return d.lab }
 func (d *Daemon) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := d.ssh.Serve(d.sshL); !errors.Is(err, ssh.ErrServerClosed) {
-			return fmt.Errorf("ssh: %w", err)
+		// A Serve that starts after the stop closed the listener fails on
+		// it: gliderlabs resets its closed state when it takes a listener.
+		err := d.ssh.Serve(d.sshL)
+		if errors.Is(err, ssh.ErrServerClosed) || (errors.Is(err, net.ErrClosed) && gctx.Err() != nil) {
+			return nil
 		}
-		return nil
+		return fmt.Errorf("ssh: %w", err)
 	})
 	g.Go(func() error {
 		if err := d.http.Serve(d.adminL); !errors.Is(err, http.ErrServerClosed) {
@@ -126,6 +130,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	g.Go(d.serveWeb)
 	// The loops that use the database end before shutdown closes it. On
 	// PostgreSQL the watcher also polls as soon as a change commits
 	// anywhere (ListenChanges; on other engines it returns at once).
@@ -183,11 +188,14 @@ func (d *Daemon) shutdown(waitLoops func()) error {
 	}
 	// gliderlabs' Shutdown closes only the listeners its Serve has taken:
 	// a stop that comes before Run's Serve got that far would leave it
-	// accepting for ever. Closed here, Serve's Accept fails and it returns
-	// ErrServerClosed (closing twice is harmless).
+	// accepting for ever. Closed here, Serve's Accept fails and Run takes
+	// that for the stop (closing twice is harmless).
 	d.sshL.Close()
 	if err := d.http.Shutdown(ctx); err != nil {
 		d.http.Close()
+	}
+	if err := d.stopWeb(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	d.closePeer() // after the consoles: their leases are released, relays told
 	if err := d.revoker.Close(ctx); err != nil {
@@ -245,7 +253,7 @@ func waitFor(ctx context.Context, wait func()) error {
 // closeAll releases what a failed Start opened.
 func (d *Daemon) closeAll() {
 	d.closePeer()
-	for _, l := range []net.Listener{d.sshL, d.adminL} {
+	for _, l := range []net.Listener{d.sshL, d.adminL, d.web.l} {
 		if l != nil {
 			l.Close()
 		}

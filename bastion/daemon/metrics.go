@@ -13,7 +13,7 @@ import (
 func (d *Daemon) pullMetrics() error {
 	return d.metrics.Pull(func(w *metrics.Writer) {
 		counts := d.reg.Count()
-		for _, kind := range []sessions.Kind{sessions.KindConsole, sessions.KindExec, sessions.KindHTTPConsole} {
+		for _, kind := range []sessions.Kind{sessions.KindConsole, sessions.KindExec, sessions.KindHTTPConsole, sessions.KindWeb} {
 			w.Gauge("obmd_sessions_open", "Live sessions by kind.", float64(counts[kind]), "kind", string(kind))
 		}
 		w.Gauge("obmd_sessions_unwinding", "Sessions cut whose work has not stopped yet (they hold no session slot and are not listed).",

@@ -78,7 +78,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	d.log.WithFields(d.caps.fields()).WithFields(logrus.Fields{
-		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.Admin.TLSCert != "",
+		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.Admin.TLSCert != "", "web": d.WebAddr(),
 		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, sec.tokenFile),
 		"version": d.cfg.Version, "replica": d.cfg.Replica.ID, "peer": d.PeerAddr(),
 	}).Info("obmd_listening")
@@ -274,6 +274,9 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	if err != nil {
 		return err
 	}
+	if err := d.buildWeb(ctx, gate); err != nil {
+		return err
+	}
 	var clusterSessions admin.ClusterSessions
 	if d.rep.cluster != nil {
 		clusterSessions = d.allSessions()
@@ -281,7 +284,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.Access.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.Admin.FailDelay,
-		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history},
+		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history, WebTickets: d.webTicketMinter()},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
@@ -333,6 +336,9 @@ func (d *Daemon) listen() error {
 	}
 	if d.cfg.Admin.TLSCert != "" {
 		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	if err := d.listenWeb(); err != nil {
+		return err
 	}
 	if d.cfg.Replica.PeerAddr != "" {
 		if d.rep.peerL, err = net.Listen("tcp", d.cfg.Replica.PeerAddr); err != nil {

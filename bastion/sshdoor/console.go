@@ -253,21 +253,8 @@ func notice(msg string) string { return "\r\n[obmd: " + msg + "]\r\n" }
 // replica's name: that is for operators), those of other replicas as the
 // holder knows them, and the writer wherever it is.
 func (c *channel) banner(v *sol.Viewer, mode consoleMode) string {
-	var others []string
-	me, writer := v.Who(), c.s.consoles.Writer(c.label) // on another replica, perhaps
-	for _, o := range c.s.consoles.Viewers(c.label) {
-		switch o.Who() {
-		case me:
-		case writer:
-			writer = sol.Who{}
-			others = append(others, o.Name+" (writing)")
-		default:
-			others = append(others, o.Name)
-		}
-	}
-	if writer != (sol.Who{}) && writer != me {
-		others = append(others, writer.Name+" (writing, on another replica)")
-	}
+	// The writer may be on another replica.
+	others := sol.Others(c.s.consoles.Viewers(c.label), c.s.consoles.Writer(c.label), v.Who())
 	role, hint := "you are writing", c.s.esc.hint
 	if !mode.pty {
 		hint = noEscapesHint

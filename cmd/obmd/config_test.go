@@ -63,13 +63,14 @@ ipmitool:
 				"OBMD_STATE_DIR": "/env/state", "OBMD_DB": "mysql://u:p@tcp(db:3306)/obmd", "OBMD_ADMIN_TOKEN": "env-admin",
 				"OBMD_CONSOLE_LINGER": "5s", "OBMD_DEMO": "false", "OBMD_AUTH_LIMITS_PER_SOURCE": "9",
 				"OBMD_CONSOLE_BACKOFF_MAX": "30s", "OBMD_IPMITOOL_PATH": "/env/ipmitool", "OBMD_SESSIONS_CUT_WAIT": "3s",
-				"OBMD_REDFISH_CA_FILE": "/env/ca.pem"},
+				"OBMD_REDFISH_CA_FILE": "/env/ca.pem", "OBMD_WEB_ADDR": "127.0.0.1:2003", "OBMD_WEB_FRAME_ANCESTORS": "https://a.example,https://b.example"},
 			want: func(c daemon.Config) daemon.Config {
 				c.SSH.Addr, c.Admin.Addr, c.Daemon.StateDir = "127.0.0.1:2001", "127.0.0.1:2002", "/env/state"
 				c.DB.DSN, c.Admin.Token, c.Console.Linger, c.Daemon.Demo = "mysql://u:p@tcp(db:3306)/obmd", "env-admin", 5*time.Second, false
 				c.AuthLimits.PerSource = 9
 				c.Console.Backoff.Max, c.IPMITool.Path, c.Sessions.CutWait = 30*time.Second, "/env/ipmitool", 3*time.Second
 				c.Redfish.CAFile = "/env/ca.pem"
+				c.Web.Addr, c.Web.FrameAncestors = "127.0.0.1:2003", []string{"https://a.example", "https://b.example"}
 				return c
 			},
 		},

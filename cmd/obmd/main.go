@@ -101,6 +101,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if t := d.DemoToken(); t != "" {
 		io.WriteString(stderr, demoText(d.SSHAddr(), t, d.HostKeyFingerprint()))
+		if a := d.WebAddr(); a != "" {
+			fmt.Fprintf(stderr, "The web console (log in with the token): http://%s/nodes/%s\n\n", a, daemon.DemoNode)
+		}
 	}
 	if err := d.Run(ctx); err != nil {
 		log.WithError(err).Error("obmd_failed")

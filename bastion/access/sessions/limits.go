@@ -12,7 +12,7 @@ type Config struct {
 	// MaxPerNode bounds the live sessions of one node, SSH and HTTP
 	// (default 64).
 	MaxPerNode int `yaml:"max_per_node"`
-	// MaxPerSource bounds the SSH sessions of one client address (per
+	// MaxPerSource bounds the SSH and web console sessions of one client address (per
 	// SourceKey; default 32); MaxPerSourceHTTP its node-token HTTP
 	// sessions, which a cloud controller (HIL) opens from one address for
 	// every node it manages, a console stream each and power calls

@@ -215,6 +215,15 @@ type Token struct {
 	Token string `json:"token"`
 }
 
+// WebTicket is the answer of POST /v1/nodes/{label}/web-tickets: a
+// one-time ticket of the web console, the page's address carrying it in
+// its fragment (#ticket=...), and when it expires (at most a minute on).
+type WebTicket struct {
+	Ticket    string    `json:"ticket"`
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
 // Key is a node key as GET /v1/nodes/{label}/keys shows it.
 type Key struct {
 	Fingerprint string    `json:"fingerprint"`

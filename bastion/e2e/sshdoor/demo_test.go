@@ -33,7 +33,7 @@ func TestDemoCommandLine(t *testing.T) {
 	bin := obmdtest.Binary(t)
 	cmd := exec.Command(bin, "serve", "--demo", "--ssh-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--state-dir", t.TempDir(), "--log-format", "json")
-	cmd.Env = append(os.Environ(), "OBMD_CONFIG=")
+	cmd.Env = append(os.Environ(), "OBMD_CONFIG=", "OBMD_WEB_ADDR=127.0.0.1:0")
 	logs := &obmdtest.SyncBuffer{} // exec copies obmd's stderr here; Wait waits for the copy
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
