@@ -13,7 +13,6 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/fleetbmc"
 )
 
@@ -37,8 +36,7 @@ type ipmitools struct {
 // a file, and waits until each has shown a marker printed on its node. A
 // tool that exits before (its session setup timed out on a loaded
 // machine) is started again, 2n times in all at most.
-func startIPMITools(cfg benchConfig, f *fleetbmc.Fleet) (*ipmitools, error) {
-	n := f.Len()
+func startIPMITools(cfg benchConfig, f *fleetbmc.Fleet, n int) (*ipmitools, error) {
 	t := &ipmitools{cmds: make([]*exec.Cmd, n), exited: make([]chan struct{}, n), ttys: make([]*os.File, n),
 		ptmxs: make([]*os.File, n), files: make([]string, n)}
 	dir, err := os.MkdirTemp(cfg.tmp, "storm-ipmitool-")
@@ -67,6 +65,9 @@ func startIPMITools(cfg benchConfig, f *fleetbmc.Fleet) (*ipmitools, error) {
 			break
 		}
 		for i := range pending {
+			if time.Now().After(deadline) {
+				break
+			}
 			data, _ := os.ReadFile(t.files[i])
 			if bytes.Contains(data, marker) {
 				delete(pending, i)
@@ -80,7 +81,7 @@ func startIPMITools(cfg benchConfig, f *fleetbmc.Fleet) (*ipmitools, error) {
 				restarts++
 				// The failed run may have activated the payload: give it
 				// back, as an operator would, before trying again.
-				soltest.RunIPMITool(soltest.Pinned(f.BMC(i).Info(), stormSuite), "sol", "deactivate")
+				f.BMC(i).Deactivate()
 				if err := t.start(f, i); err != nil {
 					return t, err
 				}

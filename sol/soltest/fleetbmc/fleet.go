@@ -202,6 +202,10 @@ func (f *Fleet) Close() {
 // not copied, until transmitted).
 func (b *BMC) Print(p []byte) { b.m.line.Print(p) }
 
+// Deactivate ends the BMC's SOL activation, if any, as `ipmitool sol
+// deactivate` would (a console whose process died leaves it active).
+func (b *BMC) Deactivate() { b.bmc.SOL.CloseAll() }
+
 // Line reports what the node's serial line has carried.
 func (b *BMC) Line() Stats { return b.m.line.stats() }
 
