@@ -67,7 +67,7 @@ func stormBench(cfg benchConfig) *section {
 		stormBytes>>10, thousands(n), stormBaud, stormBaud/10, fleetbmc.DefaultUARTBuffer, thousands(n), fleetbmc.DefaultSOLRetries, fleetbmc.DefaultSOLRetryInterval, stormSuite, stormSuite)
 	s.note("obmd: the binary at its defaults (`ipmi` nodes captured always, history flushed every second), one replica; the %s nodes registered through the admin API, their links up (`obmd_console_captured_links{state=\"up\"}`). Reference: %s `ipmitool sol activate` processes (at most %d: at 1,000 most of them fail their session setup on 2 shared cores, ipmitool giving each RMCP+ message 1 s; CPU is compared per MiB), one per BMC of a second fleet, stdin a pty, stdout a file each, started before the rounds (one whose session setup fails, as ipmitool's 1 s RMCP+ timeouts do on a loaded machine, is started again; those whose session never carried a marker within 3 minutes are left out, and the reference column says how many took part). Rounds alternate, obmd's storm then ipmitool's, %d of each; medians, and the spread (min-max) in brackets.",
 		thousands(n), thousands(min(n, stormMaxTools)), stormMaxTools, rounds)
-	s.note("CPU per MiB: the process's utime+stime (obmd; the sum over the ipmitool processes) from the first byte printed until every byte is stored (obmd_history_stored_bytes_total) or written to the files, over the MiB printed. Time to the last byte stored: from when the last byte left the last node (its UART transmission end) until obmd's count of committed output (polled every 50 ms) or the files' size last rose. Lost: bytes printed that are not in the node's stored history (read back from the database after the rounds) or file, counted per node. RSS per captured link: (VmRSS with the links up - VmRSS of the fresh process) / nodes, against the mean VmRSS of an ipmitool process (its anonymous part in brackets). Database growth: the database's size after the rounds minus before (obmd stopped both times: SQLite's file; MariaDB's tablespace files; PostgreSQL's pg_database_size) over the output bytes stored.")
+	s.note("CPU per MiB: the process's utime+stime (obmd; the sum over the ipmitool processes still running) from the first byte printed until every byte is stored (obmd_history_stored_bytes_total) or written to the files (or the count stood still for 15 s), over the MiB stored or written. Time to the last byte stored: from when the last byte left the last node (its UART transmission end) until obmd's count of committed output (polled every 50 ms) or the files' size last rose. Lost: bytes printed less the output bytes stored in the database (read back after the rounds) or written to the files during the rounds; byte-exact: nodes whose history (file) holds every round's output whole. RSS per captured link: (VmRSS with the links up - VmRSS of the fresh process) / nodes, against the mean VmRSS of an ipmitool process (its anonymous part in brackets). Database growth: the database's size after the rounds minus before (obmd stopped both times: SQLite's file; MariaDB's tablespace files; PostgreSQL's pg_database_size) over the output bytes stored.")
 	return s
 }
 
@@ -76,6 +76,7 @@ type stormRound struct {
 	cpu     time.Duration
 	lag     time.Duration // last byte printed -> last byte stored / written
 	printed int64
+	got     int64 // bytes stored (obmd) or written (ipmitool) by the end of the round
 }
 
 // stormOn runs the storm on one database: obmd's rounds and ipmitool's,
@@ -136,7 +137,7 @@ func stormOn(cfg benchConfig, s *section, d fleetDB, n, rounds int) error {
 	if err := waitGauge(o, up, float64(n), 5*time.Minute); err != nil {
 		return err
 	}
-	cfg.logf("storm on %s: starting %d ipmitool sol activate", d.name, n)
+	cfg.logf("storm on %s: starting %d ipmitool sol activate", d.name, min(n, stormMaxTools))
 	tools, err := startIPMITools(cfg, fi, min(n, stormMaxTools))
 	defer tools.stop()
 	if err != nil {
@@ -162,7 +163,11 @@ func stormOn(cfg benchConfig, s *section, d fleetDB, n, rounds int) error {
 		toolRounds = append(toolRounds, tr)
 	}
 	toolRSS, toolAnon := tools.rss()
-	toolLost := tools.lost(printed, n)
+	toolExact := tools.exact(printed, n)
+	var toolPrinted, toolGot int64
+	for _, r := range toolRounds {
+		toolPrinted, toolGot = toolPrinted+r.printed, toolGot+r.got
+	}
 	tools.stop()
 	uartLost := int64(0)
 	for i := range n {
@@ -173,18 +178,25 @@ func stormOn(cfg benchConfig, s *section, d fleetDB, n, rounds int) error {
 	if err != nil {
 		return err
 	}
-	obmdLost, stored, err := historyLost(dsn, dir, printed, n)
+	obmdExact, stored, err := historyExact(dsn, dir, printed, n)
 	if err != nil {
 		return err
+	}
+	var obmdPrinted int64
+	for _, r := range obmdRounds {
+		obmdPrinted += r.printed
 	}
 	addStormRows(s, d.name, n, len(tools.up), obmdRounds, toolRounds)
 	perLink := float64(held-fresh) / float64(n)
 	s.add(row{Measure: fmt.Sprintf("RSS per captured link (%s links, %s)", thousands(n), d.name), Figure: num(perLink, "KiB"),
 		Ref: fmt.Sprintf("one ipmitool: %s (%s anon)", num(toolRSS, "KiB"), num(toolAnon, "KiB")), Ratio: ratio(perLink, toolRSS),
 		Goal: "-", Status: statusNone})
-	s.add(row{Measure: fmt.Sprintf("bytes lost of %s printed (%s)", num(float64(int64(n)*int64(len(printed[0]))*int64(rounds))/(1<<20), "MiB"), d.name),
-		Figure: fmt.Sprintf("%d (%d of them in the BMCs' UARTs)", obmdLost, uartLost), Ref: fmt.Sprintf("%s ipmitool: %d", thousands(len(tools.up)), toolLost),
-		Ratio: "-", Goal: "0", Status: verdict(obmdLost == 0)})
+	s.add(row{Measure: fmt.Sprintf("bytes lost of %s printed (%s)", num(float64(obmdPrinted)/(1<<20), "MiB"), d.name),
+		Figure: fmt.Sprintf("%s (%.1f%%; %s in the BMCs' UARTs); %d of %d nodes byte-exact", num(float64(obmdPrinted-stored)/(1<<20), "MiB"),
+			100*float64(obmdPrinted-stored)/float64(obmdPrinted), num(float64(uartLost)/(1<<20), "MiB"), obmdExact, n),
+		Ref: fmt.Sprintf("%s ipmitool: %s of %s (%.2f%%); %d of %d byte-exact", thousands(len(tools.up)), num(float64(toolPrinted-toolGot)/(1<<20), "MiB"),
+			num(float64(toolPrinted)/(1<<20), "MiB"), 100*float64(toolPrinted-toolGot)/float64(max(toolPrinted, 1)), toolExact, len(tools.up)),
+		Ratio: "-", Goal: "0", Status: verdict(obmdPrinted == stored)})
 	growth := float64(sizeAfter-sizeBefore) / float64(stored)
 	s.add(row{Measure: fmt.Sprintf("database growth per byte of output stored (%s)", d.name),
 		Figure: fmt.Sprintf("%.2fx (%s for %s)", growth, num(float64(sizeAfter-sizeBefore)/(1<<20), "MiB"), num(float64(stored)/(1<<20), "MiB")),
@@ -251,7 +263,7 @@ func stormObmd(o *obmdProc, f *fleetbmc.Fleet, outs [][]byte) (stormRound, error
 		return stormRound{}, fmt.Errorf("obmd: %w", err)
 	}
 	cpu1, err := procCPU(o.Pid())
-	return stormRound{cpu: cpu1 - cpu0, lag: rose.Sub(last), printed: total}, err
+	return stormRound{cpu: cpu1 - cpu0, lag: rose.Sub(last), printed: total, got: got()}, err
 }
 
 // stormQuiet is how long a count may stand still, once the last byte was
@@ -287,7 +299,7 @@ func addStormRows(s *section, dbName string, n, refN int, ob, it []stormRound) {
 	perMiB := func(rs []stormRound) []float64 {
 		var v []float64
 		for _, r := range rs {
-			v = append(v, float64(r.cpu)/float64(time.Millisecond)/(float64(r.printed)/(1<<20)))
+			v = append(v, float64(r.cpu)/float64(time.Millisecond)/(float64(max(r.got, 1))/(1<<20)))
 		}
 		return v
 	}
@@ -358,10 +370,10 @@ func dbSize(dsn, dir string) (int64, error) {
 	}
 }
 
-// historyLost reads every node's history back from the database (obmd
-// stopped) and counts the printed bytes it lacks; it also returns the
-// output bytes stored.
-func historyLost(dsn, dir string, printed [][]byte, n int) (lost, stored int64, err error) {
+// historyExact reads every node's history back from the database (obmd
+// stopped) and counts the nodes whose history holds every round's output
+// whole; it also returns the output bytes stored.
+func historyExact(dsn, dir string, printed [][]byte, n int) (exact int, stored int64, err error) {
 	if dsn == "" {
 		dsn = filepath.Join(dir, "state", "obmd.db")
 	}
@@ -390,9 +402,11 @@ func historyLost(dsn, dir string, printed [][]byte, n int) (lost, stored int64, 
 			}
 		}
 		stored += int64(len(out))
-		lost += missing(out, printed, i, n)
+		if missing(out, printed, i, n) == 0 {
+			exact++
+		}
 	}
-	return lost, stored, nil
+	return exact, stored, nil
 }
 
 // mysqlSize is the bytes the scratch database's InnoDB tablespace files

@@ -131,11 +131,9 @@ func (t *ipmitools) start(f *fleetbmc.Fleet, i int) error {
 func (t *ipmitools) cpu() (time.Duration, error) {
 	var sum time.Duration
 	for _, i := range t.up {
-		d, err := procCPU(t.cmds[i].Process.Pid)
-		if err != nil {
-			return 0, err
+		if d, err := procCPU(t.cmds[i].Process.Pid); err == nil { // one that died has no /proc: left out
+			sum += d
 		}
-		sum += d
 	}
 	return sum, nil
 }
@@ -169,7 +167,7 @@ func (t *ipmitools) storm(f *fleetbmc.Fleet, outs [][]byte) (stormRound, error) 
 		return stormRound{}, fmt.Errorf("ipmitool: %w", err)
 	}
 	cpu1, err := t.cpu()
-	return stormRound{cpu: cpu1 - cpu0, lag: rose.Sub(last), printed: total}, err
+	return stormRound{cpu: cpu1 - cpu0, lag: rose.Sub(last), printed: total, got: t.written() - base}, err
 }
 
 // rss is the mean VmRSS and RssAnon of a tool, in KiB.
@@ -187,15 +185,17 @@ func (t *ipmitools) rss() (rss, anon float64) {
 	return rss / float64(n), anon / float64(n)
 }
 
-// lost counts, per tool, the bytes of its node's rounds missing from its
-// file (a round's output counts as lost unless the file holds it whole).
-func (t *ipmitools) lost(printed [][]byte, n int) int64 {
-	var lost int64
+// exact counts the tools whose file holds every round's output of its
+// node whole.
+func (t *ipmitools) exact(printed [][]byte, n int) int {
+	k := 0
 	for _, i := range t.up {
 		data, _ := os.ReadFile(t.files[i])
-		lost += missing(data, printed, i, n)
+		if missing(data, printed, i, n) == 0 {
+			k++
+		}
 	}
-	return lost
+	return k
 }
 
 // missing is how many bytes of node i's rounds (printed[r*n+i]) got does
