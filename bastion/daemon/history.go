@@ -145,6 +145,7 @@ func (h *consoleHistory) metrics(w *metrics.Writer) {
 	w.Counter("obmd_history_written_bytes_total", "Console bytes recorded in the history.", float64(st.Written))
 	w.Counter("obmd_history_dropped_bytes_total", "Console bytes that gave way before they were stored (a slow database).", float64(st.Dropped))
 	w.Counter("obmd_history_chunks_stored_total", "History chunks stored.", float64(st.Stored))
+	w.Counter("obmd_history_stored_bytes_total", "Console output bytes stored in the history (committed).", float64(st.StoredBytes))
 	w.Counter("obmd_history_flushes_total", "History flushes (one transaction each).", float64(st.Flushes))
 	w.Counter("obmd_history_flush_errors_total", "History flushes that failed (retried).", float64(st.FlushErrors))
 }

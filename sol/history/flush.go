@@ -22,6 +22,7 @@ type batch struct {
 	held   []*node // held off by readers: their last reader asks again
 	rest   []*node // over maxBatchBytes: next, at once
 	bytes  int
+	output int // bytes of output chunks (bytes less the markers' text)
 }
 
 // flushOnce writes every dirty node's pending chunks in one transaction
@@ -46,7 +47,7 @@ func (r *Recorder) flushOnce(force bool) error {
 		start := time.Now()
 		err = r.st.AppendHistory(ctx, b.chunks, r.cfg.HistoryBytes)
 		cancel()
-		r.noteFlush(len(b.chunks), b.bytes, time.Since(start), err)
+		r.noteFlush(b, time.Since(start), err)
 	}
 	r.settle(b, waiters, err)
 	return err
@@ -73,6 +74,9 @@ func collect(nodes []*node, force bool) *batch {
 			c := it.chunk(notRecorded)
 			b.chunks = append(b.chunks, c)
 			b.bytes += len(c.Data)
+			if c.Kind == KindOutput {
+				b.output += len(c.Data)
+			}
 		}
 	}
 	return b
@@ -114,9 +118,9 @@ func (r *Recorder) settle(b *batch, waiters []chan error, err error) {
 }
 
 // noteFlush counts a flush and logs a failure, or the end of a run of them.
-func (r *Recorder) noteFlush(chunks, bytes int, took time.Duration, err error) {
+func (r *Recorder) noteFlush(b *batch, took time.Duration, err error) {
 	r.stats.flushes.Add(1)
-	log := r.log.WithFields(logrus.Fields{"chunks": chunks, "bytes": bytes, "duration": took})
+	log := r.log.WithFields(logrus.Fields{"chunks": len(b.chunks), "bytes": b.bytes, "duration": took})
 	if err != nil {
 		if r.stats.flushErrors.Add(1) == 1 || r.lastErrNil() {
 			log.WithError(err).Warn("history_flush_failed")
@@ -126,7 +130,8 @@ func (r *Recorder) noteFlush(chunks, bytes int, took time.Duration, err error) {
 	if !r.lastErrNil() {
 		log.Info("history_flush_recovered")
 	}
-	r.stats.stored.Add(uint64(chunks))
+	r.stats.stored.Add(uint64(len(b.chunks)))
+	r.stats.storedBytes.Add(uint64(b.output))
 }
 
 // lastErrNil reports whether the previous flush succeeded.

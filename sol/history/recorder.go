@@ -149,12 +149,13 @@ type Stats struct {
 	Written     uint64 // output bytes given to Write
 	Dropped     uint64 // output bytes that gave way before they were stored
 	Stored      uint64 // chunks the Store took
+	StoredBytes uint64 // output bytes in them (markers not counted)
 	Flushes     uint64 // transactions
 	FlushErrors uint64
 }
 
 type counters struct {
-	written, dropped, stored, flushes, flushErrors atomic.Uint64
+	written, dropped, stored, storedBytes, flushes, flushErrors atomic.Uint64
 }
 
 // Stats returns the counters.
@@ -163,7 +164,8 @@ func (r *Recorder) Stats() Stats {
 	n := len(r.nodes)
 	r.mu.Unlock()
 	return Stats{Nodes: n, Written: r.stats.written.Load(), Dropped: r.stats.dropped.Load(),
-		Stored: r.stats.stored.Load(), Flushes: r.stats.flushes.Load(), FlushErrors: r.stats.flushErrors.Load()}
+		Stored: r.stats.stored.Load(), StoredBytes: r.stats.storedBytes.Load(), Flushes: r.stats.flushes.Load(),
+		FlushErrors: r.stats.flushErrors.Load()}
 }
 
 // Start starts the flusher, and with it the purge timer, if it does not

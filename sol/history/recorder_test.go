@@ -300,8 +300,8 @@ func TestRecorderFailingStoreRetries(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	eventually(t, "the store to take it all", func() bool { got, _ := st.stored(); return output(got) == string(written) })
-	if s := r.Stats(); s.FlushErrors != 3 || s.Dropped != 0 {
-		t.Errorf("stats %+v: want 3 flush errors, nothing dropped", s)
+	if s := r.Stats(); s.FlushErrors != 3 || s.Dropped != 0 || s.StoredBytes != uint64(len(written)) {
+		t.Errorf("stats %+v: want 3 flush errors, nothing dropped, %d output bytes stored (not those of failed flushes)", s, len(written))
 	}
 }
 

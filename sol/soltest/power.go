@@ -4,7 +4,10 @@
 // The same power and console checks run against every driver (sol/ipmi,
 // sol/ipmitool) talking to real BMCs: OpenIPMI's ipmi_sim
 // (sol/soltest/ipmisim) and go-ipmi's own goipmi-server
-// (sol/soltest/goipmisrv).
+// (sol/soltest/goipmisrv); and against the many-BMC simulator of fleet
+// benchmarks (sol/soltest/fleetbmc: go-ipmi's BMC over an in-memory
+// machine that records actions in ipmi_sim's words and keeps boot flags),
+// to prove it answers as they do.
 //
 // The two BMCs differ in what their machine does, and the power table says
 // which behaviour is whose (outcome per Kind):
@@ -40,6 +43,10 @@ type Kind string
 const (
 	IPMISim      Kind = "ipmi_sim"
 	GoIPMIServer Kind = "goipmi-server"
+	// FleetBMC is go-ipmi's BMC in sol/soltest/fleetbmc, many in one
+	// process, over an in-memory machine that records actions in
+	// ipmi_sim's words and reads boot flags back.
+	FleetBMC Kind = "fleetbmc"
 )
 
 // Observer reports what the BMC's machine went through. *ipmisim.Sim and
@@ -96,25 +103,30 @@ func bootdev(dev string, persistent bool) func(context.Context, sol.BMC) error {
 // control is goipmi-server's name for a Chassis Control command.
 const control = "Chassis Control"
 
-// bootCase is a boot device row: ipmi_sim's hook word, goipmi-server's flags.
+// bootCase is a boot device row: ipmi_sim's hook word, goipmi-server's
+// flags, both for fleetbmc.
 func bootCase(name, dev string, persistent bool, simWord string) powerCase {
 	return powerCase{name: name, run: bootdev(dev, persistent), want: map[Kind]outcome{
 		IPMISim:      {actions: []string{simWord}, powerOn: true},
 		GoIPMIServer: {powerOn: true, boot: &boot{dev, persistent}},
+		FleetBMC:     {actions: []string{simWord}, powerOn: true, boot: &boot{dev, persistent}},
 	}}
 }
 
 var powerCases = []powerCase{
 	{name: "status on", run: func(context.Context, sol.BMC) error { return nil }, want: map[Kind]outcome{
 		IPMISim:      {powerOn: true, wantStatus: sol.PowerOn},
+		FleetBMC:     {powerOn: true, wantStatus: sol.PowerOn},
 		GoIPMIServer: {powerOn: true, wantStatus: sol.PowerOn},
 	}},
 	{name: "off", run: func(ctx context.Context, b sol.BMC) error { return b.PowerOff(ctx, false) }, want: map[Kind]outcome{
 		IPMISim:      {actions: []string{"power 0"}, wantStatus: sol.PowerOff},
+		FleetBMC:     {actions: []string{"power 0"}, wantStatus: sol.PowerOff},
 		GoIPMIServer: {actions: []string{control}, wantStatus: sol.PowerOff},
 	}},
 	{name: "soft off", run: func(ctx context.Context, b sol.BMC) error { return b.PowerOff(ctx, true) }, want: map[Kind]outcome{
-		IPMISim: {actions: []string{"shutdown 1"}, wantStatus: sol.PowerOff},
+		IPMISim:  {actions: []string{"shutdown 1"}, wantStatus: sol.PowerOff},
+		FleetBMC: {actions: []string{"shutdown 1"}, wantStatus: sol.PowerOff},
 		// goipmi-server counts a soft shutdown and leaves power on.
 		GoIPMIServer: {actions: []string{control}, powerOn: true, wantStatus: sol.PowerOn},
 	}},
@@ -125,15 +137,18 @@ var powerCases = []powerCase{
 		return b.PowerOn(ctx)
 	}, want: map[Kind]outcome{
 		IPMISim:      {actions: []string{"power 0", "power 1"}, powerOn: true, wantStatus: sol.PowerOn},
+		FleetBMC:     {actions: []string{"power 0", "power 1"}, powerOn: true, wantStatus: sol.PowerOn},
 		GoIPMIServer: {actions: []string{control, control}, powerOn: true, wantStatus: sol.PowerOn},
 	}},
 	{name: "cycle", run: func(ctx context.Context, b sol.BMC) error { return b.PowerCycle(ctx) }, want: map[Kind]outcome{
-		IPMISim: {actions: []string{"power 0", "power 1"}, powerOn: true, wantStatus: sol.PowerOn},
+		IPMISim:  {actions: []string{"power 0", "power 1"}, powerOn: true, wantStatus: sol.PowerOn},
+		FleetBMC: {actions: []string{"power 0", "power 1"}, powerOn: true, wantStatus: sol.PowerOn},
 		// goipmi-server counts the cycle; power stays on.
 		GoIPMIServer: {actions: []string{control}, powerOn: true, wantStatus: sol.PowerOn},
 	}},
 	{name: "reset", run: func(ctx context.Context, b sol.BMC) error { return b.PowerReset(ctx) }, want: map[Kind]outcome{
 		IPMISim:      {actions: []string{"reset 1"}, powerOn: true, wantStatus: sol.PowerOn},
+		FleetBMC:     {actions: []string{"reset 1"}, powerOn: true, wantStatus: sol.PowerOn},
 		GoIPMIServer: {actions: []string{control}, powerOn: true, wantStatus: sol.PowerOn},
 	}},
 	bootCase("bootdev pxe", sol.BootPXE, false, "boot pxe"),

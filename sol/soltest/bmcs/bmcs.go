@@ -1,8 +1,10 @@
 // Package bmcs starts the real BMCs the driver conformance tables run on,
 // one of each per call.
 //
-// They are OpenIPMI's ipmi_sim (sol/soltest/ipmisim) and go-ipmi's
-// goipmi-server (sol/soltest/goipmisrv). (The console table runs over the
+// They are OpenIPMI's ipmi_sim (sol/soltest/ipmisim), go-ipmi's
+// goipmi-server (sol/soltest/goipmisrv) and the many-BMC simulator of
+// fleet benchmarks (sol/soltest/fleetbmc), which the tables prove
+// answers as the other two do. (The console table runs over the
 // SSH transport too, against sol/soltest/sshbmc: sol/sshconsole's
 // TestConformance.)
 package bmcs
@@ -11,14 +13,28 @@ import (
 	"testing"
 
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/fleetbmc"
 	"github.com/obmd/obmd/sol/soltest/goipmisrv"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// Each runs fn as two subtests, "ipmi_sim" and "goipmi-server", each with a
-// BMC of that kind started for it (and ended with the subtest). fn's cases
-// share the BMC: they reset it between them (soltest.Shared).
+// Each runs fn as three subtests, "ipmi_sim", "goipmi-server" and
+// "fleetbmc", each with a BMC of that kind started for it (and ended with
+// the subtest). fn's cases share the BMC: they reset it between them
+// (soltest.Shared).
 func Each(t *testing.T, fn func(t *testing.T, m soltest.Machine)) {
 	t.Run(string(soltest.IPMISim), func(t *testing.T) { fn(t, ipmisim.Start(t)) })
 	t.Run(string(soltest.GoIPMIServer), func(t *testing.T) { fn(t, goipmisrv.Start(t, goipmisrv.Options{})) })
+	t.Run(string(soltest.FleetBMC), func(t *testing.T) { fn(t, startFleetBMC(t)) })
+}
+
+// startFleetBMC starts a fleet of one BMC, ended with t.
+func startFleetBMC(t *testing.T) *fleetbmc.BMC {
+	t.Helper()
+	f, err := fleetbmc.Start(fleetbmc.Options{BMCs: 1})
+	if err != nil {
+		t.Fatalf("start fleetbmc: %v", err)
+	}
+	t.Cleanup(f.Close)
+	return f.BMC(0)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/fleetbmc"
 	"github.com/obmd/obmd/sol/soltest/goipmisrv"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
@@ -37,7 +38,7 @@ func logs(t *testing.T) (*logrus.Logger, *logtest.Hook) {
 	l.SetLevel(logrus.DebugLevel)
 	t.Cleanup(func() {
 		for _, e := range hook.AllEntries() {
-			if s, _ := e.String(); strings.Contains(s, ipmisim.Pass) || strings.Contains(s, goipmisrv.Pass) {
+			if s, _ := e.String(); strings.Contains(s, ipmisim.Pass) || strings.Contains(s, goipmisrv.Pass) || strings.Contains(s, fleetbmc.Pass) {
 				t.Errorf("log entry %q holds the BMC password", e.Message)
 			}
 		}
