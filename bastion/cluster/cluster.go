@@ -169,6 +169,9 @@ type Cluster struct {
 	store Store
 	local sol.Resolver
 	log   logrus.FieldLogger
+	// proto is the highest peer protocol version this replica speaks:
+	// ProtocolVersion (tests set a lower one to play an older release).
+	proto int
 
 	mu    sync.Mutex
 	held  map[string]string         // label -> token of the SOL lease this replica holds
@@ -186,7 +189,7 @@ func New(cfg Config, store Store, local sol.Resolver, log logrus.FieldLogger) (*
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	return &Cluster{cfg: cfg, store: store, local: local, log: log, held: map[string]string{},
+	return &Cluster{cfg: cfg, store: store, local: local, log: log, proto: ProtocolVersion, held: map[string]string{},
 		links: map[*heldConsole]struct{}{}, fence: newFence()}, nil
 }
 

@@ -324,7 +324,7 @@ func TestPeerAuth(t *testing.T) {
 	addr := r0.l.Addr().String()
 	dial := func(k gossh.Signer, user string) (*gossh.Client, error) {
 		return gossh.Dial("tcp", addr, &gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.PublicKeys(k)},
-			HostKeyCallback: gossh.FixedHostKey(key.PublicKey()), Timeout: 5 * time.Second})
+			HostKeyCallback: gossh.FixedHostKey(key.PublicKey()), Timeout: 5 * time.Second, ClientVersion: identFor(ProtocolVersion)})
 	}
 	if c, err := dial(newHostKey(t), peerUser); err == nil {
 		c.Close()
@@ -346,6 +346,15 @@ func TestPeerAuth(t *testing.T) {
 	}
 	if _, _, err := c.OpenChannel("session", nil); err == nil {
 		t.Error("session channel: got accepted, want rejected")
+	}
+	// The key without the peer protocol's identification: refused.
+	foreign, err := gossh.Dial("tcp", addr, &gossh.ClientConfig{User: peerUser, Auth: []gossh.AuthMethod{gossh.PublicKeys(key)},
+		HostKeyCallback: gossh.FixedHostKey(key.PublicKey()), Timeout: 5 * time.Second})
+	if err == nil {
+		defer foreign.Close()
+		if _, _, err := foreign.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: "n1", From: "x", Epoch: 1})); err == nil {
+			t.Error("a client that does not speak the peer protocol: got a console, want the connection closed")
+		}
 	}
 
 	// A client refuses a server that lacks the shared key.

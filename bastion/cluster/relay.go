@@ -51,6 +51,19 @@ type consoleOpen struct {
 	Epoch uint64
 }
 
+// parseConsoleOpen reads a consoleChannel's extra data in protocol
+// version proto.
+func parseConsoleOpen(data []byte, proto int) (consoleOpen, error) {
+	var req consoleOpen
+	if err := gossh.Unmarshal(data, &req); err != nil {
+		return consoleOpen{}, err
+	}
+	if req.Label == "" {
+		return consoleOpen{}, errors.New("no node label")
+	}
+	return req, nil
+}
+
 // accessNotice is the payload of a noticeRequest.
 type accessNotice struct {
 	Label string
@@ -73,9 +86,17 @@ type credNotice struct {
 // the node's access epoch.
 var errStale = errors.New("the holder refused the relay: " + staleMessage)
 
+// peerClient is a connection to another replica's peer server, in the
+// peer protocol version both speak.
+type peerClient struct {
+	*gossh.Client
+	proto int
+}
+
 // dialPeer connects and logs in to the peer server at addr (replica
-// owner's), within ctx and DialTimeout.
-func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*gossh.Client, error) {
+// owner's), within ctx and DialTimeout, and agrees on the protocol version
+// (negotiate).
+func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*peerClient, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
 	var d net.Dialer
@@ -88,7 +109,7 @@ func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*gossh.Clie
 		User:            peerUser,
 		Auth:            []gossh.AuthMethod{gossh.PublicKeys(c.cfg.HostKey)},
 		HostKeyCallback: gossh.FixedHostKey(c.cfg.HostKey.PublicKey()),
-		ClientVersion:   "SSH-2.0-obmd-peer",
+		ClientVersion:   identFor(c.proto),
 	}
 	sshalgo.Modern().Client(ccfg, c.cfg.HostKey.PublicKey())
 	cc, chans, reqs, err := gossh.NewClientConn(conn, addr, ccfg)
@@ -101,7 +122,12 @@ func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*gossh.Clie
 		return nil, fmt.Errorf("replica %s: %w", owner, err)
 	}
 	conn.SetDeadline(time.Time{})
-	return gossh.NewClient(cc, chans, reqs), nil // its goroutines end when cc closes
+	proto, err := c.negotiate(cc.ServerVersion())
+	if err != nil {
+		cc.Close()
+		return nil, fmt.Errorf("replica %s: %w", owner, err)
+	}
+	return &peerClient{gossh.NewClient(cc, chans, reqs), proto}, nil // its goroutines end when cc closes
 }
 
 // dialRelay connects to the holder's peer server and opens label's console
@@ -144,7 +170,7 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 		client.Close()
 		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, o.err)
 	}
-	seed, screen, err := c.awaitSeed(ctx, o.reqs)
+	seed, screen, err := c.awaitSeed(ctx, o.reqs, client.proto)
 	if err != nil {
 		o.ch.Close()
 		client.Close()
@@ -167,7 +193,7 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 // lease, which decides who writes (a sol.Arbiter: roles.go). Read fails when the holder goes away (or stops serving it), which
 // makes this replica's hub reconnect through the cluster.
 type relayConsole struct {
-	client *gossh.Client
+	client *peerClient
 	ch     gossh.Channel
 	holder string
 	seed   []byte        // the holder's replay as the relay began (Seed)
