@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 	if builtDir != "" {
 		os.RemoveAll(builtDir)
 	}
+	if previousDir != "" {
+		os.RemoveAll(previousDir)
+	}
 	os.Exit(code)
 }
 
