@@ -219,7 +219,9 @@ func TestUpgradeSkew(t *testing.T) {
 		vr := old.sshViewer(t, "n1", keyFile)
 		rpSeeAll(t, bmc, "listed", vh, vr)
 		for _, r := range reps {
-			var body struct{ Sessions []struct{ ID, Replica string } }
+			var body struct {
+				Sessions []struct{ ID, Replica string }
+			}
 			if err := json.Unmarshal(r.mustAPI(200, "GET", "/v1/sessions?node=n1", nil), &body); err != nil {
 				t.Fatal(err)
 			}
