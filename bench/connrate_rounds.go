@@ -21,15 +21,18 @@ type rateSetup struct {
 	start func() (rateTarget, func(), error)
 }
 
-// rateSetups lists section 1's targets: the bare server, obmd on SQLite
-// and on MariaDB (and the -baseline binary on each), and sshd.
+// rateSetups lists section 1's targets: the bare server, obmd on SQLite,
+// on MariaDB and on PostgreSQL (and the -baseline binary on the first two),
+// and sshd.
 func rateSetups(cfg benchConfig, base rateTarget) []rateSetup {
-	obmdOn := func(bin string, mysql bool) func() (rateTarget, func(), error) {
+	// scratch: a database of its own (nil: SQLite), and the server's
+	// processes.
+	obmdOn := func(bin string, scratch func() (string, func(), error), server func() *dbServer) func() (rateTarget, func(), error) {
 		return func() (rateTarget, func(), error) {
 			dsn, drop := "", func() {}
-			if mysql { // each on a scratch database of its own
+			if scratch != nil {
 				var err error
-				if dsn, drop, err = scratchMySQL(); err != nil {
+				if dsn, drop, err = scratch(); err != nil {
 					return rateTarget{}, nil, err
 				}
 			}
@@ -37,6 +40,9 @@ func rateSetups(cfg benchConfig, base rateTarget) []rateSetup {
 			if err != nil {
 				drop()
 				return rateTarget{}, nil, err
+			}
+			if server != nil {
+				t.db = server()
 			}
 			return t, func() { stop(); drop() }, nil
 		}
@@ -52,14 +58,15 @@ func rateSetups(cfg benchConfig, base rateTarget) []rateSetup {
 		t.user = func(int) string { return "node" }
 		t.auth = func(int) gossh.AuthMethod { return gossh.Password(pass) }
 		return t, func() { c.Stop() }, nil
-	}}, {"obmd-sqlite", obmdOn(cfg.obmdBin, false)}}
+	}}, {"obmd-sqlite", obmdOn(cfg.obmdBin, nil, nil)}}
 	if cfg.baseline != "" {
-		setups = append(setups, rateSetup{"baseline-sqlite", obmdOn(cfg.baseline, false)})
+		setups = append(setups, rateSetup{"baseline-sqlite", obmdOn(cfg.baseline, nil, nil)})
 	}
-	setups = append(setups, rateSetup{"obmd-mysql", obmdOn(cfg.obmdBin, true)})
+	setups = append(setups, rateSetup{"obmd-mysql", obmdOn(cfg.obmdBin, scratchMySQL, localMariaDB)})
 	if cfg.baseline != "" {
-		setups = append(setups, rateSetup{"baseline-mysql", obmdOn(cfg.baseline, true)})
+		setups = append(setups, rateSetup{"baseline-mysql", obmdOn(cfg.baseline, scratchMySQL, localMariaDB)})
 	}
+	setups = append(setups, rateSetup{"obmd-postgres", obmdOn(cfg.obmdBin, scratchPostgres, localPostgres)})
 	return append(setups, rateSetup{"sshd", func() (rateTarget, func(), error) {
 		dir, err := os.MkdirTemp(cfg.tmp, "sshd-")
 		if err != nil {
@@ -95,9 +102,6 @@ func startRateObmd(cfg benchConfig, base rateTarget, bin, dsn string) (rateTarge
 	}
 	t := base
 	t.name, t.pid, t.addr = "obmd", o.Pid(), o.SSHAddr
-	if dsn != "" {
-		t.dbPid = dbServerPid()
-	}
 	t.user = func(w int) string { return fmt.Sprintf("rate-%03d", w) }
 	t.auth = func(w int) gossh.AuthMethod { return gossh.Password(tokens[w]) }
 	return t, func() { o.Stop() }, nil

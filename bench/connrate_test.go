@@ -29,13 +29,18 @@ import (
 // The profile holds the clients' CPU too (they are in this process).
 // BenchmarkConnRateInprocMySQL is the same on MariaDB/MySQL (a scratch
 // database on the server of OBMD_TEST_MYSQL_DSN; mariadbd's own CPU is
-// not in the profile).
+// not in the profile), BenchmarkConnRateInprocPostgres on PostgreSQL
+// (OBMD_TEST_POSTGRES_DSN).
 func BenchmarkConnRateInproc(b *testing.B) {
 	connRateInproc(b, "")
 }
 
 func BenchmarkConnRateInprocMySQL(b *testing.B) {
 	connRateInproc(b, dbtest.MySQLDSN(b))
+}
+
+func BenchmarkConnRateInprocPostgres(b *testing.B) {
+	connRateInproc(b, dbtest.PostgresDSN(b))
 }
 
 // connRateInproc runs the loop against an obmd on dsn ("": SQLite in its

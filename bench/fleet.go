@@ -22,11 +22,13 @@ type fleetDB struct {
 	dsn  func() (string, func(), error)
 }
 
-// fleetDBs are SQLite, and MariaDB when OBMD_TEST_MYSQL_DSN is set.
+// fleetDBs are SQLite, MariaDB when OBMD_TEST_MYSQL_DSN is set, and
+// PostgreSQL when OBMD_TEST_POSTGRES_DSN is.
 func fleetDBs() []fleetDB {
 	return []fleetDB{
 		{"SQLite", func() (string, func(), error) { return "", func() {}, nil }},
 		{"MariaDB", scratchMySQL},
+		{"PostgreSQL", scratchPostgres},
 	}
 }
 

@@ -9,7 +9,7 @@
 // these machines are shared and noisy: absolute numbers drift, ratios hold.
 // Everything runs on 127.0.0.1, every loop is bounded in count and time,
 // and the whole run takes a few minutes on 2 cores. A reference that needs
-// something missing (sshd, ipmi_sim, a MariaDB DSN) is reported as "not
+// something missing (sshd, ipmi_sim, a MariaDB or PostgreSQL DSN) is reported as "not
 // measured" with what is missing; nothing is installed. See bench/README.md.
 package main
 
@@ -62,7 +62,7 @@ func main() {
 }
 
 func run(out, only string, quick bool, baseline string) error {
-	began := time.Now()
+	began, load := time.Now(), loadAverage()
 	tmp, err := os.MkdirTemp("", "obmd-bench-")
 	if err != nil {
 		return err
@@ -91,7 +91,7 @@ func run(out, only string, quick bool, baseline string) error {
 		cfg.logf("section %s took %v", s.id, time.Since(t).Round(time.Second))
 		sections = append(sections, sec)
 	}
-	header := runHeader(out, only, quick, baseline, time.Since(began))
+	header := runHeader(out, only, quick, baseline, time.Since(began), load)
 	gen := render(header, sections)
 	os.Stdout.Write(gen)
 	if only != "" {
@@ -107,8 +107,20 @@ func run(out, only string, quick bool, baseline string) error {
 	return writeReport(out, gen)
 }
 
-// runHeader says how the table was produced and on what.
-func runHeader(out, only string, quick bool, baseline string, took time.Duration) []string {
+// loadAverage is the machine's load average over the last minute, as
+// /proc/loadavg says ("?" if it cannot be read): on a shared machine, what
+// else ran beside the bench.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// runHeader says how the table was produced and on what (load: the load
+// average when the run began).
+func runHeader(out, only string, quick bool, baseline string, took time.Duration, load string) []string {
 	args := "-out " + out
 	if only != "" {
 		args += " -only " + only
@@ -119,15 +131,18 @@ func runHeader(out, only string, quick bool, baseline string, took time.Duration
 	if baseline != "" {
 		args += " -baseline " + baseline
 	}
-	mysql := "set"
-	if os.Getenv("OBMD_TEST_MYSQL_DSN") == "" {
-		mysql = "not set"
+	set := func(env string) string {
+		if os.Getenv(env) == "" {
+			return env + " not set"
+		}
+		return env + " set"
 	}
 	return []string{
 		fmt.Sprintf("Produced by `go run ./bench %s` (`make bench`) on %s in %v.", args,
 			time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second)),
-		fmt.Sprintf("Machine: %s, %d CPUs, %s, %s; obmd %s; OBMD_TEST_MYSQL_DSN %s.",
-			cpuModel(), runtime.NumCPU(), kernel(), runtime.Version(), gitVersion(), mysql),
+		fmt.Sprintf("Machine: %s, %d CPUs, %s, %s; obmd %s; %s; %s; load average %s at the start.",
+			cpuModel(), runtime.NumCPU(), kernel(), runtime.Version(), gitVersion(),
+			set("OBMD_TEST_MYSQL_DSN"), set("OBMD_TEST_POSTGRES_DSN"), load),
 		"",
 		"Each row pairs obmd's figure with a reference measured in the same run; the ratio is what to read " +
 			"(absolute figures drift on shared machines). Everything runs on 127.0.0.1.",

@@ -66,8 +66,8 @@ func TestAuditGroupCommit(t *testing.T) {
 // TestAuditSharesCommits: events queued while a commit is in progress are
 // committed together by one more commit, not one transaction each. The
 // writer is held (SQLite: the single writer connection, in a transaction;
-// MySQL: LOCK TABLES) so that the first event's commit cannot finish while
-// the others queue.
+// MySQL: LOCK TABLES; PostgreSQL: LOCK TABLE) so that the first event's
+// commit cannot finish while the others queue.
 func TestAuditSharesCommits(t *testing.T) {
 	for _, e := range dbtest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {

@@ -30,11 +30,11 @@ func (s *Store) AddCA(ctx context.Context, ca CA) (created bool, err error) {
 	}
 	err = s.withTx(ctx, func(tx *sql.Tx) error {
 		created = false
-		_, err := tx.ExecContext(ctx,
+		inserted, err := s.insertNew(ctx, tx,
 			`INSERT INTO cert_authorities (fingerprint, name, line, created_at) VALUES (?, ?, ?, ?)`,
 			ca.Fingerprint, ca.Name, ca.Line, toMillis(ca.CreatedAt))
-		if !isDuplicate(err) {
-			created = err == nil
+		if err != nil || inserted {
+			created = inserted
 			return err
 		}
 		var name string

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/obmd/obmd/keys/sshcert"
@@ -72,18 +73,30 @@ const certAccessQuery = `SELECT n.access_epoch, c.at, p.principal,
 	LEFT JOIN node_principals p ON p.node = n.label
 	WHERE n.label = ?`
 
+// noKeyID is a key id no revocation has: longer than sshcert.MaxKeyIDLen.
+var noKeyID = strings.Repeat("-", sshcert.MaxKeyIDLen+1)
+
+// lookupKeyID is keyID as the revocation checks look it up. A key id is the
+// client's, read before any signature is checked, and may be as long as an
+// SSH packet and hold any bytes; none over sshcert.MaxKeyIDLen can be
+// revoked, nor on PostgreSQL one that is not text it can store (pgText),
+// so such a key id is looked up as noKeyID, which matches nothing.
+func (s *Store) lookupKeyID(keyID string) string {
+	if len(keyID) > sshcert.MaxKeyIDLen || s.dialect == DialectPostgres && !pgText(keyID) {
+		return noKeyID
+	}
+	return keyID
+}
+
 // CertAccess reads what a login to label with the certificate that claims
 // (sshcert.Claims) CA fingerprint ca, serial and keyID needs; ErrNotFound
 // for an unknown node. The claims are only looked up: sshcert.Policy.Check
 // verifies the certificate.
 func (s *Store) CertAccess(ctx context.Context, label, ca string, serial uint64, keyID string) (CertAccess, error) {
 	a := CertAccess{ca: ca, serial: serial, keyID: keyID, Principals: []string{}}
-	// A key id is the client's, read before any signature is checked, and
-	// may be as long as an SSH packet; none over sshcert.MaxKeyIDLen can be
-	// revoked, so the query needs only enough of it to match nothing.
-	rows, err := s.query(ctx, certAccessQuery, ca, ca, int64(serial), ca, keyID[:min(len(keyID), sshcert.MaxKeyIDLen+1)], label)
+	rows, err := s.query(ctx, certAccessQuery, ca, ca, int64(serial), ca, s.lookupKeyID(keyID), label)
 	if err != nil {
-		return CertAccess{}, fmt.Errorf("get certificate access of %s: %w", label, err)
+		return CertAccess{}, fmt.Errorf("get certificate access of %s: %w", label, notFound(err))
 	}
 	defer rows.Close()
 	found := false
@@ -110,7 +123,7 @@ func (s *Store) CertAccess(ctx context.Context, label, ca string, serial uint64,
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return CertAccess{}, fmt.Errorf("get certificate access of %s: %w", label, err)
+		return CertAccess{}, fmt.Errorf("get certificate access of %s: %w", label, notFound(err))
 	}
 	if !found {
 		return CertAccess{}, fmt.Errorf("get certificate access of %s: %w", label, ErrNotFound)

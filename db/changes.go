@@ -54,6 +54,12 @@ func (s *Store) recordChange(ctx context.Context, tx *sql.Tx, label, reason stri
 		epoch, label, toMillis(s.now()), clip(reason, maxReasonLen)); err != nil {
 		return 0, fmt.Errorf("record change %d: %w", epoch, err)
 	}
+	if s.dialect == DialectPostgres {
+		// Sent when (and only if) the change commits: see ListenChanges.
+		if _, err := tx.ExecContext(ctx, `NOTIFY `+changesChannel); err != nil {
+			return 0, fmt.Errorf("notify change %d: %w", epoch, err)
+		}
+	}
 	return epoch, nil
 }
 

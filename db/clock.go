@@ -37,26 +37,40 @@ func WithClockSkew(d time.Duration) Option {
 	}
 }
 
+// WithoutListen makes ListenChanges return at once, as on an engine that
+// sends no notifications: for tests of a replica that learns of changes
+// made elsewhere only by polling.
+func WithoutListen() Option {
+	return func(s *Store) { s.pg = nil }
+}
+
 // durationBase is the store's time without WithClockSkew's: what the
 // ExpiresAt it returns are measured from.
 func (s *Store) durationBase() time.Time { return s.now().Add(-s.skew) }
 
 // SQL expressions of the database's current time in unix milliseconds (the
-// unit of every time column), fixed for the whole statement on both engines.
+// unit of every time column), fixed for the whole statement on every engine.
 // MySQL's UTC_TIMESTAMP does not depend on the session's time zone (NOW()
 // does, and UNIX_TIMESTAMP(NOW()) is ambiguous for the hour that a
 // daylight-saving change repeats). Galera replicates the rows a statement
 // produced (ROW format), so every node stores the value its origin computed.
+// PostgreSQL's statement_timestamp() is the start of the statement (NOW() is
+// the transaction's, which a long transaction would leave behind), and an
+// epoch has no time zone.
 const (
-	sqliteNow = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
-	mysqlNow  = `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)`
+	sqliteNow   = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
+	mysqlNow    = `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)`
+	postgresNow = `CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT)`
 )
 
 // dbNow returns the expression of the database's time for the store's
 // dialect.
 func (s *Store) dbNow() string {
-	if s.dialect == DialectMySQL {
+	switch s.dialect {
+	case DialectMySQL:
 		return mysqlNow
+	case DialectPostgres:
+		return postgresNow
 	}
 	return sqliteNow
 }

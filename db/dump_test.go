@@ -63,8 +63,11 @@ func testNoPlaintextToken(t *testing.T, s *Store, _ testEnv) {
 func tableNames(t *testing.T, s *Store) []string {
 	t.Helper()
 	q := `SELECT name FROM sqlite_master WHERE type = 'table'`
-	if s.Dialect() == DialectMySQL {
+	switch s.Dialect() {
+	case DialectMySQL:
 		q = `SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()`
+	case DialectPostgres:
+		q = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()`
 	}
 	rows, err := s.r.QueryContext(context.Background(), q)
 	if err != nil {

@@ -165,11 +165,9 @@ func (s *Store) Settle(ctx context.Context, label string) (int64, error) {
 	errRead := errors.New("read only") // rolls the transaction back
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		// SQLite: the transaction holds the one writer already (BEGIN
-		// IMMEDIATE). MySQL: the row lock a change holds until it ends.
-		lock := `SELECT epoch FROM access_seq WHERE id = 1`
-		if s.dialect == DialectMySQL {
-			lock += ` FOR UPDATE`
-		}
+		// IMMEDIATE). MySQL, PostgreSQL: the row lock a change holds until
+		// it ends.
+		lock := `SELECT epoch FROM access_seq WHERE id = 1` + s.forUpdate()
 		var seq int64
 		if err := tx.QueryRowContext(ctx, lock).Scan(&seq); err != nil {
 			return err

@@ -27,15 +27,21 @@ func TestStoreHealth(t *testing.T) {
 // holdWriter keeps writes to table from completing until release (which
 // may be called more than once), as a frozen disk or a stopped server
 // would: on SQLite it holds the writer pool's one connection (every write
-// waits), on MySQL a write lock on table.
+// waits), on MySQL a write lock on table, on PostgreSQL a lock on table
+// that lets only reads through (EXCLUSIVE), held by a transaction.
 func holdWriter(t *testing.T, s *Store, table string) (release func()) {
 	t.Helper()
 	ctx := context.Background()
 	var once sync.Once
-	if s.Dialect() == DialectSQLite {
+	if s.Dialect() != DialectMySQL {
 		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if s.Dialect() == DialectPostgres {
+			if _, err := tx.ExecContext(ctx, `LOCK TABLE `+table+` IN EXCLUSIVE MODE`); err != nil {
+				t.Fatal(err)
+			}
 		}
 		return func() { once.Do(func() { _ = tx.Rollback() }) }
 	}
@@ -271,7 +277,8 @@ func TestWriteWaitNotInProgress(t *testing.T) {
 // TestStuckStatementInProgress: a single-statement write (a lease renewal)
 // that holds its connection and does not complete is a write in progress,
 // and CheckWrites reports it: on SQLite stuck in the kernel on a frozen
-// filesystem, on MySQL behind a table lock. It completes once let go.
+// filesystem, on MySQL and PostgreSQL behind a table lock. It completes
+// once let go.
 func TestStuckStatementInProgress(t *testing.T) {
 	for _, e := range dbtest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
@@ -289,6 +296,12 @@ func TestStuckStatementInProgress(t *testing.T) {
 			ctx := context.Background()
 			mustCreate(t, s, "n1")
 			if _, err := s.AcquireLease(ctx, lease("n1", LeaseSOL, "replica-a", 1), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			// Renewed once first, so that its statement is prepared: on
+			// PostgreSQL a prepare waits for the table's lock too, before
+			// the write has a transaction to count in.
+			if _, err := s.RenewLease(ctx, "n1", LeaseSOL, token(1), time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			stick()

@@ -84,24 +84,32 @@ const (
 	evictWindow = 4
 )
 
-// groupsPerStmt bounds the tenancies one statement names: on MySQL 64,
-// where every statement is a round trip; on SQLite 1, where a statement
-// costs no round trip and a prepared one nothing to parse.
+// groupsPerStmt bounds the tenancies one statement names: on MySQL and
+// PostgreSQL 64, where every statement is a round trip; on SQLite 1, where
+// a statement costs no round trip and a prepared one nothing to parse.
 func (s *Store) groupsPerStmt() int {
-	if s.dialect == DialectMySQL {
-		return 64
+	if s.dialect == DialectSQLite {
+		return 1
 	}
-	return 1
+	return 64
 }
 
-// The statements that name n tenancies at once.
+// The statements that name n tenancies (or nodes) at once.
 
-func sqlClaimRead(n int, mysql bool) string {
-	q := `SELECT node, epoch, bytes, last_seq, first_seq FROM console_tenancies WHERE ` + keysWhere(n, "")
-	if mysql {
-		q += ` FOR UPDATE`
-	}
-	return q
+// sqlClaimRead reads n tenancy rows; lock is s.forUpdate().
+func sqlClaimRead(n int, lock string) string {
+	return `SELECT node, epoch, bytes, last_seq, first_seq FROM console_tenancies WHERE ` + keysWhere(n, "") + lock
+}
+
+// sqlLockEnds locks the console_ends rows of n nodes, creating those
+// missing (epoch 0: no tenancy has ended), for PostgreSQL, which locks no
+// gap where a row is missing: an append holds them from before it reads
+// its tenancies until it commits, and EndTenancies' write of the row
+// waits for it (and it for EndTenancies), as gap locks make them on
+// MySQL. The nodes must be distinct, and in order (no deadlock).
+func sqlLockEnds(n int) string {
+	return `INSERT INTO console_ends (node, epoch) VALUES (?, 0)` + strings.Repeat(`, (?, 0)`, n-1) +
+		` ON CONFLICT (node) DO UPDATE SET epoch = console_ends.epoch`
 }
 
 func sqlClaim(n int) string {
@@ -163,7 +171,10 @@ var (
 // append, and returns a function that binds them to a transaction.
 func (s *Store) prepareAppend(ctx context.Context) (func(tx *sql.Tx) appendStmts, error) {
 	queries := []string{sqlOpenTenancy, sqlAddOne, sqlAddMany,
-		sqlClaimRead(1, s.dialect == DialectMySQL), sqlClaim(1), sqlEvictRead(1), sqlEvict(1), sqlEvicted(1)}
+		sqlClaimRead(1, s.forUpdate()), sqlClaim(1), sqlEvictRead(1), sqlEvict(1), sqlEvicted(1)}
+	if s.dialect == DialectPostgres {
+		queries = append(queries, sqlLockEnds(1))
+	}
 	ps := make(map[string]*sql.Stmt, len(queries))
 	for _, q := range queries {
 		st, err := s.prepared(ctx, s.w, q)
@@ -268,14 +279,23 @@ func (s *Store) appendTx(ctx context.Context, st appendStmts, groups []*historyG
 // claimSeqs counts each group's chunks into its tenancy's row and returns
 // the rows as they then are: the rows are read and locked in one SELECT
 // (FOR UPDATE on MySQL, which locks the gap of a missing row too, so that
-// no one else opens it meanwhile), those found are updated in one UPDATE,
-// and those missing are opened one by one where they may be.
+// no one else opens it meanwhile; on PostgreSQL the nodes' console_ends
+// rows are locked first, sqlLockEnds), those found are updated in one
+// UPDATE, and those missing are opened one by one where they may be.
 func (s *Store) claimSeqs(ctx context.Context, st appendStmts, groups []*historyGroup) (map[tenancyKey]tenancyRow, error) {
-	var args []any
-	for _, g := range groups {
+	var args, nodes []any
+	for i, g := range groups {
 		args = append(args, g.node, g.epoch)
+		if i == 0 || g.node != groups[i-1].node { // groups are in node order
+			nodes = append(nodes, g.node)
+		}
 	}
-	found, err := scanTenancyRows(st.query(ctx, sqlClaimRead(len(groups), s.dialect == DialectMySQL), args...))
+	if s.dialect == DialectPostgres {
+		if _, err := st.exec(ctx, sqlLockEnds(len(nodes)), nodes...); err != nil {
+			return nil, fmt.Errorf("lock tenancy ends: %w", err)
+		}
+	}
+	found, err := scanTenancyRows(st.query(ctx, sqlClaimRead(len(groups), s.forUpdate()), args...))
 	if err != nil {
 		return nil, fmt.Errorf("read tenancies: %w", err)
 	}

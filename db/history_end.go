@@ -43,22 +43,23 @@ func (s *Store) EndTenancies(ctx context.Context, node string, epoch int64, rete
 
 // sqlRecordEnd raises node's end watermark to epoch (never lowers it).
 func (s *Store) sqlRecordEnd() string {
-	if s.dialect == DialectMySQL {
+	switch s.dialect {
+	case DialectMySQL:
 		return `INSERT INTO console_ends (node, epoch) VALUES (?, ?)
 			ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))`
+	case DialectPostgres:
+		return `INSERT INTO console_ends (node, epoch) VALUES (?, ?)
+			ON CONFLICT (node) DO UPDATE SET epoch = GREATEST(console_ends.epoch, excluded.epoch)`
 	}
 	return `INSERT INTO console_ends (node, epoch) VALUES (?, ?)
 		ON CONFLICT (node) DO UPDATE SET epoch = MAX(epoch, excluded.epoch)`
 }
 
 // openTenancies lists node's open tenancies that began before epoch, with
-// their rows locked on MySQL (an append that opened one just now has
-// committed by then, the end recorded above having waited for it).
+// their rows locked on MySQL and PostgreSQL (an append that opened one just
+// now has committed by then, the end recorded above having waited for it).
 func (s *Store) openTenancies(ctx context.Context, tx *sql.Tx, node string, epoch int64) ([]int64, error) {
-	query := `SELECT epoch FROM console_tenancies WHERE node = ? AND epoch < ? AND ended_at = 0 ORDER BY epoch`
-	if s.dialect == DialectMySQL {
-		query += ` FOR UPDATE`
-	}
+	query := `SELECT epoch FROM console_tenancies WHERE node = ? AND epoch < ? AND ended_at = 0 ORDER BY epoch` + s.forUpdate()
 	rows, err := tx.QueryContext(ctx, query, node, epoch)
 	if err != nil {
 		return nil, err

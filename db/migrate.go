@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"crypto/rand"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,6 +30,8 @@ func (s *Store) provider() (*goose.Provider, error) {
 		dialect, fsys = goose.DialectSQLite3, migrations.SQLite()
 	case DialectMySQL:
 		dialect, fsys = goose.DialectMySQL, migrations.MySQL()
+	case DialectPostgres:
+		dialect, fsys = goose.DialectPostgres, migrations.Postgres()
 	default:
 		return nil, fmt.Errorf("unknown dialect %q", s.dialect)
 	}
@@ -54,9 +57,15 @@ func (s *Store) provider() (*goose.Provider, error) {
 // it outlives a migrator that dies holding it, until it expires
 // (migrationLockTTL on the database's clock); the holder renews it while fn
 // runs.
+//
+// On PostgreSQL the lock is a session advisory lock (withAdvisoryLock),
+// which the server releases when the holder's connection ends.
 func (s *Store) withMigrationLock(ctx context.Context, fn func() error) error {
-	if s.dialect != DialectMySQL {
+	switch s.dialect {
+	case DialectSQLite:
 		return fn()
+	case DialectPostgres:
+		return s.withAdvisoryLock(ctx, fn)
 	}
 	token, err := s.takeMigrationLock(ctx)
 	if err != nil {
@@ -70,6 +79,45 @@ func (s *Store) withMigrationLock(ctx context.Context, fn func() error) error {
 	var rerr error
 	if _, err := s.exec(context.WithoutCancel(ctx),
 		`DELETE FROM migration_lock WHERE id = 1 AND token = ?`, token); err != nil {
+		rerr = fmt.Errorf("release migration lock: %w", err)
+	}
+	return errors.Join(ferr, rerr)
+}
+
+// migrationLockKey is the PostgreSQL advisory lock of migrations: any
+// number, the same in every obmd ("obmd" in ASCII). Advisory locks are per
+// database, so databases on one server do not share it.
+const migrationLockKey = 0x6f626d64
+
+// withAdvisoryLock runs fn holding the migration lock of PostgreSQL: a
+// session advisory lock taken on a connection of its own, tried every
+// migrationLockPoll until ctx ends (so a wait can be given up), and
+// released when fn returns (or by the server, if the connection or this
+// process dies first).
+func (s *Store) withAdvisoryLock(ctx context.Context, fn func() error) error {
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("take migration lock: %w", err)
+	}
+	defer conn.Close() // back to the pool; unlocked below, or closed broken
+	for first := true; ; first = false {
+		var locked bool
+		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?)`, migrationLockKey).Scan(&locked); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
+		}
+		if locked {
+			break
+		}
+		if err := s.lockWait(ctx, first); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
+		}
+	}
+	ferr := fn()
+	var rerr error
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(?)`, migrationLockKey); err != nil {
+		// The lock must not stay with a connection going back to the
+		// pool: this one is closed instead, which releases it.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		rerr = fmt.Errorf("release migration lock: %w", err)
 	}
 	return errors.Join(ferr, rerr)
@@ -99,7 +147,7 @@ func (s *Store) takeMigrationLock(ctx context.Context) (string, error) {
 		return "", err
 	}
 	token := newToken()
-	for logged := false; ; logged = true {
+	for first := true; ; first = false {
 		// A lock whose holder died is anyone's once it has expired.
 		_, err := s.exec(ctx, `DELETE FROM migration_lock WHERE id = 1 AND expires_at <= `+s.dbNow())
 		if err == nil {
@@ -112,16 +160,25 @@ func (s *Store) takeMigrationLock(ctx context.Context) (string, error) {
 		if !isDuplicate(err) && !isConflict(err) {
 			return "", err
 		}
-		if !logged {
-			s.log.Info("db_migration_lock_wait")
+		if err := s.lockWait(ctx, first); err != nil {
+			return "", err
 		}
-		t := time.NewTimer(migrationLockPoll)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return "", ctx.Err()
-		}
+	}
+}
+
+// lockWait waits migrationLockPoll before the next try at the migration
+// lock, or returns ctx's error if it ends first; the first wait is logged.
+func (s *Store) lockWait(ctx context.Context, first bool) error {
+	if first {
+		s.log.Info("db_migration_lock_wait")
+	}
+	t := time.NewTimer(migrationLockPoll)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

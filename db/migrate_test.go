@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"testing"
 	"time"
@@ -9,11 +10,16 @@ import (
 
 // TestMigrationLock: on MySQL and Galera, a migrator that died holding the
 // migration lock holds up the others until the lock expires on the
-// database's clock, and no longer; a live holder's lock is respected.
+// database's clock, and no longer; a live holder's lock is respected. On
+// PostgreSQL (an advisory lock) the lock goes with its holder's session.
 func TestMigrationLock(t *testing.T) {
 	for _, e := range testEngines() {
-		if e.name == DialectSQLite {
+		switch e.name {
+		case DialectSQLite:
 			continue // one process owns a SQLite file: no lock
+		case DialectPostgres:
+			t.Run(e.name, func(t *testing.T) { testAdvisoryMigrationLock(t, e.env(t).dsn) })
+			continue
 		}
 		t.Run(e.name, func(t *testing.T) {
 			env := e.env(t)
@@ -43,6 +49,40 @@ func TestMigrationLock(t *testing.T) {
 				t.Errorf("locks after migrating: got %d, %v, want 0 (released)", n, err)
 			}
 		})
+	}
+}
+
+// testAdvisoryMigrationLock: a migrator waits while another session holds
+// PostgreSQL's migration lock, and goes ahead once that session has ended
+// (its process died); it releases the lock when done.
+func testAdvisoryMigrationLock(t *testing.T, dsn string) {
+	ctx := context.Background()
+	s := openTestStore(t, dsn)
+	holder, err := s.w.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.ExecContext(ctx, `SELECT pg_advisory_lock(?)`, migrationLockKey); err != nil {
+		t.Fatal(err)
+	}
+	other := openUnmigrated(t, dsn)
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	err = other.Migrate(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("migrate while another session holds the lock: got %v, want it to wait (deadline exceeded)", err)
+	}
+	// The holder's session ends, as it does when its process dies.
+	if err := holder.Raw(func(any) error { return driver.ErrBadConn }); !errors.Is(err, driver.ErrBadConn) {
+		t.Fatalf("end the holder's session: %v", err)
+	}
+	_ = holder.Close()
+	if err := other.Migrate(ctx); err != nil {
+		t.Fatalf("migrate once the holder's session ended: %v", err)
+	}
+	var free bool
+	if err := s.r.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?)`, migrationLockKey).Scan(&free); err != nil || !free {
+		t.Errorf("lock after migrating: free %v, %v, want free (released)", free, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -15,24 +16,24 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
 )
 
 // Dialect names returned by Store.Dialect.
 const (
-	DialectSQLite = "sqlite"
-	DialectMySQL  = "mysql"
+	DialectSQLite   = "sqlite"
+	DialectMySQL    = "mysql"
+	DialectPostgres = "postgres"
 )
-
-const mysqlScheme = "mysql://"
 
 // Store is obmd's persistent state. Safe for concurrent use.
 //
 // On SQLite, w is a pool of exactly one connection, so writers queue in
 // database/sql instead of racing for SQLite's write lock (no SQLITE_BUSY
 // between goroutines of one process), and r is a pool of read-only
-// connections that WAL lets read while a write is in progress. On MySQL,
-// w and r are the same pool.
+// connections that WAL lets read while a write is in progress. On MySQL
+// and PostgreSQL, w and r are pools of their own on the same server.
 type Store struct {
 	dialect string
 	w       *sql.DB
@@ -47,13 +48,18 @@ type Store struct {
 	writes  writeWatch
 	// conflicts counts writes run again after losing a conflict.
 	conflicts atomic.Int64
-	suspect   time.Duration // on a Galera node, its evs.suspect_timeout (GaleraSuspect)
-	exclusive bool          // no other process can write the database (Exclusive)
+	suspect   time.Duration   // on a Galera node, its evs.suspect_timeout (GaleraSuspect)
+	exclusive bool            // no other process can write the database (Exclusive)
+	pg        *pgx.ConnConfig // on PostgreSQL, what its pools connect with (ListenChanges)
 }
 
-// Open connects to dsn: a SQLite file path (or "file:..." URI), or
-// "mysql://user:pass@tcp(host:port)/dbname[?params]". SQLite gets WAL and a
-// busy timeout; MySQL gets parseTime. It pings but does not migrate.
+// Open connects to dsn: a SQLite file path (or "file:..." URI),
+// "mysql://user:pass@tcp(host:port)/dbname[?params]", or
+// "postgres://user:pass@host:port/dbname[?params]" (or postgresql://).
+// Any other URL scheme is refused, as are a MySQL or PostgreSQL DSN
+// without its scheme (which would otherwise name a SQLite file). SQLite
+// gets WAL and a busy timeout; MySQL gets parseTime. It pings but does not
+// migrate.
 //
 // SQLite defaults (each kept if the DSN sets it): busy_timeout 5 s, foreign
 // keys on, WAL, synchronous FULL (an acknowledged revocation survives a power
@@ -62,8 +68,9 @@ type Store struct {
 // and its directory, if missing, with mode 0700 (not for "file:" URIs,
 // which SQLite opens itself).
 // MySQL defaults: parseTime, a 5 s dial timeout, clientFoundRows, and on a
-// Galera node wsrep_sync_wait=1 (see openMySQL). Errors never contain the
-// DSN's password.
+// Galera node wsrep_sync_wait=1 (see openMySQL). PostgreSQL defaults: a 5 s
+// connect timeout, application_name obmd (see openPostgres). Errors never
+// contain the DSN's password.
 func Open(ctx context.Context, dsn string, log logrus.FieldLogger, opts ...Option) (*Store, error) {
 	if log == nil {
 		return nil, errors.New("open database: nil logger")
@@ -75,10 +82,17 @@ func Open(ctx context.Context, dsn string, log logrus.FieldLogger, opts ...Optio
 		s   *Store
 		err error
 	)
-	if strings.HasPrefix(dsn, mysqlScheme) {
-		s, err = openMySQL(ctx, strings.TrimPrefix(dsn, mysqlScheme), log)
-	} else {
-		s, err = openSQLite(ctx, dsn, log)
+	dialect, rest, err := dialectOf(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	switch dialect {
+	case DialectMySQL:
+		s, err = openMySQL(ctx, rest, log)
+	case DialectPostgres:
+		s, err = openPostgres(ctx, rest, log)
+	default:
+		s, err = openSQLite(ctx, rest, log)
 	}
 	if err != nil {
 		return nil, err
@@ -89,6 +103,76 @@ func Open(ctx context.Context, dsn string, log logrus.FieldLogger, opts ...Optio
 	s.startAuditLater()
 	s.startAggregator()
 	return s, nil
+}
+
+// dsnForms is what Open takes, for its errors.
+const dsnForms = "want a SQLite path, a file: URI, mysql://user:pass@tcp(host:port)/dbname " +
+	"or postgres://user:pass@host:port/dbname"
+
+// dialectOf says which engine dsn names, and what that engine's opener
+// takes: a MySQL DSN without its scheme, a postgres:// URL (postgresql://
+// and capitals accepted), or the SQLite path or URI itself. A URL of any
+// other scheme is refused, as is a MySQL or PostgreSQL DSN that lacks its
+// scheme: taken as a SQLite path, it would create a file named after the
+// server and log its password. Errors never quote more of dsn than a
+// scheme.
+func dialectOf(dsn string) (dialect, rest string, err error) {
+	if scheme, after, ok := strings.Cut(dsn, "://"); ok {
+		switch strings.ToLower(scheme) {
+		case "mysql":
+			return DialectMySQL, after, nil
+		case "postgres", "postgresql":
+			return DialectPostgres, "postgres://" + after, nil
+		case "file":
+			return DialectSQLite, dsn, nil
+		}
+		if validScheme(scheme) {
+			return "", "", fmt.Errorf("unknown DSN scheme %q (%s)", scheme, dsnForms)
+		}
+		return "", "", fmt.Errorf("a DSN of an unknown form (%s)", dsnForms)
+	}
+	base, _, _ := strings.Cut(dsn, "?")
+	if strings.Contains(base, "@tcp(") || strings.Contains(base, "@unix(") {
+		return "", "", fmt.Errorf("a MySQL DSN needs the mysql:// scheme (%s)", dsnForms)
+	}
+	if pgKeywords(dsn) {
+		return "", "", fmt.Errorf("a PostgreSQL DSN must be a postgres:// URL, not keyword=value settings (%s)", dsnForms)
+	}
+	return DialectSQLite, dsn, nil
+}
+
+// validScheme reports whether s is a URL scheme (RFC 3986): a letter, then
+// letters, digits, "+", "-" or ".", of a length worth quoting.
+func validScheme(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i, c := range s {
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// pgKeywords reports whether dsn reads as libpq keyword=value settings
+// ("host=db user=obmd password=..."): words separated by spaces, each of
+// them key=value, one of the keys one that names a server or a secret.
+func pgKeywords(dsn string) bool {
+	words := strings.Fields(dsn)
+	named := false
+	for _, w := range words {
+		k, _, ok := strings.Cut(w, "=")
+		if !ok {
+			return false
+		}
+		switch k {
+		case "host", "hostaddr", "port", "dbname", "user", "password", "sslmode":
+			named = true
+		}
+	}
+	return named
 }
 
 // openMySQL opens a pool on dsn. On a Galera node (wsrep_on) every
@@ -114,7 +198,7 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
-	pool, err := mysqlPool(ctx, cfg, mysqlReaders)
+	pool, err := mysqlPool(ctx, cfg, serverReaders)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +213,7 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 			cfg.Params = map[string]string{}
 		}
 		cfg.Params[syncWait] = "1"
-		if pool, err = mysqlPool(ctx, cfg, mysqlReaders); err != nil {
+		if pool, err = mysqlPool(ctx, cfg, serverReaders); err != nil {
 			return nil, err
 		}
 	}
@@ -137,7 +221,7 @@ func openMySQL(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store,
 	// change, a lease, a group commit) would wait for a connection behind
 	// every read in flight, which a burst of logins makes hundreds, and
 	// its time in progress (CheckWrites) would say the database is stuck.
-	writers, err := mysqlPool(ctx, cfg, mysqlWriters)
+	writers, err := mysqlPool(ctx, cfg, serverWriters)
 	if err != nil {
 		_ = pool.Close() // the writers' error is the one worth returning
 		return nil, err
@@ -171,12 +255,26 @@ func (d driverLog) Print(v ...any) { d.log.WithField("detail", fmt.Sprint(v...))
 // syncWait is Galera's causality-wait variable (openMySQL).
 const syncWait = "wsrep_sync_wait"
 
-// The connections a MySQL store opens at most: for reads, and for writes
-// (transactions and single-statement writes), in pools of their own.
+// The connections a MySQL or PostgreSQL store opens at most: for reads,
+// and for writes (transactions and single-statement writes), in pools of
+// their own.
 const (
-	mysqlReaders = 16
-	mysqlWriters = 8
+	serverReaders = 16
+	serverWriters = 8
 )
+
+// serverPool is a pool of at most conns connections to a database server
+// (MySQL, PostgreSQL), which it does not open yet.
+func serverPool(c driver.Connector, conns int) *sql.DB {
+	pool := sql.OpenDB(c)
+	pool.SetMaxOpenConns(conns)
+	pool.SetMaxIdleConns(conns / 2)
+	// Below the idle timeouts of common proxies and of the servers' own
+	// (MySQL's wait_timeout).
+	pool.SetConnMaxLifetime(3 * time.Minute)
+	pool.SetConnMaxIdleTime(time.Minute)
+	return pool
+}
 
 // mysqlPool opens and pings a pool of at most conns connections on cfg.
 func mysqlPool(ctx context.Context, cfg *mysql.Config, conns int) (*sql.DB, error) {
@@ -184,12 +282,7 @@ func mysqlPool(ctx context.Context, cfg *mysql.Config, conns int) (*sql.DB, erro
 	if err != nil {
 		return nil, redact(fmt.Errorf("configure mysql: %w", err), cfg.Passwd)
 	}
-	pool := sql.OpenDB(conn)
-	pool.SetMaxOpenConns(conns)
-	pool.SetMaxIdleConns(conns / 2)
-	// Below the idle timeouts of common proxies and of wait_timeout.
-	pool.SetConnMaxLifetime(3 * time.Minute)
-	pool.SetConnMaxIdleTime(time.Minute)
+	pool := serverPool(conn, conns)
 	if err := pool.PingContext(ctx); err != nil {
 		_ = pool.Close() // the ping error is the one worth returning
 		return nil, redact(fmt.Errorf("ping mysql %s/%s: %w", cfg.Addr, cfg.DBName, err), cfg.Passwd)
@@ -226,14 +319,23 @@ func passwordOf(dsn string) string {
 	return ""
 }
 
-// redact returns err, or a plain error with pass masked if err's text
-// contains it. The chain is dropped in that case: an unwrapped cause would
-// still print the password.
-func redact(err error, pass string) error {
-	if err == nil || pass == "" || !strings.Contains(err.Error(), pass) {
+// redact returns err, or a plain error with each of secrets masked if
+// err's text contains one. The chain is dropped in that case: an
+// unwrapped cause would still print the password.
+func redact(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	text := err.Error()
+	for _, s := range secrets {
+		if s != "" {
+			text = strings.ReplaceAll(text, s, "xxxxx")
+		}
+	}
+	if text == err.Error() {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), pass, "xxxxx"))
+	return errors.New(text)
 }
 
 func openSQLite(ctx context.Context, dsn string, log logrus.FieldLogger) (*Store, error) {
@@ -395,7 +497,7 @@ func unlocked(q url.Values) bool {
 	return false
 }
 
-// Dialect is "sqlite" or "mysql".
+// Dialect is "sqlite", "mysql" or "postgres".
 func (s *Store) Dialect() string { return s.dialect }
 
 // Exclusive says whether this process is the database's only writer: a

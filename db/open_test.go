@@ -2,6 +2,8 @@ package db
 
 import (
 	"context"
+	"database/sql"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,9 +36,9 @@ func TestOpenRejects(t *testing.T) {
 	}
 }
 
-// TestOpenHidesPassword checks the password of a MySQL DSN reaches neither
-// errors nor log lines, for a malformed DSN, an unreachable server and a
-// successful open.
+// TestOpenHidesPassword checks the password of a MySQL or PostgreSQL DSN
+// reaches neither errors nor log lines, for a malformed DSN, an unreachable
+// server, a refused login and a successful open.
 func TestOpenHidesPassword(t *testing.T) {
 	ctx := context.Background()
 	const pass = "Pw-d0-not-LEAK"
@@ -48,6 +50,13 @@ func TestOpenHidesPassword(t *testing.T) {
 		{"malformed address", "mysql://obmd:" + pass + "@tcp(127.0.0.1:1/obmd"},
 		{"bad parameter", "mysql://obmd:" + pass + "@tcp(127.0.0.1:1)/obmd?parseTime=maybe"},
 		{"password in parameter", "mysql://obmd:" + pass + "@tcp(127.0.0.1:1)/obmd?timeout=" + pass},
+		{"postgres unreachable", "postgres://obmd:" + pass + "@127.0.0.1:1/obmd?sslmode=disable"},
+		{"postgres bad port", "postgres://obmd:" + pass + "@127.0.0.1:port/obmd"},
+		{"postgres bad escape", "postgres://obmd:" + pass + "%zz@127.0.0.1:1/obmd"},
+		{"postgres bad sslmode", "postgres://obmd:" + pass + "@127.0.0.1:1/obmd?sslmode=maybe"},
+		{"postgres password parameter", "postgresql://obmd@127.0.0.1:1/obmd?sslmode=disable&password=" + pass},
+		{"postgres no database", "postgres://obmd:" + pass + "@127.0.0.1:1"},
+		{"postgres wrong password", wrongPassword(t, pass)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,31 +77,153 @@ func TestOpenHidesPassword(t *testing.T) {
 		})
 	}
 
-	t.Run("successful open", func(t *testing.T) {
-		dsn := dbtest.MySQLDSN(t)
-		log, hook := logtest.NewNullLogger()
-		log.SetLevel(logrus.DebugLevel)
-		s, err := Open(ctx, dsn, log)
-		if err != nil {
-			t.Fatalf("open: %v", err)
-		}
-		defer s.Close()
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatalf("migrate: %v", err)
-		}
-		secret := passwordOf(strings.TrimPrefix(dsn, mysqlScheme))
-		if secret == "" {
-			dbtest.Missing(t, "%s has no password to look for", dbtest.MySQLEnv)
-		}
-		if len(hook.AllEntries()) == 0 {
-			t.Errorf("no log line, want db_open")
-		}
-		for _, e := range hook.AllEntries() {
-			if line, _ := e.String(); strings.Contains(line, secret) {
-				t.Errorf("log shows the password: %s", line)
+	for _, e := range dbtest.SharedEngines() {
+		t.Run("successful open/"+e.Name, func(t *testing.T) {
+			dsn := e.DSN(t)
+			log, hook := logtest.NewNullLogger()
+			log.SetLevel(logrus.DebugLevel)
+			s, err := Open(ctx, dsn, log)
+			if err != nil {
+				t.Fatalf("open: %v", err)
 			}
+			defer s.Close()
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			secret := passwordOf(strings.TrimPrefix(dsn, "mysql://"))
+			if u, err := url.Parse(dsn); err == nil && e.Name == DialectPostgres {
+				secret, _ = u.User.Password()
+			}
+			if secret == "" {
+				dbtest.Missing(t, "the %s DSN has no password to look for", e.Name)
+			}
+			if len(hook.AllEntries()) == 0 {
+				t.Errorf("no log line, want db_open")
+			}
+			for _, e := range hook.AllEntries() {
+				if line, _ := e.String(); strings.Contains(line, secret) {
+					t.Errorf("log shows the password: %s", line)
+				}
+			}
+		})
+	}
+}
+
+// wrongPassword is the DSN of OBMD_TEST_POSTGRES_DSN's server and user
+// with password pass, which the server refuses; a DSN of a closed port
+// when it is not set (the case then tests what "unreachable" does).
+func wrongPassword(t *testing.T, pass string) string {
+	u, err := url.Parse(os.Getenv(dbtest.PostgresEnv))
+	if err != nil || u.Host == "" {
+		return "postgres://obmd:" + pass + "@127.0.0.1:1/obmd"
+	}
+	u.User = url.UserPassword(u.User.Username(), pass)
+	return u.String()
+}
+
+// TestOpenRefusesUnknownDSN: a DSN of no form Open knows is refused, with
+// an error that names the forms and shows no password, and nothing is
+// created: before, anything but mysql:// was a SQLite path, so a
+// misspelled scheme or a DSN without its scheme created a file named after
+// the server and logged the password.
+func TestOpenRefusesUnknownDSN(t *testing.T) {
+	ctx := context.Background()
+	const pass = "Pw-d0-not-LEAK"
+	tests := []struct {
+		name, dsn, want string
+	}{
+		{"misspelled scheme", "postgress://obmd:" + pass + "@127.0.0.1:5432/obmd", `unknown DSN scheme "postgress"`},
+		{"other database", "redis://:" + pass + "@127.0.0.1:6379/0", `unknown DSN scheme "redis"`},
+		{"sqlite scheme", "sqlite:///var/lib/obmd/obmd.db", `unknown DSN scheme "sqlite"`},
+		{"no scheme", "obmd:" + pass + "@db.example://x", "unknown form"},
+		{"mysql without scheme", "obmd:" + pass + "@tcp(127.0.0.1:3306)/obmd", "mysql://"},
+		{"postgres keywords", "host=127.0.0.1 user=obmd password=" + pass + " dbname=obmd", "postgres://"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			log, hook := logtest.NewNullLogger()
+			s, err := Open(ctx, tt.dsn, log)
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("open %q: got nil error, want a refusal", tt.dsn)
+			}
+			if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "postgres://") {
+				t.Errorf("error: got %q, want it to say %q and name the forms", err, tt.want)
+			}
+			if strings.Contains(err.Error(), pass) {
+				t.Errorf("error shows the password: %v", err)
+			}
+			for _, e := range hook.AllEntries() {
+				if line, _ := e.String(); strings.Contains(line, pass) {
+					t.Errorf("log shows the password: %s", line)
+				}
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+				t.Errorf("created %s in the working directory, want nothing", ents[0].Name())
+			}
+		})
+	}
+}
+
+// TestOpenPostgresEncoding: a PostgreSQL database whose encoding is not
+// UTF8 is refused at open, with what to do instead.
+func TestOpenPostgresEncoding(t *testing.T) {
+	ctx := context.Background()
+	dsn := dbtest.PostgresDSN(t)
+	log, _ := logtest.NewNullLogger()
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	u, _ := url.Parse(dsn)
+	name := strings.TrimPrefix(u.Path, "/") + "_ascii"
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	u.Path = "/" + name
+	s, err := Open(ctx, u.String(), log)
+	if err == nil {
+		s.Close()
+		t.Fatal("open a SQL_ASCII database: got nil error, want a refusal")
+	}
+	if !strings.Contains(err.Error(), "want UTF8") {
+		t.Errorf("error: got %v, want it to ask for UTF8", err)
+	}
+}
+
+// TestOpenPostgresSchemes: postgres:// and postgresql://, in any case,
+// open PostgreSQL; SQLite paths and file: URIs still open SQLite.
+func TestOpenPostgresSchemes(t *testing.T) {
+	ctx := context.Background()
+	log, _ := logtest.NewNullLogger()
+	dsn := dbtest.PostgresDSN(t)
+	rest := strings.TrimPrefix(dsn, "postgres://")
+	dir := t.TempDir()
+	for _, tt := range []struct{ dsn, want string }{
+		{dsn, DialectPostgres},
+		{"postgresql://" + rest, DialectPostgres},
+		{"PostgreSQL://" + rest, DialectPostgres},
+		{filepath.Join(dir, "a.db"), DialectSQLite},
+		{"file:" + filepath.Join(dir, "b.db"), DialectSQLite},
+		{"file://" + filepath.Join(dir, "c.db"), DialectSQLite},
+	} {
+		s, err := Open(ctx, tt.dsn, log)
+		if err != nil {
+			t.Errorf("open %s: %v", tt.want, err)
+			continue
 		}
-	})
+		if got := s.Dialect(); got != tt.want {
+			t.Errorf("dialect: got %s, want %s", got, tt.want)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Errorf("migrate %s: %v", tt.want, err)
+		}
+		s.Close()
+	}
 }
 
 func TestSQLiteSetup(t *testing.T) {

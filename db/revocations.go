@@ -56,6 +56,9 @@ func (s *Store) Revoke(ctx context.Context, r Revocation) (int64, error) {
 	if err := checkRevocation(r); err != nil {
 		return 0, fmt.Errorf("revoke: %w", err)
 	}
+	if s.dialect == DialectPostgres && !pgText(r.KeyID) {
+		return 0, errors.New("revoke: PostgreSQL cannot store a key id with a NUL byte; revoke the certificate by serial")
+	}
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = s.stamp()
 	}
@@ -118,7 +121,7 @@ const revokedQuery = `EXISTS (SELECT 1 FROM cert_revocations
 // key id, or both (for that CA or for every CA). Rows past their expiry
 // still count until purged.
 func (s *Store) IsRevoked(ctx context.Context, ca string, serial uint64, keyID string) (bySerial, byKeyID bool, err error) {
-	err = s.queryRow(ctx, `SELECT `+revokedQuery, ca, int64(serial), ca, keyID).Scan(&bySerial, &byKeyID)
+	err = s.queryRow(ctx, `SELECT `+revokedQuery, ca, int64(serial), ca, s.lookupKeyID(keyID)).Scan(&bySerial, &byKeyID)
 	if err != nil {
 		return false, false, fmt.Errorf("check revocation of serial %d of %s: %w", serial, ca, err)
 	}

@@ -1,12 +1,12 @@
 // Package db owns obmd's persistent state over database/sql, on SQLite
-// (embedded, the default) or MySQL/MariaDB (replicas).
+// (embedded, the default), MySQL/MariaDB or PostgreSQL (replicas).
 //
 // It keeps nodes (with sealed BMC info), node tokens (SHA-256 only), node
 // keys, access epochs, the audit log and the console history (per tenancy;
 // it implements sol/history's Store); and for certificate logins, the
 // trusted CAs, certificate revocations and node principals. SQLite is
-// modernc.org/sqlite, embedded; MySQL/MariaDB is for production, shared by
-// replicas.
+// modernc.org/sqlite, embedded; MySQL/MariaDB (go-sql-driver) and
+// PostgreSQL (pgx) are for production, shared by replicas.
 //
 // Every change of who may access a node takes the next access epoch and a
 // row in access_changes, which replicas poll in epoch order. A change of

@@ -18,9 +18,10 @@ import (
 // Lost conflicts are retried: a transaction or statement that the database
 // rolled back because it lost a conflict with another writer did nothing,
 // so running it again is safe. On MySQL that is a deadlock victim or a lock
-// wait that timed out; on Galera also every write that lost certification
-// to a conflicting write committed first through another node (reported as
-// a deadlock, at COMMIT or at the statement it was running when the other
+// wait that timed out, on PostgreSQL a deadlock victim or a serialization
+// failure; on Galera also every write that lost certification to a
+// conflicting write committed first through another node (reported as a
+// deadlock, at COMMIT or at the statement it was running when the other
 // write was applied). The retries are bounded by the caller's deadline
 // (or, for a caller without one, by conflictAttempts), each after a
 // jittered wait whose bound doubles from conflictBackoff to
@@ -108,6 +109,31 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
+// forUpdate is the clause that locks the rows a SELECT reads until the
+// transaction ends: none on SQLite, whose transactions hold the one writer.
+func (s *Store) forUpdate() string {
+	if s.dialect == DialectSQLite {
+		return ""
+	}
+	return ` FOR UPDATE`
+}
+
+// insertNew runs insert (an INSERT of one row) in tx and reports whether
+// it inserted the row: false, with no error, when a row with the same key
+// exists. The transaction goes on either way: on PostgreSQL, where an
+// error ends the transaction, the INSERT skips a duplicate (ON CONFLICT DO
+// NOTHING) rather than fail.
+func (s *Store) insertNew(ctx context.Context, tx *sql.Tx, insert string, args ...any) (bool, error) {
+	if s.dialect == DialectPostgres {
+		insert += ` ON CONFLICT DO NOTHING`
+	}
+	inserted, err := affected(tx.ExecContext(ctx, insert, args...))
+	if isDuplicate(err) {
+		return false, nil
+	}
+	return inserted, err
+}
+
 // begin begins a transaction on the writer pool; end releases what it
 // holds once the transaction has committed or rolled back. On a Galera
 // node a BEGIN held past heldBound (its wait for the cluster) is abandoned,
@@ -145,7 +171,8 @@ func isDuplicate(err error) bool {
 		return se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 	}
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062 // ER_DUP_ENTRY
+	return errors.As(err, &me) && me.Number == 1062 || // ER_DUP_ENTRY
+		pgCode(err) == "23505" // unique_violation
 }
 
 // isMissingParent reports a foreign-key violation on insert: the node is gone.
@@ -155,24 +182,36 @@ func isMissingParent(err error) bool {
 		return se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 	}
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1452 || me.Number == 1216) // ER_NO_REFERENCED_ROW(_2)
+	return errors.As(err, &me) && (me.Number == 1452 || me.Number == 1216) || // ER_NO_REFERENCED_ROW(_2)
+		pgCode(err) == "23503" // foreign_key_violation
 }
 
 // isConflict reports a write the database rolled back because it lost a
 // conflict: ER_LOCK_DEADLOCK (also Galera's certification failure) or
-// ER_LOCK_WAIT_TIMEOUT.
+// ER_LOCK_WAIT_TIMEOUT; on PostgreSQL deadlock_detected or
+// serialization_failure.
 func isConflict(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+	if errors.As(err, &me) {
+		return me.Number == 1213 || me.Number == 1205
+	}
+	code := pgCode(err)
+	return code == "40P01" || code == "40001"
 }
 
-// notFound maps sql.ErrNoRows to ErrNotFound.
+// notFound maps sql.ErrNoRows to ErrNotFound, and so a lookup by a key
+// that PostgreSQL cannot take as text (unstorable): no row has it.
 func notFound(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || unstorable(err) {
 		return ErrNotFound
 	}
 	return err
 }
+
+// unstorable reports PostgreSQL's refusal of a text value that is not
+// valid UTF-8 or holds a NUL byte (character_not_in_repertoire): an SSH
+// user name may be any bytes, and no row can hold such a key.
+func unstorable(err error) bool { return pgCode(err) == "22021" }
 
 // mustAffect returns ErrNotFound when res changed no row.
 func mustAffect(res sql.Result) error {
@@ -217,11 +256,11 @@ func checkLen(what, v string, max int) error {
 }
 
 // clip makes v storable in a column of max bytes: valid UTF-8 (MySQL's
-// utf8mb4 rejects anything else) cut at a rune boundary. Audit fields come
-// from the network (an SSH user name is any string) and must never make an
-// audit write fail.
+// utf8mb4 rejects anything else) without NUL bytes (PostgreSQL's text
+// rejects them), cut at a rune boundary. Audit fields come from the network
+// (an SSH user name is any string) and must never make an audit write fail.
 func clip(v string, max int) string {
-	v = strings.ToValidUTF8(v, "\uFFFD")
+	v = strings.ReplaceAll(strings.ToValidUTF8(v, "\uFFFD"), "\x00", "\uFFFD")
 	if len(v) <= max {
 		return v
 	}

@@ -171,6 +171,9 @@ type Info struct {
 	Cipher *int `json:"cipher,omitempty"`
 	// Interface is the ipmitool interface; empty means "lanplus".
 	Interface string `json:"interface,omitempty"`
+	// ConsoleInfo is how the node's console is reached: IPMI SOL (the
+	// default) or the BMC's SSH service. The IPMI drivers ignore it.
+	ConsoleInfo
 }
 
 // Canonical returns i with each documented default in its absent form

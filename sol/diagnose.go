@@ -61,7 +61,9 @@ func (c Check) ForTenant(hint string) Check {
 // Names of the steps, in the order drivers check them. An IPMI node checks
 // address, authentication, power and SOL; a Redfish node checks address,
 // service root, authentication, system (with its power state) and reset
-// actions, then its console's IPMI steps prefixed "console ".
+// actions, then its console's IPMI steps prefixed "console ". A console
+// over the BMC's SSH service (sol/sshconsole) checks the ssh steps, after
+// the transport step when the node's console is "auto".
 const (
 	CheckAddress      = "address"
 	CheckAuth         = "authentication"
@@ -70,7 +72,22 @@ const (
 	CheckServiceRoot  = "service root"
 	CheckSystem       = "system"
 	CheckResetActions = "reset actions"
+
+	CheckTransport  = "transport"
+	CheckSSHAddress = "ssh address"
+	CheckSSHHostKey = "ssh host key"
+	CheckSSHAuth    = "ssh authentication"
+	CheckSSHCommand = "ssh command"
+	CheckSSHConsole = "ssh console"
 )
+
+// SOLStep reports whether a step named name is part of an IPMI SOL
+// console's diagnosis (an IPMI driver's "sol", a Redfish node's
+// "console ..." steps) rather than of its power: a node whose console is
+// not SOL leaves those out.
+func SOLStep(name string) bool {
+	return name == CheckSOL || strings.HasPrefix(name, "console ")
+}
 
 // Passed reports whether every check passed (doctor exits 0 only then).
 func Passed(checks []Check) bool {

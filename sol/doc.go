@@ -24,6 +24,12 @@
 // link; WaitUp waits for
 // the link (power-cycle --wait-for opens it before the power operation).
 //
+// A node's console may also be reached over its BMC's own SSH service:
+// ConsoleInfo (embedded in the IPMI and Redfish infos) names the transport
+// ("sol", "ssh", "auto"), sol/sshconsole speaks SSH to the vendor's manager
+// CLI, and sol/transport puts a driver behind the transport its node names
+// (ConsoleServices is what a BMC's Redfish service says is enabled).
+//
 // IPMIOptions is what the IPMI drivers share, and the composition root
 // owns: the cipher suites tried for a node that pins none and the memory
 // of the one that worked (Ciphers, which the admin API can show), and what

@@ -39,6 +39,9 @@ const (
 	// obmd proposed (Error.Suites names them), before any credential was
 	// checked.
 	FaultCipher
+	// FaultHostKey: the BMC's SSH service showed a host key other than the
+	// one pinned for the node; nothing was sent to it.
+	FaultHostKey
 )
 
 // String is the fault as a tenant reads it.
@@ -58,6 +61,8 @@ func (f Fault) String() string {
 		return "the node did not reach the requested state in time"
 	case FaultCipher:
 		return "the BMC refused the IPMI cipher suite"
+	case FaultHostKey:
+		return "the BMC's SSH host key does not match the pinned one"
 	}
 	return "the BMC operation failed"
 }
@@ -121,11 +126,22 @@ type noConsole struct{}
 func (noConsole) Error() string { return "this node has no serial console" }
 func (noConsole) Unwrap() error { return ErrNotSupported }
 
+// ErrConsoleHeld: the BMC says another session holds its console (a
+// console over the BMC's SSH service). It is ErrPayloadActive too
+// (errors.Is), so that the console hub frees the console and tries again.
+var ErrConsoleHeld error = consoleHeld{}
+
+type consoleHeld struct{}
+
+func (consoleHeld) Error() string { return "the BMC's console is held by another session" }
+func (consoleHeld) Unwrap() error { return ErrPayloadActive }
+
 // public are the errors whose own text is written for tenants: the hub's
 // and the drivers' sentinels. A driver wraps them with detail that may not
 // be (a label, an address); TenantText shows the sentinel's text alone.
 var public = []error{
-	ErrNoConsole, // before ErrNotSupported, which it wraps
+	ErrNoConsole,   // before ErrNotSupported, which it wraps
+	ErrConsoleHeld, // before ErrPayloadActive, which it wraps
 	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrSOLDisabled, ErrBreakMidLine,
 	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown, ErrWriterBusy,
 	ErrInputLost,

@@ -89,6 +89,8 @@ type Watcher struct {
 	// downSince is when the database stopped answering (zero while it
 	// answers). Owned by Run.
 	downSince time.Time
+	// wake asks Run to poll now (Wake); holds one request at most.
+	wake chan struct{}
 }
 
 // NewWatcher returns a Watcher, or an error if cfg.Poll does not fit in
@@ -105,7 +107,20 @@ func NewWatcher(cfg WatchConfig, store WatchStore, health *Health, rev *Revoker,
 	if announce == nil {
 		announce = func(context.Context, int64) error { return nil }
 	}
-	return &Watcher{cfg: cfg, store: store, health: health, rev: rev, announce: announce, log: log}, nil
+	return &Watcher{cfg: cfg, store: store, health: health, rev: rev, announce: announce, log: log,
+		wake: make(chan struct{}, 1)}, nil
+}
+
+// Wake makes Run poll now rather than at its next tick: the database has
+// told of a change as it committed (db.Store.ListenChanges). It never
+// blocks; wakes that come while one is pending count as one. The poll is
+// what applies changes, so a wake that is lost (or never sent) delays a
+// cut by one Poll at most.
+func (w *Watcher) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Start reads where the access changes stand (those made before this
@@ -141,6 +156,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-w.wake:
 		}
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.Bound)
 		changes, err := w.store.ChangesSince(pctx, cursor, 1000)

@@ -111,27 +111,9 @@ func (f *fakeDB) set(change func(f *fakeDB)) {
 // database that stops answering makes the replica unusable at once (logins
 // refused) and, after DBGrace, cuts every session; it recovers by itself.
 func TestWatcher(t *testing.T) {
-	r, _, reg, _ := newTestRevoker()
 	store := &fakeDB{latest: 1}
 	health := NewHealth(store, nil)
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	w, err := NewWatcher(WatchConfig{Poll: 5 * time.Millisecond, DBGrace: 100 * time.Millisecond}, store, health, r, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: got %v, want nil", err)
-		}
-	}()
+	_, reg := startWatcher(t, WatchConfig{Poll: 5 * time.Millisecond, DBGrace: 100 * time.Millisecond}, store, health)
 
 	old := session(t, reg, "n1", 1)
 	store.mu.Lock()
@@ -157,6 +139,35 @@ func TestWatcher(t *testing.T) {
 
 	store.setDown(false)
 	waitUntil(t, "the database to count as usable again", health.Usable)
+}
+
+// TestWatcherWake: a wake (a database that tells of changes as they
+// commit) makes the Watcher poll at once, long before its next tick.
+func TestWatcherWake(t *testing.T) {
+	store := &fakeDB{latest: 1}
+	w, reg := startWatcher(t, WatchConfig{Poll: time.Hour}, store, NewHealth(store, nil))
+	old := session(t, reg, "n1", 1)
+	store.mu.Lock()
+	store.changes = append(store.changes, db.Change{Node: "n1", Epoch: 2, Reason: db.ReasonTokenRotated})
+	store.mu.Unlock()
+	w.Wake()
+	w.Wake() // one pending at most: never blocks
+	waitCut(t, old, "access to n1 was revoked (token rotated)")
+}
+
+// startWatcher starts a Watcher of store with cfg (runWatcher), running
+// until t ends, and returns it with the registry whose sessions it cuts.
+func startWatcher(t *testing.T, cfg WatchConfig, store *fakeDB, health *Health) (*Watcher, *sessions.Registry) {
+	t.Helper()
+	r, _, reg, _ := newTestRevoker()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	w, err := NewWatcher(cfg, store, health, r, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWatcher(t, w)
+	return w, reg
 }
 
 func waitCut(t *testing.T, ctx context.Context, want string) {

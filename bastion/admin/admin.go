@@ -96,6 +96,10 @@ type Config struct {
 	// negotiated with a node's BMC (sol.Ciphers.Suite), which the node
 	// views show as "cipher_in_use".
 	CipherInUse func(label string) (suite int, ok bool)
+	// ConsoleInUse, if set, tells the console transport ("sol", "ssh")
+	// this replica last opened a node's console over (sol/transport's
+	// Memory), which the node views show as "console_in_use".
+	ConsoleInUse func(label string) (transport string, ok bool)
 	// Authenticated, if set, is called with the request's context once a
 	// request has presented the admin credential: the wiring then spares
 	// its connection from every cap (conncap.TrustContext).
@@ -152,6 +156,8 @@ type Store interface {
 	AddKey(ctx context.Context, k db.Key) error
 	Keys(ctx context.Context, label string) ([]db.Key, error)
 	DeleteKey(ctx context.Context, label, fingerprint string) (int64, error)
+	SSHHostKey(ctx context.Context, label string) (db.SSHHostKey, error)
+	DeleteSSHHostKey(ctx context.Context, label string) (bool, error)
 	SetNodePrincipals(ctx context.Context, label string, principals []string) (int64, error)
 	NodePrincipals(ctx context.Context, label string) ([]string, error)
 	AddCA(ctx context.Context, ca db.CA) (created bool, err error)
@@ -302,6 +308,7 @@ func (a *API) routes() {
 	a.handle("POST /v1/nodes/{label}/keys", a.admin(a.addKey))
 	a.handle("GET /v1/nodes/{label}/keys", a.admin(a.listKeys))
 	a.handle("GET /v1/nodes/{label}/doctor", a.admin(a.doctor))
+	a.handle("DELETE /v1/nodes/{label}/ssh-host-key", a.admin(a.resetHostKey))
 	a.handle("DELETE /v1/nodes/{label}/keys/{fingerprint...}", a.admin(a.deleteKey))
 	a.handle("POST /v1/cas", a.admin(a.addCA))
 	a.handle("GET /v1/cas", a.admin(a.listCAs))

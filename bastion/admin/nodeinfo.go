@@ -87,6 +87,9 @@ func (a *API) view(n db.Node) api.Node {
 			v.CipherInUse = &suite
 		}
 	}
+	if a.cfg.ConsoleInUse != nil {
+		v.ConsoleInUse, _ = a.cfg.ConsoleInUse(n.Label)
+	}
 	info, err := a.types.Open(n)
 	if err != nil {
 		a.log.WithError(err).WithField("node", n.Label).Warn("node_info_unreadable")

@@ -457,10 +457,15 @@ func (a *API) getNode(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		ps, err = a.store.NodePrincipals(ctx, label)
 	}
+	var hk *api.HostKey
+	if err == nil {
+		hk, err = a.pinnedHostKey(ctx, label)
+	}
 	if err == nil {
 		v := a.view(n)
 		nk, ns := len(ks), len(a.sessions.List(label))
 		v.HasToken, v.Keys, v.Sessions, v.Principals = &acc.HasToken, &nk, &ns, &ps
+		v.SSHHostKeyPinned = hk
 		writeJSON(w, http.StatusOK, v)
 		return
 	}

@@ -105,6 +105,10 @@ func TestGuard(t *testing.T) {
 				t.Errorf("Guard: %v", err)
 			}
 		})
+		// Opened first: the announcement lasts testTTL, and opening a
+		// store (a PostgreSQL one's new connections) may take a good part
+		// of it on a loaded machine.
+		reader := openStore(t, dsn)
 		if err := r0.c.Announce(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +117,7 @@ func TestGuard(t *testing.T) {
 		}
 		attach(t, r0, "n1", "alice")
 		waitFor(t, "the link", func() bool { return b.ConsoleActive() })
-		reps, err := openStore(t, dsn).Replicas(ctx)
+		reps, err := reader.Replicas(ctx)
 		if err != nil || len(reps) != 1 {
 			t.Fatalf("replicas: got %v, %v", reps, err)
 		}

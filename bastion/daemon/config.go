@@ -20,6 +20,7 @@ import (
 	"github.com/obmd/obmd/sol/ipmi"
 	"github.com/obmd/obmd/sol/ipmitool"
 	"github.com/obmd/obmd/sol/redfish"
+	"github.com/obmd/obmd/sol/sshconsole"
 )
 
 // Config is everything an operator can set. The YAML names are the config
@@ -32,8 +33,8 @@ type Config struct {
 	// StateDir holds the host key, the sealing key, the generated admin
 	// token and the default SQLite database (default ./obmd-state).
 	StateDir string `yaml:"state_dir"`
-	// DB is a SQLite path or mysql://user:pass@tcp(host:port)/db (default
-	// StateDir/obmd.db).
+	// DB is a SQLite path (or file: URI), mysql://user:pass@tcp(host:port)/db
+	// or postgres://user:pass@host:port/db (default StateDir/obmd.db).
 	DB string `yaml:"db"`
 	// AdminToken, if set, is the admin secret; otherwise it is read from
 	// StateDir/admin-token, generated there on first start.
@@ -140,7 +141,7 @@ type Config struct {
 	// database for changes and each login's lookups.
 	ChangeTimeout time.Duration `yaml:"change_timeout"`
 
-	// Several replicas on one MySQL/MariaDB (docs/replicas.md). ReplicaID
+	// Several replicas on one MySQL/MariaDB or PostgreSQL (docs/replicas.md). ReplicaID
 	// names this replica (default: host name and a random suffix, new at
 	// each start). PeerAddr is where this replica listens for the others
 	// (empty: single-replica mode, no leases); PeerAdvertise is the address
@@ -185,6 +186,8 @@ type Config struct {
 	IPMI     ipmi.Config     `yaml:"ipmi"`
 	IPMITool ipmitool.Config `yaml:"ipmitool"`
 	Redfish  redfish.Config  `yaml:"redfish"`
+	// SSHConsole tunes the consoles over the BMCs' SSH services.
+	SSHConsole sshconsole.Config `yaml:"ssh_console"`
 	// IPMIOptions is what both IPMI drivers share (and a Redfish node's
 	// IPMI console): the cipher suites tried for a node that pins none,
 	// and what to do when SOL is off on a BMC.
@@ -274,6 +277,9 @@ func (c *Config) setDefaults() error {
 	}
 	var err error
 	if c.Audit, err = c.Audit.WithDefaults(); err != nil {
+		return err
+	}
+	if c.SSHConsole, err = c.SSHConsole.WithDefaults(); err != nil {
 		return err
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {

@@ -55,6 +55,7 @@ type Daemon struct {
 	auditLog *auditlog.Log // the audit export (audit.export), nil if none
 	lab      *sim.Lab
 	ciphers  *sol.Ciphers   // each node's negotiated IPMI cipher suite
+	cons     *consoles      // consoles over the BMCs' SSH services (sshconsole.go)
 	ipmiPool *ipmi.Sessions // native IPMI sessions kept between power calls
 	types    *nodes.Table
 	resolver *nodes.Resolver
@@ -124,10 +125,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	// The loops that use the database end before shutdown closes it.
+	// The loops that use the database end before shutdown closes it. On
+	// PostgreSQL the watcher also polls as soon as a change commits
+	// anywhere (ListenChanges; on other engines it returns at once).
+	listen := func(ctx context.Context) error { return d.store.ListenChanges(ctx, d.watcher.Wake) }
 	var loops sync.WaitGroup
 	purge := func(ctx context.Context) error { return d.store.RunPurge(ctx, d.cfg.Audit) }
-	for _, loop := range []func(context.Context) error{d.watcher.Run, d.guard, d.limiter.Run, purge} {
+	for _, loop := range []func(context.Context) error{d.watcher.Run, d.guard, d.limiter.Run, purge, listen} {
 		loops.Add(1)
 		g.Go(func() error {
 			defer loops.Done()

@@ -7,6 +7,7 @@ package daemon_test
 import (
 	"database/sql"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -266,6 +267,13 @@ func storeRaw(t *testing.T, dsn, query string, args ...any) {
 	driver, name := "sqlite", dsn+"?vfs=unix-excl&_pragma=busy_timeout%2810000%29&_txlock=immediate"
 	if after, ok := strings.CutPrefix(dsn, "mysql://"); ok {
 		driver, name = "mysql", after
+	}
+	if strings.HasPrefix(dsn, "postgres://") {
+		// PostgreSQL numbers its placeholders ($1, $2, ...).
+		driver, name = "pgx", dsn
+		for i := 1; strings.Contains(query, "?"); i++ {
+			query = strings.Replace(query, "?", "$"+strconv.Itoa(i), 1)
+		}
 	}
 	conn, err := sql.Open(driver, name)
 	if err != nil {

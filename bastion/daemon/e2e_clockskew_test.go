@@ -13,7 +13,8 @@ import (
 	"github.com/obmd/obmd/db/dbtest"
 )
 
-// TestReplicaClockSkew (issue 14): two replicas on MariaDB, one whose
+// TestReplicaClockSkew (issue 14): two replicas on MariaDB (then on
+// PostgreSQL), one whose
 // clock is a minute off (behind, then ahead), holding a node's SOL link.
 // Leases are on the database's clock: the honest replica does not take the
 // skewed one's live lease (a replica behind would stamp its lease expired
@@ -21,56 +22,63 @@ import (
 // skewed one stops renewing (cut off its database), not a minute later (a
 // replica ahead would stamp it valid for a minute more).
 func TestReplicaClockSkew(t *testing.T) {
-	const ttl = 2 * time.Second
-	for _, skew := range []time.Duration{-time.Minute, time.Minute} {
-		t.Run(skew.String(), func(t *testing.T) {
-			dsn := dbtest.MySQLDSN(t)
-			proxy := dbtest.StartProxy(t, dsn)
-			state := t.TempDir() // shared: the same host key, seal key and admin token
-			replica := func(id, dsn string, opts ...db.Option) *obmd {
-				return startObmd(t, func(c *daemon.Config) {
-					c.DB, c.StateDir, c.ReplicaID, c.PeerAddr, c.LeaseTTL = dsn, state, id, "127.0.0.1:0", ttl
-					c.DBOptions = opts
-				})
+	for _, e := range dbtest.SharedEngines() {
+		t.Run(e.Name, func(t *testing.T) {
+			for _, skew := range []time.Duration{-time.Minute, time.Minute} {
+				t.Run(skew.String(), func(t *testing.T) { testClockSkew(t, e.DSN(t), skew) })
 			}
-			skewed := replica("skewed", proxy.DSN, db.WithClockSkew(skew))
-			honest := replica("honest", dsn)
-			// The database is back before they stop (cleanups run last
-			// first): the skewed one flushes its console history then.
-			t.Cleanup(func() { proxy.Cut(false) })
-			tok := skewed.addSimNode("n1")
-			st := rpStore(t, dsn)
-			owner := func() string {
-				l, err := st.Lease(context.Background(), "n1", db.LeaseSOL)
-				if errors.Is(err, db.ErrNotFound) {
-					return ""
-				}
-				if err != nil {
-					t.Fatalf("SOL lease: %v", err)
-				}
-				return l.Owner
-			}
-			v := goSession(t, skewed.SSHAddr(), "n1", gossh.Password(tok), conOpts{pty: true, merge: true})
-			v.out.wait(t, "the console on the skewed replica", 0, "console of n1")
-			waitUntil(t, "the skewed replica's lease", func() bool { return owner() == "skewed" })
-			r := goSession(t, honest.SSHAddr(), "n1", gossh.Password(tok), conOpts{pty: true, merge: true})
-			r.out.wait(t, "the console on the honest replica", 0, "console of n1")
-
-			// Live: renewed by the skewed replica, never taken.
-			for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-				if o := owner(); o != "skewed" {
-					t.Fatalf("the live lease of the skewed replica is held by %q", o)
-				}
-			}
-			// Dead: the honest replica takes it over within about a TTL.
-			cut := time.Now()
-			proxy.Cut(true)
-			waitUntil(t, "the honest replica taking the lease over", func() bool { return owner() == "honest" })
-			took := time.Since(cut)
-			if took < ttl/2 || took > ttl+5*time.Second {
-				t.Errorf("the lease moved %v after its holder stopped renewing, want about the TTL (%v)", took, ttl)
-			}
-			t.Logf("clock %v: lease taken over %v after the skewed holder lost its database (TTL %v)", skew, took.Round(time.Millisecond), ttl)
 		})
 	}
+}
+
+// testClockSkew is TestReplicaClockSkew with the skewed replica's clock
+// skew off, on the database of dsn.
+func testClockSkew(t *testing.T, dsn string, skew time.Duration) {
+	const ttl = 2 * time.Second
+	proxy := dbtest.StartProxy(t, dsn)
+	state := t.TempDir() // shared: the same host key, seal key and admin token
+	replica := func(id, dsn string, opts ...db.Option) *obmd {
+		return startObmd(t, func(c *daemon.Config) {
+			c.DB, c.StateDir, c.ReplicaID, c.PeerAddr, c.LeaseTTL = dsn, state, id, "127.0.0.1:0", ttl
+			c.DBOptions = opts
+		})
+	}
+	skewed := replica("skewed", proxy.DSN, db.WithClockSkew(skew))
+	honest := replica("honest", dsn)
+	// The database is back before they stop (cleanups run last
+	// first): the skewed one flushes its console history then.
+	t.Cleanup(func() { proxy.Cut(false) })
+	tok := skewed.addSimNode("n1")
+	st := rpStore(t, dsn)
+	owner := func() string {
+		l, err := st.Lease(context.Background(), "n1", db.LeaseSOL)
+		if errors.Is(err, db.ErrNotFound) {
+			return ""
+		}
+		if err != nil {
+			t.Fatalf("SOL lease: %v", err)
+		}
+		return l.Owner
+	}
+	v := goSession(t, skewed.SSHAddr(), "n1", gossh.Password(tok), conOpts{pty: true, merge: true})
+	v.out.wait(t, "the console on the skewed replica", 0, "console of n1")
+	waitUntil(t, "the skewed replica's lease", func() bool { return owner() == "skewed" })
+	r := goSession(t, honest.SSHAddr(), "n1", gossh.Password(tok), conOpts{pty: true, merge: true})
+	r.out.wait(t, "the console on the honest replica", 0, "console of n1")
+
+	// Live: renewed by the skewed replica, never taken.
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if o := owner(); o != "skewed" {
+			t.Fatalf("the live lease of the skewed replica is held by %q", o)
+		}
+	}
+	// Dead: the honest replica takes it over within about a TTL.
+	cut := time.Now()
+	proxy.Cut(true)
+	waitUntil(t, "the honest replica taking the lease over", func() bool { return owner() == "honest" })
+	took := time.Since(cut)
+	if took < ttl/2 || took > ttl+5*time.Second {
+		t.Errorf("the lease moved %v after its holder stopped renewing, want about the TTL (%v)", took, ttl)
+	}
+	t.Logf("clock %v: lease taken over %v after the skewed holder lost its database (TTL %v)", skew, took.Round(time.Millisecond), ttl)
 }

@@ -160,25 +160,30 @@ func withKey(change func(a *adminClient, label, fp string), fp string) func(a *a
 	return func(a *adminClient, label, _ string) { change(a, label, fp) }
 }
 
-// capturedSim starts obmd capturing every node, registers sim node label
-// and prints markers (prefix) on it until console-log shows one, which it
-// returns: the held link records.
-func capturedSim(t *testing.T, label, prefix string) (o *obmd, tok string, bmc *sim.BMC, marker string) {
+// capturedSim starts obmd on dsn ("": SQLite in its state directory)
+// capturing every node, registers sim node label and prints markers
+// (prefix) on it until console-log shows one, which it returns: the held
+// link records.
+func capturedSim(t *testing.T, dsn, label, prefix string) (o *obmd, tok string, bmc *sim.BMC, marker string) {
 	t.Helper()
-	o = startObmd(t, func(c *daemon.Config) { c.ConsoleCapture = "always" })
+	o = startObmd(t, func(c *daemon.Config) { c.DB, c.ConsoleCapture = dsn, "always" })
 	tok = o.addSimNode(label)
 	bmc = o.Lab().BMC(label, sim.ModeNormal)
 	return o, tok, bmc, printUntilSeen(t, inject(bmc), prefix, o.logShows(label, tok))
 }
 
-// TestHistoryRestart: a restart of a single SQLite obmd keeps the history
-// of the current tenancy: console-log and the replay of a viewer who
-// attaches after the restart (the scrollback ring is empty then) show what
-// the node printed before it, with nobody attached; and the capture goes
-// on after it, in the same history.
+// TestHistoryRestart: a restart of a single obmd keeps the history of the
+// current tenancy, on every engine: console-log and the replay of a viewer
+// who attaches after the restart (the scrollback ring is empty then) show
+// what the node printed before it, with nobody attached; and the capture
+// goes on after it, in the same history.
 func TestHistoryRestart(t *testing.T) {
 	t.Parallel()
-	o, tok, bmc, before := capturedSim(t, "kept", "before-restart")
+	onEngines(t, testHistoryRestart)
+}
+
+func testHistoryRestart(t *testing.T, dsn string) {
+	o, tok, bmc, before := capturedSim(t, dsn, "kept", "before-restart")
 	if err := o.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -205,9 +210,14 @@ func TestHistoryRestart(t *testing.T) {
 // power and boot-device operations are markers of --timestamps, with who
 // ran them; --cast is asciicast v2 whose "o" events carry the same text,
 // and Debian's `asciinema cat` of it prints the raw console-log's bytes.
+// On every engine: the bytes are stored as they came.
 func TestHistoryFormats(t *testing.T) {
 	t.Parallel()
-	o, tok, bmc, sync := capturedSim(t, "hostile", "sync")
+	onEngines(t, testHistoryFormats)
+}
+
+func testHistoryFormats(t *testing.T, dsn string) {
+	o, tok, bmc, sync := capturedSim(t, dsn, "hostile", "sync")
 	hostile := "\x1b]0;pwned\x07\x1b[2J\x00bad\xff\xfeutf8\x9b31m\r\nbare\nend\r\n"
 	bmc.Inject([]byte(hostile))
 	waitUntil(t, "the hostile output in console-log", func() bool { return o.logShows("hostile", tok)("end\r\n") })

@@ -2,7 +2,7 @@ package daemon_test
 
 // A database that stops answering must not hang revocation (issue 11, item
 // 3): with the SQLite file's filesystem frozen (fsfreeze), or a MariaDB
-// server stopped (SIGSTOP), every access change answers an error within
+// server or PostgreSQL cluster stopped (SIGSTOP), every access change answers an error within
 // the change bound, /readyz fails, logins fail cleanly with a message, and
 // all of it recovers when the database does. A change whose outcome was
 // unknown when its bound passed fails closed until the database decides
@@ -78,13 +78,28 @@ func TestFrozenDiskIdle(t *testing.T) {
 	})
 }
 
-// TestStoppedDatabase: a MariaDB server of the test's own, stopped with
-// SIGSTOP: connections stay open and nothing answers, reads included.
+// TestStoppedDatabase: a MariaDB server, then a PostgreSQL cluster, of the
+// test's own, stopped with SIGSTOP: connections stay open and nothing
+// answers, reads included.
 func TestStoppedDatabase(t *testing.T) {
-	m := dbtest.StartMariaDB(t)
-	o := startObmd(t, func(c *daemon.Config) { c.DB = m.DSN; c.ChangeTimeout = outageBound })
-	t.Cleanup(m.Cont)
-	storeOutage(t, o, m.Stop, m.Cont, false)
+	servers := []struct {
+		name  string
+		start func(t testing.TB) (dsn string, stop, cont func())
+	}{
+		{"mysql", func(t testing.TB) (string, func(), func()) { m := dbtest.StartMariaDB(t); return m.DSN, m.Stop, m.Cont }},
+		{"postgres", func(t testing.TB) (string, func(), func()) {
+			p := dbtest.StartPostgres(t)
+			return p.DSN, p.Stop, p.Cont
+		}},
+	}
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			dsn, stop, cont := srv.start(t)
+			o := startObmd(t, func(c *daemon.Config) { c.DB = dsn; c.ChangeTimeout = outageBound })
+			t.Cleanup(cont)
+			storeOutage(t, o, stop, cont, false)
+		})
+	}
 }
 
 // outageChange is one access change the outage tests make.

@@ -9,12 +9,11 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/obmd/obmd/db"
-	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol/soltest"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// TestReplicasHistory: three replicas on MariaDB and a node captured
+// TestReplicasHistory: three replicas on MariaDB (then PostgreSQL) and a node captured
 // always, with nobody attached. Each kind of access change (token rotated
 // or revoked, key removed, node deleted and registered again, node changed
 // by PUT), made through another replica, hides the old tenancy from the
@@ -23,8 +22,9 @@ import (
 // attaching on any replica gets it in its replay; after SIGKILL of the
 // holder, a survivor takes the capture over and appends to the same
 // history, which lost at most the last flush interval.
-func TestReplicasHistory(t *testing.T) {
-	dsn := dbtest.MySQLDSN(t)
+func TestReplicasHistory(t *testing.T) { onSharedEngines(t, testReplicasHistory) }
+
+func testReplicasHistory(t *testing.T, dsn string) {
 	ipmisim.Require(t, "ipmitool")
 	bmc := ipmisim.Start(t)
 	reps := rpCluster(t, dsn, map[string]string{"OBMD_LEASE_TTL": rpLeaseTTL.String(),

@@ -43,10 +43,12 @@ const (
 	rpRotateGoal   = 2 * time.Second
 )
 
-// TestReplicas runs three obmd processes on one MariaDB and one ipmi_sim.
-// The subtests run in order on the same replicas (the last one kills one).
-func TestReplicas(t *testing.T) {
-	dsn := dbtest.MySQLDSN(t)
+// TestReplicas runs three obmd processes on one MariaDB, then on one
+// PostgreSQL, and one ipmi_sim. The subtests run in order on the same
+// replicas (the last one kills one).
+func TestReplicas(t *testing.T) { onSharedEngines(t, testReplicas) }
+
+func testReplicas(t *testing.T, dsn string) {
 	ipmisim.Require(t, "ssh", "ipmitool")
 	bmc := ipmisim.Start(t)
 	// Three replicas start at once (they migrate the database concurrently).
@@ -261,9 +263,10 @@ func TestReplicas(t *testing.T) {
 // /readyz fails and SSH logins are refused with a banner that explains why;
 // sessions already open are cut after db_grace (access changes made
 // elsewhere can no longer reach it); when the database is back, so are
-// logins.
-func TestReplicaDatabaseLost(t *testing.T) {
-	dsn := dbtest.MySQLDSN(t)
+// logins. On MariaDB and on PostgreSQL.
+func TestReplicaDatabaseLost(t *testing.T) { onSharedEngines(t, testReplicaDatabaseLost) }
+
+func testReplicaDatabaseLost(t *testing.T, dsn string) {
 	proxy := dbtest.StartProxy(t, dsn)
 	o := startObmd(t, func(c *daemon.Config) { c.DB = proxy.DSN; c.DBGrace = time.Second })
 	tok := o.addSimNode("n1")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/access/authlimit"
 	"github.com/obmd/obmd/bastion/daemon"
+	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/sol/sim"
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
@@ -416,7 +417,7 @@ func TestRevokeIsolationIPMISim(t *testing.T) {
 
 // TestRevokeAcrossReplicas: two replicas share a database; the token is
 // rotated through one while the old tenant is attached to the other, whose
-// change watcher is made slow. The new tenant reaching the other replica
+// change watcher is made slow (and, on PostgreSQL, deaf to notifications). The new tenant reaching the other replica
 // first must neither meet the old tenant's session nor its scrollback: the
 // session admission applies the change there and then.
 func TestRevokeAcrossReplicas(t *testing.T) {
@@ -426,7 +427,7 @@ func TestRevokeAcrossReplicas(t *testing.T) {
 			c.DB, c.SealKey, c.HostKey, c.AdminToken = dsn, dir+"/seal.key", dir+"/host_key", "replicas-admin-token-of-32-chars"
 		}
 		r1 := startObmd(t, shared)
-		r2 := startObmd(t, shared, func(c *daemon.Config) { c.EpochPoll = time.Hour })
+		r2 := startObmd(t, shared, func(c *daemon.Config) { c.EpochPoll, c.DBOptions = time.Hour, []db.Option{db.WithoutListen()} })
 		tokA := r1.addSimNode("xr")
 		bmc := r2.Lab().BMC("xr", sim.ModeNormal)
 		a := r2.goConsole(t, "xr", tokA, conOpts{})

@@ -161,10 +161,20 @@ func tailString(s string, n int) string {
 	return s
 }
 
-// onEngines runs f once per database engine (SQLite; MariaDB when
-// OBMD_TEST_MYSQL_DSN is set, required under OBMD_REQUIRE_INTEGRATION=1).
+// onEngines runs f once per database engine (SQLite; MariaDB and
+// PostgreSQL when OBMD_TEST_MYSQL_DSN and OBMD_TEST_POSTGRES_DSN are set,
+// required under OBMD_REQUIRE_INTEGRATION=1).
 func onEngines(t *testing.T, f func(t *testing.T, dsn string)) {
 	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) { f(t, e.DSN(t)) })
+	}
+}
+
+// onSharedEngines runs f once per engine that replicas share (MariaDB,
+// PostgreSQL; each required under OBMD_REQUIRE_INTEGRATION=1), on a
+// database of its own.
+func onSharedEngines(t *testing.T, f func(t *testing.T, dsn string)) {
+	for _, e := range dbtest.SharedEngines() {
 		t.Run(e.Name, func(t *testing.T) { f(t, e.DSN(t)) })
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/obmd/obmd/sol/ipmitool"
 	"github.com/obmd/obmd/sol/redfish"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/transport"
 )
 
 // Node types, as registered through the admin API.
@@ -32,8 +33,11 @@ const (
 // type is a row here and a driver. The drivers take their sections of cfg,
 // the IPMI ones (a Redfish node's console too) with the shared options
 // opts, whose cipher memory forgets a deleted node. The drivers' settings
-// are checked here, at start, not at a node's first use.
-func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Sealer) (*nodes.Table, error) {
+// are checked here, at start, not at a node's first use. The ipmi,
+// ipmitool and redfish types take the console fields (console, ssh_*):
+// their drivers are wrapped by cons (sol/transport), which reaches the
+// console over the BMC's SSH service when the node says so.
+func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Sealer, cons *consoles) (*nodes.Table, error) {
 	cfg.IPMI.Options, cfg.IPMITool.Options = opts, opts
 	rf := cfg.Redfish
 	rf.IPMI = cfg.IPMI
@@ -48,30 +52,60 @@ func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Seal
 			Forget: lab.Forget,
 		}
 	}
+	forget := func(label string) { opts.Ciphers.Forget(label); cons.forget(label) }
 	return nodes.NewTable(sealer,
 		nodes.Define(TypeIPMI, nodes.SolKind(TypeIPMI, nodes.SolSpec{Credentials: true, Check: ipmi.Check,
+			Console: transport.CheckInfo,
 			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
-				return ipmi.New(label, info, cfg.IPMI, log)
-			}, Forget: opts.Ciphers.Forget})),
+				b, err := ipmi.New(label, info, cfg.IPMI, log)
+				return cons.wrap(label, b, err, info.Addr, info.User, info.Pass, info.ConsoleInfo)
+			}, Forget: forget})),
 		// ipmitool takes what the shared rules of sol.Info types let
 		// through (FuzzNodeTypesCheckAsDrivers): it needs no Check of its own.
 		nodes.Define(TypeIPMITool, nodes.SolKind(TypeIPMITool, nodes.SolSpec{Credentials: true, Interface: true,
+			Console: transport.CheckInfo,
 			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
-				return ipmitool.New(label, info, cfg.IPMITool, log)
-			}, Forget: opts.Ciphers.Forget})),
+				b, err := ipmitool.New(label, info, cfg.IPMITool, log)
+				return cons.wrap(label, b, err, info.Addr, info.User, info.Pass, info.ConsoleInfo)
+			}, Forget: forget})),
 		nodes.Define(TypeMock, nodes.SolKind(TypeMock, simulated(sim.ModeMock))),
 		nodes.Define(TypeSim, nodes.SolKind(TypeSim, simulated(sim.ModeNormal))),
 		nodes.Define(TypeRedfish, nodes.Kind[redfish.Info]{
-			Check:     redfish.Check,
-			Canonical: redfish.Info.Canonical,
+			Check:     checkRedfish,
+			Canonical: canonicalRedfish,
 			Equal:     redfish.Info.Equal,
 			View:      redfishView,
 			New: func(label string, info redfish.Info, log logrus.FieldLogger) (sol.BMC, error) {
-				return redfish.New(label, info, rf, log)
+				b, err := redfish.New(label, info, rf, log)
+				host := ""
+				if err == nil {
+					host = b.Host()
+				}
+				return cons.wrap(label, b, err, host, info.User, info.Pass, info.ConsoleInfo)
 			},
-			Forget: opts.Ciphers.Forget,
+			Forget: forget,
 			BMCs:   redfish.Info.BMCs}),
 	)
+}
+
+// checkRedfish is a Redfish registration's check: the driver's, then its
+// console fields'.
+func checkRedfish(i redfish.Info) error {
+	if err := redfish.Check(i); err != nil {
+		return err
+	}
+	_, err := transport.CheckInfo(i.ConsoleInfo)
+	return err
+}
+
+// canonicalRedfish folds a Redfish registration's defaults: the driver's
+// (console "sol" is SOL's details), then its console fields'.
+func canonicalRedfish(i redfish.Info) redfish.Info {
+	i = i.Canonical()
+	if ci, err := transport.CheckInfo(i.ConsoleInfo); err == nil {
+		i.ConsoleInfo = ci
+	}
+	return i
 }
 
 // checkDrivers has each driver build a sample node, so that a setting it
@@ -97,7 +131,8 @@ func checkDrivers(ipmiCfg ipmi.Config, toolCfg ipmitool.Config, rf redfish.Confi
 // redfishView is a Redfish node's info as GET /v1/nodes shows it: never
 // the password.
 func redfishView(i redfish.Info) api.BMC {
-	v := api.BMC{Addr: i.Addr, User: i.User, System: i.System, Insecure: i.Insecure}
+	v := nodes.ConsoleView(i.ConsoleInfo)
+	v.Addr, v.User, v.System, v.Insecure = i.Addr, i.User, i.System, i.Insecure
 	if i.SOL != nil {
 		v.SOL = &api.SOL{Port: i.SOL.Port, Cipher: i.SOL.Cipher}
 	}

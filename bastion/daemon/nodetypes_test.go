@@ -14,6 +14,9 @@ import (
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/sim"
+	"github.com/obmd/obmd/sol/soltest/sshbmc"
+	"github.com/obmd/obmd/sol/sshconsole"
+	"github.com/obmd/obmd/sol/transport"
 )
 
 // The password of these registrations: no error may show it.
@@ -25,11 +28,27 @@ func testNodeTypes(t testing.TB) *nodes.Table {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table, err := nodeTypes(Config{}, sol.IPMIOptions{Ciphers: sol.NewCiphers()}, sim.NewLab(), sealer)
+	table, err := nodeTypes(Config{}, sol.IPMIOptions{Ciphers: sol.NewCiphers()}, sim.NewLab(), sealer, testConsoles(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return table
+}
+
+// testConsoles is the console transports over host keys pinned in memory.
+func testConsoles(t testing.TB) *consoles {
+	t.Helper()
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	c := &consoles{mem: transport.NewMemory()}
+	var err error
+	if c.ssh, err = sshconsole.NewClient(sshconsole.Config{}, sshbmc.NewKeys(), nil, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if c.tr, err = transport.New(c.ssh, c.mem, nil, quiet); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // parseInfo registers info as the admin API does (strict: the /v1 API).
@@ -72,6 +91,17 @@ func TestNodeTypesRefuseAtRegistration(t *testing.T) {
 		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","system":"../x"}`, "info.system"},
 		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","sol":{"cipher":4}}`, "info.sol.cipher"},
 		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","sol":{"port":70000}}`, "info.sol.port"},
+		// The console fields (ipmi, ipmitool and redfish nodes).
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"telnet"}`, "info.console"},
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","ssh_port":22}`, "info.ssh_port"},
+		{TypeIPMITool, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"ssh","ssh_vendor":"hpe"}`, "info.ssh_vendor"},
+		{TypeIPMITool, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"ssh","ssh_pass":"` + typesPass + `\u0007"}`, "info.ssh_pass"},
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"auto","ssh_port":0,"ssh_command":"vsp\r"}`, "info.ssh_command"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","console":"ssh","ssh_host_key":"ssh-rsa x"}`, "info.ssh_host_key"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","console":"ssh","sol":{}}`, "info.sol"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + long(21) + `","console":"auto"}`, "info.pass"},
+		{TypeMock, `{"addr":"a","console":"ssh"}`, "info.console"},
+		{TypeSim, `{"addr":"a","ssh_vendor":"idrac"}`, "info.ssh_vendor"},
 	}
 	for _, tt := range tests {
 		_, err := parseInfo(table, tt.typ, tt.info, true)
@@ -99,6 +129,9 @@ func FuzzNodeTypesCheckAsDrivers(f *testing.F) {
 		{"sim", `{"addr":"simulator"}`},
 		{"redfish", `{"addr":"https://bmc:8443/","user":"u","pass":"p","system":"/redfish/v1/Systems/1","insecure":true}`},
 		{"redfish", `{"addr":"https://[::1]","user":"u","pass":"p","sol":{"port":623,"cipher":17}}`},
+		{"redfish", `{"addr":"https://bmc","user":"u","pass":"p","console":"ssh","ssh_vendor":"idrac","ssh_pass":"q"}`},
+		{"ipmi", `{"addr":"h","user":"u","pass":"p","console":"auto","ssh_port":2200,"ssh_vendor":"openbmc"}`},
+		{"ipmitool", `{"addr":"h","user":"u","pass":"p","console":"ssh","ssh_user":"admin","ssh_command":"console 1"}`},
 	} {
 		f.Add(s.typ, s.info)
 	}
@@ -121,7 +154,7 @@ func FuzzNodeTypesCheckAsDrivers(f *testing.F) {
 			if stored, err := table.Open(db.Node{Label: "n1", Type: typ, InfoSealed: sealed}); err != nil || !stored.Equal(parsed) {
 				t.Fatalf("%s %s: stored, it opens as %v (%v), want %v", typ, info, stored.View(), err, parsed.View())
 			}
-			if v, _ := json.Marshal(parsed.View()); bytes.Contains(v, []byte(`"pass"`)) {
+			if v, _ := json.Marshal(parsed.View()); bytes.Contains(v, []byte(`"pass"`)) || bytes.Contains(v, []byte(`"ssh_pass"`)) {
 				t.Fatalf("view %s shows the password", v)
 			}
 		}

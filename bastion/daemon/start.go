@@ -20,6 +20,7 @@ import (
 	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/bastion/admin"
 	"github.com/obmd/obmd/bastion/internal/conncap"
+	"github.com/obmd/obmd/bastion/internal/metrics"
 	"github.com/obmd/obmd/bastion/nodes"
 	"github.com/obmd/obmd/bastion/sshdoor"
 	"github.com/obmd/obmd/commands"
@@ -157,7 +158,10 @@ func (d *Daemon) buildBMCSide(sec secrets) (commands.Resolver, error) {
 	d.ipmiPool = ipmi.NewSessions()
 	cfg.IPMI.Sessions = d.ipmiPool
 	var err error
-	if d.types, err = nodeTypes(cfg, d.ipmiOptions(), d.lab, sec.sealer); err != nil {
+	if d.cons, err = d.newConsoles(); err != nil {
+		return nil, err
+	}
+	if d.types, err = nodeTypes(cfg, d.ipmiOptions(), d.lab, sec.sealer, d.cons); err != nil {
 		return nil, err
 	}
 	if d.resolver, err = nodes.NewResolver(d.types, d.store, d.log); err != nil {
@@ -255,7 +259,7 @@ func (d *Daemon) dbBound() time.Duration { return d.cfg.ChangeTimeout + d.store.
 // buildDoors builds the metrics, the command runner, the admin API and the
 // SSH front door.
 func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate, powerBMCs commands.Resolver) error {
-	d.metrics = d.newMetrics()
+	d.metrics = metrics.New()
 	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower, History: d.history},
 		powerBMCs, d.consoles, sessionList{d.allSessions(), d.consoles}, auditor{d.store, d.log}, d.log)
@@ -273,7 +277,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
 		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay,
-		CipherInUse: d.ciphers.Suite, History: d.history},
+		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
@@ -289,6 +293,9 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 		Certs: d.certs, RoleWait: d.roleWait()},
 		gate, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
 	if err != nil {
+		return err
+	}
+	if err := d.pullMetrics(); err != nil {
 		return err
 	}
 	d.http = d.newHTTPServer(ctx, api.Handler())

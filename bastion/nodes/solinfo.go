@@ -27,6 +27,10 @@ type SolSpec struct {
 	// Check, if set, is the driver's own check, run after the rules every
 	// such type shares (see SolKind).
 	Check func(sol.Info) error
+	// Console, if set, checks the console fields ("console", "ssh_*":
+	// sol.ConsoleInfo) and returns them canonical; without it the type
+	// takes none.
+	Console func(sol.ConsoleInfo) (sol.ConsoleInfo, error)
 	// New and Forget are as in Kind.
 	New    func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error)
 	Forget func(label string)
@@ -48,7 +52,8 @@ const (
 // stored without brackets), user and pass are required, at
 // most 255 bytes, without control characters, port is 1-65535 (623 is the
 // default), cipher -1 (the driver's default) to 17; interface is "lan" or
-// "lanplus" (the default). A field the type does not take is refused by
+// "lanplus" (the default); the console fields as SolSpec.Console checks
+// them, for a type that takes them. A field the type does not take is refused by
 // the strict /v1 API ("info.user does not apply to type mock") and
 // ignored by the obmd routes, as obmd did (obmd's mock also carried its
 // counter, "NumWrites").
@@ -69,7 +74,8 @@ func SolKind(typ Type, s SolSpec) Kind[sol.Info] {
 		Canonical: sol.Info.Canonical,
 		Equal:     sol.Info.Equal,
 		View: func(i sol.Info) api.BMC {
-			v := api.BMC{Addr: i.Addr, User: i.User, Cipher: i.Cipher, Interface: i.Interface}
+			v := ConsoleView(i.ConsoleInfo)
+			v.Addr, v.User, v.Cipher, v.Interface = i.Addr, i.User, i.Cipher, i.Interface
 			if s.Credentials {
 				v.Port = i.Port
 				if v.Port == 0 {
@@ -89,7 +95,15 @@ func SolKind(typ Type, s SolSpec) Kind[sol.Info] {
 	}
 }
 
-// wireInfo is the "info" object as sent. Pointers tell absent from zero.
+// ConsoleView is the console fields as the admin API shows them: as
+// registered, never ssh_pass.
+func ConsoleView(ci sol.ConsoleInfo) api.BMC {
+	return api.BMC{Console: ci.Console, SSHPort: ci.SSHPort, SSHUser: ci.SSHUser, SSHCommand: ci.SSHCommand,
+		SSHVendor: ci.SSHVendor, SSHHostKey: ci.SSHHostKey}
+}
+
+// wireInfo is the "info" object as sent. Pointers tell absent from zero;
+// the console fields' zero values are their defaults.
 type wireInfo struct {
 	Addr      *string `json:"addr"`
 	User      *string `json:"user"`
@@ -97,6 +111,7 @@ type wireInfo struct {
 	Port      *int    `json:"port"`
 	Cipher    *int    `json:"cipher"`
 	Interface *string `json:"interface"`
+	sol.ConsoleInfo
 }
 
 // info validates w as typ's registration (SolKind's rules).
@@ -155,7 +170,13 @@ func (w wireInfo) info(typ Type, s SolSpec, strict bool) (sol.Info, error) {
 			return info, fmt.Errorf("info.interface %s is not \"lan\" or \"lanplus\"", quote(iface))
 		}
 	}
-	return info, nil
+	switch f := w.ConsoleInfo.FirstSet(); {
+	case s.Console != nil:
+		info.ConsoleInfo, err = s.Console(w.ConsoleInfo)
+	case f != "" && strict:
+		err = fmt.Errorf("info.%s does not apply to type %s", f, typ)
+	}
+	return info, err
 }
 
 // bmcHost checks the addr of a BMC reached over IPMI: a host name or an IP
@@ -195,7 +216,7 @@ func (w wireInfo) noCredentials(typ Type, strict bool) error {
 		name string
 		set  bool
 	}{{"user", w.User != nil}, {"pass", w.Pass != nil}, {"port", w.Port != nil},
-		{"cipher", w.Cipher != nil}, {"interface", w.Interface != nil}} {
+		{"cipher", w.Cipher != nil}, {"interface", w.Interface != nil}, {w.ConsoleInfo.FirstSet(), w.ConsoleInfo.FirstSet() != ""}} {
 		if f.set {
 			return fmt.Errorf("info.%s does not apply to type %s", f.name, typ)
 		}

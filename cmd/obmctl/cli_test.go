@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/soltest"
+	"github.com/obmd/obmd/sol/soltest/sshbmc"
 )
 
 // TestObmctlFlagsAnywhere: global flags go before the command, after it,
@@ -433,5 +436,64 @@ func TestObmctlSharedBMC(t *testing.T) {
 	out, errOut, code := ctl("node", "ls")
 	if code != 0 || !strings.Contains(out, "[::1]:9623") {
 		t.Errorf("node ls: got exit %d, %q %q; want the BMC as [::1]:9623", code, out, errOut)
+	}
+}
+
+// TestObmctlSSHConsole: node add takes the SSH console's flags (its
+// password and host key from files, never arguments), node show says how
+// the console is reached and shows the key pinned at the first console
+// link, and node ssh-host-key reset forgets it (idempotent).
+func TestObmctlSSHConsole(t *testing.T) {
+	d := startDaemon(t)
+	ctl := ctlFor(d)
+	b := sshbmc.Start(t, sshbmc.Options{Vendor: "openbmc"})
+	dir := t.TempDir()
+	pw, sshPw := filepath.Join(dir, "pw"), filepath.Join(dir, "ssh-pw")
+	os.WriteFile(pw, []byte("ipmi-pass\n"), 0o600)
+	os.WriteFile(sshPw, []byte(sshbmc.Pass+"\n"), 0o600)
+	if _, errOut, code := ctl("node", "add", "n1", "--addr", "127.0.0.1", "--user", "root", "--pass-file", pw,
+		"--console", "ssh", "--ssh-vendor", "openbmc", "--ssh-port", strconv.Itoa(b.Port), "--ssh-user", sshbmc.User,
+		"--ssh-pass-file", sshPw); code != 0 {
+		t.Fatalf("node add: %q", errOut)
+	}
+	if _, errOut, code := ctl("node", "add", "n2", "--type", "sim", "--addr", "sim", "--console", "ssh"); code != 2 ||
+		!strings.Contains(errOut, "--console") {
+		t.Errorf("a sim node with --console: got exit %d, %q, want refused", code, errOut)
+	}
+	out, _, _ := ctl("node", "show", "n1")
+	if !strings.Contains(out, "console:  ssh (SSH: openbmc, port "+strconv.Itoa(b.Port)+"), in use: none yet") ||
+		strings.Contains(out, "ssh key:") {
+		t.Errorf("node show before a console: %q", out)
+	}
+	tok, _, _ := ctl("token", "rotate", "n1")
+	c, err := sshClient(d, "n1", strings.TrimSpace(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stdout = io.Discard
+	if err := s.Shell(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !(strings.Contains(out, "(pinned") && strings.Contains(out, "in use: ssh")) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		out, _, _ = ctl("node", "show", "n1")
+	}
+	c.Close()
+	if fp := gossh.FingerprintSHA256(b.HostKey()); !strings.Contains(out, "ssh key:  "+fp+" (pinned") ||
+		!strings.Contains(out, "in use: ssh") {
+		t.Errorf("node show after a console: %q, want the pinned key %s and ssh in use", out, fp)
+	}
+	if js, _, _ := ctl("node", "show", "n1", "--json"); strings.Contains(js, sshbmc.Pass) || strings.Contains(js, "ipmi-pass") {
+		t.Errorf("node show --json shows a password: %s", js)
+	}
+	for _, want := range []string{"n1: SSH host key forgotten", "n1: no SSH host key was pinned"} {
+		if out, errOut, code := ctl("node", "ssh-host-key", "reset", "n1"); code != 0 || !strings.HasPrefix(out, want) {
+			t.Errorf("reset: got exit %d, %q, %q, want %q", code, out, errOut, want)
+		}
 	}
 }

@@ -15,13 +15,17 @@ func commandTable() []command {
 			summary: "register a node, or change one (cuts its sessions if anything changed)",
 			help: "The BMC password comes from --pass-file, OBMD_BMC_PASS, or a prompt: never from an argument.\n" +
 				"A flag the node's type does not take is refused. --cipher unset: negotiated (17, then 3).\n" +
-				"Redfish: --addr https://HOST[:PORT], --user, and --system, --insecure, --sol, --sol-port, --sol-cipher.",
+				"Redfish: --addr https://HOST[:PORT], --user, and --system, --insecure, --sol, --sol-port, --sol-cipher.\n" +
+				"The console over the BMC's SSH service: --console ssh|auto and the --ssh-* flags (ipmi, ipmitool, redfish).",
 			argHint: "the BMC password is never an argument: use --pass-file, OBMD_BMC_PASS or the prompt",
-			fields:  map[string]string{"info.pass": "the BMC password"}},
+			fields:  map[string]string{"info.pass": "the BMC password", "info.ssh_pass": "the SSH password"}},
 		{name: "node set", args: label, run: nodeSet, summary: "change a node's console capture",
 			flags: []flagDef{{name: "capture", arg: "C", field: "capture",
 				usage: "always (recorded with nobody attached), attached, or default (always for ipmi and ipmitool)"}}},
 		{name: "node rm", args: label, summary: "delete a node (cuts its sessions; idempotent)", run: nodeRemove},
+		{name: "node ssh-host-key reset", args: label, run: hostKeyReset,
+			summary: "forget the BMC's SSH host key pinned for the node (idempotent)",
+			help:    "The next console link pins the key it meets: do it only when the BMC's key really changed."},
 		{name: "console-log", args: label, run: consoleLog, flags: consoleLogFlags(),
 			summary: "the console history of the node's current (or a kept) tenancy, as it was stored",
 			help:    "It is written to stdout untouched (raw), as lines (text), or as an asciicast v2 recording (cast)."},

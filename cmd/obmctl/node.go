@@ -34,10 +34,20 @@ func nodeAddFlags() []flagDef {
 		{name: "sol-port", kind: intFlag, arg: "P", usage: "redfish: the console's RMCP+ port (implies --sol; default 623)", field: "info.sol.port"},
 		{name: "sol-cipher", kind: intFlag, arg: "N", usage: "redfish: the console's cipher suite (implies --sol; default negotiated)", field: "info.sol.cipher"},
 		{name: "capture", arg: "C", usage: "console capture: always, attached or default", field: "capture"},
+		{name: "console", arg: "C", usage: "sol (default), ssh (the BMC's SSH service) or auto", field: "info.console"},
+		{name: "ssh-vendor", arg: "V", usage: "the SSH console's preset: idrac, ilo, xcc, openbmc or generic", field: "info.ssh_vendor"},
+		{name: "ssh-port", kind: intFlag, arg: "P", usage: "the BMC's SSH port (default the preset's: 22, 2200 for openbmc)", field: "info.ssh_port"},
+		{name: "ssh-user", arg: "U", usage: "the SSH console's user (default --user)", field: "info.ssh_user"},
+		{name: "ssh-pass-file", arg: "FILE", usage: "the file holding the SSH console's password (default the BMC password)", field: "info.ssh_pass"},
+		{name: "ssh-command", arg: "CMD", usage: "what reaches the host console once logged in (default the preset's)", field: "info.ssh_command"},
+		{name: "ssh-host-key", arg: "FILE", usage: "the file holding the BMC's SSH host key, an authorized_keys line (default: pinned on first contact)", field: "info.ssh_host_key"},
 		{name: "allow-shared-bmc", kind: boolFlag, usage: "register even though another node uses this BMC (nodes that really share one)",
 			field: "?allow_shared_bmc=1"},
 	}
 }
+
+// consoleFlags are the flags of the console fields (ipmi, ipmitool, redfish).
+var consoleFlags = []string{"console", "ssh-vendor", "ssh-port", "ssh-user", "ssh-pass-file", "ssh-command", "ssh-host-key"}
 
 // typeFlags are the flags a node type takes beyond --type, --addr and
 // --capture, and whether it has a BMC password; ok is false for a type
@@ -45,11 +55,11 @@ func nodeAddFlags() []flagDef {
 func typeFlags(typ string) (names []string, password, ok bool) {
 	switch typ {
 	case "ipmi":
-		return []string{"user", "port", "cipher", "pass-file"}, true, true
+		return append([]string{"user", "port", "cipher", "pass-file"}, consoleFlags...), true, true
 	case "ipmitool":
-		return []string{"user", "port", "cipher", "interface", "pass-file"}, true, true
+		return append([]string{"user", "port", "cipher", "interface", "pass-file"}, consoleFlags...), true, true
 	case "redfish":
-		return []string{"user", "system", "insecure", "sol", "sol-port", "sol-cipher", "pass-file"}, true, true
+		return append([]string{"user", "system", "insecure", "sol", "sol-port", "sol-cipher", "pass-file"}, consoleFlags...), true, true
 	case "mock", "sim":
 		return nil, false, true
 	}
@@ -94,8 +104,53 @@ func nodeShow(c *client, in *input) error {
 	if capture == "" {
 		capture = "default"
 	}
-	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ncapture:  %s\n%stoken:    %v\nkeys:     %d\nsessions: %d\n",
-		n.Label, n.Type, hostPort(n.BMC), n.User, capture, nodeDetail(n), n.HasToken != nil && *n.HasToken, deref(n.Keys), deref(n.Sessions))
+	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ncapture:  %s\n%s%stoken:    %v\nkeys:     %d\nsessions: %d\n",
+		n.Label, n.Type, hostPort(n.BMC), n.User, capture, nodeDetail(n), consoleDetail(n), n.HasToken != nil && *n.HasToken,
+		deref(n.Keys), deref(n.Sessions))
+	return nil
+}
+
+// consoleDetail is what node show says of a console over the BMC's SSH
+// service: how it is reached, which transport is in use, the host key.
+func consoleDetail(n api.Node) string {
+	var b strings.Builder
+	if n.Console != "" {
+		vendor, port, inUse := n.SSHVendor, "the preset's port", n.ConsoleInUse
+		if vendor == "" {
+			vendor = "generic"
+		}
+		if n.SSHPort != 0 {
+			port = fmt.Sprintf("port %d", n.SSHPort)
+		}
+		if inUse == "" {
+			inUse = "none yet"
+		}
+		fmt.Fprintf(&b, "console:  %s (SSH: %s, %s), in use: %s\n", n.Console, vendor, port, inUse)
+	}
+	switch {
+	case n.SSHHostKey != "":
+		fmt.Fprintf(&b, "ssh key:  %s (registered)\n", n.SSHHostKey)
+	case n.SSHHostKeyPinned != nil:
+		k := n.SSHHostKeyPinned
+		fmt.Fprintf(&b, "ssh key:  %s (pinned %s at %s)\n", k.Fingerprint, k.PinnedAt.Format(time.RFC3339), k.Addr)
+	}
+	return b.String()
+}
+
+// hostKeyReset is `node ssh-host-key reset LABEL`: obmd forgets the BMC
+// host key pinned for the node; the next console link pins the one it
+// meets.
+func hostKeyReset(c *client, in *input) error {
+	label := in.args[0]
+	var out api.HostKeyReset
+	if printed, err := c.call("DELETE", "/v1/nodes/"+esc(label)+"/ssh-host-key", nil, &out); printed || err != nil {
+		return err
+	}
+	if out.Removed {
+		fmt.Fprintf(c.out, "%s: SSH host key forgotten; the next console link pins the key it meets\n", label)
+	} else {
+		fmt.Fprintf(c.out, "%s: no SSH host key was pinned\n", label)
+	}
 	return nil
 }
 
@@ -178,7 +233,32 @@ func registration(in *input, password bool) (map[string]any, error) {
 		}
 		info["sol"] = sol
 	}
-	return info, nil
+	return info, consoleInfo(in, info)
+}
+
+// consoleInfo adds the console flags to info: the SSH password and host
+// key read from their files, never from an argument.
+func consoleInfo(in *input, info map[string]any) error {
+	for _, f := range []struct{ flag, field string }{{"console", "console"}, {"ssh-vendor", "ssh_vendor"},
+		{"ssh-user", "ssh_user"}, {"ssh-command", "ssh_command"}} {
+		if v := in.str(f.flag); v != "" {
+			info[f.field] = v
+		}
+	}
+	if in.given("ssh-port") {
+		info["ssh_port"] = in.int("ssh-port")
+	}
+	for _, f := range []struct{ flag, field, what string }{{"ssh-pass-file", "ssh_pass", "SSH password"},
+		{"ssh-host-key", "ssh_host_key", "SSH host key"}} {
+		if file := in.str(f.flag); file != "" {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f.what, err)
+			}
+			info[f.field] = strings.TrimRight(string(data), "\r\n")
+		}
+	}
+	return nil
 }
 
 // bmcPassword reads the BMC password from file, else OBMD_BMC_PASS, else
@@ -265,7 +345,9 @@ func nodeDetail(n api.Node) string {
 		}
 		fmt.Fprintf(&b, "system:   %s\ntls:      %s\n", sys, tls)
 		if n.SOL == nil {
-			b.WriteString("console:  none (no sol details)\n")
+			if n.Console == "" { // else consoleDetail says
+				b.WriteString("console:  none (no sol details)\n")
+			}
 			break
 		}
 		port := n.SOL.Port

@@ -84,9 +84,13 @@ func sshExec(t *testing.T, p *proc, label, tok, cmd, want string) {
 // database of a stopped obmd.
 func auditActions(t *testing.T, dsn, state, node string) map[string]int {
 	t.Helper()
-	conn, _ := openDB(t, dsn, state)
+	conn, dialect := openDB(t, dsn, state)
 	defer conn.Close()
-	rows, err := conn.Query(`SELECT action, COUNT(*) FROM audit_events WHERE node = ? GROUP BY action`, node)
+	arg := "?"
+	if dialect == "postgres" {
+		arg = "$1"
+	}
+	rows, err := conn.Query(`SELECT action, COUNT(*) FROM audit_events WHERE node = `+arg+` GROUP BY action`, node)
 	if err != nil {
 		t.Fatalf("read audit rows: %v", err)
 	}

@@ -119,10 +119,16 @@ func (l *lockedBuffer) String() string {
 // exit code and output.
 func runObmd(t testing.TB, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runObmdIn(t, "", env, args...)
+}
+
+// runObmdIn is runObmd in working directory dir ("": this process's).
+func runObmdIn(t testing.TB, dir string, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := exec.CommandContext(ctx, obmdBinary(t), args...)
-	c.Env = childEnv(env)
+	c.Env, c.Dir = childEnv(env), dir
 	var o, e bytes.Buffer
 	c.Stdout, c.Stderr = &o, &e
 	err := c.Run()
@@ -343,11 +349,12 @@ func engines() []engine {
 	return []engine{
 		{"sqlite", func(t *testing.T, stateDir string) string { return "" }},
 		{"mysql", func(t *testing.T, _ string) string { return dbtest.MySQLDSN(t) }},
+		{"postgres", func(t *testing.T, _ string) string { return dbtest.PostgresDSN(t) }},
 	}
 }
 
-// onEngines runs f on SQLite and on MariaDB (skipped without its DSN, fatal
-// under OBMD_REQUIRE_INTEGRATION=1).
+// onEngines runs f on SQLite, MariaDB and PostgreSQL (the last two skipped
+// without their DSN, fatal under OBMD_REQUIRE_INTEGRATION=1).
 func onEngines(t *testing.T, f func(t *testing.T, e engine)) {
 	for _, e := range engines() {
 		t.Run(e.name, func(t *testing.T) { f(t, e) })
@@ -364,6 +371,13 @@ func openDB(t testing.TB, dsn, stateDir string) (*sql.DB, string) {
 			t.Fatal(err)
 		}
 		return conn, "mysql"
+	}
+	if strings.HasPrefix(dsn, "postgres://") {
+		conn, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn, "postgres"
 	}
 	if dsn == "" {
 		dsn = filepath.Join(stateDir, "obmd.db")
@@ -382,8 +396,11 @@ func dumpDB(t testing.TB, dsn, stateDir string) string {
 	conn, dialect := openDB(t, dsn, stateDir)
 	defer conn.Close()
 	q := "SELECT name FROM sqlite_master WHERE type = 'table'"
-	if dialect == "mysql" {
+	switch dialect {
+	case "mysql":
 		q = "SHOW TABLES"
+	case "postgres":
+		q = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
 	}
 	tables := queryStrings(t, conn, q)
 	if len(tables) < 3 {

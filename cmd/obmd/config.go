@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/obmd/obmd/bastion/daemon"
 )
@@ -29,7 +29,7 @@ func loadConfig(cmd string, args []string, getenv func(string) string, out io.Wr
 	sshAddr := fs.String("ssh-addr", "", "SSH listen address (env OBMD_SSH_ADDR; default 127.0.0.1:2222)")
 	adminAddr := fs.String("admin-addr", "", "admin HTTP listen address (env OBMD_ADMIN_ADDR; default 127.0.0.1:8080)")
 	stateDir := fs.String("state-dir", "", "state directory: keys, admin token, default database (env OBMD_STATE_DIR; default ./obmd-state)")
-	dsn := fs.String("db", "", "SQLite path or mysql://user:pass@tcp(host:port)/db (env OBMD_DB; default STATE_DIR/obmd.db)")
+	dsn := fs.String("db", "", "SQLite path, mysql://user:pass@tcp(host:port)/db or postgres://user:pass@host:port/db (env OBMD_DB; default STATE_DIR/obmd.db)")
 	demo := fs.Bool("demo", false, "register node \"demo\" on the built-in simulator and print its token (env OBMD_DEMO)")
 	level := fs.String("log-level", "", "debug, info, warn, error (env OBMD_LOG_LEVEL; default info)")
 	format := fs.String("log-format", "", "auto, text or json (env OBMD_LOG_FORMAT; default auto: text on a terminal)")

@@ -27,10 +27,13 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/obmd/obmd/db/dbtest"
 )
 
 // TestBinaryProbes checks /healthz and /readyz (no auth), and that /readyz
-// answers 503 once obmd's MariaDB database is gone while /healthz stays 200.
+// answers 503 once obmd's MariaDB or PostgreSQL database is gone while
+// /healthz stays 200.
 func TestBinaryProbes(t *testing.T) {
 	t.Parallel()
 	onEngines(t, func(t *testing.T, e engine) {
@@ -42,7 +45,7 @@ func TestBinaryProbes(t *testing.T) {
 				t.Errorf("GET %s: got %d %q, want 200", path, code, body)
 			}
 		}
-		if e.name != "mysql" {
+		if e.name == "sqlite" {
 			return
 		}
 		dropDatabase(t, dsn)
@@ -66,10 +69,26 @@ func TestBinaryProbes(t *testing.T) {
 	})
 }
 
-// dropDatabase drops the database of a mysql:// DSN (dbtest's cleanup
-// tolerates it).
+// dropDatabase drops the database of a mysql:// or postgres:// DSN
+// (dbtest's cleanup tolerates it); on PostgreSQL with the connections to it.
 func dropDatabase(t *testing.T, dsn string) {
 	t.Helper()
+	if strings.HasPrefix(dsn, "postgres://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(u.Path, "/")
+		server, err := sql.Open("pgx", os.Getenv(dbtest.PostgresEnv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer server.Close()
+		if _, err := server.Exec("DROP DATABASE " + name + " WITH (FORCE)"); err != nil {
+			t.Fatalf("drop %s: %v", name, err)
+		}
+		return
+	}
 	cfg, err := mysql.ParseDSN(strings.TrimPrefix(dsn, "mysql://"))
 	if err != nil {
 		t.Fatal(err)

@@ -111,7 +111,7 @@ func run(args []string, stderr io.Writer) int {
 
 // migrate applies the migrations to cfg.DB (cfg has its defaults). db.Open
 // creates the directory of a SQLite database; nothing is created for MySQL
-// (not even the state directory).
+// or PostgreSQL (not even the state directory).
 func migrate(ctx context.Context, cfg daemon.Config, log logrus.FieldLogger) int {
 	store, err := db.Open(ctx, cfg.DB, log)
 	if err != nil {

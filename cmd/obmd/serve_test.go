@@ -73,8 +73,8 @@ func TestBinaryMigrate(t *testing.T) {
 				t.Errorf("migrate #%d: got db %v, want %s", i+1, line["db"], want)
 			}
 		}
-		if _, err := os.Stat(state); e.name == "mysql" && !os.IsNotExist(err) {
-			t.Errorf("migrate on MySQL: got state directory %v, want none created", err)
+		if _, err := os.Stat(state); e.name != "sqlite" && !os.IsNotExist(err) {
+			t.Errorf("migrate on %s: got state directory %v, want none created", e.name, err)
 		}
 		if dump := dumpDB(t, dsn, state); !strings.Contains(dump, "access_seq:") {
 			t.Errorf("after migrate: the schema's seed row is missing; dump:\n%s", dump)
@@ -82,26 +82,39 @@ func TestBinaryMigrate(t *testing.T) {
 	})
 }
 
-// TestBinaryDBErrorHidesPassword checks that an unreachable MySQL fails the
-// start cleanly and never prints the DSN's password.
+// TestBinaryDBErrorHidesPassword checks that an unreachable MySQL or
+// PostgreSQL, or a DSN of an unknown form, fails the start cleanly, says
+// why and never prints the DSN's password; nothing is created for a DSN
+// refused (before, any DSN but mysql:// was a SQLite path, created with
+// the password in its name and logged).
 func TestBinaryDBErrorHidesPassword(t *testing.T) {
 	t.Parallel()
 	const pw = "Pw-must-not-leak-7d1f"
-	dsn := "mysql://obmd:" + pw + "@tcp(127.0.0.1:1)/obmd"
-	for _, cmd := range []string{"migrate", "serve"} {
-		state := t.TempDir()
-		code, out, errOut := runObmd(t, map[string]string{"OBMD_DB": dsn}, append([]string{cmd}, loopbackArgs(state)...)...)
-		if code != 1 {
-			t.Errorf("%s: got exit %d, want 1; stderr:\n%s", cmd, code, errOut)
-		}
-		if strings.Contains(out+errOut, pw) {
-			t.Errorf("%s: the database password is in the output:\n%s", cmd, errOut)
-		}
-		if !strings.Contains(errOut, "127.0.0.1:1") {
-			t.Errorf("%s: got %q, want an error naming the database address", cmd, errOut)
-		}
-		if _, err := os.Stat(filepath.Join(state, "admin-token")); !os.IsNotExist(err) {
-			t.Errorf("%s: admin token file: got %v, want none generated when the database is unreachable", cmd, err)
+	tests := []struct{ dsn, want string }{
+		{"mysql://obmd:" + pw + "@tcp(127.0.0.1:1)/obmd", "127.0.0.1:1"},
+		{"postgres://obmd:" + pw + "@127.0.0.1:1/obmd?sslmode=disable", "127.0.0.1:1"},
+		{"postgress://obmd:" + pw + "@127.0.0.1:1/obmd", "unknown DSN scheme"},
+	}
+	for _, tt := range tests {
+		for _, cmd := range []string{"migrate", "serve"} {
+			state := t.TempDir()
+			work := t.TempDir()
+			code, out, errOut := runObmdIn(t, work, map[string]string{"OBMD_DB": tt.dsn}, append([]string{cmd}, loopbackArgs(state)...)...)
+			if code != 1 {
+				t.Errorf("%s on %s: got exit %d, want 1; stderr:\n%s", cmd, tt.want, code, errOut)
+			}
+			if strings.Contains(out+errOut, pw) {
+				t.Errorf("%s: the database password is in the output:\n%s", cmd, errOut)
+			}
+			if !strings.Contains(errOut, tt.want) {
+				t.Errorf("%s: got %q, want an error saying %s", cmd, errOut, tt.want)
+			}
+			if _, err := os.Stat(filepath.Join(state, "admin-token")); !os.IsNotExist(err) {
+				t.Errorf("%s: admin token file: got %v, want none generated when the database is unreachable", cmd, err)
+			}
+			if ents, _ := os.ReadDir(work); len(ents) > 0 {
+				t.Errorf("%s: created %s in the working directory, want nothing", cmd, ents[0].Name())
+			}
 		}
 	}
 }

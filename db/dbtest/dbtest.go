@@ -1,9 +1,9 @@
 // Package dbtest gives tests a fresh, private database to open with db.Open:
-// SQLite always, MariaDB/MySQL when configured.
+// SQLite always, MariaDB/MySQL and PostgreSQL when configured.
 //
 // SQLite lives in t.TempDir(); MariaDB/MySQL is used when
-// OBMD_TEST_MYSQL_DSN is set (a scratch database created for the test and
-// dropped after it).
+// OBMD_TEST_MYSQL_DSN is set, PostgreSQL when OBMD_TEST_POSTGRES_DSN is (a
+// scratch database created for the test and dropped after it).
 //
 // It does not import db, so db's own tests can use it too.
 package dbtest
@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 )
 
 // Environment variables read by this package.
@@ -27,22 +29,33 @@ const (
 	// MySQLEnv holds mysql://user:pass@tcp(host:port)/dbname; the user
 	// must be allowed to create and drop databases (dbname is not used).
 	MySQLEnv = "OBMD_TEST_MYSQL_DSN"
-	// RequireEnv set to 1 turns a skip for a missing MySQLEnv into a failure.
+	// PostgresEnv holds postgres://user:pass@host:port/dbname[?params];
+	// the user must be allowed to create databases (CREATEDB), and dbname
+	// is where it connects to create and drop them.
+	PostgresEnv = "OBMD_TEST_POSTGRES_DSN"
+	// RequireEnv set to 1 turns a skip for a missing MySQLEnv or
+	// PostgresEnv into a failure.
 	RequireEnv = "OBMD_REQUIRE_INTEGRATION"
 )
 
 // Engine is one database engine tests can run against.
 type Engine struct {
-	Name string // "sqlite" or "mysql"
+	Name string // "sqlite", "mysql" or "postgres"
 	// DSN returns the DSN of an empty database for t, removed when t ends.
 	// It skips t (fails it under OBMD_REQUIRE_INTEGRATION=1) when the engine
 	// is not available.
 	DSN func(t testing.TB) string
 }
 
-// Engines lists SQLite and MySQL, for table-driven store tests.
+// Engines lists SQLite, MySQL and PostgreSQL, for table-driven store tests.
 func Engines() []Engine {
-	return []Engine{{Name: "sqlite", DSN: SQLiteDSN}, {Name: "mysql", DSN: MySQLDSN}}
+	return append([]Engine{{Name: "sqlite", DSN: SQLiteDSN}}, SharedEngines()...)
+}
+
+// SharedEngines lists the engines several processes share a database on
+// (replicas): MySQL and PostgreSQL.
+func SharedEngines() []Engine {
+	return []Engine{{Name: "mysql", DSN: MySQLDSN}, {Name: "postgres", DSN: PostgresDSN}}
 }
 
 // SQLiteDSN returns the path of a new SQLite database in t.TempDir().
@@ -73,11 +86,7 @@ func MySQLDSN(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("parse %s: %v", MySQLEnv, err)
 	}
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatalf("random database name: %v", err)
-	}
-	name := "obmd_test_" + hex.EncodeToString(b[:])
+	name := scratchName(t)
 
 	server := cfg.Clone()
 	server.DBName = ""
@@ -106,4 +115,62 @@ func MySQLDSN(t testing.TB) string {
 
 	cfg.DBName = name
 	return "mysql://" + cfg.FormatDSN()
+}
+
+// PostgresOptions are what a PostgreSQL database for obmd is created with
+// (after CREATE DATABASE name): UTF8, and byte order (obmd's columns
+// collate "C" anyway).
+const PostgresOptions = " ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+
+// scratchName returns a new database name, obmd_test_<random>.
+func scratchName(t testing.TB) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("random database name: %v", err)
+	}
+	return "obmd_test_" + hex.EncodeToString(b[:])
+}
+
+// PostgresDSN creates a database named obmd_test_<random> on the server of
+// OBMD_TEST_POSTGRES_DSN, drops it when t ends (with whatever is still
+// connected to it), and returns its postgres:// DSN.
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	raw := os.Getenv(PostgresEnv)
+	if raw == "" {
+		Missing(t, "%s is not set", PostgresEnv)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		t.Fatalf("%s must be a postgres:// URL", PostgresEnv)
+	}
+	name := scratchName(t)
+	admin, err := sql.Open("pgx", raw)
+	if err != nil {
+		t.Fatalf("open %s: %v", PostgresEnv, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// UTF8 and byte order whatever the server's defaults, as obmd wants.
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+PostgresOptions); err != nil {
+		_ = admin.Close()
+		t.Fatalf("create scratch database on %s: %v", u.Host, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Plainly first: that stops an autovacuum worker of the database,
+		// which FORCE may not be allowed to; then with whatever is still
+		// connected (a process of the test that it did not stop).
+		_, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name)
+		if err != nil {
+			_, err = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		}
+		if err != nil {
+			t.Errorf("drop scratch database %s: %v", name, err)
+		}
+		_ = admin.Close()
+	})
+	u.Path = "/" + name
+	return u.String()
 }

@@ -3,6 +3,7 @@ package dbtest
 import (
 	"io"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -10,7 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// Proxy forwards TCP connections to a MySQL server. It can hold the
+// Proxy forwards TCP connections to a MySQL or PostgreSQL server. It can hold the
 // answers on the connections open at a moment (Hold), as a server holds a
 // statement it does not answer (a Galera node's wait for the cluster that
 // raced a configuration change) while it answers on new connections; and
@@ -35,21 +36,17 @@ type proxyConn struct {
 	hold           sync.Once
 }
 
-// StartProxy starts a proxy to dsn's server (mysql://user:pass@tcp(...)/db)
-// on a loopback port; it closes every connection when t ends.
+// StartProxy starts a proxy to dsn's server (mysql://user:pass@tcp(...)/db,
+// or postgres://user:pass@host:port/db) on a loopback port; it closes
+// every connection when t ends.
 func StartProxy(t testing.TB, dsn string) *Proxy {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(strings.TrimPrefix(dsn, "mysql://"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{l: l, target: cfg.Addr, conns: map[*proxyConn]struct{}{}}
-	cfg.Addr = l.Addr().String()
-	p.DSN = "mysql://" + cfg.FormatDSN()
+	p := &Proxy{l: l, conns: map[*proxyConn]struct{}{}}
+	p.target, p.DSN = redirect(t, dsn, l.Addr().String())
 	p.wg.Add(1)
 	go p.accept() // ends when l closes
 	t.Cleanup(func() {
@@ -58,6 +55,26 @@ func StartProxy(t testing.TB, dsn string) *Proxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// redirect returns the server address of dsn (a mysql:// or postgres://
+// DSN on TCP), and dsn with addr in its place.
+func redirect(t testing.TB, dsn, addr string) (target, redirected string) {
+	t.Helper()
+	if rest, ok := strings.CutPrefix(dsn, "mysql://"); ok {
+		cfg, err := mysql.ParseDSN(rest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, cfg.Addr = cfg.Addr, addr
+		return target, "mysql://" + cfg.FormatDSN()
+	}
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme != "postgres" || u.Host == "" {
+		t.Fatalf("proxy a DSN that is neither mysql:// nor postgres:// on TCP")
+	}
+	target, u.Host = u.Host, addr
+	return target, u.String()
 }
 
 func (p *Proxy) accept() {

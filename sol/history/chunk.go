@@ -343,7 +343,8 @@ func (q Query) check() error {
 	return nil
 }
 
-// Store keeps the history. package db implements it on SQLite and MySQL.
+// Store keeps the history. package db implements it on SQLite, MySQL and
+// PostgreSQL.
 type Store interface {
 	// AppendHistory stores chunks in one transaction, in order. It sets
 	// the Seq of each chunk it stored; a chunk of a tenancy that has ended

@@ -41,6 +41,18 @@ type Info struct {
 	// SOL, when set, gives the node a serial console: IPMI serial-over-LAN
 	// on the same BMC host, with the same user and password.
 	SOL *SOLInfo `json:"sol,omitempty"`
+	// ConsoleInfo is how the node's console is reached: "sol" (IPMI, as
+	// SOL says, its defaults when SOL is unset), "ssh" (the BMC's SSH
+	// service), "auto" (what the Redfish service says is enabled: IPMI SOL
+	// is reached as SOL says). Unset: SOL when SOL is set, else none.
+	// sol/transport checks and acts on its fields.
+	sol.ConsoleInfo
+}
+
+// ipmiConsole reports whether the node's console may be IPMI SOL: its
+// user and pass then take IPMI's limits.
+func (info Info) ipmiConsole() bool {
+	return info.SOL != nil || info.Console == sol.ConsoleSOL || info.Console == sol.ConsoleAuto
 }
 
 // SOLInfo is how to reach a Redfish node's serial console over IPMI.
@@ -72,26 +84,31 @@ const (
 // query or fragment; plain http is refused because the password would cross
 // the network in clear. user and pass are required, valid UTF-8 without
 // control characters, at most MaxUserLen and MaxPassLen bytes (16 and 20
-// when sol is set, as IPMI allows). system is empty, an Id of letters,
+// when the console may be IPMI SOL: sol is set, or console is "sol" or
+// "auto", as IPMI allows). system is empty, an Id of letters,
 // digits and "._~-", or "/redfish/v1/Systems/" and such an Id. sol.port is 0
 // (623) or 1-65535; sol.cipher is absent, -1 or a suite the IPMI driver
-// supports.
+// supports; sol is refused with console "ssh". The console's own fields
+// are sol/transport's to check.
 func Check(info Info) error {
 	if _, _, err := parseAddr(info.Addr); err != nil {
 		return err
 	}
 	userMax, passMax := MaxUserLen, MaxPassLen
-	if info.SOL != nil {
+	if info.ipmiConsole() {
 		userMax, passMax = rmcpplus.MaxUserNameLength, ipmi.MaxPassLen
 	}
-	if err := checkText("user", info.User, userMax, info.SOL != nil); err != nil {
+	if err := checkText("user", info.User, userMax, info.ipmiConsole()); err != nil {
 		return err
 	}
-	if err := checkText("pass", info.Pass, passMax, info.SOL != nil); err != nil {
+	if err := checkText("pass", info.Pass, passMax, info.ipmiConsole()); err != nil {
 		return err
 	}
 	if _, err := systemID(info.System); err != nil {
 		return err
+	}
+	if info.SOL != nil && info.Console == sol.ConsoleSSH {
+		return errors.New(`info.sol applies only with info.console "sol" or "auto"`)
 	}
 	if info.SOL != nil {
 		if _, err := ipmiInfo(info, "localhost"); err != nil {
@@ -116,6 +133,12 @@ func (info Info) Canonical() Info {
 	if id, err := systemID(info.System); err == nil {
 		info.System = id
 	}
+	if info.Console == sol.ConsoleSOL {
+		info.Console = ""
+		if info.SOL == nil {
+			info.SOL = &SOLInfo{}
+		}
+	}
 	if info.SOL != nil {
 		s := *info.SOL
 		if s.Port == ipmi.DefaultPort {
@@ -131,8 +154,9 @@ func (info Info) Canonical() Info {
 
 // BMCs names the BMC services the node uses, normalised: its Redfish
 // system ("Redfish https://bmc-17:443 system 1"; without an Id, the BMC's
-// only one) and, with sol, its IPMI console (sol.IPMIEndpoint). info must
-// have passed Check.
+// only one) and, when its console may be IPMI SOL (sol, or console "sol"
+// or "auto"), its IPMI console (sol.IPMIEndpoint). info must have passed
+// Check.
 func (info Info) BMCs() []string {
 	endpoint, host, err := parseAddr(info.Addr)
 	if err != nil {
@@ -143,8 +167,12 @@ func (info Info) BMCs() []string {
 		service += " system " + id
 	}
 	out := []string{service}
-	if info.SOL != nil {
-		out = append(out, sol.IPMIEndpoint(host, info.SOL.Port))
+	if info.ipmiConsole() {
+		port := 0
+		if info.SOL != nil {
+			port = info.SOL.Port
+		}
+		out = append(out, sol.IPMIEndpoint(host, port))
 	}
 	return out
 }
@@ -244,7 +272,7 @@ func checkText(field, v string, max int, ipmiLimit bool) error {
 	case v == "":
 		return fmt.Errorf("info.%s is required", field)
 	case len(v) > max && ipmiLimit:
-		return fmt.Errorf("info.%s is longer than %d bytes, the IPMI limit (info.sol is set)", field, max)
+		return fmt.Errorf("info.%s is longer than %d bytes, the IPMI limit (the console may be IPMI SOL)", field, max)
 	case len(v) > max:
 		return fmt.Errorf("info.%s is longer than %d bytes", field, max)
 	case !utf8.ValidString(v):
@@ -283,6 +311,9 @@ func systemID(system string) (string, error) {
 // validated by the IPMI driver itself.
 func ipmiInfo(info Info, host string) (sol.Info, error) {
 	s := info.SOL
+	if s == nil {
+		s = &SOLInfo{}
+	}
 	if s.Port < 0 || s.Port > 65535 {
 		return sol.Info{}, fmt.Errorf("info.sol.port %d is out of range (1-65535, or 0 for 623)", s.Port)
 	}

@@ -5,8 +5,10 @@
 // Redfish service over HTTPS, each operation in its own Redfish session that
 // it logs out of, waiting (as Ironic does) until the system reports the
 // state it asked for. A node's serial console, when its info has "sol"
-// details, is IPMI serial-over-LAN on the same BMC, through the native IPMI
-// driver (sol/ipmi).
+// details (or console "sol" or "auto"), is IPMI serial-over-LAN on the same
+// BMC, through the native IPMI driver (sol/ipmi); a console over the BMC's
+// SSH service is sol/transport's, which asks ConsoleServices what the
+// system says is enabled.
 //
 // Failures are *Error values whose Kind is a class callers can branch on
 // (ErrUnreachable, ErrAuth, ErrCertificate, ErrSystemMissing, ErrNotAllowed,
@@ -123,7 +125,8 @@ type BMC struct {
 	insecure bool
 	cfg      Config
 	log      logrus.FieldLogger
-	console  *ipmi.BMC // nil without SOL details
+	host     string    // the BMC's host (name or address)
+	console  *ipmi.BMC // nil without a SOL console
 }
 
 var _ sol.BMC = (*BMC)(nil)
@@ -158,10 +161,11 @@ func New(label string, info Info, cfg Config, log logrus.FieldLogger) (*BMC, err
 		pass:     info.Pass,
 		system:   system,
 		insecure: info.Insecure,
+		host:     host,
 		cfg:      cfg,
 		log:      log.WithFields(logrus.Fields{"node": label, "driver": "redfish"}),
 	}
-	if info.SOL != nil {
+	if info.ipmiConsole() {
 		si, err := ipmiInfo(info, host)
 		if err != nil {
 			return nil, fmt.Errorf("new Redfish driver: %w", err)

@@ -35,6 +35,22 @@ const (
 // nothing yet and whose SOL payload is free (with sol/soltest/ipmisim: a new Sim per
 // call).
 func RunConsole(t *testing.T, newBMC func(t *testing.T) (sol.BMC, SerialObserver)) {
+	RunConsoleWith(t, ConsoleOptions{}, newBMC)
+}
+
+// ConsoleOptions adapt the console table to a BMC's console slot.
+type ConsoleOptions struct {
+	// Takeover: a second console takes the console over (the first one's
+	// Read fails) instead of being refused with sol.ErrPayloadActive, as
+	// iDRAC's SSH console does.
+	Takeover bool
+	// Shared: a second console is attached beside the first, both
+	// working, as OpenBMC's host console over SSH is.
+	Shared bool
+}
+
+// RunConsoleWith runs the console table (RunConsole) with o.
+func RunConsoleWith(t *testing.T, o ConsoleOptions, newBMC func(t *testing.T) (sol.BMC, SerialObserver)) {
 	t.Run("output", func(t *testing.T) {
 		b, ser := newBMC(t)
 		r := Open(t, b)
@@ -81,6 +97,29 @@ func RunConsole(t *testing.T, newBMC func(t *testing.T) (sol.BMC, SerialObserver
 	t.Run("payload active", func(t *testing.T) {
 		b, ser := newBMC(t)
 		first := Open(t, b)
+		if o.Shared {
+			second := Open(t, b)
+			out := []byte("to both\r\n")
+			if err := ser.WriteSerial(out); err != nil {
+				t.Fatal(err)
+			}
+			first.WaitOutput(t, out, ioTimeout)
+			second.WaitOutput(t, out, ioTimeout)
+			second.Close(t)
+			first.Close(t)
+			return
+		}
+		if o.Takeover {
+			second := Open(t, b)
+			first.Wait(t, closeBound) // taken over: its Read fails
+			if _, err := second.Console.Write([]byte("after takeover\r")); err != nil {
+				t.Fatalf("Write on the new console: %v", err)
+			}
+			WaitSerial(t, ser, []byte("after takeover\r"), ioTimeout)
+			second.Close(t)
+			first.Close(t)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
 		c, err := b.OpenConsole(ctx)

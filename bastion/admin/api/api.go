@@ -36,6 +36,13 @@ type Node struct {
 	// with the node's BMC (an IPMI node that pins none, or a Redfish
 	// node's console); absent until a session has.
 	CipherInUse *int `json:"cipher_in_use,omitempty"`
+	// ConsoleInUse is the console transport ("sol" or "ssh") this replica
+	// last opened the node's console over, for a node whose console is
+	// "ssh" or "auto"; absent until a console has opened.
+	ConsoleInUse string `json:"console_in_use,omitempty"`
+	// SSHHostKeyPinned is the BMC's SSH host key pinned on first contact
+	// (GET /v1/nodes/{label} only; absent when none is).
+	SSHHostKeyPinned *HostKey `json:"ssh_host_key_pinned,omitempty"`
 	// The detail, for GET /v1/nodes/{label} only (and Principals after a
 	// PUT that set them).
 	HasToken   *bool     `json:"has_token,omitempty"`
@@ -90,6 +97,32 @@ type BMC struct {
 	Insecure  bool   `json:"insecure,omitempty"`
 	// SOL is a Redfish node's console over IPMI SOL (nil: none).
 	SOL *SOL `json:"sol,omitempty"`
+	// Console is how the node's console is reached ("ssh", "auto"; absent:
+	// the type's default) and the SSH fields as registered (absent: the
+	// default), never ssh_pass; SSHHostKey is a key registered with the
+	// node (the one pinned on first contact is SSHHostKeyPinned).
+	Console    string `json:"console,omitempty"`
+	SSHPort    int    `json:"ssh_port,omitempty"`
+	SSHUser    string `json:"ssh_user,omitempty"`
+	SSHCommand string `json:"ssh_command,omitempty"`
+	SSHVendor  string `json:"ssh_vendor,omitempty"`
+	SSHHostKey string `json:"ssh_host_key,omitempty"`
+}
+
+// HostKey is a BMC's SSH host key pinned on first contact: the key (an
+// authorized_keys line), its SHA256 fingerprint, the BMC address it was
+// seen at and when.
+type HostKey struct {
+	Key         string    `json:"key"`
+	Fingerprint string    `json:"fingerprint"`
+	Addr        string    `json:"addr"`
+	PinnedAt    time.Time `json:"pinned_at"`
+}
+
+// HostKeyReset is the answer of DELETE /v1/nodes/{label}/ssh-host-key:
+// whether a pinned key was forgotten.
+type HostKeyReset struct {
+	Removed bool `json:"removed"`
 }
 
 // SOL is how a Redfish node's console is reached over IPMI: the RMCP+ port

@@ -1,194 +1,143 @@
-// Package metrics keeps obmd's counters and renders them for /metrics in the
-// Prometheus text format.
+// Package metrics keeps obmd's metrics and serves them on /metrics for Prometheus.
 //
-// It writes the text exposition format (version 0.0.4) without a client
-// library: power operations by result with latency, authentication results,
-// and whatever the daemon pulls in at scrape time (sessions open, console
-// links, bytes). No metric carries a node label, so /metrics reveals no
-// inventory.
+// A Registry is a registry of its own (github.com/prometheus/client_golang),
+// never the library's global one: power operations by result with latency,
+// authentication results, the Go runtime's and the process's figures (open
+// files, goroutines), and whatever the daemon pulls in at scrape time
+// (sessions open, console links, bytes). No metric carries a node label,
+// so /metrics reveals no inventory.
 package metrics
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net/http"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // powerBuckets are the latency histogram's upper bounds in seconds: a
 // native IPMI call takes ~20 ms, ipmitool ~70 ms, a power cycle ~1 s.
 var powerBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
-// Registry holds the counters. Safe for concurrent use; the zero value is
-// not usable, use New.
+// Registry holds the metrics and serves them. Safe for concurrent use; the
+// zero value is not usable, use New.
 type Registry struct {
-	mu    sync.Mutex
-	power map[[2]string]*histogram // (action, result)
-	auth  map[[2]string]uint64     // (method, result)
-	pulls []func(*Writer)
+	reg     *prometheus.Registry
+	power   *prometheus.HistogramVec
+	auth    *prometheus.CounterVec
+	handler http.Handler
 }
 
-type histogram struct {
-	counts []uint64 // per bucket, not cumulative; last is +Inf
-	sum    float64
-	n      uint64
-}
-
-// New returns an empty registry.
+// New returns a registry with no observations yet, the Go runtime's and
+// the process's collectors included.
 func New() *Registry {
-	return &Registry{power: map[[2]string]*histogram{}, auth: map[[2]string]uint64{}}
+	r := &Registry{
+		reg: prometheus.NewRegistry(),
+		power: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "obmd_power_operation_seconds",
+			Help:    "Power and boot-device operations by action and result.",
+			Buckets: powerBuckets,
+		}, []string{"action", "result"}),
+		auth: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "obmd_auth_attempts_total",
+			Help: "Authentication attempts by method (SSH: password, keyboard-interactive, publickey, cert; admin API: http-admin, http-token) and result.",
+		}, []string{"method", "result"}),
+	}
+	// Fixed collectors with distinct names: registering them cannot fail.
+	r.reg.MustRegister(r.power, r.auth, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.handler = promhttp.HandlerFor(&oneAtATime{g: r.reg}, promhttp.HandlerOpts{})
+	return r
 }
 
 // ObservePower records one power or boot-device operation.
 func (r *Registry) ObservePower(action, result string, took time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := [2]string{action, result}
-	h := r.power[k]
-	if h == nil {
-		h = &histogram{counts: make([]uint64, len(powerBuckets)+1)}
-		r.power[k] = h
-	}
-	sec := took.Seconds()
-	i := sort.SearchFloat64s(powerBuckets, sec)
-	h.counts[i]++
-	h.sum += sec
-	h.n++
+	r.power.WithLabelValues(action, result).Observe(took.Seconds())
 }
 
 // ObserveAuth records one authentication attempt's result ("ok", "denied").
 func (r *Registry) ObserveAuth(method, result string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.auth[[2]string{method, result}]++
+	r.auth.WithLabelValues(method, result).Inc()
 }
 
-// Pull adds a function called at every scrape to write current values
-// (gauges and counters kept elsewhere). Call it before serving.
-func (r *Registry) Pull(f func(*Writer)) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.pulls = append(r.pulls, f)
-}
-
-// ServeHTTP renders every metric.
-func (r *Registry) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	r.WriteTo(w)
-}
-
-// WriteTo renders every metric to out.
-func (r *Registry) WriteTo(out io.Writer) (int64, error) {
-	w := &Writer{bw: bufio.NewWriter(out)}
-	r.mu.Lock()
-	pulls := append([]func(*Writer){}, r.pulls...)
-	w.Family("obmd_power_operation_seconds", "histogram", "Power and boot-device operations by action and result.")
-	for _, k := range sortedKeys(r.power) {
-		h := r.power[k]
-		var cum uint64
-		for i, le := range powerBuckets {
-			cum += h.counts[i]
-			w.Sample("_bucket", float64(cum), "action", k[0], "result", k[1], "le", strconv.FormatFloat(le, 'g', -1, 64))
-		}
-		w.Sample("_bucket", float64(h.n), "action", k[0], "result", k[1], "le", "+Inf")
-		w.Sample("_sum", h.sum, "action", k[0], "result", k[1])
-		w.Sample("_count", float64(h.n), "action", k[0], "result", k[1])
+// Pull adds read, called at every scrape to write current values kept
+// elsewhere (gauges, and counters other packages keep). Pull calls it once
+// itself to learn what it writes, so read must write the same families
+// with the same label names and help every time, and what it reads must
+// exist when Pull is called. It fails on an invalid name or a name already
+// taken.
+func (r *Registry) Pull(read func(*Writer)) error {
+	if err := r.reg.Register(pull(read)); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
 	}
-	w.Family("obmd_auth_attempts_total", "counter", "Authentication attempts by method (SSH: password, keyboard-interactive, publickey, cert; admin API: http-admin, http-token) and result.")
-	for _, k := range sortedKeys(r.auth) {
-		w.Sample("", float64(r.auth[k]), "method", k[0], "result", k[1])
-	}
-	r.mu.Unlock()
-	for _, f := range pulls {
-		f(w)
-	}
-	return w.n, w.flush()
+	return nil
 }
 
-func sortedKeys[V any](m map[[2]string]V) [][2]string {
-	keys := make([][2]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
-		}
-		return keys[i][1] < keys[j][1]
-	})
-	return keys
+// ServeHTTP serves every metric in the Prometheus text format (or another
+// format the scraper asks for).
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.handler.ServeHTTP(w, req)
 }
 
-// Writer writes metric families; each Family is followed by its samples.
+// oneAtATime gathers for one scrape at a time: /metrics needs no
+// credential, and a scrape reads the process's files under /proc, so
+// concurrent requests (many HTTP/2 streams on one connection among them)
+// take turns rather than spend a core and a file descriptor each.
+type oneAtATime struct {
+	mu sync.Mutex
+	g  prometheus.Gatherer
+}
+
+func (o *oneAtATime) Gather() ([]*dto.MetricFamily, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.g.Gather()
+}
+
+// pull is a Collector of a Pull function's values. It describes itself by
+// collecting (prometheus.DescribeByCollect), which lets the registry check
+// its names when it is registered.
+type pull func(*Writer)
+
+func (p pull) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(p, ch) }
+func (p pull) Collect(ch chan<- prometheus.Metric) { p(&Writer{ch: ch}) }
+
+// Writer writes one scrape's samples of a Pull function.
 type Writer struct {
-	bw   *bufio.Writer
-	name string
-	n    int64
-	err  error
+	ch chan<- prometheus.Metric
 }
 
-// Family starts a metric family: name, type (counter, gauge, histogram)
-// and help text.
-func (w *Writer) Family(name, typ, help string) {
-	w.name = name
-	w.printf("# HELP %s %s\n# TYPE %s %s\n", name, escapeHelp(help), name, typ)
+// Gauge writes one sample of gauge family name; labels are name, value
+// pairs. The samples of one family (one per set of label values) share its
+// help text and label names.
+func (w *Writer) Gauge(name, help string, v float64, labels ...string) {
+	w.sample(prometheus.GaugeValue, name, help, v, labels)
 }
 
-// Sample writes one sample of the current family; suffix is "" or e.g.
-// "_bucket"; labels are name, value pairs.
-func (w *Writer) Sample(suffix string, v float64, labels ...string) {
-	var b strings.Builder
-	b.WriteString(w.name + suffix)
-	if len(labels) > 0 {
-		b.WriteByte('{')
-		for i := 0; i+1 < len(labels); i += 2 {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, "%s=\"%s\"", labels[i], escapeLabel(labels[i+1]))
-		}
-		b.WriteByte('}')
+// Counter writes one sample of counter family name, as Gauge does.
+func (w *Writer) Counter(name, help string, v float64, labels ...string) {
+	w.sample(prometheus.CounterValue, name, help, v, labels)
+}
+
+func (w *Writer) sample(typ prometheus.ValueType, name, help string, v float64, labels []string) {
+	names := make([]string, 0, len(labels)/2)
+	values := make([]string, 0, len(labels)/2)
+	for i := 0; i+1 < len(labels); i += 2 {
+		names = append(names, labels[i])
+		values = append(values, labels[i+1])
 	}
-	w.printf("%s %s\n", b.String(), strconv.FormatFloat(v, 'g', -1, 64))
-}
-
-// Gauge writes a one-sample gauge family.
-func (w *Writer) Gauge(name, help string, v float64) {
-	w.Family(name, "gauge", help)
-	w.Sample("", v)
-}
-
-// Counter writes a one-sample counter family.
-func (w *Writer) Counter(name, help string, v float64) {
-	w.Family(name, "counter", help)
-	w.Sample("", v)
-}
-
-func (w *Writer) printf(format string, a ...any) {
-	if w.err != nil {
-		return
+	m, err := prometheus.NewConstMetric(prometheus.NewDesc(name, help, names, nil), typ, v, values...)
+	if err == nil && len(labels)%2 != 0 {
+		err = fmt.Errorf("label %q has no value", labels[len(labels)-1])
 	}
-	n, err := fmt.Fprintf(w.bw, format, a...)
-	w.n += int64(n)
-	w.err = err
-}
-
-func (w *Writer) flush() error {
-	if w.err != nil {
-		return w.err
+	if err != nil { // an invalid description: Pull fails with err
+		err = fmt.Errorf("metric %s: %w", name, err)
+		m = prometheus.NewInvalidMetric(prometheus.NewInvalidDesc(err), err)
 	}
-	return w.bw.Flush()
+	w.ch <- m
 }
-
-var (
-	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
-	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
-)
-
-func escapeLabel(s string) string { return labelEscaper.Replace(s) }
-func escapeHelp(s string) string  { return helpEscaper.Replace(s) }

@@ -371,3 +371,30 @@ func (b *BMC) TryPatch(body string) error {
 	}
 	return nil
 }
+
+// SerialConsole is what the system says of its serial console services
+// (ComputerSystem.SerialConsole): IPMI SOL and SSH enabled or not, and
+// SSH's port and console entry command (0, "": not said).
+type SerialConsole struct {
+	IPMI, SSH  bool
+	SSHPort    int
+	SSHCommand string
+}
+
+// SetSerialConsole makes the system report sc.
+func (b *BMC) SetSerialConsole(t testing.TB, sc SerialConsole) {
+	t.Helper()
+	ssh := map[string]any{"ServiceEnabled": sc.SSH, "SharedWithManagerCLI": sc.SSHCommand != ""}
+	if sc.SSHPort != 0 {
+		ssh["Port"] = sc.SSHPort
+	}
+	if sc.SSHCommand != "" {
+		ssh["ConsoleEntryCommand"] = sc.SSHCommand
+	}
+	body, err := json.Marshal(map[string]any{"SerialConsole": map[string]any{
+		"IPMI": map[string]any{"ServiceEnabled": sc.IPMI}, "SSH": ssh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Patch(t, string(body))
+}

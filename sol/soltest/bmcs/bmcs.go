@@ -2,7 +2,9 @@
 // one of each per call.
 //
 // They are OpenIPMI's ipmi_sim (sol/soltest/ipmisim) and go-ipmi's
-// goipmi-server (sol/soltest/goipmisrv).
+// goipmi-server (sol/soltest/goipmisrv). (The console table runs over the
+// SSH transport too, against sol/soltest/sshbmc: sol/sshconsole's
+// TestConformance.)
 package bmcs
 
 import (

@@ -1,0 +1,17 @@
+-- The SSH host key of a node's BMC, pinned on first contact (issue 26): a
+-- console over the BMC's SSH service refuses any other key from then on.
+-- addr is the BMC's SSH address the key was first seen at ("host:port"): a
+-- pin holds there only, so a node moved to another BMC pins anew. key_line
+-- is the key as an authorized_keys line. Not access: pinning a key, or an
+-- administrator's reset of it, moves no epoch and cuts no session.
+
+-- +goose Up
+CREATE TABLE node_ssh_host_keys (
+    node       TEXT COLLATE "C" NOT NULL PRIMARY KEY REFERENCES nodes (label) ON DELETE CASCADE,
+    addr       TEXT COLLATE "C" NOT NULL,
+    key_line   TEXT COLLATE "C" NOT NULL,
+    created_at BIGINT           NOT NULL
+);
+
+-- +goose Down
+DROP TABLE node_ssh_host_keys;
