@@ -58,7 +58,8 @@ type Store interface {
 	RenewLease(ctx context.Context, node, kind, token string, ttl time.Duration) (time.Time, error)
 	ReleaseLease(ctx context.Context, node, kind, token string) error
 	Lease(ctx context.Context, node, kind string) (db.Lease, error)
-	Announce(ctx context.Context, id, addr string, applied int64, ttl time.Duration) error
+	AnnounceIn(ctx context.Context, id, addr string, zones []string, applied int64, ttl time.Duration) error
+	NodeZone(ctx context.Context, label string) (string, error)
 	Withdraw(ctx context.Context, id string) error
 	ReplicasWithin(ctx context.Context, grace time.Duration) ([]db.Replica, error)
 }
@@ -114,6 +115,11 @@ type Config struct {
 	// Keepalive is how often peer connections are probed; a peer that
 	// does not answer within two intervals is dropped (default 5 s).
 	Keepalive time.Duration `yaml:"keepalive"`
+	// Zones are the BMC networks this replica reaches (db.ValidZones):
+	// it opens the console links of the nodes in them and of the nodes
+	// without a zone only, and relays the others (zones.go). None (the
+	// default): every zone.
+	Zones []string `yaml:"zones"`
 }
 
 func (c *Config) setDefaults() error {
@@ -128,6 +134,8 @@ func (c *Config) setDefaults() error {
 		return errors.New("no host key")
 	case c.Access == nil:
 		return errors.New("no access state")
+	case db.ValidZones(c.Zones) != nil:
+		return fmt.Errorf("zones: %w", db.ValidZones(c.Zones))
 	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0 || c.FenceMargin < 0:
 		return errors.New("negative duration")
 	}
@@ -257,7 +265,7 @@ func (r commandsResolver) ResolveAt(ctx context.Context, label string, epoch int
 // LeaseTTL less FenceMargin after the write began.
 func (c *Cluster) Announce(ctx context.Context, applied int64) error {
 	start := time.Now()
-	if err := c.store.Announce(ctx, c.cfg.ReplicaID, c.cfg.PeerAddr, applied, c.cfg.LeaseTTL); err != nil {
+	if err := c.store.AnnounceIn(ctx, c.cfg.ReplicaID, c.cfg.PeerAddr, c.cfg.Zones, applied, c.cfg.LeaseTTL); err != nil {
 		return err
 	}
 	c.fence.move(start.Add(c.fenceAfter()))
@@ -388,14 +396,22 @@ func (b *bmc) Exclusive() bool {
 
 func (b *bmc) PowerStatus(ctx context.Context) (string, error) { return b.inner.PowerStatus(ctx) }
 
-// Diagnose passes the driver's diagnosis through (doctor). It takes no
-// lease: a diagnosis changes nothing on the node. A driver that cannot
-// diagnose gives none.
+// Diagnose passes the driver's diagnosis through (doctor), after the
+// zone's check (zoneCheck) for a node in a zone, which stops it if this
+// replica cannot reach the BMC. It takes no lease: a diagnosis changes
+// nothing on the node. A driver that cannot diagnose gives none.
 func (b *bmc) Diagnose(ctx context.Context) []sol.Check {
-	if d, ok := b.inner.(sol.Diagnoser); ok {
-		return d.Diagnose(ctx)
+	var checks []sol.Check
+	if zc, ok := b.c.zoneCheck(ctx, b.label); ok {
+		checks = append(checks, zc)
+		if !zc.OK {
+			return checks
+		}
 	}
-	return nil
+	if d, ok := b.inner.(sol.Diagnoser); ok {
+		return append(checks, d.Diagnose(ctx)...)
+	}
+	return checks
 }
 
 func (b *bmc) PowerOn(ctx context.Context) error {

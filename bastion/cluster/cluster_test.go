@@ -363,7 +363,7 @@ func TestPeerAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	impostor := startImpostor(t, l, newHostKey(t))
-	_, err = r0.c.dialRelay(context.Background(), db.Lease{Owner: "imp", Addr: l.Addr().String()}, "n1", 1)
+	_, err = r0.c.dialRelay(context.Background(), db.Lease{Owner: "imp", Addr: l.Addr().String()}, "n1", 1, false)
 	if err == nil || !strings.Contains(err.Error(), "host key") {
 		t.Errorf("relay to an impostor: got %v, want a host key mismatch", err)
 	}

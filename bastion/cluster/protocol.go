@@ -19,7 +19,8 @@ import (
 //     holder's replay first, obmd-seed; input, roles and breaks as channel
 //     requests), access and credential notices, session lists and kicks.
 //   - 2: the holder's screen follows its replay (obmd-screen); session
-//     lists carry each session's tenancy (epoch) and work.
+//     lists carry each session's tenancy (epoch) and work; a relay may ask
+//     a replica of the node's zone to open the link (consoleOpen.Take).
 const (
 	// ProtocolVersion is the highest peer protocol this release speaks.
 	ProtocolVersion = 2
@@ -111,7 +112,8 @@ const (
 // and checks the list against its golden file: a form changed in a
 // version that has shipped fails it.
 var messages = []message{
-	{name: consoleChannel, kind: "channel", dir: toHolder, payload: consoleOpen{}, since: 1},
+	{name: consoleChannel, kind: "channel", dir: toHolder, payload: consoleOpenV1{}, since: 1, until: 2},
+	{name: consoleChannel, kind: "channel", dir: toHolder, payload: consoleOpen{}, since: 2},
 	{name: seedRequest, kind: "channel request", dir: fromHolder, payload: rawBytes{}, since: 1},
 	{name: screenRequest, kind: "channel request", dir: fromHolder, payload: rawBytes{}, since: 2},
 	{name: roleRequest, kind: "channel request", dir: toHolder, payload: roleMsg{}, reply: "ok (sol.RoleReturn only)", since: 1},

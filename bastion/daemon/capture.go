@@ -76,7 +76,13 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 	}
 	want := wantedCaptures(caps, d.cfg.Console.Capture)
 	if d.rep.cluster != nil {
-		p, err := d.fairShare(ctx, want, leaving)
+		zone := map[string]string{}
+		for _, c := range caps {
+			if c.Zone != "" && want[c.Label] {
+				zone[c.Label] = c.Zone
+			}
+		}
+		p, err := d.fairShare(ctx, want, zone, leaving)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.WithError(err).Warn("capture_share_failed")
@@ -105,7 +111,7 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 // until its lease is no longer this replica's (its link has closed), or
 // for about twice lease_ttl at most (a viewer here may have opened it
 // again).
-func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving map[string]time.Time) (sharePlan, error) {
+func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, zone map[string]string, leaving map[string]time.Time) (sharePlan, error) {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	defer cancel()
 	leases, err := d.store.Leases(qctx, db.LeaseSOL)
@@ -116,12 +122,19 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving ma
 	if err != nil {
 		return sharePlan{}, err
 	}
-	v := shareView{me: d.cfg.ReplicaID, want: want, holder: map[string]string{}, leaving: map[string]bool{}}
+	v := shareView{me: d.cfg.ReplicaID, want: want, holder: map[string]string{}, leaving: map[string]bool{},
+		zone: zone, zones: map[string][]string{d.cfg.ReplicaID: d.rep.cluster.Zones()}}
 	for _, l := range leases {
 		v.holder[l.Node] = l.Owner
 	}
 	for _, r := range replicas {
 		v.live = append(v.live, r.ID)
+		if r.ID != v.me {
+			v.zones[r.ID] = r.Zones
+		}
+	}
+	if err := d.rep.zones.update(qctx, d.store, replicas); err != nil {
+		return sharePlan{}, err
 	}
 	for label, since := range leaving {
 		if v.holder[label] != v.me || time.Since(since) > 2*d.rep.cluster.FenceAfter() {

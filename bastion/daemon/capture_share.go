@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+
+	"github.com/obmd/obmd/db"
 )
 
 // shareView is what one capture poll knows of the captured links in the
@@ -20,6 +22,11 @@ type shareView struct {
 	// lease it still held at this poll: their links are closing, for
 	// another replica to take; they are no longer this replica's.
 	leaving map[string]bool
+	// zone is each wanted node's zone (absent: none), zones each live
+	// replica's (absent: every zone; v.me's included): the links of a
+	// zone are shared among the live replicas that reach it (plan).
+	zone  map[string]string
+	zones map[string][]string
 }
 
 // sharePlan is a capture poll's decision: the nodes to hold, and the ones
@@ -54,7 +61,53 @@ type sharePlan struct {
 // it is handing off (leaving) are no longer its own, so that it gives up
 // no more for them; they still rank it, as they do in every other
 // replica's view, until their leases are released.
+//
+// With zones, each zone's nodes are shared so among the live replicas that
+// reach it (planZone), and a replica holds none of a zone it does not
+// reach.
 func (v shareView) plan() sharePlan {
+	byZone := map[string]map[string]bool{}
+	for label := range v.want {
+		z := v.zone[label]
+		if byZone[z] == nil {
+			byZone[z] = map[string]bool{}
+		}
+		byZone[z][label] = true
+	}
+	if len(byZone) <= 1 && v.zone[firstKey(v.want)] == "" {
+		return v.planZone()
+	}
+	p := sharePlan{mine: map[string]bool{}}
+	for _, z := range slices.Sorted(maps.Keys(byZone)) {
+		if !db.Reaches(v.zones[v.me], z) {
+			continue
+		}
+		sub := v
+		sub.want, sub.live = byZone[z], nil
+		for _, id := range v.live {
+			if db.Reaches(v.zones[id], z) {
+				sub.live = append(sub.live, id)
+			}
+		}
+		q := sub.planZone()
+		maps.Copy(p.mine, q.mine)
+		p.giveUp = append(p.giveUp, q.giveUp...)
+		p.target += q.target
+		p.awaiting = p.awaiting || q.awaiting
+	}
+	return p
+}
+
+// firstKey is one key of m ("" if none).
+func firstKey(m map[string]bool) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// planZone is plan for nodes of one zone, shared among v.live.
+func (v shareView) planZone() sharePlan {
 	mine := map[string]bool{}
 	counts := map[string]int{}
 	live := map[string]bool{v.me: true}

@@ -25,7 +25,9 @@ type shareSim struct {
 	busy     map[string]bool
 	dead     map[string]bool
 	handoffs int
-	moves    map[string]int // node -> times its lease changed owner
+	moves    map[string]int      // node -> times its lease changed owner
+	zone     map[string]string   // node -> its zone (absent: none)
+	zones    map[string][]string // replica -> the zones it reaches (absent: every one)
 }
 
 func newShareSim(n int, replicas ...string) *shareSim {
@@ -62,7 +64,7 @@ func (s *shareSim) stop(r string) {
 // view is r's view of the cluster at a poll.
 func (s *shareSim) view(r string) shareView {
 	v := shareView{me: r, want: map[string]bool{}, holder: map[string]string{}, live: slices.Clone(s.live),
-		leaving: map[string]bool{}}
+		leaving: map[string]bool{}, zone: s.zone, zones: s.zones}
 	for _, n := range s.nodes {
 		v.want[n] = true
 	}
