@@ -51,7 +51,7 @@ func (c benchConfig) logf(format string, a ...any) {
 
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "file to write the table into (between the bench markers)")
-	only := flag.String("only", "", "comma-separated sections to run (1-9); default all")
+	only := flag.String("only", "", "comma-separated sections to run (1-11); default all")
 	quick := flag.Bool("quick", false, "shorter phases, for trying the bench itself (noisier figures)")
 	baseline := flag.String("baseline", "", "another obmd binary (an older build) that sections 1 and 9 measure too")
 	flag.Parse()
@@ -80,7 +80,7 @@ func run(out, only string, quick bool, baseline string) error {
 		id  string
 		run func(benchConfig) *section
 	}{{"1", connRate}, {"2", memory}, {"3", consoleBench}, {"4", isolation}, {"5", revocation}, {"6", preauthBench},
-		{"7", fleetBench}, {"8", powerStatusBench}, {"9", automationBench}, {"10", auditFloodBench}}
+		{"7", fleetBench}, {"8", powerStatusBench}, {"9", automationBench}, {"10", auditFloodBench}, {"11", rebalanceBench}}
 	var sections []*section
 	for _, s := range all {
 		if only != "" && !strings.Contains(","+only+",", ","+s.id+",") {

@@ -120,7 +120,17 @@ type Config struct {
 	// without a zone only, and relays the others (zones.go). None (the
 	// default): every zone.
 	Zones []string `yaml:"zones"`
+	// HandOffRate bounds the captured links this replica hands off to
+	// replicas short of their share, a second (default
+	// DefaultHandOffRate): each closes a SOL session here and opens one
+	// there.
+	HandOffRate int `yaml:"handoff_rate"`
 }
+
+// DefaultHandOffRate is Config.HandOffRate's default: a replica joining
+// one that holds 10,000 captured links gets its 5,000 in under two
+// minutes.
+const DefaultHandOffRate = 50
 
 func (c *Config) setDefaults() error {
 	switch {
@@ -136,6 +146,8 @@ func (c *Config) setDefaults() error {
 		return errors.New("no access state")
 	case db.ValidZones(c.Zones) != nil:
 		return fmt.Errorf("zones: %w", db.ValidZones(c.Zones))
+	case c.HandOffRate < 0:
+		return errors.New("negative hand-off rate")
 	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0 || c.FenceMargin < 0:
 		return errors.New("negative duration")
 	}
@@ -162,6 +174,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Keepalive == 0 {
 		c.Keepalive = 5 * time.Second
+	}
+	if c.HandOffRate == 0 {
+		c.HandOffRate = DefaultHandOffRate
 	}
 	return nil
 }

@@ -30,8 +30,10 @@ const awaitPolls = 5
 // shareView.plan): it takes the ones whose SOL lease no live replica
 // holds up to its share (a dead holder's lease expires and a survivor
 // takes its nodes at its next poll), and gives up what it holds beyond
-// it, one node a poll, to a replica short of its share (one that joined,
-// or was restarted), which polls faster meanwhile (awaitPolls).
+// it, at most cluster.handoff_rate a second (handOffBudget; polling each
+// second while it has more to give), to a replica short of its share (one
+// that joined, or was restarted), which polls faster meanwhile
+// (awaitPolls).
 func (d *Daemon) runCapture(ctx context.Context) error {
 	every := d.cfg.EpochPoll
 	if every <= 0 {
@@ -39,7 +41,10 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
-	leaving := map[string]time.Time{}
+	st := &captureState{leaving: map[string]time.Time{}}
+	if d.rep.cluster != nil {
+		st.budget = handOffBudget{rate: float64(d.rep.cluster.HandOffRate())}
+	}
 	fast, held := 0, 0 // fast polls in a row without a node taken; nodes held
 	for {
 		select {
@@ -47,24 +52,60 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		awaiting, now := d.syncCapture(ctx, leaving)
-		if !awaiting || now > held {
+		p := d.syncCapture(ctx, st)
+		if !p.awaiting || len(p.mine) > held {
 			fast = 0
 		}
-		held = now
-		if awaiting && fast < awaitPolls*awaitPolls {
+		held = len(p.mine)
+		switch {
+		case p.awaiting && fast < awaitPolls*awaitPolls:
 			fast++
 			t.Reset(every / awaitPolls)
-		} else {
+		case len(p.mine) > p.target && every > time.Second:
+			// More to hand off: at the budget's pace, not the poll's.
+			t.Reset(time.Second)
+		default:
 			t.Reset(every)
 		}
 	}
 }
 
-// syncCapture is one poll of runCapture. leaving is its memory between
-// polls: the nodes it handed off, and when (fairShare). It reports whether
-// this replica awaits a hand-off, and how many nodes it holds.
-func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) (awaiting bool, held int) {
+// captureState is runCapture's memory between polls: the nodes it handed
+// off, and when (fairShare), and its budget of hand-offs.
+type captureState struct {
+	leaving map[string]time.Time
+	budget  handOffBudget
+}
+
+// handOffBudget bounds a replica's hand-offs to rate a second (a token
+// bucket holding at most one second's worth): each hand-off closes a link
+// to a BMC here and opens one there, so a replica joining a large fleet
+// gets its share quickly but never as a storm of SOL sessions.
+type handOffBudget struct {
+	rate   float64 // hand-offs a second
+	tokens float64
+	last   time.Time
+}
+
+// take returns how many hand-offs may go at now.
+func (b *handOffBudget) take(now time.Time) int {
+	if b.last.IsZero() {
+		b.tokens = b.rate
+	} else {
+		b.tokens = min(b.tokens+b.rate*now.Sub(b.last).Seconds(), b.rate)
+	}
+	b.last = now
+	return int(b.tokens)
+}
+
+// spend counts n hand-offs made.
+func (b *handOffBudget) spend(n int) { b.tokens -= float64(n) }
+
+// syncCapture is one poll of runCapture, with its memory st. It returns
+// the plan it carried out: the nodes this replica holds (mine), its share,
+// and whether it awaits a hand-off (without a plan outside cluster mode,
+// or when the database did not answer: only mine, the links held).
+func (d *Daemon) syncCapture(ctx context.Context, st *captureState) sharePlan {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	caps, err := d.store.Captures(qctx, captureCandidates(d.cfg.Console.Capture))
 	cancel()
@@ -72,9 +113,10 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 		if ctx.Err() == nil {
 			d.log.WithError(err).Warn("capture_list_failed")
 		}
-		return false, len(d.consoles.Holding())
+		return d.heldPlan()
 	}
 	want := wantedCaptures(caps, d.cfg.Console.Capture)
+	plan := sharePlan{mine: want, target: len(want)}
 	if d.rep.cluster != nil {
 		zone := map[string]string{}
 		for _, c := range caps {
@@ -82,14 +124,15 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 				zone[c.Label] = c.Zone
 			}
 		}
-		p, err := d.fairShare(ctx, want, zone, leaving)
+		p, err := d.fairShare(ctx, want, zone, st)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.WithError(err).Warn("capture_share_failed")
 			}
-			return false, len(d.consoles.Holding())
+			return d.heldPlan()
 		}
-		want, awaiting = p.mine, p.awaiting
+		plan = p
+		want = p.mine
 	}
 	for _, label := range d.consoles.Holding() {
 		if !want[label] {
@@ -101,17 +144,29 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 			break // the hub is closing
 		}
 	}
-	return awaiting, len(want)
+	return plan
+}
+
+// heldPlan is the plan of a poll that could not read the database: the
+// links held stay held.
+func (d *Daemon) heldPlan() sharePlan {
+	mine := map[string]bool{}
+	for _, label := range d.consoles.Holding() {
+		mine[label] = true
+	}
+	return sharePlan{mine: mine, target: len(mine)}
 }
 
 // fairShare plans which of want, the nodes captured always, this replica
 // holds (shareView.plan), from the SOL leases and the live replicas in
-// the database; it hands off (sol.Manager.HandOff) the first node the
-// plan gives up that has nobody attached, and remembers it in leaving
-// until its lease is no longer this replica's (its link has closed), or
-// for about twice lease_ttl at most (a viewer here may have opened it
-// again).
-func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, zone map[string]string, leaving map[string]time.Time) (sharePlan, error) {
+// the database; it hands off (sol.Manager.HandOff) the nodes the plan
+// gives up that have nobody attached, in its order, down to its share and
+// within st's budget (handOff_rate a second), and remembers each in
+// st.leaving until its lease is no longer this replica's (its link has
+// closed), or for about twice lease_ttl at most (a viewer here may have
+// opened it again).
+func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, zone map[string]string, st *captureState) (sharePlan, error) {
+	leaving := st.leaving
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
 	defer cancel()
 	leases, err := d.store.Leases(qctx, db.LeaseSOL)
@@ -144,14 +199,15 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, zone map[s
 		}
 	}
 	p := v.plan()
-	for _, label := range p.giveUp {
-		if d.consoles.HandOff(label) {
-			delete(p.mine, label)
-			leaving[label] = time.Now()
-			d.log.WithFields(logrus.Fields{"node": label, "held": len(p.mine), "share": p.target}).Info("capture_handed_off")
-			break
+	handed := p.handOff(st.budget.take(time.Now()), func(label string) bool {
+		if !d.consoles.HandOff(label) {
+			return false
 		}
-	}
+		leaving[label] = time.Now()
+		d.log.WithFields(logrus.Fields{"node": label, "share": p.target}).Info("capture_handed_off")
+		return true
+	})
+	st.budget.spend(handed)
 	return p, nil
 }
 

@@ -30,8 +30,9 @@ type shareView struct {
 }
 
 // sharePlan is a capture poll's decision: the nodes to hold, and the ones
-// it may give up to a replica under its share, in the order to try (the
-// first that can be handed off, with nobody attached, goes; one a poll).
+// it may give up to a replica under its share, in the order to try (those
+// that can be handed off, with nobody attached, go, down to the share and
+// within the hand-off budget: handOff).
 type sharePlan struct {
 	mine   map[string]bool
 	giveUp []string
@@ -52,8 +53,8 @@ type sharePlan struct {
 // different nodes, and a node whose BMC does not answer (no lease between
 // its hub's attempts) is retried by one replica, not counted by several
 // (each would think it held its share, and a node handed off would be
-// taken by none). A replica over its share gives up its excess, one node
-// a poll: the shares add up to the captured nodes, so what one holds over
+// taken by none). A replica over its share gives up its excess, at the
+// hand-off rate (handOff, handOffBudget): the shares add up to the captured nodes, so what one holds over
 // its share others are short of. Giving up only lowers a replica's count,
 // which never raises its share (the ceil shares go to the replicas
 // holding the most), so it never takes back what it gave up: no link
@@ -143,6 +144,24 @@ func (v shareView) planZone() sharePlan {
 	p.giveUp = slices.Sorted(maps.Keys(mine))
 	slices.Reverse(p.giveUp) // a stable order: the last first
 	return p
+}
+
+// handOff hands off, through off (false: it has a viewer, or is no longer
+// held), the nodes p gives up, in its order, until this replica holds its
+// share or budget of them have gone; those are no longer p's. It returns
+// how many went.
+func (p *sharePlan) handOff(budget int, off func(label string) bool) int {
+	n := 0
+	for _, label := range p.giveUp {
+		if n >= budget || len(p.mine) <= p.target {
+			break
+		}
+		if p.mine[label] && off(label) {
+			delete(p.mine, label)
+			n++
+		}
+	}
+	return n
 }
 
 // claim is me's part of the unheld nodes: sorted, they go to the replicas
