@@ -33,10 +33,6 @@ func rebalance(cfg benchConfig, s *section, n int) error {
 		return err
 	}
 	defer drop()
-	token, err := randomHex(24)
-	if err != nil {
-		return err
-	}
 	dirA, dirB := filepath.Join(cfg.tmp, "rebalance-a"), filepath.Join(cfg.tmp, "rebalance-b")
 	for _, d := range []string{dirA, dirB} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -45,7 +41,7 @@ func rebalance(cfg benchConfig, s *section, n int) error {
 	}
 	extra := func(id string) map[string]any {
 		return map[string]any{"peer_addr": "127.0.0.1:0", "replica_id": id, "console_capture": "always",
-			"admin_token": token, "lease_ttl": rebalanceLeaseTTL}
+			"lease_ttl": rebalanceLeaseTTL}
 	}
 	a, err := startObmdProc(cfg.obmdBin, dirA, dsn, extra("rep-a"))
 	if err != nil {
@@ -54,6 +50,7 @@ func rebalance(cfg benchConfig, s *section, n int) error {
 	defer a.Stop()
 	cfg.logf("rebalance: registering %d sim nodes", n)
 	if _, err := registerSimNodes(fleetAdmin(a), func(i int) string { return fmt.Sprintf("reb-%05d", i) }, n, 0); err != nil {
+		cfg.logf("rebalance: rep-a's log:\n%s", tailFile(filepath.Join(dirA, "obmd.log")))
 		return err
 	}
 	const up = `obmd_console_captured_links{state="up"}`

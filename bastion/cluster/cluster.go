@@ -287,6 +287,10 @@ func (c *Cluster) Announce(ctx context.Context, applied int64) error {
 	return nil
 }
 
+// HandOffRate is Config.HandOffRate, defaulted: the most captured links
+// this replica hands off a second (bastion/daemon's capture poll).
+func (c *Cluster) HandOffRate() int { return c.cfg.HandOffRate }
+
 // Withdraw removes this replica's announcement (a clean stop), so that no
 // one waits for it.
 func (c *Cluster) Withdraw(ctx context.Context) error {

@@ -29,9 +29,6 @@ var ErrNoZoneReplica = errors.New("no live replica reaches the BMC's zone")
 // Zones are the zones this replica reaches (none: every zone).
 func (c *Cluster) Zones() []string { return c.cfg.Zones }
 
-// HandOffRate is Config.HandOffRate, defaulted.
-func (c *Cluster) HandOffRate() int { return c.cfg.HandOffRate }
-
 // reachNode returns label's zone and whether this replica reaches it. A
 // node the database does not know is reachable (its BMC's resolution
 // fails on its own).
