@@ -98,25 +98,6 @@ func (c *Cluster) openThroughZone(ctx context.Context, label, zone string, log l
 	return con, nil
 }
 
-// ZoneReplicas counts the live replicas that reach each of zones (from
-// their announcements; this replica's own included).
-func (c *Cluster) ZoneReplicas(ctx context.Context, zones []string) (map[string]int, error) {
-	reps, err := c.store.ReplicasWithin(ctx, 0)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]int, len(zones))
-	for _, z := range zones {
-		out[z] = 0
-		for _, r := range reps {
-			if db.Reaches(r.Zones, z) {
-				out[z]++
-			}
-		}
-	}
-	return out, nil
-}
-
 // zoneCheck is doctor's zone step for label (ok false: the node names no
 // zone, or the cluster cannot be read): whether this replica reaches the
 // BMC's zone, and if not, which live replicas do (none: the zone is not
