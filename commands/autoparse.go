@@ -41,90 +41,63 @@ func isAutomation(name Name) bool {
 	return name == CmdWaitFor || name == CmdSend || name == CmdExpect
 }
 
-// parseAutomation reads one argument of wait-for, send, expect or the
-// power commands' --timeout; handled is false for an unexpected one.
-func parseAutomation(cmd *Command, args []string, i *int) (handled bool, err error) {
-	a, name := args[*i], cmd.Name
-	switch {
-	case a == "--timeout" || strings.HasPrefix(a, "--timeout="):
-		if name == CmdSend {
-			break
-		}
-		val, err := flagValueOf(name, args, i, "--timeout", "a duration")
-		if err != nil {
-			return true, err
-		}
-		cmd.Timeout, err = parseWait(name, val)
-		return true, err
-	case name == CmdWaitFor && (a == "--since" || strings.HasPrefix(a, "--since=")):
-		val, err := flagValueOf(name, args, i, "--since", "attach, now, a duration or a time")
-		if err != nil {
-			return true, err
-		}
-		switch val {
-		case SinceNow, SinceAttach:
-			cmd.SinceMode = val
-			return true, nil
-		}
-		cmd.SinceMode = SinceTime
-		cmd.SinceAgo, cmd.SinceAt, err = parseSince(val)
-		if err != nil {
-			err = usagef(name, "--since wants attach, now, a duration (10m) or an RFC 3339 time, not %s", quote(val))
-		}
-		return true, err
-	case name == CmdWaitFor && a == "--tenancy":
-		cmd.SinceMode = SinceTenancy
-		return true, nil
-	case (name == CmdSend || name == CmdExpect) && a == "--stdin":
-		cmd.Stdin = true
-		return true, nil
-	case (name == CmdSend || name == CmdExpect) && a == "--force":
-		cmd.Force = true
-		return true, nil
-	case name == CmdSend && a == "--hex":
-		cmd.Hex = true
-		return true, nil
-	case strings.HasPrefix(a, "-") && a != "-":
-		if isAutomation(name) || cmd.Pattern != "" {
-			return true, usagef(name, "%s: unknown flag %s (a word of the %s that starts with - must be quoted "+
-				"for obmd as well as for the shell; see \"help %s\")", name, quote(a), argName(name), name)
-		}
-		return true, usagef(name, "%s: unknown flag %s; try \"help %s\"", name, quote(a), name)
-	case isAutomation(name):
-		// OpenSSH sends the words of a remote command joined by spaces;
-		// they are joined again (Command.Args).
-		cmd.Args = append(cmd.Args, a)
-		return true, nil
-	case cmd.Pattern != "": // power-on/power-cycle --wait-for RE more words
-		cmd.Pattern += " " + a
-		return true, nil
-	}
-	return false, nil
+// setTimeout is --timeout D (wait-for, expect, --wait-for).
+func setTimeout(c *Command, val string) (err error) {
+	c.Timeout, err = parseWait(c.Name, val)
+	return err
 }
 
-// argName names what a command's words are, for errors.
-func argName(name Name) string {
-	switch name {
-	case CmdSend:
-		return "text"
-	case CmdExpect:
-		return "script"
+// setWaitSince is wait-for --since: attach, now, or a time as console-log
+// --since takes it.
+func setWaitSince(c *Command, val string) (err error) {
+	switch val {
+	case SinceNow, SinceAttach:
+		c.SinceMode = val
+		return nil
 	}
-	return "regular expression"
-}
-
-// parsePattern reads flag's regular expression (--wait-for REGEX); the
-// words after it that are no flag join it (checkAutomation checks it).
-func parsePattern(cmd *Command, args []string, i *int, flag string) error {
-	val, err := flagValueOf(cmd.Name, args, i, flag, "a regular expression")
+	c.SinceMode = SinceTime
+	c.SinceAgo, c.SinceAt, err = parseSince(val)
 	if err != nil {
-		return err
+		err = usagef(c.Name, "--since wants attach, now, a duration (10m) or an RFC 3339 time, not %s", quote(val))
 	}
+	return err
+}
+
+// setPattern is --wait-for RE; the words after it join it (joinPattern),
+// and checkWaitPattern checks it.
+func setPattern(c *Command, val string) error {
 	if val == "" {
-		return usagef(cmd.Name, "%s: empty regular expression", cmd.Name)
+		return usagef(c.Name, "%s: empty regular expression", c.Name)
 	}
-	cmd.Pattern = val
+	c.Pattern = val
 	return nil
+}
+
+// joinPattern takes a word after --wait-for RE: it joins RE. Before
+// --wait-for, a power command takes no word.
+func joinPattern(c *Command, w string) (bool, error) {
+	if c.Pattern == "" {
+		return false, nil
+	}
+	c.Pattern += " " + w
+	return true, nil
+}
+
+// patternText names what the words of a power command are once it has
+// --wait-for.
+func patternText(c *Command) string {
+	if c.Pattern != "" {
+		return "regular expression"
+	}
+	return ""
+}
+
+// addWord takes a word of wait-for's REGEX, send's TEXT or expect's
+// SCRIPT: OpenSSH sends the words of a remote command joined by spaces;
+// they are joined again (Command.Args).
+func addWord(c *Command, w string) (bool, error) {
+	c.Args = append(c.Args, w)
+	return true, nil
 }
 
 // pattern is a wait's regular expression with (?m) implied: `^` matches
@@ -187,42 +160,48 @@ func parseWait(name Name, val string) (time.Duration, error) {
 	return d, nil
 }
 
-// checkAutomation checks what the automation commands need once parsed;
-// it sets wait-for's Pattern (its words joined by single spaces).
-func checkAutomation(cmd *Command) error {
-	if cmd.Name == CmdWaitFor {
-		if len(cmd.Args) == 0 {
-			return usagef(cmd.Name, "wait-for needs a regular expression")
-		}
-		cmd.Pattern, cmd.Args = strings.Join(cmd.Args, " "), nil
+// checkWaitFor sets wait-for's Pattern (its words joined by single
+// spaces) and checks it against the budgets.
+func checkWaitFor(c *Command) error {
+	if len(c.Args) == 0 {
+		return usagef(c.Name, "wait-for needs a regular expression")
 	}
-	if cmd.Pattern != "" {
-		_, err := checkPattern(cmd.Name, cmd.Pattern)
-		return err
+	c.Pattern, c.Args = strings.Join(c.Args, " "), nil
+	return checkWaitPattern(c)
+}
+
+// checkWaitPattern checks a wait's pattern, if any, against the budgets.
+func checkWaitPattern(c *Command) error {
+	if c.Pattern == "" {
+		return nil
 	}
-	switch cmd.Name {
-	case CmdSend:
-		if cmd.Stdin == (len(cmd.Args) > 0) {
-			return usagef(cmd.Name, "send needs TEXT or --stdin (not both)")
-		}
-		if !cmd.Stdin {
-			_, err := sendBytes(*cmd)
-			return err
-		}
-	case CmdExpect:
-		if cmd.Stdin == (len(cmd.Args) > 0) {
-			return usagef(cmd.Name, "expect needs SCRIPT or --stdin (not both)")
-		}
-		if !cmd.Stdin {
-			_, err := ParseScript(InlineScript(cmd.Script()))
-			return err
-		}
-	case CmdPowerOn, CmdPowerCycle:
-		if cmd.Timeout > 0 && cmd.Pattern == "" {
-			return usagef(cmd.Name, "%s: --timeout goes with --wait-for", cmd.Name)
-		}
+	_, err := checkPattern(c.Name, c.Pattern)
+	return err
+}
+
+// checkSend checks send's TEXT (or --stdin, not both).
+func checkSend(c *Command) error {
+	if c.Stdin == (len(c.Args) > 0) {
+		return usagef(c.Name, "send needs TEXT or --stdin (not both)")
 	}
-	return nil
+	if c.Stdin {
+		return nil
+	}
+	_, err := sendBytes(*c)
+	return err
+}
+
+// checkExpect checks expect's SCRIPT (or --stdin, not both) against the
+// budgets.
+func checkExpect(c *Command) error {
+	if c.Stdin == (len(c.Args) > 0) {
+		return usagef(c.Name, "expect needs SCRIPT or --stdin (not both)")
+	}
+	if c.Stdin {
+		return nil
+	}
+	_, err := ParseScript(InlineScript(c.Script()))
+	return err
 }
 
 // Script is expect's SCRIPT: its words joined by single spaces.

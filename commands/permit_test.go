@@ -50,7 +50,7 @@ func TestUsesConsole(t *testing.T) {
 			t.Errorf("%q: uses the console %v, want %v", tt.line, got, tt.want)
 		}
 	}
-	for _, s := range specs() {
+	for _, s := range table() {
 		if !seen[s.name] {
 			t.Errorf("command %s is not classified by this test", s.name)
 		}

@@ -41,7 +41,7 @@ func (v *Viewer) AsWriter(force bool, f func() error) error {
 	if prev == v {
 		prev = nil
 	}
-	if (prev != nil || n.remoteWriter != "") && !force {
+	if (prev != nil || n.remoteWriter != Who{}) && !force {
 		n.mu.Unlock()
 		return ErrWriterBusy
 	}
@@ -69,7 +69,7 @@ func (v *Viewer) AsWriter(force bool, f func() error) error {
 // input did not all reach the link here, or the link changed since the
 // borrow (arb: its Arbiter then); confirmed gets the holder's answer (nil:
 // no holder to ask).
-func (v *Viewer) giveBack(remote string, arb Arbiter) (confirmed chan error, lost bool) {
+func (v *Viewer) giveBack(remote Who, arb Arbiter) (confirmed chan error, lost bool) {
 	n := v.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -116,7 +116,7 @@ func (n *node) borrowLocked(v *Viewer) {
 		prev.lender = nil
 	}
 	n.setWriterLocked(v)
-	n.remoteWriter = ""
+	n.remoteWriter = Who{}
 	v.lender = lender
 	if lender != nil && !told {
 		n.lendNoticeLocked(lender, v.name+" is sending input; you are read-only meanwhile")

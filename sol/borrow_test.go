@@ -82,7 +82,7 @@ func TestClusterAsWriter(t *testing.T) {
 	ra1.waitNotice(t, "bot is sending input; you are read-only meanwhile")
 	ra1.waitNotice(t, "you are writing again")
 	waitFor(t, "a1 writing again, everywhere", func() bool {
-		return a1.Writer() && holder.Writer("n1") == "a1" && relays[0].Writer("n1") == "a1"
+		return a1.Writer() && holder.Writer("n1").Name == "a1" && relays[0].Writer("n1").Name == "a1"
 	})
 	typed(t, b, a1, "a")
 	if bot.Writer() {
@@ -94,12 +94,12 @@ func TestClusterAsWriter(t *testing.T) {
 	// With nobody writing, a borrowed write needs no force, and leaves
 	// nobody writing.
 	a1.ReadOnly()
-	waitFor(t, "nobody writing", func() bool { return relays[0].Writer("n1") == "" })
+	waitFor(t, "nobody writing", func() bool { return relays[0].Writer("n1").Name == "" })
 	if err := bot.AsWriter(false, write("G")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the second write", func() bool { return string(b.Typed()) == "FaG" })
-	waitFor(t, "nobody writing after it", func() bool { return holder.Writer("n1") == "" && relays[0].Writer("n1") == "" })
+	waitFor(t, "nobody writing after it", func() bool { return holder.Writer("n1").Name == "" && relays[0].Writer("n1").Name == "" })
 }
 
 // TestClusterAsWriterGivesBack: a forced borrowed write gives the role
@@ -137,7 +137,7 @@ func TestClusterAsWriterGivesBack(t *testing.T) {
 			rw.waitNotice(t, "you are writing again")
 			waitFor(t, "w writing again on every hub", func() bool {
 				for _, h := range []*sol.Manager{holder, hubs[tc.writerOn], hubs[tc.botOn]} {
-					if h.Writer("n1") != "w" {
+					if h.Writer("n1").Name != "w" {
 						return false
 					}
 				}
@@ -166,7 +166,7 @@ func TestAsWriterBorrowBeforeInput(t *testing.T) {
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	via[0].tellHook = func(m sol.RoleMsg) {
-		if m.Op == sol.RoleJoin && m.Name == "blocker" {
+		if m.Op == sol.RoleJoin && m.Who.Name == "blocker" {
 			once.Do(func() { close(entered) })
 			<-unblock
 		}

@@ -43,6 +43,13 @@ type ConsoleInfo struct {
 	// line ("ssh-ed25519 AAAA..."): the only key accepted. Unset, the key
 	// the BMC shows on first contact is pinned.
 	SSHHostKey string `json:"ssh_host_key,omitempty"`
+	// Redfish, for an IPMI node whose console is ConsoleAuto, is the BMC's
+	// Redfish service ("https://host[:port]"), which auto asks which
+	// console services are enabled, logged in with the node's user and
+	// pass; RedfishInsecure skips the verification of its certificate.
+	// A Redfish node's own service is its address: it takes neither.
+	Redfish         string `json:"redfish,omitempty"`
+	RedfishInsecure bool   `json:"redfish_insecure,omitempty"`
 }
 
 // FirstSet names the first field ci sets, by its registration name
@@ -54,7 +61,7 @@ func (ci ConsoleInfo) FirstSet() string {
 		set  bool
 	}{{"console", ci.Console != ""}, {"ssh_port", ci.SSHPort != 0}, {"ssh_user", ci.SSHUser != ""},
 		{"ssh_pass", ci.SSHPass != ""}, {"ssh_command", ci.SSHCommand != ""}, {"ssh_vendor", ci.SSHVendor != ""},
-		{"ssh_host_key", ci.SSHHostKey != ""}} {
+		{"ssh_host_key", ci.SSHHostKey != ""}, {"redfish", ci.Redfish != ""}, {"redfish_insecure", ci.RedfishInsecure}} {
 		if f.set {
 			return f.name
 		}

@@ -136,6 +136,12 @@ type consoleHeld struct{}
 func (consoleHeld) Error() string { return "the BMC's console is held by another session" }
 func (consoleHeld) Unwrap() error { return ErrPayloadActive }
 
+// ErrUnverified: obmd cannot tell now whether a session may go on, or
+// cannot coordinate a node's console with the other replicas, because its
+// own database does not answer (or does not complete writes). Not the
+// BMC's fault: the tenant is told so, the log keeps the detail.
+var ErrUnverified = errors.New("obmd cannot reach its database right now")
+
 // public are the errors whose own text is written for tenants: the hub's
 // and the drivers' sentinels. A driver wraps them with detail that may not
 // be (a label, an address); TenantText shows the sentinel's text alone.
@@ -144,7 +150,7 @@ var public = []error{
 	ErrConsoleHeld, // before ErrPayloadActive, which it wraps
 	ErrBadBootDevice, ErrNotSupported, ErrPayloadActive, ErrSOLDisabled, ErrBreakMidLine,
 	ErrReadOnly, ErrShutdown, ErrDetached, ErrSlowViewer, ErrCut, ErrDisplaced, ErrLinkDown, ErrWriterBusy,
-	ErrInputLost,
+	ErrInputLost, ErrUnverified,
 }
 
 // TenantText is the one place where a BMC or console error becomes text a

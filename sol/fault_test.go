@@ -38,6 +38,7 @@ func TestTenantText(t *testing.T) {
 		{"break mid-line", fmt.Errorf("send break on n1: %w", sol.ErrBreakMidLine), sol.ErrBreakMidLine.Error()},
 		{"hub error", sol.ErrReadOnly, sol.ErrReadOnly.Error()},
 		{"deadline", fmt.Errorf("dial 192.0.2.5: %w", context.DeadlineExceeded), "the BMC did not answer"},
+		{"database", fmt.Errorf("verify access to n1: %w: %w", sol.ErrUnverified, context.DeadlineExceeded), "obmd cannot reach its database right now"},
 		{"anything else", errors.New("read udp 192.0.2.5:623: connection refused"), "the BMC operation failed"},
 	}
 	for _, tt := range tests {

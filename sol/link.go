@@ -86,13 +86,13 @@ type node struct {
 	// The arbitration of the writer across hubs (roles.go): the
 	// established console if it is an Arbiter, the messages queued for it
 	// and how many were queued (the link's writer loop sends them), the
-	// writer's name when it is no viewer of this hub, and the channel
+	// writer when it is no viewer of this hub, and the channel
 	// AwaitRole waits on (closed when a role is decided).
 	linked       bool // the established console's part has begun (startRolesLocked)
 	arb          Arbiter
 	ctl          []ctlMsg
 	told         uint64
-	remoteWriter string
+	remoteWriter Who
 	decidedC     chan struct{}
 }
 
@@ -636,13 +636,13 @@ func (n *node) publish(p []byte) (screenBehind bool) {
 func (n *node) addLocked(v *Viewer, o AttachOptions) {
 	n.viewers = append(n.viewers, v)
 	n.m.st.viewers.Add(1)
-	if !o.ReadOnly && !o.Relay && n.writer == nil && n.remoteWriter == "" {
+	if !o.ReadOnly && !o.Relay && n.writer == nil && n.remoteWriter == (Who{}) {
 		n.setWriterLocked(v)
 	}
 	switch {
 	case o.Relay:
 	case n.arb != nil:
-		v.joinSeq = n.tellLocked(RoleMsg{Op: RoleJoin, Viewer: v.id, Name: v.name, Want: !o.ReadOnly})
+		v.joinSeq = n.tellLocked(RoleMsg{Op: RoleJoin, Viewer: v.id, Who: v.Who(), Want: !o.ReadOnly})
 	case n.linked:
 		v.decided = true
 	}

@@ -235,7 +235,7 @@ type AttachOptions struct {
 	Session string
 	// Name is how other viewers are told of this one (banners, takeover
 	// notices): never an address or a credential. Default "#" and the
-	// session ID, as `sessions` lists it.
+	// session ID, as `sessions` lists it (Who).
 	Name string
 	// ReadOnly: never becomes writer by itself (it may still TakeWrite).
 	ReadOnly bool
@@ -260,15 +260,16 @@ type AttachOptions struct {
 	Relay bool
 }
 
-// ViewerInfo describes an attached viewer, as AttachOptions named it.
+// ViewerInfo describes an attached viewer, as AttachOptions named it
+// (Session and Name: its Who).
 type ViewerInfo struct {
 	Session string    `json:"session,omitempty"`
 	Name    string    `json:"name"`
 	Writer  bool      `json:"writer"`
 	Since   time.Time `json:"since"`
 	// Remote: a viewer of another hub, relayed through this one (Session
-	// is then empty; its Name is what that hub calls it, never a
-	// replica's). Relay viewers themselves are not listed.
+	// and Name are what that hub calls it, never a replica's name).
+	// Relay viewers themselves are not listed.
 	Remote bool `json:"remote,omitempty"`
 }
 
@@ -305,10 +306,7 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 	if n == nil {
 		n, start = m.newNodeLocked(label)
 	}
-	if o.Name == "" && o.Session != "" {
-		o.Name = "#" + o.Session
-	}
-	v := newViewer(m, n, o.Name, m.cfg.Now())
+	v := newViewer(m, n, nameOf(o), m.cfg.Now())
 	v.id = m.nextID.Add(1)
 	v.session = o.Session
 	if v.relay = o.Relay; v.relay {
@@ -344,7 +342,7 @@ func (m *Manager) Viewers(label string) []ViewerInfo {
 			continue
 		}
 		for _, mv := range v.memberList {
-			out = append(out, ViewerInfo{Name: mv.name, Writer: n.writer == mv, Since: mv.since, Remote: true})
+			out = append(out, ViewerInfo{Session: mv.session, Name: mv.name, Writer: n.writer == mv, Since: mv.since, Remote: true})
 		}
 	}
 	return out

@@ -216,7 +216,7 @@ func TestClusterOneWriter(t *testing.T) {
 		t.Fatalf("writers: a1 %v b1 %v c1 %v c2 %v, want a1 only (the first)", a1.Writer(), b1.Writer(), c1.Writer(), c2.Writer())
 	}
 	for i, m := range relays {
-		if got := m.Writer("n1"); got != "a1" {
+		if got := m.Writer("n1").Name; got != "a1" {
 			t.Errorf("relaying hub %d: got writer %q, want a1", i, got)
 		}
 	}
@@ -257,7 +257,7 @@ func TestClusterOneWriter(t *testing.T) {
 	// Read-only escape: nobody writes, everywhere.
 	b1.ReadOnly()
 	waitFor(t, "nobody writing", func() bool {
-		return holder.Writer("n1") == "" && relays[0].Writer("n1") == "" && relays[1].Writer("n1") == ""
+		return holder.Writer("n1").Name == "" && relays[0].Writer("n1").Name == "" && relays[1].Writer("n1").Name == ""
 	})
 	for _, v := range []*sol.Viewer{a1, b1, c1, c2} {
 		if _, err := v.Write([]byte("x")); !errors.Is(err, sol.ErrReadOnly) {
@@ -270,6 +270,35 @@ func TestClusterOneWriter(t *testing.T) {
 	if n := rb1.Notices(); len(n) != 0 {
 		t.Errorf("b1 got notices %q, want none (it left the role itself)", n)
 	}
+}
+
+// TestClusterWriterWho: every hub knows the writer by its session and
+// its name, wherever it is, and the holder lists relayed viewers by both:
+// a viewer attached with a session alone is named "#" and the session.
+func TestClusterWriterWho(t *testing.T) {
+	_, _, holder, relays, _ := newCluster(t)
+	b1, _ := attached(t, relays[0], "", sol.AttachOptions{Session: "r0-7"})
+	attached(t, relays[1], "c1", sol.AttachOptions{})
+	want := sol.Who{Session: "r0-7", Name: "#r0-7"}
+	if got := b1.Who(); got != want {
+		t.Fatalf("got viewer %+v, want %+v", got, want)
+	}
+	for i, m := range []*sol.Manager{holder, relays[0], relays[1]} {
+		if got := m.Writer("n1"); got != want {
+			t.Errorf("hub %d: got writer %+v, want %+v", i, got, want)
+		}
+	}
+	var listed []sol.Who
+	for _, vi := range holder.Viewers("n1") {
+		listed = append(listed, vi.Who())
+	}
+	if wantListed := []sol.Who{want, {Name: "c1"}}; fmt.Sprint(listed) != fmt.Sprint(wantListed) {
+		t.Errorf("holder lists %+v, want %+v", listed, wantListed)
+	}
+	b1.ReadOnly()
+	waitFor(t, "nobody writing", func() bool {
+		return holder.Writer("n1") == sol.Who{} && relays[1].Writer("n1") == sol.Who{}
+	})
 }
 
 // TestClusterNonWriterInputDropped: input a relaying hub sends in the name
@@ -287,7 +316,7 @@ func TestClusterNonWriterInputDropped(t *testing.T) {
 	via[0].mu.Unlock()
 	slow.hold()
 	c1.TakeWrite()
-	waitFor(t, "the holder to count c1 as the writer", func() bool { return holder.Writer("n1") == "c1" })
+	waitFor(t, "the holder to count c1 as the writer", func() bool { return holder.Writer("n1").Name == "c1" })
 	if _, err := b1.Write([]byte("late")); err != nil || !b1.Writer() {
 		t.Fatalf("b1, not told yet: write %v, writing %v; want its hub to send its keys", err, b1.Writer())
 	}
@@ -319,7 +348,7 @@ func TestClusterHolderChange(t *testing.T) {
 			b2, _ := attached(t, relays[0], "b2", sol.AttachOptions{})
 			c1, _ := attached(t, relays[1], "c1", sol.AttachOptions{})
 			b1.TakeWrite()
-			waitFor(t, "b1 writing", func() bool { return holder.Writer("n1") == "b1" })
+			waitFor(t, "b1 writing", func() bool { return holder.Writer("n1").Name == "b1" })
 			typed(t, b, b1, "1")
 
 			// The holder dies: its viewers and relays end.
@@ -342,7 +371,7 @@ func TestClusterHolderChange(t *testing.T) {
 				for _, vi := range next.Viewers("n1") {
 					relayed = relayed || vi.Remote && vi.Name == "c1"
 				}
-				return relayed && next.Writer("n1") == "b1"
+				return relayed && next.Writer("n1").Name == "b1"
 			})
 			typed(t, b, b1, "2")
 			if b2.Writer() || c1.Writer() {
@@ -361,16 +390,16 @@ func TestClusterHolderChange(t *testing.T) {
 func TestClusterFirstViewerWrites(t *testing.T) {
 	b, _, holder, relays, _ := newCluster(t)
 	b1, _ := attached(t, relays[0], "b1", sol.AttachOptions{})
-	if !b1.Writer() || holder.Writer("n1") != "b1" {
-		t.Fatalf("first viewer in the cluster: writing %v, holder's writer %q, want b1", b1.Writer(), holder.Writer("n1"))
+	if !b1.Writer() || holder.Writer("n1").Name != "b1" {
+		t.Fatalf("first viewer in the cluster: writing %v, holder's writer %q, want b1", b1.Writer(), holder.Writer("n1").Name)
 	}
 	typed(t, b, b1, "b")
 	c1, _ := attached(t, relays[1], "c1", sol.AttachOptions{})
-	if c1.Writer() || relays[1].Writer("n1") != "b1" {
-		t.Errorf("second viewer: writing %v, its hub's writer %q, want b1 writing", c1.Writer(), relays[1].Writer("n1"))
+	if c1.Writer() || relays[1].Writer("n1").Name != "b1" {
+		t.Errorf("second viewer: writing %v, its hub's writer %q, want b1 writing", c1.Writer(), relays[1].Writer("n1").Name)
 	}
 	b1.Close()
-	waitFor(t, "nobody writing once the writer left", func() bool { return holder.Writer("n1") == "" })
+	waitFor(t, "nobody writing once the writer left", func() bool { return holder.Writer("n1").Name == "" })
 	if c1.Writer() {
 		t.Error("c1 became the writer when b1 left; want nobody")
 	}
@@ -386,24 +415,24 @@ func TestRelayMembersBounded(t *testing.T) {
 	holder := newManager(t, sol.Config{}, lab)
 	v := attach(t, holder, "n1", "peer", sol.AttachOptions{Relay: true})
 	long := strings.Repeat("é", 100)
-	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1, Name: long, Want: true}); err != nil {
+	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1, Who: sol.Who{Name: long}, Want: true}); err != nil {
 		t.Fatalf("first join: %v", err)
 	}
-	if got := holder.Writer("n1"); len(got) > 64 || !utf8.ValidString(got) || !strings.HasPrefix(long, got) || got == "" {
+	if got := holder.Writer("n1").Name; len(got) > 64 || !utf8.ValidString(got) || !strings.HasPrefix(long, got) || got == "" {
 		t.Errorf("a %d-byte name kept as %d bytes %q, want at most 64, whole characters", len(long), len(got), got)
 	}
 	for id := uint64(2); id <= 1024; id++ {
-		if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: id, Name: "m"}); err != nil {
+		if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: id, Who: sol.Who{Name: "m"}}); err != nil {
 			t.Fatalf("join %d: %v", id, err)
 		}
 	}
-	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1025, Name: "m"}); err == nil {
+	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1025, Who: sol.Who{Name: "m"}}); err == nil {
 		t.Fatal("join 1025: accepted, want refused (1024 viewers on the relay)")
 	}
 	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleLeave, Viewer: 7}); err != nil {
 		t.Fatalf("leave 7: %v", err)
 	}
-	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1025, Name: "m"}); err != nil {
+	if err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleJoin, Viewer: 1025, Who: sol.Who{Name: "m"}}); err != nil {
 		t.Errorf("join 1025 after one left: %v", err)
 	}
 }

@@ -73,7 +73,8 @@ const (
 // than a hub's session limits let a replica have on one node.
 const maxMembers = 1024
 
-// maxNameLen bounds a member's name, as the holder keeps it.
+// maxNameLen bounds a member's name and session ID (Who), as the holder
+// keeps them.
 const maxNameLen = 64
 
 // RoleMsg is one thing a relaying hub tells the holder about one of its
@@ -82,9 +83,9 @@ type RoleMsg struct {
 	Op RoleOp
 	// Viewer is the viewer's ID on the relaying hub (never 0).
 	Viewer uint64
-	// Name is how other viewers are told of it (RoleJoin): its
-	// AttachOptions.Name.
-	Name string
+	// Who (RoleJoin) is how it is known beyond its hub: its session and
+	// the name other viewers are told of it.
+	Who Who
 	// Want (RoleJoin): it becomes the writer if nobody writes.
 	Want bool
 }
@@ -94,8 +95,8 @@ type Roles struct {
 	// Writer is the writer's Viewer ID on the relaying hub if the writer is
 	// one of the relay's viewers; 0 otherwise.
 	Writer uint64
-	// Name is the writer's name wherever it is; "" when nobody writes.
-	Name string
+	// Who is the writer, wherever it is; zero when nobody writes.
+	Who Who
 	// Seq is how many of the relay's RoleMsgs the holder had applied.
 	Seq uint64
 	// Lender is the relay's viewer the writer borrowed the role from
@@ -161,7 +162,8 @@ func (v *Viewer) Arbitrate(msg RoleMsg) error {
 		case len(v.memberList) >= maxMembers:
 			return fmt.Errorf("join viewer %d: the relay has %d viewers already", msg.Viewer, maxMembers)
 		}
-		mv = &Viewer{m: v.m, n: n, name: clip(msg.Name, maxNameLen), since: v.m.cfg.Now(), carrier: v,
+		who := msg.Who.clip()
+		mv = &Viewer{m: v.m, n: n, name: who.Name, session: who.Session, since: v.m.cfg.Now(), carrier: v,
 			remote: msg.Viewer, done: make(chan struct{})}
 		v.members[msg.Viewer] = mv
 		v.memberList = append(v.memberList, mv)
@@ -250,7 +252,7 @@ func (v *Viewer) Roles() Roles {
 	defer n.mu.Unlock()
 	r := Roles{Seq: v.seq}
 	if w := n.writer; w != nil {
-		r.Name = w.name
+		r.Who = w.Who()
 		if w.carrier == v {
 			r.Writer = w.remote
 		}
@@ -323,7 +325,7 @@ func (n *node) setWriterLocked(w *Viewer) {
 func (n *node) takeWriteLocked(v *Viewer) {
 	prev := n.writer
 	n.setWriterLocked(v)
-	n.remoteWriter = ""
+	n.remoteWriter = Who{}
 	if prev != nil && prev != v {
 		prev.notice(v.name + " took over writing; you are read-only")
 	}
@@ -363,7 +365,7 @@ var errNoHolder = errors.New("the console link to the node's holder changed")
 func (n *node) startRolesLocked(arb Arbiter) {
 	n.linked, n.arb, n.ctl, n.told = true, arb, nil, 0
 	if arb == nil {
-		n.remoteWriter = ""
+		n.remoteWriter = Who{}
 		for _, v := range n.viewers {
 			v.decided = true
 		}
@@ -372,7 +374,7 @@ func (n *node) startRolesLocked(arb Arbiter) {
 	}
 	for _, v := range n.viewers {
 		if !v.relay {
-			v.joinSeq = n.tellLocked(RoleMsg{Op: RoleJoin, Viewer: v.id, Name: v.name, Want: n.writer == v})
+			v.joinSeq = n.tellLocked(RoleMsg{Op: RoleJoin, Viewer: v.id, Who: v.Who(), Want: n.writer == v})
 			v.lender = nil // the new holder never lent it its role
 		}
 	}
@@ -457,14 +459,14 @@ func (n *node) applyRoles(arb Arbiter, r Roles) {
 		}
 	}
 	n.setWriterLocked(w)
-	n.remoteWriter = ""
+	n.remoteWriter = Who{}
 	if w == nil {
-		n.remoteWriter = clip(r.Name, maxNameLen)
+		n.remoteWriter = r.Who.clip()
 	}
 	if told && prev != w && r.Lender != prev.id { // a lender is told by the holder
 		who := "another viewer"
-		if r.Name != "" {
-			who = clip(r.Name, maxNameLen)
+		if r.Who.Name != "" {
+			who = clip(r.Who.Name, maxNameLen)
 		}
 		prev.notice(who + " took over writing; you are read-only")
 	}
@@ -507,19 +509,19 @@ func (v *Viewer) AwaitRole(ctx context.Context) bool {
 	}
 }
 
-// Writer returns the name of label's writer, wherever in the cluster it
-// is ("" when nobody writes, or the node has no console).
-func (m *Manager) Writer(label string) string {
+// Writer returns label's writer, wherever in the cluster it is (zero
+// when nobody writes, or the node has no console).
+func (m *Manager) Writer(label string) Who {
 	m.mu.Lock()
 	n := m.nodes[label]
 	m.mu.Unlock()
 	if n == nil {
-		return ""
+		return Who{}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.writer != nil {
-		return n.writer.name
+		return n.writer.Who()
 	}
 	return n.remoteWriter
 }

@@ -16,10 +16,12 @@ import (
 // client.
 const CutGrace = 250 * time.Millisecond
 
-// ErrUnverified is wrapped by Open's error when access cannot be verified
-// now: the database did not answer, or a change of the node made here is
-// still undecided. Not the client's fault; the detail is for the log.
-var ErrUnverified = errors.New("access cannot be verified right now")
+// ErrUnverified is wrapped by Open's error, and by the Revoker's Current,
+// when access cannot be verified now: the database did not answer, or a
+// change of the node made here is still undecided. Not the client's fault;
+// the detail is for the log. It is sol's, so that a console link that
+// fails to open for it tells its viewers so (sol.TenantText).
+var ErrUnverified = sol.ErrUnverified
 
 // StaleError is Open's refusal of a session whose node's access changed
 // between its login and its start: it must log in again. It is the

@@ -43,7 +43,7 @@ func (r *Revoker) Current(ctx context.Context, label string) (int64, error) {
 	case errors.Is(err, db.ErrNotFound):
 		return 0, &sessions.RevokedError{Node: label, Why: whyDeleted}
 	case err != nil:
-		return 0, fmt.Errorf("verify access to %s: %w", safe(label), err)
+		return 0, fmt.Errorf("verify access to %s: %w: %w", safe(label), ErrUnverified, err)
 	case cur <= n.applied.Load() || cur <= r.watched.Load():
 		return cur, nil
 	}

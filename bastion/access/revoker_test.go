@@ -14,6 +14,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/db"
+	"github.com/obmd/obmd/sol"
 )
 
 // fakeCutter records console cuts.
@@ -451,5 +452,28 @@ func TestRevokerForgets(t *testing.T) {
 	r.Watched(8)
 	if got := tracked(); got != 0 {
 		t.Errorf("nodes tracked at the end: got %d, want 0", got)
+	}
+}
+
+// TestRevokerCurrentUnverified: a database that fails the read of a
+// node's epoch makes Current's error ErrUnverified, which a console link
+// that cannot open for it tells its viewers as obmd's database, not the
+// BMC, failing (sol.TenantText).
+func TestRevokerCurrentUnverified(t *testing.T) {
+	r, _, _, epochs := newTestRevoker()
+	epochs.set("n1", 1)
+	r.Current(context.Background(), "n1") // applies epoch 1 (a change it had not seen)
+	if _, err := r.Current(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	epochs.mu.Lock()
+	epochs.err = errors.New("dial tcp 192.0.2.9:3306: i/o timeout")
+	epochs.mu.Unlock()
+	_, err := r.Current(context.Background(), "n1")
+	if !errors.Is(err, ErrUnverified) {
+		t.Fatalf("Current with the database failing: %v, want ErrUnverified", err)
+	}
+	if got := sol.TenantText(fmt.Errorf("console history: %w", err)); got != "obmd cannot reach its database right now" {
+		t.Errorf("tenant text: %q, want obmd's database named, not the BMC", got)
 	}
 }

@@ -49,7 +49,7 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	acc, err := a.store.Access(r.Context(), label)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
 		a.cfg.Limiter.End(host, label, false, false) // not the client's failure
-		a.storeError(w, r, "read node access", err)
+		a.unverified(w, "read node access", err)
 		return grant{}, false
 	}
 	exists := err == nil
@@ -94,6 +94,20 @@ func (a *API) tokenAuth(w http.ResponseWriter, r *http.Request) (grant, bool) {
 
 // errBadToken is the one answer to a failed node-token check.
 const errBadToken = "unknown node or invalid token"
+
+// errUnverified is the answer to a node-token request whose access could
+// not be checked: the database did not answer (or, at admit, a change of
+// the node made here is still undecided). The client may try again.
+const errUnverified = "cannot verify access right now; try again"
+
+// unverified answers a request whose access the database could not verify
+// (op and err are for the log): 503, not the client's fault, nor obmd's. It
+// says the same whether the node exists: a token check's read fails before
+// that is known, and admit runs after the token matched.
+func (a *API) unverified(w http.ResponseWriter, op string, err error) {
+	a.log.WithError(err).WithField("op", op).Error("store_failed")
+	writeError(w, http.StatusServiceUnavailable, errUnverified)
+}
 
 // refuseToken answers a failed node-token check, started at start: the
 // same status and body whether the node exists, has a token, or the
@@ -151,7 +165,7 @@ func (a *API) session(w http.ResponseWriter, r *http.Request, g *grant, kind ses
 	case errors.As(err, &revoked): // cut while being admitted
 		writeError(w, http.StatusUnauthorized, safeText(revoked.Error()))
 	case errors.Is(err, access.ErrUnverified):
-		a.storeError(w, r, "verify node access", err)
+		a.unverified(w, "verify node access", err)
 	case r.Context().Err() != nil:
 		writeError(w, http.StatusServiceUnavailable, "request cancelled") // nobody reads it
 	default:

@@ -322,3 +322,54 @@ func TestTokenRefusalsAlike(t *testing.T) {
 		}
 	})
 }
+
+// unanswering is the database as a node-token request meets it when it
+// does not answer: the token check's read fails (access), or, once the
+// token matched, the session's admit cannot read the node's epoch.
+type unanswering struct {
+	*db.Store
+	access bool
+}
+
+var errNotAnswering = errors.New("the database is not answering")
+
+func (s *unanswering) Access(ctx context.Context, label string) (db.Access, error) {
+	if s.access {
+		return db.Access{}, errNotAnswering
+	}
+	return s.Store.Access(ctx, label)
+}
+
+func (s *unanswering) Epoch(context.Context, string) (int64, error) { return 0, errNotAnswering }
+
+// TestDatabaseNotAnswering: a node-token request that cannot be verified
+// because the database does not answer is told so with 503 (try again),
+// never 500, whether the token check's read or the session's admit failed,
+// and whether the node exists; nothing runs.
+func TestDatabaseNotAnswering(t *testing.T) {
+	forEngines(t, func(t *testing.T, eng dbtest.Engine) {
+		var down *unanswering
+		e := newEnv(t, eng, func(s Store) Store { down = &unanswering{Store: s.(*db.Store)}; return down })
+		e.mustNode("n1")
+		q := "?token=" + e.mustToken("n1")
+		want := errJSON(errUnverified)
+		for _, read := range []bool{true, false} {
+			down.access = read
+			for _, path := range []string{"/node/n1/power_status" + q, "/node/n1/console" + q, "/node/n9/power_status" + q} {
+				if !read && strings.HasPrefix(path, "/node/n9") {
+					continue // an unknown node never gets as far as admit
+				}
+				if r := e.do("GET", path, "", noAuth); r.code != 503 || r.body != want {
+					t.Errorf("%s with the database not answering (token check's read failing: %v): got %d %q, want 503 %q",
+						path, read, r.code, r.body, want)
+				}
+			}
+		}
+		if calls := e.runner.take(); len(calls) != 0 {
+			t.Errorf("runner calls: got %+v, want none", calls)
+		}
+		if live := e.reg.List(""); len(live) != 0 {
+			t.Errorf("sessions: got %+v, want none", live)
+		}
+	})
+}

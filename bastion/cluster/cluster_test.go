@@ -89,7 +89,7 @@ func TestOneLinkManyReplicas(t *testing.T) {
 			return fmt.Sprint(names) == "[alice/false/true bob/true/false carol/true/false]"
 		})
 		for i := 1; i < 3; i++ {
-			if got := rs[i].hub.Writer("n1"); got != "alice" {
+			if got := rs[i].hub.Writer("n1").Name; got != "alice" {
 				t.Errorf("replica %d: writer %q, want alice", i, got)
 			}
 		}
@@ -134,6 +134,40 @@ func TestOneLinkManyReplicas(t *testing.T) {
 			t.Errorf("breaks: got %d, want 1", got)
 		}
 	})
+}
+
+// TestWriterWhoAcrossReplicas: a writer on a relaying replica is known by
+// its session and its name on the holder too (the relay carries both), so
+// that `sessions` there marks the session that writes.
+func TestWriterWhoAcrossReplicas(t *testing.T) {
+	key, lab := newHostKey(t), sim.NewLab()
+	lab.BMC("n1", sim.ModeNormal)
+	dsn := dbtest.SQLiteDSN(t)
+	r0, r1 := startReplica(t, "r0", openStore(t, dsn), lab, key), startReplica(t, "r1", openStore(t, dsn), lab, key)
+	attach(t, r0, "n1", "alice")
+	waitFor(t, "the link", func() bool { return r0.hub.Stats().LinksUp == 1 })
+	v1, err := r1.hub.Attach(ctxFor(t), "n1", sol.AttachOptions{Session: "r1-5", ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v1.Close()
+	if !v1.AwaitRole(ctxFor(t)) {
+		t.Fatal("role never decided")
+	}
+	v1.TakeWrite()
+	want := sol.Who{Session: "r1-5", Name: "#r1-5"}
+	waitFor(t, "both replicas to know the writer", func() bool {
+		return r0.hub.Writer("n1") == want && r1.hub.Writer("n1") == want
+	})
+	var remote []sol.Who
+	for _, vi := range r0.hub.Viewers("n1") {
+		if vi.Remote {
+			remote = append(remote, vi.Who())
+		}
+	}
+	if len(remote) != 1 || remote[0] != want {
+		t.Errorf("holder's relayed viewers: got %+v, want [%+v]", remote, want)
+	}
 }
 
 // TestHolderLeavesLinkStays: the holder's own viewers leaving does not end

@@ -82,7 +82,7 @@ func (b *bmc) open(ctx context.Context, own bool) (sol.Console, error) {
 			b.drop(token)
 		}
 		if !errors.Is(err, db.ErrLeaseHeld) {
-			return nil, fmt.Errorf("open console of %s: %w", b.label, err)
+			return nil, fmt.Errorf("open console of %s: %w: %w", b.label, sol.ErrUnverified, err)
 		}
 		switch {
 		case held.Owner == c.cfg.ReplicaID:

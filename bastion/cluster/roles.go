@@ -34,11 +34,13 @@ const (
 	tellRequest  = "tell@obmd"
 )
 
+// roleMsg is a sol.RoleMsg; Session and Name are its viewer's sol.Who.
 type roleMsg struct {
-	Op     uint8
-	Viewer uint64
-	Name   string
-	Want   bool
+	Op      uint8
+	Viewer  uint64
+	Session string
+	Name    string
+	Want    bool
 }
 
 type inputMsg struct {
@@ -50,11 +52,13 @@ type breakMsg struct {
 	Viewer uint64
 }
 
+// rolesMsg is a sol.Roles; Session and Name are the writer's sol.Who.
 type rolesMsg struct {
-	Writer uint64
-	Name   string
-	Seq    uint64
-	Lender uint64
+	Writer  uint64
+	Session string
+	Name    string
+	Seq     uint64
+	Lender  uint64
 }
 
 type tellMsg struct {
@@ -79,7 +83,7 @@ func (r *relayConsole) Arbitrate(roles func(sol.Roles), notice func(viewer uint6
 // sol.RoleReturn it waits for the holder's answer (sol.ErrInputLost: the
 // borrowed write's input did not all go to the holder's link).
 func (r *relayConsole) Tell(m sol.RoleMsg) error {
-	msg := roleMsg{Op: uint8(m.Op), Viewer: m.Viewer, Name: m.Name, Want: m.Want}
+	msg := roleMsg{Op: uint8(m.Op), Viewer: m.Viewer, Session: m.Who.Session, Name: m.Who.Name, Want: m.Want}
 	wait := m.Op == sol.RoleReturn
 	ok, err := r.ch.SendRequest(roleRequest, wait, gossh.Marshal(msg))
 	if err != nil {
@@ -138,7 +142,7 @@ func (r *relayConsole) holderRequests(reqs <-chan *gossh.Request) {
 		var tm tellMsg
 		switch {
 		case req.Type == rolesRequest && gossh.Unmarshal(req.Payload, &m) == nil && roles != nil:
-			roles(sol.Roles{Writer: m.Writer, Name: m.Name, Seq: m.Seq, Lender: m.Lender})
+			roles(sol.Roles{Writer: m.Writer, Who: sol.Who{Session: m.Session, Name: m.Name}, Seq: m.Seq, Lender: m.Lender})
 		case req.Type == tellRequest && gossh.Unmarshal(req.Payload, &tm) == nil && notice != nil:
 			notice(tm.Viewer, printable(tm.Text))
 		}
@@ -146,6 +150,17 @@ func (r *relayConsole) holderRequests(reqs <-chan *gossh.Request) {
 			req.Reply(false, nil)
 		}
 	}
+}
+
+// joined is the sol.Who of the viewer a relaying replica's roleMsg names,
+// made printable: a name it lacks reads "?", a session it lacks stays
+// none.
+func joined(m roleMsg) sol.Who {
+	w := sol.Who{Name: printable(m.Name)}
+	if m.Session != "" {
+		w.Session = printable(m.Session)
+	}
+	return w
 }
 
 // ---- the holder: a relay viewer's requests ----
@@ -162,7 +177,8 @@ func (s *relayRoles) send() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.v.Roles()
-	_, err := s.ch.SendRequest(rolesRequest, false, gossh.Marshal(rolesMsg{Writer: r.Writer, Name: r.Name, Seq: r.Seq, Lender: r.Lender}))
+	_, err := s.ch.SendRequest(rolesRequest, false, gossh.Marshal(rolesMsg{Writer: r.Writer, Session: r.Who.Session,
+		Name: r.Who.Name, Seq: r.Seq, Lender: r.Lender}))
 	return err
 }
 
@@ -201,7 +217,7 @@ func relayRequest(ctx context.Context, v *sol.Viewer, roles *relayRoles, req *go
 		if err := gossh.Unmarshal(req.Payload, &m); err != nil {
 			return false, fmt.Errorf("malformed: %w", err)
 		}
-		err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleOp(m.Op), Viewer: m.Viewer, Name: printable(m.Name), Want: m.Want})
+		err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleOp(m.Op), Viewer: m.Viewer, Who: joined(m), Want: m.Want})
 		if serr := roles.send(); serr != nil {
 			return false, serr
 		}

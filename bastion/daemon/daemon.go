@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -288,8 +287,7 @@ type sessionList struct {
 }
 
 func (l sessionList) Sessions(node string) []commands.SessionInfo {
-	// A console viewer is named "#" and its session ID (sshdoor.console).
-	writer, _ := strings.CutPrefix(l.consoles.Writer(node), "#")
+	writer := l.consoles.Writer(node).Session // "" when nobody writes, or no session does
 	ctx, cancel := context.WithTimeout(context.Background(), l.all.wait)
 	defer cancel()
 	var out []commands.SessionInfo

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -151,21 +152,22 @@ func TestAutomateWaitForSim(t *testing.T) {
 // TestAutomateSendSim: send reaches the node byte-exact (TEXT escapes,
 // --hex, --stdin), is refused with exit 4 while a console writes, and
 // with --force writes and hands the role back; the audit has the byte
-// count, never the bytes.
+// count, never the bytes. A login refused because the database was
+// unavailable is made again (auSend).
 func TestAutomateSendSim(t *testing.T) {
 	t.Parallel()
 	o, tok, bmc := auSim(t, "as")
 
-	if res := o.openssh("as", tok, nil, "send", `'echo sent-one\r'`); res.Code != 0 || res.Stdout != "as: sent 14 bytes\n" {
+	if res := o.auSend("as", tok, nil, "send", `'echo sent-one\r'`); res.Code != 0 || res.Stdout != "as: sent 14 bytes\n" {
 		t.Fatalf("send: got %+v", res)
 	}
 	waitUntil(t, "send's bytes on the node", func() bool { return bytes.Contains(bmc.Typed(), []byte("echo sent-one\r")) })
-	if res := o.openssh("as", tok, nil, "send", "--hex", "00ff0d"); res.Code != 0 {
+	if res := o.auSend("as", tok, nil, "send", "--hex", "00ff0d"); res.Code != 0 {
 		t.Fatalf("send --hex: got %+v", res)
 	}
 	waitUntil(t, "send --hex's bytes", func() bool { return bytes.Contains(bmc.Typed(), []byte{0, 0xff, '\r'}) })
 	raw := []byte("stdin\x01\x7f\n\r\xfe")
-	if res := o.opensshIn("as", tok, bytes.NewReader(raw), nil, "send", "--stdin", "--json"); res.Code != 0 ||
+	if res := o.auSend("as", tok, raw, "send", "--stdin", "--json"); res.Code != 0 ||
 		!strings.Contains(res.Stdout, `"bytes":10`) {
 		t.Fatalf("send --stdin: got %+v", res)
 	}
@@ -174,13 +176,13 @@ func TestAutomateSendSim(t *testing.T) {
 	// A console writes: send is refused, --force writes and hands back.
 	p := sshPTY(t, o.SSHAddr(), "as", tok, nil)
 	p.expect("you are writing")
-	if res := o.openssh("as", tok, nil, "send", "refused"); res.Code != 4 || !strings.Contains(res.Stderr, "another session is writing") {
+	if res := o.auSend("as", tok, nil, "send", "refused"); res.Code != 4 || !strings.Contains(res.Stderr, "another session is writing") {
 		t.Errorf("send while a console writes: got %+v, want exit 4", res)
 	}
 	if bytes.Contains(bmc.Typed(), []byte("refused")) {
 		t.Errorf("a refused send reached the node")
 	}
-	if res := o.openssh("as", tok, nil, "send", "--force", `'echo forced\r'`); res.Code != 0 {
+	if res := o.auSend("as", tok, nil, "send", "--force", `'echo forced\r'`); res.Code != 0 {
 		t.Errorf("send --force: got %+v", res)
 	}
 	p.expect("you are writing again")
@@ -198,6 +200,26 @@ func TestAutomateSendSim(t *testing.T) {
 	if strings.Contains(strings.Join(acts, "\n"), "sent-one") {
 		t.Errorf("audit holds the bytes sent: %q", acts)
 	}
+}
+
+// auSend runs an ssh command on label with stdin (nil: none), again while
+// obmd refused its login because the database was unavailable (sshpass
+// exits 5, as for a wrong token): on a loaded machine a write held past
+// access.WriteStall makes the database count as stuck for a moment, and
+// logins fail closed then. The tests that use it need each command
+// judged, not its login.
+func (o *obmd) auSend(label, tok string, stdin []byte, cmd ...string) execResult {
+	o.t.Helper()
+	var res execResult
+	o.judgedLogin("127.0.0.1", label, func() error {
+		var in io.Reader
+		if stdin != nil {
+			in = bytes.NewReader(stdin)
+		}
+		res = o.opensshIn(label, tok, in, nil, cmd...)
+		return fmt.Errorf("exit %d, stderr %q", res.Code, res.Stderr)
+	})
+	return res
 }
 
 // TestAutomateWaitForSinceAttach: wait-for --since attach finds text the
@@ -362,7 +384,18 @@ func TestAutomateIPMI(t *testing.T) {
 
 	// Byte-exact, ending mid-line: the link closes (linger) right after,
 	// and ipmitool, which cannot be told to leave mid-line, is killed only
-	// once it has had time to send what it was given.
+	// once it has had time to send what it was given. ipmi_sim takes a SOL
+	// packet numbered as the last one it acknowledged for a retransmission
+	// and drops its data, whatever session sent either (it never forgets
+	// that number), and each ipmitool numbers its packets from 1: the
+	// send's, first on a new link, would be lost after the ping's, first
+	// on the link before. A new ipmi_sim, once that link has closed,
+	// remembers nothing.
+	waitUntil(t, "the link closed", func() bool { return o.auLinks("ai", "open") == o.auLinks("ai", "closed") })
+	s.Kill()
+	if err := s.Restart(); err != nil {
+		t.Fatalf("restart ipmi_sim: %v", err)
+	}
 	s.ResetSerial()
 	if res := o.openssh("ai", tok, nil, "send", "--hex", "6c730d00ff"); res.Code != 0 {
 		t.Fatalf("send on ipmi_sim: got %+v", res)
@@ -452,4 +485,9 @@ func TestAutomateHostileGo(t *testing.T) {
 			t.Fatalf("%s not cut", cmd)
 		}
 	}
+}
+
+// auLinks counts the times label's console link reached state (its log).
+func (o *obmd) auLinks(label, state string) int {
+	return strings.Count(o.Logs.String(), `"msg":"console link state","node":"`+label+`","part":"sol","state":"`+state+`"`)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,7 +103,11 @@ func TestDoorRotationNotLockedOut(t *testing.T) {
 // TestDoorControllerSessions: HIL streams every node's console through the
 // HTTP route from one address and makes power calls meanwhile: 100 streams
 // (each shows its node's output) and 200 power calls from one address all
-// succeed at the default limits.
+// succeed at the default limits, however long their queue takes. A call
+// answered 503 because the database could not verify access at that
+// moment (on a loaded machine, a write of the streams' history held past
+// access.WriteStall counts as a stuck database) is tried again, as a
+// controller does; no limit may refuse one.
 func TestDoorControllerSessions(t *testing.T) {
 	t.Parallel()
 	const nodes = 100
@@ -116,17 +121,30 @@ func TestDoorControllerSessions(t *testing.T) {
 		streams[i] = o.consoleHTTP(t, fmt.Sprintf("hc%03d", i), tokens[i])
 	}
 	var wg sync.WaitGroup
+	var retried atomic.Int32
 	for i := range nodes {
 		for _, call := range []struct{ method, route string }{{"POST", "power_cycle"}, {"GET", "power_status"}} {
 			wg.Go(func() {
 				path := fmt.Sprintf("/node/hc%03d/%s?token=%s", i, call.route, tokens[i])
-				if code, body := o.request(call.method, path, nil, "", ""); code != http.StatusOK {
-					t.Errorf("%s %s with %d streams open: got %d %s, want 200", call.method, call.route, nodes, code, body)
+				for deadline := time.Now().Add(e2eWait); ; time.Sleep(100 * time.Millisecond) {
+					code, body := o.request(call.method, path, nil, "", "")
+					if code == http.StatusServiceUnavailable && strings.Contains(string(body), "cannot verify access right now") &&
+						time.Now().Before(deadline) {
+						retried.Add(1)
+						continue
+					}
+					if code != http.StatusOK {
+						t.Errorf("%s %s with %d streams open: got %d %s, want 200", call.method, call.route, nodes, code, body)
+					}
+					return
 				}
 			})
 		}
 	}
 	wg.Wait()
+	if n := retried.Load(); n > 0 {
+		t.Logf("%d calls answered 503 (the database could not verify access then) and tried again", n)
+	}
 	for i, s := range streams {
 		bmc := o.Lab().BMC(fmt.Sprintf("hc%03d", i), sim.ModeNormal)
 		printUntilSeen(t, inject(bmc), fmt.Sprintf("hc%03d", i), shows(s.out))

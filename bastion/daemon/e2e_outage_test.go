@@ -270,8 +270,14 @@ func outageSettled(t *testing.T, o *obmd, changes []outageChange, toks map[strin
 			return false
 		})
 	}
-	if late != 1 {
+	// SQLite has one writer: one change's commit is held, the others wait
+	// for its lock. PostgreSQL commits concurrently: each change may be
+	// held in the WAL's flush, and each is settled as it was stored.
+	switch oneWriter := !strings.HasPrefix(o.Cfg.DB, "postgres"); {
+	case oneWriter && late != 1:
 		t.Errorf("changes stored after the thaw: got %d, want 1 (the one whose commit the frozen disk held)", late)
+	case late < 1:
+		t.Errorf("changes stored after the thaw: none, want those whose commits the frozen disk held")
 	}
 	// A token taken away late is refused from then on (the settlement
 	// moved the mark of the logins' kept reads: access.Gate.AccessAt);

@@ -18,6 +18,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/daemon"
 	"github.com/obmd/obmd/sol/redfish/redfishtest"
+	"github.com/obmd/obmd/sol/soltest/goipmisrv"
 	"github.com/obmd/obmd/sol/soltest/sshbmc"
 )
 
@@ -336,5 +337,37 @@ func TestSSHConsoleAutoRedfish(t *testing.T) {
 	res, err := o.execGo("r1", tok, "power-status")
 	if err != nil || res.Code != 0 || strings.TrimSpace(res.Stdout) != "r1: power on" {
 		t.Errorf("power-status: %v %v", res, err)
+	}
+}
+
+// TestSSHConsoleAutoIPMIRedfish is an ipmi node (go-ipmi's BMC for power)
+// whose BMC serves its console on SSH, not SOL: its Redfish service
+// (info.redfish, the same account) says SOL is off and SSH on, so auto goes
+// to the SSH console at once, with the port and command the service
+// reports, and never tries SOL; power still goes over IPMI. The Redfish
+// address shows in the admin view, never in the tenant's doctor.
+func TestSSHConsoleAutoIPMIRedfish(t *testing.T) {
+	t.Parallel()
+	o, rf, b := startRedfishSSH(t, "generic")
+	gis := goipmisrv.Start(t, goipmisrv.Options{Pass: redfishtest.Pass})
+	rf.SetSerialConsole(t, redfishtest.SerialConsole{SSH: true, SSHPort: b.Port, SSHCommand: "console"})
+	o.mustAPI(201, "PUT", "/v1/nodes/i1", map[string]any{"type": "ipmi", "info": map[string]any{
+		"addr": "127.0.0.1", "port": gis.Port, "user": redfishtest.User, "pass": redfishtest.Pass,
+		"console": "auto", "redfish": rf.URL}})
+	tok := o.rotate("i1")
+	res, _ := o.execGo("i1", tok, "doctor")
+	if res.Code != 0 || !strings.Contains(res.Stdout, "auto: ssh (Redfish: IPMI SOL off, SSH on)") ||
+		!strings.Contains(res.Stdout, "ssh console") || strings.Contains(res.Stdout, rf.URL) {
+		t.Errorf("doctor: %v, want SSH chosen from the Redfish service and its steps passing, without its address", res)
+	}
+	g := o.goConsole(t, "i1", tok, conOpts{})
+	printUntilSeen(t, b.WriteSerial, "sync", shows(g.out))
+	g.typeKeys("typed\r")
+	b.WaitSerial(t, []byte("typed\r"), e2eWait)
+	if v, raw := o.nodeView("i1"); v.ConsoleInUse != "ssh" || !strings.Contains(raw, `"redfish":"`+rf.URL+`"`) {
+		t.Errorf("node view: %s, want console_in_use ssh and the Redfish service shown to the admin", raw)
+	}
+	if res, err := o.execGo("i1", tok, "power-status"); err != nil || res.Code != 0 {
+		t.Errorf("power-status over IPMI: %v %v", res, err)
 	}
 }

@@ -55,18 +55,18 @@ func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Seal
 	forget := func(label string) { opts.Ciphers.Forget(label); cons.forget(label) }
 	return nodes.NewTable(sealer,
 		nodes.Define(TypeIPMI, nodes.SolKind(TypeIPMI, nodes.SolSpec{Credentials: true, Check: ipmi.Check,
-			Console: transport.CheckInfo,
+			Console: checkIPMIConsole,
 			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
 				b, err := ipmi.New(label, info, cfg.IPMI, log)
-				return cons.wrap(label, b, err, info.Addr, info.User, info.Pass, info.ConsoleInfo)
+				return cons.wrap(label, b, err, ipmiTarget(label, info, rf, log))
 			}, Forget: forget})),
 		// ipmitool takes what the shared rules of sol.Info types let
 		// through (FuzzNodeTypesCheckAsDrivers): it needs no Check of its own.
 		nodes.Define(TypeIPMITool, nodes.SolKind(TypeIPMITool, nodes.SolSpec{Credentials: true, Interface: true,
-			Console: transport.CheckInfo,
+			Console: checkIPMIConsole,
 			New: func(label string, info sol.Info, log logrus.FieldLogger) (sol.BMC, error) {
 				b, err := ipmitool.New(label, info, cfg.IPMITool, log)
-				return cons.wrap(label, b, err, info.Addr, info.User, info.Pass, info.ConsoleInfo)
+				return cons.wrap(label, b, err, ipmiTarget(label, info, rf, log))
 			}, Forget: forget})),
 		nodes.Define(TypeMock, nodes.SolKind(TypeMock, simulated(sim.ModeMock))),
 		nodes.Define(TypeSim, nodes.SolKind(TypeSim, simulated(sim.ModeNormal))),
@@ -81,11 +81,42 @@ func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Seal
 				if err == nil {
 					host = b.Host()
 				}
-				return cons.wrap(label, b, err, host, info.User, info.Pass, info.ConsoleInfo)
+				return cons.wrap(label, b, err, func() (transport.Target, error) {
+					return transport.Target{Host: host, User: info.User, Pass: info.Pass, Info: info.ConsoleInfo}, nil
+				})
 			},
 			Forget: forget,
 			BMCs:   redfish.Info.BMCs}),
 	)
+}
+
+// checkIPMIConsole is an IPMI node's console fields' check: the
+// transport's, then the URL of the BMC's Redfish service, if given.
+func checkIPMIConsole(ci sol.ConsoleInfo) (sol.ConsoleInfo, error) {
+	ci, err := transport.CheckInfo(ci)
+	if err == nil && ci.Redfish != "" {
+		err = redfish.CheckService(ci.Redfish)
+	}
+	return ci, err
+}
+
+// ipmiTarget is an IPMI node's console target: the SSH service at its
+// BMC's address with its user and password by default, and the BMC's
+// Redfish service (info.redfish) as what auto asks. It is called when the
+// node's driver is built; it does no I/O.
+func ipmiTarget(label string, info sol.Info, rf redfish.Config, log logrus.FieldLogger) func() (transport.Target, error) {
+	return func() (transport.Target, error) {
+		tg := transport.Target{Host: info.Addr, User: info.User, Pass: info.Pass, Info: info.ConsoleInfo}
+		if info.Redfish == "" {
+			return tg, nil
+		}
+		d, err := redfish.NewDiscoverer(label, info.Redfish, info.User, info.Pass, info.RedfishInsecure, rf, log)
+		if err != nil {
+			return tg, err
+		}
+		tg.Discover = d
+		return tg, nil
+	}
 }
 
 // checkRedfish is a Redfish registration's check: the driver's, then its

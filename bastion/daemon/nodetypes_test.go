@@ -100,6 +100,15 @@ func TestNodeTypesRefuseAtRegistration(t *testing.T) {
 		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","console":"ssh","ssh_host_key":"ssh-rsa x"}`, "info.ssh_host_key"},
 		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","console":"ssh","sol":{}}`, "info.sol"},
 		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + long(21) + `","console":"auto"}`, "info.pass"},
+		// An IPMI node's Redfish service, asked which console is on.
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","redfish":"https://bmc"}`, "info.redfish"},
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"ssh","redfish":"https://bmc"}`, "info.redfish"},
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"auto","redfish":"http://bmc"}`, "info.redfish"},
+		{TypeIPMITool, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"auto","redfish":"https://u:` + typesPass + `@bmc"}`, "info.redfish"},
+		{TypeIPMITool, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"auto","redfish":"https://bmc/redfish/v1"}`, "info.redfish"},
+		{TypeIPMI, `{"addr":"a","user":"u","pass":"` + typesPass + `","console":"auto","redfish_insecure":true}`, "info.redfish_insecure"},
+		{TypeRedfish, `{"addr":"https://bmc","user":"u","pass":"` + typesPass + `","console":"auto","redfish":"https://bmc"}`, "info.redfish"},
+		{TypeSim, `{"addr":"a","redfish":"https://bmc"}`, "info.redfish"},
 		{TypeMock, `{"addr":"a","console":"ssh"}`, "info.console"},
 		{TypeSim, `{"addr":"a","ssh_vendor":"idrac"}`, "info.ssh_vendor"},
 	}
@@ -132,6 +141,7 @@ func FuzzNodeTypesCheckAsDrivers(f *testing.F) {
 		{"redfish", `{"addr":"https://bmc","user":"u","pass":"p","console":"ssh","ssh_vendor":"idrac","ssh_pass":"q"}`},
 		{"ipmi", `{"addr":"h","user":"u","pass":"p","console":"auto","ssh_port":2200,"ssh_vendor":"openbmc"}`},
 		{"ipmitool", `{"addr":"h","user":"u","pass":"p","console":"ssh","ssh_user":"admin","ssh_command":"console 1"}`},
+		{"ipmi", `{"addr":"h","user":"u","pass":"p","console":"auto","redfish":"https://bmc:8443","redfish_insecure":true}`},
 	} {
 		f.Add(s.typ, s.info)
 	}

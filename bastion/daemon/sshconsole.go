@@ -38,12 +38,16 @@ func (d *Daemon) newConsoles() (*consoles, error) {
 }
 
 // wrap is node label's driver b (built with err) behind its console
-// transport, the SSH service at host with user and pass by default.
-func (c *consoles) wrap(label string, b sol.BMC, err error, host, user, pass string, ci sol.ConsoleInfo) (sol.BMC, error) {
+// transport, reaching the target that target builds.
+func (c *consoles) wrap(label string, b sol.BMC, err error, target func() (transport.Target, error)) (sol.BMC, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.tr.Wrap(label, b, transport.Target{Host: host, User: user, Pass: pass, Info: ci})
+	tg, err := target()
+	if err != nil {
+		return nil, err
+	}
+	return c.tr.Wrap(label, b, tg)
 }
 
 // forget drops what is remembered of a deleted node.

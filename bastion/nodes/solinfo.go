@@ -99,7 +99,7 @@ func SolKind(typ Type, s SolSpec) Kind[sol.Info] {
 // registered, never ssh_pass.
 func ConsoleView(ci sol.ConsoleInfo) api.BMC {
 	return api.BMC{Console: ci.Console, SSHPort: ci.SSHPort, SSHUser: ci.SSHUser, SSHCommand: ci.SSHCommand,
-		SSHVendor: ci.SSHVendor, SSHHostKey: ci.SSHHostKey}
+		SSHVendor: ci.SSHVendor, SSHHostKey: ci.SSHHostKey, Redfish: ci.Redfish, RedfishInsecure: ci.RedfishInsecure}
 }
 
 // wireInfo is the "info" object as sent. Pointers tell absent from zero;

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -17,24 +15,20 @@ import (
 	"github.com/obmd/obmd/sol/printable"
 )
 
-type (
-	stateKey struct{} // *connState, set by connected
-	authKey  struct{} // *authInfo, set on successful authentication
-)
+// The auth methods. Each is a callback of gliderlabs (wired by New) on the
+// connection (conn.go), run one at a time on its handshake goroutine; a
+// method that grants the login ends in conn.authenticated. A token
+// (password, keyboard-interactive) and a certificate (cert.go) are tries:
+// each is recorded as it is made. A plain key offered is no try (OpenSSH
+// offers every key it holds): a connection that offered keys and ends
+// without authenticating is recorded once, as one failed login
+// (unfinished).
 
-// connState is what one connection did to authenticate, so that one that
-// ends without authenticating after offering keys is recorded as one failed
-// login (connEnded), however many keys it offered: a key offer alone is no
-// failure (OpenSSH offers every key it holds). Set by connected; the auth
-// callbacks run one at a time during the handshake, but the connection may
-// be closed from another goroutine, hence mu.
-type connState struct {
-	conn   *countedConn // the connection as the server reads it
-	ticket *ticket      // its place in Server.admit
-	remote string       // the client's address
-	src    string       // its SourceKey
-
-	mu      sync.Mutex
+// attempts is what a connection did to authenticate, so that one that
+// ends without authenticating after offering keys is recorded as one
+// failed login, however many keys it offered. Guarded by conn.mu: the
+// connection may be closed from another goroutine.
+type attempts struct {
 	user    string           // the user name of the last key offer
 	keys    int              // public keys offered
 	offered map[string]offer // registered keys offered, by "label fingerprint"; nil until one is
@@ -49,25 +43,6 @@ type connState struct {
 	// fingerprint" (of the whole certificate) -> what was found (cert.go);
 	// nil until one is.
 	certs map[string]*certLogin
-	// settled: nothing is left to record when the connection ends (it
-	// authenticated, or a token try was recorded).
-	settled  bool
-	forget   func()      // forgets the registry's watch (watch); nil if none
-	ended    bool        // the connection has closed (unwatch ran)
-	backstop *time.Timer // closes it once cut, if its channels have not (connRevoked)
-
-	// chans counts the connection's open session channels.
-	chans atomic.Int32
-	// cut is why the connection must close (the registry's watch told
-	// it: connRevoked); nil until then. It is closed once it holds no
-	// session channel (closeCut, once).
-	cut       atomic.Pointer[error]
-	cutC      chan struct{} // closed once cut: a channel with no session yet ends
-	cutOnce   sync.Once
-	closeOnce sync.Once
-	// closed is the audit row of the cut that closed it (closeCut),
-	// written once it has ended; nil if none did.
-	closed atomic.Pointer[db.AuditEvent]
 }
 
 // offer is what the lookup of a registered key offered found.
@@ -76,60 +51,49 @@ type offer struct {
 	mark  uint64 // Sessions.Mark, taken before the lookup
 }
 
-func stateFrom(ctx ssh.Context) *connState {
-	return ctx.Value(stateKey{}).(*connState) // set by connected, before any callback
-}
-
-func (st *connState) settle() {
-	st.mu.Lock()
-	st.settled = true
-	st.mu.Unlock()
-}
-
-// unwatch forgets the registry's watch of the connection, which has
-// closed; a watch set later is forgotten at once.
-func (st *connState) unwatch() {
-	st.mu.Lock()
-	f, b := st.forget, st.backstop
-	st.forget, st.ended = nil, true
-	st.mu.Unlock()
-	if f != nil {
-		f()
-	}
-	if b != nil {
-		b.Stop()
-	}
-}
-
 // authInfo is what a successful authentication established.
 type authInfo struct {
 	Method string // "password", "keyboard-interactive", "publickey", "cert"
 	// Actor names who acts in audit records: "ssh:" + Method, or, for a
-	// certificate, "ssh:cert hil:alice serial 42" (set by accepted).
+	// certificate, "ssh:cert hil:alice serial 42" (set by authenticated).
 	Actor string
 	User  string // "token", "key SHA256:..." or "cert hil:alice serial 42"
 	// Detail is the login's audit detail (default User).
 	Detail string
 	Epoch  int64      // node access epoch read with the credential
 	Mark   uint64     // Sessions.Mark taken before that read; 0: none
-	Cert   *certLogin // the certificate of a certificate login
+	Cert   *certLogin // the certificate of a certificate login; nil for any other
 }
 
-func authFrom(ctx ssh.Context) *authInfo {
-	a, _ := ctx.Value(authKey{}).(*authInfo)
-	return a
+// console reports whether the login lets its sessions use the node's
+// console: a PTY, the console, and every command that reads or types on
+// it. Only a certificate without permit-pty does not (cert.go).
+func (a *authInfo) console() bool { return a.Cert == nil || a.Cert.grant.Console }
+
+// credential names the key or certificate a logged in with, whatever the
+// node, for the registry's caps on work per credential; "" for a node's
+// token, which opens that node only.
+func (a *authInfo) credential() string {
+	switch {
+	case a.Cert != nil:
+		g := a.Cert.grant
+		return fmt.Sprintf("cert %s %d %q", g.CAFingerprint, g.Serial, g.KeyID)
+	case a.Method == "publickey":
+		return a.User // "key SHA256:..."
+	}
+	return ""
 }
 
-func (s *Server) password(ctx ssh.Context, pass string) bool {
-	return s.checkToken(ctx, "password", pass)
+func (c *conn) password(ctx ssh.Context, pass string) bool {
+	return c.checkToken(ctx, "password", pass)
 }
 
-func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteractiveChallenge) bool {
+func (c *conn) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteractiveChallenge) bool {
 	answers, err := ask("", "", []string{"Password (node token): "}, []bool{false})
 	if err != nil || len(answers) != 1 {
 		return false
 	}
-	return s.checkToken(ctx, "keyboard-interactive", answers[0])
+	return c.checkToken(ctx, "keyboard-interactive", answers[0])
 }
 
 // checkToken authenticates ctx.User() with a token. An unknown node, a node
@@ -138,11 +102,11 @@ func (s *Server) keyboardInteractive(ctx ssh.Context, ask gossh.KeyboardInteract
 // client cannot tell them apart (on SQLite a known node's lookup may be
 // answered from memory, an unknown one's never is: FailDelay covers the
 // difference).
-func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
+func (c *conn) checkToken(ctx ssh.Context, method, token string) bool {
+	s := c.s
 	start := s.cfg.Now()
-	st := stateFrom(ctx)
-	st.settle() // every outcome below is recorded (audited or counted)
-	label, src := ctx.User(), st.src
+	c.settle() // every outcome below is recorded (audited or counted)
+	label, src := ctx.User(), c.src
 	if ok, first := s.lim.Begin(ctx, src); !ok {
 		s.limited(ctx, method, "source", first)
 		s.waitFrom(start)
@@ -183,7 +147,7 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 		return false
 	}
 	s.lim.End(src, label, exists, false)
-	s.accepted(ctx, &authInfo{Method: method, User: "token", Epoch: acc.Epoch, Mark: mark})
+	c.authenticated(ctx, &authInfo{Method: method, User: "token", Epoch: acc.Epoch, Mark: mark})
 	return true
 }
 
@@ -192,95 +156,95 @@ func (s *Server) checkToken(ctx ssh.Context, method, token string) bool {
 // signs with one), so nothing is granted here: verifiedKey does that once
 // the signature checks out. An offer is no failure either: a key that is
 // not registered is logged at Debug, and a connection that offered keys
-// and ends without authenticating is recorded once (connEnded). A source
+// and ends without authenticating is recorded once (unfinished). A source
 // the limiter has locked out is refused without a database read; one
 // refused on a node under attack, after the lookup that says whether the
 // node exists (Limiter.Judge), and that refusal counts as the failure of a
-// connection whose keys are not registered does, when it ends.
-func (s *Server) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
+// connection whose keys are not registered does, when it ends. A
+// certificate is judged apart (cert.go).
+func (c *conn) publicKey(ctx ssh.Context, key ssh.PublicKey) bool {
 	if cert, ok := key.(*gossh.Certificate); ok {
-		return s.certOffer(ctx, cert)
+		return c.certOffer(ctx, cert)
 	}
-	st := stateFrom(ctx)
+	s := c.s
 	label, fp := ctx.User(), keys.Fingerprint(key)
-	st.mu.Lock()
-	st.user = label
-	st.keys++
-	refused := st.refused || st.nodeRefused
-	st.mu.Unlock()
+	c.mu.Lock()
+	c.tries.user = label
+	c.tries.keys++
+	refused := c.tries.refused || c.tries.nodeRefused
+	c.mu.Unlock()
 	if refused { // once per connection: the limiter is not asked again
 		return false
 	}
-	if ok, first := s.lim.Begin(ctx, st.src); !ok {
-		s.refuseKeys(st, label, first)
+	if ok, first := s.lim.Begin(ctx, c.src); !ok {
+		c.refuseKeys(label, first)
 		return false
 	}
 	mark := s.sessions.Mark()
 	epoch, ok, err := s.store.HasKey(ctx, label, fp)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
-		s.lim.End(st.src, label, false, false)
+		s.lim.End(c.src, label, false, false)
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
-		st.mu.Lock()
-		st.dbDown = true
-		st.mu.Unlock()
+		c.mu.Lock()
+		c.tries.dbDown = true
+		c.mu.Unlock()
 		return false
 	}
 	exists := err == nil
-	st.mu.Lock()
-	st.exists = exists
-	st.mu.Unlock()
-	if judged, _ := s.lim.Judge(st.src, label, exists); !judged {
-		s.lim.End(st.src, label, exists, false) // counted at the connection's end (connEnded)
-		st.mu.Lock()
-		st.nodeRefused = true
-		st.mu.Unlock()
-		s.log.WithFields(logrus.Fields{"node": safe(label), "remote": st.remote}).Debug("key_offer_refused")
+	c.mu.Lock()
+	c.tries.exists = exists
+	c.mu.Unlock()
+	if judged, _ := s.lim.Judge(c.src, label, exists); !judged {
+		s.lim.End(c.src, label, exists, false) // counted at the connection's end (unfinished)
+		c.mu.Lock()
+		c.tries.nodeRefused = true
+		c.mu.Unlock()
+		s.log.WithFields(logrus.Fields{"node": safe(label), "remote": c.remote}).Debug("key_offer_refused")
 		return false
 	}
-	s.lim.End(st.src, label, exists, false) // the connection's end may count a failure
+	s.lim.End(c.src, label, exists, false) // the connection's end may count a failure
 	if !ok {
-		s.log.WithFields(logrus.Fields{"node": safe(label), "remote": st.remote, "key": fp}).Debug("key_not_registered")
+		s.log.WithFields(logrus.Fields{"node": safe(label), "remote": c.remote, "key": fp}).Debug("key_not_registered")
 		return false
 	}
-	st.mu.Lock()
-	if st.offered == nil {
-		st.offered = map[string]offer{}
+	c.mu.Lock()
+	if c.tries.offered == nil {
+		c.tries.offered = map[string]offer{}
 	}
-	st.offered[label+" "+fp] = offer{epoch, mark}
-	st.mu.Unlock()
+	c.tries.offered[label+" "+fp] = offer{epoch, mark}
+	c.mu.Unlock()
 	return true
 }
 
 // refuseKeys records a key offer the limiter refused for its source; the
 // connection's later offers are refused without asking it again.
-func (s *Server) refuseKeys(st *connState, label string, first bool) {
-	st.mu.Lock()
-	st.refused = true
-	st.mu.Unlock()
-	s.refuse(label, st.remote, "publickey", "source", first)
+func (c *conn) refuseKeys(label string, first bool) {
+	c.mu.Lock()
+	c.tries.refused = true
+	c.mu.Unlock()
+	c.s.refuse(label, c.remote, "publickey", "source", first)
 }
 
 // verifiedKey runs once the client has signed with key, which publicKey
 // accepted for the current user: the login succeeds. key is the one whose
 // signature x/crypto verified, so it alone decides (see cert.go).
-func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
+func (c *conn) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 	fp := keys.Fingerprint(key)
-	st := stateFrom(ctx)
-	st.mu.Lock()
-	o, ok := st.offered[ctx.User()+" "+fp]
-	cl := st.certs[ctx.User()+" "+fp]
-	st.mu.Unlock()
+	c.mu.Lock()
+	o, ok := c.tries.offered[ctx.User()+" "+fp]
+	cl := c.tries.certs[ctx.User()+" "+fp]
+	c.mu.Unlock()
 	if cl != nil {
-		return s.certVerified(ctx, cl)
+		return c.certVerified(ctx, cl)
 	}
 	if !ok { // cannot happen: x/crypto only verifies keys publicKey accepted
 		return errors.New("key was not accepted")
 	}
-	s.accepted(ctx, &authInfo{Method: "publickey", User: "key " + fp, Epoch: o.epoch, Mark: o.mark})
+	c.authenticated(ctx, &authInfo{Method: "publickey", User: "key " + fp, Epoch: o.epoch, Mark: o.mark})
 	return nil
 }
 
-// connEnded records a connection that ends without authenticating after
+// unfinished records a connection that ends without authenticating after
 // offering keys, and trying no token (a token try is recorded already):
 // one failed login of its source in the limiter, one audit row, one
 // metric, whatever the number of keys. A connection whose key offer the
@@ -289,48 +253,31 @@ func (s *Server) verifiedKey(ctx ssh.Context, key ssh.PublicKey) error {
 // not the client's failure: it is audited, not counted. One whose offer
 // was refused on a node under attack counts as one with unregistered keys
 // does, so that the refusal does not tell which names are nodes.
-func (s *Server) connEnded(st *connState) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.settled || st.refused || st.keys == 0 {
+func (c *conn) unfinished() {
+	c.mu.Lock()
+	t := &c.tries
+	if c.settled || t.refused || t.keys == 0 {
+		c.mu.Unlock()
 		return
 	}
-	const method = "publickey"
-	why := fmt.Sprintf("%d key(s) offered, none registered", st.keys)
+	why := fmt.Sprintf("%d key(s) offered, none registered", t.keys)
 	switch {
-	case st.dbDown:
-		why = fmt.Sprintf("database unavailable (%d key(s) offered)", st.keys)
-	case st.nodeRefused:
-		why = fmt.Sprintf("rate limited (node; %d key(s) offered)", st.keys)
-	case len(st.certs) > 0:
+	case t.dbDown:
+		why = fmt.Sprintf("database unavailable (%d key(s) offered)", t.keys)
+	case t.nodeRefused:
+		why = fmt.Sprintf("rate limited (node; %d key(s) offered)", t.keys)
+	case len(t.certs) > 0:
 		why = fmt.Sprintf("%d key(s) offered, %d registered and %d certificate(s) accepted but not signed with",
-			st.keys, len(st.offered), len(st.certs))
-	case len(st.offered) > 0:
-		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", st.keys, len(st.offered))
+			t.keys, len(t.offered), len(t.certs))
+	case len(t.offered) > 0:
+		why = fmt.Sprintf("%d key(s) offered, %d registered but not signed with", t.keys, len(t.offered))
 	}
-	if !st.dbDown {
-		s.lim.Fail(st.src, st.user, st.exists)
+	user, exists, counted := t.user, t.exists, !t.dbDown
+	c.mu.Unlock()
+	if counted {
+		c.s.lim.Fail(c.src, user, exists)
 	}
-	s.deny(st.user, st.remote, method, why)
-}
-
-func (s *Server) accepted(ctx ssh.Context, a *authInfo) {
-	if a.Actor == "" {
-		a.Actor = "ssh:" + a.Method
-	}
-	if a.Detail == "" {
-		a.Detail = a.User
-	}
-	ctx.SetValue(authKey{}, a)
-	st := stateFrom(ctx)
-	st.settle()
-	s.admit.authenticated(st.ticket) // no login grace time any more
-	if s.cfg.OnAuth != nil {
-		s.cfg.OnAuth(a.Method, "ok")
-	}
-	s.audit(ctx, db.AuditEvent{Node: safe(ctx.User()), Actor: a.Actor, Action: "auth",
-		Source: remoteString(ctx), Result: "ok", Detail: a.Detail})
-	s.watch(ctx, st, ctx.User(), a) // after the login's row: it may close the connection at once
+	c.s.deny(user, c.remote, "publickey", why)
 }
 
 func (s *Server) denied(ctx ssh.Context, method, why string) {

@@ -21,7 +21,7 @@ import (
 // Certificate logins (OpenSSH user certificates, keys/sshcert).
 //
 // CVE-2024-45337: x/crypto calls the public-key callback (gliderlabs's
-// PublicKeyHandler, publicKey here) for every key a client asks about,
+// PublicKeyHandler, conn.publicKey here) for every key a client asks about,
 // signed or not, and gliderlabs remembers the last key it accepted, not
 // the one the client signed with. So nothing is decided from that handler
 // alone nor from the session's PublicKey(): certOffer only judges the
@@ -36,7 +36,8 @@ import (
 const methodCert = "cert"
 
 // certLogin is a certificate the policy accepted for a node on one
-// connection: what certOffer found, for verifiedKey and the session.
+// connection: what certOffer found, for verifiedKey, the connection's
+// watch and its sessions.
 type certLogin struct {
 	cert   *gossh.Certificate
 	client netip.Addr // the client's address (PROXY-resolved), for source-address
@@ -46,11 +47,6 @@ type certLogin struct {
 	mark   uint64 // Sessions.Mark, taken before that read
 }
 
-// console reports whether the certificate lets the session use the
-// node's console (permit-pty): a PTY, the console, and every command that
-// reads or types on it; a login without a certificate always may.
-func (cl *certLogin) console() bool { return cl == nil || cl.grant.Console }
-
 // certOffer answers a certificate offered for ctx.User(). Unlike a plain
 // key, a certificate offered is a try: the database is read, the policy
 // checks it, and a refusal is recorded as a failed login (audited, counted
@@ -58,55 +54,55 @@ func (cl *certLogin) console() bool { return cl == nil || cl.grant.Console }
 // token does, the same answer after at least FailDelay, whatever the
 // reason (an unknown node, a wrong principal, an untrusted CA, an expired
 // or revoked certificate...: the reason is in the audit only).
-func (s *Server) certOffer(ctx ssh.Context, cert *gossh.Certificate) bool {
+func (c *conn) certOffer(ctx ssh.Context, cert *gossh.Certificate) bool {
+	s := c.s
 	start := s.cfg.Now()
-	st := stateFrom(ctx)
 	label := ctx.User()
-	st.mu.Lock()
-	st.user = label
-	st.mu.Unlock()
+	c.mu.Lock()
+	c.tries.user = label
+	c.mu.Unlock()
 	refuse := func(record func()) bool {
-		st.settle() // recorded here: nothing left for the connection's end
+		c.settle() // recorded here: nothing left for the connection's end
 		record()
 		s.waitFrom(start)
 		return false
 	}
-	if ok, first := s.lim.Begin(ctx, st.src); !ok {
+	if ok, first := s.lim.Begin(ctx, c.src); !ok {
 		return refuse(func() { s.limited(ctx, methodCert, "source", first) })
 	}
 	mark := s.sessions.Mark()
 	acc, err := s.readCert(ctx, label, cert)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
-		s.lim.End(st.src, label, false, false) // not the client's failure
+		s.lim.End(c.src, label, false, false) // not the client's failure
 		s.log.WithError(err).WithField("node", safe(label)).Error("auth_lookup_failed")
 		return refuse(func() { s.denied(ctx, methodCert, "database unavailable") })
 	}
 	exists := err == nil
-	st.mu.Lock()
-	st.exists = exists // for connEnded, as publicKey does
-	st.mu.Unlock()
-	if ok, first := s.lim.Judge(st.src, label, exists); !ok {
-		s.lim.End(st.src, label, exists, true) // a failure of the source, as checkToken counts it
+	c.mu.Lock()
+	c.tries.exists = exists // for unfinished, as publicKey does
+	c.mu.Unlock()
+	if ok, first := s.lim.Judge(c.src, label, exists); !ok {
+		s.lim.End(c.src, label, exists, true) // a failure of the source, as checkToken counts it
 		return refuse(func() { s.limited(ctx, methodCert, "node", first) })
 	}
-	cl := &certLogin{cert: cert, client: clientAddr(st.remote), epoch: acc.Epoch, seen: acc.Seen, mark: mark}
+	cl := &certLogin{cert: cert, client: clientAddr(c.remote), epoch: acc.Epoch, seen: acc.Seen, mark: mark}
 	if exists {
 		cl.grant, err = s.certs.Check(cert, s.login(label, cl.client, acc))
 	} else {
 		err = errors.New("unknown node")
 	}
 	if err != nil {
-		s.lim.End(st.src, label, exists, true)
+		s.lim.End(c.src, label, exists, true)
 		return refuse(func() { s.denied(ctx, methodCert, err.Error()) })
 	}
-	s.lim.End(st.src, label, exists, false)
-	st.mu.Lock()
-	st.keys++
-	if st.certs == nil {
-		st.certs = map[string]*certLogin{}
+	s.lim.End(c.src, label, exists, false)
+	c.mu.Lock()
+	c.tries.keys++
+	if c.tries.certs == nil {
+		c.tries.certs = map[string]*certLogin{}
 	}
-	st.certs[label+" "+keys.Fingerprint(cert)] = cl
-	st.mu.Unlock()
+	c.tries.certs[label+" "+keys.Fingerprint(cert)] = cl
+	c.mu.Unlock()
 	return true
 }
 
@@ -127,13 +123,12 @@ func (s *Server) login(label string, client netip.Addr, acc db.CertAccess) sshce
 // certVerified grants the login of a certificate certOffer accepted, once
 // the client has signed with it; it refuses one that has expired since, as
 // certOffer refuses.
-func (s *Server) certVerified(ctx ssh.Context, cl *certLogin) error {
-	g := cl.grant
+func (c *conn) certVerified(ctx ssh.Context, cl *certLogin) error {
+	s, g := c.s, cl.grant
 	if !g.Expires.IsZero() && !s.cfg.Now().Before(g.Expires) {
 		start := s.cfg.Now()
-		st := stateFrom(ctx)
-		st.settle()
-		s.lim.Fail(st.src, ctx.User(), true)
+		c.settle()
+		s.lim.Fail(c.src, ctx.User(), true)
 		s.denied(ctx, methodCert, "certificate "+g.Who()+": expired before the client signed with it")
 		s.waitFrom(start)
 		return errors.New("certificate expired")
@@ -142,7 +137,7 @@ func (s *Server) certVerified(ctx ssh.Context, cl *certLogin) error {
 	if !g.Expires.IsZero() {
 		detail += ", until " + g.Expires.UTC().Format("2006-01-02T15:04:05Z")
 	}
-	s.accepted(ctx, &authInfo{Method: methodCert, Actor: g.Identity(), User: methodCert + " " + g.Who(),
+	c.authenticated(ctx, &authInfo{Method: methodCert, Actor: g.Identity(), User: methodCert + " " + g.Who(),
 		Detail: detail, Epoch: cl.epoch, Mark: cl.mark, Cert: cl})
 	return nil
 }
@@ -206,19 +201,6 @@ func (s *Server) certHolds(ctx context.Context, label string, a *authInfo, log l
 	return staleAccess(label, err)
 }
 
-// staleAccess is why a login to label no longer holds, as a read made
-// again found (err, or nil: the node's epoch moved): a
-// *sessions.RevokedError, or err wrapped if the database did not answer.
-func staleAccess(label string, err error) error {
-	switch {
-	case err == nil:
-		return &sessions.RevokedError{Node: label, Why: "access changed"}
-	case errors.Is(err, db.ErrNotFound):
-		return &sessions.RevokedError{Node: label, Why: "node deleted"}
-	}
-	return fmt.Errorf("verify access to %s: %w", safe(label), err)
-}
-
 // refusedWhy is the reason a session is told when its certificate is
 // refused at the start: the words a live cut for the same change gives
 // (db's reasons), so that a session cut while it started reads as one cut
@@ -245,12 +227,4 @@ func (c *channel) noConsole(stdout, stderr io.Writer, cmd commands.Command) int 
 		why += "; run a command instead (help)"
 	}
 	return commands.WriteError(stdout, stderr, c.label, cmd, &commands.NotAllowedError{Command: cmd.Name, Why: why})
-}
-
-// certFields are a certificate login's log fields.
-func certFields(cl *certLogin) logrus.Fields {
-	if cl == nil {
-		return nil
-	}
-	return logrus.Fields{"cert": cl.grant.Who()}
 }

@@ -246,19 +246,19 @@ func notice(msg string) string { return "\r\n[obmd: " + msg + "]\r\n" }
 // holder knows them, and the writer wherever it is.
 func (c *channel) banner(v *sol.Viewer, mode consoleMode) string {
 	var others []string
-	writer := c.s.consoles.Writer(c.label) // on another replica, perhaps
+	me, writer := v.Who(), c.s.consoles.Writer(c.label) // on another replica, perhaps
 	for _, o := range c.s.consoles.Viewers(c.label) {
-		switch {
-		case o.Name == v.Name():
-		case o.Name == writer:
-			writer = ""
+		switch o.Who() {
+		case me:
+		case writer:
+			writer = sol.Who{}
 			others = append(others, o.Name+" (writing)")
 		default:
 			others = append(others, o.Name)
 		}
 	}
-	if writer != "" && writer != v.Name() {
-		others = append(others, writer+" (writing, on another replica)")
+	if writer != (sol.Who{}) && writer != me {
+		others = append(others, writer.Name+" (writing, on another replica)")
 	}
 	role, hint := "you are writing", c.s.esc.hint
 	if !mode.pty {

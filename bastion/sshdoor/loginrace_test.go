@@ -83,7 +83,7 @@ func (noConsoles) Attach(context.Context, string, sol.AttachOptions) (*sol.Viewe
 	return nil, errors.New("no console here")
 }
 func (noConsoles) Viewers(string) []sol.ViewerInfo { return nil }
-func (noConsoles) Writer(string) string            { return "" }
+func (noConsoles) Writer(string) sol.Who           { return sol.Who{} }
 func (noConsoles) Cut(string, error)               {}
 
 // hookedSessions is the Revoker, with a hook run once just before a

@@ -3,12 +3,17 @@
 //
 // It bounds connections before they authenticate (login grace time, caps
 // that displace the oldest stranger, the PROXY protocol from listed
-// balancers), authenticates a tenant as a node (user name = node label;
-// password or keyboard-interactive = the node's token; a public key
-// registered for the node; or an OpenSSH user certificate from a trusted CA,
-// cert.go; guesses counted by authlimit), then starts the session through
-// access (registered, admitted, cut on every access change) and serves the
-// node's console, with its escapes, or runs one command (exec).
+// balancers: preauth.go), authenticates a tenant as a node (user name =
+// node label; password or keyboard-interactive = the node's token; a public
+// key registered for the node; or an OpenSSH user certificate from a
+// trusted CA; guesses counted by authlimit), then starts each session
+// through access (registered, admitted, cut on every access change) and
+// serves the node's console, with its escapes, or runs one command.
+//
+// Where to read: conn.go follows one connection through its life
+// (admitted, authenticated, watched, cut, closed); auth.go holds the auth
+// methods, cert.go what only certificate logins do; session.go serves a
+// session channel, console.go a console session, exec.go one command.
 package sshdoor
 
 import (
@@ -17,8 +22,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -68,7 +71,7 @@ type Limiter interface {
 // stops reading is unblocked (here: its connection closed). WatchConn
 // (access.Revoker.WatchConn) tells an authenticated connection of what
 // ends it (an access change, a credential change, its certificate's
-// expiry), so that it is closed (connwatch.go).
+// expiry), so that it is closed (conn.go).
 // Mark (access.Revoker.Mark), taken just before a login reads the node's
 // epoch and passed with it to Open (sessions.Info.Mark), lets Open skip
 // reading the epoch again when nothing was cut since.
@@ -82,8 +85,8 @@ type Sessions interface {
 type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
 	Viewers(label string) []sol.ViewerInfo
-	// Writer names label's writer wherever in the cluster it is.
-	Writer(label string) string
+	// Writer is label's writer wherever in the cluster it is.
+	Writer(label string) sol.Who
 }
 
 // Config configures the front door. Zero values take the defaults noted.
@@ -223,16 +226,24 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, sessions: sess, log: log,
 		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc, maxConns),
 		certs: cfg.Certs}
+	// Every callback but ConnCallback is the connection's (conn.go), which
+	// ConnCallback sets on ctx.
 	s.srv = &ssh.Server{
-		Version:                    "obmd",
-		PasswordHandler:            s.password,
-		KeyboardInteractiveHandler: s.keyboardInteractive,
-		PublicKeyHandler:           s.publicKey,
-		ConnCallback:               s.connected,
+		Version:      "obmd",
+		ConnCallback: s.connected,
+		PasswordHandler: func(ctx ssh.Context, pass string) bool {
+			return connFrom(ctx).password(ctx, pass)
+		},
+		KeyboardInteractiveHandler: func(ctx ssh.Context, ask gossh.KeyboardInteractiveChallenge) bool {
+			return connFrom(ctx).keyboardInteractive(ctx, ask)
+		},
+		PublicKeyHandler: func(ctx ssh.Context, key ssh.PublicKey) bool {
+			return connFrom(ctx).publicKey(ctx, key)
+		},
 		// x/crypto asks for the banner at the first auth request, when the
 		// key exchange is done: the connection is authenticating.
 		BannerHandler: func(ctx ssh.Context) string {
-			s.admit.advance(stateFrom(ctx).ticket, authenticating)
+			connFrom(ctx).authenticating()
 			if cfg.Banner == nil {
 				return ""
 			}
@@ -244,7 +255,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 				// gliderlabs wires PublicKeyCallback, which x/crypto also
 				// calls for keys the client only asks about.
 				VerifiedPublicKeyCallback: func(_ gossh.ConnMetadata, key gossh.PublicKey, perms *gossh.Permissions, _ string) (*gossh.Permissions, error) {
-					return perms, s.verifiedKey(ctx, key)
+					return perms, connFrom(ctx).verifiedKey(ctx, key)
 				},
 			}
 			algos.Server(c)
@@ -285,35 +296,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// connected admits a new connection: its client is the PROXY header's when
-// it comes from a listed balancer (realClient), and the admission bounds the
-// time it may take to authenticate and how many such connections there
-// are. It also turns delayed ACKs off (quickAck): they stall OpenSSH's
-// handshake. The connection's auth state goes with it: when it closes, a
-// login that failed there without being recorded yet is (connEnded).
-func (s *Server) connected(ctx ssh.Context, conn net.Conn) net.Conn {
-	raw := conn
-	conn, ok := s.realClient(quickAck(conn))
-	if !ok {
-		return nil // gliderlabs closes it
-	}
-	src := sessions.SourceKey(remoteHost(conn.RemoteAddr()))
-	t := s.admit.admit(src, raw.Close)
-	if t == nil {
-		s.tooMany(conn.RemoteAddr())
-		return nil
-	}
-	st := &connState{remote: conn.RemoteAddr().String(), src: src, ticket: t, cutC: make(chan struct{})}
-	st.conn = &countedConn{Conn: conn, spoke: func() { s.admit.advance(t, speaking) }, ended: func() {
-		s.admit.end(t)
-		st.unwatch()
-		s.auditClosed(st)
-		s.connEnded(st)
-	}}
-	ctx.SetValue(stateKey{}, st)
-	return st.conn
-}
-
 // limitOr is a configured limit: def if unset, none (0) if negative.
 func limitOr(n, def int) int {
 	switch {
@@ -345,33 +327,4 @@ func remoteHost(a net.Addr) string {
 		return a.String()
 	}
 	return host
-}
-
-// countedConn runs spoke once the client has sent its first bytes (the
-// admission then displaces it after silent connections), and ended once it
-// is closed: that gives back its place in the admission and records a
-// failed login (gliderlabs closes every connection it handles, once done).
-// The socket is closed first, so the client is not held while that is
-// written.
-type countedConn struct {
-	net.Conn
-	heard atomic.Bool
-	spoke func()
-	once  sync.Once
-	ended func()
-}
-
-func (c *countedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 && !c.heard.Load() {
-		c.heard.Store(true)
-		c.spoke()
-	}
-	return n, err
-}
-
-func (c *countedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.ended)
-	return err
 }

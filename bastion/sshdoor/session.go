@@ -31,7 +31,7 @@ type channel struct {
 	remote string
 	ch     gossh.Channel
 	log    logrus.FieldLogger
-	conn   *connState // the connection's front-door state
+	conn   *conn // the connection it is open on
 
 	pty    bool          // set by the request reader before it sends the start
 	closed chan struct{} // closed when the client closed the channel (requests ended)
@@ -54,21 +54,19 @@ type start struct {
 	line string
 }
 
-// session is the ChannelHandler for "session" channels.
+// session is the ChannelHandler for "session" channels: it counts the
+// channel on its connection (refused past the connection's limit, or once
+// it is cut) and serves it.
 func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel, ctx ssh.Context) {
-	a := authFrom(ctx)
+	conn := connFrom(ctx)
+	a := conn.login()
 	if a == nil {
 		nc.Reject(gossh.Prohibited, "not authenticated")
 		return
 	}
-	st := stateFrom(ctx)
-	defer s.channelEnded(st, ctx.User(), a)
-	if st.chans.Add(1) > int32(s.cfg.MaxChannels) {
-		nc.Reject(gossh.ResourceShortage, fmt.Sprintf("at most %d sessions per connection", s.cfg.MaxChannels))
-		return
-	}
-	if cut := st.cut.Load(); cut != nil { // closed once no channel is open (channelEnded)
-		nc.Reject(gossh.Prohibited, (*cut).Error())
+	defer conn.channelEnded()
+	if why, msg, ok := conn.channelOpened(); !ok {
+		nc.Reject(why, msg)
 		return
 	}
 	ch, reqs, err := nc.Accept()
@@ -76,9 +74,7 @@ func (s *Server) session(_ *ssh.Server, _ *gossh.ServerConn, nc gossh.NewChannel
 		return
 	}
 	c := &channel{s: s, ctx: ctx, a: a, label: ctx.User(), remote: remoteString(ctx), ch: ch,
-		conn: st, closed: make(chan struct{})}
-	c.log = s.log.WithFields(logrus.Fields{"node": safe(c.label), "remote": c.remote, "method": a.Method}).
-		WithFields(certFields(a.Cert))
+		conn: conn, closed: make(chan struct{}), log: conn.log.WithField("method", a.Method)}
 	c.serve(reqs)
 }
 
@@ -96,7 +92,7 @@ func (c *channel) serve(reqs <-chan *gossh.Request) {
 	case <-c.closed:
 	case <-c.ctx.Done():
 	case <-c.conn.cutC: // no session to cut: the channel ends with its connection
-		fmt.Fprintf(c.ch.Stderr(), "obmd: %v\n", *c.conn.cut.Load())
+		fmt.Fprintf(c.ch.Stderr(), "obmd: %v\n", c.conn.cutCause())
 		code = commands.ExitNotAllowed
 	}
 	if code >= 0 {
@@ -125,7 +121,7 @@ func (c *channel) requests(reqs <-chan *gossh.Request, starts chan<- start) {
 		var st *start
 		switch req.Type {
 		case "pty-req":
-			ok = !started && c.a.Cert.console() // no PTY without permit-pty, as sshd
+			ok = !started && c.a.console() // no PTY without permit-pty, as sshd
 			if ok {
 				c.pty = true
 			}
@@ -177,8 +173,8 @@ func (c *channel) run(st start) int {
 			return commands.WriteError(stdout, stderr, c.label, cmd, err)
 		}
 	}
-	if cmd.UsesConsole() && !c.a.Cert.console() {
-		return c.noConsole(stdout, stderr, cmd)
+	if cmd.UsesConsole() && !c.a.console() {
+		return c.noConsole(stdout, stderr, cmd) // cert.go
 	}
 	if cmd.Name == commands.CmdConsoleLog && !cmd.JSON {
 		stdout = c.ch // the console's bytes as the node sent them, as a console shows them
@@ -217,7 +213,7 @@ func (c *channel) run(st start) int {
 	}
 	c.sess = sess
 	if c.a.Cert != nil {
-		if code := c.recheckCert(stderr); code >= 0 {
+		if code := c.recheckCert(stderr); code >= 0 { // cert.go
 			return code
 		}
 	}
@@ -252,20 +248,6 @@ func workOf(cmd commands.Command) sessions.Work {
 	return ""
 }
 
-// credential names the key or certificate a logged in with, whatever the
-// node, for the registry's caps on work per credential; "" for a node's
-// token, which opens that node only.
-func (a *authInfo) credential() string {
-	switch {
-	case a.Cert != nil:
-		g := a.Cert.grant
-		return fmt.Sprintf("cert %s %d %q", g.CAFingerprint, g.Serial, g.KeyID)
-	case a.Method == "publickey":
-		return a.User // "key SHA256:..."
-	}
-	return ""
-}
-
 // ended records the end of a session that ran, telling its user why if it
 // was cut; it returns the exit code.
 func (c *channel) ended(sctx context.Context, kind sessions.Kind, began time.Time, code int, cause error, stderr io.Writer) int {
@@ -287,77 +269,6 @@ func (c *channel) closeConn() {
 	if conn, ok := c.ctx.Value(ssh.ContextKeyConn).(gossh.Conn); ok {
 		conn.Close()
 	}
-}
-
-// exec runs one command. If the session is cut meanwhile, it returns at once
-// with the cause (the caller tells the user and closes the channel); the
-// command's goroutine, cancelled through sctx, is waited for by serve.
-// Once cut, the command's output is dropped, so nothing follows the reason
-// the user is given.
-func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
-	req := commands.Request{Node: c.label, Actor: c.a.Actor, User: c.a.User, Source: c.remote, Session: info.ID,
-		Epoch: info.Epoch, OpenConsole: c.openConsole(info), Stdin: c.ch}
-	if cmd.OnConsole() { // it may wait for hours: it ends when the client leaves
-		var stop context.CancelCauseFunc
-		sctx, stop = context.WithCancelCause(sctx)
-		defer stop(nil)
-		c.wg.Add(1)
-		go func() { // owned by serve (c.wg); ends with the exec
-			defer c.wg.Done()
-			select {
-			case <-c.closed:
-				stop(errClientLeft)
-			case <-sctx.Done():
-			}
-		}()
-	}
-	out, errOut := &gate{ctx: sctx, w: stdout}, &gate{ctx: sctx, w: stderr}
-	done := make(chan int, 1)
-	c.cmd.Add(1)
-	go func() {
-		defer c.cmd.Done()
-		done <- c.s.runner.Run(sctx, req, cmd, out, errOut)
-	}()
-	select {
-	case code := <-done:
-		return code, context.Cause(sctx)
-	case <-sctx.Done():
-		out.close()
-		errOut.close()
-		if cause := context.Cause(sctx); cause != errClientLeft {
-			return commands.ExitFailed, cause
-		}
-		return commands.ExitFailed, nil
-	}
-}
-
-// errClientLeft ends an exec whose client closed the channel.
-var errClientLeft = errors.New("the client left")
-
-// gate passes writes through until closed or its session's context ends
-// (a command cut mid-way reports its own cancellation: that is dropped),
-// then drops them. close waits for a write in progress, so nothing passes
-// after it returns.
-type gate struct {
-	ctx    context.Context
-	mu     sync.Mutex
-	w      io.Writer
-	closed bool
-}
-
-func (g *gate) Write(p []byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed || g.ctx.Err() != nil {
-		return len(p), nil
-	}
-	return g.w.Write(p)
-}
-
-func (g *gate) close() {
-	g.mu.Lock()
-	g.closed = true
-	g.mu.Unlock()
 }
 
 func (c *channel) audit(ctx context.Context, action, result, detail string) {

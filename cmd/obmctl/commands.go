@@ -16,7 +16,8 @@ func commandTable() []command {
 			help: "The BMC password comes from --pass-file, OBMD_BMC_PASS, or a prompt: never from an argument.\n" +
 				"A flag the node's type does not take is refused. --cipher unset: negotiated (17, then 3).\n" +
 				"Redfish: --addr https://HOST[:PORT], --user, and --system, --insecure, --sol, --sol-port, --sol-cipher.\n" +
-				"The console over the BMC's SSH service: --console ssh|auto and the --ssh-* flags (ipmi, ipmitool, redfish).",
+				"The console over the BMC's SSH service: --console ssh|auto and the --ssh-* flags (ipmi, ipmitool, redfish);\n" +
+				"ipmi, ipmitool with --console auto: --redfish URL, the BMC's Redfish service, says which console is on.",
 			argHint: "the BMC password is never an argument: use --pass-file, OBMD_BMC_PASS or the prompt",
 			fields:  map[string]string{"info.pass": "the BMC password", "info.ssh_pass": "the SSH password"}},
 		{name: "node set", args: label, run: nodeSet, summary: "change a node's console capture",

@@ -41,6 +41,8 @@ func nodeAddFlags() []flagDef {
 		{name: "ssh-pass-file", arg: "FILE", usage: "the file holding the SSH console's password (default the BMC password)", field: "info.ssh_pass"},
 		{name: "ssh-command", arg: "CMD", usage: "what reaches the host console once logged in (default the preset's)", field: "info.ssh_command"},
 		{name: "ssh-host-key", arg: "FILE", usage: "the file holding the BMC's SSH host key, an authorized_keys line (default: pinned on first contact)", field: "info.ssh_host_key"},
+		{name: "redfish", arg: "URL", usage: "ipmi, ipmitool with --console auto: the BMC's Redfish service (https://HOST[:PORT]), asked which console services are on", field: "info.redfish"},
+		{name: "redfish-insecure", kind: boolFlag, usage: "do not verify the TLS certificate of --redfish", field: "info.redfish_insecure"},
 		{name: "allow-shared-bmc", kind: boolFlag, usage: "register even though another node uses this BMC (nodes that really share one)",
 			field: "?allow_shared_bmc=1"},
 	}
@@ -55,9 +57,9 @@ var consoleFlags = []string{"console", "ssh-vendor", "ssh-port", "ssh-user", "ss
 func typeFlags(typ string) (names []string, password, ok bool) {
 	switch typ {
 	case "ipmi":
-		return append([]string{"user", "port", "cipher", "pass-file"}, consoleFlags...), true, true
+		return append([]string{"user", "port", "cipher", "pass-file", "redfish", "redfish-insecure"}, consoleFlags...), true, true
 	case "ipmitool":
-		return append([]string{"user", "port", "cipher", "interface", "pass-file"}, consoleFlags...), true, true
+		return append([]string{"user", "port", "cipher", "interface", "pass-file", "redfish", "redfish-insecure"}, consoleFlags...), true, true
 	case "redfish":
 		return append([]string{"user", "system", "insecure", "sol", "sol-port", "sol-cipher", "pass-file"}, consoleFlags...), true, true
 	case "mock", "sim":
@@ -126,6 +128,13 @@ func consoleDetail(n api.Node) string {
 			inUse = "none yet"
 		}
 		fmt.Fprintf(&b, "console:  %s (SSH: %s, %s), in use: %s\n", n.Console, vendor, port, inUse)
+	}
+	if n.Redfish != "" {
+		tls := "verified"
+		if n.RedfishInsecure {
+			tls = "not verified (insecure)"
+		}
+		fmt.Fprintf(&b, "redfish:  %s (asked which console is on; TLS %s)\n", n.Redfish, tls)
 	}
 	switch {
 	case n.SSHHostKey != "":
@@ -215,13 +224,16 @@ func registration(in *input, password bool) (map[string]any, error) {
 			info[name] = in.int(name)
 		}
 	}
-	for _, name := range []string{"interface", "system"} {
+	for _, name := range []string{"interface", "system", "redfish"} {
 		if v := in.str(name); v != "" {
 			info[name] = v
 		}
 	}
 	if in.bool("insecure") {
 		info["insecure"] = true
+	}
+	if in.bool("redfish-insecure") {
+		info["redfish_insecure"] = true
 	}
 	if in.bool("sol") || in.given("sol-port") || in.given("sol-cipher") {
 		sol := map[string]any{}

@@ -39,6 +39,27 @@ type LoopFS struct {
 // (fails under OBMD_REQUIRE_INTEGRATION=1) without root or the tools.
 func MountLoopFS(t testing.TB) *LoopFS {
 	t.Helper()
+	return mountLoopFS(t, t.TempDir(), "64M")
+}
+
+// MountSharedLoopFS is MountLoopFS of size (as truncate takes it: "256M")
+// in a directory other users can reach, for a server that runs as its own
+// user (StartPostgresOn).
+func MountSharedLoopFS(t testing.TB, size string) *LoopFS {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "obmd-loopfs-") // not t.TempDir(): its parents are private to root
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) }) // after the unmount (last in, first out)
+	return mountLoopFS(t, dir, size)
+}
+
+func mountLoopFS(t testing.TB, dir, size string) *LoopFS {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		Missing(t, "loop mounts and fsfreeze need root")
 	}
@@ -47,12 +68,11 @@ func MountLoopFS(t testing.TB) *LoopFS {
 			Missing(t, "%s is not installed", p)
 		}
 	}
-	dir := t.TempDir()
 	img, mnt := filepath.Join(dir, "fs.img"), filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "truncate", "-s", "64M", img)
+	run(t, "truncate", "-s", size, img)
 	run(t, "mkfs.ext4", "-q", "-F", img)
 	run(t, "mount", "-o", "loop", img, mnt)
 	fs := &LoopFS{Dir: mnt, t: t}

@@ -36,6 +36,15 @@ type Postgres struct {
 // PostgreSQL.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	return StartPostgresOn(t, "")
+}
+
+// StartPostgresOn is StartPostgres with the cluster's directory in parent
+// ("": the system's temporary directory), such as a filesystem the test
+// freezes (MountSharedLoopFS). Its WAL segments are 1 MiB, so that a
+// small filesystem holds it.
+func StartPostgresOn(t testing.TB, parent string) *Postgres {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		Missing(t, "a private PostgreSQL runs as the postgres user, started as root here")
 	}
@@ -51,7 +60,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	as := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 
 	// Not t.TempDir(): its parents are private to root.
-	dir, err := os.MkdirTemp("", "obmd-pg-")
+	dir, err := os.MkdirTemp(parent, "obmd-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +70,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	}
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust",
-		"-E", "UTF8", "--locale=C", "--no-sync")
+		"-E", "UTF8", "--locale=C", "--no-sync", "--wal-segsize=1")
 	initdb.SysProcAttr, initdb.Dir = as, dir
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)

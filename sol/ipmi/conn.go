@@ -47,6 +47,16 @@ type demuxConn struct {
 	refused       atomic.Bool
 	cipherRefused atomic.Bool
 
+	// want is the payload type of the answer to the session-setup request
+	// go-ipmi wrote last (Open Session, RAKP 1, RAKP 3: 0x11, 0x13 or
+	// 0x15), 0 once it wrote anything else but SOL. go-ipmi takes the next
+	// datagram as the answer to those requests, unmatched, so Read skips
+	// what cannot be it: a second answer to an earlier request that
+	// go-ipmi sent twice (its retry after a timeout), which comes after the
+	// first. (Its other requests are IPMI messages, whose answers it
+	// matches by sequence number and command.)
+	want atomic.Uint32
+
 	mu       sync.Mutex
 	deadline time.Time // read deadline for go-ipmi's Reads
 	dropped  int       // datagrams dropped because a queue was full
@@ -191,9 +201,24 @@ func cipherRefusal(p []byte) bool {
 
 // isSOL reports whether p is an RMCP (class IPMI) packet in RMCP+ format
 // (auth type 6) carrying the SOL payload type.
-func isSOL(p []byte) bool {
-	return len(p) > 5 && p[3] == 0x07 && p[4] == 0x06 && p[5]&0x3f == 0x01
+func isSOL(p []byte) bool { return payloadType(p) == 0x01 }
+
+// payloadType is the payload type of p, an RMCP (class IPMI) packet in
+// RMCP+ format (auth type 6); -1 for anything else (IPMI v1.5, ASF).
+func payloadType(p []byte) int {
+	if len(p) > 5 && p[3] == 0x07 && p[4] == 0x06 {
+		return int(p[5] & 0x3f)
+	}
+	return -1
 }
+
+// Session setup's payload types (IPMI v2.0 table 13-16): each request's
+// answer is the next type.
+const (
+	payloadOpenSession = 0x10
+	payloadRAKP1       = 0x12
+	payloadRAKP3       = 0x14
+)
 
 // sane drops datagrams that would make go-ipmi panic while decrypting: an
 // AES-CBC payload must hold a 16-byte IV plus whole 16-byte blocks. (go-ipmi
@@ -220,8 +245,9 @@ func (c *demuxConn) sane(p []byte) bool {
 	return true
 }
 
-// Read serves go-ipmi: the next non-SOL datagram, honouring the read
-// deadline with a net.Error whose Timeout() is true (go-ipmi retries on it).
+// Read serves go-ipmi: the next non-SOL datagram that may answer its last
+// request (want), honouring the read deadline with a net.Error whose
+// Timeout() is true (go-ipmi retries on it).
 func (c *demuxConn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	dl := c.deadline
@@ -236,18 +262,24 @@ func (c *demuxConn) Read(b []byte) (int, error) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	select {
-	case p := <-c.ipmi:
-		if p.err != nil {
-			return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: p.err}
+	for {
+		select {
+		case p := <-c.ipmi:
+			if p.err != nil {
+				return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: p.err}
+			}
+			if w := c.want.Load(); w != 0 && payloadType(p.data) != int(w) {
+				c.countDrop() // an answer to an earlier request
+				continue
+			}
+			return copy(b, p.data), nil
+		case <-timeout:
+			return 0, c.timeoutErr()
+		case <-c.closed:
+			return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: net.ErrClosed}
+		case <-c.done:
+			return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: c.readErr}
 		}
-		return copy(b, p.data), nil
-	case <-timeout:
-		return 0, c.timeoutErr()
-	case <-c.closed:
-		return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: net.ErrClosed}
-	case <-c.done:
-		return 0, &net.OpError{Op: "read", Net: "udp", Addr: c.udp.RemoteAddr(), Err: c.readErr}
 	}
 }
 
@@ -256,8 +288,19 @@ func (c *demuxConn) timeoutErr() error {
 }
 
 // Write sends one datagram. UDP sockets are safe for concurrent writes, so
-// go-ipmi and the console's owner goroutine both write directly.
-func (c *demuxConn) Write(b []byte) (int, error) { return c.udp.Write(b) }
+// go-ipmi and the console's owner goroutine both write directly. It notes
+// which answer go-ipmi's request waits for (want); SOL packets are the
+// console's.
+func (c *demuxConn) Write(b []byte) (int, error) {
+	switch pt := payloadType(b); pt {
+	case payloadOpenSession, payloadRAKP1, payloadRAKP3:
+		c.want.Store(uint32(pt + 1))
+	case 0x01: // SOL
+	default:
+		c.want.Store(0)
+	}
+	return c.udp.Write(b)
+}
 
 // Close closes the socket, which ends the reader goroutine and any pending
 // Read, and waits for the reader. Idempotent.
@@ -270,7 +313,8 @@ func (c *demuxConn) Close() error {
 	return nil
 }
 
-// Dropped returns how many datagrams were dropped (full queue or malformed).
+// Dropped returns how many datagrams were dropped (full queue, malformed,
+// or a late answer to an earlier request of the session setup).
 func (c *demuxConn) Dropped() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

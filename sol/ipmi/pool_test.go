@@ -291,3 +291,20 @@ func TestSessionClosedWhenCallerGivesUp(t *testing.T) {
 		})
 	}
 }
+
+// TestDuplicateAnswers: a BMC that answers each request twice, as it
+// answers a request sent again after a timeout (go-ipmi retries; on a
+// loaded machine both answers come), never has the second answer taken for
+// the answer to the next request. go-ipmi reads the session setup's
+// answers (Open Session, RAKP 2 and 4) unmatched: the duplicate answer to
+// Get Channel Authentication Capabilities was read as the Open Session
+// answer ("RMCP+ status 0x97", its authentication-types byte) and the call
+// failed as the BMC refusing obmd's credentials.
+func TestDuplicateAnswers(t *testing.T) {
+	relay, info := simBehindRelay(t)
+	relay.dup.Store(true)
+	b := newBMC(t, info, fastConfig) // no kept session: each call sets one up
+	for range 3 {
+		wantStatus(t, b, sol.PowerOn)
+	}
+}

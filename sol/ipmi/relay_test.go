@@ -23,6 +23,7 @@ type relay struct {
 	target *net.UDPAddr   // ipmi_sim
 
 	silent atomic.Bool
+	dup    atomic.Bool  // every reply is forwarded twice
 	sent   atomic.Int64 // datagrams from the driver
 	// Replies are forwarded lag late once more than lagAfter datagrams
 	// came from the driver (sent), and onLag runs at the first: setLag.
@@ -167,6 +168,9 @@ func (r *relay) peer(from net.Addr) *net.UDPConn {
 			}
 			r.wait()
 			r.pc.WriteTo(buf[:n], from)
+			if r.dup.Load() {
+				r.pc.WriteTo(buf[:n], from)
+			}
 		}
 	}()
 	return up

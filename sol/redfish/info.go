@@ -91,7 +91,7 @@ const (
 // supports; sol is refused with console "ssh". The console's own fields
 // are sol/transport's to check.
 func Check(info Info) error {
-	if _, _, err := parseAddr(info.Addr); err != nil {
+	if _, _, err := parseAddr("addr", info.Addr); err != nil {
 		return err
 	}
 	userMax, passMax := MaxUserLen, MaxPassLen
@@ -106,6 +106,9 @@ func Check(info Info) error {
 	}
 	if _, err := systemID(info.System); err != nil {
 		return err
+	}
+	if info.Redfish != "" || info.RedfishInsecure {
+		return errServiceField
 	}
 	if info.SOL != nil && info.Console == sol.ConsoleSSH {
 		return errors.New(`info.sol applies only with info.console "sol" or "auto"`)
@@ -158,7 +161,7 @@ func (info Info) Canonical() Info {
 // or "auto"), its IPMI console (sol.IPMIEndpoint). info must have passed
 // Check.
 func (info Info) BMCs() []string {
-	endpoint, host, err := parseAddr(info.Addr)
+	endpoint, host, err := parseAddr("addr", info.Addr)
 	if err != nil {
 		return nil
 	}
@@ -182,10 +185,11 @@ func (info Info) Equal(other Info) bool {
 	return reflect.DeepEqual(info.Canonical(), other.Canonical())
 }
 
-// parseAddr checks addr and returns the service's endpoint
-// ("https://host:port") and the bare host name or address (for IPMI).
-func parseAddr(addr string) (endpoint, host string, err error) {
-	bad := func(format string, a ...any) error { return fmt.Errorf("info.addr "+format, a...) }
+// parseAddr checks addr, the info's field named field, and returns the
+// service's endpoint ("https://host:port") and the bare host name or
+// address (for IPMI).
+func parseAddr(field, addr string) (endpoint, host string, err error) {
+	bad := func(format string, a ...any) error { return fmt.Errorf("info."+field+" "+format, a...) }
 	switch {
 	case addr == "":
 		return "", "", bad("is required")

@@ -140,7 +140,7 @@ func New(label string, info Info, cfg Config, log logrus.FieldLogger) (*BMC, err
 	if log == nil {
 		return nil, errors.New("new Redfish driver: logger is required")
 	}
-	endpoint, host, _ := parseAddr(info.Addr) // checked above
+	endpoint, host, _ := parseAddr("addr", info.Addr) // checked above
 	system, _ := systemID(info.System)
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout

@@ -9,8 +9,8 @@
 // gets a BMC whose power and boot-device calls are the driver's and whose
 // console is chosen here. "auto" tries the transport remembered for the
 // node's BMC (Memory, as the IPMI cipher suite is remembered), else the
-// ones the BMC's Redfish service says are enabled (a driver that is a
-// Discoverer: sol/redfish), SOL before SSH, else SOL then SSH; when one
+// ones the BMC's Redfish service says are enabled (a Discoverer: a
+// Redfish node's driver, or an IPMI node's info.redfish), SOL before SSH, else SOL then SSH; when one
 // fails at the protocol level (unreachable, refused, no console) the next
 // is tried, but never past a busy console or a changed host key. The one
 // that opens is remembered and shown (Memory.InUse: the admin view's
@@ -36,7 +36,9 @@ import (
 // Its errors name the field and never show a password.
 //
 // Rules: console is "sol", "ssh" or "auto"; the ssh_* fields follow
-// sshconsole.Check and apply only with "ssh" or "auto".
+// sshconsole.Check and apply only with "ssh" or "auto"; redfish (whose
+// URL the node type checks) only with "auto", redfish_insecure only with
+// redfish.
 func CheckInfo(ci sol.ConsoleInfo) (sol.ConsoleInfo, error) {
 	switch ci.Console {
 	case "", sol.ConsoleSOL:
@@ -47,6 +49,12 @@ func CheckInfo(ci sol.ConsoleInfo) (sol.ConsoleInfo, error) {
 	}
 	if err := sshconsole.Check(ci); err != nil {
 		return ci, err
+	}
+	switch {
+	case ci.RedfishInsecure && ci.Redfish == "":
+		return ci, errors.New("info.redfish_insecure applies only with info.redfish")
+	case ci.Redfish != "" && ci.Console != sol.ConsoleAuto:
+		return ci, errors.New(`info.redfish applies only with info.console "auto" (it says which console services are on)`)
 	}
 	if ci.Console == "" {
 		if f := ci.FirstSet(); f != "" { // an ssh_* field: console is empty
@@ -63,8 +71,9 @@ func quote(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// Discoverer is implemented by a driver that can tell which console
-// services its BMC has enabled (sol/redfish: the system's SerialConsole).
+// Discoverer can tell which console services a BMC has enabled
+// (sol/redfish: the system's SerialConsole): a Redfish node's driver, or
+// an IPMI node's Redfish service (Target.Discover).
 type Discoverer interface {
 	ConsoleServices(ctx context.Context) (sol.ConsoleServices, error)
 }
@@ -92,10 +101,13 @@ func New(ssh *sshconsole.Client, mem *Memory, held func(ctx context.Context, lab
 }
 
 // Target is what the console of a node needs beside its driver: the BMC's
-// host, the node's user and password (the SSH defaults), its console info.
+// host, the node's user and password (the SSH defaults), its console info,
+// and what auto asks which console services are on (nil: the driver, if it
+// is a Discoverer).
 type Target struct {
 	Host, User, Pass string
 	Info             sol.ConsoleInfo
+	Discover         Discoverer
 }
 
 // Wrap returns node label's BMC: base itself when its console is SOL
@@ -115,7 +127,11 @@ func (t *Transports) Wrap(label string, base sol.BMC, tg Target) (sol.BMC, error
 	if err != nil {
 		return nil, fmt.Errorf("console over SSH: %w", err)
 	}
-	return &BMC{BMC: base, t: t, label: label, mode: mode, ssh: st,
+	disc := tg.Discover
+	if disc == nil {
+		disc, _ = base.(Discoverer)
+	}
+	return &BMC{BMC: base, t: t, label: label, mode: mode, ssh: st, discover: disc,
 		setPort: tg.Info.SSHPort != 0, setCommand: tg.Info.SSHCommand != ""}, nil
 }
 
@@ -127,6 +143,9 @@ type BMC struct {
 	label string
 	mode  string            // sol.ConsoleSSH or sol.ConsoleAuto
 	ssh   sshconsole.Target // from the node's info and its preset
+	// discover tells which console services the BMC has on (nil: no one
+	// says).
+	discover Discoverer
 	// setPort, setCommand: the node's info sets them; what the BMC's
 	// Redfish service says does not override them.
 	setPort, setCommand bool
@@ -312,11 +331,10 @@ func (b *BMC) plan(ctx context.Context) (plan, error) {
 		}
 		return p, nil
 	}
-	d, ok := b.BMC.(Discoverer)
-	if !ok {
+	if b.discover == nil {
 		return p, nil
 	}
-	s, err := d.ConsoleServices(ctx)
+	s, err := b.discover.ConsoleServices(ctx)
 	if err != nil {
 		b.t.log.WithField("node", b.label).WithError(err).Info("console_services_unknown")
 		p.why = "the Redfish service did not say; SOL first"

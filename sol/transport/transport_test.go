@@ -244,6 +244,25 @@ func TestAutoDiscovery(t *testing.T) {
 		t.Errorf("SOL was tried though the BMC says it is off")
 	}
 	mem.Forget("n1")
+
+	// A driver that cannot tell (an IPMI node) asks the Redfish service
+	// its node names (Target.Discover) instead.
+	plain := &base{}
+	d2, err := tr.Wrap("n2", plain, transport.Target{Host: m.Host, User: "u", Pass: "p", Info: ci,
+		Discover: discovering{&base{services: services}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	con, err = open(t, d2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	con.Close()
+	if inUse, _ := mem.InUse("n2"); plain.solOpens() != 0 || inUse != sol.ConsoleSSH {
+		t.Errorf("IPMI driver with a Redfish service saying SOL off: SOL opened %d times, in use %q; want SSH at once",
+			plain.solOpens(), inUse)
+	}
+	mem.Forget("n2")
 	services.SSH.Enabled = false
 	if _, err := open(t, d); err == nil || !strings.Contains(err.Error(), "no serial console service") {
 		t.Errorf("both off: got %v, want a refusal saying no service is enabled", err)

@@ -90,8 +90,8 @@ type Limiter struct {
 	now  func() time.Time
 	seed maphash.Seed
 
-	// wait bounds how long a try may wait for the source's tries in flight
-	// to settle (default 5 s).
+	// wait bounds how long a try may wait without any of the source's
+	// tries in flight settling (default 5 s).
 	wait time.Duration
 	// sweepEvery is Run's period (default a quarter of Window + Lockout,
 	// at least 1 s).
@@ -192,16 +192,18 @@ func sourceKey(source string) string {
 // An allowed try holds one of the source's PerSource tries until End
 // reports how it went, so guesses sent in parallel from one address get no
 // more tries between them than sequential ones would. A try beyond that
-// budget waits (up to l.wait, or until ctx ends) for earlier ones to settle
-// rather than being refused: correct logins settle in milliseconds and free
-// their slot, guesses settle as failures and lock the source. So many
-// parallel logins from one address (automation, a NAT) are delayed a
-// little, never refused for being many. A try that gives up waiting is
-// refused, never as a first refusal (the tries it waited for are audited).
-// Every allowed Begin must be followed by one End.
+// budget waits for earlier ones to settle rather than being refused:
+// correct logins settle and free their slot, guesses settle as failures and
+// lock the source. So many parallel logins from one address (automation, a
+// NAT, a cloud controller's calls for every node) are delayed, never
+// refused for being many, however long the queue takes on a loaded
+// machine: the bound, l.wait, is on a wait during which none of the
+// source's tries settles (a lookup that hangs), not on the whole wait; ctx
+// (the connection's) bounds that. A try that gives up waiting is refused,
+// never as a first refusal (the tries it waited for are audited). Every
+// allowed Begin must be followed by one End.
 func (l *Limiter) Begin(ctx context.Context, source string) (ok, first bool) {
 	source = sourceKey(source)
-	var timeout <-chan time.Time
 	for {
 		l.mu.Lock()
 		ok, first, settled := l.beginLocked(source)
@@ -209,19 +211,25 @@ func (l *Limiter) Begin(ctx context.Context, source string) (ok, first bool) {
 		if settled == nil {
 			return ok, first
 		}
-		if timeout == nil {
-			t := time.NewTimer(l.wait)
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-settled:
-		case <-timeout:
-			return false, false
-		case <-ctx.Done():
+		if !l.awaitSettled(ctx, settled) {
 			return false, false
 		}
 	}
+}
+
+// awaitSettled waits until settled is closed (one of the source's tries
+// settled: look again), and reports false if l.wait passes first or ctx
+// ends.
+func (l *Limiter) awaitSettled(ctx context.Context, settled <-chan struct{}) bool {
+	t := time.NewTimer(l.wait)
+	defer t.Stop()
+	select {
+	case <-settled:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // beginLocked is one attempt of Begin; when the source's tries in flight

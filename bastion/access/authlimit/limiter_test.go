@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,8 +211,40 @@ func TestLimiterParallel(t *testing.T) {
 	}
 }
 
-// TestLimiterWaitBounded: a try waiting for a slot gives up at the bound,
-// or when its connection ends.
+// TestLimiterQueueLongerThanWait: many correct tries sent at once from one
+// address (a cloud controller's power calls for every node) each wait for
+// a slot, and all get one even when the queue takes longer than the wait
+// bound: the tries ahead keep settling, so none waits the bound without
+// progress. Here 40 tries share one slot and each holds it 50 ms: the last
+// ones wait about 2 s, twice the bound, and the longest wait between two
+// settlements is 50 ms.
+func TestLimiterQueueLongerThanWait(t *testing.T) {
+	l := New(Config{PerSource: 1, PerNode: 100}, time.Now)
+	l.wait = time.Second
+	const tries, hold = 40, 50 * time.Millisecond
+	var wg sync.WaitGroup
+	var refused atomic.Int32
+	start := time.Now()
+	for range tries {
+		wg.Go(func() {
+			if ok, _ := l.Begin(context.Background(), "10.0.0.1"); !ok {
+				refused.Add(1)
+				return
+			}
+			time.Sleep(hold)
+			l.End("10.0.0.1", "n1", true, false)
+		})
+	}
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Errorf("%d of %d correct tries refused after waiting in a queue that moved every %v (took %v in all, bound %v)",
+			n, tries, hold, time.Since(start).Round(time.Millisecond), l.wait)
+	}
+}
+
+// TestLimiterWaitBounded: a try waiting for a slot gives up when none of
+// the source's tries settles within the bound, or when its connection
+// ends.
 func TestLimiterWaitBounded(t *testing.T) {
 	l := New(Config{PerSource: 1}, time.Now)
 	l.wait = 30 * time.Millisecond

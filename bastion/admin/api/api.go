@@ -110,6 +110,11 @@ type BMC struct {
 	SSHCommand string `json:"ssh_command,omitempty"`
 	SSHVendor  string `json:"ssh_vendor,omitempty"`
 	SSHHostKey string `json:"ssh_host_key,omitempty"`
+	// Redfish is an IPMI node's Redfish service, which its console "auto"
+	// asks which console services are on; RedfishInsecure: its
+	// certificate is not verified.
+	Redfish         string `json:"redfish,omitempty"`
+	RedfishInsecure bool   `json:"redfish_insecure,omitempty"`
 }
 
 // HostKey is a BMC's SSH host key pinned on first contact: the key (an

@@ -2,12 +2,86 @@ package sshdoor
 
 import (
 	"context"
+	"errors"
+	"io"
+	"sync"
 	"time"
 
 	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
 )
+
+// exec runs one command. If the session is cut meanwhile, it returns at once
+// with the cause (the caller tells the user and closes the channel); the
+// command's goroutine, cancelled through sctx, is waited for by serve.
+// Once cut, the command's output is dropped, so nothing follows the reason
+// the user is given.
+func (c *channel) exec(sctx context.Context, info sessions.Info, cmd commands.Command, stdout, stderr io.Writer) (int, error) {
+	req := commands.Request{Node: c.label, Actor: c.a.Actor, User: c.a.User, Source: c.remote, Session: info.ID,
+		Epoch: info.Epoch, OpenConsole: c.openConsole(info), Stdin: c.ch}
+	if cmd.OnConsole() { // it may wait for hours: it ends when the client leaves
+		var stop context.CancelCauseFunc
+		sctx, stop = context.WithCancelCause(sctx)
+		defer stop(nil)
+		c.wg.Add(1)
+		go func() { // owned by serve (c.wg); ends with the exec
+			defer c.wg.Done()
+			select {
+			case <-c.closed:
+				stop(errClientLeft)
+			case <-sctx.Done():
+			}
+		}()
+	}
+	out, errOut := &gate{ctx: sctx, w: stdout}, &gate{ctx: sctx, w: stderr}
+	done := make(chan int, 1)
+	c.cmd.Add(1)
+	go func() { // owned by serve, which waits on c.cmd before it ends the session
+		defer c.cmd.Done()
+		done <- c.s.runner.Run(sctx, req, cmd, out, errOut)
+	}()
+	select {
+	case code := <-done:
+		return code, context.Cause(sctx)
+	case <-sctx.Done():
+		out.close()
+		errOut.close()
+		if cause := context.Cause(sctx); cause != errClientLeft {
+			return commands.ExitFailed, cause
+		}
+		return commands.ExitFailed, nil
+	}
+}
+
+// errClientLeft ends an exec whose client closed the channel.
+var errClientLeft = errors.New("the client left")
+
+// gate passes writes through until closed or its session's context ends
+// (a command cut mid-way reports its own cancellation: that is dropped),
+// then drops them. close waits for a write in progress, so nothing passes
+// after it returns.
+type gate struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.ctx.Err() != nil {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
 
 // viewerConsole is a node's console as the automation commands (wait-for,
 // send, expect, --wait-for) use it: a read-only viewer attached for one
