@@ -43,7 +43,7 @@ func (b *bmc) open(ctx context.Context, own bool) (sol.Console, error) {
 	log := c.log.WithField("node", b.label)
 	zone, reach, err := c.reachNode(ctx, b.label)
 	if err != nil {
-		return nil, fmt.Errorf("open console of %s: %w", b.label, err)
+		return nil, fmt.Errorf("open console of %s: %w: %w", b.label, sol.ErrUnverified, err)
 	}
 	var lastErr error
 	caughtUp := false

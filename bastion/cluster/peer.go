@@ -296,7 +296,7 @@ func (s *PeerServer) relay(nc gossh.NewChannel, proto int, log logrus.FieldLogge
 		return
 	}
 	log.Info("peer_relay_started")
-	roles := &relayRoles{v: v, ch: ch}
+	roles := &relayRoles{v: v, ch: ch, proto: proto}
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { // ends with the viewer

@@ -20,7 +20,8 @@ import (
 //     requests), access and credential notices, session lists and kicks.
 //   - 2: the holder's screen follows its replay (obmd-screen); session
 //     lists carry each session's tenancy (epoch) and work; a relay may ask
-//     a replica of the node's zone to open the link (consoleOpen.Take).
+//     a replica of the node's zone to open the link (consoleOpen.Take);
+//     role messages name each viewer's session (roleMsg, rolesMsg).
 const (
 	// ProtocolVersion is the highest peer protocol this release speaks.
 	ProtocolVersion = 2
@@ -116,10 +117,12 @@ var messages = []message{
 	{name: consoleChannel, kind: "channel", dir: toHolder, payload: consoleOpen{}, since: 2},
 	{name: seedRequest, kind: "channel request", dir: fromHolder, payload: rawBytes{}, since: 1},
 	{name: screenRequest, kind: "channel request", dir: fromHolder, payload: rawBytes{}, since: 2},
-	{name: roleRequest, kind: "channel request", dir: toHolder, payload: roleMsg{}, reply: "ok (sol.RoleReturn only)", since: 1},
+	{name: roleRequest, kind: "channel request", dir: toHolder, payload: roleMsgV1{}, reply: "ok (sol.RoleReturn only)", since: 1, until: 2},
+	{name: roleRequest, kind: "channel request", dir: toHolder, payload: roleMsg{}, reply: "ok (sol.RoleReturn only)", since: 2},
 	{name: inputRequest, kind: "channel request", dir: toHolder, payload: inputMsg{}, since: 1},
 	{name: breakRequest, kind: "channel request", dir: toHolder, payload: breakMsg{}, reply: "ok", since: 1},
-	{name: rolesRequest, kind: "channel request", dir: fromHolder, payload: rolesMsg{}, since: 1},
+	{name: rolesRequest, kind: "channel request", dir: fromHolder, payload: rolesMsgV1{}, since: 1, until: 2},
+	{name: rolesRequest, kind: "channel request", dir: fromHolder, payload: rolesMsg{}, since: 2},
 	{name: tellRequest, kind: "channel request", dir: fromHolder, payload: tellMsg{}, since: 1},
 	{name: keepaliveRequest, kind: "global request", dir: anyReplica, reply: "ok", since: 1},
 	{name: noticeRequest, kind: "global request", dir: anyReplica, payload: accessNotice{}, reply: "ok", since: 1},
