@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -43,7 +45,8 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 	defer t.Stop()
 	st := &captureState{leaving: map[string]time.Time{}}
 	if d.rep.cluster != nil {
-		st.budget = handOffBudget{rate: float64(d.rep.cluster.HandOffRate())}
+		rate := float64(d.rep.cluster.HandOffRate())
+		st.budget, st.takes = handOffBudget{rate: rate}, handOffBudget{rate: rate}
 	}
 	fast, held := 0, 0 // fast polls in a row without a node taken; nodes held
 	for {
@@ -61,8 +64,9 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 		case p.awaiting && fast < awaitPolls*awaitPolls:
 			fast++
 			t.Reset(every / awaitPolls)
-		case len(p.mine) > p.target && every > time.Second:
-			// More to hand off: at the budget's pace, not the poll's.
+		case (len(p.mine) > p.target || p.pending) && every > time.Second:
+			// More to hand off or to take: at the budget's pace, not the
+			// poll's.
 			t.Reset(time.Second)
 		default:
 			t.Reset(every)
@@ -74,7 +78,8 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 // off, and when (fairShare), and its budget of hand-offs.
 type captureState struct {
 	leaving map[string]time.Time
-	budget  handOffBudget
+	budget  handOffBudget // hand-offs
+	takes   handOffBudget // links newly held (syncCapture)
 }
 
 // handOffBudget bounds a replica's hand-offs to rate a second (a token
@@ -134,15 +139,37 @@ func (d *Daemon) syncCapture(ctx context.Context, st *captureState) sharePlan {
 		plan = p
 		want = p.mine
 	}
+	holding := map[string]bool{}
 	for _, label := range d.consoles.Holding() {
+		holding[label] = true
 		if !want[label] {
 			d.consoles.Release(label)
 		}
 	}
-	for label := range want {
+	// In a cluster, new links open within the budget of takes (as many a
+	// second as hand-offs): a replica that starts while the others hold
+	// nothing (or that is dealt a dead replica's nodes) does not open
+	// thousands of SOL sessions at once.
+	budget := len(want)
+	if d.rep.cluster != nil {
+		budget = st.takes.take(time.Now())
+	}
+	taken := 0
+	for _, label := range slices.Sorted(maps.Keys(want)) {
+		if !holding[label] {
+			if taken == budget {
+				plan.pending = true
+				delete(plan.mine, label)
+				continue
+			}
+			taken++
+		}
 		if err := d.consoles.Hold(label); err != nil {
 			break // the hub is closing
 		}
+	}
+	if d.rep.cluster != nil {
+		st.takes.spend(taken)
 	}
 	return plan
 }

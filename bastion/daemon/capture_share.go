@@ -40,6 +40,9 @@ type sharePlan struct {
 	// awaiting: this replica is short of its share with no node left to
 	// take, and another holds more than its own: a hand-off is coming.
 	awaiting bool
+	// pending: nodes left to take at a later poll, over the budget of
+	// takes (syncCapture).
+	pending bool
 }
 
 // plan shares the captured links among the live replicas. Each replica's
