@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"os"
 	"os/exec"
@@ -113,7 +114,7 @@ func TestZones(t *testing.T) {
 	env := upEnv(t, dsn)
 	env["OBMD_CONSOLE_CAPTURE"] = "always"
 
-	envA := clone(env)
+	envA := maps.Clone(env)
 	envA["OBMD_CLUSTER_ZONES"] = "a"
 	envA["OBMD_PEER_ADDR"] = zn.HostIP + ":0" // where rep-b reaches it
 	a := rpStart(t, bin, "rep-a", envA)
@@ -131,7 +132,7 @@ func TestZones(t *testing.T) {
 		a.mustAPI(200, "PUT", "/v1/nodes/"+label+"/zone", map[string]string{"zone": node.zone})
 	}
 	// rep-b starts once the nodes have their zones.
-	envB := clone(env)
+	envB := maps.Clone(env)
 	envB["OBMD_CLUSTER_ZONES"] = "b"
 	envB["OBMD_DB"] = dbtest.StartProxyOn(t, dsn, zn.HostIP+":0").DSN
 	for _, k := range []string{"OBMD_PEER_ADDR", "OBMD_SSH_ADDR", "OBMD_ADMIN_ADDR"} {
@@ -231,12 +232,4 @@ func TestZones(t *testing.T) {
 			t.Errorf("rep-b's /readyz: %d %q, want 200 without zone a", code, body)
 		}
 	})
-}
-
-func clone(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
