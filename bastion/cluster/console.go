@@ -53,8 +53,11 @@ func (b *bmc) open(ctx context.Context, own bool) (sol.Console, error) {
 				return nil, fmt.Errorf("open console of %s: %w", b.label, sol.ErrHeldElsewhere)
 			}
 			con, err := c.openThroughZone(ctx, b.label, zone, log)
-			if err == nil || errors.Is(err, ErrNoZoneReplica) {
-				return con, err
+			switch {
+			case err == nil:
+				return con, nil
+			case errors.Is(err, ErrNoZoneReplica):
+				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 			}
 			if errors.Is(err, errStale) && !caughtUp {
 				caughtUp = true
