@@ -23,7 +23,7 @@ func rebalanceBench(cfg benchConfig) *section {
 }
 
 const (
-	rebalanceRate = 50 // cluster.handoff_rate's default
+	rebalanceRate = 100 // cluster.handoff_rate's default
 	// rebalanceLeaseTTL spaces each link's lease renewal (a third of it):
 	// at the default 6 s, 10,000 links renew 5,000 times a second, more
 	// than the shared 2-core machine's MariaDB completes.

@@ -130,7 +130,7 @@ type Config struct {
 // DefaultHandOffRate is Config.HandOffRate's default: a replica joining
 // one that holds 10,000 captured links gets its 5,000 in under two
 // minutes.
-const DefaultHandOffRate = 50
+const DefaultHandOffRate = 100
 
 func (c *Config) setDefaults() error {
 	switch {
