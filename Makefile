@@ -8,7 +8,7 @@ BIN      := bin
 # A count, not a duration: see .ci/fuzz.
 FUZZTIME ?= 100000x
 
-.PHONY: run build test unit fuzz lint bench clean
+.PHONY: run build test short unit fuzz lint bench clean
 
 ## run: obmd on SQLite in ./obmd-state with a demo node on the built-in simulator
 run: build
@@ -24,6 +24,10 @@ test: lint unit fuzz
 
 unit:
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+## short: the fast tier for the edit-test loop: every test that needs no program or server outside Go
+short:
+	$(GO) test -short -count=1 ./...
 
 fuzz:
 	@./.ci/fuzz $(FUZZTIME)

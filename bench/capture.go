@@ -14,7 +14,7 @@ func capturedIdle(cfg benchConfig, s *section, n int) error {
 	if err != nil {
 		return err
 	}
-	o, err := startObmdProc(cfg.obmdBin, dir, "", map[string]any{"console_capture": "always"})
+	o, err := startObmdProc(cfg.obmdBin, dir, "", map[string]any{"console.capture": "always"})
 	if err != nil {
 		return err
 	}

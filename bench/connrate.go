@@ -132,8 +132,8 @@ func measureRate(t rateTarget) (rateResult, error) {
 // obmdDefaults puts back the limits startObmdProc raises: section 1 runs
 // obmd as it is configured out of the box.
 func obmdDefaults() map[string]any {
-	return map[string]any{"auth_limits": map[string]any{}, "max_conns_per_source": 0,
-		"max_sessions_per_node": 0, "max_sessions_per_source": 0}
+	return map[string]any{"auth_limits": map[string]any{}, "ssh.max_conns_per_source": 0,
+		"sessions.max_per_node": 0, "sessions.max_per_source": 0}
 }
 
 // connRate is section 1.
@@ -194,7 +194,7 @@ func connRate(cfg benchConfig) *section {
 		s.note("Why obmd is below 0.8x the bare server: both do the same SSH handshake (%s vs %s of client CPU per connection; the clients, on the same 2 cores, cap conn/s), but obmd's server CPU per connection is %s to the bare server's %s. The difference is what a bastion does and a bare server does not: per connection obmd reads the node's token hash and access epoch (one prepared query; the epoch is read again before the session starts only if this obmd cut a session since the login's read, and the node's driver info is kept per access epoch), registers and admits the session, and queues four audit rows (auth, session.start, power.status, session.end) that one goroutine group-commits within 50 ms in a few multi-row INSERTs; it also sets TCP_QUICKACK after every read (OpenSSH's handshake stalls on delayed ACKs). See \"Connection rate: where the time goes\" above for the profile.",
 			ms(r.clientCPU), ms(bare.clientCPU), ms(r.cpuPerConn), ms(bare.cpuPerConn))
 	}
-	s.note("obmd runs at its defaults here (auth_limits: 5 token tries per source, tries in flight counted; max_conns_per_source 64; session limits), and every client comes from 127.0.0.1: parallel automation behind one address. A refused login would show as a failed connection above.")
+	s.note("obmd runs at its defaults here (auth_limits: 5 token tries per source, tries in flight counted; ssh.max_conns_per_source 64; session limits), and every client comes from 127.0.0.1: parallel automation behind one address. A refused login would show as a failed connection above.")
 	s.note("Each client is golang.org/x/crypto/ssh in the bench process; every server is a separate process whose CPU (utime+stime, plus reaped children for sshd) is read from /proc before and after each of its slices (every server is up for the whole section; they take turns in 4 slices of 2 s, so that load drifting on a shared machine falls on all alike). Clients share the 2 cores with the server, so conn/s is bounded by client+server CPU; CPU per connection is the server's own cost.")
 	s.note("Every client offers only the curve25519-sha256 key exchange (what OpenSSH 9.2 and x/crypto share), so every server does the same handshake work. The database server's own CPU (mariadbd, found in /proc; PostgreSQL's postmaster and every process it forked, a backend per connection; shared with anything else using that server) is shown apart.")
 	s.note("obmd and the bare server use password auth (obmd: the node token, checked against the database); sshd uses an ed25519 key (it has no token store), runs as the current user with UsePAM no, and its ForceCommand script prints a fixed power status (a real wrapper would also run ipmitool, ~70 ms more).")

@@ -20,7 +20,7 @@ import (
 // BenchmarkConnRateInproc is section 1's loop (8 clients: connect, token
 // auth, power-status on a sim node, close) against an obmd in this process
 // at the default configuration (default auth_limits and
-// max_conns_per_source) on SQLite, so that its CPU profile shows where a
+// ssh.max_conns_per_source) on SQLite, so that its CPU profile shows where a
 // connection's server time goes:
 //
 //	go test -run '^$' -bench ConnRateInproc -benchtime 8s -cpuprofile cpu.out ./bench/
@@ -85,8 +85,10 @@ func testDaemon(b *testing.B, dsn string) testObmd {
 	b.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
-	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DB: dsn,
-		StateDir: filepath.Join(b.TempDir(), "state"), AdminToken: "bench-admin-token-0123456789abcdef", Version: "bench"}, log)
+	cfg := daemon.Config{Version: "bench"}
+	cfg.SSH.Addr, cfg.Admin.Addr, cfg.DB.DSN = "127.0.0.1:0", "127.0.0.1:0", dsn
+	cfg.Daemon.StateDir, cfg.Admin.Token = filepath.Join(b.TempDir(), "state"), "bench-admin-token-0123456789abcdef"
+	d, err := daemon.New(cfg, log)
 	if err != nil {
 		b.Fatal(err)
 	}

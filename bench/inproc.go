@@ -43,11 +43,10 @@ func startInproc(cfg benchConfig, name string) (*inproc, error) {
 	log.SetOutput(logf)
 	log.SetFormatter(&logrus.JSONFormatter{})
 	log.SetLevel(logrus.InfoLevel)
-	d, err := daemon.New(daemon.Config{
-		SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: filepath.Join(dir, "state"),
-		AdminToken: token, MaxSessionsPerNode: -1, MaxSessionsPerSource: -1, MaxConnsPerSource: -1, Version: "bench",
-		AuthLimits: authlimit.Config{PerSource: benchPerSource},
-	}, log)
+	dcfg := daemon.Config{Version: "bench", AuthLimits: authlimit.Config{PerSource: benchPerSource}}
+	dcfg.SSH.Addr, dcfg.Admin.Addr, dcfg.Daemon.StateDir = "127.0.0.1:0", "127.0.0.1:0", filepath.Join(dir, "state")
+	dcfg.Admin.Token, dcfg.Sessions.MaxPerNode, dcfg.Sessions.MaxPerSource, dcfg.SSH.MaxConnsPerSource = token, -1, -1, -1
+	d, err := daemon.New(dcfg, log)
 	if err != nil {
 		logf.Close()
 		return nil, err

@@ -35,7 +35,7 @@ func preauthBench(cfg benchConfig) *section {
 	}
 	// The global cap must hold them all: its default (1024) would have the
 	// newest displace the oldest, which is what happens past it.
-	o, err := startObmdProc(cfg.obmdBin, dir, "", map[string]any{"max_unauthenticated": 2 * preauthHeld})
+	o, err := startObmdProc(cfg.obmdBin, dir, "", map[string]any{"ssh.max_unauthenticated": 2 * preauthHeld})
 	if err != nil {
 		s.skip(measure, err)
 		return s
@@ -105,7 +105,7 @@ func preauthBench(cfg benchConfig) *section {
 		s.add(row{Measure: "RSS per held unauthenticated connection (fresh process)", Figure: num(kib, "KiB"),
 			Ref: "-", Ratio: "-", Status: statusNone})
 	}
-	s.note("One obmd process on SQLite with the defaults but max_unauthenticated raised to %d (the default, 1024, would have each new connection displace the oldest: at the cap the flood only replaces itself). The attacker's %d connections come %d per address (the default max_unauthenticated_per_source) from 127.0.0.2 to 127.0.0.%d; each sends nothing after connecting, so it sits in the version exchange until login_grace_time (30 s). obmd counted %.0f unauthenticated connections after the loaded phase.",
+	s.note("One obmd process on SQLite with the defaults but ssh.max_unauthenticated raised to %d (the default, 1024, would have each new connection displace the oldest: at the cap the flood only replaces itself). The attacker's %d connections come %d per address (the default ssh.max_unauthenticated_per_source) from 127.0.0.2 to 127.0.0.%d; each sends nothing after connecting, so it sits in the version exchange until ssh.login_grace_time (30 s). obmd counted %.0f unauthenticated connections after the loaded phase.",
 		2*preauthHeld, preauthHeld, preauthPerAddr, 1+(preauthHeld+preauthPerAddr-1)/preauthPerAddr, stillHeld)
 	s.note("The logins are section 1's loop (8 x/crypto clients from 127.0.0.1, %v each phase, after %v of warm-up) on the same process: alone, with the connections held, and alone again once they are closed; the reference is the mean of the two phases alone, so drift of the shared machine weighs on both sides. The gap between those two shows how much the machine drifted during the run; the server's CPU per login is the steadier comparison.", t.dur, t.warm)
 	return s
@@ -119,7 +119,7 @@ func preauthRSS(cfg benchConfig) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	o, err := startObmdProc(cfg.obmdBin, dir, "", map[string]any{"max_unauthenticated": 2 * preauthHeld})
+	o, err := startObmdProc(cfg.obmdBin, dir, "", map[string]any{"ssh.max_unauthenticated": 2 * preauthHeld})
 	if err != nil {
 		return 0, err
 	}

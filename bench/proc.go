@@ -239,22 +239,35 @@ type obmdProc struct {
 const benchPerSource = 1 << 20
 
 // startObmdProc runs `obmd serve` with a config file in dir (the DSN and
-// admin token go in the file, never in argv); extra adds YAML settings.
+// admin token go in the file, never in argv); extra adds YAML settings:
+// a whole section ("auth_limits") or one key of one ("ssh.max_conns").
 func startObmdProc(bin, dir, dsn string, extra map[string]any) (*obmdProc, error) {
 	token, err := randomHex(24)
 	if err != nil {
 		return nil, err
 	}
 	cfg := map[string]any{
-		"ssh_addr": "127.0.0.1:0", "admin_addr": "127.0.0.1:0", "state_dir": filepath.Join(dir, "state"),
-		"admin_token": token, "max_sessions_per_node": -1, "max_sessions_per_source": -1, "max_conns_per_source": -1,
+		"ssh":         map[string]any{"addr": "127.0.0.1:0", "max_conns_per_source": -1},
+		"admin":       map[string]any{"addr": "127.0.0.1:0", "token": token},
+		"daemon":      map[string]any{"state_dir": filepath.Join(dir, "state")},
+		"sessions":    map[string]any{"max_per_node": -1, "max_per_source": -1},
 		"auth_limits": map[string]any{"per_source": benchPerSource},
 	}
 	if dsn != "" {
-		cfg["db"] = dsn
+		cfg["db"] = map[string]any{"dsn": dsn}
 	}
 	for k, v := range extra {
-		cfg[k] = v
+		section, key, ok := strings.Cut(k, ".")
+		if !ok {
+			cfg[k] = v
+			continue
+		}
+		m, _ := cfg[section].(map[string]any)
+		if m == nil {
+			m = map[string]any{}
+			cfg[section] = m
+		}
+		m[key] = v
 	}
 	data, _ := json.Marshal(cfg) // JSON is YAML
 	file := filepath.Join(dir, "obmd.yaml")

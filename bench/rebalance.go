@@ -8,7 +8,7 @@ import (
 )
 
 // rebalanceBench is section 11: a replica joins one that holds every
-// captured link of a large fleet (sim nodes, console_capture always, two
+// captured link of a large fleet (sim nodes, console.capture always, two
 // replicas on MariaDB), and gets its share at cluster.handoff_rate.
 func rebalanceBench(cfg benchConfig) *section {
 	n := 10000
@@ -43,11 +43,11 @@ func rebalance(cfg benchConfig, s *section, n int) error {
 		}
 	}
 	extra := func(id, capture string) map[string]any {
-		return map[string]any{"peer_addr": "127.0.0.1:0", "replica_id": id, "console_capture": capture,
-			"lease_ttl": rebalanceLeaseTTL}
+		return map[string]any{"replica.peer_addr": "127.0.0.1:0", "replica.id": id, "console.capture": capture,
+			"cluster.lease_ttl": rebalanceLeaseTTL}
 	}
 	// The fleet is registered with nothing captured (a registration is an
-	// access change, bounded by change_timeout, which thousands of links
+	// access change, bounded by access.change_timeout, which thousands of links
 	// opening at once on a 2-core machine can exceed), then rep-a starts
 	// again capturing every node.
 	reg, err := startObmdProc(cfg.obmdBin, dirA, dsn, extra("rep-a", "attached"))
@@ -73,7 +73,7 @@ func rebalance(cfg benchConfig, s *section, n int) error {
 	cfg.logf("rebalance: rep-a holds %d links; rep-b joins", n)
 	state := filepath.Join(dirA, "state")
 	eb := extra("rep-b", "always")
-	eb["host_key"], eb["seal_key"] = filepath.Join(state, "ssh_host_ed25519_key"), filepath.Join(state, "seal.key")
+	eb["ssh.host_key"], eb["db.seal_key"] = filepath.Join(state, "ssh_host_ed25519_key"), filepath.Join(state, "seal.key")
 	began := time.Now()
 	b, err := startObmdProc(cfg.obmdBin, dirB, dsn, eb)
 	if err != nil {
@@ -111,7 +111,7 @@ func rebalance(cfg benchConfig, s *section, n int) error {
 	s.add(row{Measure: "most hand-offs in one second (sampled each second)", Figure: fmt.Sprint(peak),
 		Ref: fmt.Sprintf("cluster.handoff_rate %d", rebalanceRate), Goal: fmt.Sprintf("<= %d", rebalanceRate+rebalanceRate/10),
 		Status: verdict(peak <= rebalanceRate+rebalanceRate/10)})
-	s.note("Two obmd processes on one scratch MariaDB database, `console_capture: always`, `lease_ttl: %s`, other settings at their defaults (`epoch_poll` 1 s, `cluster.handoff_rate` %d); %s `sim` nodes registered through rep-a's admin API (with nothing captured; then rep-a restarted capturing every node), which holds every link up before rep-b starts. Time to balance: from the exec of rep-b (its start took %v) until `obmd_console_captured_links{state=\"up\"}` is %d on both, read each second. The peak rate is the largest increase of rep-a's `obmd_console_capture_handoffs_total` between two reads a second apart (a read's delay can put more than a second between them).",
+	s.note("Two obmd processes on one scratch MariaDB database, `console.capture: always`, `cluster.lease_ttl: %s`, other settings at their defaults (`access.poll` 1 s, `cluster.handoff_rate` %d); %s `sim` nodes registered through rep-a's admin API (with nothing captured; then rep-a restarted capturing every node), which holds every link up before rep-b starts. Time to balance: from the exec of rep-b (its start took %v) until `obmd_console_captured_links{state=\"up\"}` is %d on both, read each second. The peak rate is the largest increase of rep-a's `obmd_console_capture_handoffs_total` between two reads a second apart (a read's delay can put more than a second between them).",
 		rebalanceLeaseTTL, rebalanceRate, thousands(n), joined.Round(time.Millisecond), n/2)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/history"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // Console is a node's console as wait-for, send, expect and --wait-for use
@@ -30,6 +31,9 @@ type Console interface {
 	// Ready waits until the console is established (the link to the BMC
 	// is up), so that what the node prints next is seen.
 	Ready(ctx context.Context) error
+	// Screen is the node's screen at the point of its output reached
+	// now (sol.Viewer.Screen), waiting for the link to come up.
+	Screen(ctx context.Context) (screen.Snapshot, error)
 	// Close detaches.
 	Close()
 }
@@ -313,8 +317,16 @@ func (r *Runner) waitFor(ctx context.Context, req Request, cmd Command) (Result,
 	timeout := waitTimeout(cmd.Timeout)
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, &noMatchError{after: timeout})
 	defer cancel()
-	mt, found, err := r.searchStored(tctx, req, cmd, w)
-	if err == nil && !found {
+	var mt Match
+	found := false
+	if !cmd.Screen {
+		mt, found, err = r.searchStored(tctx, req, cmd, w)
+	}
+	switch {
+	case err != nil, found:
+	case cmd.Screen:
+		mt, err = w.m.waitScreen(tctx, w.con, w.re, timeout)
+	default:
 		mt, err = w.m.wait(tctx, w.con, w.re, timeout)
 	}
 	if err != nil && tctx.Err() != nil {

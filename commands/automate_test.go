@@ -10,20 +10,26 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
 )
 
-// fakeConsole is a Console fed by a channel; Send records.
+// fakeConsole is a Console fed by a channel; Send records. Its screen
+// draws the output Next has returned.
 type fakeConsole struct {
 	replay []byte // the first output, when opened with Replay
 	out    chan []byte
 	sent   bytes.Buffer
 	busy   bool
 	breaks int
+	term   *screen.Terminal
+	size   screen.Size // of term (zero: 80x25)
+	looks  int         // Screen calls
 }
 
 func (f *fakeConsole) Next(ctx context.Context) ([]byte, time.Time, error) {
 	if p := f.replay; p != nil {
 		f.replay = nil
+		f.draw(p)
 		return p, time.Now(), nil
 	}
 	select {
@@ -31,6 +37,7 @@ func (f *fakeConsole) Next(ctx context.Context) ([]byte, time.Time, error) {
 		if !ok {
 			return nil, time.Time{}, sol.ErrCut
 		}
+		f.draw(p)
 		return p, time.Now(), nil
 	case <-ctx.Done():
 		return nil, time.Time{}, ctx.Err()
@@ -46,7 +53,20 @@ func (f *fakeConsole) Send(_ context.Context, p []byte, force bool) error {
 }
 func (f *fakeConsole) Break(context.Context, bool) error { f.breaks++; return nil }
 func (f *fakeConsole) Ready(context.Context) error       { return nil }
-func (f *fakeConsole) Close()                            {}
+
+func (f *fakeConsole) draw(p []byte) {
+	if f.term == nil {
+		f.term, _ = screen.New(f.size)
+	}
+	f.term.Write(p)
+}
+
+func (f *fakeConsole) Screen(context.Context) (screen.Snapshot, error) {
+	f.looks++
+	f.draw(nil)
+	return f.term.Snapshot(), nil
+}
+func (f *fakeConsole) Close() {}
 
 // TestMatcherAcrossChunks: a match split over chunks is found, with its
 // offset from the first byte searched and its whole line; a match

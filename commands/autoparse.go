@@ -33,12 +33,12 @@ const (
 )
 
 // OnConsole reports whether cmd works on the node's console (wait-for,
-// send, expect, --wait-for): it needs Request.OpenConsole, and a client
-// that leaves ends it (it may wait for hours).
+// send, expect, --wait-for, screen): it needs Request.OpenConsole, and a
+// client that leaves ends it (it may wait for hours).
 func (c Command) OnConsole() bool { return isAutomation(c.Name) || c.Pattern != "" }
 
 func isAutomation(name Name) bool {
-	return name == CmdWaitFor || name == CmdSend || name == CmdExpect
+	return name == CmdWaitFor || name == CmdSend || name == CmdExpect || name == CmdScreen
 }
 
 // setTimeout is --timeout D (wait-for, expect, --wait-for).
@@ -167,7 +167,18 @@ func checkWaitFor(c *Command) error {
 		return usagef(c.Name, "wait-for needs a regular expression")
 	}
 	c.Pattern, c.Args = strings.Join(c.Args, " "), nil
+	if c.Screen && c.SinceMode != "" && c.SinceMode != SinceNow {
+		return usagef(c.Name, "wait-for --screen matches what the screen shows: --since and --tenancy do not go with it")
+	}
 	return checkWaitPattern(c)
+}
+
+// checkScreen refuses screen --ansi --json (a redraw is no JSON).
+func checkScreen(c *Command) error {
+	if c.ANSI && c.JSON {
+		return usagef(c.Name, "screen --ansi prints a redraw for a terminal, not JSON")
+	}
+	return nil
 }
 
 // checkWaitPattern checks a wait's pattern, if any, against the budgets.

@@ -35,6 +35,10 @@
 //	wait-for REGEX [--timeout D] [--since attach|now|DURATION|RFC3339] [--tenancy]
 //	                            the line holding the first match (control characters escaped);
 //	                            exit 5 when --timeout (5m) passes first
+//	wait-for --screen REGEX     the row of the screen holding the first match
+//	screen [--ansi]             the screen's rows, trailing spaces trimmed, one a line (the
+//	                            node's own characters, untouched); --ansi: a redraw for a
+//	                            terminal (clear, the cells with their attributes, the cursor)
 //	send TEXT... | --stdin | --hex HEX [--force]
 //	                            node-17: sent 5 bytes
 //	expect SCRIPT | --stdin [--timeout D] [--force]
@@ -51,7 +55,7 @@
 //	version                     the version string
 //	help [COMMAND]              the usage text
 //
-// wait-for, send, expect and --wait-for run on the console through the
+// wait-for, send, expect, --wait-for and screen run on the console through the
 // transport's Request.OpenConsole (a read-only viewer attached for the
 // command); send borrows the write role only for its write, and is
 // refused (ExitBusy, sol.ErrWriterBusy) while another session writes
@@ -85,6 +89,10 @@
 //	wait-for, power-on/power-cycle --wait-for, expect (its last wait):
 //	                "match": the matched text, "line": its line, "offset": its first byte
 //	                counted from the first byte searched, "time": RFC 3339 arrival
+//	                (wait-for --screen: "offset" counts in the screen's text)
+//	screen          "screen": {"cols","rows","cursor":{"row","col","visible"},"alt_screen",
+//	                "lines":[...],"spans":[{"row","col","len","fg","bg","bold",...}]}
+//	                (screen.Snapshot's JSON, as the admin API's GET .../screen)
 //	send            "bytes": the count written
 //	expect          "steps": the steps done
 //	power-on, power-off, power-cycle, power-reset: nothing more
@@ -115,6 +123,7 @@ import (
 	"time"
 
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // Exit codes, the contract with scripts.
@@ -190,6 +199,7 @@ const (
 	CmdWaitFor     Name = "wait-for"
 	CmdSend        Name = "send"
 	CmdExpect      Name = "expect"
+	CmdScreen      Name = "screen"
 )
 
 // Command is one parsed command. Only the fields of its Name are meaningful.
@@ -221,6 +231,10 @@ type Command struct {
 	Stdin     bool     // send --stdin, expect --stdin
 	Hex       bool     // send --hex
 	Topic     Name     // help COMMAND, or COMMAND --help: the command to describe ("" = all)
+	// Screen: wait-for --screen matches the node's screen (its rows joined
+	// by newlines), not its output's bytes.
+	Screen bool
+	ANSI   bool // screen --ansi: a redraw for a terminal
 }
 
 // Request says who runs a command where; it feeds audit records and logs,
@@ -248,18 +262,19 @@ type Request struct {
 // is its MarshalJSON method's (a fixed set of fields per command; see the
 // package documentation), not the field tags.
 type Result struct {
-	Node     string        `json:"node"`
-	Command  Name          `json:"command"`
-	Power    string        `json:"power,omitempty"`   // power-status (and after power ops where known)
-	Bootdev  string        `json:"bootdev,omitempty"` // bootdev
-	Persist  bool          `json:"persistent,omitempty"`
-	Took     time.Duration `json:"-"`
-	Text     string        `json:"-"` // the text rendering: a line for power ops; the body for help, version, console-log, sessions
-	Sessions []SessionInfo `json:"sessions,omitempty"`
-	Version  string        `json:"version,omitempty"`
-	Match    *Match        `json:"-"` // wait-for, --wait-for, expect (its last wait)
-	Bytes    int           `json:"-"` // send
-	Steps    int           `json:"-"` // expect: the steps done
+	Node     string           `json:"node"`
+	Command  Name             `json:"command"`
+	Power    string           `json:"power,omitempty"`   // power-status (and after power ops where known)
+	Bootdev  string           `json:"bootdev,omitempty"` // bootdev
+	Persist  bool             `json:"persistent,omitempty"`
+	Took     time.Duration    `json:"-"`
+	Text     string           `json:"-"` // the text rendering: a line for power ops; the body for help, version, console-log, sessions
+	Sessions []SessionInfo    `json:"sessions,omitempty"`
+	Version  string           `json:"version,omitempty"`
+	Match    *Match           `json:"-"` // wait-for, --wait-for, expect (its last wait)
+	Screen   *screen.Snapshot `json:"-"` // screen
+	Bytes    int              `json:"-"` // send
+	Steps    int              `json:"-"` // expect: the steps done
 	// Checks is a doctor run's diagnosis, in order; also set when its last
 	// step failed (Do then returns a *CheckError as well).
 	Checks []sol.Check `json:"-"`

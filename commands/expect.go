@@ -75,7 +75,11 @@ func (r *Runner) step(ctx context.Context, req Request, cmd Command, w *watching
 		if err != nil {
 			return nil, err
 		}
-		mt, err := w.m.wait(ctx, con, re, timeout)
+		wait := w.m.wait
+		if st.Screen {
+			wait = w.m.waitScreen
+		}
+		mt, err := wait(ctx, con, re, timeout)
 		if err != nil {
 			return nil, err
 		}

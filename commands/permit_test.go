@@ -20,6 +20,9 @@ func TestUsesConsole(t *testing.T) {
 		{"console-log --follow", true},
 		{"console-log --timestamps --json", true},
 		{"wait-for login", true},
+		{"wait-for --screen login", true},
+		{"screen", true},
+		{"screen --ansi", true},
 		{"send root", true},
 		{"expect 'wait login'", true},
 		{"power-on --wait-for login", true},
@@ -55,7 +58,7 @@ func TestUsesConsole(t *testing.T) {
 			t.Errorf("command %s is not classified by this test", s.name)
 		}
 	}
-	if !(Command{Name: "screen"}).UsesConsole() {
+	if !(Command{Name: "frob"}).UsesConsole() {
 		t.Errorf("a command not listed: does not use the console, want it to (fail closed)")
 	}
 }

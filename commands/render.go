@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // maxErrorText bounds an error message as printed.
@@ -48,7 +50,7 @@ func Render(w io.Writer, res Result, asJSON bool) error {
 		return err
 	}
 	text := res.Text
-	if res.Command != CmdConsoleLog && text != "" && !strings.HasSuffix(text, "\n") {
+	if res.Command != CmdConsoleLog && res.Command != CmdScreen && text != "" && !strings.HasSuffix(text, "\n") {
 		text += "\n"
 	}
 	_, err := io.WriteString(w, text)
@@ -98,24 +100,25 @@ func writeFailure(stdout, stderr io.Writer, res Result, cmd Command, err error) 
 // escaped too.
 func (r Result) MarshalJSON() ([]byte, error) {
 	type wire struct {
-		Node       string         `json:"node"`
-		Command    string         `json:"command"`
-		OK         bool           `json:"ok"`
-		Error      string         `json:"error,omitempty"`
-		Power      *string        `json:"power,omitempty"`
-		Bootdev    *string        `json:"bootdev,omitempty"`
-		Persistent *bool          `json:"persistent,omitempty"`
-		Log        *string        `json:"log,omitempty"`
-		Sessions   *[]SessionInfo `json:"sessions,omitempty"`
-		Version    *string        `json:"version,omitempty"`
-		Help       *string        `json:"help,omitempty"`
-		Match      *string        `json:"match,omitempty"`
-		Line       *string        `json:"line,omitempty"`
-		Offset     *int64         `json:"offset,omitempty"`
-		Time       *string        `json:"time,omitempty"`
-		Bytes      *int           `json:"bytes,omitempty"`
-		Steps      *int           `json:"steps,omitempty"`
-		Checks     []checkJSON    `json:"checks,omitempty"`
+		Node       string           `json:"node"`
+		Command    string           `json:"command"`
+		OK         bool             `json:"ok"`
+		Error      string           `json:"error,omitempty"`
+		Power      *string          `json:"power,omitempty"`
+		Bootdev    *string          `json:"bootdev,omitempty"`
+		Persistent *bool            `json:"persistent,omitempty"`
+		Log        *string          `json:"log,omitempty"`
+		Sessions   *[]SessionInfo   `json:"sessions,omitempty"`
+		Version    *string          `json:"version,omitempty"`
+		Help       *string          `json:"help,omitempty"`
+		Match      *string          `json:"match,omitempty"`
+		Line       *string          `json:"line,omitempty"`
+		Offset     *int64           `json:"offset,omitempty"`
+		Time       *string          `json:"time,omitempty"`
+		Bytes      *int             `json:"bytes,omitempty"`
+		Steps      *int             `json:"steps,omitempty"`
+		Checks     []checkJSON      `json:"checks,omitempty"`
+		Screen     *screen.Snapshot `json:"screen,omitempty"`
 	}
 	w := wire{Node: r.Node, Command: string(r.Command), OK: r.Error == "", Error: r.Error}
 	if r.Command == CmdDoctor {
@@ -142,6 +145,8 @@ func (r Result) MarshalJSON() ([]byte, error) {
 			w.Bytes = &r.Bytes
 		case CmdExpect:
 			w.Steps = &r.Steps
+		case CmdScreen:
+			w.Screen = r.Screen
 		default:
 			if r.Power != "" {
 				w.Power = &r.Power

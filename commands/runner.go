@@ -223,6 +223,8 @@ func (r *Runner) Do(ctx context.Context, req Request, cmd Command) (Result, erro
 		return r.send(ctx, req, cmd)
 	case CmdExpect:
 		return r.expect(ctx, req, cmd)
+	case CmdScreen:
+		return r.screen(ctx, req, cmd)
 	case CmdPowerOn, CmdPowerCycle:
 		if cmd.Pattern != "" {
 			return r.powerWait(ctx, req, cmd)

@@ -10,6 +10,8 @@ import (
 //
 //	wait REGEX [TIMEOUT]   wait for console output matching REGEX (RE2);
 //	                       REGEX may be 'quoted' or "quoted" to hold spaces
+//	wait --screen REGEX [TIMEOUT]
+//	                       wait until the screen shows REGEX (wait-for --screen)
 //	send TEXT              type TEXT (the rest of the line, send's escapes)
 //	sleep D                pause for D (a Go duration, at most 24h)
 //	break                  send a serial break
@@ -62,6 +64,7 @@ type Step struct {
 	// one compiled pattern at a time.
 	Pattern string
 	Timeout time.Duration // wait (0: the command's --timeout) or sleep
+	Screen  bool          // wait --screen: the screen, not the output's bytes
 	Data    []byte        // send
 	cost    int           // a wait's compiled size (MaxScriptProgram)
 }
@@ -107,6 +110,10 @@ func parseStep(line string) (Step, error) {
 	rest = strings.TrimSpace(rest)
 	switch StepKind(word) {
 	case StepWait:
+		screen := false
+		if w, tail := cutWord(rest); w == "--screen" && strings.HasPrefix(rest, w) { // '--screen' quoted is a pattern
+			screen, rest = true, tail
+		}
 		pat, tail := cutWord(rest)
 		if pat == "" {
 			return Step{}, fmt.Errorf("wait needs a regular expression")
@@ -115,7 +122,7 @@ func parseStep(line string) (Step, error) {
 		if err != nil {
 			return Step{}, err
 		}
-		st := Step{Kind: StepWait, Pattern: pat, cost: c.cost()}
+		st := Step{Kind: StepWait, Pattern: pat, Screen: screen, cost: c.cost()}
 		if tail != "" {
 			if st.Timeout, err = parseWait(CmdExpect, tail); err != nil {
 				return Step{}, err

@@ -95,6 +95,7 @@ func table() []command {
 				timeout,
 				{name: "--since", arg: "WHEN", what: "attach, now, a duration or a time", set: setWaitSince},
 				{name: "--tenancy", set: func(c *Command, _ string) error { c.SinceMode = SinceTenancy; return nil }},
+				{name: "--screen", set: func(c *Command, _ string) error { c.Screen = true; return nil }},
 				notWaitFor,
 			},
 			detail: "Exits 0 printing the matching line, 5 at the timeout; never writes.\n" +
@@ -103,6 +104,9 @@ func table() []command {
 				"  now: only output after the command starts (the default); attach: also\n" +
 				"  what an attach replays now; 10m|RFC3339: this tenancy's history since.\n" +
 				"--tenancy: also this tenancy's whole history.\n" +
+				"--screen: match the screen instead (its rows joined by newlines), as it\n" +
+				"  shows now and as it changes, however it was drawn: a menu that the last\n" +
+				"  bytes no longer hold matches; prints the row holding the match.\n" +
 				"(?m) is implied: ^ matches where a line starts, never mid-line.\n" +
 				"REGEX is its words joined by single spaces, as ssh joins a command's words:\n" +
 				"  ssh NODE wait-for 'Reached target .*Multi-User' works. To keep two spaces,\n" +
@@ -110,6 +114,14 @@ func table() []command {
 				"  ssh NODE \"wait-for 'a  b'\".\n" +
 				fmt.Sprintf("REGEX compiles to at most %d instructions; --timeout ends a long search.", MaxProgram),
 			word: addWord, text: always("regular expression"), check: checkWaitFor},
+		{name: CmdScreen, summary: "print what the console shows now (its screen)", prints: "its rows",
+			flags: []flag{{name: "--ansi", brief: true, set: func(c *Command, _ string) error { c.ANSI = true; return nil }}},
+			detail: "The screen obmd's terminal emulator holds of the node's console: a BIOS\n" +
+				"menu, an installer, whatever its output drew, not its last bytes. Its rows,\n" +
+				"trailing spaces trimmed; --json adds its size, the cursor and the cells\n" +
+				"drawn with attributes. --ansi: a redraw for your terminal (clear, then the\n" +
+				"cells with their attributes and the cursor).",
+			check: checkScreen},
 		{name: CmdSend, args: "TEXT...", summary: "type on the console, as the writer", prints: "`node-17: sent 5 bytes`",
 			flags: []flag{
 				stdin,

@@ -24,8 +24,8 @@ const purgeRest = 10 * time.Millisecond
 
 // purgeLiveGrace: a replica whose announcement expired less than this ago
 // still counts as live for PurgeChanges (it may not have fenced itself
-// yet: its fence comes a sixth of lease_ttl before the expiry, and
-// lease_ttl is seconds).
+// yet: its fence comes a sixth of cluster.lease_ttl before the expiry, and
+// cluster.lease_ttl is seconds).
 const purgeLiveGrace = time.Minute
 
 // PurgeAudit deletes the oldest audit rows from before before, at most

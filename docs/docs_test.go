@@ -73,6 +73,7 @@ var pendingFix = map[string]string{}
 const (
 	sshAddr   = "127.0.0.1:2222"
 	adminAddr = "127.0.0.1:8080"
+	webAddr   = "127.0.0.1:8081" // the web console's, as --demo and docs/operator.md set it
 	bmcPort   = 9623
 )
 
@@ -187,7 +188,7 @@ func runExamples(t *testing.T, files map[string][]block, bin string) {
 		defer p.close()
 		p.run(files["README.md"])
 	})
-	waitFree(t, sshAddr, adminAddr)
+	waitFree(t, sshAddr, adminAddr, webAddr)
 
 	sim := ipmisim.StartAt(t, bmcPort)
 	d := startObmd(t, bin, filepath.Join(scratch, "docs-obmd"))
@@ -371,7 +372,8 @@ type docsObmd struct {
 }
 
 // startObmd runs `obmd serve` in dir (state in dir/obmd-state, default
-// ports) until the test ends.
+// ports, the web console on as docs/operator.md shows it) until the test
+// ends.
 func startObmd(t *testing.T, bin, dir string) *docsObmd {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -381,7 +383,7 @@ func startObmd(t *testing.T, bin, dir string) *docsObmd {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(bin, "obmd"), "serve")
-	cmd.Dir, cmd.Env = dir, termEnv(t, dir, filepath.Join(dir, "home"), "")
+	cmd.Dir, cmd.Env = dir, append(termEnv(t, dir, filepath.Join(dir, "home"), ""), "OBMD_WEB_ADDR="+webAddr)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -647,7 +647,7 @@ func (n *node) addLocked(v *Viewer, o AttachOptions) {
 		v.decided = true
 	}
 	if o.Replay {
-		n.replayLocked(v, true)
+		n.replayLocked(v, replayAttach)
 	}
 	if n.status != "" {
 		v.notice(n.status)

@@ -89,6 +89,13 @@ type Config struct {
 	Now func() time.Time `yaml:"-"`
 }
 
+// WithDefaults returns c with its unset fields at their defaults, or an
+// error for a value out of bounds.
+func (c Config) WithDefaults() (Config, error) {
+	err := c.setDefaults()
+	return c, err
+}
+
 func (c *Config) setDefaults() error {
 	if c.Scrollback < 0 || c.QueueBytes < 0 || c.Linger < 0 || c.OpenTimeout < 0 ||
 		c.Backoff.Min < 0 || c.Backoff.Max < 0 || c.RelayWait < 0 || c.ScreenRebuild < 0 {
@@ -248,9 +255,9 @@ type AttachOptions struct {
 	// Epoch is the access epoch the viewer's session was admitted at: the
 	// tenancy whose history its replays read. 0: replays from the ring.
 	Epoch int64
-	// Screen: each replay (with Replay on attach, and Viewer.Replay) also
-	// carries the node's screen at its end (Chunk.Screen), for a viewer
-	// whose terminal can be redrawn.
+	// Screen: the replay on attach (with Replay) also carries the node's
+	// screen at its end (Chunk.Screen), unless it is blank, for a viewer
+	// whose terminal can be redrawn (Viewer.Redraw redraws it again).
 	Screen bool
 	// Relay marks a viewer that carries another obmd replica's console
 	// (its viewers reach this node's link through this one). It is no
@@ -271,6 +278,28 @@ type ViewerInfo struct {
 	// and Name are what that hub calls it, never a replica's name).
 	// Relay viewers themselves are not listed.
 	Remote bool `json:"remote,omitempty"`
+}
+
+// Others names the viewers other than self, as a door tells a viewer
+// who else is attached: by name, the writer marked "(writing)", and a
+// writer no viewer here is (writer: Manager.Writer, wherever in the
+// cluster it writes) added as "(writing, on another replica)".
+func Others(viewers []ViewerInfo, writer, self Who) []string {
+	var out []string
+	for _, o := range viewers {
+		switch o.Who() {
+		case self:
+		case writer:
+			writer = Who{}
+			out = append(out, o.Name+" (writing)")
+		default:
+			out = append(out, o.Name)
+		}
+	}
+	if writer != (Who{}) && writer != self {
+		out = append(out, writer.Name+" (writing, on another replica)")
+	}
+	return out
 }
 
 // Attach subscribes a viewer to label's console, starting the link if this

@@ -45,17 +45,40 @@ type replayJob struct {
 	snap       screen.Snapshot
 	snapOK     bool
 	screen     []byte
+	// redraw: the job is a redraw (Viewer.Redraw): the screen alone, no
+	// output, blank or not. Otherwise a person's viewer gets no screen
+	// when it is blank (skipBlank): the replay alone draws it.
+	redraw    bool
+	skipBlank bool
 }
 
-// replayLocked queues a replay job for v and starts its reader; wait lets
-// it wait for a link being opened. n.mu is held.
-func (n *node) replayLocked(v *Viewer, wait bool) {
+// replayKind is what a replay job delivers.
+type replayKind uint8
+
+const (
+	// replayAttach: the attach replay (AttachOptions.Replay), with the
+	// screen for a viewer that wants it (AttachOptions.Screen, a relay);
+	// it may wait for a link being opened.
+	replayAttach replayKind = iota
+	// replayOutput: the output again (Viewer.Replay), with the screen for
+	// a relay viewer only.
+	replayOutput
+	// replayScreen: the screen alone (Viewer.Redraw).
+	replayScreen
+)
+
+// replayLocked queues a replay job of kind for v and starts its reader.
+// n.mu is held.
+func (n *node) replayLocked(v *Viewer, kind replayKind) {
 	m := n.m
-	j := &replayJob{n: n, ready: make(chan struct{}), done: make(chan struct{})}
-	if v.relay || v.wantScreen {
+	redraw := kind == replayScreen
+	j := &replayJob{n: n, ready: make(chan struct{}), done: make(chan struct{}), redraw: redraw,
+		skipBlank: !redraw && !v.relay}
+	if v.relay || v.wantScreen && kind == replayAttach || redraw {
 		j.screenDone = make(chan struct{})
 	}
-	if m.hist != nil && v.epoch > 0 {
+	wait := kind == replayAttach
+	if m.hist != nil && v.epoch > 0 && !redraw {
 		j.q = history.Query{Node: n.label, Epoch: v.epoch, MaxBytes: m.cfg.Scrollback + history.MaxChunkBytes}
 	}
 	wait = wait && j.q.Epoch > 0 && m.cfg.RelayWait > 0 && n.rec == nil && !n.relay && !n.retired
@@ -85,6 +108,9 @@ func (n *node) chooseLocked(j *replayJob) {
 			j.snap, j.snapOK = s, ok
 			close(j.screenDone)
 		})
+	}
+	if j.redraw {
+		return
 	}
 	if j.q.Epoch > 0 && !n.relay && !n.retired {
 		if c, err := n.m.hist.Cut(j.q); err == nil {
@@ -168,7 +194,7 @@ func (j *replayJob) awaitScreen() {
 	defer t.Stop()
 	select {
 	case <-j.screenDone:
-		if j.snapOK {
+		if j.snapOK && !(j.skipBlank && j.snap.Blank()) {
 			j.screen = j.snap.ANSI()
 		}
 	case <-t.C:

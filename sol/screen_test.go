@@ -301,3 +301,72 @@ func TestScreenOverIPMISim(t *testing.T) {
 type oneBMC struct{ b sol.BMC }
 
 func (o oneBMC) Resolve(context.Context, string) (sol.BMC, error) { return o.b, nil }
+
+// TestScreenEndsWithTheNode: a screen asked for while the node's link is
+// being opened is answered as soon as the node is cut (an access change),
+// not when the asker gives up.
+func TestScreenEndsWithTheNode(t *testing.T) {
+	m := newManager(t, sol.Config{}, hangingBMCs{})
+	v := attach(t, m, "n1", "v", sol.AttachOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { _, err := v.Screen(ctx); errc <- err }()
+	go func() { _, err := m.Screen(ctx, "n1"); errc <- err }()
+	time.Sleep(20 * time.Millisecond) // both wait for the link (or come after the cut: the same answer)
+	m.Cut("n1", errors.New("access changed"))
+	for range 2 {
+		select {
+		case err := <-errc:
+			if err == nil {
+				t.Error("a screen of a node cut before its link came up")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Screen still waits for a node cut 10 s ago")
+		}
+	}
+}
+
+// hangingBMCs resolve every label to a BMC whose console never opens.
+type hangingBMCs struct{}
+
+func (hangingBMCs) Resolve(context.Context, string) (sol.BMC, error) { return hangingBMC{}, nil }
+
+type hangingBMC struct{ sol.BMC }
+
+func (hangingBMC) OpenConsole(ctx context.Context) (sol.Console, error) {
+	<-ctx.Done()
+	return nil, context.Cause(ctx)
+}
+
+func (hangingBMC) DeactivateConsole(context.Context) error { return nil }
+
+// TestRedrawsBounded: a viewer that asks for redraws and replays again
+// and again while it reads nothing (a key held down, a paste) holds at
+// most two of them queued, each a copy of the screen or of the history;
+// once it reads, it gets the redraw (the screen alone, no output).
+func TestRedrawsBounded(t *testing.T) {
+	_, _, bmc, m := heldN1(t)
+	waitConsole(t, bmc, true)
+	bios := screentest.BIOSSetup(100)
+	inject(bmc, bios.Output)
+	waitScreen(t, "the menu", screenOf(m), bios.Screen)
+	v := attach(t, m, "n1", "v", sol.AttachOptions{ReadOnly: true})
+	for range 1000 {
+		v.Redraw()
+		v.Replay()
+	}
+	if k := sol.ReplaysQueued(v); k > 2 {
+		t.Fatalf("%d replays queued, want at most 2", k)
+	}
+	select {
+	case c := <-v.Output():
+		term, _ := screen.New(screen.Size{})
+		term.Write(c.Screen)
+		if !c.Replay || len(c.Data) != 0 || term.Text() != bios.Screen {
+			t.Errorf("the redraw: got %+v, showing\n%s", c, term.Text())
+		}
+	case <-time.After(wait):
+		t.Fatal("no redraw")
+	}
+}

@@ -179,9 +179,14 @@ func (n *node) screenQueueLocked(it screenItem) {
 }
 
 // screenRetireLocked drops the screen of a retiring node: its queue goes,
-// and its requests are answered with nothing. n.mu is held.
+// and its requests are answered with nothing; those waiting for it to
+// settle (snapshot) are woken, to find it retired. n.mu is held.
 func (n *node) screenRetireLocked() {
 	s := &n.scr
+	if !s.settled {
+		s.settled = true
+		close(s.settledC)
+	}
 	for _, it := range s.items {
 		switch {
 		case it.snap != nil:

@@ -28,9 +28,11 @@ type Chunk struct {
 	// even when empty: its replica waits for the first one.
 	Replay bool
 	// Screen, with Replay, for a relay viewer or one attached with
-	// AttachOptions.Screen: the node's screen where the replay ends, as a
-	// redraw for a terminal (screen.Terminal.ANSI); nil when the node has
-	// none yet (its link did not come up in time).
+	// AttachOptions.Screen, and for Viewer.Redraw: the node's screen where
+	// the replay ends, as a redraw for a terminal (screen.Terminal.ANSI);
+	// nil when the node has none yet (its link did not come up in time),
+	// or when it is blank (a replay of a viewer that is no relay: its Data
+	// alone draws the screen).
 	Screen []byte
 	// For (relay viewers only, with Notice): the notice is for the
 	// relay's member viewer For (its ID on the relaying hub), whose hub
@@ -256,15 +258,46 @@ func (v *Viewer) Break(ctx context.Context) error {
 // Replay queues the node's replay for v again (the `r` escape), in order
 // with live output: the history's last Config.Scrollback bytes as of now
 // (AttachOptions.Replay says where they come from).
-func (v *Viewer) Replay() {
+func (v *Viewer) Replay() { v.again(replayOutput) }
+
+// again queues a replay job of kind for v, unless v has maxReplaysQueued
+// waiting already.
+func (v *Viewer) again(kind replayKind) {
 	n := v.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.retired || v.Err() != nil {
+	if n.retired || v.Err() != nil || v.replaysQueued() >= maxReplaysQueued {
 		return
 	}
-	n.replayLocked(v, false)
+	n.replayLocked(v, kind)
 }
+
+// maxReplaysQueued bounds the replays and redraws a viewer has queued
+// (each reads the history or copies the screen): more asked for while
+// they wait are dropped, as a key held down or pasted asks again and
+// again.
+const maxReplaysQueued = 2
+
+// replaysQueued is how many replay jobs v has queued and not delivered.
+func (v *Viewer) replaysQueued() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	k := 0
+	for _, c := range v.q {
+		if c.job != nil {
+			k++
+		}
+	}
+	return k
+}
+
+// Redraw queues the node's screen for v (the `r` escape of a terminal),
+// in order with live output: a replay (Chunk.Replay) whose Screen is the
+// redraw of the screen as of now, blank or not, and with no Data. It
+// comes with no Screen if the node has none in time (its link did not
+// come up), and then with nothing at all for a viewer that relays no
+// other hub's.
+func (v *Viewer) Redraw() { v.again(replayScreen) }
 
 // Close detaches v (cause ErrDetached). It is idempotent; Output is closed
 // shortly after. When v was the last viewer of an Exclusive node, the node

@@ -20,6 +20,12 @@ const WhyDBLost = "this obmd lost its database and cannot check access; reconnec
 // access changes (purged before it read them: Watcher.missed) end.
 const WhyChangesMissed = "this obmd missed access changes and cannot tell which sessions they ended; reconnect"
 
+// Defaults of WatchConfig.
+const (
+	DefaultPoll    = time.Second
+	DefaultDBGrace = 30 * time.Second
+)
+
 // WatchConfig configures a Watcher. Zero values take the defaults noted.
 type WatchConfig struct {
 	// Poll is how often the database is read for changes made elsewhere
@@ -45,19 +51,19 @@ type WatchConfig struct {
 
 func (c *WatchConfig) setDefaults() {
 	if c.Poll <= 0 {
-		c.Poll = time.Second
+		c.Poll = DefaultPoll
 	}
 	if c.Bound <= 0 {
 		c.Bound = DefaultChangeTimeout
 	}
 	if c.DBGrace <= 0 {
-		c.DBGrace = 30 * time.Second
+		c.DBGrace = DefaultDBGrace
 	}
 }
 
 func (c *WatchConfig) check() error {
 	if c.FenceAfter > 0 && 2*c.Poll >= c.FenceAfter {
-		return fmt.Errorf("epoch_poll %v must be below half of %v (lease_ttl less the fence margin): a replica that has not announced itself by then stops serving",
+		return fmt.Errorf("access.poll %v must be below half of %v (cluster.lease_ttl less the fence margin): a replica that has not announced itself by then stops serving",
 			c.Poll, c.FenceAfter)
 	}
 	return nil

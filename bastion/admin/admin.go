@@ -44,6 +44,7 @@ import (
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // DefaultMaxBody bounds request bodies when Config.MaxBody is zero.
@@ -118,6 +119,9 @@ type Config struct {
 	// room (conncap.TrustTenantContext), so that a tenant cannot hold the
 	// port against the rotation that would cut it.
 	TenantSession func(ctx context.Context)
+	// WebTickets, if set, mints the web console's one-time tickets (POST
+	// /v1/nodes/{label}/web-tickets); nil: the web console is off.
+	WebTickets WebTickets
 }
 
 // Limiter bounds secret guessing per source address and per node
@@ -184,6 +188,9 @@ type Runner interface {
 // is a read-only viewer of it.
 type Consoles interface {
 	Attach(ctx context.Context, label string, o sol.AttachOptions) (*sol.Viewer, error)
+	// Screen is the node's screen where this replica has its console
+	// link, else sol.ErrNoScreen (wrapped).
+	Screen(ctx context.Context, label string) (screen.Snapshot, error)
 }
 
 // Revoker is this replica's access control (access.Revoker).
@@ -325,7 +332,9 @@ func (a *API) routes() {
 	a.handle("PUT /v1/nodes/{label}/screen_size", a.admin(a.putScreenSize))
 	a.handle("PUT /v1/nodes/{label}/zone", a.admin(a.putZone))
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
+	a.handle("GET /v1/nodes/{label}/screen", a.admin(a.screen))
 	a.handle("GET /v1/nodes/{label}/tenancies", a.admin(a.tenancies))
+	a.handle("POST /v1/nodes/{label}/web-tickets", a.admin(a.webTicket))
 	a.handle("GET /v1/audit", a.admin(a.audit))
 	a.handle("GET /v1/sessions", a.admin(a.listSessions))
 	a.handle("DELETE /v1/sessions/{id}", a.admin(a.kickSession))

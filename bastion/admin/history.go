@@ -118,7 +118,7 @@ func (a *API) logQuery(r *http.Request, label string) (history.Query, history.Fo
 
 // tenancies is GET /v1/nodes/{label}/tenancies: the node's stored
 // tenancies, oldest first (the current one, and the ended ones kept with
-// history_retention).
+// history.retention).
 func (a *API) tenancies(w http.ResponseWriter, r *http.Request) {
 	label, valid := a.historyLabel(w, r)
 	if !valid {
@@ -191,24 +191,21 @@ func (a *API) putScreenSize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.ScreenSize == nil || screenSizeBad(*b.ScreenSize) {
-		writeBodyError(w, badBody("field \"screen_size\" must be COLSxROWS from %dx%d to %dx%d, or \"\" (the default, %dx%d)",
-			screen.MinCols, screen.MinRows, screen.MaxCols, screen.MaxRows, screen.DefaultCols, screen.DefaultRows))
+		writeBodyError(w, screenSizeError())
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
 	defer cancel()
-	n, err := a.store.SetScreenSize(ctx, label, *b.ScreenSize)
+	n, err := a.store.Node(ctx, label)
+	if err == nil {
+		n, err = a.setScreenSize(ctx, r, n, b.ScreenSize)
+	}
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no node "+quote(label))
 	case err != nil:
 		a.storeError(w, r, "set screen size", err)
 	default:
-		detail := n.ScreenSize
-		if detail == "" {
-			detail = "default"
-		}
-		a.auditEvent(r, db.AuditEvent{Node: n.Label, Actor: "admin", Action: "node.screen_size", Result: "ok", Detail: "screen size " + detail})
 		writeJSON(w, http.StatusOK, a.view(n))
 	}
 }
@@ -248,6 +245,30 @@ func (a *API) putZone(w http.ResponseWriter, r *http.Request) {
 		a.auditEvent(r, db.AuditEvent{Node: n.Label, Actor: "admin", Action: "node.zone", Result: "ok", Detail: "zone " + detail})
 		writeJSON(w, http.StatusOK, a.view(n))
 	}
+}
+
+// setScreenSize sets n's screen size if size is set and differs (not an
+// access change), audited as node.screen_size.
+func (a *API) setScreenSize(ctx context.Context, r *http.Request, n db.Node, size *string) (db.Node, error) {
+	if size == nil || *size == n.ScreenSize {
+		return n, nil
+	}
+	n, err := a.store.SetScreenSize(ctx, n.Label, *size)
+	if err != nil {
+		return n, err
+	}
+	detail := n.ScreenSize
+	if detail == "" {
+		detail = "default"
+	}
+	a.auditEvent(r, db.AuditEvent{Node: n.Label, Actor: "admin", Action: "node.screen_size", Result: "ok", Detail: "screen size " + detail})
+	return n, nil
+}
+
+// screenSizeError is the answer to a screen size out of bounds.
+func screenSizeError() error {
+	return badBody("field \"screen_size\" must be COLSxROWS from %dx%d to %dx%d, or \"\" (the default, %dx%d)",
+		screen.MinCols, screen.MinRows, screen.MaxCols, screen.MaxRows, screen.DefaultCols, screen.DefaultRows)
 }
 
 func screenSizeBad(s string) bool {

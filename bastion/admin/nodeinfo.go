@@ -23,6 +23,34 @@ type Types interface {
 	Forget(label string)
 }
 
+// nodeSettings are the settings a registration body sets beside the BMC
+// info (nil: unchanged), checked.
+type nodeSettings struct {
+	capture    *string
+	screenSize *string
+}
+
+// decodeSettings reads a registration body's settings; the rest of the
+// body is decodeNodeBody's to judge.
+func decodeSettings(data []byte) (nodeSettings, error) {
+	var s nodeSettings
+	var err error
+	if s.capture, err = nodeCapture(data); err != nil {
+		return s, err
+	}
+	var b struct {
+		ScreenSize *string `json:"screen_size"`
+	}
+	if json.Unmarshal(data, &b) != nil || b.ScreenSize == nil {
+		return s, nil
+	}
+	if screenSizeBad(*b.ScreenSize) {
+		return s, screenSizeError()
+	}
+	s.screenSize = b.ScreenSize
+	return s, nil
+}
+
 // nodeCapture is a registration body's capture: nil when it sets none
 // (the node keeps its own, or the default), else "always", "attached" or
 // "" (back to the daemon's default). A bad value is the client's error.

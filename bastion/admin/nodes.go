@@ -110,7 +110,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeBodyError(w, err)
 		return
 	}
-	capture, err := nodeCapture(data)
+	settings, err := decodeSettings(data)
 	if err != nil {
 		writeBodyError(w, err)
 		return
@@ -146,8 +146,11 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 			err = a.change(r, access.Change{Node: label, Do: func(ctx context.Context) (int64, error) {
 				var err error
 				node := db.Node{Label: label, Type: typ, InfoSealed: sealed}
-				if capture != nil {
-					node.Capture = *capture
+				if settings.capture != nil {
+					node.Capture = *settings.capture
+				}
+				if settings.screenSize != nil {
+					node.ScreenSize = *settings.screenSize
 				}
 				n, err = a.store.CreateNode(ctx, node)
 				return n.Epoch, err
@@ -175,8 +178,8 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		}
 		same, openErr := a.sameNode(n, info)
 		if same {
-			if n, err = a.setCapture(ctx, r, n, capture); err != nil {
-				a.changeFailed(w, r, "set capture", err)
+			if n, err = a.setSettings(ctx, r, n, settings); err != nil {
+				a.changeFailed(w, r, "set node settings", err)
 				return
 			}
 			if v1 {
@@ -198,7 +201,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, v1 bool) {
 		if !allowShared && !a.ownBMC(ctx, w, r, label, info) {
 			return
 		}
-		a.updateNode(w, r, label, info, principals, capture)
+		a.updateNode(w, r, label, info, principals, settings)
 		return
 	}
 	writeError(w, http.StatusConflict, "node "+quote(label)+" is being changed concurrently; try again")
@@ -259,9 +262,9 @@ func (a *API) ownBMC(ctx context.Context, w http.ResponseWriter, r *http.Request
 }
 
 // updateNode replaces a node's type and info (/v1) and cuts its sessions:
-// they were opened against the old BMC; then it sets the capture and the
-// principals the body gave (nil: none).
-func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info, principals *[]string, capture *string) {
+// they were opened against the old BMC; then it sets the settings (capture,
+// screen size) and the principals the body gave (nil: none).
+func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, info nodes.Info, principals *[]string, settings nodeSettings) {
 	typ := string(info.Type())
 	sealed, err := a.types.Seal(label, info)
 	if err != nil {
@@ -285,11 +288,20 @@ func (a *API) updateNode(w http.ResponseWriter, r *http.Request, label string, i
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
 	defer cancel()
-	if n, err = a.setCapture(ctx, r, n, capture); err != nil {
-		a.changeFailed(w, r, "set capture", err)
+	if n, err = a.setSettings(ctx, r, n, settings); err != nil {
+		a.changeFailed(w, r, "set node settings", err)
 		return
 	}
 	a.putDone(w, r, http.StatusOK, n, principals)
+}
+
+// setSettings sets n's settings that s sets and that differ.
+func (a *API) setSettings(ctx context.Context, r *http.Request, n db.Node, s nodeSettings) (db.Node, error) {
+	n, err := a.setCapture(ctx, r, n, s.capture)
+	if err != nil {
+		return n, err
+	}
+	return a.setScreenSize(ctx, r, n, s.screenSize)
 }
 
 // setCapture sets n's capture if the body set one that differs (not an

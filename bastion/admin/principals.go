@@ -22,13 +22,14 @@ import (
 
 // decodePrincipals reads the "principals" of a /v1 node body: nil if it
 // has none; only reports that the body has nothing else ("type", "info",
-// "capture").
+// "capture", "screen_size").
 func decodePrincipals(data []byte) (ps *[]string, only bool, err error) {
 	var b struct {
 		Principals *[]string       `json:"principals"`
 		Type       json.RawMessage `json:"type"`
 		Info       json.RawMessage `json:"info"`
 		Capture    json.RawMessage `json:"capture"`
+		ScreenSize json.RawMessage `json:"screen_size"`
 	}
 	if err := decode(data, &b, false, "body"); err != nil { // decodeNodeBody judges the rest
 		return nil, false, err
@@ -39,7 +40,7 @@ func decodePrincipals(data []byte) (ps *[]string, only bool, err error) {
 	if err := db.CheckPrincipals(*b.Principals); err != nil {
 		return nil, false, badBody("principals: %s", err.Error())
 	}
-	return b.Principals, b.Type == nil && b.Info == nil && b.Capture == nil, nil
+	return b.Principals, b.Type == nil && b.Info == nil && b.Capture == nil && b.ScreenSize == nil, nil
 }
 
 // putPrincipals is PUT /v1/nodes/{label} {"principals": [...]}: 200 and

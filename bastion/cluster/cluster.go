@@ -90,15 +90,10 @@ type Config struct {
 	// PeerAddr is where other replicas reach this replica's peer server
 	// (host:port). Required.
 	PeerAddr string `yaml:"-"`
-	// HostKey is the SSH host key every replica shares; it authenticates
-	// the peer channel in both directions. Required.
-	HostKey gossh.Signer `yaml:"-"`
-	// Access is this replica's revocation state. Required.
-	Access Access `yaml:"-"`
 	// LeaseTTL is how long a lease outlives its last renewal, so how long
 	// a dead holder blocks the takeover of its consoles (default
 	// DefaultLeaseTTL), and how long an announcement lasts.
-	LeaseTTL time.Duration `yaml:"-"`
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// FenceMargin is how long before its announcement (or a SOL lease)
 	// expires this replica stops serving, and how long after another
 	// replica's announcement expired this one counts it stopped (default
@@ -131,24 +126,18 @@ type Config struct {
 // one that holds 10,000 captured links is handed its 5,000 over 50 s.
 const DefaultHandOffRate = 100
 
-func (c *Config) setDefaults() error {
+// WithDefaults returns c with its unset tunables at their defaults (the
+// lease TTL's is DefaultLeaseTTL; the wiring may settle another at start),
+// or an error for ones that do not fit together. It checks no dependency:
+// New does.
+func (c Config) WithDefaults() (Config, error) {
 	switch {
-	case c.ReplicaID == "":
-		return errors.New("no replica ID")
-	case len(c.ReplicaID) > 100:
-		return errors.New("replica ID longer than 100 bytes")
-	case c.PeerAddr == "":
-		return errors.New("no peer address")
-	case c.HostKey == nil:
-		return errors.New("no host key")
-	case c.Access == nil:
-		return errors.New("no access state")
 	case db.ValidZones(c.Zones) != nil:
-		return fmt.Errorf("zones: %w", db.ValidZones(c.Zones))
+		return c, fmt.Errorf("zones: %w", db.ValidZones(c.Zones))
 	case c.HandOffRate < 0:
-		return errors.New("negative hand-off rate")
+		return c, errors.New("negative hand-off rate")
 	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0 || c.FenceMargin < 0:
-		return errors.New("negative duration")
+		return c, errors.New("negative duration")
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
@@ -160,10 +149,10 @@ func (c *Config) setDefaults() error {
 		c.FenceMargin = DefaultFenceMargin(c.LeaseTTL)
 	}
 	if c.FenceMargin >= c.LeaseTTL/2 {
-		return fmt.Errorf("fence margin %v must be below half the lease TTL %v", c.FenceMargin, c.LeaseTTL)
+		return c, fmt.Errorf("fence margin %v must be below half the lease TTL %v", c.FenceMargin, c.LeaseTTL)
 	}
 	if c.Renew >= c.LeaseTTL-c.FenceMargin {
-		return fmt.Errorf("renew interval %v must be below the lease TTL %v less the fence margin %v", c.Renew, c.LeaseTTL, c.FenceMargin)
+		return c, fmt.Errorf("renew interval %v must be below the lease TTL %v less the fence margin %v", c.Renew, c.LeaseTTL, c.FenceMargin)
 	}
 	if c.PowerHold == 0 {
 		c.PowerHold = time.Minute
@@ -177,7 +166,21 @@ func (c *Config) setDefaults() error {
 	if c.HandOffRate == 0 {
 		c.HandOffRate = DefaultHandOffRate
 	}
-	return nil
+	return c, nil
+}
+
+func (c *Config) setDefaults() error {
+	switch {
+	case c.ReplicaID == "":
+		return errors.New("no replica ID")
+	case len(c.ReplicaID) > 100:
+		return errors.New("replica ID longer than 100 bytes")
+	case c.PeerAddr == "":
+		return errors.New("no peer address")
+	}
+	var err error
+	*c, err = c.WithDefaults()
+	return err
 }
 
 // DefaultFenceMargin is Config.FenceMargin's default for a lease TTL.
@@ -187,10 +190,12 @@ func DefaultFenceMargin(leaseTTL time.Duration) time.Duration { return leaseTTL 
 // ForCommands, a commands.Resolver) whose BMCs take leases, and the record
 // of which SOL leases this replica holds (for its PeerServer).
 type Cluster struct {
-	cfg   Config
-	store Store
-	local sol.Resolver
-	log   logrus.FieldLogger
+	cfg     Config
+	hostKey gossh.Signer // shared by every replica: authenticates the peer channel both ways
+	access  Access       // this replica's revocation state
+	store   Store
+	local   sol.Resolver
+	log     logrus.FieldLogger
 	// proto is the highest peer protocol version this replica speaks:
 	// ProtocolVersion (tests set a lower one to play an older release).
 	proto int
@@ -203,15 +208,22 @@ type Cluster struct {
 }
 
 // New validates cfg and returns a Cluster over local, the resolver that
-// builds this replica's real drivers. It starts nothing.
-func New(cfg Config, store Store, local sol.Resolver, log logrus.FieldLogger) (*Cluster, error) {
-	if store == nil || local == nil || log == nil {
+// builds this replica's real drivers. hostKey is the SSH host key every
+// replica shares (it authenticates the peer channel in both directions);
+// access is this replica's revocation state. It starts nothing.
+func New(cfg Config, hostKey gossh.Signer, access Access, store Store, local sol.Resolver, log logrus.FieldLogger) (*Cluster, error) {
+	switch {
+	case hostKey == nil:
+		return nil, errors.New("cluster: no host key")
+	case access == nil:
+		return nil, errors.New("cluster: no access state")
+	case store == nil || local == nil || log == nil:
 		return nil, errors.New("cluster: missing dependency")
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	return &Cluster{cfg: cfg, store: store, local: local, log: log, proto: ProtocolVersion, held: map[string]string{},
+	return &Cluster{cfg: cfg, hostKey: hostKey, access: access, store: store, local: local, log: log, proto: ProtocolVersion, held: map[string]string{},
 		links: map[*heldConsole]struct{}{}, fence: newFence()}, nil
 }
 

@@ -25,23 +25,26 @@ func TestConfigValidates(t *testing.T) {
 	lab := sim.NewLab()
 	store := &killableStore{}
 	acc := &testAccess{}
+	ok := Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1"}
 	tests := []struct {
 		name string
 		cfg  Config
+		key  gossh.Signer
+		acc  Access
 		ok   bool
 	}{
-		{"complete", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", HostKey: key, Access: acc}, true},
-		{"no replica ID", Config{PeerAddr: "127.0.0.1:1", HostKey: key, Access: acc}, false},
-		{"no peer address", Config{ReplicaID: "a", HostKey: key, Access: acc}, false},
-		{"no host key", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", Access: acc}, false},
-		{"no access state", Config{ReplicaID: "a", PeerAddr: "127.0.0.1:1", HostKey: key}, false},
-		{"long replica ID", Config{ReplicaID: strings.Repeat("a", 101), PeerAddr: "x:1", HostKey: key, Access: acc}, false},
-		{"renew not below TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, Access: acc, LeaseTTL: time.Second, Renew: time.Second}, false},
-		{"negative TTL", Config{ReplicaID: "a", PeerAddr: "x:1", HostKey: key, Access: acc, LeaseTTL: -1}, false},
+		{"complete", ok, key, acc, true},
+		{"no replica ID", Config{PeerAddr: "127.0.0.1:1"}, key, acc, false},
+		{"no peer address", Config{ReplicaID: "a"}, key, acc, false},
+		{"no host key", ok, nil, acc, false},
+		{"no access state", ok, key, nil, false},
+		{"long replica ID", Config{ReplicaID: strings.Repeat("a", 101), PeerAddr: "x:1"}, key, acc, false},
+		{"renew not below TTL", Config{ReplicaID: "a", PeerAddr: "x:1", LeaseTTL: time.Second, Renew: time.Second}, key, acc, false},
+		{"negative TTL", Config{ReplicaID: "a", PeerAddr: "x:1", LeaseTTL: -1}, key, acc, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(tt.cfg, store, lab, quietLog())
+			_, err := New(tt.cfg, tt.key, tt.acc, store, lab, quietLog())
 			if got := err == nil; got != tt.ok {
 				t.Errorf("got error %v, want ok %v", err, tt.ok)
 			}
@@ -520,9 +523,15 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 		key, lab := newHostKey(t), sim.NewLab()
 		var rs []*replica
 		for i := range 3 {
-			r := startReplica(t, fmt.Sprintf("r%d", i), openStore(t, dsn), lab, key)
-			announce(t, r)
-			rs = append(rs, r)
+			rs = append(rs, startReplica(t, fmt.Sprintf("r%d", i), openStore(t, dsn), lab, key))
+		}
+		// Announced just before each fan-out: an announcement lives
+		// testTTL (600 ms), less than three replicas take to start on a
+		// loaded machine.
+		announceAll := func() {
+			for _, r := range rs {
+				announce(t, r)
+			}
 		}
 		type started struct {
 			ctx context.Context
@@ -544,6 +553,7 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
+		announceAll()
 		list, err := rs[2].c.RemoteSessions(ctx, "n1")
 		if err != nil {
 			t.Fatalf("remote sessions: %v", err)
@@ -560,6 +570,7 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 			t.Errorf("another node's sessions: got %v, %v, want none", list, err)
 		}
 
+		announceAll()
 		node, err := rs[2].c.Kick(ctx, ss[0].id, "kicked by admin")
 		if err != nil || node != "n1" {
 			t.Fatalf("kick r0's session through r2: got %q, %v", node, err)

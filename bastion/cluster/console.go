@@ -71,7 +71,7 @@ func (b *bmc) open(ctx context.Context, own bool) (sol.Console, error) {
 		start := time.Now() // the lease expires no sooner than LeaseTTL after this
 		held, err := c.store.AcquireLease(ctx, c.lease(b.label, db.LeaseSOL, token), c.cfg.LeaseTTL)
 		if err == nil {
-			if _, err := c.cfg.Access.Current(ctx, b.label); err != nil {
+			if _, err := c.access.Current(ctx, b.label); err != nil {
 				b.drop(token)
 				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 			}
@@ -96,7 +96,7 @@ func (b *bmc) open(ctx context.Context, own bool) (sol.Console, error) {
 		case held.Addr == "":
 			lastErr = fmt.Errorf("SOL lease held by replica %s, which has no peer address", held.Owner)
 		default:
-			epoch, err := c.cfg.Access.Current(ctx, b.label)
+			epoch, err := c.access.Current(ctx, b.label)
 			if err != nil {
 				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 			}

@@ -188,8 +188,8 @@ func startReplicaSpeaking(t testing.TB, proto int, id string, store Store, lab *
 	if len(epochs) > 0 {
 		acc.db = epochs[0]
 	}
-	c, err := New(Config{ReplicaID: id, PeerAddr: l.Addr().String(), HostKey: key, Access: acc,
-		LeaseTTL: testTTL, Renew: testRenew, DialTimeout: 2 * time.Second, Keepalive: time.Second}, ks,
+	c, err := New(Config{ReplicaID: id, PeerAddr: l.Addr().String(),
+		LeaseTTL: testTTL, Renew: testRenew, DialTimeout: 2 * time.Second, Keepalive: time.Second}, key, acc, ks,
 		killableLab{lab, &ks.dead}, quietLog())
 	if err != nil {
 		t.Fatal(err)

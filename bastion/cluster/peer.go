@@ -62,7 +62,7 @@ func NewPeerServer(c *Cluster, hub Hub, reg Sessions, log logrus.FieldLogger) (*
 	if c == nil || hub == nil || reg == nil || log == nil {
 		return nil, errors.New("cluster: peer server: missing dependency")
 	}
-	want := c.cfg.HostKey.PublicKey().Marshal()
+	want := c.hostKey.PublicKey().Marshal()
 	cfg := &gossh.ServerConfig{
 		ServerVersion: identFor(c.proto),
 		MaxAuthTries:  2,
@@ -75,7 +75,7 @@ func NewPeerServer(c *Cluster, hub Hub, reg Sessions, log logrus.FieldLogger) (*
 	}
 	// Replicas are all obmd: the peer channel never needs the legacy set.
 	sshalgo.Modern().Server(cfg)
-	hostKey, err := sshalgo.Modern().HostKey(c.cfg.HostKey)
+	hostKey, err := sshalgo.Modern().HostKey(c.hostKey)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: peer server: %w", err)
 	}
@@ -360,7 +360,7 @@ func (s *PeerServer) attachRelay(ctx context.Context, req consoleOpen, from stri
 		return nil, fmt.Errorf("%w: no access epoch given", ErrStale)
 	}
 	var v *sol.Viewer
-	err := s.c.cfg.Access.Serve(ctx, req.Label, int64(req.Epoch), func() error {
+	err := s.c.access.Serve(ctx, req.Label, int64(req.Epoch), func() error {
 		if !s.c.Holds(req.Label) && !(req.Take && s.c.reaches(ctx, req.Label)) {
 			return errNotHolder
 		}
@@ -383,7 +383,7 @@ func (s *PeerServer) notice(payload []byte, log logrus.FieldLogger) bool {
 		return false
 	}
 	why := printable(n.Why)
-	s.c.cfg.Access.Apply(n.Label, int64(n.Epoch), why)
+	s.c.access.Apply(n.Label, int64(n.Epoch), why)
 	log.WithFields(logrus.Fields{"node": printable(n.Label), "epoch": n.Epoch, "why": why}).Debug("peer_notice_applied")
 	return true
 }
@@ -401,7 +401,7 @@ func (s *PeerServer) credNotice(payload []byte, log logrus.FieldLogger) bool {
 	}
 	why := printable(n.Why)
 	c := db.CredChange{Kind: n.Kind, CA: n.CA, Serial: n.Serial, KeyID: n.KeyID}
-	s.c.cfg.Access.ApplyCred(int64(n.Epoch), c, why)
+	s.c.access.ApplyCred(int64(n.Epoch), c, why)
 	log.WithFields(logrus.Fields{"kind": printable(n.Kind), "epoch": n.Epoch, "why": why}).Debug("peer_notice_applied")
 	return true
 }

@@ -138,11 +138,11 @@ func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*peerClient
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }) // aborts a stuck handshake
 	ccfg := &gossh.ClientConfig{
 		User:            peerUser,
-		Auth:            []gossh.AuthMethod{gossh.PublicKeys(c.cfg.HostKey)},
-		HostKeyCallback: gossh.FixedHostKey(c.cfg.HostKey.PublicKey()),
+		Auth:            []gossh.AuthMethod{gossh.PublicKeys(c.hostKey)},
+		HostKeyCallback: gossh.FixedHostKey(c.hostKey.PublicKey()),
 		ClientVersion:   identFor(c.proto),
 	}
-	sshalgo.Modern().Client(ccfg, c.cfg.HostKey.PublicKey())
+	sshalgo.Modern().Client(ccfg, c.hostKey.PublicKey())
 	cc, chans, reqs, err := gossh.NewClientConn(conn, addr, ccfg)
 	if !stop() && err == nil {
 		err = context.Cause(ctx) // the deadline hit just as the handshake ended

@@ -155,7 +155,7 @@ func (c *Cluster) sessionsFromV1(ctx context.Context, reply []byte, node string)
 	var epoch int64
 	if node != "" && len(old.Sessions) > 0 {
 		var err error
-		if epoch, err = c.cfg.Access.Current(ctx, node); err != nil {
+		if epoch, err = c.access.Current(ctx, node); err != nil {
 			return sessionsReply{}, fmt.Errorf("the tenancy of %s: %w", node, err)
 		}
 	}

@@ -85,7 +85,7 @@ func (c *Cluster) openThroughZone(ctx context.Context, label, zone string, log l
 	default:
 		return nil, err
 	}
-	epoch, err := c.cfg.Access.Current(ctx, label)
+	epoch, err := c.access.Current(ctx, label)
 	if err != nil {
 		return nil, err
 	}

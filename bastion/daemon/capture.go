@@ -13,17 +13,17 @@ import (
 )
 
 // awaitPolls: a replica awaiting a hand-off (shareView.plan) polls this
-// many times an epoch_poll, for at most this many epoch_polls in a row
-// without taking a node: the node comes at most an epoch_poll / awaitPolls
+// many times an access.poll, for at most this many access.poll intervals in a row
+// without taking a node: the node comes at most an access.poll / awaitPolls
 // after the link handed off has closed, and a hand-off that does not come
 // (its links have viewers) costs no more than a few polls. Measured gap
 // (TestReplicasRebalance, docs/replicas.md): 20-180 ms at 1 s, against
-// 460-700 ms polling once an epoch_poll.
+// 460-700 ms polling once an access.poll.
 const awaitPolls = 5
 
 // runCapture keeps the links of the nodes captured always held open with
 // nobody attached (sol.Manager.Hold), and releases the others, as the
-// database says at each poll (every epoch_poll): a node registered or set
+// database says at each poll (every access.poll): a node registered or set
 // to capture always is held within one poll, one set to attached or
 // deleted is released. A database that does not answer changes nothing.
 // It returns when ctx ends, leaving the holds to the hub's Close.
@@ -37,7 +37,7 @@ const awaitPolls = 5
 // that joined, or was restarted), which polls faster meanwhile
 // (awaitPolls).
 func (d *Daemon) runCapture(ctx context.Context) error {
-	every := d.cfg.EpochPoll
+	every := d.cfg.Access.Poll
 	if every <= 0 {
 		every = time.Second // the change watcher's default
 	}
@@ -111,7 +111,7 @@ func (b *handOffBudget) spend(n int) { b.tokens -= float64(n) }
 // and whether it awaits a hand-off (without a plan outside cluster mode,
 // or when the database did not answer: only mine, the links held).
 func (d *Daemon) syncCapture(ctx context.Context, st *captureState) sharePlan {
-	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
+	qctx, cancel := context.WithTimeout(ctx, d.cfg.Access.ChangeTimeout)
 	caps, err := d.store.Captures(qctx, captureCandidates(d.cfg.Console.Capture))
 	cancel()
 	if err != nil {
@@ -190,11 +190,11 @@ func (d *Daemon) heldPlan() sharePlan {
 // gives up that have nobody attached, in its order, down to its share and
 // within st's budget (handOff_rate a second), and remembers each in
 // st.leaving until its lease is no longer this replica's (its link has
-// closed), or for about twice lease_ttl at most (a viewer here may have
+// closed), or for about twice cluster.lease_ttl at most (a viewer here may have
 // opened it again).
 func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, zone map[string]string, st *captureState) (sharePlan, error) {
 	leaving := st.leaving
-	qctx, cancel := context.WithTimeout(ctx, d.cfg.ChangeTimeout)
+	qctx, cancel := context.WithTimeout(ctx, d.cfg.Access.ChangeTimeout)
 	defer cancel()
 	leases, err := d.store.Leases(qctx, db.LeaseSOL)
 	if err != nil {
@@ -204,8 +204,8 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, zone map[s
 	if err != nil {
 		return sharePlan{}, err
 	}
-	v := shareView{me: d.cfg.ReplicaID, want: want, holder: map[string]string{}, leaving: map[string]bool{},
-		zone: zone, zones: map[string][]string{d.cfg.ReplicaID: d.rep.cluster.Zones()}}
+	v := shareView{me: d.cfg.Replica.ID, want: want, holder: map[string]string{}, leaving: map[string]bool{},
+		zone: zone, zones: map[string][]string{d.cfg.Replica.ID: d.rep.cluster.Zones()}}
 	for _, l := range leases {
 		v.holder[l.Node] = l.Owner
 	}

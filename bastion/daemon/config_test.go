@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,11 +44,18 @@ func yamlKeys(t reflect.Type, prefix string) (keys, untagged []string) {
 	return keys, untagged
 }
 
-// documentedKeys lists the keys docs/configuration.md documents: the
-// backquoted names in the first column of each of its key tables, ".key"
-// after "section.…" (or "section.sub.…") meaning "section.key"
-// ("section.sub.key").
-func documentedKeys(t *testing.T) []string {
+// docRow is a row of a key table of docs/configuration.md: its keys and
+// their defaults, one item of the default column per key (or one for all).
+type docRow struct {
+	keys     []string
+	defaults []string
+}
+
+// documentedRows reads the key tables of docs/configuration.md: the
+// backquoted names in the first column of each, ".key" after "section.…"
+// (or "section.sub.…") meaning "section.key" ("section.sub.key"), and the
+// default column split at ", ".
+func documentedRows(t *testing.T) []docRow {
 	data, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
@@ -55,14 +65,15 @@ func documentedKeys(t *testing.T) []string {
 		t.Fatal("docs/configuration.md has no key table")
 	}
 	name := regexp.MustCompile("`([^`]+)`")
-	var keys []string
+	var rows []docRow
 	for _, table := range tables[1:] {
 		table, _, _ = strings.Cut(table, "\n\n")
-		for _, row := range strings.Split(table, "\n")[2:] {
-			cols := strings.Split(row, "|")
-			if len(cols) < 2 {
+		for _, line := range strings.Split(table, "\n")[2:] {
+			cols := strings.Split(line, "|")
+			if len(cols) < 4 {
 				continue
 			}
+			var row docRow
 			section := ""
 			for _, m := range name.FindAllStringSubmatch(cols[1], -1) {
 				k := m[1]
@@ -74,9 +85,22 @@ func documentedKeys(t *testing.T) []string {
 				case strings.Contains(k, "."):
 					section = k[:strings.LastIndex(k, ".")]
 				}
-				keys = append(keys, k)
+				row.keys = append(row.keys, k)
 			}
+			if len(row.keys) == 0 {
+				continue
+			}
+			row.defaults = strings.Split(strings.TrimSpace(cols[3]), ", ")
+			rows = append(rows, row)
 		}
+	}
+	return rows
+}
+
+func documentedKeys(t *testing.T) []string {
+	var keys []string
+	for _, r := range documentedRows(t) {
+		keys = append(keys, r.keys...)
 	}
 	return keys
 }
@@ -91,8 +115,8 @@ func TestConfigurationDocListsEveryKey(t *testing.T) {
 	}
 	documented := documentedKeys(t)
 	for _, k := range keys {
-		if !slices.Contains(documented, k) {
-			t.Errorf("docs/configuration.md does not list %s", k)
+		if n := count(documented, k); n != 1 {
+			t.Errorf("docs/configuration.md lists %s %d times, want once", k, n)
 		}
 	}
 	for _, k := range documented {
@@ -102,21 +126,158 @@ func TestConfigurationDocListsEveryKey(t *testing.T) {
 	}
 }
 
-// TestAliases: a setting that moved into a section keeps its old name;
-// both names set differently is an error.
-func TestAliases(t *testing.T) {
-	c := Config{Scrollback: 4096, MaxSessionsPerNode: -1}
-	if err := c.aliases(); err != nil || c.Console.Scrollback != 4096 || c.Sessions.MaxPerNode != -1 {
-		t.Errorf("old names: got %v, console %+v, sessions %+v", err, c.Console, c.Sessions)
+func count(list []string, s string) (n int) {
+	for _, v := range list {
+		if v == s {
+			n++
+		}
 	}
-	c = Config{Linger: time.Second}
-	c.Console.Linger = time.Second
-	if err := c.aliases(); err != nil {
-		t.Errorf("both names, one value: got %v, want nil", err)
+	return n
+}
+
+// codeDefaults is every key's default as the code sets it: the daemon's
+// sections (WithDefaults) and each component's own (its section type's
+// WithDefaults, which its constructor applies), with the state directory
+// named STATE_DIR where a default follows it.
+func codeDefaults(t *testing.T) map[string]string {
+	base, err := Config{}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.Console.Linger = 2 * time.Second
-	if err := c.aliases(); err == nil || !strings.Contains(err.Error(), "console.linger") {
-		t.Errorf("both names, two values: got %v, want an error naming both", err)
+	inState, err := Config{Daemon: DaemonConfig{StateDir: "STATE_DIR"}}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Config{&base, &inState} {
+		var errs [5]error
+		c.Console, errs[0] = c.Console.WithDefaults()
+		c.Sessions, c.AuthLimits = c.Sessions.WithDefaults(), c.AuthLimits.WithDefaults()
+		c.Cluster, errs[1] = c.Cluster.WithDefaults()
+		c.IPMI, c.Redfish = c.IPMI.WithDefaults(), c.Redfish.WithDefaults()
+		c.IPMITool, errs[2] = c.IPMITool.WithDefaults()
+		c.IPMIOptions, errs[3] = c.IPMIOptions.WithDefaults(func(int) bool { return true })
+		// The web console's settings take their defaults once it is on.
+		web := c.Web
+		web.Addr = "127.0.0.1:0"
+		web, errs[4] = web.WithDefaults("", "")
+		web.Addr = c.Web.Addr
+		c.Web = web
+		if err := errors.Join(errs[:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := map[string]string{}, map[string]string{}
+	flatten(reflect.ValueOf(base), "", a)
+	flatten(reflect.ValueOf(inState), "", b)
+	for k, v := range b {
+		if strings.Contains(v, "STATE_DIR/") {
+			a[k] = v
+		}
+	}
+	return a
+}
+
+// flatten puts each key's value under v, as docs/configuration.md writes
+// a default, into m.
+func flatten(v reflect.Value, prefix string, m map[string]string) {
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "-" || !f.IsExported() {
+			continue
+		}
+		fv := v.Field(i)
+		if fv.Kind() == reflect.Struct {
+			flatten(fv, prefix+tag+".", m)
+			continue
+		}
+		m[prefix+tag] = docValue(fv)
+	}
+}
+
+// docValue is a value as the doc's default column writes it: a duration
+// as Go prints it without trailing zero units (2m, not 2m0s), "none" for
+// an empty string or list.
+func docValue(v reflect.Value) string {
+	switch {
+	case v.Type() == reflect.TypeOf(time.Duration(0)):
+		d := time.Duration(v.Int())
+		if d == 0 {
+			return "0"
+		}
+		s := d.String()
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+		return s
+	case v.Kind() == reflect.String:
+		if v.String() == "" {
+			return "none"
+		}
+		return v.String()
+	case v.Kind() == reflect.Slice:
+		if v.Len() == 0 {
+			return "none"
+		}
+		var items []string
+		for i := 0; i < v.Len(); i++ {
+			items = append(items, fmt.Sprint(v.Index(i).Interface()))
+		}
+		return strings.Join(items, ",")
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// docDefault is the value an item of the default column states: its
+// backquoted text, or its text up to an explanation (": ...", " (...)"),
+// sizes in KiB and MiB as bytes.
+func docDefault(item string) string {
+	item = strings.TrimSpace(item)
+	if rest, ok := strings.CutPrefix(item, "`"); ok {
+		v, _, _ := strings.Cut(rest, "`")
+		return strings.ReplaceAll(v, `\x05`, "\x05")
+	}
+	for _, sep := range []string{":", " ("} {
+		item, _, _ = strings.Cut(item, sep)
+	}
+	for unit, n := range map[string]int{" KiB": 1 << 10, " MiB": 1 << 20} {
+		if v, ok := strings.CutSuffix(item, unit); ok {
+			if i, err := strconv.Atoi(v); err == nil {
+				return strconv.Itoa(i * n)
+			}
+		}
+	}
+	return item
+}
+
+// TestConfigurationDocDefaults: the default docs/configuration.md gives
+// each key is the code's (replica.id's is new at each start: "random").
+func TestConfigurationDocDefaults(t *testing.T) {
+	code := codeDefaults(t)
+	for _, r := range documentedRows(t) {
+		if len(r.defaults) != len(r.keys) && len(r.defaults) != 1 {
+			t.Errorf("%v: %d defaults for %d keys (%q)", r.keys, len(r.defaults), len(r.keys), r.defaults)
+			continue
+		}
+		for i, k := range r.keys {
+			item := r.defaults[0]
+			if len(r.defaults) > 1 {
+				item = r.defaults[i]
+			}
+			want, ok := code[k]
+			if !ok {
+				continue // TestConfigurationDocListsEveryKey
+			}
+			if k == "replica.id" {
+				want = "random"
+			}
+			if got := docDefault(item); got != want {
+				t.Errorf("%s: docs/configuration.md says %q (%q), the code %q", k, got, item, want)
+			}
+		}
 	}
 }
 
@@ -124,13 +285,13 @@ func TestAliases(t *testing.T) {
 // certs.purge_interval defaults to an hour.
 func TestCertsConfig(t *testing.T) {
 	for _, skew := range []time.Duration{-time.Second, 11 * time.Minute} {
-		c := Config{StateDir: t.TempDir()}
+		c := Config{Daemon: DaemonConfig{StateDir: t.TempDir()}}
 		c.Certs.Skew = skew
 		if _, err := c.WithDefaults(); err == nil || !strings.Contains(err.Error(), "certs.skew") {
 			t.Errorf("skew %v: got %v, want an error naming certs.skew", skew, err)
 		}
 	}
-	c, err := Config{StateDir: t.TempDir()}.WithDefaults()
+	c, err := Config{Daemon: DaemonConfig{StateDir: t.TempDir()}}.WithDefaults()
 	if err != nil || c.Certs.PurgeInterval != time.Hour {
 		t.Errorf("defaults: got %v, purge interval %v; want 1h", err, c.Certs.PurgeInterval)
 	}

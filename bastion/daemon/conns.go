@@ -2,11 +2,9 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -15,29 +13,6 @@ import (
 	"github.com/obmd/obmd/bastion/internal/proxyproto"
 	"github.com/obmd/obmd/bastion/sshdoor"
 )
-
-// adminDefaults fills the admin port's timeouts (part of setDefaults); its
-// connection caps are sized at start (sizeCaps).
-func (c *Config) adminDefaults() error {
-	for _, d := range []time.Duration{c.AdminReadHeaderTimeout, c.AdminReadTimeout, c.AdminIdleTimeout} {
-		if d < 0 {
-			return errors.New("admin timeouts must not be negative")
-		}
-	}
-	if c.AdminMaxConns < 0 || c.AdminMaxUnauthConns < 0 || c.AdminMaxUnauthConnsPerSource < 0 || c.AdminMaxTokenConnsPerSource < 0 {
-		return errors.New("admin connection caps must not be negative (0: sized from the open-file limit)")
-	}
-	if c.AdminReadHeaderTimeout == 0 {
-		c.AdminReadHeaderTimeout = 10 * time.Second
-	}
-	if c.AdminReadTimeout == 0 {
-		c.AdminReadTimeout = 30 * time.Second
-	}
-	if c.AdminIdleTimeout == 0 {
-		c.AdminIdleTimeout = 2 * time.Minute
-	}
-	return nil
-}
 
 // connCaps are the connection caps of the admin, peer and SSH listeners.
 type connCaps struct {
@@ -60,9 +35,9 @@ type connCaps struct {
 // reaches the database.
 func sizeCaps(cfg Config, nofile uint64) connCaps {
 	clamp := func(v uint64, lo, hi int) int { return int(min(max(v, uint64(lo)), uint64(hi))) }
-	c := connCaps{nofile: nofile, admin: cfg.AdminMaxConns, adminUnauth: cfg.AdminMaxUnauthConns,
-		adminUnauthPerSource: cfg.AdminMaxUnauthConnsPerSource, adminTokenPerSource: cfg.AdminMaxTokenConnsPerSource,
-		ssh: cfg.MaxConns, sshUnauth: cfg.MaxUnauthenticated}
+	c := connCaps{nofile: nofile, admin: cfg.Admin.MaxConns, adminUnauth: cfg.Admin.MaxUnauthConns,
+		adminUnauthPerSource: cfg.Admin.MaxUnauthConnsPerSource, adminTokenPerSource: cfg.Admin.MaxTokenConnsPerSource,
+		ssh: cfg.SSH.MaxConns, sshUnauth: cfg.SSH.MaxUnauthenticated}
 	if c.admin == 0 {
 		c.admin = clamp(nofile/4, 16, 16384)
 	}
@@ -113,13 +88,13 @@ func (d *Daemon) capAdmin(l net.Listener) (net.Listener, error) {
 }
 
 // proxyAdmin wraps the admin listener so that connections from the
-// balancers in AdminProxyProtocolFrom start with a PROXY header naming the
+// balancers in admin.proxy_protocol_from start with a PROXY header naming the
 // client (read before TLS, which follows it, within the Listener's default
 // timeout, as long as the SSH port's), with the SSH port's rules: a
 // connection from a listed balancer without a valid header is closed, and
 // from anyone else a header is not honoured. With none listed, l as it is.
 func (d *Daemon) proxyAdmin(l net.Listener) (net.Listener, error) {
-	from, err := d.cfg.adminBalancers()
+	from, err := d.cfg.Admin.balancers()
 	if err != nil || len(from) == 0 {
 		return l, err
 	}
@@ -154,22 +129,27 @@ func (d *Daemon) capPeer(l net.Listener) (net.Listener, error) {
 // between requests.
 func (d *Daemon) newHTTPServer(ctx context.Context, h http.Handler) *http.Server {
 	return &http.Server{Handler: h,
-		ReadHeaderTimeout: d.cfg.AdminReadHeaderTimeout, ReadTimeout: d.cfg.AdminReadTimeout,
-		IdleTimeout: d.cfg.AdminIdleTimeout,
+		ReadHeaderTimeout: d.cfg.Admin.ReadHeaderTimeout, ReadTimeout: d.cfg.Admin.ReadTimeout,
+		IdleTimeout: d.cfg.Admin.IdleTimeout,
 		ErrorLog:    httpErrorLog(d.log.WithField("part", "admin")),
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if cc, ok := conncap.Of(c); ok {
-				return conncap.NewContext(ctx, cc)
-			}
-			return ctx
-		},
+		ConnContext: capContext,
 		ConnState: func(c net.Conn, s http.ConnState) {
 			if cc, ok := conncap.Of(c); ok {
 				cc.SetIdle(s == http.StateIdle)
 			}
 		},
 	}
+}
+
+// capContext is an http.Server's ConnContext for a capped listener: a
+// request's context carries its connection's caps (conncap.NewContext),
+// so that a handler can vouch for it.
+func capContext(ctx context.Context, c net.Conn) context.Context {
+	if cc, ok := conncap.Of(c); ok {
+		return conncap.NewContext(ctx, cc)
+	}
+	return ctx
 }
 
 // capsFields are the caps for the start's log line (0: no limit).

@@ -70,6 +70,7 @@ type Daemon struct {
 	certs    *sshcert.Policy // certificate logins (certs.go)
 	http     *http.Server
 	rep      replicas // cluster mode (replicas.go)
+	web      web      // the web console (web.go)
 
 	sshL, adminL  net.Listener
 	caps          connCaps // of the admin, peer and SSH listeners (conns.go)
@@ -77,17 +78,19 @@ type Daemon struct {
 	newAdminToken string // adminToken when this Start generated it
 	fingerprint   string
 	demoToken     string
+	dbOpts        []db.Option // db.Open's, from New
 }
 
-// New validates cfg; it does no I/O.
-func New(cfg Config, log logrus.FieldLogger) (*Daemon, error) {
+// New validates cfg; it does no I/O. dbOpts are passed to db.Open (tests:
+// e.g. db.WithClockSkew for a replica whose clock is wrong).
+func New(cfg Config, log logrus.FieldLogger, dbOpts ...db.Option) (*Daemon, error) {
 	if log == nil {
 		return nil, errors.New("daemon: nil logger")
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return &Daemon{cfg: cfg, log: log}, nil
+	return &Daemon{cfg: cfg, log: log, dbOpts: dbOpts}, nil
 }
 
 // SSHAddr, AdminAddr, AdminToken, DemoToken and HostKeyFingerprint describe
@@ -113,10 +116,13 @@ func (d *Daemon) Lab() *sim.Lab { return d.lab }
 func (d *Daemon) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := d.ssh.Serve(d.sshL); !errors.Is(err, ssh.ErrServerClosed) {
-			return fmt.Errorf("ssh: %w", err)
+		// A Serve that starts after the stop closed the listener fails on
+		// it: gliderlabs resets its closed state when it takes a listener.
+		err := d.ssh.Serve(d.sshL)
+		if errors.Is(err, ssh.ErrServerClosed) || (errors.Is(err, net.ErrClosed) && gctx.Err() != nil) {
+			return nil
 		}
-		return nil
+		return fmt.Errorf("ssh: %w", err)
 	})
 	g.Go(func() error {
 		if err := d.http.Serve(d.adminL); !errors.Is(err, http.ErrServerClosed) {
@@ -124,6 +130,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	g.Go(d.serveWeb)
 	// The loops that use the database end before shutdown closes it. On
 	// PostgreSQL the watcher also polls as soon as a change commits
 	// anywhere (ListenChanges; on other engines it returns at once).
@@ -154,7 +161,7 @@ const hangupGrace = time.Second
 // shutdown stops everything; waitLoops returns once the loops that use
 // the database have ended (they end with Run's context).
 func (d *Daemon) shutdown(waitLoops func()) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Daemon.ShutdownTimeout)
 	defer cancel()
 	d.log.Info("obmd_stopping")
 	cut, late := d.reg.Shutdown()
@@ -179,8 +186,16 @@ func (d *Daemon) shutdown(waitLoops func()) error {
 	if err := d.ssh.Shutdown(sshCtx); err != nil {
 		errs = append(errs, fmt.Errorf("stop ssh: %w", err))
 	}
+	// gliderlabs' Shutdown closes only the listeners its Serve has taken:
+	// a stop that comes before Run's Serve got that far would leave it
+	// accepting for ever. Closed here, Serve's Accept fails and Run takes
+	// that for the stop (closing twice is harmless).
+	d.sshL.Close()
 	if err := d.http.Shutdown(ctx); err != nil {
 		d.http.Close()
+	}
+	if err := d.stopWeb(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	d.closePeer() // after the consoles: their leases are released, relays told
 	if err := d.revoker.Close(ctx); err != nil {
@@ -238,7 +253,7 @@ func waitFor(ctx context.Context, wait func()) error {
 // closeAll releases what a failed Start opened.
 func (d *Daemon) closeAll() {
 	d.closePeer()
-	for _, l := range []net.Listener{d.sshL, d.adminL} {
+	for _, l := range []net.Listener{d.sshL, d.adminL, d.web.l} {
 		if l != nil {
 			l.Close()
 		}

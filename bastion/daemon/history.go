@@ -35,7 +35,7 @@ type consoleHistory struct {
 // its purge timer (every replica purges, even one that records nothing).
 func (d *Daemon) newConsoleHistory() (*consoleHistory, error) {
 	log := d.log.WithField("part", "history")
-	rec, err := history.New(history.Config{HistoryBytes: int64(d.cfg.HistoryBytes), Retention: d.cfg.HistoryRetention},
+	rec, err := history.New(history.Config{HistoryBytes: int64(d.cfg.History.Bytes), Retention: d.cfg.History.Retention},
 		d.store, log)
 	if err != nil {
 		return nil, fmt.Errorf("console history: %w", err)
@@ -63,7 +63,7 @@ func (h *consoleHistory) Flush(ctx context.Context) error { return h.rec.Flush(c
 
 // applied is the Revoker's OnApply: an access change moved label to epoch.
 // New output goes to the new tenancy at once; the old ones are ended in the
-// database (deleted, or kept for admins with history_retention) in the
+// database (deleted, or kept for admins with history.retention) in the
 // background, bounded by ChangeTimeout. A missed end is caught by the
 // recorder's purge; a tenant never reads an old tenancy meanwhile.
 func (h *consoleHistory) applied(label string, epoch int64) {
@@ -76,7 +76,7 @@ func (h *consoleHistory) applied(label string, epoch int64) {
 	h.wg.Add(1)
 	go func() { // owned by h.wg, waited for by close
 		defer h.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), h.d.cfg.ChangeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), h.d.cfg.Access.ChangeTimeout)
 		defer cancel()
 		if err := h.rec.EndTenancies(ctx, label, epoch); err != nil {
 			h.log.WithError(err).WithField("node", label).Warn("history_end_tenancies_failed")

@@ -13,7 +13,7 @@ import (
 func (d *Daemon) pullMetrics() error {
 	return d.metrics.Pull(func(w *metrics.Writer) {
 		counts := d.reg.Count()
-		for _, kind := range []sessions.Kind{sessions.KindConsole, sessions.KindExec, sessions.KindHTTPConsole} {
+		for _, kind := range []sessions.Kind{sessions.KindConsole, sessions.KindExec, sessions.KindHTTPConsole, sessions.KindWeb} {
 			w.Gauge("obmd_sessions_open", "Live sessions by kind.", float64(counts[kind]), "kind", string(kind))
 		}
 		w.Gauge("obmd_sessions_unwinding", "Sessions cut whose work has not stopped yet (they hold no session slot and are not listed).",
@@ -42,7 +42,7 @@ func (d *Daemon) pullMetrics() error {
 		pre := d.ssh.PreauthStats()
 		w.Gauge("obmd_ssh_connections", "Open SSH connections, authenticated or not.", float64(pre.Conns))
 		w.Gauge("obmd_ssh_unauthenticated", "SSH connections that have not authenticated yet.", float64(pre.Open))
-		const closedHelp = "SSH connections closed before authenticating, by reason (grace: login_grace_time passed; displaced: by a newer connection at a cap; refused: the address at max_conns_per_source, or obmd at max_conns, all authenticated)."
+		const closedHelp = "SSH connections closed before authenticating, by reason (grace: ssh.login_grace_time passed; displaced: by a newer connection at a cap; refused: the address at ssh.max_conns_per_source, or obmd at ssh.max_conns, all authenticated)."
 		w.Counter("obmd_ssh_unauthenticated_closed_total", closedHelp, float64(pre.Expired), "reason", "grace")
 		w.Counter("obmd_ssh_unauthenticated_closed_total", closedHelp, float64(pre.Displaced), "reason", "displaced")
 		w.Counter("obmd_ssh_unauthenticated_closed_total", closedHelp, float64(pre.Refused), "reason", "refused")

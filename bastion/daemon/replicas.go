@@ -39,44 +39,6 @@ type replicas struct {
 	zones   zoneStatus // zones.go
 }
 
-// replicaDefaults fills the replica settings (part of setDefaults).
-func (c *Config) replicaDefaults() error {
-	if c.ReplicaID == "" {
-		c.ReplicaID = defaultReplicaID()
-	}
-	if c.LeaseTTL < 0 {
-		return errors.New("lease_ttl must not be negative")
-	}
-	if c.DBGrace < 0 {
-		return errors.New("db_grace must not be negative")
-	}
-	if c.PeerAdvertise != "" && c.PeerAddr == "" {
-		return errors.New("peer_advertise needs peer_addr")
-	}
-	if c.PeerAddr == "" {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(c.PeerAddr)
-	if err != nil {
-		return fmt.Errorf("peer_addr: %w", err)
-	}
-	if c.PeerAdvertise == "" {
-		// The others dial the bound address: it must be one they can.
-		if everyAddress(host) {
-			return fmt.Errorf("peer_addr %s listens on every address: set peer_advertise to the address other replicas dial", c.PeerAddr)
-		}
-		return nil
-	}
-	host, port, err := net.SplitHostPort(c.PeerAdvertise)
-	if err != nil {
-		return fmt.Errorf("peer_advertise: %w", err)
-	}
-	if everyAddress(host) || port == "" || port == "0" {
-		return fmt.Errorf("peer_advertise %s: want the host and port other replicas dial", c.PeerAdvertise)
-	}
-	return nil
-}
-
 // everyAddress reports whether a listen host binds every address ("",
 // 0.0.0.0, ::).
 func everyAddress(host string) bool {
@@ -104,18 +66,18 @@ func defaultReplicaID() string {
 // (the peer listener is open already: listen); otherwise it returns local
 // as it is.
 func (d *Daemon) startCluster(hostKey gossh.Signer, local sol.Resolver, forCommands commands.Resolver) (sol.Resolver, commands.Resolver, error) {
-	if d.cfg.PeerAddr == "" {
+	if d.cfg.Replica.PeerAddr == "" {
 		return local, forCommands, nil
 	}
-	advertise := d.cfg.PeerAdvertise
+	advertise := d.cfg.Replica.PeerAdvertise
 	if advertise == "" {
 		advertise = d.rep.peerL.Addr().String() // a specific address: replicaDefaults checked
 	}
 	var err error
 	cfg := d.cfg.Cluster
-	cfg.ReplicaID, cfg.PeerAddr, cfg.HostKey, cfg.Access = d.cfg.ReplicaID, advertise, hostKey, clusterAccess{d}
-	cfg.LeaseTTL = leaseTTL(d.cfg.LeaseTTL, d.store.GaleraSuspect(), d.log)
-	d.rep.cluster, err = cluster.New(cfg, d.store, local, d.log.WithField("part", "cluster"))
+	cfg.ReplicaID, cfg.PeerAddr = d.cfg.Replica.ID, advertise
+	cfg.LeaseTTL = leaseTTL(d.cfg.Cluster.LeaseTTL, d.store.GaleraSuspect(), d.log)
+	d.rep.cluster, err = cluster.New(cfg, hostKey, clusterAccess{d}, d.store, local, d.log.WithField("part", "cluster"))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -37,7 +37,7 @@ func (d *Daemon) sessionsConfig() sessions.Config {
 	if d.rep.cluster != nil {
 		var b [4]byte
 		rand.Read(b[:]) // never fails (crypto/rand)
-		c.IDPrefix, c.Replica = hex.EncodeToString(b[:])+"-", d.cfg.ReplicaID
+		c.IDPrefix, c.Replica = hex.EncodeToString(b[:])+"-", d.cfg.Replica.ID
 	}
 	return c
 }

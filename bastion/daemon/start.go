@@ -69,7 +69,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err := d.buildDoors(ctx, sec, gate, powerBMCs); err != nil {
 		return err
 	}
-	if d.cfg.Demo {
+	if d.cfg.Daemon.Demo {
 		if err := d.registerDemo(ctx); err != nil {
 			return err
 		}
@@ -78,9 +78,9 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return err
 	}
 	d.log.WithFields(d.caps.fields()).WithFields(logrus.Fields{
-		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.TLSCert != "",
+		"ssh": d.sshL.Addr().String(), "admin": d.adminL.Addr().String(), "tls": d.cfg.Admin.TLSCert != "", "web": d.WebAddr(),
 		"host_key": d.fingerprint, "db": d.store.Dialect(), "admin_token_file": adminTokenSource(d.cfg, sec.tokenFile),
-		"version": d.cfg.Version, "replica": d.cfg.ReplicaID, "peer": d.PeerAddr(),
+		"version": d.cfg.Version, "replica": d.cfg.Replica.ID, "peer": d.PeerAddr(),
 	}).Info("obmd_listening")
 	return nil
 }
@@ -88,7 +88,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 // openStore creates the state directory, then opens and migrates the
 // database.
 func (d *Daemon) openStore(ctx context.Context) error {
-	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+	if err := os.MkdirAll(d.cfg.Daemon.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	a := d.cfg.Audit
@@ -101,7 +101,7 @@ func (d *Daemon) openStore(ctx context.Context) error {
 		opts = append(opts, db.WithAuditSink(d.auditLog))
 	}
 	var err error
-	if d.store, err = db.Open(ctx, d.cfg.DB, d.log, append(opts, d.cfg.DBOptions...)...); err != nil {
+	if d.store, err = db.Open(ctx, d.cfg.DB.DSN, d.log, append(opts, d.dbOpts...)...); err != nil {
 		return err
 	}
 	return d.store.Migrate(ctx)
@@ -119,15 +119,15 @@ type secrets struct {
 func (d *Daemon) loadSecrets() (secrets, error) {
 	var sec secrets
 	var err error
-	if sec.hostKey, err = keys.LoadOrCreateHostKey(d.cfg.HostKey); err != nil {
+	if sec.hostKey, err = keys.LoadOrCreateHostKey(d.cfg.SSH.HostKey); err != nil {
 		return sec, err
 	}
 	d.fingerprint = keys.Fingerprint(sec.hostKey.PublicKey())
-	if sec.sealer, err = keys.LoadOrCreateSealer(d.cfg.SealKey); err != nil {
+	if sec.sealer, err = keys.LoadOrCreateSealer(d.cfg.DB.SealKey); err != nil {
 		return sec, err
 	}
-	d.adminToken = d.cfg.AdminToken
-	sec.tokenFile = filepath.Join(d.cfg.StateDir, "admin-token")
+	d.adminToken = d.cfg.Admin.Token
+	sec.tokenFile = filepath.Join(d.cfg.Daemon.StateDir, "admin-token")
 	if d.adminToken != "" {
 		return sec, nil
 	}
@@ -235,12 +235,12 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 		d.history.applied(label, epoch)
 		d.resolver.Forget(label, epoch) // the info of the node's previous epochs is no longer served
 	}
-	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.ChangeTimeout, Peers: peers,
+	d.revoker = access.NewRevoker(access.RevokerConfig{ChangeTimeout: d.cfg.Access.ChangeTimeout, Peers: peers,
 		OnApply: onApply, Usable: d.health.Usable},
 		d.consoles, d.reg, gate, d.log)
 	var err error
-	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.EpochPoll, Bound: d.dbBound(),
-		DBGrace: d.cfg.DBGrace, FenceAfter: fenceAfter}, d.store, d.health, d.revoker, d.announce, d.log)
+	d.watcher, err = access.NewWatcher(access.WatchConfig{Poll: d.cfg.Access.Poll, Bound: d.dbBound(),
+		DBGrace: d.cfg.DB.Grace, FenceAfter: fenceAfter}, d.store, d.health, d.revoker, d.announce, d.log)
 	if err != nil {
 		return nil, err
 	}
@@ -250,24 +250,31 @@ func (d *Daemon) buildAccess() (*access.Gate, error) {
 }
 
 // dbBound bounds each database call of a login's lookups, the change
-// watcher's polls and this replica's announcements: change_timeout, plus
+// watcher's polls and this replica's announcements: access.change_timeout, plus
 // on a Galera node the time the cluster may hold every call while it
 // evicts a dead member (db.Store.Eviction), so that such a call waits the
 // eviction out instead of failing in it.
-func (d *Daemon) dbBound() time.Duration { return d.cfg.ChangeTimeout + d.store.Eviction() }
+func (d *Daemon) dbBound() time.Duration { return d.cfg.Access.ChangeTimeout + d.store.Eviction() }
 
 // buildDoors builds the metrics, the command runner, the admin API and the
 // SSH front door.
 func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate, powerBMCs commands.Resolver) error {
 	d.metrics = metrics.New()
-	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.PowerTimeout, Version: d.cfg.Version,
+	runner, err := commands.NewRunner(commands.Config{Timeout: d.cfg.Commands.Timeout, Version: d.cfg.Version,
 		Observe: d.metrics.ObservePower, History: d.history},
 		powerBMCs, d.consoles, sessionList{d.allSessions(), d.consoles}, auditor{d.store, d.log}, d.log)
 	if err != nil {
 		return fmt.Errorf("command runner: %w", err)
 	}
-	proxyFrom, trustedProxies, err := d.cfg.balancers()
+	proxyFrom, err := d.cfg.SSH.balancers()
 	if err != nil {
+		return err
+	}
+	trustedProxies, err := d.cfg.Admin.trustedProxies()
+	if err != nil {
+		return err
+	}
+	if err := d.buildWeb(ctx, gate); err != nil {
 		return err
 	}
 	var clusterSessions admin.ClusterSessions
@@ -275,9 +282,9 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 		clusterSessions = d.allSessions()
 	}
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
-		ChangeTimeout: d.cfg.ChangeTimeout, Ready: d.health.Ready, ReadyNotes: d.readyNotes, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
-		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.FailDelay,
-		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history},
+		ChangeTimeout: d.cfg.Access.ChangeTimeout, Ready: d.health.Ready, ReadyNotes: d.readyNotes, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
+		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.Admin.FailDelay,
+		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history, WebTickets: d.webTicketMinter()},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))
 	if err != nil {
 		return err
@@ -285,11 +292,11 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 	if d.certs, err = d.certPolicy(); err != nil {
 		return err
 	}
-	d.ssh, err = sshdoor.New(sshdoor.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.Escape,
-		Limiter: d.limiter, FailDelay: d.cfg.FailDelay, HandshakeTimeout: d.cfg.LoginGraceTime,
-		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.MaxUnauthenticatedPerSource,
-		MaxConnsPerSource: d.cfg.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
-		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSHLegacyAlgorithms,
+	d.ssh, err = sshdoor.New(sshdoor.Config{HostKeys: []gossh.Signer{sec.hostKey}, Escape: d.cfg.SSH.Escape,
+		Limiter: d.limiter, FailDelay: d.cfg.SSH.FailDelay, LoginGraceTime: d.cfg.SSH.LoginGraceTime,
+		MaxConns: d.caps.ssh, MaxUnauthenticated: d.caps.sshUnauth, MaxUnauthenticatedPerSource: d.cfg.SSH.MaxUnauthenticatedPerSource,
+		MaxConnsPerSource: d.cfg.SSH.MaxConnsPerSource, ProxyProtocolFrom: proxyFrom,
+		Banner: d.loginBanner, OnAuth: d.metrics.ObserveAuth, LegacyAlgorithms: d.cfg.SSH.LegacyAlgorithms,
 		Certs: d.certs, RoleWait: d.roleWait()},
 		gate, runner, d.consoles, d.revoker, d.log.WithField("part", "ssh"))
 	if err != nil {
@@ -307,17 +314,17 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 // the backlog until Run serves them.
 func (d *Daemon) listen() error {
 	var cert tls.Certificate
-	if d.cfg.TLSCert != "" {
+	if d.cfg.Admin.TLSCert != "" {
 		var err error
-		if cert, err = tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey); err != nil {
+		if cert, err = tls.LoadX509KeyPair(d.cfg.Admin.TLSCert, d.cfg.Admin.TLSKey); err != nil {
 			return fmt.Errorf("admin TLS: %w", err)
 		}
 	}
 	var err error
-	if d.sshL, err = net.Listen("tcp", d.cfg.SSHAddr); err != nil {
+	if d.sshL, err = net.Listen("tcp", d.cfg.SSH.Addr); err != nil {
 		return fmt.Errorf("listen for SSH: %w", err)
 	}
-	if d.adminL, err = net.Listen("tcp", d.cfg.AdminAddr); err != nil {
+	if d.adminL, err = net.Listen("tcp", d.cfg.Admin.Addr); err != nil {
 		return fmt.Errorf("listen for admin HTTP: %w", err)
 	}
 	d.caps = sizeCaps(d.cfg, openFileLimit())
@@ -327,11 +334,14 @@ func (d *Daemon) listen() error {
 	if d.adminL, err = d.capAdmin(d.adminL); err != nil {
 		return err
 	}
-	if d.cfg.TLSCert != "" {
+	if d.cfg.Admin.TLSCert != "" {
 		d.adminL = tls.NewListener(d.adminL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
-	if d.cfg.PeerAddr != "" {
-		if d.rep.peerL, err = net.Listen("tcp", d.cfg.PeerAddr); err != nil {
+	if err := d.listenWeb(); err != nil {
+		return err
+	}
+	if d.cfg.Replica.PeerAddr != "" {
+		if d.rep.peerL, err = net.Listen("tcp", d.cfg.Replica.PeerAddr); err != nil {
 			return fmt.Errorf("listen for peers: %w", err)
 		}
 		if d.rep.peerL, err = d.capPeer(d.rep.peerL); err != nil {
@@ -342,7 +352,7 @@ func (d *Daemon) listen() error {
 }
 
 func adminTokenSource(cfg Config, file string) string {
-	if cfg.AdminToken != "" {
+	if cfg.Admin.Token != "" {
 		return "(from configuration)"
 	}
 	return file

@@ -67,7 +67,8 @@ func escapeHelp(prefix string, watch bool) string {
 		{string(EscTakeOver), "take over writing", true},
 		{string(EscReadOnly), "become read-only", true},
 		{string(EscBreak), "send a serial break", true},
-		{string(EscReplay), "replay the scrollback", false},
+		{string(EscRedraw), "redraw the screen", false},
+		{string(EscPlayback), "play back the scrollback", false},
 		{escapeName(prefix[:1]), "send " + p + " itself", true},
 		{string(EscHelp), "this help", false},
 	} {
@@ -131,8 +132,11 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 	// Other viewers are shown the session ID alone (banner, takeover
 	// notice), as `sessions` lists it, never the viewer's address or
 	// credential.
+	// With a terminal, the attach replay is the node's screen redrawn (if
+	// it shows something): a full-screen program's last bytes are mostly
+	// repaints. Without one, the bytes as they came.
 	v, err := c.s.consoles.Attach(sctx, c.label, sol.AttachOptions{Session: info.ID, ReadOnly: cmd.ReadOnly, Replay: true,
-		Epoch: info.Epoch})
+		Epoch: info.Epoch, Screen: mode.pty})
 	if err != nil {
 		if sctx.Err() != nil { // cut before it could attach: the caller says why
 			return commands.ExitFailed, context.Cause(sctx)
@@ -200,8 +204,12 @@ func (c *channel) console(sctx context.Context, info sessions.Info, cmd commands
 			if ch.Notice != "" {
 				say(ch.Notice)
 			}
-			if len(ch.Data) > 0 {
-				if _, err := c.ch.Write(ch.Data); err != nil {
+			data := ch.Data
+			if len(ch.Screen) > 0 && mode.pty {
+				data = ch.Screen // a replay or a redraw (Ctrl-E c r)
+			}
+			if len(data) > 0 {
+				if _, err := c.ch.Write(data); err != nil {
 					return commands.ExitOK, nil
 				}
 				if quietT != nil {
@@ -245,21 +253,8 @@ func notice(msg string) string { return "\r\n[obmd: " + msg + "]\r\n" }
 // replica's name: that is for operators), those of other replicas as the
 // holder knows them, and the writer wherever it is.
 func (c *channel) banner(v *sol.Viewer, mode consoleMode) string {
-	var others []string
-	me, writer := v.Who(), c.s.consoles.Writer(c.label) // on another replica, perhaps
-	for _, o := range c.s.consoles.Viewers(c.label) {
-		switch o.Who() {
-		case me:
-		case writer:
-			writer = sol.Who{}
-			others = append(others, o.Name+" (writing)")
-		default:
-			others = append(others, o.Name)
-		}
-	}
-	if writer != (sol.Who{}) && writer != me {
-		others = append(others, writer.Name+" (writing, on another replica)")
-	}
+	// The writer may be on another replica.
+	others := sol.Others(c.s.consoles.Viewers(c.label), c.s.consoles.Writer(c.label), v.Who())
 	role, hint := "you are writing", c.s.esc.hint
 	if !mode.pty {
 		hint = noEscapesHint
@@ -338,7 +333,9 @@ func (c *channel) consoleInput(sctx context.Context, v *sol.Viewer, mode console
 				return
 			case ev.Cmd == EscHelp:
 				tell(help)
-			case ev.Cmd == EscReplay:
+			case ev.Cmd == EscRedraw:
+				v.Redraw()
+			case ev.Cmd == EscPlayback:
 				v.Replay()
 			case mode.watch && (ev.Cmd == EscTakeOver || ev.Cmd == EscReadOnly || ev.Cmd == EscBreak):
 				say(watchRole)

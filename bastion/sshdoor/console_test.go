@@ -89,7 +89,8 @@ func TestEscapeTexts(t *testing.T) {
 		"  f       take over writing\r\n" +
 		"  s       become read-only\r\n" +
 		"  b       send a serial break\r\n" +
-		"  r       replay the scrollback\r\n" +
+		"  r       redraw the screen\r\n" +
+		"  p       play back the scrollback\r\n" +
 		"  Ctrl-E  send Ctrl-E c itself\r\n" +
 		"  ?       this help\r\n"
 	if got := newEscapeTexts("\x05c").help; got != want {

@@ -18,12 +18,13 @@ const (
 	EscTakeOver = 'f'
 	EscReadOnly = 's'
 	EscBreak    = 'b'
-	EscReplay   = 'r'
+	EscRedraw   = 'r'
+	EscPlayback = 'p'
 )
 
 // escCommands are the command keys: the prefix may not start with one, so
 // that prefix + its first byte is never a command.
-const escCommands = string(EscDetach) + string(EscHelp) + string(EscTakeOver) + string(EscReadOnly) + string(EscBreak) + string(EscReplay)
+const escCommands = string(EscDetach) + string(EscHelp) + string(EscTakeOver) + string(EscReadOnly) + string(EscBreak) + string(EscRedraw) + string(EscPlayback)
 
 // checkEscape validates an escape prefix: two bytes, the first not a
 // command key.

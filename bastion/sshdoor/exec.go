@@ -10,6 +10,7 @@ import (
 	"github.com/obmd/obmd/bastion/access/sessions"
 	"github.com/obmd/obmd/commands"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/screen"
 )
 
 // exec runs one command. If the session is cut meanwhile, it returns at once
@@ -84,7 +85,7 @@ func (g *gate) close() {
 }
 
 // viewerConsole is a node's console as the automation commands (wait-for,
-// send, expect, --wait-for) use it: a read-only viewer attached for one
+// send, expect, --wait-for, screen) use it: a read-only viewer attached for one
 // command, with the attach replay first only if asked (wait-for --since
 // attach; else the command sees what comes after it starts), that writes
 // only through sol.Viewer.AsWriter.
@@ -148,3 +149,7 @@ func (vc *viewerConsole) Close() {
 }
 
 func (vc *viewerConsole) Ready(ctx context.Context) error { return vc.v.WaitUp(ctx) }
+
+func (vc *viewerConsole) Screen(ctx context.Context) (screen.Snapshot, error) {
+	return vc.v.Screen(ctx)
+}

@@ -89,6 +89,14 @@ type Consoles interface {
 	Writer(label string) sol.Who
 }
 
+// Defaults of Config.
+const (
+	DefaultEscape            = "\x05c"
+	DefaultFailDelay         = 300 * time.Millisecond
+	DefaultLoginGraceTime    = 30 * time.Second
+	DefaultMaxConnsPerSource = 64
+)
+
 // Config configures the front door. Zero values take the defaults noted.
 type Config struct {
 	// HostKeys sign the handshake; at least one.
@@ -104,10 +112,10 @@ type Config struct {
 	// attempt takes, so an unknown node and a wrong token answer alike and
 	// guessing is slow (default 300 ms).
 	FailDelay time.Duration
-	// HandshakeTimeout bounds the time a connection may take to
+	// LoginGraceTime bounds the time a connection may take to
 	// authenticate, whichever phase it stalls in (version exchange, key
 	// exchange, authentication): OpenSSH's LoginGraceTime (default 30 s).
-	HandshakeTimeout time.Duration
+	LoginGraceTime time.Duration
 	// MaxUnauthenticated bounds the connections that have not
 	// authenticated yet (default 1024); MaxUnauthenticatedPerSource bounds
 	// those of one source address (an IPv6 /64 counts as one; default 32,
@@ -185,16 +193,16 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 		return nil, errors.New("bastion: missing dependency")
 	}
 	if cfg.Escape == "" {
-		cfg.Escape = "\x05c"
+		cfg.Escape = DefaultEscape
 	}
 	if err := checkEscape(cfg.Escape); err != nil {
 		return nil, err
 	}
 	if cfg.FailDelay <= 0 {
-		cfg.FailDelay = 300 * time.Millisecond
+		cfg.FailDelay = DefaultFailDelay
 	}
-	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = 30 * time.Second
+	if cfg.LoginGraceTime <= 0 {
+		cfg.LoginGraceTime = DefaultLoginGraceTime
 	}
 	if cfg.ProxyHeaderTimeout <= 0 {
 		cfg.ProxyHeaderTimeout = 5 * time.Second
@@ -211,7 +219,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 	if maxPre > 0 && maxPreSrc > maxPre {
 		return nil, fmt.Errorf("bastion: unauthenticated connections per source (%d) must be at most the global limit (%d)", maxPreSrc, maxPre)
 	}
-	maxConnSrc := limitOr(cfg.MaxConnsPerSource, 64)
+	maxConnSrc := limitOr(cfg.MaxConnsPerSource, DefaultMaxConnsPerSource)
 	maxConns := max(cfg.MaxConns, 0)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -224,7 +232,7 @@ func New(cfg Config, store Store, runner Runner, consoles Consoles, sess Session
 	}
 	algos := sshalgo.For(cfg.LegacyAlgorithms)
 	s := &Server{cfg: cfg, store: store, runner: runner, consoles: consoles, sessions: sess, log: log,
-		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.HandshakeTimeout, maxPre, maxPreSrc, maxConnSrc, maxConns),
+		lim: cfg.Limiter, esc: newEscapeTexts(cfg.Escape), admit: newAdmission(cfg.LoginGraceTime, maxPre, maxPreSrc, maxConnSrc, maxConns),
 		certs: cfg.Certs}
 	// Every callback but ConnCallback is the connection's (conn.go), which
 	// ConnCallback sets on ctx.

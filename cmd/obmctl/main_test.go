@@ -22,8 +22,9 @@ func startDaemon(t *testing.T) *daemon.Daemon {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(&bytes.Buffer{})
-	d, err := daemon.New(daemon.Config{SSHAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", StateDir: t.TempDir(),
-		ConsoleCapture: "attached"}, log)
+	var cfg daemon.Config
+	cfg.SSH.Addr, cfg.Admin.Addr, cfg.Daemon.StateDir, cfg.Console.Capture = "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), "attached"
+	d, err := daemon.New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +117,16 @@ func TestObmctl(t *testing.T) {
 		{"set capture", "", []string{"node", "set", "n5", "--capture", "default"}, 0, "n5: capture default", ""},
 		{"show default capture", "", []string{"node", "show", "n5"}, 0, "capture:  default", ""},
 		{"console-log", "", []string{"console-log", "n5", "--format", "cast"}, 0, `"version":2`, ""},
+		{"add with a screen size", "", []string{"node", "add", "n6", "--type", "sim", "--addr", "sim", "--screen-size", "132x43"}, 0, "n6: registered", ""},
+		{"show screen size", "", []string{"node", "show", "n6"}, 0, "screen:   132x43", ""},
+		{"bad screen size", "", []string{"node", "set", "n6", "--screen-size", "300x25"}, 1, "", "200x100"},
+		{"set screen size", "", []string{"node", "set", "n6", "--screen-size", "100x30"}, 0, "n6: screen size 100x30", ""},
+		{"set screen size and capture", "", []string{"node", "set", "n6", "--screen-size", "default", "--capture", "always"}, 0, "n6: capture always\nn6: screen size default", ""},
+		{"node set with nothing", "", []string{"node", "set", "n6"}, 2, "", "--capture or --screen-size"},
+		{"screen", "", []string{"screen", "n6"}, 0, strings.Repeat("\n", 25), ""},
+		{"screen as JSON", "", []string{"screen", "n6", "--json"}, 0, `"cols":80,"rows":25`, ""},
+		{"screen as a redraw", "", []string{"screen", "n6", "--ansi"}, 0, "\x1b[?25l", ""},
+		{"screen of no node", "", []string{"screen", "nope"}, 1, "", "not found"},
 		{"console-log of no node", "", []string{"console-log", "nope"}, 1, "", "no node"},
 		{"unknown node", "", []string{"node", "show", "nope"}, 1, "", "not found"},
 		{"unknown command", "", []string{"frob"}, 2, "", "unknown command"},

@@ -34,6 +34,7 @@ func nodeAddFlags() []flagDef {
 		{name: "sol-port", kind: intFlag, arg: "P", usage: "redfish: the console's RMCP+ port (implies --sol; default 623)", field: "info.sol.port"},
 		{name: "sol-cipher", kind: intFlag, arg: "N", usage: "redfish: the console's cipher suite (implies --sol; default negotiated)", field: "info.sol.cipher"},
 		{name: "capture", arg: "C", usage: "console capture: always, attached or default", field: "capture"},
+		screenSizeFlag(),
 		{name: "console", arg: "C", usage: "sol (default), ssh (the BMC's SSH service) or auto", field: "info.console"},
 		{name: "ssh-vendor", arg: "V", usage: "the SSH console's preset: idrac, ilo, xcc, openbmc or generic", field: "info.ssh_vendor"},
 		{name: "ssh-port", kind: intFlag, arg: "P", usage: "the BMC's SSH port (default the preset's: 22, 2200 for openbmc)", field: "info.ssh_port"},
@@ -106,8 +107,12 @@ func nodeShow(c *client, in *input) error {
 	if capture == "" {
 		capture = "default"
 	}
-	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ncapture:  %s\n%s%stoken:    %v\nkeys:     %d\nsessions: %d\n",
-		n.Label, n.Type, hostPort(n.BMC), n.User, capture, nodeDetail(n), consoleDetail(n), n.HasToken != nil && *n.HasToken,
+	screen := ""
+	if n.ScreenSize != "" {
+		screen = "screen:   " + n.ScreenSize + "\n"
+	}
+	fmt.Fprintf(c.out, "label:    %s\ntype:     %s\nbmc:      %s\nuser:     %s\ncapture:  %s\n%s%s%stoken:    %v\nkeys:     %d\nsessions: %d\n",
+		n.Label, n.Type, hostPort(n.BMC), n.User, capture, screen, nodeDetail(n), consoleDetail(n), n.HasToken != nil && *n.HasToken,
 		deref(n.Keys), deref(n.Sessions))
 	return nil
 }
@@ -174,7 +179,7 @@ func nodeAdd(c *client, in *input) error {
 	}
 	var wrong []string
 	for _, f := range in.cmd.flags {
-		if in.given(f.name) && !slices.Contains([]string{"type", "addr", "capture", "allow-shared-bmc"}, f.name) && !slices.Contains(takes, f.name) {
+		if in.given(f.name) && !slices.Contains([]string{"type", "addr", "capture", "screen-size", "allow-shared-bmc"}, f.name) && !slices.Contains(takes, f.name) {
 			wrong = append(wrong, "--"+f.name)
 		}
 	}
@@ -188,6 +193,10 @@ func nodeAdd(c *client, in *input) error {
 			return err
 		}
 		body.Capture = &v
+	}
+	if in.given("screen-size") {
+		v := screenSizeValue(in.str("screen-size"))
+		body.ScreenSize = &v
 	}
 	info, err := registration(in, password)
 	if err != nil {
@@ -303,23 +312,84 @@ func bmcPassword(file string, stdin io.Reader, stderr io.Writer, getenv func(str
 	return strings.TrimRight(line, "\r\n"), nil
 }
 
-// nodeSet is `node set LABEL --capture always|attached|default`: the
-// node's console capture, without its BMC info.
+// nodeSet is `node set LABEL [--capture always|attached|default]
+// [--screen-size COLSxROWS|default]`: the node's settings, without its
+// BMC info.
 func nodeSet(c *client, in *input) error {
 	label := in.args[0]
-	if !in.given("capture") {
-		return usageError(in.cmd, "node set needs --capture")
+	if !in.given("capture") && !in.given("screen-size") {
+		return usageError(in.cmd, "node set needs --capture or --screen-size")
 	}
-	v, err := captureValue(in.cmd, in.str("capture"))
+	if in.given("capture") {
+		v, err := captureValue(in.cmd, in.str("capture"))
+		if err != nil {
+			return err
+		}
+		if printed, err := c.call("PUT", "/v1/nodes/"+esc(label)+"/capture", api.Capture{Capture: &v}, nil); printed || err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "%s: capture %s\n", label, in.str("capture"))
+	}
+	if in.given("screen-size") {
+		v := screenSizeValue(in.str("screen-size"))
+		if printed, err := c.call("PUT", "/v1/nodes/"+esc(label)+"/screen_size", api.ScreenSize{ScreenSize: &v}, nil); printed || err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "%s: screen size %s\n", label, in.str("screen-size"))
+	}
+	return nil
+}
+
+// screenSizeFlag is --screen-size, of node add and node set.
+func screenSizeFlag() flagDef {
+	return flagDef{name: "screen-size", arg: "S", field: "screen_size",
+		usage: "the node's screen: COLSxROWS up to 200x100, or default (80x25); taken when its console next opens"}
+}
+
+// screenSizeValue maps --screen-size to the API's value ("default" is
+// ""); obmd checks the size.
+func screenSizeValue(s string) string {
+	if s == "default" {
+		return ""
+	}
+	return s
+}
+
+// nodeScreen is `screen LABEL [--ansi]`: GET /v1/nodes/{label}/screen,
+// as text (or a redraw) written untouched to stdout, or its JSON.
+func nodeScreen(c *client, in *input) error {
+	path := "/v1/nodes/" + esc(in.args[0]) + "/screen"
+	if c.asJSON {
+		if in.bool("ansi") {
+			return usageError(in.cmd, "--ansi is a redraw for a terminal, not JSON")
+		}
+		_, err := c.call("GET", path, nil, nil)
+		return err
+	}
+	format := "text"
+	if in.bool("ansi") {
+		format = "ansi"
+	}
+	path += "?format=" + format
+	resp, err := c.send("GET", path, nil)
 	if err != nil {
 		return err
 	}
-	if printed, err := c.call("PUT", "/v1/nodes/"+esc(label)+"/capture", api.Capture{Capture: &v}, nil); printed || err != nil {
-		return err
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return answerError("GET", path, resp, data)
 	}
-	fmt.Fprintf(c.out, "%s: capture %s\n", label, in.str("capture"))
+	if _, err := io.Copy(c.out, io.LimitReader(resp.Body, maxScreenBytes)); err != nil {
+		return fmt.Errorf("screen: %w", err)
+	}
 	return nil
 }
+
+// maxScreenBytes bounds what screen copies: a redraw of the largest
+// screen (200x100, both its buffers, every cell in its own colours) is
+// under 3 MiB.
+const maxScreenBytes = 8 << 20
 
 // captureValue maps --capture to the API's value ("default" is "").
 func captureValue(cmd *command, s string) (string, error) {

@@ -18,21 +18,38 @@ import (
 )
 
 // loadConfig builds the configuration: defaults (in daemon), then the YAML
-// file, then OBMD_* variables, then flags.
-// Flag usage and parse errors go to out.
+// file, then OBMD_* variables, then flags (each flag's variable, then the
+// flag itself). Flag usage and parse errors go to out.
 func loadConfig(cmd string, args []string, getenv func(string) string, out io.Writer) (daemon.Config, logOptions, error) {
 	var cfg daemon.Config
 	lo := logOptions{level: "info", format: "auto"}
 	fs := flag.NewFlagSet("obmd "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
 	file := fs.String("config", getenv("OBMD_CONFIG"), "YAML configuration file (env OBMD_CONFIG)")
-	sshAddr := fs.String("ssh-addr", "", "SSH listen address (env OBMD_SSH_ADDR; default 127.0.0.1:2222)")
-	adminAddr := fs.String("admin-addr", "", "admin HTTP listen address (env OBMD_ADMIN_ADDR; default 127.0.0.1:8080)")
-	stateDir := fs.String("state-dir", "", "state directory: keys, admin token, default database (env OBMD_STATE_DIR; default ./obmd-state)")
-	dsn := fs.String("db", "", "SQLite path, mysql://user:pass@tcp(host:port)/db or postgres://user:pass@host:port/db (env OBMD_DB; default STATE_DIR/obmd.db)")
-	demo := fs.Bool("demo", false, "register node \"demo\" on the built-in simulator and print its token (env OBMD_DEMO)")
-	level := fs.String("log-level", "", "debug, info, warn, error (env OBMD_LOG_LEVEL; default info)")
-	format := fs.String("log-format", "", "auto, text or json (env OBMD_LOG_FORMAT; default auto: text on a terminal)")
+	// The flags: the setting each sets, and its variable (the setting's
+	// own OBMD_SECTION_KEY, or a shorter one kept from before the sections).
+	flags := []struct {
+		name, env, usage string
+		set              func(string) error
+	}{
+		{"ssh-addr", "OBMD_SSH_ADDR", "ssh.addr: SSH listen address (default 127.0.0.1:2222)", str(&cfg.SSH.Addr)},
+		{"admin-addr", "OBMD_ADMIN_ADDR", "admin.addr: admin HTTP listen address (default 127.0.0.1:8080)", str(&cfg.Admin.Addr)},
+		{"state-dir", "OBMD_STATE_DIR", "daemon.state_dir: keys, admin token, default database (default ./obmd-state)", str(&cfg.Daemon.StateDir)},
+		{"db", "OBMD_DB", "db.dsn: SQLite path, mysql://user:pass@tcp(host:port)/db or postgres://user:pass@host:port/db (default STATE_DIR/obmd.db)", str(&cfg.DB.DSN)},
+		{"demo", "OBMD_DEMO", "daemon.demo: register node \"demo\" on the built-in simulator and print its token", boolean(&cfg.Daemon.Demo)},
+		{"log-level", "OBMD_LOG_LEVEL", "debug, info, warn, error (default info)", str(&lo.level)},
+		{"log-format", "OBMD_LOG_FORMAT", "auto, text or json (default auto: text on a terminal)", str(&lo.format)},
+	}
+	given := map[string]*string{}
+	for _, f := range flags {
+		usage := fmt.Sprintf("%s (env %s)", f.usage, f.env)
+		if f.name == "demo" {
+			given[f.name] = new(string)
+			fs.BoolFunc(f.name, usage, func(v string) error { *given[f.name] = v; return nil })
+			continue
+		}
+		given[f.name] = fs.String(f.name, "", usage)
+	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, lo, err
 	}
@@ -48,38 +65,47 @@ func loadConfig(cmd string, args []string, getenv func(string) string, out io.Wr
 			return cfg, lo, fmt.Errorf("config file %s: %w", *file, err)
 		}
 	}
+	flagEnv := map[string]bool{}
+	for _, f := range flags {
+		flagEnv[f.env] = true
+	}
+	if err := movedEnv(getenv, flagEnv); err != nil {
+		return cfg, lo, err
+	}
 	if err := applyEnv(reflect.ValueOf(&cfg).Elem(), "OBMD_", getenv); err != nil {
 		return cfg, lo, err
 	}
-	for _, e := range []struct {
-		dst *string
-		env string
-	}{{&lo.level, "OBMD_LOG_LEVEL"}, {&lo.format, "OBMD_LOG_FORMAT"}} {
-		if v := getenv(e.env); v != "" {
-			*e.dst = v
+	for _, f := range flags {
+		if v := getenv(f.env); v != "" {
+			if err := f.set(v); err != nil {
+				return cfg, lo, fmt.Errorf("%s: %w", f.env, err)
+			}
 		}
 	}
 	// Only flags given on the command line override: --demo=false must win
 	// over OBMD_DEMO=1, and an absent flag must not reset the file's value.
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "ssh-addr":
-			cfg.SSHAddr = *sshAddr
-		case "admin-addr":
-			cfg.AdminAddr = *adminAddr
-		case "state-dir":
-			cfg.StateDir = *stateDir
-		case "db":
-			cfg.DB = *dsn
-		case "demo":
-			cfg.Demo = *demo
-		case "log-level":
-			lo.level = *level
-		case "log-format":
-			lo.format = *format
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		for _, f := range flags {
+			if f.name == fl.Name && err == nil {
+				if err = f.set(*given[f.name]); err != nil {
+					err = fmt.Errorf("--%s: %w", f.name, err)
+				}
+			}
 		}
 	})
-	return cfg, lo, nil
+	return cfg, lo, err
+}
+
+// str and boolean set a flag's setting from its text.
+func str(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
+
+func boolean(p *bool) func(string) error {
+	return func(v string) error {
+		b, err := strconv.ParseBool(v)
+		*p = b
+		return err
+	}
 }
 
 // decodeYAML decodes one YAML document into cfg, refusing unknown keys and
@@ -108,8 +134,8 @@ func decodeYAML(data []byte, cfg *daemon.Config) error {
 }
 
 // applyEnv sets each field of v from OBMD_<YAML KEY> (nested structs:
-// OBMD_<KEY>_<SUBKEY>), e.g. OBMD_SSH_ADDR, OBMD_AUTH_LIMITS_PER_SOURCE;
-// a list from comma-separated items (OBMD_TRUSTED_PROXIES=10.0.0.5,10.0.1.0/24,
+// OBMD_<SECTION>_<KEY>), e.g. OBMD_SSH_ADDR, OBMD_AUTH_LIMITS_PER_SOURCE;
+// a list from comma-separated items (OBMD_ADMIN_TRUSTED_PROXIES=10.0.0.5,10.0.1.0/24,
 // OBMD_IPMI_OPTIONS_CIPHER_ORDER=17,3).
 func applyEnv(v reflect.Value, prefix string, getenv func(string) string) error {
 	t := v.Type()

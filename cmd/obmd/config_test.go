@@ -31,15 +31,19 @@ func writeYAML(t *testing.T, body string) string {
 // field by field.
 func TestLoadConfigPrecedence(t *testing.T) {
 	file := writeYAML(t, `
-ssh_addr: 127.0.0.1:1001
-admin_addr: 127.0.0.1:1002
-state_dir: /file/state
-db: /file/obmd.db
-linger: 3s
-demo: true
+ssh:
+  addr: 127.0.0.1:1001
+admin:
+  addr: 127.0.0.1:1002
+daemon:
+  state_dir: /file/state
+  demo: true
+db:
+  dsn: /file/obmd.db
 auth_limits:
   per_source: 7
 console:
+  linger: 3s
   open_timeout: 4s
   backoff:
     max: 20s
@@ -57,15 +61,16 @@ ipmitool:
 			name: "env over file",
 			env: map[string]string{"OBMD_SSH_ADDR": "127.0.0.1:2001", "OBMD_ADMIN_ADDR": "127.0.0.1:2002",
 				"OBMD_STATE_DIR": "/env/state", "OBMD_DB": "mysql://u:p@tcp(db:3306)/obmd", "OBMD_ADMIN_TOKEN": "env-admin",
-				"OBMD_LINGER": "5s", "OBMD_DEMO": "false", "OBMD_AUTH_LIMITS_PER_SOURCE": "9",
+				"OBMD_CONSOLE_LINGER": "5s", "OBMD_DEMO": "false", "OBMD_AUTH_LIMITS_PER_SOURCE": "9",
 				"OBMD_CONSOLE_BACKOFF_MAX": "30s", "OBMD_IPMITOOL_PATH": "/env/ipmitool", "OBMD_SESSIONS_CUT_WAIT": "3s",
-				"OBMD_REDFISH_CA_FILE": "/env/ca.pem"},
+				"OBMD_REDFISH_CA_FILE": "/env/ca.pem", "OBMD_WEB_ADDR": "127.0.0.1:2003", "OBMD_WEB_FRAME_ANCESTORS": "https://a.example,https://b.example"},
 			want: func(c daemon.Config) daemon.Config {
-				c.SSHAddr, c.AdminAddr, c.StateDir = "127.0.0.1:2001", "127.0.0.1:2002", "/env/state"
-				c.DB, c.AdminToken, c.Linger, c.Demo = "mysql://u:p@tcp(db:3306)/obmd", "env-admin", 5*time.Second, false
+				c.SSH.Addr, c.Admin.Addr, c.Daemon.StateDir = "127.0.0.1:2001", "127.0.0.1:2002", "/env/state"
+				c.DB.DSN, c.Admin.Token, c.Console.Linger, c.Daemon.Demo = "mysql://u:p@tcp(db:3306)/obmd", "env-admin", 5*time.Second, false
 				c.AuthLimits.PerSource = 9
 				c.Console.Backoff.Max, c.IPMITool.Path, c.Sessions.CutWait = 30*time.Second, "/env/ipmitool", 3*time.Second
 				c.Redfish.CAFile = "/env/ca.pem"
+				c.Web.Addr, c.Web.FrameAncestors = "127.0.0.1:2003", []string{"https://a.example", "https://b.example"}
 				return c
 			},
 		},
@@ -76,18 +81,19 @@ ipmitool:
 			args: []string{"--ssh-addr", "127.0.0.1:3001", "--admin-addr=127.0.0.1:3002", "--state-dir", "/flag/state",
 				"--db", "/flag/obmd.db", "--demo=false"},
 			want: func(c daemon.Config) daemon.Config {
-				c.SSHAddr, c.AdminAddr, c.StateDir, c.DB, c.Demo = "127.0.0.1:3001", "127.0.0.1:3002", "/flag/state", "/flag/obmd.db", false
+				c.SSH.Addr, c.Admin.Addr, c.Daemon.StateDir, c.DB.DSN, c.Daemon.Demo = "127.0.0.1:3001", "127.0.0.1:3002", "/flag/state", "/flag/obmd.db", false
 				return c
 			},
 		},
 		{
 			name: "flags over file, env unset",
 			args: []string{"--state-dir", "/flag/state"},
-			want: func(c daemon.Config) daemon.Config { c.StateDir = "/flag/state"; return c },
+			want: func(c daemon.Config) daemon.Config { c.Daemon.StateDir = "/flag/state"; return c },
 		},
 	}
-	base := daemon.Config{SSHAddr: "127.0.0.1:1001", AdminAddr: "127.0.0.1:1002", StateDir: "/file/state",
-		DB: "/file/obmd.db", Linger: 3 * time.Second, Demo: true}
+	var base daemon.Config
+	base.SSH.Addr, base.Admin.Addr, base.Daemon.StateDir = "127.0.0.1:1001", "127.0.0.1:1002", "/file/state"
+	base.DB.DSN, base.Console.Linger, base.Daemon.Demo = "/file/obmd.db", 3*time.Second, true
 	base.AuthLimits.PerSource = 7
 	base.Console.OpenTimeout, base.Console.Backoff.Max, base.IPMITool.Path = 4*time.Second, 20*time.Second, "/opt/bin/ipmitool"
 	for _, tt := range tests {
@@ -122,13 +128,13 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatalf("WithDefaults: %v", err)
 	}
 	want := map[string][2]string{
-		"ssh_addr":   {cfg.SSHAddr, "127.0.0.1:2222"},
-		"admin_addr": {cfg.AdminAddr, "127.0.0.1:8080"},
-		"state_dir":  {cfg.StateDir, "./obmd-state"},
-		"db":         {cfg.DB, filepath.Join("obmd-state", "obmd.db")},
-		"host_key":   {cfg.HostKey, filepath.Join("obmd-state", "ssh_host_ed25519_key")},
-		"seal_key":   {cfg.SealKey, filepath.Join("obmd-state", "seal.key")},
-		"admin_tok":  {cfg.AdminToken, ""},
+		"ssh_addr":   {cfg.SSH.Addr, "127.0.0.1:2222"},
+		"admin_addr": {cfg.Admin.Addr, "127.0.0.1:8080"},
+		"state_dir":  {cfg.Daemon.StateDir, "./obmd-state"},
+		"db":         {cfg.DB.DSN, filepath.Join("obmd-state", "obmd.db")},
+		"host_key":   {cfg.SSH.HostKey, filepath.Join("obmd-state", "ssh_host_ed25519_key")},
+		"seal_key":   {cfg.DB.SealKey, filepath.Join("obmd-state", "seal.key")},
+		"admin_tok":  {cfg.Admin.Token, ""},
 	}
 	for k, v := range want {
 		if v[0] != v[1] {
@@ -140,8 +146,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg, _ = cfg.WithDefaults(); cfg.DB != "/var/lib/obmd/obmd.db" || cfg.SealKey != "/var/lib/obmd/seal.key" {
-		t.Errorf("OBMD_STATE_DIR: got db %q, seal key %q, want them in /var/lib/obmd", cfg.DB, cfg.SealKey)
+	if cfg, _ = cfg.WithDefaults(); cfg.DB.DSN != "/var/lib/obmd/obmd.db" || cfg.DB.SealKey != "/var/lib/obmd/seal.key" {
+		t.Errorf("OBMD_STATE_DIR: got db %q, seal key %q, want them in /var/lib/obmd", cfg.DB.DSN, cfg.DB.SealKey)
 	}
 }
 
@@ -167,25 +173,37 @@ func TestLoadConfigErrors(t *testing.T) {
 		args    []string
 		wantErr []string // substrings of the error
 	}{
-		{name: "unknown yaml key", yaml: "ssh_addr: 127.0.0.1:1\nsssh_port: 22\n", wantErr: []string{`line 2: unknown key "sssh_port"`}},
-		{name: "misspelt yaml key", yaml: "ssh_adr: 127.0.0.1:1\n", wantErr: []string{`line 1: unknown key "ssh_adr" (did you mean "ssh_addr"?)`}},
+		{name: "unknown yaml key", yaml: "ssh:\n  addr: 127.0.0.1:1\nsssh_port: 22\n", wantErr: []string{`line 3: unknown key "sssh_port"`}},
+		{name: "misspelt yaml key", yaml: "ssh:\n  adr: 127.0.0.1:1\n", wantErr: []string{`line 2: unknown key "adr" in section "ssh" (did you mean "addr"?)`}},
+		{name: "misspelt section", yaml: "sshh:\n  addr: 127.0.0.1:1\n", wantErr: []string{`line 1: unknown key "sshh" (did you mean "ssh"?)`}},
 		{name: "unknown nested yaml key", yaml: "auth_limits:\n  per_sauce: 3\n",
 			wantErr: []string{`line 2: unknown key "per_sauce" in section "auth_limits" (did you mean "per_source"?)`}},
-		{name: "two unknown keys", yaml: "console:\n  lingr: 2s\nfail_dealy: 1s\n",
-			wantErr: []string{`line 2: unknown key "lingr" in section "console" (did you mean "linger"?)`, "\n", `line 3: unknown key "fail_dealy" (did you mean "fail_delay"?)`}},
-		{name: "bad yaml duration", yaml: "linger: soon\n", wantErr: []string{`line 1: linger: "soon" is not a duration (such as 30s, 2m or 1h)`}},
+		{name: "two unknown keys", yaml: "console:\n  lingr: 2s\nadmin:\n  fail_dealy: 1s\n",
+			wantErr: []string{`line 2: unknown key "lingr" in section "console" (did you mean "linger"?)`, "\n", `line 4: unknown key "fail_dealy" in section "admin" (did you mean "fail_delay"?)`}},
+		{name: "bad yaml duration", yaml: "console:\n  linger: soon\n", wantErr: []string{`line 2: console.linger: "soon" is not a duration (such as 30s, 2m or 1h)`}},
 		{name: "bad yaml int", yaml: "console:\n  scrollback: lots\n", wantErr: []string{`line 2: console.scrollback: "lots" is not a whole number`}},
-		{name: "bad yaml bool", yaml: "demo: maybe\n", wantErr: []string{`line 1: demo: "maybe" is not true or false`}},
-		{name: "bad yaml list", yaml: "trusted_proxies: 10.0.0.1\n", wantErr: []string{`line 1: trusted_proxies: "10.0.0.1" is not a list ("- item" lines, or [a, b])`}},
+		{name: "bad yaml bool", yaml: "daemon:\n  demo: maybe\n", wantErr: []string{`line 2: daemon.demo: "maybe" is not true or false`}},
+		{name: "bad yaml list", yaml: "admin:\n  trusted_proxies: 10.0.0.1\n", wantErr: []string{`line 2: admin.trusted_proxies: "10.0.0.1" is not a list ("- item" lines, or [a, b])`}},
 		{name: "section not a mapping", yaml: "console: 2s\n", wantErr: []string{`line 1: "console" must hold keys`}},
 		{name: "yaml not a mapping", yaml: "- a\n- b\n", wantErr: []string{"obmd.yaml", "the file must hold keys"}},
-		{name: "two yaml documents", yaml: "ssh_addr: a:1\n---\nadmin_addr: b:2\n", wantErr: []string{"one document"}},
+		{name: "two yaml documents", yaml: "ssh:\n  addr: a:1\n---\nadmin:\n  addr: b:2\n", wantErr: []string{"one document"}},
 		{name: "missing file", args: []string{"--config", "/nonexistent/obmd.yaml"}, wantErr: []string{"/nonexistent/obmd.yaml"}},
-		{name: "bad env duration", env: map[string]string{"OBMD_SHUTDOWN_TIMEOUT": "10"}, wantErr: []string{"OBMD_SHUTDOWN_TIMEOUT", "10"}},
+		{name: "bad env duration", env: map[string]string{"OBMD_DAEMON_SHUTDOWN_TIMEOUT": "10"}, wantErr: []string{"OBMD_DAEMON_SHUTDOWN_TIMEOUT", "10"}},
 		{name: "bad env bool", env: map[string]string{"OBMD_DEMO": "maybe"}, wantErr: []string{"OBMD_DEMO", "maybe"}},
 		{name: "bad env int", env: map[string]string{"OBMD_AUTH_LIMITS_PER_NODE": "x"}, wantErr: []string{"OBMD_AUTH_LIMITS_PER_NODE"}},
 		{name: "unknown flag", args: []string{"--ssh-port", "22"}, wantErr: []string{"ssh-port"}},
 		{name: "stray argument", args: []string{"now"}, wantErr: []string{`"now"`}},
+		// Keys from before the sections: refused with their new place
+		// (TestMovedKeysRefused).
+		{name: "old ssh_addr", yaml: "ssh_addr: 127.0.0.1:22\n", wantErr: []string{"line 1: ssh_addr is now ssh.addr"}},
+		{name: "old db", yaml: "console:\n  linger: 1s\ndb: /var/lib/obmd/obmd.db\n", wantErr: []string{"line 3: db is now db.dsn"}},
+		{name: "old login_grace_time", yaml: "login_grace_time: 5s\n", wantErr: []string{"line 1: login_grace_time is now ssh.login_grace_time"}},
+		{name: "old fail_delay", yaml: "fail_delay: 1s\n", wantErr: []string{"line 1: fail_delay is now ssh.fail_delay and admin.fail_delay"}},
+		{name: "old alias", yaml: "max_sessions_per_node: 3\n", wantErr: []string{"line 1: max_sessions_per_node is now sessions.max_per_node"}},
+		{name: "old variable", env: map[string]string{"OBMD_LOGIN_GRACE_TIME": "5s"},
+			wantErr: []string{"OBMD_LOGIN_GRACE_TIME is now OBMD_SSH_LOGIN_GRACE_TIME (ssh.login_grace_time)"}},
+		{name: "old tls variable", env: map[string]string{"OBMD_TLS_CERT": "c.pem"},
+			wantErr: []string{"OBMD_TLS_CERT is now OBMD_ADMIN_TLS_CERT (admin.tls_cert)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -206,7 +224,7 @@ func TestLoadConfigErrors(t *testing.T) {
 				}
 			}
 			// The file's terms, never Go's.
-			for _, goWord := range []string{"daemon.", "not found in type", "!!", "unmarshal", "time.Duration"} {
+			for _, goWord := range []string{"daemon.Config", "not found in type", "!!", "unmarshal", "time.Duration"} {
 				if strings.Contains(err.Error(), goWord) {
 					t.Errorf("got error %q, want no %q in it", err, goWord)
 				}
@@ -243,9 +261,9 @@ func TestConfigPlainHTTPOffLoopback(t *testing.T) {
 		{name: "all addresses", env: map[string]string{"OBMD_ADMIN_ADDR": "0.0.0.0:8080"}, wantErr: "not loopback"},
 		{name: "empty host", env: map[string]string{"OBMD_ADMIN_ADDR": ":8080"}, wantErr: "not loopback"},
 		{name: "public address", env: map[string]string{"OBMD_ADMIN_ADDR": "192.0.2.7:8080"}, wantErr: "not loopback"},
-		{name: "insecure_http", env: map[string]string{"OBMD_ADMIN_ADDR": "0.0.0.0:8080", "OBMD_INSECURE_HTTP": "true"}},
-		{name: "tls", env: map[string]string{"OBMD_ADMIN_ADDR": "0.0.0.0:8080", "OBMD_TLS_CERT": "c.pem", "OBMD_TLS_KEY": "k.pem"}},
-		{name: "tls cert without key", env: map[string]string{"OBMD_TLS_CERT": "c.pem"}, wantErr: "tls_cert and tls_key"},
+		{name: "insecure_http", env: map[string]string{"OBMD_ADMIN_ADDR": "0.0.0.0:8080", "OBMD_ADMIN_INSECURE_HTTP": "true"}},
+		{name: "tls", env: map[string]string{"OBMD_ADMIN_ADDR": "0.0.0.0:8080", "OBMD_ADMIN_TLS_CERT": "c.pem", "OBMD_ADMIN_TLS_KEY": "k.pem"}},
+		{name: "tls cert without key", env: map[string]string{"OBMD_ADMIN_TLS_CERT": "c.pem"}, wantErr: "admin.tls_cert and admin.tls_key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -336,5 +354,71 @@ func TestLoadConfigNestedList(t *testing.T) {
 	_, _, err := loadConfig("serve", []string{"--config", writeYAML(t, "ipmi_options:\n  cipher_order: [17, three]\n")}, fakeEnv(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `line 2: ipmi_options.cipher_order: "three" is not a whole number`) {
 		t.Errorf("got %v, want the item and its key named", err)
+	}
+}
+
+// TestMovedKeysRefused: a key of the flat schema from before the sections,
+// in the file or as a variable, is refused with the key (or variable) that
+// replaced it, never read nor ignored (the "old" cases of
+// TestLoadConfigErrors); the flags' variables (OBMD_DB, OBMD_STATE_DIR,
+// OBMD_DEMO) and those whose name did not change (OBMD_ADMIN_TOKEN is
+// admin.token's) still work.
+func TestMovedKeysRefused(t *testing.T) {
+	cfg, _, err := loadConfig("serve", nil, fakeEnv(map[string]string{"OBMD_DB": "/x/obmd.db", "OBMD_STATE_DIR": "/x",
+		"OBMD_DEMO": "true", "OBMD_ADMIN_TOKEN": "t", "OBMD_DB_GRACE": "7s", "OBMD_CONSOLE_CAPTURE": "always"}), io.Discard)
+	if err != nil {
+		t.Fatalf("kept variables: %v", err)
+	}
+	if cfg.DB.DSN != "/x/obmd.db" || cfg.Daemon.StateDir != "/x" || !cfg.Daemon.Demo || cfg.Admin.Token != "t" ||
+		cfg.DB.Grace != 7*time.Second || cfg.Console.Capture != "always" {
+		t.Errorf("kept variables: got %+v", cfg)
+	}
+}
+
+// TestMovedKeysExist: every key a moved key points to is a key.
+func TestMovedKeysExist(t *testing.T) {
+	for old, moved := range movedKeys() {
+		for _, k := range moved {
+			section, key, _ := strings.Cut(k, ".")
+			sec, ok := yamlKeys(reflect.TypeOf(daemon.Config{}))[section]
+			if !ok {
+				t.Errorf("%s: %s is no section", old, section)
+				continue
+			}
+			if _, ok := yamlKeys(sec)[key]; !ok {
+				t.Errorf("%s: %s is no key", old, k)
+			}
+		}
+		if _, ok := yamlKeys(reflect.TypeOf(daemon.Config{}))[old]; ok && old != "db" {
+			t.Errorf("%s moved, but is still a key", old)
+		}
+	}
+}
+
+// TestDocsYAMLExamples: every YAML example of the docs (and README) is a
+// configuration file obmd reads, so none shows a key it would refuse.
+func TestDocsYAMLExamples(t *testing.T) {
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, page := range append(pages, "../../README.md") {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := strings.Split(string(data), "```yaml\n")
+		for i, b := range blocks[1:] {
+			body, _, _ := strings.Cut(b, "```")
+			var cfg daemon.Config
+			if err := decodeYAML([]byte(body), &cfg); err != nil {
+				t.Errorf("%s, YAML example %d: %v", filepath.Base(page), i+1, err)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Error("found no YAML example")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,10 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 	switch {
 	case t.Kind() == reflect.Struct:
 		if n.Kind != yaml.MappingNode {
+			if moved := movedKeys()[path]; moved != nil { // "db: FILE" before db.dsn
+				*errs = append(*errs, fmt.Errorf("line %d: %s is now %s", n.Line, path, strings.Join(moved, " and ")))
+				return
+			}
 			*errs = append(*errs, fmt.Errorf("line %d: %s must hold keys (key: value lines)", n.Line, section(path)))
 			return
 		}
@@ -95,6 +100,9 @@ func yamlKeys(t reflect.Type) map[string]reflect.Type {
 // unknownKey is the error of key k, unknown in the section at path, with
 // the nearest known key when one is near enough to be a typo of it.
 func unknownKey(k *yaml.Node, path string, keys map[string]reflect.Type) error {
+	if moved := movedKeys()[join(path, k.Value)]; moved != nil {
+		return fmt.Errorf("line %d: %s is now %s", k.Line, k.Value, strings.Join(moved, " and "))
+	}
 	where := ""
 	if path != "" {
 		where = " in section " + fmt.Sprintf("%q", path)
@@ -186,4 +194,72 @@ func join(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// movedKeys maps each top-level key of the flat schema (before sections)
+// to the keys that replaced it. Such a key is refused with its new place
+// rather than read (or ignored): one name for each setting.
+func movedKeys() map[string][]string {
+	return map[string][]string{
+		"ssh_addr": {"ssh.addr"}, "host_key": {"ssh.host_key"}, "escape": {"ssh.escape"},
+		"fail_delay":       {"ssh.fail_delay", "admin.fail_delay"},
+		"login_grace_time": {"ssh.login_grace_time"}, "max_conns": {"ssh.max_conns"},
+		"max_unauthenticated":            {"ssh.max_unauthenticated"},
+		"max_unauthenticated_per_source": {"ssh.max_unauthenticated_per_source"},
+		"max_conns_per_source":           {"ssh.max_conns_per_source"},
+		"proxy_protocol_from":            {"ssh.proxy_protocol_from"},
+		"ssh_legacy_algorithms":          {"ssh.legacy_algorithms"},
+
+		"admin_addr": {"admin.addr"}, "admin_token": {"admin.token"},
+		"tls_cert": {"admin.tls_cert"}, "tls_key": {"admin.tls_key"}, "insecure_http": {"admin.insecure_http"},
+		"admin_read_header_timeout":         {"admin.read_header_timeout"},
+		"admin_read_timeout":                {"admin.read_timeout"},
+		"admin_idle_timeout":                {"admin.idle_timeout"},
+		"admin_max_conns":                   {"admin.max_conns"},
+		"admin_max_unauth_conns":            {"admin.max_unauth_conns"},
+		"admin_max_unauth_conns_per_source": {"admin.max_unauth_conns_per_source"},
+		"admin_max_token_conns_per_source":  {"admin.max_token_conns_per_source"},
+		"admin_proxy_protocol_from":         {"admin.proxy_protocol_from"},
+		"trusted_proxies":                   {"admin.trusted_proxies"},
+
+		"state_dir": {"daemon.state_dir"}, "shutdown_timeout": {"daemon.shutdown_timeout"}, "demo": {"daemon.demo"},
+		"db": {"db.dsn"}, "seal_key": {"db.seal_key"}, "db_grace": {"db.grace"},
+		"change_timeout": {"access.change_timeout"}, "epoch_poll": {"access.poll"},
+		"power_timeout": {"commands.timeout"},
+		"history_bytes": {"history.bytes"}, "history_retention": {"history.retention"},
+		"replica_id": {"replica.id"}, "peer_addr": {"replica.peer_addr"},
+		"peer_advertise": {"replica.peer_advertise"}, "lease_ttl": {"cluster.lease_ttl"},
+
+		"scrollback": {"console.scrollback"}, "linger": {"console.linger"},
+		"viewer_queue": {"console.viewer_queue"}, "drop_slow_viewers": {"console.drop_slow_viewers"},
+		"console_capture":              {"console.capture"},
+		"max_sessions_per_node":        {"sessions.max_per_node"},
+		"max_sessions_per_source":      {"sessions.max_per_source"},
+		"max_http_sessions_per_source": {"sessions.max_per_source_http"},
+	}
+}
+
+// envName is the OBMD_ variable of a key ("ssh.addr": OBMD_SSH_ADDR).
+func envName(key string) string {
+	return "OBMD_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// movedEnv refuses the variables of moved keys (OBMD_LOGIN_GRACE_TIME),
+// naming the new ones, but for those that are still a variable: of the new
+// key (OBMD_ADMIN_TOKEN is admin.token's) or of a flag (OBMD_DB, --db's).
+func movedEnv(getenv func(string) string, flagEnv map[string]bool) error {
+	var errs []error
+	for old, moved := range movedKeys() {
+		name := envName(old)
+		var now []string
+		for _, m := range moved {
+			now = append(now, envName(m))
+		}
+		if getenv(name) == "" || flagEnv[name] || slices.Contains(now, name) {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("%s is now %s (%s)", name, strings.Join(now, " and "), strings.Join(moved, " and ")))
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
 }

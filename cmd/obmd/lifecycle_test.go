@@ -112,7 +112,7 @@ func TestBinaryTLS(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t)
-	p := startObmd(t, map[string]string{"OBMD_TLS_CERT": certFile, "OBMD_TLS_KEY": keyFile}, loopbackArgs(state)...)
+	p := startObmd(t, map[string]string{"OBMD_ADMIN_TLS_CERT": certFile, "OBMD_ADMIN_TLS_KEY": keyFile}, loopbackArgs(state)...)
 	if !p.TLS {
 		t.Fatalf("obmd_listening: got tls false, want true")
 	}
@@ -196,7 +196,7 @@ func TestBinaryGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	const shutdownTimeout = 5 * time.Second
 	state := t.TempDir()
-	p := startObmd(t, map[string]string{"OBMD_SHUTDOWN_TIMEOUT": shutdownTimeout.String()}, loopbackArgs(state)...)
+	p := startObmd(t, map[string]string{"OBMD_DAEMON_SHUTDOWN_TIMEOUT": shutdownTimeout.String()}, loopbackArgs(state)...)
 	admin := p.adminToken()
 	// Two mock nodes: a mock console has one reader at a time (as obmd's),
 	// so the SSH console and the HTTP stream each get their own.

@@ -93,7 +93,7 @@ func run(args []string, stderr io.Writer) int {
 		// Shown once, to whoever started obmd (even if the start failed
 		// later: it is not shown again); never logged.
 		fmt.Fprintf(stderr, "obmd: generated the admin token: %s\n      (stored in %s; use it as HTTP basic admin:<token>)\n",
-			t, filepath.Join(cfg.StateDir, "admin-token"))
+			t, filepath.Join(cfg.Daemon.StateDir, "admin-token"))
 	}
 	if err != nil {
 		log.WithError(err).Error("obmd_start_failed")
@@ -101,6 +101,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if t := d.DemoToken(); t != "" {
 		io.WriteString(stderr, demoText(d.SSHAddr(), t, d.HostKeyFingerprint()))
+		if a := d.WebAddr(); a != "" {
+			fmt.Fprintf(stderr, "The web console (log in with the token): http://%s/nodes/%s\n\n", a, daemon.DemoNode)
+		}
 	}
 	if err := d.Run(ctx); err != nil {
 		log.WithError(err).Error("obmd_failed")
@@ -109,11 +112,11 @@ func run(args []string, stderr io.Writer) int {
 	return 0
 }
 
-// migrate applies the migrations to cfg.DB (cfg has its defaults). db.Open
+// migrate applies the migrations to cfg.DB.DSN (cfg has its defaults). db.Open
 // creates the directory of a SQLite database; nothing is created for MySQL
 // or PostgreSQL (not even the state directory).
 func migrate(ctx context.Context, cfg daemon.Config, log logrus.FieldLogger) int {
-	store, err := db.Open(ctx, cfg.DB, log)
+	store, err := db.Open(ctx, cfg.DB.DSN, log)
 	if err != nil {
 		log.WithError(err).Error("obmd_migrate_failed")
 		return 1

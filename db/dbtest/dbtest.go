@@ -74,10 +74,21 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
+// External marks t as needing what, a database server or tool outside Go
+// (MariaDB, PostgreSQL, fsfreeze): go test -short, the fast tier, skips
+// it. Without -short, a missing one is Missing's business.
+func External(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: skipped by -short (the fast tier)", what)
+	}
+}
+
 // MySQLDSN creates a database named obmd_test_<random> on the server of
 // OBMD_TEST_MYSQL_DSN, drops it when t ends, and returns its mysql:// DSN.
 func MySQLDSN(t testing.TB) string {
 	t.Helper()
+	External(t, "MariaDB")
 	raw := os.Getenv(MySQLEnv)
 	if raw == "" {
 		Missing(t, "%s is not set", MySQLEnv)
@@ -136,6 +147,7 @@ func scratchName(t testing.TB) string {
 // connected to it), and returns its postgres:// DSN.
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
+	External(t, "PostgreSQL")
 	raw := os.Getenv(PostgresEnv)
 	if raw == "" {
 		Missing(t, "%s is not set", PostgresEnv)

@@ -60,6 +60,7 @@ func MountSharedLoopFS(t testing.TB, size string) *LoopFS {
 
 func mountLoopFS(t testing.TB, dir, size string) *LoopFS {
 	t.Helper()
+	External(t, "a loop mount and fsfreeze")
 	if os.Geteuid() != 0 {
 		Missing(t, "loop mounts and fsfreeze need root")
 	}
@@ -142,6 +143,7 @@ type MariaDB struct {
 // MariaDB.
 func StartMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
+	External(t, "a private mariadbd")
 	if os.Geteuid() != 0 {
 		Missing(t, "a private mariadbd runs as root here")
 	}

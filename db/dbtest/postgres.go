@@ -45,6 +45,7 @@ func StartPostgres(t testing.TB) *Postgres {
 // small filesystem holds it.
 func StartPostgresOn(t testing.TB, parent string) *Postgres {
 	t.Helper()
+	External(t, "a private PostgreSQL")
 	if os.Geteuid() != 0 {
 		Missing(t, "a private PostgreSQL runs as the postgres user, started as root here")
 	}

@@ -17,6 +17,9 @@ var ErrClosed = errors.New("console history recorder is closed")
 // MinHistoryBytes is the smallest Config.HistoryBytes: a few chunks.
 const MinHistoryBytes = 64 << 10
 
+// DefaultHistoryBytes is Config.HistoryBytes's default.
+const DefaultHistoryBytes = 1 << 20
+
 // maxBatchBytes bounds one flush's transaction; nodes left over go in the
 // next one, at once.
 const maxBatchBytes = 4 << 20
@@ -34,10 +37,10 @@ type Config struct {
 	// the oldest give way to a "not recorded" gap: Write never waits for
 	// the Store.
 	BufferBytes int
-	// HistoryBytes bounds the history stored per tenancy (history_bytes,
+	// HistoryBytes bounds the history stored per tenancy (history.bytes,
 	// default 1 MiB, at least MinHistoryBytes): the oldest chunks go first.
 	HistoryBytes int64
-	// Retention keeps an ended tenancy for admins (history_retention;
+	// Retention keeps an ended tenancy for admins (history.retention;
 	// default 0: deleted at once).
 	Retention time.Duration
 	// PurgeEvery paces PurgeHistory (default 1 min).
@@ -73,7 +76,7 @@ func (c *Config) setDefaults() error {
 	defDur(&c.PurgeEvery, time.Minute)
 	defDur(&c.StoreTimeout, 10*time.Second)
 	if c.HistoryBytes == 0 {
-		c.HistoryBytes = 1 << 20
+		c.HistoryBytes = DefaultHistoryBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now

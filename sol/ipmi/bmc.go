@@ -62,6 +62,26 @@ type Config struct {
 	Options sol.IPMIOptions `yaml:"-"`
 }
 
+// WithDefaults returns c with its unset fields at their defaults.
+func (c Config) WithDefaults() Config {
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.Keepalive <= 0 {
+		c.Keepalive = DefaultKeepalive
+	}
+	if c.AttemptTimeout <= 0 {
+		c.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if c.Retransmit <= 0 {
+		c.Retransmit = DefaultRetransmit
+	}
+	if c.SessionLinger == 0 {
+		c.SessionLinger = DefaultSessionLinger
+	}
+	return c
+}
+
 // Defaults for Config.
 const (
 	DefaultCallTimeout    = 10 * time.Second
@@ -117,21 +137,7 @@ func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC,
 	if err != nil {
 		return nil, fmt.Errorf("new IPMI driver: %w", err)
 	}
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = DefaultCallTimeout
-	}
-	if cfg.Keepalive <= 0 {
-		cfg.Keepalive = DefaultKeepalive
-	}
-	if cfg.AttemptTimeout <= 0 {
-		cfg.AttemptTimeout = DefaultAttemptTimeout
-	}
-	if cfg.Retransmit <= 0 {
-		cfg.Retransmit = DefaultRetransmit
-	}
-	if cfg.SessionLinger == 0 {
-		cfg.SessionLinger = DefaultSessionLinger
-	}
+	cfg = cfg.WithDefaults()
 	if log == nil {
 		return nil, errors.New("new IPMI driver: logger is required")
 	}

@@ -142,6 +142,13 @@ func New(label string, info sol.Info, cfg Config, log logrus.FieldLogger) (*BMC,
 	return b, nil
 }
 
+// WithDefaults returns c with its unset fields at their defaults, or an
+// error for an escape character that cannot be neutralised.
+func (c Config) WithDefaults() (Config, error) {
+	err := c.setDefaults()
+	return c, err
+}
+
 func (c *Config) setDefaults() error {
 	if c.Path == "" {
 		c.Path = DefaultPath

@@ -106,6 +106,23 @@ func (c *Config) LoadCAs() error {
 	return nil
 }
 
+// WithDefaults returns c with its unset fields at their defaults.
+func (c Config) WithDefaults() Config {
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.StateTimeout <= 0 {
+		c.StateTimeout = DefaultStateTimeout
+	}
+	if c.LogoutTimeout <= 0 {
+		c.LogoutTimeout = DefaultLogoutTimeout
+	}
+	return c
+}
+
 // Defaults for Config.
 const (
 	DefaultRequestTimeout = 10 * time.Second
@@ -142,18 +159,7 @@ func New(label string, info Info, cfg Config, log logrus.FieldLogger) (*BMC, err
 	}
 	endpoint, host, _ := parseAddr("addr", info.Addr) // checked above
 	system, _ := systemID(info.System)
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = DefaultPollInterval
-	}
-	if cfg.StateTimeout <= 0 {
-		cfg.StateTimeout = DefaultStateTimeout
-	}
-	if cfg.LogoutTimeout <= 0 {
-		cfg.LogoutTimeout = DefaultLogoutTimeout
-	}
+	cfg = cfg.WithDefaults()
 	b := &BMC{
 		label:    label,
 		endpoint: endpoint,

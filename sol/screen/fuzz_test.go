@@ -117,8 +117,14 @@ func FuzzRedraw(f *testing.F) {
 			t.Fatalf("redraw %q\ndiffers: %s", redraw, d)
 		}
 		snap := term.Snapshot()
-		if !bytes.Equal(snap.ANSI(), redraw) || snap.Text() != term.Text() {
+		if !bytes.Equal(snap.ANSI(), redraw) || snap.Text() != term.Text() || snap.Blank() != term.Blank() {
 			t.Fatal("the snapshot differs from its terminal")
+		}
+		// A blank screen (the door then skips the redraw) shows nothing:
+		// no text, no colour, the cursor home, as a new terminal.
+		fresh, _ := New(s)
+		if c := term.Cursor(); term.Blank() && (term.Text() != fresh.Text() || len(term.Spans()) != 0 || c.Row != 0 || c.Col != 0) {
+			t.Fatalf("blank, but shows %q, spans %v, cursor %+v", term.Text(), term.Spans(), term.Cursor())
 		}
 	})
 }

@@ -42,6 +42,28 @@ func (t *Terminal) Lines() []string {
 	return out
 }
 
+// Blank reports whether the screen shows nothing: the main screen, every
+// cell a default blank (no character, no colour), the cursor at home. A
+// redraw of it would only clear a viewer's terminal.
+func (t *Terminal) Blank() bool {
+	if t.onAlt || t.cur.row != 0 || t.cur.col != 0 || t.wrapNext {
+		return false
+	}
+	def := blankCell(attr{})
+	for i := range t.main.lines {
+		l := &t.main.lines[i]
+		if l.blank && l.fill == def {
+			continue
+		}
+		for c := range l.cells {
+			if l.at(c) != def {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // Text returns the screen as text: Lines joined by newlines.
 func (t *Terminal) Text() string { return strings.Join(t.Lines(), "\n") }
 
@@ -115,6 +137,12 @@ func (s Snapshot) ANSI() []byte { return s.term().ANSI() }
 
 // Spans are the runs of cells drawn with attributes (Terminal.Spans).
 func (s Snapshot) Spans() []Span { return s.term().Spans() }
+
+// AltScreen reports whether the alternate screen is shown.
+func (s Snapshot) AltScreen() bool { return s.term().onAlt }
+
+// Blank reports whether the screen shows nothing (Terminal.Blank).
+func (s Snapshot) Blank() bool { return s.term().Blank() }
 
 // MarshalJSON writes the snapshot's JSON form (see Snapshot).
 func (s Snapshot) MarshalJSON() ([]byte, error) {

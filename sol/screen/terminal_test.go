@@ -197,3 +197,28 @@ func TestSnapshotJSON(t *testing.T) {
 		t.Errorf("json\n%s\nwant\n%s", js, want)
 	}
 }
+
+// TestBlank: a screen is blank while it shows nothing and its cursor is
+// home; text, a coloured blank, a moved cursor or the alternate screen
+// are something to redraw.
+func TestBlank(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		blank bool
+	}{
+		{"", true},
+		{"\x1b[2J\x1b[H", true},
+		{"x\x1b[2J\x1b[H", true},
+		{"\x1b[?1h\x1b[1;24r", true}, // modes: the replay sets them
+		{"x", false},
+		{"\x1b[5;5H", false},
+		{"\x1b[44m\x1b[2J\x1b[H", false},
+		{"\x1b[?1049h", false},
+		{" ", false},
+	} {
+		term := feed(t, Size{}, c.in)
+		if got := term.Blank(); got != c.blank || term.Snapshot().Blank() != c.blank {
+			t.Errorf("%q: blank %v, want %v", c.in, got, c.blank)
+		}
+	}
+}

@@ -29,6 +29,16 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
+// External marks t as needing what, a program or server outside Go (the
+// real OpenSSH client, ipmi_sim, ...): go test -short, the fast tier,
+// skips it. Without -short, a missing one is Missing's business.
+func External(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: skipped by -short (the fast tier)", what)
+	}
+}
+
 // Unpinned is info with no cipher suite: the driver negotiates one.
 func Unpinned(info sol.Info) sol.Info {
 	info.Cipher = nil

@@ -45,6 +45,12 @@ type Config struct {
 	Lockout time.Duration `yaml:"lockout"`
 }
 
+// WithDefaults returns c with its unset fields at their defaults.
+func (c Config) WithDefaults() Config {
+	c.defaults()
+	return c
+}
+
 func (c *Config) defaults() {
 	if c.PerSource <= 0 {
 		c.PerSource = 5

@@ -12,7 +12,7 @@ type Config struct {
 	// MaxPerNode bounds the live sessions of one node, SSH and HTTP
 	// (default 64).
 	MaxPerNode int `yaml:"max_per_node"`
-	// MaxPerSource bounds the SSH sessions of one client address (per
+	// MaxPerSource bounds the SSH and web console sessions of one client address (per
 	// SourceKey; default 32); MaxPerSourceHTTP its node-token HTTP
 	// sessions, which a cloud controller (HIL) opens from one address for
 	// every node it manages, a console stream each and power calls
@@ -45,6 +45,13 @@ type Config struct {
 	// is this replica's ID, given in Info.Replica.
 	IDPrefix string `yaml:"-"`
 	Replica  string `yaml:"-"`
+}
+
+// WithDefaults returns c with its unset limits at their defaults, and a
+// negative one (none) as 0: afterwards a limit of 0 means none.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
 }
 
 // setDefaults fills the defaults; afterwards a limit of 0 means none.

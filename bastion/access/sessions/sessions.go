@@ -1,8 +1,8 @@
 // Package sessions owns the registry of live sessions, through which access
 // changes reach and cut them.
 //
-// The registry holds SSH consoles, SSH exec commands and HTTP console
-// streams: a cut cancels every session of a node that authenticated before
+// The registry holds SSH consoles, SSH exec commands, HTTP console
+// streams and web consoles: a cut cancels every session of a node that authenticated before
 // the change and waits until each has ended. It also watches authenticated
 // SSH connections (Watch, conns.go), so that a cut, or the expiry of the
 // certificate a connection logged in with, reaches those too.
@@ -30,6 +30,7 @@ const (
 	KindConsole     Kind = "console"      // an SSH console
 	KindExec        Kind = "exec"         // an SSH command, or a node-token HTTP power call
 	KindHTTPConsole Kind = "http-console" // a node-token HTTP console stream
+	KindWeb         Kind = "web"          // a web console (bastion/webdoor)
 )
 
 // RevokedError is the cause given to sessions cut by an access change, or

@@ -154,6 +154,9 @@ type PutNode struct {
 	// Capture (/v1) sets the node's console capture: "always",
 	// "attached", or "" (the default); absent: unchanged.
 	Capture *string `json:"capture,omitempty"`
+	// ScreenSize (/v1) sets the size of the node's screen: COLSxROWS up
+	// to 200x100, or "" (the default 80x25); absent: unchanged.
+	ScreenSize *string `json:"screen_size,omitempty"`
 	// Principals (/v1) replaces the node's extra principals: a JSON list
 	// of strings. Alone in the body, it changes nothing else.
 	Principals json.RawMessage `json:"principals,omitempty"`
@@ -176,10 +179,58 @@ type Zone struct {
 	Zone *string `json:"zone"`
 }
 
+// Screen is GET /v1/nodes/{label}/screen's answer: what the node's console
+// shows, as obmd's terminal emulator of it holds it. Lines are the rows
+// (trailing spaces trimmed), Spans the runs of cells drawn with
+// attributes; rows and columns count from 0.
+type Screen struct {
+	Cols      int          `json:"cols"`
+	Rows      int          `json:"rows"`
+	Cursor    ScreenCursor `json:"cursor"`
+	AltScreen bool         `json:"alt_screen"`
+	Lines     []string     `json:"lines"`
+	Spans     []ScreenSpan `json:"spans"`
+}
+
+// ScreenCursor is where a screen's cursor is, and whether it is shown.
+type ScreenCursor struct {
+	Row     int  `json:"row"`
+	Col     int  `json:"col"`
+	Visible bool `json:"visible"`
+}
+
+// ScreenSpan is a run of Len cells of row Row from column Col drawn in
+// one style other than the default: colours ("" the default, "0" to "255"
+// indexed, "#rrggbb") and attributes.
+type ScreenSpan struct {
+	Row       int    `json:"row"`
+	Col       int    `json:"col"`
+	Len       int    `json:"len"`
+	Fg        string `json:"fg,omitempty"`
+	Bg        string `json:"bg,omitempty"`
+	Bold      bool   `json:"bold,omitempty"`
+	Dim       bool   `json:"dim,omitempty"`
+	Italic    bool   `json:"italic,omitempty"`
+	Underline bool   `json:"underline,omitempty"`
+	Blink     bool   `json:"blink,omitempty"`
+	Reverse   bool   `json:"reverse,omitempty"`
+	Invisible bool   `json:"invisible,omitempty"`
+	Strike    bool   `json:"strike,omitempty"`
+}
+
 // Token is the answer of a token rotation (POST .../token): the new token,
 // shown this once.
 type Token struct {
 	Token string `json:"token"`
+}
+
+// WebTicket is the answer of POST /v1/nodes/{label}/web-tickets: a
+// one-time ticket of the web console, the page's address carrying it in
+// its fragment (#ticket=...), and when it expires (at most a minute on).
+type WebTicket struct {
+	Ticket    string    `json:"ticket"`
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // Key is a node key as GET /v1/nodes/{label}/keys shows it.

@@ -41,6 +41,7 @@ const startTimeout = 4 * time.Minute
 // cannot run one, or fails it under OBMD_REQUIRE_INTEGRATION=1.
 func (s *Shared) Cluster(t testing.TB) *Cluster {
 	t.Helper()
+	dbtest.External(t, "a Galera cluster")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.tried {

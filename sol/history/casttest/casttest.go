@@ -23,6 +23,9 @@ import (
 // untouched by a terminal's line discipline.
 func AsciinemaCat(t testing.TB, cast []byte) []byte {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs asciinema: skipped by -short (the fast tier)")
+	}
 	bin, err := exec.LookPath("asciinema")
 	if err != nil {
 		if os.Getenv("OBMD_REQUIRE_INTEGRATION") == "1" {

@@ -36,6 +36,7 @@ const (
 // OBMD_REQUIRE_INTEGRATION=1.
 func Binary(t testing.TB) string {
 	t.Helper()
+	soltest.External(t, "goipmi-server")
 	if p := os.Getenv(EnvBinary); p != "" {
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
 			soltest.Missing(t, "%s=%s is not an executable goipmi-server (%v)", EnvBinary, p, err)

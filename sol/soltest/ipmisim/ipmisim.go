@@ -45,6 +45,7 @@ const (
 // RequireEnv is 1.
 func Require(t testing.TB, programs ...string) {
 	t.Helper()
+	soltest.External(t, strings.Join(programs, ", "))
 	var missing []string
 	for _, p := range programs {
 		if _, err := exec.LookPath(p); err != nil {
