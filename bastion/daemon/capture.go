@@ -188,7 +188,7 @@ func (d *Daemon) heldPlan() sharePlan {
 // holds (shareView.plan), from the SOL leases and the live replicas in
 // the database; it hands off (sol.Manager.HandOff) the nodes the plan
 // gives up that have nobody attached, in its order, down to its share and
-// within st's budget (handOff_rate a second), and remembers each in
+// within st's budget (cluster.handoff_rate a second), and remembers each in
 // st.leaving until its lease is no longer this replica's (its link has
 // closed), or for about twice cluster.lease_ttl at most (a viewer here may have
 // opened it again).

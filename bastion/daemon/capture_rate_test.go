@@ -7,7 +7,7 @@ import (
 )
 
 // TestSharePlanFleet: rep-b joins rep-a, which holds 10,000 captured
-// links; each polls once a round (a second, epoch_poll's default) with a
+// links; each polls once a round (a second, access.poll's default) with a
 // budget of 100 hand-offs (cluster.handoff_rate's default). rep-b has its
 // share within 2 minutes of rounds (one hand-off a poll took 5,000), no
 // round hands off more than the budget, and a link with a viewer is never

@@ -117,7 +117,7 @@ func (s *shareSim) apply(r string, p sharePlan) {
 	}
 }
 
-// round is one epoch_poll of every replica, in a random order; at once:
+// round is one access.poll of every replica, in a random order; at once:
 // every replica plans from the same snapshot (polls that overlap). Then
 // the links handed off close and release their leases, some a round
 // later.
