@@ -80,7 +80,8 @@ func run(out, only string, quick bool, baseline string) error {
 		id  string
 		run func(benchConfig) *section
 	}{{"1", connRate}, {"2", memory}, {"3", consoleBench}, {"4", isolation}, {"5", revocation}, {"6", preauthBench},
-		{"7", fleetBench}, {"8", powerStatusBench}, {"9", automationBench}, {"10", auditFloodBench}, {"12", stormBench}}
+		{"7", fleetBench}, {"8", powerStatusBench}, {"9", automationBench}, {"10", auditFloodBench}, {"11", rebalanceBench},
+		{"12", stormBench}}
 	var sections []*section
 	for _, s := range all {
 		if only != "" && !strings.Contains(","+only+",", ","+s.id+",") {

@@ -74,8 +74,8 @@ func testCaptureList(t *testing.T, s *Store, _ testEnv) {
 			t.Fatal(err)
 		}
 	}
-	b, c := NodeCapture{"b", "sim", ""}, NodeCapture{"c", "mock", CaptureAlways}
-	d, e := NodeCapture{"d", "ipmi", ""}, NodeCapture{"e", "ipmitool", ""}
+	b, c := NodeCapture{"b", "sim", "", ""}, NodeCapture{"c", "mock", CaptureAlways, ""}
+	d, e := NodeCapture{"d", "ipmi", "", ""}, NodeCapture{"e", "ipmitool", "", ""}
 	for _, tc := range []struct {
 		name string
 		cand CaptureCandidates

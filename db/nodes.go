@@ -31,6 +31,9 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 	if _, err := screen.ParseSize(n.ScreenSize); err != nil {
 		return Node{}, fmt.Errorf("create node %s: %w", n.Label, err)
 	}
+	if err := ValidZone(n.Zone); err != nil {
+		return Node{}, fmt.Errorf("create node %s: %w", n.Label, err)
+	}
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		epoch, err := s.recordChange(ctx, tx, n.Label, ReasonNodeCreated)
 		if err != nil {
@@ -40,9 +43,9 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 		n.CreatedAt = s.stamp()
 		n.UpdatedAt = n.CreatedAt
 		_, err = tx.ExecContext(ctx,
-			`INSERT INTO nodes (label, type, info_sealed, access_epoch, capture, screen_size, created_at, updated_at)
-			 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			n.Label, n.Type, n.InfoSealed, n.Epoch, n.Capture, n.ScreenSize, toMillis(n.CreatedAt), toMillis(n.UpdatedAt))
+			`INSERT INTO nodes (label, type, info_sealed, access_epoch, capture, screen_size, zone, created_at, updated_at)
+			 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			n.Label, n.Type, n.InfoSealed, n.Epoch, n.Capture, n.ScreenSize, n.Zone, toMillis(n.CreatedAt), toMillis(n.UpdatedAt))
 		if isDuplicate(err) {
 			return ErrExists
 		}
@@ -54,7 +57,7 @@ func (s *Store) CreateNode(ctx context.Context, n Node) (Node, error) {
 	return n, nil
 }
 
-const nodeColumns = `label, type, info_sealed, access_epoch, capture, screen_size, created_at, updated_at`
+const nodeColumns = `label, type, info_sealed, access_epoch, capture, screen_size, zone, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -63,7 +66,7 @@ func scanNode(r scanner) (Node, error) {
 		n                Node
 		created, updated int64
 	)
-	if err := r.Scan(&n.Label, &n.Type, &n.InfoSealed, &n.Epoch, &n.Capture, &n.ScreenSize, &created, &updated); err != nil {
+	if err := r.Scan(&n.Label, &n.Type, &n.InfoSealed, &n.Epoch, &n.Capture, &n.ScreenSize, &n.Zone, &created, &updated); err != nil {
 		return Node{}, err
 	}
 	n.CreatedAt, n.UpdatedAt = fromMillis(created), fromMillis(updated)
@@ -190,6 +193,57 @@ func (s *Store) SetScreenSize(ctx context.Context, label, size string) (Node, er
 	return n, nil
 }
 
+// SetZone sets the zone of the node's BMC (ValidZone; "" for none) and
+// returns the node. It is not an access change (see SetCapture): the
+// replicas move its console link to one that reaches the zone at their
+// next capture poll or the link's next opening. ErrNotFound.
+func (s *Store) SetZone(ctx context.Context, label, zone string) (Node, error) {
+	if err := ValidZone(zone); err != nil {
+		return Node{}, fmt.Errorf("set zone of %s: %w", label, err)
+	}
+	var n Node
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		n, err = updateNode(ctx, tx, label, `UPDATE nodes SET zone = ?, updated_at = ? WHERE label = ?`,
+			zone, toMillis(s.stamp()), label)
+		return err
+	})
+	if err != nil {
+		return Node{}, fmt.Errorf("set zone of %s: %w", label, err)
+	}
+	return n, nil
+}
+
+// NodeZone returns the zone of the node's BMC; ErrNotFound.
+func (s *Store) NodeZone(ctx context.Context, label string) (string, error) {
+	var zone string
+	if err := s.queryRow(ctx, `SELECT zone FROM nodes WHERE label = ?`, label).Scan(&zone); err != nil {
+		return "", fmt.Errorf("get zone of %s: %w", label, notFound(err))
+	}
+	return zone, nil
+}
+
+// Zones returns the zones the nodes name (not ""), sorted.
+func (s *Store) Zones(ctx context.Context) ([]string, error) {
+	rows, err := s.query(ctx, `SELECT DISTINCT zone FROM nodes WHERE zone <> '' ORDER BY zone`)
+	if err != nil {
+		return nil, fmt.Errorf("list zones: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var z string
+		if err := rows.Scan(&z); err != nil {
+			return nil, fmt.Errorf("list zones: %w", err)
+		}
+		out = append(out, z)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list zones: %w", err)
+	}
+	return out, nil
+}
+
 // updateNode runs update (of label's row) in tx and returns the node as it
 // is then; ErrNotFound if no row changed.
 func updateNode(ctx context.Context, tx *sql.Tx, label, update string, args ...any) (Node, error) {
@@ -217,6 +271,7 @@ type NodeCapture struct {
 	Label   string
 	Type    string
 	Capture string // Node.Capture
+	Zone    string // Node.Zone
 }
 
 // CaptureCandidates narrows Captures to the nodes whose capture can be
@@ -235,7 +290,7 @@ type CaptureCandidates struct {
 // allocations and scans grow with the nodes it may hold, not with the
 // fleet.
 func (s *Store) Captures(ctx context.Context, c CaptureCandidates) ([]NodeCapture, error) {
-	q := `SELECT label, type, capture FROM nodes WHERE capture = ?`
+	q := `SELECT label, type, capture, zone FROM nodes WHERE capture = ?`
 	args := []any{CaptureAlways}
 	switch {
 	case c.Unset:
@@ -254,7 +309,7 @@ func (s *Store) Captures(ctx context.Context, c CaptureCandidates) ([]NodeCaptur
 	var out []NodeCapture
 	for rows.Next() {
 		var c NodeCapture
-		if err := rows.Scan(&c.Label, &c.Type, &c.Capture); err != nil {
+		if err := rows.Scan(&c.Label, &c.Type, &c.Capture, &c.Zone); err != nil {
 			return nil, fmt.Errorf("list captures: %w", err)
 		}
 		out = append(out, c)

@@ -51,8 +51,12 @@ type Node struct {
 	// of its console): "COLSxROWS" up to 200x100, or "" for the default
 	// 80x25. Not access: it moves no epoch.
 	ScreenSize string
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// Zone is the BMC network the node's BMC is on (ValidZone): only a
+	// replica that reaches it holds the node's console link; "" for any
+	// replica. Not access: it moves no epoch.
+	Zone      string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Capture settings of a node (Node.Capture).

@@ -73,6 +73,10 @@ const (
 	CheckSystem       = "system"
 	CheckResetActions = "reset actions"
 
+	// CheckZone comes first in a cluster with zones, for a node that names
+	// one: whether a live replica reaches its BMC's network.
+	CheckZone = "zone"
+
 	CheckTransport  = "transport"
 	CheckSSHAddress = "ssh address"
 	CheckSSHHostKey = "ssh host key"

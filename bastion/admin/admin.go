@@ -93,6 +93,10 @@ type Config struct {
 	// error wrapping db.ErrWriteStuck is reported as writes not
 	// completing; any other as the database not reachable.
 	Ready func(ctx context.Context) error
+	// ReadyNotes, if set, are lines /readyz adds after "ok" when ready:
+	// what the cluster lacks that this replica cannot mend (a zone no
+	// live replica reaches).
+	ReadyNotes func() []string
 	// CipherInUse, if set, tells the IPMI cipher suite this replica last
 	// negotiated with a node's BMC (sol.Ciphers.Suite), which the node
 	// views show as "cipher_in_use".
@@ -153,6 +157,7 @@ type Store interface {
 	UpdateNodeInfo(ctx context.Context, label, typ string, sealed []byte) (db.Node, error)
 	SetCapture(ctx context.Context, label, capture string) (db.Node, error)
 	SetScreenSize(ctx context.Context, label, size string) (db.Node, error)
+	SetZone(ctx context.Context, label, zone string) (db.Node, error)
 	DeleteNode(ctx context.Context, label string) (int64, error)
 	SetToken(ctx context.Context, label string, h keys.TokenHash) (int64, error)
 	RevokeToken(ctx context.Context, label string) (int64, error)
@@ -325,6 +330,7 @@ func (a *API) routes() {
 	a.handle("DELETE /v1/cas/{fingerprint...}", a.admin(a.deleteCA))
 	a.handle("PUT /v1/nodes/{label}/capture", a.admin(a.putCapture))
 	a.handle("PUT /v1/nodes/{label}/screen_size", a.admin(a.putScreenSize))
+	a.handle("PUT /v1/nodes/{label}/zone", a.admin(a.putZone))
 	a.handle("GET /v1/nodes/{label}/console-log", a.admin(a.consoleLog))
 	a.handle("GET /v1/nodes/{label}/screen", a.admin(a.screen))
 	a.handle("GET /v1/nodes/{label}/tenancies", a.admin(a.tenancies))
@@ -531,7 +537,13 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "ok")
+	body := "ok"
+	if a.cfg.ReadyNotes != nil {
+		for _, n := range a.cfg.ReadyNotes() {
+			body += "\n" + n
+		}
+	}
+	_, _ = io.WriteString(w, body)
 }
 
 // auditEvent records e with the request's source; a failure is logged, not

@@ -210,6 +210,43 @@ func (a *API) putScreenSize(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// putZone is PUT /v1/nodes/{label}/zone {"zone": "rack-7" | ""}: the
+// network of the node's BMC (docs/replicas.md, Zones), not an access
+// change. Only replicas that reach the zone open the node's console link
+// from then on.
+func (a *API) putZone(w http.ResponseWriter, r *http.Request) {
+	label, data, valid := a.labelBody(w, r)
+	if !valid {
+		return
+	}
+	var b api.Zone
+	if err := decode(data, &b, true, "body"); err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	if b.Zone == nil || db.ValidZone(*b.Zone) != nil {
+		writeBodyError(w, badBody("field \"zone\" must be 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit, or \"\" (none)",
+			db.MaxZoneLen))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.cfg.ChangeTimeout)
+	defer cancel()
+	n, err := a.store.SetZone(ctx, label, *b.Zone)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no node "+quote(label))
+	case err != nil:
+		a.storeError(w, r, "set zone", err)
+	default:
+		detail := n.Zone
+		if detail == "" {
+			detail = "none"
+		}
+		a.auditEvent(r, db.AuditEvent{Node: n.Label, Actor: "admin", Action: "node.zone", Result: "ok", Detail: "zone " + detail})
+		writeJSON(w, http.StatusOK, a.view(n))
+	}
+}
+
 // setScreenSize sets n's screen size if size is set and differs (not an
 // access change), audited as node.screen_size.
 func (a *API) setScreenSize(ctx context.Context, r *http.Request, n db.Node, size *string) (db.Node, error) {

@@ -108,7 +108,7 @@ func (a *API) sameNode(n db.Node, info nodes.Info) (bool, error) {
 
 // view is n as the /v1 API shows it (api.Node).
 func (a *API) view(n db.Node) api.Node {
-	v := api.Node{Label: n.Label, Type: n.Type, Capture: n.Capture, ScreenSize: n.ScreenSize,
+	v := api.Node{Label: n.Label, Type: n.Type, Capture: n.Capture, ScreenSize: n.ScreenSize, Zone: n.Zone,
 		CreatedAt: n.CreatedAt.UTC(), UpdatedAt: n.UpdatedAt.UTC()}
 	if a.cfg.CipherInUse != nil {
 		if suite, ok := a.cfg.CipherInUse(n.Label); ok {

@@ -58,7 +58,8 @@ type Store interface {
 	RenewLease(ctx context.Context, node, kind, token string, ttl time.Duration) (time.Time, error)
 	ReleaseLease(ctx context.Context, node, kind, token string) error
 	Lease(ctx context.Context, node, kind string) (db.Lease, error)
-	Announce(ctx context.Context, id, addr string, applied int64, ttl time.Duration) error
+	AnnounceIn(ctx context.Context, id, addr string, zones []string, applied int64, ttl time.Duration) error
+	NodeZone(ctx context.Context, label string) (string, error)
 	Withdraw(ctx context.Context, id string) error
 	ReplicasWithin(ctx context.Context, grace time.Duration) ([]db.Replica, error)
 }
@@ -109,14 +110,33 @@ type Config struct {
 	// Keepalive is how often peer connections are probed; a peer that
 	// does not answer within two intervals is dropped (default 5 s).
 	Keepalive time.Duration `yaml:"keepalive"`
+	// Zones are the BMC networks this replica reaches (db.ValidZones):
+	// it opens the console links of the nodes in them and of the nodes
+	// without a zone only, and relays the others (zones.go). None (the
+	// default): every zone.
+	Zones []string `yaml:"zones"`
+	// HandOffRate bounds the captured links this replica hands off to
+	// replicas short of their share, a second (default
+	// DefaultHandOffRate): each closes a SOL session here and opens one
+	// there.
+	HandOffRate int `yaml:"handoff_rate"`
 }
+
+// DefaultHandOffRate is Config.HandOffRate's default: a replica joining
+// one that holds 10,000 captured links is handed its 5,000 over 50 s.
+const DefaultHandOffRate = 100
 
 // WithDefaults returns c with its unset tunables at their defaults (the
 // lease TTL's is DefaultLeaseTTL; the wiring may settle another at start),
 // or an error for ones that do not fit together. It checks no dependency:
 // New does.
 func (c Config) WithDefaults() (Config, error) {
-	if c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0 || c.FenceMargin < 0 {
+	switch {
+	case db.ValidZones(c.Zones) != nil:
+		return c, fmt.Errorf("zones: %w", db.ValidZones(c.Zones))
+	case c.HandOffRate < 0:
+		return c, errors.New("negative hand-off rate")
+	case c.LeaseTTL < 0 || c.Renew < 0 || c.PowerHold < 0 || c.DialTimeout < 0 || c.Keepalive < 0 || c.FenceMargin < 0:
 		return c, errors.New("negative duration")
 	}
 	if c.LeaseTTL == 0 {
@@ -142,6 +162,9 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.Keepalive == 0 {
 		c.Keepalive = 5 * time.Second
+	}
+	if c.HandOffRate == 0 {
+		c.HandOffRate = DefaultHandOffRate
 	}
 	return c, nil
 }
@@ -173,6 +196,9 @@ type Cluster struct {
 	store   Store
 	local   sol.Resolver
 	log     logrus.FieldLogger
+	// proto is the highest peer protocol version this replica speaks:
+	// ProtocolVersion (tests set a lower one to play an older release).
+	proto int
 
 	mu    sync.Mutex
 	held  map[string]string         // label -> token of the SOL lease this replica holds
@@ -197,7 +223,7 @@ func New(cfg Config, hostKey gossh.Signer, access Access, store Store, local sol
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	return &Cluster{cfg: cfg, hostKey: hostKey, access: access, store: store, local: local, log: log, held: map[string]string{},
+	return &Cluster{cfg: cfg, hostKey: hostKey, access: access, store: store, local: local, log: log, proto: ProtocolVersion, held: map[string]string{},
 		links: map[*heldConsole]struct{}{}, fence: newFence()}, nil
 }
 
@@ -265,12 +291,16 @@ func (r commandsResolver) ResolveAt(ctx context.Context, label string, epoch int
 // LeaseTTL less FenceMargin after the write began.
 func (c *Cluster) Announce(ctx context.Context, applied int64) error {
 	start := time.Now()
-	if err := c.store.Announce(ctx, c.cfg.ReplicaID, c.cfg.PeerAddr, applied, c.cfg.LeaseTTL); err != nil {
+	if err := c.store.AnnounceIn(ctx, c.cfg.ReplicaID, c.cfg.PeerAddr, c.cfg.Zones, applied, c.cfg.LeaseTTL); err != nil {
 		return err
 	}
 	c.fence.move(start.Add(c.fenceAfter()))
 	return nil
 }
+
+// HandOffRate is Config.HandOffRate, defaulted: the most captured links
+// this replica hands off a second (bastion/daemon's capture poll).
+func (c *Cluster) HandOffRate() int { return c.cfg.HandOffRate }
 
 // Withdraw removes this replica's announcement (a clean stop), so that no
 // one waits for it.
@@ -396,14 +426,22 @@ func (b *bmc) Exclusive() bool {
 
 func (b *bmc) PowerStatus(ctx context.Context) (string, error) { return b.inner.PowerStatus(ctx) }
 
-// Diagnose passes the driver's diagnosis through (doctor). It takes no
-// lease: a diagnosis changes nothing on the node. A driver that cannot
-// diagnose gives none.
+// Diagnose passes the driver's diagnosis through (doctor), after the
+// zone's check (zoneCheck) for a node in a zone, which stops it if this
+// replica cannot reach the BMC. It takes no lease: a diagnosis changes
+// nothing on the node. A driver that cannot diagnose gives none.
 func (b *bmc) Diagnose(ctx context.Context) []sol.Check {
-	if d, ok := b.inner.(sol.Diagnoser); ok {
-		return d.Diagnose(ctx)
+	var checks []sol.Check
+	if zc, ok := b.c.zoneCheck(ctx, b.label); ok {
+		checks = append(checks, zc)
+		if !zc.OK {
+			return checks
+		}
 	}
-	return nil
+	if d, ok := b.inner.(sol.Diagnoser); ok {
+		return append(checks, d.Diagnose(ctx)...)
+	}
+	return checks
 }
 
 func (b *bmc) PowerOn(ctx context.Context) error {

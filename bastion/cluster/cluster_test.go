@@ -361,7 +361,7 @@ func TestPeerAuth(t *testing.T) {
 	addr := r0.l.Addr().String()
 	dial := func(k gossh.Signer, user string) (*gossh.Client, error) {
 		return gossh.Dial("tcp", addr, &gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.PublicKeys(k)},
-			HostKeyCallback: gossh.FixedHostKey(key.PublicKey()), Timeout: 5 * time.Second})
+			HostKeyCallback: gossh.FixedHostKey(key.PublicKey()), Timeout: 5 * time.Second, ClientVersion: identFor(ProtocolVersion)})
 	}
 	if c, err := dial(newHostKey(t), peerUser); err == nil {
 		c.Close()
@@ -384,6 +384,15 @@ func TestPeerAuth(t *testing.T) {
 	if _, _, err := c.OpenChannel("session", nil); err == nil {
 		t.Error("session channel: got accepted, want rejected")
 	}
+	// The key without the peer protocol's identification: refused.
+	foreign, err := gossh.Dial("tcp", addr, &gossh.ClientConfig{User: peerUser, Auth: []gossh.AuthMethod{gossh.PublicKeys(key)},
+		HostKeyCallback: gossh.FixedHostKey(key.PublicKey()), Timeout: 5 * time.Second})
+	if err == nil {
+		defer foreign.Close()
+		if _, _, err := foreign.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: "n1", From: "x", Epoch: 1})); err == nil {
+			t.Error("a client that does not speak the peer protocol: got a console, want the connection closed")
+		}
+	}
 
 	// A client refuses a server that lacks the shared key.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -391,7 +400,7 @@ func TestPeerAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	impostor := startImpostor(t, l, newHostKey(t))
-	_, err = r0.c.dialRelay(context.Background(), db.Lease{Owner: "imp", Addr: l.Addr().String()}, "n1", 1)
+	_, err = r0.c.dialRelay(context.Background(), db.Lease{Owner: "imp", Addr: l.Addr().String()}, "n1", 1, false)
 	if err == nil || !strings.Contains(err.Error(), "host key") {
 		t.Errorf("relay to an impostor: got %v, want a host key mismatch", err)
 	}

@@ -41,9 +41,33 @@ func (b *bmc) open(ctx context.Context, own bool) (sol.Console, error) {
 		token = newToken()
 	}
 	log := c.log.WithField("node", b.label)
+	zone, reach, err := c.reachNode(ctx, b.label)
+	if err != nil {
+		return nil, fmt.Errorf("open console of %s: %w: %w", b.label, sol.ErrUnverified, err)
+	}
 	var lastErr error
 	caughtUp := false
 	for {
+		if !reach { // another replica holds or opens it (zones.go)
+			if own {
+				return nil, fmt.Errorf("open console of %s: %w", b.label, sol.ErrHeldElsewhere)
+			}
+			con, err := c.openThroughZone(ctx, b.label, zone, log)
+			switch {
+			case err == nil:
+				return con, nil
+			case errors.Is(err, ErrNoZoneReplica):
+				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
+			}
+			if errors.Is(err, errStale) && !caughtUp {
+				caughtUp = true
+				continue
+			}
+			if c.pause(ctx, time.Time{}) != nil {
+				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
+			}
+			continue
+		}
 		start := time.Now() // the lease expires no sooner than LeaseTTL after this
 		held, err := c.store.AcquireLease(ctx, c.lease(b.label, db.LeaseSOL, token), c.cfg.LeaseTTL)
 		if err == nil {
@@ -76,7 +100,7 @@ func (b *bmc) open(ctx context.Context, own bool) (sol.Console, error) {
 			if err != nil {
 				return nil, fmt.Errorf("open console of %s: %w", b.label, err)
 			}
-			con, err := c.dialRelay(ctx, held, b.label, epoch)
+			con, err := c.dialRelay(ctx, held, b.label, epoch, false)
 			if err == nil {
 				log.WithFields(logrus.Fields{"holder": held.Owner, "epoch": epoch}).Info("sol_relay_opened")
 				return con, nil

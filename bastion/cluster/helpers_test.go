@@ -172,6 +172,13 @@ type replica struct {
 // nil: every node stays at epoch 1).
 func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.Signer, epochs ...*sharedEpochs) *replica {
 	t.Helper()
+	return startReplicaSpeaking(t, ProtocolVersion, id, store, lab, key, epochs...)
+}
+
+// startReplicaSpeaking is startReplica, of a replica that speaks the peer
+// protocol up to version proto (an older release's).
+func startReplicaSpeaking(t testing.TB, proto int, id string, store Store, lab *sim.Lab, key gossh.Signer, epochs ...*sharedEpochs) *replica {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +194,7 @@ func startReplica(t testing.TB, id string, store Store, lab *sim.Lab, key gossh.
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.proto = proto
 	hub, err := sol.NewManager(sol.Config{Linger: 100 * time.Millisecond,
 		Backoff: sol.Backoff{Min: 20 * time.Millisecond, Max: 100 * time.Millisecond}}, c, nil, quietLog())
 	if err != nil {

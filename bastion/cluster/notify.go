@@ -165,12 +165,18 @@ var errRefused = errors.New("the replica refused the request")
 // ask sends the global request name with payload to replica id's peer
 // server at addr, on a connection of its own, and returns its answer.
 func (c *Cluster) ask(ctx context.Context, id, addr, name string, payload []byte) ([]byte, error) {
+	reply, _, err := c.askIn(ctx, id, addr, name, payload)
+	return reply, err
+}
+
+// askIn is ask, which also returns the protocol version the answer is in.
+func (c *Cluster) askIn(ctx context.Context, id, addr, name string, payload []byte) ([]byte, int, error) {
 	if addr == "" {
-		return nil, errors.New("no peer address")
+		return nil, 0, errors.New("no peer address")
 	}
 	client, err := c.dialPeer(ctx, addr, id)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer client.Close()
 	stop := context.AfterFunc(ctx, func() { client.Close() }) // unblocks the request
@@ -178,9 +184,9 @@ func (c *Cluster) ask(ctx context.Context, id, addr, name string, payload []byte
 	ok, reply, err := client.SendRequest(name, true, payload)
 	switch {
 	case err != nil:
-		return nil, errors.Join(err, ctx.Err())
+		return nil, 0, errors.Join(err, ctx.Err())
 	case !ok:
-		return nil, errRefused
+		return nil, 0, errRefused
 	}
-	return reply, nil
+	return reply, client.proto, nil
 }

@@ -64,7 +64,7 @@ func NewPeerServer(c *Cluster, hub Hub, reg Sessions, log logrus.FieldLogger) (*
 	}
 	want := c.hostKey.PublicKey().Marshal()
 	cfg := &gossh.ServerConfig{
-		ServerVersion: "SSH-2.0-obmd-peer",
+		ServerVersion: identFor(c.proto),
 		MaxAuthTries:  2,
 		PublicKeyCallback: func(meta gossh.ConnMetadata, key gossh.PublicKey) (*gossh.Permissions, error) {
 			if meta.User() == peerUser && subtle.ConstantTimeCompare(key.Marshal(), want) == 1 {
@@ -208,6 +208,13 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 		t.Trust()
 	}
 	log := s.log.WithField("remote", conn.RemoteAddr().String())
+	proto, err := s.c.negotiate(sc.ClientVersion())
+	if err != nil {
+		log.WithError(err).Warn("peer_protocol_refused")
+		sc.Close() // its requests and channels end with it
+		return
+	}
+	log = log.WithField("protocol", proto)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -226,7 +233,7 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 			case credNoticeRequest:
 				ok = s.credNotice(r.Payload, log)
 			case sessionsRequest:
-				ok, reply = s.peerSessions(r.Payload)
+				ok, reply = s.peerSessions(r.Payload, proto)
 			case kickRequest:
 				ok, reply = s.peerKick(r.Payload, log)
 			}
@@ -247,7 +254,7 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 		wg.Add(1)
 		go func() { // ends when the channel does
 			defer wg.Done()
-			s.relay(nc, log)
+			s.relay(nc, proto, log)
 		}()
 	}
 	close(stop)
@@ -255,12 +262,13 @@ func (s *PeerServer) serveConn(conn net.Conn) {
 	wg.Wait()
 }
 
-// relay serves one console channel: a relay viewer of the node on this
-// replica's hub, whose output goes to the channel, and which carries the
-// relaying replica's viewers (their roles, input and breaks: roles.go).
-func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
-	var req consoleOpen
-	if err := gossh.Unmarshal(nc.ExtraData(), &req); err != nil || req.Label == "" {
+// relay serves one console channel, in peer protocol version proto: a
+// relay viewer of the node on this replica's hub, whose output goes to the
+// channel, and which carries the relaying replica's viewers (their roles,
+// input and breaks: roles.go).
+func (s *PeerServer) relay(nc gossh.NewChannel, proto int, log logrus.FieldLogger) {
+	req, err := parseConsoleOpen(nc.ExtraData(), proto)
+	if err != nil {
 		nc.Reject(gossh.ConnectionFailed, "bad console request")
 		return
 	}
@@ -288,7 +296,7 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 		return
 	}
 	log.Info("peer_relay_started")
-	roles := &relayRoles{v: v, ch: ch}
+	roles := &relayRoles{v: v, ch: ch, proto: proto}
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { // ends with the viewer
@@ -308,7 +316,7 @@ func (s *PeerServer) relay(nc gossh.NewChannel, log logrus.FieldLogger) {
 	// before it wait for it.
 	seeded, rolesDue := false, false
 	for c := range v.Output() { // closed once the viewer has ended
-		seed, err := sendSeed(ch, c)
+		seed, err := sendSeed(ch, c, proto)
 		switch {
 		case err != nil:
 		case seed:
@@ -353,7 +361,7 @@ func (s *PeerServer) attachRelay(ctx context.Context, req consoleOpen, from stri
 	}
 	var v *sol.Viewer
 	err := s.c.access.Serve(ctx, req.Label, int64(req.Epoch), func() error {
-		if !s.c.Holds(req.Label) {
+		if !s.c.Holds(req.Label) && !(req.Take && s.c.reaches(ctx, req.Label)) {
 			return errNotHolder
 		}
 		var err error

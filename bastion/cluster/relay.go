@@ -49,6 +49,50 @@ type consoleOpen struct {
 	// Epoch is the node's access epoch the relaying replica has applied:
 	// every viewer it serves the relay to authenticated at it or later.
 	Epoch uint64
+	// Take (protocol 2 on) asks a replica that does not hold the link to
+	// open it, as a replica that reaches the node's zone, for one that
+	// does not (zones.go).
+	Take bool
+}
+
+// consoleOpenV1 is consoleOpen in protocol 1.
+type consoleOpenV1 struct {
+	Label string
+	From  string
+	Epoch uint64
+}
+
+// marshalConsoleOpen encodes a consoleChannel's extra data in protocol
+// version proto.
+func marshalConsoleOpen(req consoleOpen, proto int) ([]byte, error) {
+	if proto >= 2 {
+		return gossh.Marshal(req), nil
+	}
+	if req.Take {
+		return nil, errors.New("it speaks peer protocol 1, which cannot ask it to open a link (upgrade it)")
+	}
+	return gossh.Marshal(consoleOpenV1{Label: req.Label, From: req.From, Epoch: req.Epoch}), nil
+}
+
+// parseConsoleOpen reads a consoleChannel's extra data in protocol
+// version proto.
+func parseConsoleOpen(data []byte, proto int) (consoleOpen, error) {
+	var req consoleOpen
+	if proto >= 2 {
+		if err := gossh.Unmarshal(data, &req); err != nil {
+			return consoleOpen{}, err
+		}
+	} else {
+		var v1 consoleOpenV1
+		if err := gossh.Unmarshal(data, &v1); err != nil {
+			return consoleOpen{}, err
+		}
+		req = consoleOpen{Label: v1.Label, From: v1.From, Epoch: v1.Epoch}
+	}
+	if req.Label == "" {
+		return consoleOpen{}, errors.New("no node label")
+	}
+	return req, nil
 }
 
 // accessNotice is the payload of a noticeRequest.
@@ -73,9 +117,17 @@ type credNotice struct {
 // the node's access epoch.
 var errStale = errors.New("the holder refused the relay: " + staleMessage)
 
+// peerClient is a connection to another replica's peer server, in the
+// peer protocol version both speak.
+type peerClient struct {
+	*gossh.Client
+	proto int
+}
+
 // dialPeer connects and logs in to the peer server at addr (replica
-// owner's), within ctx and DialTimeout.
-func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*gossh.Client, error) {
+// owner's), within ctx and DialTimeout, and agrees on the protocol version
+// (negotiate).
+func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*peerClient, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
 	var d net.Dialer
@@ -88,7 +140,7 @@ func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*gossh.Clie
 		User:            peerUser,
 		Auth:            []gossh.AuthMethod{gossh.PublicKeys(c.hostKey)},
 		HostKeyCallback: gossh.FixedHostKey(c.hostKey.PublicKey()),
-		ClientVersion:   "SSH-2.0-obmd-peer",
+		ClientVersion:   identFor(c.proto),
 	}
 	sshalgo.Modern().Client(ccfg, c.hostKey.PublicKey())
 	cc, chans, reqs, err := gossh.NewClientConn(conn, addr, ccfg)
@@ -101,15 +153,26 @@ func (c *Cluster) dialPeer(ctx context.Context, addr, owner string) (*gossh.Clie
 		return nil, fmt.Errorf("replica %s: %w", owner, err)
 	}
 	conn.SetDeadline(time.Time{})
-	return gossh.NewClient(cc, chans, reqs), nil // its goroutines end when cc closes
+	proto, err := c.negotiate(cc.ServerVersion())
+	if err != nil {
+		cc.Close()
+		return nil, fmt.Errorf("replica %s: %w", owner, err)
+	}
+	return &peerClient{gossh.NewClient(cc, chans, reqs), proto}, nil // its goroutines end when cc closes
 }
 
 // dialRelay connects to the holder's peer server and opens label's console
-// there, for viewers at access epoch epoch.
-func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, epoch int64) (*relayConsole, error) {
+// there, for viewers at access epoch epoch; with take, holder is a replica
+// that reaches the node's zone, asked to open the link (consoleOpen.Take).
+func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, epoch int64, take bool) (*relayConsole, error) {
 	client, err := c.dialPeer(ctx, holder.Addr, holder.Owner)
 	if err != nil {
 		return nil, fmt.Errorf("relay to %w", err)
+	}
+	open, err := marshalConsoleOpen(consoleOpen{Label: label, From: c.cfg.ReplicaID, Epoch: uint64(epoch), Take: take}, client.proto)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, err)
 	}
 	type opened struct {
 		ch   gossh.Channel
@@ -118,7 +181,7 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 	}
 	done := make(chan opened, 1)
 	go func() { // ends when the holder answers or the connection closes
-		ch, reqs, err := client.OpenChannel(consoleChannel, gossh.Marshal(consoleOpen{Label: label, From: c.cfg.ReplicaID, Epoch: uint64(epoch)}))
+		ch, reqs, err := client.OpenChannel(consoleChannel, open)
 		done <- opened{ch, reqs, err}
 	}()
 	var o opened
@@ -144,7 +207,7 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 		client.Close()
 		return nil, fmt.Errorf("relay to replica %s: %w", holder.Owner, o.err)
 	}
-	seed, screen, err := c.awaitSeed(ctx, o.reqs)
+	seed, screen, err := c.awaitSeed(ctx, o.reqs, client.proto)
 	if err != nil {
 		o.ch.Close()
 		client.Close()
@@ -167,7 +230,7 @@ func (c *Cluster) dialRelay(ctx context.Context, holder db.Lease, label string, 
 // lease, which decides who writes (a sol.Arbiter: roles.go). Read fails when the holder goes away (or stops serving it), which
 // makes this replica's hub reconnect through the cluster.
 type relayConsole struct {
-	client *gossh.Client
+	client *peerClient
 	ch     gossh.Channel
 	holder string
 	seed   []byte        // the holder's replay as the relay began (Seed)

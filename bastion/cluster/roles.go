@@ -43,6 +43,62 @@ type roleMsg struct {
 	Want    bool
 }
 
+// roleMsgV1 and rolesMsgV1 are roleMsg and rolesMsg in protocol 1,
+// without the session.
+type roleMsgV1 struct {
+	Op     uint8
+	Viewer uint64
+	Name   string
+	Want   bool
+}
+
+type rolesMsgV1 struct {
+	Writer uint64
+	Name   string
+	Seq    uint64
+	Lender uint64
+}
+
+// marshalRole encodes m in protocol version proto.
+func marshalRole(m roleMsg, proto int) []byte {
+	if proto < 2 {
+		return gossh.Marshal(roleMsgV1{Op: m.Op, Viewer: m.Viewer, Name: m.Name, Want: m.Want})
+	}
+	return gossh.Marshal(m)
+}
+
+// parseRole decodes a roleRequest's payload in protocol version proto.
+func parseRole(b []byte, proto int) (roleMsg, error) {
+	if proto < 2 {
+		var v1 roleMsgV1
+		err := gossh.Unmarshal(b, &v1)
+		return roleMsg{Op: v1.Op, Viewer: v1.Viewer, Name: v1.Name, Want: v1.Want}, err
+	}
+	var m roleMsg
+	err := gossh.Unmarshal(b, &m)
+	return m, err
+}
+
+// marshalRoles encodes m in protocol version proto.
+func marshalRoles(m rolesMsg, proto int) []byte {
+	if proto < 2 {
+		return gossh.Marshal(rolesMsgV1{Writer: m.Writer, Name: m.Name, Seq: m.Seq, Lender: m.Lender})
+	}
+	return gossh.Marshal(m)
+}
+
+// parseRoles decodes a rolesRequest's payload in protocol version proto.
+func parseRoles(b []byte, proto int) (rolesMsg, error) {
+	if proto < 2 {
+		var v1 rolesMsgV1
+		err := gossh.Unmarshal(b, &v1)
+		return rolesMsg{Writer: v1.Writer, Name: v1.Name, Seq: v1.Seq, Lender: v1.Lender}, err
+	}
+	var m rolesMsg
+	err := gossh.Unmarshal(b, &m)
+	return m, err
+}
+
 type inputMsg struct {
 	Viewer uint64
 	Data   []byte
@@ -85,7 +141,7 @@ func (r *relayConsole) Arbitrate(roles func(sol.Roles), notice func(viewer uint6
 func (r *relayConsole) Tell(m sol.RoleMsg) error {
 	msg := roleMsg{Op: uint8(m.Op), Viewer: m.Viewer, Session: m.Who.Session, Name: m.Who.Name, Want: m.Want}
 	wait := m.Op == sol.RoleReturn
-	ok, err := r.ch.SendRequest(roleRequest, wait, gossh.Marshal(msg))
+	ok, err := r.ch.SendRequest(roleRequest, wait, marshalRole(msg, r.client.proto))
 	if err != nil {
 		return fmt.Errorf("console relay to replica %s: %w", r.holder, err)
 	}
@@ -138,11 +194,12 @@ func (r *relayConsole) holderRequests(reqs <-chan *gossh.Request) {
 		r.mu.Lock()
 		roles, notice := r.roles, r.notice
 		r.mu.Unlock()
-		var m rolesMsg
 		var tm tellMsg
 		switch {
-		case req.Type == rolesRequest && gossh.Unmarshal(req.Payload, &m) == nil && roles != nil:
-			roles(sol.Roles{Writer: m.Writer, Who: sol.Who{Session: m.Session, Name: m.Name}, Seq: m.Seq, Lender: m.Lender})
+		case req.Type == rolesRequest && roles != nil:
+			if m, err := parseRoles(req.Payload, r.client.proto); err == nil {
+				roles(sol.Roles{Writer: m.Writer, Who: sol.Who{Session: m.Session, Name: m.Name}, Seq: m.Seq, Lender: m.Lender})
+			}
 		case req.Type == tellRequest && gossh.Unmarshal(req.Payload, &tm) == nil && notice != nil:
 			notice(tm.Viewer, printable(tm.Text))
 		}
@@ -165,20 +222,21 @@ func joined(m roleMsg) sol.Who {
 
 // ---- the holder: a relay viewer's requests ----
 
-// relayRoles sends relay viewer v's Roles to the relaying replica; mu
-// keeps them in the order they were read.
+// relayRoles sends relay viewer v's Roles to the relaying replica, in
+// peer protocol version proto; mu keeps them in the order they were read.
 type relayRoles struct {
-	v  *sol.Viewer
-	ch gossh.Channel
-	mu sync.Mutex
+	v     *sol.Viewer
+	ch    gossh.Channel
+	proto int
+	mu    sync.Mutex
 }
 
 func (s *relayRoles) send() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.v.Roles()
-	_, err := s.ch.SendRequest(rolesRequest, false, gossh.Marshal(rolesMsg{Writer: r.Writer, Session: r.Who.Session,
-		Name: r.Who.Name, Seq: r.Seq, Lender: r.Lender}))
+	_, err := s.ch.SendRequest(rolesRequest, false, marshalRoles(rolesMsg{Writer: r.Writer, Session: r.Who.Session,
+		Name: r.Who.Name, Seq: r.Seq, Lender: r.Lender}, s.proto))
 	return err
 }
 
@@ -213,11 +271,11 @@ func serveRelayRequests(ctx context.Context, v *sol.Viewer, roles *relayRoles, r
 func relayRequest(ctx context.Context, v *sol.Viewer, roles *relayRoles, req *gossh.Request) (bool, error) {
 	switch req.Type {
 	case roleRequest:
-		var m roleMsg
-		if err := gossh.Unmarshal(req.Payload, &m); err != nil {
+		m, err := parseRole(req.Payload, roles.proto)
+		if err != nil {
 			return false, fmt.Errorf("malformed: %w", err)
 		}
-		err := v.Arbitrate(sol.RoleMsg{Op: sol.RoleOp(m.Op), Viewer: m.Viewer, Who: joined(m), Want: m.Want})
+		err = v.Arbitrate(sol.RoleMsg{Op: sol.RoleOp(m.Op), Viewer: m.Viewer, Who: joined(m), Want: m.Want})
 		if serr := roles.send(); serr != nil {
 			return false, serr
 		}

@@ -57,47 +57,57 @@ func TestRelayScreen(t *testing.T) {
 	})
 }
 
-// TestSeedAcrossVersions: the screen goes with the seed only between
-// replicas that both know it; a holder or a relaying replica from before
-// it still relays, the screen left out.
+// TestSeedAcrossVersions: the screen goes with the seed only in protocol
+// 2; in protocol 1 (a holder or a relaying replica of v0.9.0) relays go on
+// without it. A build that probed for the screen (a seed wanting a reply)
+// gets a refusal, and so sends none.
 func TestSeedAcrossVersions(t *testing.T) {
 	term, _ := screen.New(screen.Size{})
 	term.Write([]byte("the holder's screen"))
 	seed := sol.Chunk{Data: []byte("seed"), Replay: true, Screen: term.ANSI()}
 	c := &Cluster{cfg: Config{DialTimeout: 5 * time.Second}}
 
-	t.Run("both", func(t *testing.T) {
+	t.Run("protocol 2", func(t *testing.T) {
 		holder, relay, reqs := channelPair(t)
-		go sendSeed(holder, seed)
-		got, scr, err := c.awaitSeed(context.Background(), reqs)
+		go sendSeed(holder, seed, 2)
+		got, scr, err := c.awaitSeed(context.Background(), reqs, 2)
 		if err != nil || string(got) != "seed" || string(scr) != string(seed.Screen) {
 			t.Fatalf("seed %q, screen %d bytes, %v", got, len(scr), err)
 		}
 		readData(t, holder, relay)
 	})
-	t.Run("an older holder", func(t *testing.T) {
+	t.Run("protocol 1", func(t *testing.T) {
 		holder, relay, reqs := channelPair(t)
-		go holder.SendRequest(seedRequest, false, seed.Data) // as it sent it
-		got, scr, err := c.awaitSeed(context.Background(), reqs)
+		go sendSeed(holder, seed, 1)
+		got, scr, err := c.awaitSeed(context.Background(), reqs, 1)
 		if err != nil || string(got) != "seed" || scr != nil {
 			t.Fatalf("seed %q, screen %q, %v; want the seed, no screen", got, scr, err)
 		}
 		readData(t, holder, relay)
 	})
-	t.Run("an older relaying replica", func(t *testing.T) {
+	t.Run("a holder that probes", func(t *testing.T) {
 		holder, relay, reqs := channelPair(t)
-		sent := make(chan error, 1)
+		probed := make(chan bool, 1)
 		go func() {
-			_, err := sendSeed(holder, seed)
-			sent <- err
+			wants, _ := holder.SendRequest(seedRequest, true, seed.Data)
+			probed <- wants
 		}()
-		r := <-reqs // as it took the seed: every request answered false
-		if r.Type != seedRequest {
-			t.Fatalf("first request %q", r.Type)
+		got, scr, err := c.awaitSeed(context.Background(), reqs, 1)
+		if err != nil || string(got) != "seed" || scr != nil {
+			t.Fatalf("seed %q, screen %q, %v; want the seed, no screen", got, scr, err)
 		}
-		r.Reply(false, nil)
-		if err := <-sent; err != nil {
+		if <-probed {
+			t.Error("the probe for a screen: got true, want false in protocol 1")
+		}
+		readData(t, holder, relay)
+	})
+	t.Run("protocol 1 sends nothing after the seed", func(t *testing.T) {
+		holder, relay, reqs := channelPair(t)
+		if _, err := sendSeed(holder, seed, 1); err != nil {
 			t.Fatal(err)
+		}
+		if r := <-reqs; r.Type != seedRequest || r.WantReply {
+			t.Fatalf("first request %q (want reply %v), want the seed without reply", r.Type, r.WantReply)
 		}
 		go func() {
 			for r := range reqs {

@@ -18,19 +18,12 @@ import (
 // the relay's first live byte begins.
 const seedRequest = "obmd-seed"
 
-// screenRequest follows the seed, before any console byte, when the
-// relaying replica asks for it: the holder's screen where the seed ends,
-// as a redraw (sol.Chunk.Screen; empty if the holder has none). The
-// relaying replica's screen starts from it (sol.ScreenSeeded), so it
-// shows what the holder's does, which the seed's bytes alone may not draw.
-//
-// It is asked for in the reply to the seed, which the holder sends wanting
-// one: a relaying replica that knows screenRequest answers true and waits
-// for it; one from before it answers false (as it answers every request it
-// does not know), and gets none. A holder from before it sends the seed
-// wanting no reply, and the relaying replica then waits for no screen. So
-// replicas of either version relay to each other while they are upgraded
-// one at a time.
+// screenRequest follows the seed, before any console byte, from protocol
+// version 2 on: the holder's screen where the seed ends, as a redraw
+// (sol.Chunk.Screen; empty if the holder has none). The relaying replica's
+// screen starts from it (sol.ScreenSeeded), so it shows what the holder's
+// does, which the seed's bytes alone may not draw. In protocol 1 the
+// relaying replica's screen starts from the seed's bytes.
 const screenRequest = "obmd-screen"
 
 // Seed is sol.Seeded's: the holder's replay as the relay began.
@@ -41,45 +34,45 @@ func (r *relayConsole) Seed() []byte { return r.seed }
 func (r *relayConsole) ScreenSeed() []byte { return r.screen }
 
 // awaitSeed reads the holder's seed from a console channel's requests,
-// then the holder's screen if the holder offers it, within DialTimeout.
-func (c *Cluster) awaitSeed(ctx context.Context, reqs <-chan *gossh.Request) (seed, screen []byte, err error) {
+// then, in protocol version 2 or later, the holder's screen, within
+// DialTimeout.
+func (c *Cluster) awaitSeed(ctx context.Context, reqs <-chan *gossh.Request, proto int) (seed, screen []byte, err error) {
 	t := time.NewTimer(c.cfg.DialTimeout)
 	defer t.Stop()
-	next := func(what string) (*gossh.Request, error) {
+	next := func(want string) (*gossh.Request, error) {
+		var r *gossh.Request
 		select {
-		case r, ok := <-reqs:
+		case got, ok := <-reqs:
 			if !ok {
-				return nil, errors.New("the holder closed the console before its " + what)
+				return nil, errors.New("the holder closed the console before its " + want)
 			}
-			return r, nil
+			r = got
 		case <-t.C:
-			return nil, errors.New("the holder sent no " + what + " in time")
+			return nil, errors.New("the holder sent no " + want + " in time")
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
+		if r.WantReply {
+			// None of these wants one; a build that probed for the screen
+			// (between versions 1 and 2) learns that this replica will not
+			// take one in protocol 1.
+			r.Reply(false, nil)
+		}
+		return r, nil
 	}
 	r, err := next("replay")
 	if err != nil {
 		return nil, nil, err
 	}
 	if r.Type != seedRequest {
-		if r.WantReply {
-			r.Reply(false, nil)
-		}
 		return nil, nil, errors.New("the holder sent no replay first")
 	}
-	if !r.WantReply { // a holder from before screenRequest
+	if proto < 2 {
 		return r.Payload, nil, nil
-	}
-	if err := r.Reply(true, nil); err != nil {
-		return nil, nil, err
 	}
 	s, err := next("screen")
 	if err != nil {
 		return nil, nil, err
-	}
-	if s.WantReply {
-		s.Reply(false, nil)
 	}
 	if s.Type != screenRequest {
 		return nil, nil, errors.New("the holder sent no screen after its replay")
@@ -88,14 +81,14 @@ func (c *Cluster) awaitSeed(ctx context.Context, reqs <-chan *gossh.Request) (se
 }
 
 // sendSeed sends c, the relay viewer's replay (its first chunk), as the
-// channel's seed, and its screen if the relaying replica asks for it
-// (screenRequest); it reports whether c was that replay.
-func sendSeed(ch gossh.Channel, c sol.Chunk) (bool, error) {
+// channel's seed, and in protocol version 2 or later its screen; it
+// reports whether c was that replay.
+func sendSeed(ch gossh.Channel, c sol.Chunk, proto int) (bool, error) {
 	if !c.Replay {
 		return false, nil
 	}
-	wants, err := ch.SendRequest(seedRequest, true, c.Data)
-	if err == nil && wants {
+	_, err := ch.SendRequest(seedRequest, false, c.Data)
+	if err == nil && proto >= 2 {
 		_, err = ch.SendRequest(screenRequest, false, c.Screen)
 	}
 	return true, err

@@ -40,11 +40,11 @@ func (s *stuckStore) RenewLease(ctx context.Context, node, kind, token string, t
 	return s.Store.RenewLease(ctx, node, kind, token, ttl)
 }
 
-func (s *stuckStore) Announce(ctx context.Context, id, addr string, applied int64, ttl time.Duration) error {
+func (s *stuckStore) AnnounceIn(ctx context.Context, id, addr string, zones []string, applied int64, ttl time.Duration) error {
 	if err := s.hang(ctx); err != nil {
 		return err
 	}
-	return s.Store.Announce(ctx, id, addr, applied, ttl)
+	return s.Store.AnnounceIn(ctx, id, addr, zones, applied, ttl)
 }
 
 func newStuckStore(t *testing.T, dsn string) *stuckStore {

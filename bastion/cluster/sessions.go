@@ -53,6 +53,26 @@ type sessionsReply struct {
 	More     bool            `json:"more,omitempty"`
 }
 
+// sessionsReplyV1 is a sessionsRequest's answer in protocol version 1:
+// its sessions name no tenancy (epoch) and no work.
+type sessionsReplyV1 struct {
+	Sessions []sessionInfoV1 `json:"sessions"`
+	More     bool            `json:"more,omitempty"`
+}
+
+// sessionInfoV1 is sessions.Info as protocol version 1 sends it.
+type sessionInfoV1 struct {
+	ID      string         `json:"id"`
+	Node    string         `json:"node"`
+	Kind    sessions.Kind  `json:"kind"`
+	User    string         `json:"user"`
+	Remote  string         `json:"remote"`
+	Started time.Time      `json:"started"`
+	Replica string         `json:"replica,omitempty"`
+	Expires time.Time      `json:"expires,omitzero"`
+	Cert    *sessions.Cert `json:"cert,omitempty"`
+}
+
 // ErrNoSession is returned by Kick for a session no live replica holds.
 var ErrNoSession = errors.New("no such session")
 
@@ -67,7 +87,7 @@ func (c *Cluster) RemoteSessions(ctx context.Context, node string) ([]sessions.I
 		out []sessions.Info
 	)
 	failed, err := c.eachOther(ctx, func(id, addr string) error {
-		list, err := c.askSessions(ctx, id, addr, query)
+		list, err := c.askSessions(ctx, id, addr, node, query)
 		mu.Lock()
 		defer mu.Unlock()
 		out = append(out, list...)
@@ -94,16 +114,23 @@ func (c *Cluster) eachOther(ctx context.Context, f func(id, addr string) error) 
 	return fanOut(others, f), nil
 }
 
-func (c *Cluster) askSessions(ctx context.Context, id, addr string, query []byte) ([]sessions.Info, error) {
+// askSessions asks replica id at addr for its sessions of node ("": of
+// every node).
+func (c *Cluster) askSessions(ctx context.Context, id, addr, node string, query []byte) ([]sessions.Info, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
-	reply, err := c.ask(ctx, id, addr, sessionsRequest, query)
+	reply, proto, err := c.askIn(ctx, id, addr, sessionsRequest, query)
 	if err != nil {
 		return nil, err
 	}
 	var r sessionsReply
-	if err := json.Unmarshal(reply, &r); err != nil {
-		return nil, fmt.Errorf("malformed session list: %w", err)
+	if proto < 2 {
+		r, err = c.sessionsFromV1(ctx, reply, node)
+	} else if err = json.Unmarshal(reply, &r); err != nil {
+		err = fmt.Errorf("malformed session list: %w", err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	for i := range r.Sessions {
 		r.Sessions[i].Replica = id // whatever it said: it is the one that answered
@@ -112,6 +139,32 @@ func (c *Cluster) askSessions(ctx context.Context, id, addr string, query []byte
 		err = fmt.Errorf("the list was cut at %d sessions", len(r.Sessions))
 	}
 	return r.Sessions, err
+}
+
+// sessionsFromV1 reads a session list in protocol version 1, whose
+// sessions name no tenancy. A replica lists only the sessions it has not
+// cut, and applies every access change before the change is acknowledged
+// (Notify): so its sessions of a node are of the node's current tenancy,
+// which they are given (that of node, as this replica has applied it;
+// node "": none, as for an administrator's list).
+func (c *Cluster) sessionsFromV1(ctx context.Context, reply []byte, node string) (sessionsReply, error) {
+	var old sessionsReplyV1
+	if err := json.Unmarshal(reply, &old); err != nil {
+		return sessionsReply{}, fmt.Errorf("malformed session list: %w", err)
+	}
+	var epoch int64
+	if node != "" && len(old.Sessions) > 0 {
+		var err error
+		if epoch, err = c.access.Current(ctx, node); err != nil {
+			return sessionsReply{}, fmt.Errorf("the tenancy of %s: %w", node, err)
+		}
+	}
+	r := sessionsReply{More: old.More, Sessions: make([]sessions.Info, 0, len(old.Sessions))}
+	for _, s := range old.Sessions {
+		r.Sessions = append(r.Sessions, sessions.Info{ID: s.ID, Node: s.Node, Kind: s.Kind, User: s.User,
+			Remote: s.Remote, Started: s.Started, Replica: s.Replica, Expires: s.Expires, Cert: s.Cert, Epoch: epoch})
+	}
+	return r, nil
 }
 
 // Kick ends session id on whichever other live replica holds it (each is
@@ -151,15 +204,24 @@ func (c *Cluster) Kick(ctx context.Context, id, why string) (string, error) {
 
 // ---- the peer server's side ----
 
-// peerSessions answers a sessionsRequest with this replica's sessions.
-func (s *PeerServer) peerSessions(payload []byte) (bool, []byte) {
+// peerSessions answers a sessionsRequest with this replica's sessions, in
+// protocol version proto.
+func (s *PeerServer) peerSessions(payload []byte, proto int) (bool, []byte) {
 	var q sessionsQuery
 	if s.sessions == nil || gossh.Unmarshal(payload, &q) != nil {
 		return false, nil
 	}
 	r := sessionsReply{Sessions: s.sessions.List(q.Node)}
 	for {
-		out, err := json.Marshal(r)
+		var (
+			out []byte
+			err error
+		)
+		if proto < 2 {
+			out, err = json.Marshal(replyV1(r))
+		} else {
+			out, err = json.Marshal(r)
+		}
 		if err != nil {
 			return false, nil
 		}
@@ -168,6 +230,16 @@ func (s *PeerServer) peerSessions(payload []byte) (bool, []byte) {
 		}
 		r.Sessions, r.More = r.Sessions[:len(r.Sessions)*3/4], true
 	}
+}
+
+// replyV1 is r in protocol version 1.
+func replyV1(r sessionsReply) sessionsReplyV1 {
+	old := sessionsReplyV1{More: r.More, Sessions: make([]sessionInfoV1, 0, len(r.Sessions))}
+	for _, s := range r.Sessions {
+		old.Sessions = append(old.Sessions, sessionInfoV1{ID: s.ID, Node: s.Node, Kind: s.Kind, User: s.User,
+			Remote: s.Remote, Started: s.Started, Replica: s.Replica, Expires: s.Expires, Cert: s.Cert})
+	}
+	return old
 }
 
 // peerKick answers a kickRequest: the session ends with the reason given,

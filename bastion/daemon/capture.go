@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -30,8 +32,10 @@ const awaitPolls = 5
 // shareView.plan): it takes the ones whose SOL lease no live replica
 // holds up to its share (a dead holder's lease expires and a survivor
 // takes its nodes at its next poll), and gives up what it holds beyond
-// it, one node a poll, to a replica short of its share (one that joined,
-// or was restarted), which polls faster meanwhile (awaitPolls).
+// it, at most cluster.handoff_rate a second (handOffBudget; polling each
+// second while it has more to give), to a replica short of its share (one
+// that joined, or was restarted), which polls faster meanwhile
+// (awaitPolls).
 func (d *Daemon) runCapture(ctx context.Context) error {
 	every := d.cfg.Access.Poll
 	if every <= 0 {
@@ -39,7 +43,11 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
-	leaving := map[string]time.Time{}
+	st := &captureState{leaving: map[string]time.Time{}}
+	if d.rep.cluster != nil {
+		rate := float64(d.rep.cluster.HandOffRate())
+		st.budget, st.takes = handOffBudget{rate: rate}, handOffBudget{rate: rate}
+	}
 	fast, held := 0, 0 // fast polls in a row without a node taken; nodes held
 	for {
 		select {
@@ -47,24 +55,62 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		awaiting, now := d.syncCapture(ctx, leaving)
-		if !awaiting || now > held {
+		p := d.syncCapture(ctx, st)
+		if !p.awaiting || len(p.mine) > held {
 			fast = 0
 		}
-		held = now
-		if awaiting && fast < awaitPolls*awaitPolls {
+		held = len(p.mine)
+		switch {
+		case p.awaiting && fast < awaitPolls*awaitPolls:
 			fast++
 			t.Reset(every / awaitPolls)
-		} else {
+		case (len(p.mine) > p.target || p.pending) && every > time.Second:
+			// More to hand off or to take: at the budget's pace, not the
+			// poll's.
+			t.Reset(time.Second)
+		default:
 			t.Reset(every)
 		}
 	}
 }
 
-// syncCapture is one poll of runCapture. leaving is its memory between
-// polls: the nodes it handed off, and when (fairShare). It reports whether
-// this replica awaits a hand-off, and how many nodes it holds.
-func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) (awaiting bool, held int) {
+// captureState is runCapture's memory between polls: the nodes it handed
+// off, and when (fairShare), and its budget of hand-offs.
+type captureState struct {
+	leaving map[string]time.Time
+	budget  handOffBudget // hand-offs
+	takes   handOffBudget // links newly held (syncCapture)
+}
+
+// handOffBudget bounds a replica's hand-offs to rate a second (a token
+// bucket holding at most one second's worth): each hand-off closes a link
+// to a BMC here and opens one there, so a replica joining a large fleet
+// gets its share quickly but never as a storm of SOL sessions.
+type handOffBudget struct {
+	rate   float64 // hand-offs a second
+	tokens float64
+	last   time.Time
+}
+
+// take returns how many hand-offs may go at now.
+func (b *handOffBudget) take(now time.Time) int {
+	if b.last.IsZero() {
+		b.tokens = b.rate
+	} else {
+		b.tokens = min(b.tokens+b.rate*now.Sub(b.last).Seconds(), b.rate)
+	}
+	b.last = now
+	return int(b.tokens)
+}
+
+// spend counts n hand-offs made.
+func (b *handOffBudget) spend(n int) { b.tokens -= float64(n) }
+
+// syncCapture is one poll of runCapture, with its memory st. It returns
+// the plan it carried out: the nodes this replica holds (mine), its share,
+// and whether it awaits a hand-off (without a plan outside cluster mode,
+// or when the database did not answer: only mine, the links held).
+func (d *Daemon) syncCapture(ctx context.Context, st *captureState) sharePlan {
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.Access.ChangeTimeout)
 	caps, err := d.store.Captures(qctx, captureCandidates(d.cfg.Console.Capture))
 	cancel()
@@ -72,40 +118,82 @@ func (d *Daemon) syncCapture(ctx context.Context, leaving map[string]time.Time) 
 		if ctx.Err() == nil {
 			d.log.WithError(err).Warn("capture_list_failed")
 		}
-		return false, len(d.consoles.Holding())
+		return d.heldPlan()
 	}
 	want := wantedCaptures(caps, d.cfg.Console.Capture)
+	plan := sharePlan{mine: want, target: len(want)}
 	if d.rep.cluster != nil {
-		p, err := d.fairShare(ctx, want, leaving)
+		zone := map[string]string{}
+		for _, c := range caps {
+			if c.Zone != "" && want[c.Label] {
+				zone[c.Label] = c.Zone
+			}
+		}
+		p, err := d.fairShare(ctx, want, zone, st)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.WithError(err).Warn("capture_share_failed")
 			}
-			return false, len(d.consoles.Holding())
+			return d.heldPlan()
 		}
-		want, awaiting = p.mine, p.awaiting
+		plan = p
+		want = p.mine
 	}
+	holding := map[string]bool{}
 	for _, label := range d.consoles.Holding() {
+		holding[label] = true
 		if !want[label] {
 			d.consoles.Release(label)
 		}
 	}
-	for label := range want {
+	// In a cluster, new links open within the budget of takes (as many a
+	// second as hand-offs): a replica that starts while the others hold
+	// nothing (or that is dealt a dead replica's nodes) does not open
+	// thousands of SOL sessions at once.
+	budget := len(want)
+	if d.rep.cluster != nil {
+		budget = st.takes.take(time.Now())
+	}
+	taken := 0
+	for _, label := range slices.Sorted(maps.Keys(want)) {
+		if !holding[label] {
+			if taken == budget {
+				plan.pending = true
+				delete(plan.mine, label)
+				continue
+			}
+			taken++
+		}
 		if err := d.consoles.Hold(label); err != nil {
 			break // the hub is closing
 		}
 	}
-	return awaiting, len(want)
+	if d.rep.cluster != nil {
+		st.takes.spend(taken)
+	}
+	return plan
+}
+
+// heldPlan is the plan of a poll that could not read the database: the
+// links held stay held.
+func (d *Daemon) heldPlan() sharePlan {
+	mine := map[string]bool{}
+	for _, label := range d.consoles.Holding() {
+		mine[label] = true
+	}
+	return sharePlan{mine: mine, target: len(mine)}
 }
 
 // fairShare plans which of want, the nodes captured always, this replica
 // holds (shareView.plan), from the SOL leases and the live replicas in
-// the database; it hands off (sol.Manager.HandOff) the first node the
-// plan gives up that has nobody attached, and remembers it in leaving
-// until its lease is no longer this replica's (its link has closed), or
-// for about twice cluster.lease_ttl at most (a viewer here may have opened it
-// again).
-func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving map[string]time.Time) (sharePlan, error) {
+// the database; it hands off (sol.Manager.HandOff) the nodes the plan
+// gives up that have nobody attached, in its order, down to its share and
+// within st's budget (cluster.handoff_rate a second), and remembers each in
+// st.leaving until its lease is no longer this replica's (its link has
+// closed), or for about twice cluster.lease_ttl at most (a viewer here may have
+// opened it again).
+func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, zone map[string]string, st *captureState) (sharePlan, error) {
+	leaving := st.leaving
 	qctx, cancel := context.WithTimeout(ctx, d.cfg.Access.ChangeTimeout)
 	defer cancel()
 	leases, err := d.store.Leases(qctx, db.LeaseSOL)
@@ -116,12 +204,19 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving ma
 	if err != nil {
 		return sharePlan{}, err
 	}
-	v := shareView{me: d.cfg.Replica.ID, want: want, holder: map[string]string{}, leaving: map[string]bool{}}
+	v := shareView{me: d.cfg.Replica.ID, want: want, holder: map[string]string{}, leaving: map[string]bool{},
+		zone: zone, zones: map[string][]string{d.cfg.Replica.ID: d.rep.cluster.Zones()}}
 	for _, l := range leases {
 		v.holder[l.Node] = l.Owner
 	}
 	for _, r := range replicas {
 		v.live = append(v.live, r.ID)
+		if r.ID != v.me {
+			v.zones[r.ID] = r.Zones
+		}
+	}
+	if err := d.rep.zones.update(qctx, d.store, replicas); err != nil {
+		return sharePlan{}, err
 	}
 	for label, since := range leaving {
 		if v.holder[label] != v.me || time.Since(since) > 2*d.rep.cluster.FenceAfter() {
@@ -131,14 +226,15 @@ func (d *Daemon) fairShare(ctx context.Context, want map[string]bool, leaving ma
 		}
 	}
 	p := v.plan()
-	for _, label := range p.giveUp {
-		if d.consoles.HandOff(label) {
-			delete(p.mine, label)
-			leaving[label] = time.Now()
-			d.log.WithFields(logrus.Fields{"node": label, "held": len(p.mine), "share": p.target}).Info("capture_handed_off")
-			break
+	handed := p.handOff(st.budget.take(time.Now()), func(label string) bool {
+		if !d.consoles.HandOff(label) {
+			return false
 		}
-	}
+		leaving[label] = time.Now()
+		d.log.WithFields(logrus.Fields{"node": label, "share": p.target}).Info("capture_handed_off")
+		return true
+	})
+	st.budget.spend(handed)
 	return p, nil
 }
 

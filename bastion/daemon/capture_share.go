@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+
+	"github.com/obmd/obmd/db"
 )
 
 // shareView is what one capture poll knows of the captured links in the
@@ -20,11 +22,17 @@ type shareView struct {
 	// lease it still held at this poll: their links are closing, for
 	// another replica to take; they are no longer this replica's.
 	leaving map[string]bool
+	// zone is each wanted node's zone (absent: none), zones each live
+	// replica's (absent: every zone; v.me's included): the links of a
+	// zone are shared among the live replicas that reach it (plan).
+	zone  map[string]string
+	zones map[string][]string
 }
 
 // sharePlan is a capture poll's decision: the nodes to hold, and the ones
-// it may give up to a replica under its share, in the order to try (the
-// first that can be handed off, with nobody attached, goes; one a poll).
+// it may give up to a replica under its share, in the order to try (those
+// that can be handed off, with nobody attached, go, down to the share and
+// within the hand-off budget: handOff).
 type sharePlan struct {
 	mine   map[string]bool
 	giveUp []string
@@ -32,6 +40,9 @@ type sharePlan struct {
 	// awaiting: this replica is short of its share with no node left to
 	// take, and another holds more than its own: a hand-off is coming.
 	awaiting bool
+	// pending: nodes left to take at a later poll, over the budget of
+	// takes (syncCapture).
+	pending bool
 }
 
 // plan shares the captured links among the live replicas. Each replica's
@@ -45,8 +56,8 @@ type sharePlan struct {
 // different nodes, and a node whose BMC does not answer (no lease between
 // its hub's attempts) is retried by one replica, not counted by several
 // (each would think it held its share, and a node handed off would be
-// taken by none). A replica over its share gives up its excess, one node
-// a poll: the shares add up to the captured nodes, so what one holds over
+// taken by none). A replica over its share gives up its excess, at the
+// hand-off rate (handOff, handOffBudget): the shares add up to the captured nodes, so what one holds over
 // its share others are short of. Giving up only lowers a replica's count,
 // which never raises its share (the ceil shares go to the replicas
 // holding the most), so it never takes back what it gave up: no link
@@ -54,7 +65,53 @@ type sharePlan struct {
 // it is handing off (leaving) are no longer its own, so that it gives up
 // no more for them; they still rank it, as they do in every other
 // replica's view, until their leases are released.
+//
+// With zones, each zone's nodes are shared so among the live replicas that
+// reach it (planZone), and a replica holds none of a zone it does not
+// reach.
 func (v shareView) plan() sharePlan {
+	byZone := map[string]map[string]bool{}
+	for label := range v.want {
+		z := v.zone[label]
+		if byZone[z] == nil {
+			byZone[z] = map[string]bool{}
+		}
+		byZone[z][label] = true
+	}
+	if len(byZone) <= 1 && v.zone[firstKey(v.want)] == "" {
+		return v.planZone()
+	}
+	p := sharePlan{mine: map[string]bool{}}
+	for _, z := range slices.Sorted(maps.Keys(byZone)) {
+		if !db.Reaches(v.zones[v.me], z) {
+			continue
+		}
+		sub := v
+		sub.want, sub.live = byZone[z], nil
+		for _, id := range v.live {
+			if db.Reaches(v.zones[id], z) {
+				sub.live = append(sub.live, id)
+			}
+		}
+		q := sub.planZone()
+		maps.Copy(p.mine, q.mine)
+		p.giveUp = append(p.giveUp, q.giveUp...)
+		p.target += q.target
+		p.awaiting = p.awaiting || q.awaiting
+	}
+	return p
+}
+
+// firstKey is one key of m ("" if none).
+func firstKey(m map[string]bool) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// planZone is plan for nodes of one zone, shared among v.live.
+func (v shareView) planZone() sharePlan {
 	mine := map[string]bool{}
 	counts := map[string]int{}
 	live := map[string]bool{v.me: true}
@@ -90,6 +147,24 @@ func (v shareView) plan() sharePlan {
 	p.giveUp = slices.Sorted(maps.Keys(mine))
 	slices.Reverse(p.giveUp) // a stable order: the last first
 	return p
+}
+
+// handOff hands off, through off (false: it has a viewer, or is no longer
+// held), the nodes p gives up, in its order, until this replica holds its
+// share or budget of them have gone; those are no longer p's. It returns
+// how many went.
+func (p *sharePlan) handOff(budget int, off func(label string) bool) int {
+	n := 0
+	for _, label := range p.giveUp {
+		if n >= budget || len(p.mine) <= p.target {
+			break
+		}
+		if p.mine[label] && off(label) {
+			delete(p.mine, label)
+			n++
+		}
+	}
+	return n
 }
 
 // claim is me's part of the unheld nodes: sorted, they go to the replicas

@@ -25,7 +25,10 @@ type shareSim struct {
 	busy     map[string]bool
 	dead     map[string]bool
 	handoffs int
-	moves    map[string]int // node -> times its lease changed owner
+	moves    map[string]int      // node -> times its lease changed owner
+	budget   int                 // hand-offs a replica may make a round (0: 1)
+	zone     map[string]string   // node -> its zone (absent: none)
+	zones    map[string][]string // replica -> the zones it reaches (absent: every one)
 }
 
 func newShareSim(n int, replicas ...string) *shareSim {
@@ -62,7 +65,7 @@ func (s *shareSim) stop(r string) {
 // view is r's view of the cluster at a poll.
 func (s *shareSim) view(r string) shareView {
 	v := shareView{me: r, want: map[string]bool{}, holder: map[string]string{}, live: slices.Clone(s.live),
-		leaving: map[string]bool{}}
+		leaving: map[string]bool{}, zone: s.zone, zones: s.zones}
 	for _, n := range s.nodes {
 		v.want[n] = true
 	}
@@ -77,18 +80,19 @@ func (s *shareSim) view(r string) shareView {
 	return v
 }
 
-// apply carries out r's plan: the first node it gives up that is not busy
-// is handed off, the others are held (taking their leases if free).
+// apply carries out r's plan: the nodes it gives up that are not busy are
+// handed off (within the budget), the others are held (taking their
+// leases if free).
 func (s *shareSim) apply(r string, p sharePlan) {
-	for _, n := range p.giveUp {
-		if !s.busy[n] && s.holds[r][n] {
-			delete(p.mine, n)
-			delete(s.holds[r], n)
-			s.leaving[r][n] = true
-			s.handoffs++
-			break
+	p.handOff(max(s.budget, 1), func(n string) bool {
+		if s.busy[n] || !s.holds[r][n] {
+			return false
 		}
-	}
+		delete(s.holds[r], n)
+		s.leaving[r][n] = true
+		s.handoffs++
+		return true
+	})
 	for n := range s.holds[r] {
 		if !p.mine[n] {
 			delete(s.holds[r], n)
@@ -113,7 +117,7 @@ func (s *shareSim) apply(r string, p sharePlan) {
 	}
 }
 
-// round is one epoch_poll of every replica, in a random order; at once:
+// round is one access.poll of every replica, in a random order; at once:
 // every replica plans from the same snapshot (polls that overlap). Then
 // the links handed off close and release their leases, some a round
 // later.

@@ -48,6 +48,10 @@ func (d *Daemon) pullMetrics() error {
 		w.Counter("obmd_ssh_unauthenticated_closed_total", closedHelp, float64(pre.Refused), "reason", "refused")
 		w.Counter("obmd_db_conflict_retries_total", "Database writes run again after a deadlock or lock wait timeout (on Galera: a lost certification).",
 			float64(d.store.ConflictRetries()))
+		for zone, n := range d.rep.zones.replicas() {
+			w.Gauge("obmd_cluster_zone_replicas", "Live replicas that reach each zone the nodes name (0: its nodes' consoles are not served), as of the last capture poll.",
+				float64(n), "zone", zone)
+		}
 		w.Gauge("obmd_auth_limiter_entries", "Sources, nodes and (node, source) pairs the guessing limiter tracks.", float64(d.limiter.Tracked()))
 	})
 }

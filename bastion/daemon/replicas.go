@@ -36,6 +36,7 @@ type replicas struct {
 	cluster *cluster.Cluster
 	peer    *cluster.PeerServer
 	peerL   net.Listener
+	zones   zoneStatus // zones.go
 }
 
 // everyAddress reports whether a listen host binds every address ("",

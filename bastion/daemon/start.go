@@ -282,7 +282,7 @@ func (d *Daemon) buildDoors(ctx context.Context, sec secrets, gate *access.Gate,
 		clusterSessions = d.allSessions()
 	}
 	api, err := admin.New(admin.Config{AdminToken: d.adminToken, Cluster: clusterSessions, Limiter: d.limiter, Metrics: d.metrics,
-		ChangeTimeout: d.cfg.Access.ChangeTimeout, Ready: d.health.Ready, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
+		ChangeTimeout: d.cfg.Access.ChangeTimeout, Ready: d.health.Ready, ReadyNotes: d.readyNotes, OnAuth: d.metrics.ObserveAuth, TrustedProxies: trustedProxies,
 		Authenticated: conncap.TrustContext, TenantSession: conncap.TrustTenantContext, FailDelay: d.cfg.Admin.FailDelay,
 		CipherInUse: d.ciphers.Suite, ConsoleInUse: d.cons.mem.InUse, History: d.history, WebTickets: d.webTicketMinter()},
 		d.store, d.types, runner, d.consoles, d.revoker, d.reg, d.log.WithField("part", "admin"))

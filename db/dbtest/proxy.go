@@ -41,7 +41,14 @@ type proxyConn struct {
 // every connection when t ends.
 func StartProxy(t testing.TB, dsn string) *Proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return StartProxyOn(t, dsn, "127.0.0.1:0")
+}
+
+// StartProxyOn is StartProxy listening on listen (host:port), such as an
+// address that a process in another network namespace reaches.
+func StartProxyOn(t testing.TB, dsn, listen string) *Proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}

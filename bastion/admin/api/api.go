@@ -27,9 +27,12 @@ type Node struct {
 	Capture string `json:"capture,omitempty"`
 	// ScreenSize is the size of the node's screen, COLSxROWS ("": the
 	// default 80x25).
-	ScreenSize string    `json:"screen_size,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	ScreenSize string `json:"screen_size,omitempty"`
+	// Zone is the BMC network the node's BMC is on ("": any replica
+	// reaches it).
+	Zone      string    `json:"zone,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// InfoError says the stored info cannot be read (a changed sealing key).
 	InfoError string `json:"info_error,omitempty"`
 	// CipherInUse is the IPMI cipher suite this replica last negotiated
@@ -168,6 +171,12 @@ type Capture struct {
 // up to 200x100, or "" for the default 80x25.
 type ScreenSize struct {
 	ScreenSize *string `json:"screen_size"`
+}
+
+// Zone is the body of PUT /v1/nodes/{label}/zone: the BMC's zone, or ""
+// for none.
+type Zone struct {
+	Zone *string `json:"zone"`
 }
 
 // Screen is GET /v1/nodes/{label}/screen's answer: what the node's console

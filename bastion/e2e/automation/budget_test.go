@@ -191,7 +191,7 @@ func TestAutomateQuotingOpenSSH(t *testing.T) {
 	t.Parallel()
 	o, tok, bmc := startSim(t, "aq")
 	done := background(o, "aq", tok, "wait-for", "Reached target .*Multi-User", "--since", "10m", "--timeout", "30s")
-	res := printUntil(t, simInject(bmc), "Reached target Multi-User System", done)
+	res := obmdtest.PrintUntil(t, simInject(bmc), "Reached target Multi-User System", done)
 	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "Reached target Multi-User System-") {
 		t.Errorf("wait-for 'Reached target .*Multi-User' --since 10m: got %+v", res)
 	}
@@ -214,7 +214,7 @@ func TestAutomateQuotingOpenSSH(t *testing.T) {
 		{[]string{`wait-for "it's up" --timeout 30s`}, 0},
 	} {
 		done := background(o, "aq", tok, c.args...)
-		res := printUntil(t, simInject(bmc), "two  spaces, link -up, it's up", done)
+		res := obmdtest.PrintUntil(t, simInject(bmc), "two  spaces, link -up, it's up", done)
 		if res.Code != c.code {
 			t.Errorf("%q: got %+v, want exit %d", c.args, res, c.code)
 		}

@@ -36,25 +36,6 @@ func background(o *obmdtest.Daemon, label, tok string, cmd ...string) <-chan obm
 	return done
 }
 
-// printUntil prints numbered lines with print until done delivers.
-func printUntil(t *testing.T, print func([]byte) error, prefix string, done <-chan obmdtest.Result) obmdtest.Result {
-	t.Helper()
-	deadline := time.Now().Add(obmdtest.Timeout)
-	for i := 0; ; i++ {
-		if err := print(fmt.Appendf(nil, "%s-%d\r\n", prefix, i)); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case res := <-done:
-			return res
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the command did not end within %v", prefix, obmdtest.Timeout)
-		}
-	}
-}
-
 // startSim starts a daemon with one simulator node, label; it returns the
 // daemon, the node's token and its BMC.
 func startSim(t *testing.T, label string) (*obmdtest.Daemon, string, *sim.BMC) {
@@ -103,14 +84,14 @@ func TestAutomateWaitForSim(t *testing.T) {
 	o, tok, bmc := startSim(t, "aw")
 
 	done := background(o, "aw", tok, "wait-for", "'ready-[0-9]+'", "--timeout", "30s")
-	res := printUntil(t, simInject(bmc), "ready", done)
+	res := obmdtest.PrintUntil(t, simInject(bmc), "ready", done)
 	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "ready-") || strings.Count(res.Stdout, "\n") != 1 {
 		t.Fatalf("wait-for: got %+v, want exit 0 and one line ready-N", res)
 	}
 	seen := strings.TrimSuffix(res.Stdout, "\n") // reached obmd (earlier lines may have come before the link)
 
 	done = background(o, "aw", tok, "wait-for", "'json-[0-9]+'", "--json")
-	res = printUntil(t, simInject(bmc), "json", done)
+	res = obmdtest.PrintUntil(t, simInject(bmc), "json", done)
 	var js struct {
 		OK     bool
 		Match  string
@@ -248,7 +229,7 @@ func TestAutomateWaitForSinceAttach(t *testing.T) {
 		t.Errorf("wait-for without --since: got %+v, want 5", res)
 	}
 	done := background(o, "at", tok, "wait-for", "'after-[0-9]+'", "--since", "attach", "--timeout", "30s")
-	if res := printUntil(t, simInject(bmc), "after", done); res.Code != 0 || !strings.HasPrefix(res.Stdout, "after-") {
+	if res := obmdtest.PrintUntil(t, simInject(bmc), "after", done); res.Code != 0 || !strings.HasPrefix(res.Stdout, "after-") {
 		t.Errorf("wait-for --since attach of live text: got %+v", res)
 	}
 	tok = o.Rotate("at")
@@ -353,7 +334,7 @@ func TestAutomateIPMI(t *testing.T) {
 
 	done := background(o, "ai", tok, "wait-for", "'boot-[0-9]+ done'", "--timeout", "40s")
 	var n atomic.Int32
-	res := printUntil(t, func(p []byte) error {
+	res := obmdtest.PrintUntil(t, func(p []byte) error {
 		return s.WriteSerial(fmt.Appendf(nil, "boot-%d done\r\n", n.Add(1)))
 	}, "line", done)
 	if res.Code != 0 || !strings.Contains(res.Stdout, " done") {
@@ -362,7 +343,7 @@ func TestAutomateIPMI(t *testing.T) {
 
 	// power-cycle --wait-for: the host prints its login prompt after it.
 	done = background(o, "ai", tok, "power-cycle", "--wait-for", "'host login:'", "--timeout", "40s")
-	res = printUntil(t, func(p []byte) error { return s.WriteSerial([]byte("host login: \r\n")) }, "login", done)
+	res = obmdtest.PrintUntil(t, func(p []byte) error { return s.WriteSerial([]byte("host login: \r\n")) }, "login", done)
 	if res.Code != 0 || res.Stdout != "ai: power cycled\nhost login: \n" {
 		t.Errorf("power-cycle --wait-for on ipmi_sim: got %+v", res)
 	}
@@ -451,7 +432,7 @@ func TestAutomateHostileGo(t *testing.T) {
 		r, _ := o.ExecGo("ah", tok, `wait-for '\x00\x{FFFD}bin' --json --timeout 20s`)
 		done <- r
 	}()
-	res := printUntil(t, func([]byte) error { bmc.Inject([]byte("junk\x1b[31m\x00\xffbin\r\n")); return nil }, "bin", done)
+	res := obmdtest.PrintUntil(t, func([]byte) error { bmc.Inject([]byte("junk\x1b[31m\x00\xffbin\r\n")); return nil }, "bin", done)
 	if res.Code != 0 || !strings.Contains(res.Stdout, `"line":"junk\u001b[31m\u0000\ufffdbin"`) {
 		t.Errorf("binary wait-for: got %+v", res)
 	}

@@ -20,38 +20,6 @@ import (
 	"github.com/obmd/obmd/sol/soltest/ipmisim"
 )
 
-// sshArgs is the OpenSSH command line (-T, key auth) that runs cmd on
-// label through this replica.
-func replicaSSHArgs(r *obmdtest.Replica, label, keyFile string, cmd ...string) []string {
-	args := obmdtest.SSHArgs(r.Listening["ssh"], label, "-T", "-i", keyFile, "-o", "PasswordAuthentication=no",
-		"-o", "KbdInteractiveAuthentication=no")
-	return append(args, cmd...)
-}
-
-// ssh runs cmd on label through this replica with OpenSSH, stdin nil.
-func replicaSSH(r *obmdtest.Replica, t testing.TB, label, keyFile string, cmd ...string) obmdtest.Result {
-	t.Helper()
-	res, err := obmdtest.RunClient(60*time.Second, "ssh", replicaSSHArgs(r, label, keyFile, cmd...)...)
-	if err != nil {
-		t.Fatalf("ssh %v through %s: %v", cmd, r.Name, err)
-	}
-	return res
-}
-
-// sshBackground is ssh in the background; the channel gets its result
-// (exit -1 if the client could not run).
-func replicaSSHBackground(r *obmdtest.Replica, label, keyFile string, cmd ...string) <-chan obmdtest.Result {
-	done := make(chan obmdtest.Result, 1)
-	go func() { // ends with the command (bounded by runClient)
-		res, err := obmdtest.RunClient(60*time.Second, "ssh", replicaSSHArgs(r, label, keyFile, cmd...)...)
-		if err != nil {
-			res.Code, res.Stderr = -1, err.Error()
-		}
-		done <- res
-	}()
-	return done
-}
-
 // TestReplicasAutomate: with the node's link held by replica A, the
 // automation commands through replica B: wait-for sees the node's output
 // (with --since attach, also what it printed before, from A's history);
@@ -81,9 +49,9 @@ func TestReplicasAutomate(t *testing.T) {
 	}
 
 	// wait-for through B sees what the node prints (relayed from A).
-	done := replicaSSHBackground(b, "n1", keyFile, "wait-for", "'auto-[0-9]+ ready'", "--timeout", "40s")
+	done := b.SSHBackground("n1", keyFile, "wait-for", "'auto-[0-9]+ ready'", "--timeout", "40s")
 	var n atomic.Int32
-	res := printUntil(t, func([]byte) error {
+	res := obmdtest.PrintUntil(t, func([]byte) error {
 		return bmc.WriteSerial(fmt.Appendf(nil, "auto-%d ready\r\n", n.Add(1)))
 	}, "line", done)
 	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "auto-") || !strings.HasSuffix(res.Stdout, " ready\n") {
@@ -94,18 +62,18 @@ func TestReplicasAutomate(t *testing.T) {
 	}
 	// --since attach through B: the holder's replay holds that line.
 	matched := strings.TrimSuffix(res.Stdout, "\n")
-	if res := replicaSSH(b, t, "n1", keyFile, "wait-for", "'"+matched+"'", "--since", "attach", "--timeout", "10s"); res.Code != 0 || res.Stdout != matched+"\n" {
+	if res := b.SSH(t, "n1", keyFile, "wait-for", "'"+matched+"'", "--since", "attach", "--timeout", "10s"); res.Code != 0 || res.Stdout != matched+"\n" {
 		t.Errorf("wait-for --since attach through %s: got %+v, want %q", b.Name, res, matched)
 	}
 
 	// send through B while A's viewer writes: refused, nothing typed.
-	if res := replicaSSH(b, t, "n1", keyFile, "send", "refused-by-b"); res.Code != 4 || !strings.Contains(res.Stderr, "another session is writing") {
+	if res := b.SSH(t, "n1", keyFile, "send", "refused-by-b"); res.Code != 4 || !strings.Contains(res.Stderr, "another session is writing") {
 		t.Errorf("send through %s while %s's viewer writes: got %+v, want exit 4", b.Name, a.Name, res)
 	}
 	// Forced: byte-exact on the serial side; then A's viewer writes again.
 	bmc.ResetSerial()
 	mark := len(va.Out.String())
-	if res := replicaSSH(b, t, "n1", keyFile, "send", "--force", "--hex", "666f726365640d00ff1b"); res.Code != 0 {
+	if res := b.SSH(t, "n1", keyFile, "send", "--force", "--hex", "666f726365640d00ff1b"); res.Code != 0 {
 		t.Fatalf("send --force through %s: got %+v", b.Name, res)
 	}
 	bmc.WaitSerial(t, []byte("forced\r\x00\xff\x1b"), obmdtest.Timeout)
@@ -119,16 +87,16 @@ func TestReplicasAutomate(t *testing.T) {
 	va.Out.Wait(t, a.Name+"'s viewer told of the takeover", mark, "took over writing; you are read-only")
 	obmdtest.SeeAll(t, bmc, "taken", va, vb)
 	mark = len(vb.Out.String())
-	if res := replicaSSH(a, t, "n1", keyFile, "send", "--force", `'from-a\r'`); res.Code != 0 {
+	if res := a.SSH(t, "n1", keyFile, "send", "--force", `'from-a\r'`); res.Code != 0 {
 		t.Fatalf("send --force through %s: got %+v", a.Name, res)
 	}
 	bmc.WaitSerial(t, []byte("from-a\r"), obmdtest.Timeout)
 	givenBack(t, bmc, vb, b.Name, mark)
 
 	// A rotation through A cuts a wait-for on B.
-	done = replicaSSHBackground(b, "n1", keyFile, "wait-for", "never-printed", "--timeout", "60s")
+	done = b.SSHBackground("n1", keyFile, "wait-for", "never-printed", "--timeout", "60s")
 	obmdtest.WaitUntil(t, "the waiting session on "+b.Name, func() bool {
-		r := replicaSSH(a, t, "n1", keyFile, "sessions")
+		r := a.SSH(t, "n1", keyFile, "sessions")
 		return strings.Count(r.Stdout, " exec ") >= 2 // it, and this one
 	})
 	a.Rotate("n1")
@@ -161,7 +129,7 @@ func givenBack(t *testing.T, bmc *ipmisim.Sim, v *obmdtest.Client, where string,
 // writerListed: `sessions` through r lists exactly want writers of label.
 func writerListed(t *testing.T, r *obmdtest.Replica, keyFile, label string, want int) {
 	t.Helper()
-	res := replicaSSH(r, t, label, keyFile, "sessions")
+	res := r.SSH(t, label, keyFile, "sessions")
 	writers := 0
 	for _, l := range strings.Split(res.Stdout, "\n") {
 		if strings.HasSuffix(l, " yes") {

@@ -724,3 +724,22 @@ func SSHNoPTY(t testing.TB, addr, user, token string) *NoPTY {
 	})
 	return p
 }
+
+// PrintUntil prints numbered lines with print until done delivers.
+func PrintUntil(t testing.TB, print func([]byte) error, prefix string, done <-chan Result) Result {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for i := 0; ; i++ {
+		if err := print(fmt.Appendf(nil, "%s-%d\r\n", prefix, i)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case res := <-done:
+			return res
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the command did not end within %v", prefix, Timeout)
+		}
+	}
+}

@@ -56,6 +56,13 @@ func StartReplica(t *testing.T, bin, name string, env map[string]string) *Replic
 	for k, v := range env {
 		vars[k] = v
 	}
+	return StartReplicaEnv(t, bin, name, vars)
+}
+
+// StartReplicaEnv runs `obmd serve` with exactly the OBMD_ variables vars
+// (a release older than this code reads other names) and waits for its
+// obmd_listening line. On failure it reports and returns nil.
+func StartReplicaEnv(t *testing.T, bin, name string, vars map[string]string) *Replica {
 	cmd := exec.Command(bin, "serve")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OBMD_") {
@@ -280,9 +287,9 @@ func Cluster(t *testing.T, dsn string, env map[string]string) []*Replica {
 	return ClusterOn(t, []string{dsn, dsn, dsn}, env)
 }
 
-// sharedKeys makes the host key and sealing key every replica of
+// SharedKeys makes the host key and sealing key every replica of
 // one cluster shares, and returns their paths.
-func sharedKeys(t *testing.T) (hostKey, sealKey string) {
+func SharedKeys(t *testing.T) (hostKey, sealKey string) {
 	t.Helper()
 	shared := t.TempDir()
 	hostKey, sealKey = filepath.Join(shared, "host_key"), filepath.Join(shared, "seal.key")
@@ -300,7 +307,7 @@ func sharedKeys(t *testing.T) (hostKey, sealKey string) {
 func ClusterOn(t *testing.T, dsns []string, env map[string]string) []*Replica {
 	t.Helper()
 	bin := Binary(t)
-	hostKey, sealKey := sharedKeys(t)
+	hostKey, sealKey := SharedKeys(t)
 	vars := map[string]string{"OBMD_SSH_HOST_KEY": hostKey, "OBMD_DB_SEAL_KEY": sealKey,
 		"OBMD_ADMIN_TOKEN": Random(t), "OBMD_REPLICA_PEER_ADDR": "127.0.0.1:0"}
 	for k, v := range env {
@@ -333,7 +340,7 @@ func ClusterOn(t *testing.T, dsns []string, env map[string]string) []*Replica {
 func ReplicaEnv(t *testing.T) (string, func(db, advertise string) map[string]string) {
 	t.Helper()
 	bin := Binary(t)
-	hostKey, sealKey := sharedKeys(t)
+	hostKey, sealKey := SharedKeys(t)
 	return bin, func(db, advertise string) map[string]string {
 		m := map[string]string{"OBMD_DB": db, "OBMD_SSH_HOST_KEY": hostKey, "OBMD_DB_SEAL_KEY": sealKey,
 			"OBMD_ADMIN_TOKEN": "attack11-admin-token-0123456789abcdef", "OBMD_REPLICA_PEER_ADDR": "127.0.0.1:0",
@@ -348,3 +355,35 @@ func ReplicaEnv(t *testing.T) (string, func(db, advertise string) map[string]str
 // LeaseTTL is the lease of the replicas under test (short, so that a
 // lost holder's links move within a test).
 const LeaseTTL = 3 * time.Second
+
+// sshKeyArgs is the OpenSSH command line (-T, key auth) that runs cmd on
+// label through this replica.
+func (r *Replica) sshKeyArgs(label, keyFile string, cmd ...string) []string {
+	args := SSHArgs(r.Listening["ssh"], label, "-T", "-i", keyFile, "-o", "PasswordAuthentication=no",
+		"-o", "KbdInteractiveAuthentication=no")
+	return append(args, cmd...)
+}
+
+// SSH runs cmd on label through this replica with OpenSSH, stdin nil.
+func (r *Replica) SSH(t testing.TB, label, keyFile string, cmd ...string) Result {
+	t.Helper()
+	res, err := RunClient(60*time.Second, "ssh", r.sshKeyArgs(label, keyFile, cmd...)...)
+	if err != nil {
+		t.Fatalf("ssh %v through %s: %v", cmd, r.Name, err)
+	}
+	return res
+}
+
+// SSHBackground is SSH in the background; the channel gets its result
+// (exit -1 if the client could not run).
+func (r *Replica) SSHBackground(label, keyFile string, cmd ...string) <-chan Result {
+	done := make(chan Result, 1)
+	go func() { // ends with the command (bounded by RunClient)
+		res, err := RunClient(60*time.Second, "ssh", r.sshKeyArgs(label, keyFile, cmd...)...)
+		if err != nil {
+			res.Code, res.Stderr = -1, err.Error()
+		}
+		done <- res
+	}()
+	return done
+}
