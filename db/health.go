@@ -31,6 +31,7 @@ type writeWatch struct {
 	result error                // of the last probe that ended
 	ended  time.Time            // when it ended
 	wg     sync.WaitGroup       // the probe's goroutine
+	cancel context.CancelFunc   // gives up the running probe (Close)
 	// committed counts the writes committed since Open (Committed).
 	committed atomic.Uint64
 }
@@ -38,6 +39,11 @@ type writeWatch struct {
 // probeEvery is the least time between two write probes: a caller that
 // comes sooner gets the last one's outcome (with the stuck-write check).
 const probeEvery = time.Second
+
+// probeHold is how long a write probe may be held before it is given up
+// (a connection that died under it): past the stall bound it counts as a
+// stuck write meanwhile.
+const probeHold = 30 * time.Second
 
 // writing records a write in progress until the returned func is called.
 func (s *Store) writing() (done func()) {
@@ -129,8 +135,18 @@ func (s *Store) CheckWrites(ctx context.Context, bound time.Duration) error {
 // done.
 func (s *Store) runProbe(bound time.Duration, done chan struct{}) {
 	defer s.writes.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	// Held past bound, the probe is what shows a stuck database (a write
+	// in progress for longer than bound) to every later check: so it is
+	// not given up at bound. On SQLite nothing could end it anyway (a
+	// write blocked in the kernel); on a server it would be cancelled, and
+	// a frozen disk there would look healthy again the moment it was.
+	// probeHold still ends one held on a connection that died.
+	ctx, cancel := context.WithTimeout(context.Background(), max(bound, probeHold))
 	defer cancel()
+	s.writes.mu.Lock()
+	s.writes.cancel = cancel // Close gives it up after probeWait
+	s.writes.mu.Unlock()
+	defer s.writing()() // in progress from its start, its wait for a connection too
 	id := newToken()
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO write_probes (id, at) VALUES (?, ?)`, id, toMillis(s.now())); err != nil {
@@ -141,7 +157,7 @@ func (s *Store) runProbe(bound time.Duration, done chan struct{}) {
 	})
 	switch {
 	case ctx.Err() != nil:
-		err = fmt.Errorf("%w: a write probe did not finish within %v", ErrWriteStuck, bound)
+		err = fmt.Errorf("%w: a write probe did not finish within %v", ErrWriteStuck, max(bound, probeHold))
 	case err != nil:
 		err = fmt.Errorf("write probe: %w", err)
 	}
@@ -206,6 +222,11 @@ func (s *Store) waitProbe() error {
 	case <-done:
 		return nil
 	case <-time.After(probeWait):
+		s.writes.mu.Lock()
+		if s.writes.cancel != nil {
+			s.writes.cancel() // a server's probe ends with it; one in the kernel does not
+		}
+		s.writes.mu.Unlock()
 		return errors.New("a write probe is still stuck")
 	}
 }
