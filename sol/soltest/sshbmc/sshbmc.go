@@ -69,6 +69,9 @@ type Options struct {
 	// StaleFor is how long a console left without the escape keeps the
 	// slot (default: until freed or taken over).
 	StaleFor time.Duration
+	// Greeting is CLI output written before the vendor's banner when a
+	// console attaches (a hostile or odd BMC's words).
+	Greeting string
 }
 
 // vendor is what the emulator does for one vendor.
