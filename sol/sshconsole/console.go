@@ -315,8 +315,8 @@ func (con *Console) waitReady(ctx context.Context, s *session, prompt string) ([
 }
 
 // skipEcho drops the CLI's echo of a typed command (its first line, if it
-// holds the command) from what follows within echoWait; a Busy text there
-// is ErrBusy. The rest is host output.
+// holds the command) from what follows within echoWait (at most about
+// maxBanner of it); a Busy text there is ErrBusy. The rest is host output.
 func (con *Console) skipEcho(ctx context.Context, s *session) ([]byte, error) {
 	var seen []byte
 	deadline := time.Now().Add(echoWait)
@@ -326,7 +326,7 @@ func (con *Console) skipEcho(ctx context.Context, s *session) ([]byte, error) {
 			break
 		}
 		left := time.Until(deadline)
-		if left <= 0 {
+		if left <= 0 || len(seen) > maxBanner { // the rest waits in the session's output
 			break
 		}
 		b, err := con.next(ctx, s, left)
