@@ -45,6 +45,7 @@ const (
 	echoWait    = 300 * time.Millisecond // how long the CLI's echo of a typed command may take
 	maxBanner   = 64 << 10               // CLI output read while attaching, at most
 	breakLength = 500                    // ms, as OpenSSH's ~B sends
+	readBuf     = 32 << 10               // the most output one read takes
 )
 
 // Console is one node's host console over its BMC's SSH service. It
@@ -152,16 +153,17 @@ func (con *Console) newSession(ctx context.Context) (*session, error) {
 }
 
 // pump reads the session's output into s.out until it ends or the console
-// closes.
+// closes. Each read is sent as a copy of its size: a console's output
+// comes a few bytes a packet, and a buffer a read would be mostly waste.
 func (con *Console) pump(s *session, r io.Reader) {
 	defer con.wg.Done()
 	defer close(s.out)
+	buf := make([]byte, readBuf)
 	for {
-		buf := make([]byte, 4096)
 		n, err := r.Read(buf)
 		if n > 0 {
 			select {
-			case s.out <- buf[:n]:
+			case s.out <- bytes.Clone(buf[:n]):
 			case <-con.done:
 				s.pumpErr = ErrClosed
 				return
