@@ -179,3 +179,46 @@ func TestHostKeyPinRaceLost(t *testing.T) {
 		t.Errorf("stats: %+v, want no login and nothing attached past the refused key", s)
 	}
 }
+
+// TestHostKeyChangeReportedAfterRepin: a key refused once, then shown
+// again after an administrator's reset and a new pin, is reported again:
+// "once per key" holds per pin, not for the client's life.
+func TestHostKeyChangeReportedAfterRepin(t *testing.T) {
+	b := sshbmc.Start(t, sshbmc.Options{Vendor: "openbmc"})
+	impostor, replacement := sshbmc.Start(t, sshbmc.Options{}), sshbmc.Start(t, sshbmc.Options{})
+	keys := sshbmc.NewKeys()
+	var ev events
+	c := newClient(t, keys, ev.add)
+	open := func() error {
+		con, err := c.Open(ctxWait(t), target(t, "n1", b))
+		if err == nil {
+			con.Close()
+		}
+		return err
+	}
+	if err := open(); err != nil {
+		t.Fatal(err)
+	}
+	b.ShowHostKeyOf(impostor)
+	if err := open(); !errors.As(err, new(*sshconsole.HostKeyError)) {
+		t.Fatalf("impostor: got %v, want a changed key", err)
+	}
+	keys.Reset("n1")
+	b.ShowHostKeyOf(replacement)
+	if err := open(); err != nil {
+		t.Fatalf("after the reset: %v", err)
+	}
+	b.ShowHostKeyOf(impostor)
+	if err := open(); !errors.As(err, new(*sshconsole.HostKeyError)) {
+		t.Fatalf("impostor again: got %v, want a changed key", err)
+	}
+	var changed []string
+	for _, e := range ev.all() {
+		if e.Changed {
+			changed = append(changed, e.Pinned+" -> "+e.Offered)
+		}
+	}
+	if len(changed) != 2 {
+		t.Errorf("changes reported: %q, want the impostor's key reported against each pin", changed)
+	}
+}

@@ -256,6 +256,17 @@ func (b *BMC) HostKey() ssh.PublicKey {
 	return b.signer.PublicKey()
 }
 
+// ShowHostKeyOf gives the BMC o's host key for the connections to come,
+// as an impostor at its address (or o's replacement) would show.
+func (b *BMC) ShowHostKeyOf(o *BMC) {
+	o.mu.Lock()
+	s := o.signer
+	o.mu.Unlock()
+	b.mu.Lock()
+	b.signer = s
+	b.mu.Unlock()
+}
+
 // RotateHostKey gives the BMC a new host key for the connections to come.
 func (b *BMC) RotateHostKey(t testing.TB) {
 	s := newSigner(t)
