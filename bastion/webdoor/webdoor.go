@@ -27,6 +27,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/access/sessions"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
@@ -90,6 +91,10 @@ type Config struct {
 	// links are built on it, and a WebSocket whose Origin is its origin is
 	// accepted too. Default: the request's own host.
 	PublicURL string
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client: behind one, every browser would otherwise be the proxy's
+	// address to the guessing limits, the session caps and the audit.
+	TrustedProxies realip.Trusted
 	// RoleWait, in cluster mode, bounds how long attach waits for the
 	// replica holding the node's link to say who writes (as the SSH door).
 	RoleWait time.Duration
@@ -219,7 +224,8 @@ func policy(ancestors []string) (string, error) {
 		"img-src 'self' data:; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors " + fa, nil
 }
 
-// Handler serves the door, with its security headers on every answer.
+// Handler serves the door, with its security headers on every answer, to
+// the client a trusted proxy names (Config.TrustedProxies).
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -235,6 +241,11 @@ func (s *Server) Handler() http.Handler {
 			h.Set("Strict-Transport-Security", "max-age=31536000")
 		}
 		h.Set("Cache-Control", "no-store")
+		r, err := realip.Request(r, s.cfg.TrustedProxies)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		s.mux.ServeHTTP(w, r)
 	})
 }

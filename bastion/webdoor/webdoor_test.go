@@ -117,6 +117,7 @@ func TestSettings(t *testing.T) {
 		{Addr: "a:1", MaxMessage: 100},
 		{Addr: "a:1", PreAuthTimeout: -1},
 		{Addr: "a:1", FrameAncestors: []string{"x; y"}},
+		{Addr: "a:1", TrustedProxies: []string{"10.0.0.1/8"}},
 	} {
 		if _, err := bad.WithDefaults("", ""); err == nil {
 			t.Errorf("%+v: accepted", bad)

@@ -137,6 +137,59 @@ func TestLimiter(t *testing.T) {
 	o.MustAPI(200, "GET", "/v1/nodes/l1", nil) // the admin credential is never locked out
 }
 
+// TestLimiterBehindProxy: behind a listed reverse proxy the guessing
+// limits count the browser X-Forwarded-For names, not the proxy: one
+// guesser is locked out, the next browser through the same proxy is not,
+// and the audit names the guesser. An unlisted peer's X-Forwarded-For is
+// not believed.
+func TestLimiterBehindProxy(t *testing.T) {
+	limits := func(c *daemon.Config) {
+		c.AuthLimits = authlimit.Config{PerSource: 3, PerNode: 1 << 20, Window: time.Minute, Lockout: time.Minute}
+	}
+	login := func(o *obmdtest.Daemon, from string, first map[string]any) wsMsg {
+		t.Helper()
+		h := http.Header{"Origin": {"http://" + o.WebAddr()}, "X-Forwarded-For": {from}}
+		w, _, err := dialWebWith(t, o, "p1", h)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		w.sendJSON(first)
+		return w.next(func(m wsMsg) bool { return !m.Binary })
+	}
+	for _, tc := range []struct {
+		name    string
+		trusted []string
+		wantOK  bool // the second browser logs in
+	}{
+		{"listed proxy", []string{"127.0.0.1"}, true},
+		{"unlisted peer", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := startWeb(t, limits, func(c *daemon.Config) { c.Web.TrustedProxies = tc.trusted })
+			tok := o.AddSimNode("p1")
+			for range 3 {
+				if m := login(o, "192.0.2.1", map[string]any{"token": "guess"}); m.Type != "error" {
+					t.Fatalf("guess: got %+v", m)
+				}
+			}
+			if m := login(o, "192.0.2.1", map[string]any{"token": tok}); m.Type != "error" {
+				t.Errorf("the guesser with the right token: got %+v, want it locked out", m)
+			}
+			if m := login(o, "192.0.2.2", map[string]any{"token": tok}); (m.Type == "hello") != tc.wantOK {
+				t.Errorf("another browser through the proxy: got %+v, want hello %v", m, tc.wantOK)
+			}
+			if tc.wantOK {
+				waitAudit(t, o, "p1", "web auth denied wrong token")
+				for _, e := range o.Audit("p1") {
+					if e.Detail == "wrong token" && e.Source != "192.0.2.1" {
+						t.Errorf("audit: a guess from %q, want 192.0.2.1", e.Source)
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestConnCaps: sockets that never log in cannot hold the web
 // port: over the cap on unauthenticated connections the oldest is closed,
 // while a logged-in session keeps its connection.
