@@ -4,6 +4,7 @@ package web
 // sizes, the guessing limiter, the session and connection caps.
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,6 +26,7 @@ import (
 func TestRefusals(t *testing.T) {
 	o := startWeb(t, func(c *daemon.Config) {
 		c.Web.PreAuthTimeout = 300 * time.Millisecond
+		c.Web.ReadHeaderTimeout = 600 * time.Millisecond
 		c.Web.MaxMessage = 8 << 10
 		c.Sessions.MaxPerNode = 2
 	})
@@ -76,6 +78,40 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("refused after %v, before the deadline", took)
 		}
 		w.waitClosed()
+	})
+	t.Run("slow headers", func(t *testing.T) {
+		// A slowloris trickling the upgrade request's headers is cut at
+		// web.read_header_timeout, before the socket exists.
+		c, err := obmdtest.DialTCPFrom("127.0.0.1", o.WebAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		if _, err := io.WriteString(c, "GET /nodes/r1/ws HTTP/1.1\r\nHost: obmd\r\nX-Slow: "); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() { // ends with stop or the connection
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte("x")); err != nil {
+					return
+				}
+			}
+		}()
+		at, err := obmdtest.ClosedAt(c, obmdtest.Timeout)
+		if err != nil {
+			t.Fatalf("got %v, want the connection cut", err)
+		}
+		if took := at.Sub(start); took < 480*time.Millisecond || took > 5*time.Second {
+			t.Errorf("cut after %v, want after about 600ms", took)
+		}
 	})
 	t.Run("origin", func(t *testing.T) {
 		for _, origin := range []string{"http://evil.example", "http://127.0.0.1:1", "-", "null"} {
