@@ -195,12 +195,16 @@ func New(cfg Config, store Store, sess Sessions, consoles Consoles, log logrus.F
 }
 
 // ParsePublicURL checks a public URL: http or https, a host, nothing but
-// an optional "/" after it.
+// an optional "/" after it. The scheme's default port is dropped, as a
+// browser drops it from the Origin it sends.
 func ParsePublicURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, errors.New("web.public_url must be http(s)://host[:port]")
+	}
+	if p := u.Port(); (u.Scheme == "http" && p == "80") || (u.Scheme == "https" && p == "443") {
+		u.Host = strings.TrimSuffix(u.Host, ":"+p)
 	}
 	u.Path = ""
 	return u, nil
