@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,6 +110,44 @@ func TestScreenBlankAfterAccessChange(t *testing.T) {
 	waitScreen(t, "a blank screen", screenOf(m), blank)
 	bmc.Inject([]byte("new tenant\r\n"))
 	waitScreen(t, "the new tenant's output", screenOf(m), "new tenant"+blank)
+}
+
+// TestAttachCancelledAsCut: a session cancelled by an access change just
+// as its Attach began (its context checked, the Manager not yet locked)
+// does not subscribe to the node the cut opens for the next tenancy: it
+// would get that tenancy's screen on attach and its live output.
+func TestAttachCancelledAsCut(t *testing.T) {
+	_, _, bmc, m := heldN1(t)
+	waitConsole(t, bmc, true)
+	bmc.Inject([]byte("next tenant's screen\r\n"))
+	waitScreen(t, "the screen", screenOf(m), "next tenant's screen"+blank)
+	// The revoker cancels the sessions, then cuts: here, the instant after
+	// Attach first looked at its context.
+	ctx := &cancelledAfterLook{Context: testCtx(t)}
+	v, err := m.Attach(ctx, "n1", sol.AttachOptions{Session: "old", ReadOnly: true, Replay: true, Screen: true})
+	if err == nil {
+		defer v.Close()
+		select {
+		case c := <-v.Output():
+			t.Errorf("a cancelled session attached, and got %q then %q", c.Screen, c.Data)
+		case <-time.After(time.Second):
+			t.Error("a cancelled session attached")
+		}
+	}
+}
+
+// cancelledAfterLook is a context that is live the first time its Err is
+// looked at, cancelled from then on.
+type cancelledAfterLook struct {
+	context.Context
+	looks atomic.Int32
+}
+
+func (c *cancelledAfterLook) Err() error {
+	if c.looks.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
 }
 
 // TestScreenRebuiltFromHistory: a restarted hub (or one taking over the
