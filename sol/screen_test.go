@@ -57,7 +57,8 @@ func screenOf(m *sol.Manager) func(context.Context) (screen.Snapshot, error) {
 
 // TestScreenHoldsTheMenu: a held node's screen shows a whole BIOS setup
 // menu that the last 16 KiB of output (the attach replay) no longer draw,
-// cell for cell and with its highlight; a viewer's Screen is the same.
+// cell for cell and with its highlight; a viewer's Screen (and its
+// ScreenText) is the same.
 func TestScreenHoldsTheMenu(t *testing.T) {
 	_, _, bmc, m := heldN1(t)
 	waitConsole(t, bmc, true)
@@ -74,6 +75,9 @@ func TestScreenHoldsTheMenu(t *testing.T) {
 	vs, err := v.Screen(testCtx(t))
 	if err != nil || vs.Text() != bios.Screen {
 		t.Errorf("the viewer's screen (error %v):\n%s", err, vs.Text())
+	}
+	if text, err := v.ScreenText(testCtx(t)); err != nil || text != bios.Screen {
+		t.Errorf("the viewer's screen's text (error %v):\n%s", err, text)
 	}
 	highlighted := false
 	for _, sp := range vs.Spans() {
@@ -105,6 +109,9 @@ func TestScreenBlankAfterAccessChange(t *testing.T) {
 	h.rec.SetEpoch("n1", epoch)
 	if _, err := old.Screen(testCtx(t)); !errors.Is(err, sol.ErrCut) {
 		t.Errorf("the old tenant's screen after the cut: error %v, want %v", err, sol.ErrCut)
+	}
+	if _, err := old.ScreenText(testCtx(t)); !errors.Is(err, sol.ErrCut) {
+		t.Errorf("the old tenant's screen's text after the cut: error %v, want %v", err, sol.ErrCut)
 	}
 	waitFor(t, "the new link", func() bool { return m.Stats().Opens >= 2 && m.LinkUp("n1") })
 	waitScreen(t, "a blank screen", screenOf(m), blank)
