@@ -353,11 +353,6 @@ func lookAt[T any](ctx context.Context, n *node, f func(*screen.Terminal) T) (T,
 	}
 }
 
-// snapshot is n's screen (lookAt), as a copy.
-func (n *node) snapshot(ctx context.Context) (screen.Snapshot, error) {
-	return lookAt(ctx, n, (*screen.Terminal).Snapshot)
-}
-
 // Screen returns label's screen: what the node's console shows, as this
 // hub's terminal emulator of it holds it, at this point of its output. A
 // node's screen lives with its link: it starts from the node's history
@@ -373,7 +368,7 @@ func (m *Manager) Screen(ctx context.Context, label string) (screen.Snapshot, er
 	if n == nil {
 		return screen.Snapshot{}, fmt.Errorf("screen of %s: %w", label, ErrNoScreen)
 	}
-	s, err := n.snapshot(ctx)
+	s, err := lookAt(ctx, n, (*screen.Terminal).Snapshot)
 	if err != nil {
 		return s, fmt.Errorf("screen of %s: %w", label, err)
 	}
@@ -383,23 +378,22 @@ func (m *Manager) Screen(ctx context.Context, label string) (screen.Snapshot, er
 // Screen returns the screen of v's node (Manager.Screen), or v's error
 // once it has ended.
 func (v *Viewer) Screen(ctx context.Context) (screen.Snapshot, error) {
-	if err := v.Err(); err != nil {
-		return screen.Snapshot{}, err
-	}
-	s, err := v.n.snapshot(ctx)
-	if errors.Is(err, ErrNoScreen) && v.Err() != nil {
-		return s, v.Err()
-	}
-	return s, err
+	return viewerLook(ctx, v, (*screen.Terminal).Snapshot)
 }
 
 // ScreenText is the text of v's node's screen (Viewer.Screen's Text),
 // without a copy of the whole screen: what a wait on the screen looks at.
 func (v *Viewer) ScreenText(ctx context.Context) (string, error) {
+	return viewerLook(ctx, v, (*screen.Terminal).Text)
+}
+
+// viewerLook is lookAt of v's node, or v's error once it has ended.
+func viewerLook[T any](ctx context.Context, v *Viewer, f func(*screen.Terminal) T) (T, error) {
 	if err := v.Err(); err != nil {
-		return "", err
+		var zero T
+		return zero, err
 	}
-	s, err := lookAt(ctx, v.n, (*screen.Terminal).Text)
+	s, err := lookAt(ctx, v.n, f)
 	if errors.Is(err, ErrNoScreen) && v.Err() != nil {
 		return s, v.Err()
 	}
