@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -372,6 +373,33 @@ func TestMovedKeysRefused(t *testing.T) {
 	if cfg.DB.DSN != "/x/obmd.db" || cfg.Daemon.StateDir != "/x" || !cfg.Daemon.Demo || cfg.Admin.Token != "t" ||
 		cfg.DB.Grace != 7*time.Second || cfg.Console.Capture != "always" {
 		t.Errorf("kept variables: got %+v", cfg)
+	}
+}
+
+// TestFlagVariablesAgree: a flag's short variable and its key's
+// (OBMD_DB and OBMD_DB_DSN) name one setting; set to different values,
+// obmd refuses to guess which is meant, without echoing either (a DSN
+// holds a password). Set to the same value, or one of them, it is taken.
+func TestFlagVariablesAgree(t *testing.T) {
+	for _, pair := range [][2]string{{"OBMD_DB", "OBMD_DB_DSN"}, {"OBMD_STATE_DIR", "OBMD_DAEMON_STATE_DIR"}, {"OBMD_DEMO", "OBMD_DAEMON_DEMO"}} {
+		short, long := pair[0], pair[1]
+		a, b := "mysql://obmd:hunter2@tcp(db1:3306)/obmd", "/var/lib/obmd/obmd.db"
+		if short == "OBMD_DEMO" {
+			a, b = "true", "false"
+		}
+		_, _, err := loadConfig("serve", nil, fakeEnv(map[string]string{short: a, long: b}), io.Discard)
+		if want := short + " and " + long + " are both set, to different values"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s and %s differ: got %v, want an error mentioning %q", short, long, err, want)
+		} else if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), b) {
+			t.Errorf("%s and %s differ: the error %q shows a value", short, long, err)
+		}
+		for _, env := range []map[string]string{{short: a, long: a}, {short: a}, {long: a}} {
+			cfg, _, err := loadConfig("serve", nil, fakeEnv(env), io.Discard)
+			got := map[string]string{"OBMD_DB": cfg.DB.DSN, "OBMD_STATE_DIR": cfg.Daemon.StateDir, "OBMD_DEMO": fmt.Sprint(cfg.Daemon.Demo)}[short]
+			if err != nil || got != a {
+				t.Errorf("%v: got %q, %v; want %q", env, got, err, a)
+			}
+		}
 	}
 }
 
