@@ -423,6 +423,42 @@ func TestMovedKeysExist(t *testing.T) {
 	}
 }
 
+// TestDocsNameNoMovedKey: the docs name no key of the flat schema as if
+// obmd read it (`linger`, `console_capture: always`), but where they say
+// it is refused (the table of configuration.md that lists them, and lines
+// that say so). "db" and "demo" are also a section and a node.
+func TestDocsNameNoMovedKey(t *testing.T) {
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, page := range append(pages, "../../README.md", "../../bench/README.md") {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		if before, rest, ok := strings.Cut(text, "## Keys from before the sections"); ok {
+			_, after, _ := strings.Cut(rest, "\n## ")
+			text = before + after
+		}
+		for n, line := range strings.Split(text, "\n") {
+			if strings.Contains(line, "Before the sections") || strings.Contains(line, "refuse") {
+				continue
+			}
+			for old := range movedKeys() {
+				if old == "db" || old == "demo" {
+					continue
+				}
+				if strings.Contains(line, "`"+old+"`") || strings.Contains(line, "`"+old+":") {
+					t.Errorf("%s, line %d of the page as checked: names %s, which obmd refuses (now %s)",
+						strings.TrimPrefix(page, "../../"), n+1, old, strings.Join(movedKeys()[old], " and "))
+				}
+			}
+		}
+	}
+}
+
 // TestDocsYAMLExamples: every YAML example of the docs (and README) is a
 // configuration file obmd reads, so none shows a key it would refuse.
 func TestDocsYAMLExamples(t *testing.T) {
