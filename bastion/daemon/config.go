@@ -508,12 +508,15 @@ func (c *Config) setDefaults() error {
 	if c.Web.Addr != "" && c.Web.TLSCert == "" && !c.Web.InsecureHTTP && !loopback(c.Web.Addr) {
 		return fmt.Errorf("web address %s is not loopback: configure web.tls_cert/web.tls_key (or admin.tls_cert/admin.tls_key), or set web.insecure_http to send tokens in clear", c.Web.Addr)
 	}
-	// The console hub and the drivers take their sections' defaults in
-	// their constructors, but their settings are checked here: one obmd
-	// cannot use stops it before it touches the state directory or the
-	// database.
+	// The console hub, the guessing limiter and the drivers take their
+	// sections' defaults in their constructors, but their settings are
+	// checked here: one obmd cannot use stops it before it touches the
+	// state directory or the database.
 	if _, err := c.Console.WithDefaults(); err != nil {
 		return fmt.Errorf("console: %w", err)
+	}
+	if _, err := c.AuthLimits.WithDefaults(); err != nil {
+		return fmt.Errorf("auth_limits: %w", err)
 	}
 	return checkDrivers(*c)
 }

@@ -151,9 +151,10 @@ func codeDefaults(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	for _, c := range []*Config{&base, &inState} {
-		var errs [5]error
+		var errs [6]error
 		c.Console, errs[0] = c.Console.WithDefaults()
-		c.Sessions, c.AuthLimits = c.Sessions.WithDefaults(), c.AuthLimits.WithDefaults()
+		c.Sessions = c.Sessions.WithDefaults()
+		c.AuthLimits, errs[5] = c.AuthLimits.WithDefaults()
 		c.Cluster, errs[1] = c.Cluster.WithDefaults()
 		c.IPMI, c.Redfish = c.IPMI.WithDefaults(), c.Redfish.WithDefaults()
 		c.IPMITool, errs[2] = c.IPMITool.WithDefaults()
@@ -284,7 +285,8 @@ func TestConfigurationDocDefaults(t *testing.T) {
 }
 
 // TestComponentSettingsChecked: WithDefaults (and so New, before any I/O)
-// refuses a setting the console hub or a driver would refuse at start,
+// refuses a setting the console hub or a driver would refuse at start, or
+// a negative guessing limit (which the limiter took as its default),
 // naming its section, and takes the defaults of none of them.
 func TestComponentSettingsChecked(t *testing.T) {
 	for _, tt := range []struct {
@@ -297,6 +299,7 @@ func TestComponentSettingsChecked(t *testing.T) {
 		{func(c *Config) { c.IPMIOptions.CipherOrder = []int{17, 99} }, "ipmi settings: new IPMI driver: cipher order: unsupported cipher suite 99"},
 		{func(c *Config) { c.IPMIOptions.CipherOrder = []int{3, 3} }, "suite 3 listed twice"},
 		{func(c *Config) { c.IPMIOptions.SOLEnable = "sometimes" }, `sol_enable "sometimes"`},
+		{func(c *Config) { c.AuthLimits.PerSource = -1 }, "auth_limits: per_source, per_node, window and lockout must not be negative"},
 	} {
 		c := Config{Daemon: DaemonConfig{StateDir: t.TempDir()}}
 		tt.set(&c)
