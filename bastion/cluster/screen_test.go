@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -141,6 +142,25 @@ func TestSeedScreenTooLarge(t *testing.T) {
 	got, scr, err := c.awaitSeed(context.Background(), reqs, 2)
 	if err != nil || string(got) != "seed" || len(scr) != 0 {
 		t.Fatalf("seed %q, screen %d bytes, %v; want the seed and no screen", got, len(scr), err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	readData(t, holder, relay)
+}
+
+// TestSeedTooLarge: a seed larger than one SSH packet (console.scrollback
+// set past 256 KiB) goes as its last maxSeed bytes: the peer connection
+// lives, and the relaying replica replays the scrollback's end.
+func TestSeedTooLarge(t *testing.T) {
+	data := append(bytes.Repeat([]byte("old "), 256<<10), "the end"...)
+	c := &Cluster{cfg: Config{DialTimeout: 5 * time.Second}}
+	holder, relay, reqs := channelPair(t)
+	sent := make(chan error, 1)
+	go func() { _, err := sendSeed(holder, sol.Chunk{Data: data, Replay: true}, 2); sent <- err }()
+	got, _, err := c.awaitSeed(context.Background(), reqs, 2)
+	if err != nil || len(got) != maxSeed || !bytes.HasSuffix(got, []byte("the end")) {
+		t.Fatalf("seed of %d bytes (ends %q), %v; want its last %d bytes", len(got), got[max(0, len(got)-7):], err, maxSeed)
 	}
 	if err := <-sent; err != nil {
 		t.Fatalf("send: %v", err)

@@ -33,6 +33,11 @@ const screenRequest = "obmd-screen"
 // it then goes as none.
 const maxSeedScreen = 256<<10 - 1<<10
 
+// maxSeed bounds the seed's bytes for the same reason: console.scrollback
+// may be set larger than a packet; the relaying replica then replays the
+// scrollback's last maxSeed bytes.
+const maxSeed = maxSeedScreen
+
 // Seed is sol.Seeded's: the holder's replay as the relay began.
 func (r *relayConsole) Seed() []byte { return r.seed }
 
@@ -94,7 +99,11 @@ func sendSeed(ch gossh.Channel, c sol.Chunk, proto int) (bool, error) {
 	if !c.Replay {
 		return false, nil
 	}
-	_, err := ch.SendRequest(seedRequest, false, c.Data)
+	data := c.Data
+	if len(data) > maxSeed {
+		data = data[len(data)-maxSeed:]
+	}
+	_, err := ch.SendRequest(seedRequest, false, data)
 	if err == nil && proto >= 2 {
 		scr := c.Screen
 		if len(scr) > maxSeedScreen {
