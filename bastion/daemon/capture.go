@@ -64,9 +64,9 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 		case p.awaiting && fast < awaitPolls*awaitPolls:
 			fast++
 			t.Reset(every / awaitPolls)
-		case (len(p.mine) > p.target || p.pending) && every > time.Second:
-			// More to hand off or to take: at the budget's pace, not the
-			// poll's.
+		case (len(p.giveUp) > 0 || p.pending) && every > time.Second:
+			// More to hand off (over its share of a zone) or to take: at
+			// the budget's pace, not the poll's.
 			t.Reset(time.Second)
 		default:
 			t.Reset(every)
