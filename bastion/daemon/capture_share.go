@@ -171,6 +171,25 @@ func (p *sharePlan) handOff(budget int, off func(label string) bool) int {
 	return n
 }
 
+// deferTakes leaves to later polls (pending) the nodes p holds that are
+// not in holding (the links this replica has open) past the first budget
+// of them by label: a poll opens at most budget new links. It returns how
+// many it kept.
+func (p *sharePlan) deferTakes(holding map[string]bool, budget int) int {
+	taken := 0
+	for _, label := range slices.Sorted(maps.Keys(p.mine)) {
+		switch {
+		case holding[label]:
+		case taken < budget:
+			taken++
+		default:
+			delete(p.mine, label)
+			p.pending = true
+		}
+	}
+	return taken
+}
+
 // claim is me's part of the unheld nodes: sorted, they go to the replicas
 // short of their share (shares less counts) in the order of their IDs,
 // each as many as it is short.
