@@ -65,13 +65,14 @@ type excess struct {
 // (each would think it held its share, and a node handed off would be
 // taken by none). A replica over its share gives up its excess, at the
 // hand-off rate (handOff, handOffBudget): the shares add up to the
-// captured nodes, so what one holds over its share others are short of. Giving up only lowers a replica's count,
-// which never raises its share (the ceil shares go to the replicas
-// holding the most), so it never takes back what it gave up: no link
-// flaps, and once every replica holds its share nothing moves. The nodes
-// it is handing off (leaving) are no longer its own, so that it gives up
-// no more for them; they still rank it, as they do in every other
-// replica's view, until their leases are released.
+// captured nodes, so what one holds over its share others are short of.
+// Giving up only lowers a replica's count, which never raises its share
+// (the ceil shares go to the replicas holding the most), so it never
+// takes back what it gave up: no link flaps, and once every replica
+// holds its share nothing moves. The nodes it is handing off (leaving)
+// are no longer its own, so that it gives up no more for them; they still
+// rank it, as they do in every other replica's view, until their leases
+// are released.
 //
 // With zones, each zone's nodes are shared so among the live replicas that
 // reach it (planZone), and a replica holds none of a zone it does not
