@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/obmd/obmd/bastion/cluster"
 )
 
 // rebalanceBench is section 11: a replica joins one that holds every
@@ -23,7 +25,7 @@ func rebalanceBench(cfg benchConfig) *section {
 }
 
 const (
-	rebalanceRate = 100 // cluster.handoff_rate's default
+	rebalanceRate = cluster.DefaultHandOffRate // cluster.handoff_rate's default
 	// rebalanceLeaseTTL spaces each link's lease renewal (a third of it):
 	// at the default 6 s, 10,000 links renew 5,000 times a second, more
 	// than the shared 2-core machine's MariaDB completes.

@@ -28,10 +28,10 @@ type writeWatch struct {
 	next   uint64
 	since  map[uint64]time.Time // start of each write in progress
 	probe  chan struct{}        // closed when the running probe ends; nil if none runs
+	cancel context.CancelFunc   // gives up the running probe (Close); nil if none runs
 	result error                // of the last probe that ended
 	ended  time.Time            // when it ended
 	wg     sync.WaitGroup       // the probe's goroutine
-	cancel context.CancelFunc   // gives up the running probe (Close)
 	// committed counts the writes committed since Open (Committed).
 	committed atomic.Uint64
 }
@@ -90,10 +90,11 @@ func (s *Store) Committed() uint64 { return s.writes.committed.Load() }
 //
 // One probe runs at a time: it is started when none runs and the last one
 // ended at least probeEvery ago (else that one's outcome is the answer),
-// and callers that come meanwhile wait for it. A probe keeps running after its caller gave
-// up (a write stuck in the kernel cannot be called back), bounded by
-// bound, and counts among the writes in progress: so a caller that does
-// not wait (an expired ctx) still learns of a stuck disk at a later call.
+// and callers that come meanwhile wait for it. A probe keeps running
+// after its caller gave up (a write stuck in the kernel cannot be called
+// back), for up to probeHold (or bound, if longer), and counts among the
+// writes in progress from its start: so a caller that does not wait (an
+// expired ctx) still learns of a stuck disk at a later call.
 func (s *Store) CheckWrites(ctx context.Context, bound time.Duration) error {
 	stuck := func() error {
 		if age := s.OldestWrite(); age > bound {
@@ -112,10 +113,19 @@ func (s *Store) CheckWrites(ctx context.Context, bound time.Duration) error {
 		return last
 	}
 	if done == nil {
+		// Held past bound, the probe is what shows a stuck database (a
+		// write in progress for longer than bound) to every later check:
+		// so it is not given up at bound. On SQLite nothing could end it
+		// anyway (a write blocked in the kernel); on a server it would be
+		// cancelled, and a frozen disk there would look healthy again the
+		// moment it was. probeHold still ends one held on a connection
+		// that died, and Close gives it up.
+		var pctx context.Context
+		pctx, w.cancel = context.WithTimeout(context.Background(), max(bound, probeHold))
 		done = make(chan struct{})
 		w.probe = done
 		w.wg.Add(1)
-		go s.runProbe(bound, done) // owned by w.wg (Close)
+		go s.runProbe(pctx, done) // owned by w.wg (Close)
 	}
 	w.mu.Unlock()
 	select {
@@ -131,22 +141,12 @@ func (s *Store) CheckWrites(ctx context.Context, bound time.Duration) error {
 	}
 }
 
-// runProbe writes and deletes one row, then records the outcome and closes
-// done.
-func (s *Store) runProbe(bound time.Duration, done chan struct{}) {
+// runProbe writes and deletes one row within ctx (CheckWrites'), then
+// records the outcome and closes done.
+func (s *Store) runProbe(ctx context.Context, done chan struct{}) {
 	defer s.writes.wg.Done()
-	// Held past bound, the probe is what shows a stuck database (a write
-	// in progress for longer than bound) to every later check: so it is
-	// not given up at bound. On SQLite nothing could end it anyway (a
-	// write blocked in the kernel); on a server it would be cancelled, and
-	// a frozen disk there would look healthy again the moment it was.
-	// probeHold still ends one held on a connection that died.
-	ctx, cancel := context.WithTimeout(context.Background(), max(bound, probeHold))
-	defer cancel()
-	s.writes.mu.Lock()
-	s.writes.cancel = cancel // Close gives it up after probeWait
-	s.writes.mu.Unlock()
 	defer s.writing()() // in progress from its start, its wait for a connection too
+	start := time.Now()
 	id := newToken()
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO write_probes (id, at) VALUES (?, ?)`, id, toMillis(s.now())); err != nil {
@@ -157,13 +157,14 @@ func (s *Store) runProbe(bound time.Duration, done chan struct{}) {
 	})
 	switch {
 	case ctx.Err() != nil:
-		err = fmt.Errorf("%w: a write probe did not finish within %v", ErrWriteStuck, max(bound, probeHold))
+		err = fmt.Errorf("%w: a write probe did not finish in %v", ErrWriteStuck, time.Since(start).Round(time.Millisecond))
 	case err != nil:
 		err = fmt.Errorf("write probe: %w", err)
 	}
 	w := &s.writes
 	w.mu.Lock()
-	w.result, w.probe, w.ended = err, nil, time.Now()
+	w.cancel() // its context's resources
+	w.result, w.probe, w.cancel, w.ended = err, nil, nil, time.Now()
 	w.mu.Unlock()
 	close(done)
 }
@@ -210,9 +211,15 @@ func (s *Store) Settle(ctx context.Context, label string) (int64, error) {
 // probeWait bounds how long Close waits for a write probe still running.
 const probeWait = 5 * time.Second
 
-// waitProbe waits for a write probe still running, at most probeWait (one
-// stuck in the kernel is left behind: the process is going away).
+// waitProbe gives up a write probe still running and waits for it to end,
+// at most probeWait: a server's ends once given up; one stuck in the
+// kernel is left behind (the process is going away).
 func (s *Store) waitProbe() error {
+	s.writes.mu.Lock()
+	if s.writes.cancel != nil {
+		s.writes.cancel()
+	}
+	s.writes.mu.Unlock()
 	done := make(chan struct{})
 	go func() { // ends when the probe has
 		s.writes.wg.Wait()
@@ -222,11 +229,6 @@ func (s *Store) waitProbe() error {
 	case <-done:
 		return nil
 	case <-time.After(probeWait):
-		s.writes.mu.Lock()
-		if s.writes.cancel != nil {
-			s.writes.cancel() // a server's probe ends with it; one in the kernel does not
-		}
-		s.writes.mu.Unlock()
 		return errors.New("a write probe is still stuck")
 	}
 }

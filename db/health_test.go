@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
 	"github.com/obmd/obmd/db/dbtest"
 	"github.com/obmd/obmd/keys"
 )
@@ -320,6 +322,34 @@ func TestStuckStatementInProgress(t *testing.T) {
 			release()
 			if err := <-wrote; err != nil {
 				t.Fatalf("the renewal, let go: %v", err)
+			}
+		})
+	}
+}
+
+// TestCloseGivesUpProbe: Close gives up a write probe held by the
+// database (a lock here; a server whose disk froze) and waits for it to
+// end: the probe is no reason to wait, and no goroutine of the store
+// outlives Close.
+func TestCloseGivesUpProbe(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			ctx := context.Background()
+			log, _ := logtest.NewNullLogger()
+			s, err := Open(ctx, e.DSN(t), log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			release := holdWriter(t, s, "write_probes")
+			defer release()
+			started, cancel := context.WithCancel(ctx)
+			cancel()
+			s.CheckWrites(started, time.Second) // starts the probe, held by the lock, and does not wait for it
+			if err := s.Close(); err != nil {
+				t.Errorf("close with a probe held: %v, want it given up and ended", err)
 			}
 		})
 	}

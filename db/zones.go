@@ -3,6 +3,7 @@ package db
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -65,15 +66,7 @@ func ValidZones(zones []string) error {
 // replica of an earlier release), and every replica reaches a node without
 // a zone.
 func Reaches(zones []string, z string) bool {
-	if z == "" || len(zones) == 0 {
-		return true
-	}
-	for _, r := range zones {
-		if r == z {
-			return true
-		}
-	}
-	return false
+	return z == "" || len(zones) == 0 || slices.Contains(zones, z)
 }
 
 func joinZones(zones []string) string { return strings.Join(zones, ",") }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	gossh "golang.org/x/crypto/ssh"
 )
 
 // The peer protocol's versions. Replicas of different releases serve one
@@ -132,4 +134,35 @@ var messages = []message{
 	{name: sessionsRequest, kind: "global request", dir: anyReplica, payload: sessionsQuery{},
 		reply: jsonOf{sessionsReply{}}, since: 2},
 	{name: kickRequest, kind: "global request", dir: anyReplica, payload: kickOrder{}, reply: replyIsNode, since: 1},
+}
+
+// A payload whose form changed in protocol 2 (roleMsg, rolesMsg,
+// consoleOpen) has a type for its form in protocol 1 (roleMsgV1, ...),
+// both registered in messages; v1 and v2 convert between them.
+type (
+	toV1[V1 any] interface{ v1() V1 }
+	toV2[M any]  interface{ v2() M }
+)
+
+// marshalIn encodes m in protocol version proto: as m.v1() in protocol 1.
+func marshalIn[V1 any, M toV1[V1]](m M, proto int) []byte {
+	if proto < 2 {
+		return gossh.Marshal(m.v1())
+	}
+	return gossh.Marshal(m)
+}
+
+// parseIn decodes a payload of type M sent in protocol version proto: as
+// a V1 in protocol 1.
+func parseIn[M any, V1 toV2[M]](b []byte, proto int) (M, error) {
+	var m M
+	if proto < 2 {
+		var old V1
+		if err := gossh.Unmarshal(b, &old); err != nil {
+			return m, err
+		}
+		return old.v2(), nil
+	}
+	err := gossh.Unmarshal(b, &m)
+	return m, err
 }

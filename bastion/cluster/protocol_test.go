@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gossh "golang.org/x/crypto/ssh"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/protocol.golden's sections of unreleased versions")
@@ -255,4 +258,60 @@ func jsonForm(t reflect.Type) string {
 		return "{" + strings.Join(keys, ", ") + "}"
 	}
 	return t.Kind().String()
+}
+
+// TestProtocol1Forms: a payload whose form changed in protocol 2 is sent
+// to a protocol 1 peer as its registered protocol 1 form, each field of
+// that form carried (none dropped by the conversion), and read back from
+// it; in protocol 2 it round-trips whole.
+func TestProtocol1Forms(t *testing.T) {
+	check := func(name string, m any, wire1 []byte, back1, back2 any, v1 any) {
+		t.Helper()
+		rv := reflect.ValueOf(v1)
+		for i := range rv.NumField() {
+			if rv.Field(i).IsZero() {
+				t.Errorf("%s in protocol 1: field %s dropped", name, rv.Type().Field(i).Name)
+			}
+		}
+		if want := gossh.Marshal(v1); !bytes.Equal(wire1, want) {
+			t.Errorf("%s in protocol 1: sent %x, want its protocol 1 form %x", name, wire1, want)
+		}
+		v2 := reflect.ValueOf(m)
+		b1 := reflect.ValueOf(back1)
+		for i := range v2.NumField() {
+			f := v2.Type().Field(i)
+			_, inV1 := rv.Type().FieldByName(f.Name)
+			if got := b1.Field(i); inV1 && !reflect.DeepEqual(got.Interface(), v2.Field(i).Interface()) ||
+				!inV1 && !got.IsZero() {
+				t.Errorf("%s read in protocol 1: %s = %v", name, f.Name, got)
+			}
+		}
+		if !reflect.DeepEqual(back2, m) {
+			t.Errorf("%s in protocol 2: got %+v, want %+v", name, back2, m)
+		}
+	}
+	open := consoleOpen{Label: "n1", From: "rep-a", Epoch: 7, Take: true}
+	openNoTake := open
+	openNoTake.Take = false
+	w1, err := marshalConsoleOpen(openNoTake, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, _ := parseConsoleOpen(w1, 1)
+	w2, _ := marshalConsoleOpen(open, 2)
+	b2, _ := parseConsoleOpen(w2, 2)
+	check("consoleOpen", open, w1, b1, b2, open.v1())
+	if _, err := marshalConsoleOpen(open, 1); err == nil {
+		t.Error("consoleOpen with Take in protocol 1: got no error")
+	}
+
+	role := roleMsg{Op: 3, Viewer: 9, Session: "s-1", Name: "alice", Want: true}
+	rb1, _ := parseIn[roleMsg, roleMsgV1](marshalIn[roleMsgV1](role, 1), 1)
+	rb2, _ := parseIn[roleMsg, roleMsgV1](marshalIn[roleMsgV1](role, 2), 2)
+	check("roleMsg", role, marshalIn[roleMsgV1](role, 1), rb1, rb2, role.v1())
+
+	roles := rolesMsg{Writer: 4, Session: "s-2", Name: "bob", Seq: 11, Lender: 5}
+	sb1, _ := parseIn[rolesMsg, rolesMsgV1](marshalIn[rolesMsgV1](roles, 1), 1)
+	sb2, _ := parseIn[rolesMsg, rolesMsgV1](marshalIn[rolesMsgV1](roles, 2), 2)
+	check("rolesMsg", roles, marshalIn[rolesMsgV1](roles, 1), sb1, sb2, roles.v1())
 }

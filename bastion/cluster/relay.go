@@ -62,37 +62,31 @@ type consoleOpenV1 struct {
 	Epoch uint64
 }
 
+func (m consoleOpen) v1() consoleOpenV1 {
+	return consoleOpenV1{Label: m.Label, From: m.From, Epoch: m.Epoch}
+}
+
+func (o consoleOpenV1) v2() consoleOpen {
+	return consoleOpen{Label: o.Label, From: o.From, Epoch: o.Epoch}
+}
+
 // marshalConsoleOpen encodes a consoleChannel's extra data in protocol
 // version proto.
 func marshalConsoleOpen(req consoleOpen, proto int) ([]byte, error) {
-	if proto >= 2 {
-		return gossh.Marshal(req), nil
-	}
-	if req.Take {
+	if req.Take && proto < 2 {
 		return nil, errors.New("it speaks peer protocol 1, which cannot ask it to open a link (upgrade it)")
 	}
-	return gossh.Marshal(consoleOpenV1{Label: req.Label, From: req.From, Epoch: req.Epoch}), nil
+	return marshalIn[consoleOpenV1](req, proto), nil
 }
 
 // parseConsoleOpen reads a consoleChannel's extra data in protocol
 // version proto.
 func parseConsoleOpen(data []byte, proto int) (consoleOpen, error) {
-	var req consoleOpen
-	if proto >= 2 {
-		if err := gossh.Unmarshal(data, &req); err != nil {
-			return consoleOpen{}, err
-		}
-	} else {
-		var v1 consoleOpenV1
-		if err := gossh.Unmarshal(data, &v1); err != nil {
-			return consoleOpen{}, err
-		}
-		req = consoleOpen{Label: v1.Label, From: v1.From, Epoch: v1.Epoch}
+	req, err := parseIn[consoleOpen, consoleOpenV1](data, proto)
+	if err == nil && req.Label == "" {
+		err = errors.New("no node label")
 	}
-	if req.Label == "" {
-		return consoleOpen{}, errors.New("no node label")
-	}
-	return req, nil
+	return req, err
 }
 
 // accessNotice is the payload of a noticeRequest.

@@ -59,44 +59,20 @@ type rolesMsgV1 struct {
 	Lender uint64
 }
 
-// marshalRole encodes m in protocol version proto.
-func marshalRole(m roleMsg, proto int) []byte {
-	if proto < 2 {
-		return gossh.Marshal(roleMsgV1{Op: m.Op, Viewer: m.Viewer, Name: m.Name, Want: m.Want})
-	}
-	return gossh.Marshal(m)
+func (m roleMsg) v1() roleMsgV1 {
+	return roleMsgV1{Op: m.Op, Viewer: m.Viewer, Name: m.Name, Want: m.Want}
 }
 
-// parseRole decodes a roleRequest's payload in protocol version proto.
-func parseRole(b []byte, proto int) (roleMsg, error) {
-	if proto < 2 {
-		var v1 roleMsgV1
-		err := gossh.Unmarshal(b, &v1)
-		return roleMsg{Op: v1.Op, Viewer: v1.Viewer, Name: v1.Name, Want: v1.Want}, err
-	}
-	var m roleMsg
-	err := gossh.Unmarshal(b, &m)
-	return m, err
+func (o roleMsgV1) v2() roleMsg {
+	return roleMsg{Op: o.Op, Viewer: o.Viewer, Name: o.Name, Want: o.Want}
 }
 
-// marshalRoles encodes m in protocol version proto.
-func marshalRoles(m rolesMsg, proto int) []byte {
-	if proto < 2 {
-		return gossh.Marshal(rolesMsgV1{Writer: m.Writer, Name: m.Name, Seq: m.Seq, Lender: m.Lender})
-	}
-	return gossh.Marshal(m)
+func (m rolesMsg) v1() rolesMsgV1 {
+	return rolesMsgV1{Writer: m.Writer, Name: m.Name, Seq: m.Seq, Lender: m.Lender}
 }
 
-// parseRoles decodes a rolesRequest's payload in protocol version proto.
-func parseRoles(b []byte, proto int) (rolesMsg, error) {
-	if proto < 2 {
-		var v1 rolesMsgV1
-		err := gossh.Unmarshal(b, &v1)
-		return rolesMsg{Writer: v1.Writer, Name: v1.Name, Seq: v1.Seq, Lender: v1.Lender}, err
-	}
-	var m rolesMsg
-	err := gossh.Unmarshal(b, &m)
-	return m, err
+func (o rolesMsgV1) v2() rolesMsg {
+	return rolesMsg{Writer: o.Writer, Name: o.Name, Seq: o.Seq, Lender: o.Lender}
 }
 
 type inputMsg struct {
@@ -141,7 +117,7 @@ func (r *relayConsole) Arbitrate(roles func(sol.Roles), notice func(viewer uint6
 func (r *relayConsole) Tell(m sol.RoleMsg) error {
 	msg := roleMsg{Op: uint8(m.Op), Viewer: m.Viewer, Session: m.Who.Session, Name: m.Who.Name, Want: m.Want}
 	wait := m.Op == sol.RoleReturn
-	ok, err := r.ch.SendRequest(roleRequest, wait, marshalRole(msg, r.client.proto))
+	ok, err := r.ch.SendRequest(roleRequest, wait, marshalIn[roleMsgV1](msg, r.client.proto))
 	if err != nil {
 		return fmt.Errorf("console relay to replica %s: %w", r.holder, err)
 	}
@@ -197,7 +173,7 @@ func (r *relayConsole) holderRequests(reqs <-chan *gossh.Request) {
 		var tm tellMsg
 		switch {
 		case req.Type == rolesRequest && roles != nil:
-			if m, err := parseRoles(req.Payload, r.client.proto); err == nil {
+			if m, err := parseIn[rolesMsg, rolesMsgV1](req.Payload, r.client.proto); err == nil {
 				roles(sol.Roles{Writer: m.Writer, Who: sol.Who{Session: m.Session, Name: m.Name}, Seq: m.Seq, Lender: m.Lender})
 			}
 		case req.Type == tellRequest && gossh.Unmarshal(req.Payload, &tm) == nil && notice != nil:
@@ -235,8 +211,8 @@ func (s *relayRoles) send() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.v.Roles()
-	_, err := s.ch.SendRequest(rolesRequest, false, marshalRoles(rolesMsg{Writer: r.Writer, Session: r.Who.Session,
-		Name: r.Who.Name, Seq: r.Seq, Lender: r.Lender}, s.proto))
+	_, err := s.ch.SendRequest(rolesRequest, false, marshalIn[rolesMsgV1](rolesMsg{Writer: r.Writer,
+		Session: r.Who.Session, Name: r.Who.Name, Seq: r.Seq, Lender: r.Lender}, s.proto))
 	return err
 }
 
@@ -271,7 +247,7 @@ func serveRelayRequests(ctx context.Context, v *sol.Viewer, roles *relayRoles, r
 func relayRequest(ctx context.Context, v *sol.Viewer, roles *relayRoles, req *gossh.Request) (bool, error) {
 	switch req.Type {
 	case roleRequest:
-		m, err := parseRole(req.Payload, roles.proto)
+		m, err := parseIn[roleMsg, roleMsgV1](req.Payload, roles.proto)
 		if err != nil {
 			return false, fmt.Errorf("malformed: %w", err)
 		}

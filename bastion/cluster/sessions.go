@@ -213,15 +213,11 @@ func (s *PeerServer) peerSessions(payload []byte, proto int) (bool, []byte) {
 	}
 	r := sessionsReply{Sessions: s.sessions.List(q.Node)}
 	for {
-		var (
-			out []byte
-			err error
-		)
+		var form any = r
 		if proto < 2 {
-			out, err = json.Marshal(replyV1(r))
-		} else {
-			out, err = json.Marshal(r)
+			form = replyV1(r)
 		}
+		out, err := json.Marshal(form)
 		if err != nil {
 			return false, nil
 		}

@@ -64,9 +64,9 @@ func (d *Daemon) runCapture(ctx context.Context) error {
 		case p.awaiting && fast < awaitPolls*awaitPolls:
 			fast++
 			t.Reset(every / awaitPolls)
-		case (len(p.mine) > p.target || p.pending) && every > time.Second:
-			// More to hand off or to take: at the budget's pace, not the
-			// poll's.
+		case (len(p.giveUp) > 0 || p.pending) && every > time.Second:
+			// More to hand off (over its share of a zone) or to take: at
+			// the budget's pace, not the poll's.
 			t.Reset(time.Second)
 		default:
 			t.Reset(every)
@@ -137,12 +137,11 @@ func (d *Daemon) syncCapture(ctx context.Context, st *captureState) sharePlan {
 			return d.heldPlan()
 		}
 		plan = p
-		want = p.mine
 	}
 	holding := map[string]bool{}
 	for _, label := range d.consoles.Holding() {
 		holding[label] = true
-		if !want[label] {
+		if !plan.mine[label] {
 			d.consoles.Release(label)
 		}
 	}
@@ -150,26 +149,13 @@ func (d *Daemon) syncCapture(ctx context.Context, st *captureState) sharePlan {
 	// second as hand-offs): a replica that starts while the others hold
 	// nothing (or that is dealt a dead replica's nodes) does not open
 	// thousands of SOL sessions at once.
-	budget := len(want)
 	if d.rep.cluster != nil {
-		budget = st.takes.take(time.Now())
+		st.takes.spend(plan.deferTakes(holding, st.takes.take(time.Now())))
 	}
-	taken := 0
-	for _, label := range slices.Sorted(maps.Keys(want)) {
-		if !holding[label] {
-			if taken == budget {
-				plan.pending = true
-				delete(plan.mine, label)
-				continue
-			}
-			taken++
-		}
+	for _, label := range slices.Sorted(maps.Keys(plan.mine)) {
 		if err := d.consoles.Hold(label); err != nil {
 			break // the hub is closing
 		}
-	}
-	if d.rep.cluster != nil {
-		st.takes.spend(taken)
 	}
 	return plan
 }

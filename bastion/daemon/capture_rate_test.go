@@ -66,3 +66,22 @@ func TestHandOffBudget(t *testing.T) {
 		b.spend(c.want)
 	}
 }
+
+// TestDeferTakes: a poll keeps the links it has open and opens at most
+// its budget of new ones, the first by label, leaving the rest pending
+// for later polls.
+func TestDeferTakes(t *testing.T) {
+	p := sharePlan{mine: map[string]bool{"a": true, "b": true, "c": true, "d": true, "e": true}}
+	if got := p.deferTakes(map[string]bool{"b": true, "e": true}, 2); got != 2 || !p.pending ||
+		len(p.mine) != 4 || !p.mine["a"] || !p.mine["b"] || !p.mine["c"] || !p.mine["e"] {
+		t.Errorf("budget 2 with b and e open: took %d, kept %v (pending %v), want a and c taken, d pending", got, p.mine, p.pending)
+	}
+	p = sharePlan{mine: map[string]bool{"a": true, "b": true}}
+	if got := p.deferTakes(nil, 5); got != 2 || p.pending || len(p.mine) != 2 {
+		t.Errorf("budget 5 for 2: took %d, kept %v (pending %v), want both, none pending", got, p.mine, p.pending)
+	}
+	p = sharePlan{mine: map[string]bool{"a": true}}
+	if got := p.deferTakes(map[string]bool{"a": true}, 0); got != 0 || p.pending || !p.mine["a"] {
+		t.Errorf("budget 0, a open: took %d, kept %v (pending %v), want a kept", got, p.mine, p.pending)
+	}
+}

@@ -30,12 +30,12 @@ type shareView struct {
 }
 
 // sharePlan is a capture poll's decision: the nodes to hold, and the ones
-// it may give up to a replica under its share, in the order to try (those
-// that can be handed off, with nobody attached, go, down to the share and
-// within the hand-off budget: handOff).
+// it may give up to a replica under its share, zone by zone (those that
+// can be handed off, with nobody attached, go, down to the zone's share
+// and within the hand-off budget: handOff).
 type sharePlan struct {
 	mine   map[string]bool
-	giveUp []string
+	giveUp []excess
 	target int // this replica's share
 	// awaiting: this replica is short of its share with no node left to
 	// take, and another holds more than its own: a hand-off is coming.
@@ -43,6 +43,13 @@ type sharePlan struct {
 	// pending: nodes left to take at a later poll, over the budget of
 	// takes (syncCapture).
 	pending bool
+}
+
+// excess is what a replica holds over its share of one zone's links: the
+// nodes to try handing off, in order, and how many of them are to go.
+type excess struct {
+	labels []string
+	over   int
 }
 
 // plan shares the captured links among the live replicas. Each replica's
@@ -57,14 +64,15 @@ type sharePlan struct {
 // its hub's attempts) is retried by one replica, not counted by several
 // (each would think it held its share, and a node handed off would be
 // taken by none). A replica over its share gives up its excess, at the
-// hand-off rate (handOff, handOffBudget): the shares add up to the captured nodes, so what one holds over
-// its share others are short of. Giving up only lowers a replica's count,
-// which never raises its share (the ceil shares go to the replicas
-// holding the most), so it never takes back what it gave up: no link
-// flaps, and once every replica holds its share nothing moves. The nodes
-// it is handing off (leaving) are no longer its own, so that it gives up
-// no more for them; they still rank it, as they do in every other
-// replica's view, until their leases are released.
+// hand-off rate (handOff, handOffBudget): the shares add up to the
+// captured nodes, so what one holds over its share others are short of.
+// Giving up only lowers a replica's count, which never raises its share
+// (the ceil shares go to the replicas holding the most), so it never
+// takes back what it gave up: no link flaps, and once every replica
+// holds its share nothing moves. The nodes it is handing off (leaving)
+// are no longer its own, so that it gives up no more for them; they still
+// rank it, as they do in every other replica's view, until their leases
+// are released.
 //
 // With zones, each zone's nodes are shared so among the live replicas that
 // reach it (planZone), and a replica holds none of a zone it does not
@@ -77,9 +85,6 @@ func (v shareView) plan() sharePlan {
 			byZone[z] = map[string]bool{}
 		}
 		byZone[z][label] = true
-	}
-	if len(byZone) <= 1 && v.zone[firstKey(v.want)] == "" {
-		return v.planZone()
 	}
 	p := sharePlan{mine: map[string]bool{}}
 	for _, z := range slices.Sorted(maps.Keys(byZone)) {
@@ -100,14 +105,6 @@ func (v shareView) plan() sharePlan {
 		p.awaiting = p.awaiting || q.awaiting
 	}
 	return p
-}
-
-// firstKey is one key of m ("" if none).
-func firstKey(m map[string]bool) string {
-	for k := range m {
-		return k
-	}
-	return ""
 }
 
 // planZone is plan for nodes of one zone, shared among v.live.
@@ -144,27 +141,54 @@ func (v shareView) planZone() sharePlan {
 	if len(mine) <= p.target {
 		return p
 	}
-	p.giveUp = slices.Sorted(maps.Keys(mine))
-	slices.Reverse(p.giveUp) // a stable order: the last first
+	labels := slices.Sorted(maps.Keys(mine))
+	slices.Reverse(labels) // a stable order: the last first
+	p.giveUp = []excess{{labels: labels, over: len(mine) - p.target}}
 	return p
 }
 
 // handOff hands off, through off (false: it has a viewer, or is no longer
-// held), the nodes p gives up, in its order, until this replica holds its
-// share or budget of them have gone; those are no longer p's. It returns
-// how many went.
+// held), the nodes p gives up, zone by zone in its order, until this
+// replica holds its share of each zone or budget of them have gone; those
+// are no longer p's. It returns how many went. The share is each zone's,
+// not the total's: a replica over its share of one zone and under it of
+// another gives up the first's excess, which the other replicas of that
+// zone are short of.
 func (p *sharePlan) handOff(budget int, off func(label string) bool) int {
 	n := 0
-	for _, label := range p.giveUp {
-		if n >= budget || len(p.mine) <= p.target {
-			break
-		}
-		if p.mine[label] && off(label) {
-			delete(p.mine, label)
-			n++
+	for _, e := range p.giveUp {
+		gone := 0
+		for _, label := range e.labels {
+			if n >= budget || gone >= e.over {
+				break
+			}
+			if p.mine[label] && off(label) {
+				delete(p.mine, label)
+				n++
+				gone++
+			}
 		}
 	}
 	return n
+}
+
+// deferTakes leaves to later polls (pending) the nodes p holds that are
+// not in holding (the links this replica has open) past the first budget
+// of them by label: a poll opens at most budget new links. It returns how
+// many it kept.
+func (p *sharePlan) deferTakes(holding map[string]bool, budget int) int {
+	taken := 0
+	for _, label := range slices.Sorted(maps.Keys(p.mine)) {
+		switch {
+		case holding[label]:
+		case taken < budget:
+			taken++
+		default:
+			delete(p.mine, label)
+			p.pending = true
+		}
+	}
+	return taken
 }
 
 // claim is me's part of the unheld nodes: sorted, they go to the replicas

@@ -102,3 +102,40 @@ func TestSharePlanZones(t *testing.T) {
 		}
 	}
 }
+
+// TestSharePlanZonesBudget: two replicas that both reach zones a and b
+// share each zone evenly, with a budget of many hand-offs a poll (the
+// default rate), whether one held everything or each held all of one
+// zone: a replica over its share in one zone and under it in another,
+// even in total, still hands off the excess of the first (else neither
+// would ever move), and gives up no more than that excess.
+func TestSharePlanZonesBudget(t *testing.T) {
+	for _, start := range []string{"one holds all", "one zone each"} {
+		for _, atOnce := range []bool{false, true} {
+			rng := rand.New(rand.NewPCG(9, 10))
+			s := newShareSim(20, "rep-a", "rep-b")
+			s.budget = 50
+			s.zone = map[string]string{}
+			s.zones = map[string][]string{"rep-a": {"a", "b"}, "rep-b": {"a", "b"}}
+			for i, n := range s.nodes {
+				s.zone[n] = []string{"a", "b"}[i%2]
+				owner := "rep-a"
+				if start == "one zone each" && i%2 == 1 {
+					owner = "rep-b"
+				}
+				s.lease[n] = owner
+				s.holds[owner][n] = true
+			}
+			rounds := 0
+			for ; !s.zoneBalanced(); rounds++ {
+				if rounds == 20 {
+					t.Fatalf("%s, at once %v: not balanced by zone after 20 rounds: %v", start, atOnce, s.lease)
+				}
+				s.round(rng, atOnce)
+			}
+			if s.handoffs > 10+2 {
+				t.Errorf("%s, at once %v: %d hand-offs, want about 10 (the excess)", start, atOnce, s.handoffs)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -51,11 +52,7 @@ func (z *zoneStatus) update(ctx context.Context, st zoneLister, reps []db.Replic
 func (z *zoneStatus) replicas() map[string]int {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	out := make(map[string]int, len(z.counts))
-	for k, v := range z.counts {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(z.counts)
 }
 
 // orphans returns the zones no live replica reaches, sorted.

@@ -305,7 +305,9 @@ func TestUpgradeSkew(t *testing.T) {
 
 // upOneWriter: the holder's viewer vh writes and the relayed viewer vr's
 // keys do not reach the node, until vr takes over: then vh is told, and
-// only vr's keys reach it.
+// only vr's keys reach it; when vh takes writing back, vr is told (which
+// only the holder's roles message, read by the relaying replica, tells
+// it), and only vh's keys reach the node again.
 func upOneWriter(t *testing.T, bmc *ipmisim.Sim, vh, vr *obmdtest.Client, holder, relaying string) {
 	t.Helper()
 	typed := func(v *obmdtest.Client, who string) {
@@ -327,6 +329,12 @@ func upOneWriter(t *testing.T, bmc *ipmisim.Sim, vh, vr *obmdtest.Client, holder
 	typed(vr, relaying)
 	lost = append(lost, dropped(vh, holder))
 	typed(vr, relaying+"-again")
+	mark = len(vr.Out.String())
+	vh.TypeKeys(obmdtest.EscTakeOver)
+	vr.Out.Wait(t, "the viewer on "+relaying+" told of the takeover", mark, "took over writing; you are read-only")
+	typed(vh, holder+"-back")
+	lost = append(lost, dropped(vr, relaying+"-after"))
+	typed(vh, holder+"-back-again")
 	for _, k := range lost {
 		if bytes.Contains(bmc.Serial(), []byte(k)) {
 			t.Errorf("%q, typed by a viewer that was not writing, reached the serial port", k)
