@@ -299,7 +299,12 @@ func TestRecorderFailingStoreRetries(t *testing.T) {
 		rec.Write(p)
 		time.Sleep(time.Millisecond)
 	}
-	eventually(t, "the store to take it all", func() bool { got, _ := st.stored(); return output(got) == string(written) })
+	// The flush that stored the last bytes counts them once the store has
+	// returned: wait for the count too, not only for the store.
+	eventually(t, "the store to take it all, and the stats to count it", func() bool {
+		got, _ := st.stored()
+		return output(got) == string(written) && r.Stats().StoredBytes >= uint64(len(written))
+	})
 	if s := r.Stats(); s.FlushErrors != 3 || s.Dropped != 0 || s.StoredBytes != uint64(len(written)) {
 		t.Errorf("stats %+v: want 3 flush errors, nothing dropped, %d output bytes stored (not those of failed flushes)", s, len(written))
 	}
