@@ -25,6 +25,7 @@ func TestHistory(t *testing.T) {
 		{"retention_keeps_then_purge", testHistoryRetention},
 		{"purge_ends_missed_tenancies", testHistoryPurgeOrphans},
 		{"append_to_ended_is_dropped", testHistoryAppendEnded},
+		{"late_end_never_lowers", testHistoryLateEnd},
 		{"late_first_flush_before_the_end", testHistoryLateFirstFlush},
 		{"bad_chunks_change_nothing", testHistoryBadChunks},
 		{"tenant_read_races_access_changes", testHistoryRace},
@@ -464,6 +465,25 @@ func testHistoryAppendEnded(t *testing.T, s *Store, _ testEnv) {
 	}
 	if got := datas(mustRead(t, s, history.Query{Node: "n", Epoch: e2})); fmt.Sprint(got) != "[new]" {
 		t.Errorf("new tenancy: got %q, want [new]", got)
+	}
+}
+
+// testHistoryLateEnd: an end recorded late with an older epoch (a replica
+// that applies the access changes behind another) does not lower the
+// node's end watermark: a tenancy ended by the newer one stays ended.
+func testHistoryLateEnd(t *testing.T, s *Store, _ testEnv) {
+	ctx := context.Background()
+	mustCreate(t, s, "n")
+	e1 := rotate(t, s, "n")
+	e2 := rotate(t, s, "n")
+	if err := s.EndTenancies(ctx, "n", e2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndTenancies(ctx, "n", e1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustAppend(t, s, bigBound, outChunk("n", e1, 5, "late, ended tenancy")); got[0].Seq != 0 {
+		t.Errorf("chunk of the tenancy ended at %d stored after a late end at %d: seq %d, want none", e2, e1, got[0].Seq)
 	}
 }
 
