@@ -91,9 +91,10 @@ func (s *Store) Committed() uint64 { return s.writes.committed.Load() }
 // One probe runs at a time: it is started when none runs and the last one
 // ended at least probeEvery ago (else that one's outcome is the answer),
 // and callers that come meanwhile wait for it. A probe keeps running after its caller gave
-// up (a write stuck in the kernel cannot be called back), bounded by
-// bound, and counts among the writes in progress: so a caller that does
-// not wait (an expired ctx) still learns of a stuck disk at a later call.
+// up (a write stuck in the kernel cannot be called back), held up to
+// probeHold (or bound, if longer; see runProbe), and counts among the
+// writes in progress from its start: so a caller that does not wait (an
+// expired ctx) still learns of a stuck disk at a later call.
 func (s *Store) CheckWrites(ctx context.Context, bound time.Duration) error {
 	stuck := func() error {
 		if age := s.OldestWrite(); age > bound {
