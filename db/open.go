@@ -113,9 +113,9 @@ const dsnForms = "want a SQLite path, a file: URI, mysql://user:pass@tcp(host:po
 // takes: a MySQL DSN without its scheme, a postgres:// URL (postgresql://
 // and capitals accepted), or the SQLite path or URI itself. A URL of any
 // other scheme is refused, as is a MySQL or PostgreSQL DSN that lacks its
-// scheme: taken as a SQLite path, it would create a file named after the
-// server and log its password. Errors never quote more of dsn than a
-// scheme.
+// scheme (user:pass@host/dbname, or MySQL's @tcp(...)): taken as a SQLite
+// path, it would create a file named after the server and log its
+// password. Errors never quote more of dsn than a scheme.
 func dialectOf(dsn string) (dialect, rest string, err error) {
 	if scheme, after, ok := strings.Cut(dsn, "://"); ok {
 		switch strings.ToLower(scheme) {
@@ -134,6 +134,10 @@ func dialectOf(dsn string) (dialect, rest string, err error) {
 	base, _, _ := strings.Cut(dsn, "?")
 	if strings.Contains(base, "@tcp(") || strings.Contains(base, "@unix(") {
 		return "", "", fmt.Errorf("a MySQL DSN needs the mysql:// scheme (%s)", dsnForms)
+	}
+	if first, _, _ := strings.Cut(base, "/"); strings.Contains(first, "@") && !strings.HasPrefix(base, "file:") {
+		// user[:pass]@host[:port]/dbname: a server's URL without its scheme.
+		return "", "", fmt.Errorf("a DSN of a database server needs its scheme (%s)", dsnForms)
 	}
 	if pgKeywords(dsn) {
 		return "", "", fmt.Errorf("a PostgreSQL DSN must be a postgres:// URL, not keyword=value settings (%s)", dsnForms)

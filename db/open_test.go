@@ -137,6 +137,8 @@ func TestOpenRefusesUnknownDSN(t *testing.T) {
 		{"sqlite scheme", "sqlite:///var/lib/obmd/obmd.db", `unknown DSN scheme "sqlite"`},
 		{"no scheme", "obmd:" + pass + "@db.example://x", "unknown form"},
 		{"mysql without scheme", "obmd:" + pass + "@tcp(127.0.0.1:3306)/obmd", "mysql://"},
+		{"postgres without scheme", "obmd:" + pass + "@db.example:5432/obmd?sslmode=require", "needs its scheme"},
+		{"user without scheme", "obmd@db.example/obmd", "needs its scheme"},
 		{"postgres keywords", "host=127.0.0.1 user=obmd password=" + pass + " dbname=obmd", "postgres://"},
 	}
 	for _, tt := range tests {
