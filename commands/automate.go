@@ -34,6 +34,9 @@ type Console interface {
 	// Screen is the node's screen at the point of its output reached
 	// now (sol.Viewer.Screen), waiting for the link to come up.
 	Screen(ctx context.Context) (screen.Snapshot, error)
+	// ScreenText is Screen's Text, without a copy of the whole screen
+	// (sol.Viewer.ScreenText): what a wait on the screen looks at.
+	ScreenText(ctx context.Context) (string, error)
 	// Close detaches.
 	Close()
 }

@@ -66,6 +66,11 @@ func (f *fakeConsole) Screen(context.Context) (screen.Snapshot, error) {
 	f.draw(nil)
 	return f.term.Snapshot(), nil
 }
+
+func (f *fakeConsole) ScreenText(ctx context.Context) (string, error) {
+	s, err := f.Screen(ctx)
+	return s.Text(), err
+}
 func (f *fakeConsole) Close() {}
 
 // TestMatcherAcrossChunks: a match split over chunks is found, with its

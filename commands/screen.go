@@ -59,12 +59,12 @@ func (m *matcher) waitScreen(ctx context.Context, con Console, re *pattern, time
 	defer cancel()
 	last, looked := "", false
 	for {
-		s, err := con.Screen(tctx)
+		text, err := con.ScreenText(tctx)
 		if err != nil {
 			return Match{}, waitError(tctx, err)
 		}
 		at := time.Now()
-		if text := s.Text(); !looked || text != last {
+		if !looked || text != last {
 			last, looked = text, true
 			loc, err := re.find(tctx, &m.meter, []byte(text))
 			if err != nil {

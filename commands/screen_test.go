@@ -167,8 +167,9 @@ func TestWaitScreenBudget(t *testing.T) {
 }
 
 // BenchmarkScreenLook: one look of a screen wait at a BIOS menu (80x25)
-// and at the largest screen full of text (200x100): the snapshot, its
-// text, and a search that misses.
+// and at the largest screen full of text (200x100): the screen's text
+// (taken by its owner, with no copy of the screen), and a search that
+// misses.
 func BenchmarkScreenLook(b *testing.B) {
 	bios := screentest.BIOSSetup(100)
 	for _, c := range []struct {
@@ -186,7 +187,7 @@ func BenchmarkScreenLook(b *testing.B) {
 			var mt meter
 			b.ReportAllocs()
 			for b.Loop() {
-				text := term.Snapshot().Text()
+				text := term.Text()
 				if loc, err := re.find(context.Background(), &mt, []byte(text)); loc != nil || err != nil {
 					b.Fatal(loc, err)
 				}

@@ -69,8 +69,10 @@ func (s *Store) PinSSHHostKey(ctx context.Context, k SSHHostKey) (SSHHostKey, er
 		if err := nodeExists(ctx, tx, k.Node); err != nil {
 			return err
 		}
+		// Locked: a replica pinning another key at the same new address
+		// meanwhile waits, then finds that pin, rather than overwrite it.
 		old, err := scanHostKey(tx.QueryRowContext(ctx,
-			`SELECT node, addr, key_line, created_at FROM node_ssh_host_keys WHERE node = ?`, k.Node))
+			`SELECT node, addr, key_line, created_at FROM node_ssh_host_keys WHERE node = ?`+s.forUpdate(), k.Node))
 		switch {
 		case err == nil && old.Addr == k.Addr:
 			out = old

@@ -3,12 +3,50 @@ package db
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 )
 
 // TestSSHHostKeys runs the host-key cases on every engine.
 func TestSSHHostKeys(t *testing.T) {
-	runCases(t, []storeCase{{"ssh_host_keys", testSSHHostKeys}})
+	runCases(t, []storeCase{{"ssh_host_keys", testSSHHostKeys}, {"ssh_host_keys_race", testSSHHostKeysRace}})
+}
+
+// testSSHHostKeysRace: replicas that meet a node's BMC at a new address at
+// once, each shown another key, agree on one pin: each gets back the key
+// stored at the end, never its own key overwritten by a later one.
+func testSSHHostKeysRace(t *testing.T, s *Store, env testEnv) {
+	ctx := context.Background()
+	stores := []*Store{s, openTestStore(t, env.at(1))}
+	mustCreate(t, s, "n1")
+	const pinners = 6
+	for round := range 15 {
+		old := SSHHostKey{Node: "n1", Addr: fmt.Sprintf("10.0.0.%d:22", round), Key: "ssh-ed25519 AAAAold"}
+		if _, err := s.PinSSHHostKey(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("10.0.1.%d:22", round)
+		got := make([]SSHHostKey, pinners)
+		errs := make([]error, pinners)
+		var wg sync.WaitGroup
+		for i := range pinners {
+			wg.Go(func() {
+				k := SSHHostKey{Node: "n1", Addr: addr, Key: fmt.Sprintf("ssh-ed25519 AAAA%d", i)}
+				got[i], errs[i] = stores[i%len(stores)].PinSSHHostKey(ctx, k)
+			})
+		}
+		wg.Wait()
+		stored, err := s.SSHHostKey(ctx, "n1")
+		if err != nil || stored.Addr != addr {
+			t.Fatalf("round %d: stored %+v, %v", round, stored, err)
+		}
+		for i := range pinners {
+			if errs[i] != nil || got[i].Key != stored.Key {
+				t.Fatalf("round %d: pinner %d got %q (%v), but %q is pinned: two keys were accepted", round, i, got[i].Key, errs[i], stored.Key)
+			}
+		}
+	}
 }
 
 // testSSHHostKeys: the first pin stands at its address (a later one there

@@ -307,6 +307,9 @@ func Others(viewers []ViewerInfo, writer, self Who) []string {
 // background and the viewer is told (Chunk.Notice) only about failures. ctx
 // bounds only the attach itself. The viewer becomes writer if nobody writes
 // and o.ReadOnly is false. After Close it returns ErrShutdown (wrapped).
+// ctx is checked under the Manager's lock, where Cut retires the node: a
+// session whose context is cancelled before its node is cut (as access
+// changes do) never subscribes to the node of the tenancy that follows.
 func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*Viewer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("attach to %s: %w", label, err)
@@ -316,6 +319,9 @@ func (m *Manager) Attach(ctx context.Context, label string, o AttachOptions) (*V
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("attach to %s: %w", label, err)
+	}
 	if m.closed {
 		return nil, fmt.Errorf("attach to %s: %w", label, ErrShutdown)
 	}

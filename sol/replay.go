@@ -39,11 +39,10 @@ type replayJob struct {
 
 	// The node's screen where the replay ends, if the viewer wants it
 	// (a relay viewer, AttachOptions.Screen): screenDone is closed once
-	// snap is set (ok) or will not be; screen is its redraw, set by the
-	// job's goroutine.
+	// redrawn is set (the screen's owner draws it) or will not be; screen
+	// is redrawn, taken by the job's goroutine.
 	screenDone chan struct{}
-	snap       screen.Snapshot
-	snapOK     bool
+	redrawn    []byte
 	screen     []byte
 	// redraw: the job is a redraw (Viewer.Redraw): the screen alone, no
 	// output, blank or not. Otherwise a person's viewer gets no screen
@@ -104,8 +103,10 @@ func (n *node) chooseLocked(j *replayJob) {
 	defer close(j.ready)
 	if j.screenDone != nil {
 		// At the same point of the output as the replay's end.
-		n.screenRequestLocked(func(s screen.Snapshot, ok bool) {
-			j.snap, j.snapOK = s, ok
+		n.screenRequestLocked(func(t *screen.Terminal, ok bool) {
+			if ok && !(j.skipBlank && t.Blank()) {
+				j.redrawn = t.ANSI()
+			}
 			close(j.screenDone)
 		})
 	}
@@ -194,9 +195,7 @@ func (j *replayJob) awaitScreen() {
 	defer t.Stop()
 	select {
 	case <-j.screenDone:
-		if j.snapOK && !(j.skipBlank && j.snap.Blank()) {
-			j.screen = j.snap.ANSI()
-		}
+		j.screen = j.redrawn
 	case <-t.C:
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,7 +57,8 @@ func screenOf(m *sol.Manager) func(context.Context) (screen.Snapshot, error) {
 
 // TestScreenHoldsTheMenu: a held node's screen shows a whole BIOS setup
 // menu that the last 16 KiB of output (the attach replay) no longer draw,
-// cell for cell and with its highlight; a viewer's Screen is the same.
+// cell for cell and with its highlight; a viewer's Screen (and its
+// ScreenText) is the same.
 func TestScreenHoldsTheMenu(t *testing.T) {
 	_, _, bmc, m := heldN1(t)
 	waitConsole(t, bmc, true)
@@ -73,6 +75,9 @@ func TestScreenHoldsTheMenu(t *testing.T) {
 	vs, err := v.Screen(testCtx(t))
 	if err != nil || vs.Text() != bios.Screen {
 		t.Errorf("the viewer's screen (error %v):\n%s", err, vs.Text())
+	}
+	if text, err := v.ScreenText(testCtx(t)); err != nil || text != bios.Screen {
+		t.Errorf("the viewer's screen's text (error %v):\n%s", err, text)
 	}
 	highlighted := false
 	for _, sp := range vs.Spans() {
@@ -105,10 +110,51 @@ func TestScreenBlankAfterAccessChange(t *testing.T) {
 	if _, err := old.Screen(testCtx(t)); !errors.Is(err, sol.ErrCut) {
 		t.Errorf("the old tenant's screen after the cut: error %v, want %v", err, sol.ErrCut)
 	}
+	if _, err := old.ScreenText(testCtx(t)); !errors.Is(err, sol.ErrCut) {
+		t.Errorf("the old tenant's screen's text after the cut: error %v, want %v", err, sol.ErrCut)
+	}
 	waitFor(t, "the new link", func() bool { return m.Stats().Opens >= 2 && m.LinkUp("n1") })
 	waitScreen(t, "a blank screen", screenOf(m), blank)
 	bmc.Inject([]byte("new tenant\r\n"))
 	waitScreen(t, "the new tenant's output", screenOf(m), "new tenant"+blank)
+}
+
+// TestAttachCancelledAsCut: a session cancelled by an access change just
+// as its Attach began (its context checked, the Manager not yet locked)
+// does not subscribe to the node the cut opens for the next tenancy: it
+// would get that tenancy's screen on attach and its live output.
+func TestAttachCancelledAsCut(t *testing.T) {
+	_, _, bmc, m := heldN1(t)
+	waitConsole(t, bmc, true)
+	bmc.Inject([]byte("next tenant's screen\r\n"))
+	waitScreen(t, "the screen", screenOf(m), "next tenant's screen"+blank)
+	// The revoker cancels the sessions, then cuts: here, the instant after
+	// Attach first looked at its context.
+	ctx := &cancelledAfterLook{Context: testCtx(t)}
+	v, err := m.Attach(ctx, "n1", sol.AttachOptions{Session: "old", ReadOnly: true, Replay: true, Screen: true})
+	if err == nil {
+		defer v.Close()
+		select {
+		case c := <-v.Output():
+			t.Errorf("a cancelled session attached, and got %q then %q", c.Screen, c.Data)
+		case <-time.After(time.Second):
+			t.Error("a cancelled session attached")
+		}
+	}
+}
+
+// cancelledAfterLook is a context that is live the first time its Err is
+// looked at, cancelled from then on.
+type cancelledAfterLook struct {
+	context.Context
+	looks atomic.Int32
+}
+
+func (c *cancelledAfterLook) Err() error {
+	if c.looks.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
 }
 
 // TestScreenRebuiltFromHistory: a restarted hub (or one taking over the

@@ -58,7 +58,7 @@ type nodeScreen struct {
 	// parked are snapshot requests made before the screen settled (a
 	// replay asked as the link is being opened), at most maxParked: they
 	// are answered right after the first reset.
-	parked []func(screen.Snapshot, bool)
+	parked []func(*screen.Terminal, bool)
 	// term is the emulator: used only by the owner that runs (handed from
 	// one to the next under node.mu). nil until the first reset.
 	term *screen.Terminal
@@ -79,9 +79,10 @@ type screenItem struct {
 	// queued (a link up), else what they are when the owner comes to it.
 	sourced bool
 	cut     *history.Cut
-	// snap gets the screen at this point, or ok false if the node retires
-	// first. It must not block.
-	snap func(s screen.Snapshot, ok bool)
+	// look is given the screen at this point, or ok false if the node
+	// retires first. The owner calls it: it must not block, nor keep t
+	// (what it needs of the screen, it copies: Snapshot, Text, ANSI).
+	look func(t *screen.Terminal, ok bool)
 }
 
 // minScreenQueue is the least output a screen queues before it is
@@ -146,7 +147,7 @@ func (n *node) screenResetLocked(size screen.Size, feed []byte, rebuild bool) {
 		s.settled = true
 		close(s.settledC)
 		for _, f := range s.parked {
-			n.screenQueueLocked(screenItem{snap: f})
+			n.screenQueueLocked(screenItem{look: f})
 		}
 		s.parked = nil
 	}
@@ -189,14 +190,14 @@ func (n *node) screenRetireLocked() {
 	}
 	for _, it := range s.items {
 		switch {
-		case it.snap != nil:
-			it.snap(screen.Snapshot{}, false)
+		case it.look != nil:
+			it.look(nil, false)
 		case it.cut != nil:
 			it.cut.Close()
 		}
 	}
 	for _, f := range s.parked {
-		f(screen.Snapshot{}, false)
+		f(nil, false)
 	}
 	s.items, s.queued, s.parked, s.spare = nil, 0, nil, nil
 }
@@ -227,12 +228,11 @@ func (n *node) runScreen() {
 		term := s.term
 		n.mu.Unlock()
 		switch {
-		case it.snap != nil:
-			if term == nil {
-				it.snap(screen.Snapshot{}, true)
-			} else {
-				it.snap(term.Snapshot(), true)
+		case it.look != nil:
+			if term == nil { // never: a reset is queued before any look
+				term, _ = screen.New(screen.Size{})
 			}
+			it.look(term, true)
 		case it.reset:
 			n.resetScreen(it)
 		default:
@@ -284,41 +284,44 @@ func (n *node) resetScreen(it screenItem) {
 	n.mu.Unlock()
 }
 
-// screenRequestLocked queues a snapshot request at the current point of the
-// output; before the screen has settled, it waits for the first reset (at
-// most maxParked wait; more are answered with nothing at once). n.mu is
-// held.
-func (n *node) screenRequestLocked(f func(screen.Snapshot, bool)) {
+// screenRequestLocked queues a look at the screen at the current point of
+// the output; before the screen has settled, it waits for the first reset
+// (at most maxParked wait; more are answered with nothing at once). n.mu
+// is held.
+func (n *node) screenRequestLocked(f func(*screen.Terminal, bool)) {
 	s := &n.scr
 	switch {
 	case s.settled:
-		n.screenQueueLocked(screenItem{snap: f})
+		n.screenQueueLocked(screenItem{look: f})
 	case len(s.parked) < maxParked:
 		s.parked = append(s.parked, f)
 	default:
-		f(screen.Snapshot{}, false)
+		f(nil, false)
 	}
 }
 
-// snapshot returns n's screen once it is settled (a link came up), at the
-// point of the output where it is asked. ctx is checked under the node's
-// lock, where a cut retires the node: a session whose context is cancelled
-// before its node is cut (as access changes do) never gets the screen of
-// the tenancy that follows.
-func (n *node) snapshot(ctx context.Context) (screen.Snapshot, error) {
+// lookAt returns f of n's screen once it is settled (a link came up), at
+// the point of the output where it is asked. f runs in the screen's owner
+// and copies what it needs (a Snapshot, the Text, a redraw): no copy of
+// the whole screen where a part of it is enough. ctx is checked under the
+// node's lock, where a cut retires the node: a session whose context is
+// cancelled before its node is cut (as access changes do) never sees the
+// screen of the tenancy that follows.
+func lookAt[T any](ctx context.Context, n *node, f func(*screen.Terminal) T) (T, error) {
 	type answer struct {
-		s  screen.Snapshot
+		v  T
 		ok bool
 	}
+	var zero T
 	for {
 		n.mu.Lock()
 		switch {
 		case ctx.Err() != nil:
 			n.mu.Unlock()
-			return screen.Snapshot{}, context.Cause(ctx)
+			return zero, context.Cause(ctx)
 		case n.retired:
 			n.mu.Unlock()
-			return screen.Snapshot{}, ErrNoScreen
+			return zero, ErrNoScreen
 		case !n.scr.settled:
 			c := n.scr.settledC
 			n.mu.Unlock()
@@ -326,20 +329,26 @@ func (n *node) snapshot(ctx context.Context) (screen.Snapshot, error) {
 			case <-c:
 				continue
 			case <-ctx.Done():
-				return screen.Snapshot{}, fmt.Errorf("wait for the console: %w", context.Cause(ctx))
+				return zero, fmt.Errorf("wait for the console: %w", context.Cause(ctx))
 			}
 		}
 		reply := make(chan answer, 1)
-		n.screenRequestLocked(func(s screen.Snapshot, ok bool) { reply <- answer{s, ok} })
+		n.screenRequestLocked(func(t *screen.Terminal, ok bool) {
+			a := answer{ok: ok}
+			if ok {
+				a.v = f(t)
+			}
+			reply <- a
+		})
 		n.mu.Unlock()
 		select {
 		case a := <-reply:
 			if !a.ok {
-				return screen.Snapshot{}, ErrNoScreen
+				return zero, ErrNoScreen
 			}
-			return a.s, nil
+			return a.v, nil
 		case <-ctx.Done():
-			return screen.Snapshot{}, context.Cause(ctx)
+			return zero, context.Cause(ctx)
 		}
 	}
 }
@@ -359,7 +368,7 @@ func (m *Manager) Screen(ctx context.Context, label string) (screen.Snapshot, er
 	if n == nil {
 		return screen.Snapshot{}, fmt.Errorf("screen of %s: %w", label, ErrNoScreen)
 	}
-	s, err := n.snapshot(ctx)
+	s, err := lookAt(ctx, n, (*screen.Terminal).Snapshot)
 	if err != nil {
 		return s, fmt.Errorf("screen of %s: %w", label, err)
 	}
@@ -369,10 +378,22 @@ func (m *Manager) Screen(ctx context.Context, label string) (screen.Snapshot, er
 // Screen returns the screen of v's node (Manager.Screen), or v's error
 // once it has ended.
 func (v *Viewer) Screen(ctx context.Context) (screen.Snapshot, error) {
+	return viewerLook(ctx, v, (*screen.Terminal).Snapshot)
+}
+
+// ScreenText is the text of v's node's screen (Viewer.Screen's Text),
+// without a copy of the whole screen: what a wait on the screen looks at.
+func (v *Viewer) ScreenText(ctx context.Context) (string, error) {
+	return viewerLook(ctx, v, (*screen.Terminal).Text)
+}
+
+// viewerLook is lookAt of v's node, or v's error once it has ended.
+func viewerLook[T any](ctx context.Context, v *Viewer, f func(*screen.Terminal) T) (T, error) {
 	if err := v.Err(); err != nil {
-		return screen.Snapshot{}, err
+		var zero T
+		return zero, err
 	}
-	s, err := v.n.snapshot(ctx)
+	s, err := lookAt(ctx, v.n, f)
 	if errors.Is(err, ErrNoScreen) && v.Err() != nil {
 		return s, v.Err()
 	}

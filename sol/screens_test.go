@@ -100,7 +100,7 @@ func TestScreenFallsBehind(t *testing.T) {
 	}()
 	n := m.nodes["n1"]
 	n.mu.Lock()
-	n.screenRequestLocked(func(screen.Snapshot, bool) { close(stalled); <-stall })
+	n.screenRequestLocked(func(*screen.Terminal, bool) { close(stalled); <-stall })
 	n.mu.Unlock()
 	<-stalled
 
@@ -159,7 +159,7 @@ func TestScreenParkedBounded(t *testing.T) {
 	answers := make(chan bool, maxParked+5)
 	n.mu.Lock()
 	for range maxParked + 5 {
-		n.screenRequestLocked(func(_ screen.Snapshot, ok bool) { answers <- ok })
+		n.screenRequestLocked(func(_ *screen.Terminal, ok bool) { answers <- ok })
 	}
 	parked := len(n.scr.parked)
 	n.mu.Unlock()

@@ -31,7 +31,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -364,7 +363,7 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 	start := a.cfg.Now()
 	rec := &recorder{ResponseWriter: w, route: "-"}
 	peer := r.RemoteAddr
-	cr, err := a.client(r)
+	cr, err := realip.Request(r, a.cfg.TrustedProxies)
 	switch {
 	case err != nil:
 		writeError(rec, http.StatusBadRequest, err.Error())
@@ -389,28 +388,6 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 		f["proxy"] = peer
 	}
 	a.log.WithFields(f).Debug("http_request")
-}
-
-// client returns r as its client sent it: when r comes from a trusted
-// proxy (Config.TrustedProxies), a copy whose RemoteAddr is the client's
-// address from X-Forwarded-For (without port: the header gives none); else
-// r itself.
-func (a *API) client(r *http.Request) (*http.Request, error) {
-	if len(a.cfg.TrustedProxies) == 0 {
-		return r, nil
-	}
-	peer, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil || !a.cfg.TrustedProxies.Contains(peer.Addr()) {
-		return r, nil
-	}
-	c, err := realip.Forwarded(peer.Addr(), r.Header.Values("X-Forwarded-For"), a.cfg.TrustedProxies)
-	if err != nil {
-		return nil, err
-	}
-	r2 := new(http.Request)
-	*r2 = *r
-	r2.RemoteAddr = c.String()
-	return r2, nil
 }
 
 // admin wraps an admin handler with the basic-auth check. The credential

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/obmd/obmd/bastion/admin/api"
 	"github.com/obmd/obmd/sol"
 	"github.com/obmd/obmd/sol/screen"
 )
@@ -63,7 +62,7 @@ func (a *API) screen(w http.ResponseWriter, r *http.Request) {
 		h.Set("X-Content-Type-Options", "nosniff")
 		_, _ = w.Write(s.ANSI())
 	default:
-		writeJSON(w, http.StatusOK, screenView(s))
+		writeJSON(w, http.StatusOK, s) // api.Screen's form (Snapshot.MarshalJSON)
 	}
 }
 
@@ -88,17 +87,4 @@ func (a *API) nodeScreen(ctx context.Context, label string) (screen.Snapshot, er
 			return s, err
 		}
 	}
-}
-
-// screenView is s as the API shows it.
-func screenView(s screen.Snapshot) api.Screen {
-	size, cur := s.Size(), s.Cursor()
-	v := api.Screen{Cols: size.Cols, Rows: size.Rows, Cursor: api.ScreenCursor{Row: cur.Row, Col: cur.Col, Visible: cur.Visible},
-		AltScreen: s.AltScreen(), Lines: s.Lines(), Spans: []api.ScreenSpan{}}
-	for _, sp := range s.Spans() {
-		v.Spans = append(v.Spans, api.ScreenSpan{Row: sp.Row, Col: sp.Col, Len: sp.Len, Fg: sp.Fg, Bg: sp.Bg, Bold: sp.Bold,
-			Dim: sp.Dim, Italic: sp.Italic, Underline: sp.Underline, Blink: sp.Blink, Reverse: sp.Reverse,
-			Invisible: sp.Invisible, Strike: sp.Strike})
-	}
-	return v
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -64,17 +65,23 @@ func TestV1Screen(t *testing.T) {
 	})
 }
 
-// TestScreenViewJSON: the API's screen is the emulator's snapshot in the
-// same JSON (obmctl decodes one, `screen --json` prints the other).
+// TestScreenViewJSON: the API's screen (api.Screen, which obmctl and Go
+// clients decode) is the emulator's snapshot in its JSON (which the route
+// and `screen --json` print): every field of one is a field of the other.
 func TestScreenViewJSON(t *testing.T) {
 	term, _ := screen.New(screen.Size{Cols: 20, Rows: 3})
-	term.Write([]byte("a\x1b[1;31mred\x1b[0m\r\n\x1b[7;48;5;200mrev\x1b[38;2;1;2;3mrgb\x1b[m\x1b[?25l\x1b[3;5H"))
-	s := term.Snapshot()
-	want, err := s.MarshalJSON()
+	term.Write([]byte("\x1b[?1049ha\x1b[1;2;3;4;5;31mred\x1b[0m\r\n\x1b[7;8;9;48;5;200mrev\x1b[38;2;1;2;3mrgb\x1b[m\x1b[?25l\x1b[3;5H"))
+	want, err := term.Snapshot().MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := json.Marshal(screenView(s))
+	var s api.Screen
+	dec := json.NewDecoder(bytes.NewReader(want))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		t.Fatalf("decode %s: %v", want, err)
+	}
+	got, err := json.Marshal(s)
 	if err != nil || string(got) != string(want) {
 		t.Errorf("got %s (%v)\nwant %s", got, err, want)
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -116,6 +117,35 @@ func TestSeedAcrossVersions(t *testing.T) {
 		}()
 		readData(t, holder, relay)
 	})
+}
+
+// TestSeedScreenTooLarge: a screen whose redraw would not fit in one SSH
+// packet (the tenant draws every cell of a 200x100 screen in its own
+// colours) goes as none: the relaying replica's screen starts from the
+// seed's bytes, and the channel (and the peer connection under it) lives.
+func TestSeedScreenTooLarge(t *testing.T) {
+	term, _ := screen.New(screen.Size{Cols: screen.MaxCols, Rows: screen.MaxRows})
+	var out strings.Builder
+	for i := range screen.MaxCols * screen.MaxRows {
+		fmt.Fprintf(&out, "\x1b[1;3;4;9;38;2;%d;%d;1;48;2;1;%d;%dmx", i%256, i/256, i%256, i/256)
+	}
+	term.Write([]byte(out.String()))
+	seed := sol.Chunk{Data: []byte("seed"), Replay: true, Screen: term.ANSI()}
+	if len(seed.Screen) <= maxSeedScreen {
+		t.Fatalf("a redraw of %d bytes fits: the test proves nothing", len(seed.Screen))
+	}
+	c := &Cluster{cfg: Config{DialTimeout: 5 * time.Second}}
+	holder, relay, reqs := channelPair(t)
+	sent := make(chan error, 1)
+	go func() { _, err := sendSeed(holder, seed, 2); sent <- err }()
+	got, scr, err := c.awaitSeed(context.Background(), reqs, 2)
+	if err != nil || string(got) != "seed" || len(scr) != 0 {
+		t.Fatalf("seed %q, screen %d bytes, %v; want the seed and no screen", got, len(scr), err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	readData(t, holder, relay)
 }
 
 // readData checks that console bytes the holder writes after the seed

@@ -26,6 +26,13 @@ const seedRequest = "obmd-seed"
 // relaying replica's screen starts from the seed's bytes.
 const screenRequest = "obmd-screen"
 
+// maxSeedScreen bounds the screen sent with a seed: one SSH packet (256
+// KiB in x/crypto/ssh and OpenSSH; a larger one fails the whole peer
+// connection), less room for the request's framing. The redraw of a large
+// screen drawn in many colours (up to a few MiB at 200x100) can exceed it;
+// it then goes as none.
+const maxSeedScreen = 256<<10 - 1<<10
+
 // Seed is sol.Seeded's: the holder's replay as the relay began.
 func (r *relayConsole) Seed() []byte { return r.seed }
 
@@ -81,15 +88,19 @@ func (c *Cluster) awaitSeed(ctx context.Context, reqs <-chan *gossh.Request, pro
 }
 
 // sendSeed sends c, the relay viewer's replay (its first chunk), as the
-// channel's seed, and in protocol version 2 or later its screen; it
-// reports whether c was that replay.
+// channel's seed, and in protocol version 2 or later its screen (none if
+// its redraw is over maxSeedScreen); it reports whether c was that replay.
 func sendSeed(ch gossh.Channel, c sol.Chunk, proto int) (bool, error) {
 	if !c.Replay {
 		return false, nil
 	}
 	_, err := ch.SendRequest(seedRequest, false, c.Data)
 	if err == nil && proto >= 2 {
-		_, err = ch.SendRequest(screenRequest, false, c.Screen)
+		scr := c.Screen
+		if len(scr) > maxSeedScreen {
+			scr = nil
+		}
+		_, err = ch.SendRequest(screenRequest, false, scr)
 	}
 	return true, err
 }

@@ -31,7 +31,8 @@ import (
 // under the names the component uses. The YAML names are the config file's
 // keys (section.key); cmd/obmd maps OBMD_SECTION_KEY variables and its
 // flags onto the same fields. Each section's defaults sit beside its type;
-// WithDefaults applies them all.
+// WithDefaults applies the daemon's own sections' and checks the others,
+// whose constructors apply theirs.
 type Config struct {
 	// Daemon is obmd's own: where it keeps its state, how long it takes
 	// to stop, the demo.
@@ -459,10 +460,12 @@ const DemoWebAddr = "127.0.0.1:8081"
 // DefaultDB is the SQLite database used when none is configured.
 func DefaultDB(stateDir string) string { return filepath.Join(stateDir, "obmd.db") }
 
-// WithDefaults returns c with every unset field at its default, or an error
-// for a contradictory configuration. The defaults are each section's
-// (beside its type); those sized at start (connection caps from the
-// open-file limit, the lease TTL on Galera) stay zero here.
+// WithDefaults returns c with the unset fields of the daemon's sections at
+// their defaults, or an error for a setting obmd cannot use. The defaults
+// are each section's (beside its type); those sized at start (connection
+// caps from the open-file limit, the lease TTL on Galera) stay zero here,
+// as do those the components' constructors apply (console, sessions,
+// auth_limits, cluster, the drivers).
 func (c Config) WithDefaults() (Config, error) {
 	err := c.setDefaults()
 	return c, err
@@ -505,7 +508,17 @@ func (c *Config) setDefaults() error {
 	if c.Web.Addr != "" && c.Web.TLSCert == "" && !c.Web.InsecureHTTP && !loopback(c.Web.Addr) {
 		return fmt.Errorf("web address %s is not loopback: configure web.tls_cert/web.tls_key (or admin.tls_cert/admin.tls_key), or set web.insecure_http to send tokens in clear", c.Web.Addr)
 	}
-	return nil
+	// The console hub, the guessing limiter and the drivers take their
+	// sections' defaults in their constructors, but their settings are
+	// checked here: one obmd cannot use stops it before it touches the
+	// state directory or the database.
+	if _, err := c.Console.WithDefaults(); err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	if _, err := c.AuthLimits.WithDefaults(); err != nil {
+		return fmt.Errorf("auth_limits: %w", err)
+	}
+	return checkDrivers(*c)
 }
 
 // loopback reports whether addr's host is a loopback address or localhost.

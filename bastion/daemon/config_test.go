@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/obmd/obmd/bastion/cluster"
+	"github.com/obmd/obmd/sol"
 )
 
 // yamlKeys lists the keys of the configuration file a struct type takes,
@@ -149,9 +151,10 @@ func codeDefaults(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	for _, c := range []*Config{&base, &inState} {
-		var errs [5]error
+		var errs [6]error
 		c.Console, errs[0] = c.Console.WithDefaults()
-		c.Sessions, c.AuthLimits = c.Sessions.WithDefaults(), c.AuthLimits.WithDefaults()
+		c.Sessions = c.Sessions.WithDefaults()
+		c.AuthLimits, errs[5] = c.AuthLimits.WithDefaults()
 		c.Cluster, errs[1] = c.Cluster.WithDefaults()
 		c.IPMI, c.Redfish = c.IPMI.WithDefaults(), c.Redfish.WithDefaults()
 		c.IPMITool, errs[2] = c.IPMITool.WithDefaults()
@@ -278,6 +281,41 @@ func TestConfigurationDocDefaults(t *testing.T) {
 				t.Errorf("%s: docs/configuration.md says %q (%q), the code %q", k, got, item, want)
 			}
 		}
+	}
+}
+
+// TestComponentSettingsChecked: WithDefaults (and so New, before any I/O)
+// refuses a setting the console hub or a driver would refuse at start, or
+// a negative guessing limit (which the limiter took as its default),
+// naming its section, and takes the defaults of none of them.
+func TestComponentSettingsChecked(t *testing.T) {
+	for _, tt := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Console.Capture = "sometimes" }, `console: capture "sometimes"`},
+		{func(c *Config) { c.Console.ScreenRebuild = 32 << 20 }, "console: screen_rebuild"},
+		{func(c *Config) { c.Console.Backoff.Min, c.Console.Backoff.Max = time.Minute, time.Second }, "console: backoff max"},
+		{func(c *Config) { c.IPMIOptions.CipherOrder = []int{17, 99} }, "ipmi settings: new IPMI driver: cipher order: unsupported cipher suite 99"},
+		{func(c *Config) { c.IPMIOptions.CipherOrder = []int{3, 3} }, "suite 3 listed twice"},
+		{func(c *Config) { c.IPMIOptions.SOLEnable = "sometimes" }, `sol_enable "sometimes"`},
+		{func(c *Config) { c.AuthLimits.PerSource = -1 }, "auth_limits: per_source, per_node, window and lockout must not be negative"},
+	} {
+		c := Config{Daemon: DaemonConfig{StateDir: t.TempDir()}}
+		tt.set(&c)
+		if _, err := c.WithDefaults(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("WithDefaults: got %v, want an error mentioning %q", err, tt.want)
+		}
+		if _, err := New(c, logrus.New()); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New: got %v, want an error mentioning %q", err, tt.want)
+		}
+	}
+	c, err := Config{}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Console, sol.Config{}) || c.IPMIOptions.CipherOrder != nil {
+		t.Errorf("got console %+v, cipher order %v; want them left to their constructors", c.Console, c.IPMIOptions.CipherOrder)
 	}
 }
 

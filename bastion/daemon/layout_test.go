@@ -87,7 +87,7 @@ var layoutRules = []layoutRule{
 			mod + "sol/ipmi", mod + "sol/ipmitool", mod + "sol/redfish", mod + "sol/sim"},
 		except: []string{mod + "bastion/e2e/..."},
 		forbidden: []string{mod + "sol/soltest/...", mod + "sol/redfish/redfishtest", mod + "db/dbtest", mod + "sol/screen/screentest",
-			mod + "bastion/e2e/..."},
+			mod + "bastion/e2e/...", mod + "internal/testenv"},
 		deps: true},
 }
 

@@ -33,7 +33,7 @@ const (
 // type is a row here and a driver. The drivers take their sections of cfg,
 // the IPMI ones (a Redfish node's console too) with the shared options
 // opts, whose cipher memory forgets a deleted node. The drivers' settings
-// are checked here, at start, not at a node's first use. The ipmi,
+// were checked with the configuration (checkDrivers). The ipmi,
 // ipmitool and redfish types take the console fields (console, ssh_*):
 // their drivers are wrapped by cons (sol/transport), which reaches the
 // console over the BMC's SSH service when the node says so.
@@ -41,9 +41,6 @@ func nodeTypes(cfg Config, opts sol.IPMIOptions, lab *sim.Lab, sealer *keys.Seal
 	cfg.IPMI.Options, cfg.IPMITool.Options = opts, opts
 	rf := cfg.Redfish
 	rf.IPMI = cfg.IPMI
-	if err := checkDrivers(cfg.IPMI, cfg.IPMITool, rf); err != nil {
-		return nil, err
-	}
 	simulated := func(mode sim.Mode) nodes.SolSpec {
 		return nodes.SolSpec{
 			New: func(label string, _ sol.Info, _ logrus.FieldLogger) (sol.BMC, error) {
@@ -139,10 +136,15 @@ func canonicalRedfish(i redfish.Info) redfish.Info {
 	return i
 }
 
-// checkDrivers has each driver build a sample node, so that a setting it
-// refuses (an unsupported suite in ipmi_options.cipher_order) stops the
-// start instead of failing every node's calls.
-func checkDrivers(ipmiCfg ipmi.Config, toolCfg ipmitool.Config, rf redfish.Config) error {
+// checkDrivers has each driver build a sample node from cfg's sections, so
+// that a setting it refuses (an unsupported suite in
+// ipmi_options.cipher_order) stops the start instead of failing every
+// node's calls. The drivers' constructors do no I/O.
+func checkDrivers(cfg Config) error {
+	ipmiCfg, toolCfg := cfg.IPMI, cfg.IPMITool
+	ipmiCfg.Options, toolCfg.Options = cfg.IPMIOptions, cfg.IPMIOptions
+	rf := cfg.Redfish
+	rf.IPMI = ipmiCfg
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
 	sample := sol.Info{Addr: "bmc.invalid", User: "obmd", Pass: "sample"}

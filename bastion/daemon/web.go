@@ -83,13 +83,16 @@ func (d *Daemon) buildWeb(ctx context.Context, gate *access.Gate) error {
 		}
 		public = scheme + d.web.l.Addr().String()
 	}
-	var err error
+	proxies, err := s.Proxies()
+	if err != nil {
+		return err
+	}
 	if d.web.tickets, err = webdoor.NewTickets(d.store, public, s.TicketTTL); err != nil {
 		return err
 	}
 	d.web.door, err = webdoor.New(webdoor.Config{Limiter: d.limiter, FailDelay: d.cfg.SSH.FailDelay,
 		PreAuthTimeout: s.PreAuthTimeout, MaxMessage: int64(s.MaxMessage), FrameAncestors: s.FrameAncestors,
-		PublicURL: s.PublicURL, RoleWait: d.roleWait(), OnAuth: d.metrics.ObserveAuth,
+		PublicURL: s.PublicURL, TrustedProxies: proxies, RoleWait: d.roleWait(), OnAuth: d.metrics.ObserveAuth,
 		Authenticated: conncap.TrustTenantContext},
 		webStore{gate, d.store}, d.revoker, d.consoles, d.log.WithField("part", "web"))
 	if err != nil {

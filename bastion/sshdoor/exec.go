@@ -153,3 +153,7 @@ func (vc *viewerConsole) Ready(ctx context.Context) error { return vc.v.WaitUp(c
 func (vc *viewerConsole) Screen(ctx context.Context) (screen.Snapshot, error) {
 	return vc.v.Screen(ctx)
 }
+
+func (vc *viewerConsole) ScreenText(ctx context.Context) (string, error) {
+	return vc.v.ScreenText(ctx)
+}

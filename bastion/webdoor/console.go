@@ -24,8 +24,11 @@ import (
 const writeTimeout = 10 * time.Second
 
 // roleCheck is how often the session's role is compared with the one last
-// told, besides after every delivery and control message (in cluster mode
-// the writer may change on another replica without a notice here).
+// told, besides after a notice (a local takeover tells the displaced
+// writer so) and a control message: in cluster mode the writer may change
+// on another replica without a notice here. Not after every delivery: that
+// would take the node's lock once per chunk per web viewer, on the path
+// that fans output out.
 const roleCheck = 500 * time.Millisecond
 
 // The SSH door's texts for the same events.
@@ -158,6 +161,7 @@ func (k *conn) run(sctx context.Context) error {
 			}
 			if ch.Notice != "" {
 				k.notice(ch.Notice)
+				k.syncRole() // a displaced writer is told by a notice
 			}
 			data := ch.Data
 			if len(ch.Screen) > 0 {
@@ -166,7 +170,6 @@ func (k *conn) run(sctx context.Context) error {
 			if len(data) > 0 && !k.write(websocket.MessageBinary, data) {
 				return nil
 			}
-			k.syncRole()
 		case <-tick.C:
 			k.syncRole()
 		case <-gone:

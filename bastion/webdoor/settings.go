@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/obmd/obmd/bastion/internal/realip"
 )
 
 // Settings is the web section of obmd's configuration: the web console's
@@ -25,6 +27,10 @@ type Settings struct {
 	// InsecureHTTP allows plain HTTP on an address that is not loopback
 	// (tokens would cross the network in clear).
 	InsecureHTTP bool `yaml:"insecure_http"`
+	// TrustedProxies lists the reverse proxies (addresses or networks)
+	// whose X-Forwarded-For names the client, as admin.trusted_proxies
+	// does for the admin port.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// FrameAncestors are the origins that may embed the page in a frame
 	// (a dashboard: https://dash.example.com); none: no one may.
 	FrameAncestors []string `yaml:"frame_ancestors"`
@@ -86,8 +92,20 @@ func (s Settings) WithDefaults(adminCert, adminKey string) (Settings, error) {
 			return s, err
 		}
 	}
+	if _, err := s.Proxies(); err != nil {
+		return s, err
+	}
 	if _, err := policy(s.FrameAncestors); err != nil {
 		return s, err
 	}
 	return s, nil
+}
+
+// Proxies parses TrustedProxies.
+func (s Settings) Proxies() (realip.Trusted, error) {
+	t, err := realip.ParseTrusted(s.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("web.trusted_proxies: %w", err)
+	}
+	return t, nil
 }

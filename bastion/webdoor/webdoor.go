@@ -27,6 +27,7 @@ import (
 
 	"github.com/obmd/obmd/bastion/access"
 	"github.com/obmd/obmd/bastion/access/sessions"
+	"github.com/obmd/obmd/bastion/internal/realip"
 	"github.com/obmd/obmd/db"
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
@@ -90,6 +91,10 @@ type Config struct {
 	// links are built on it, and a WebSocket whose Origin is its origin is
 	// accepted too. Default: the request's own host.
 	PublicURL string
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client: behind one, every browser would otherwise be the proxy's
+	// address to the guessing limits, the session caps and the audit.
+	TrustedProxies realip.Trusted
 	// RoleWait, in cluster mode, bounds how long attach waits for the
 	// replica holding the node's link to say who writes (as the SSH door).
 	RoleWait time.Duration
@@ -190,12 +195,16 @@ func New(cfg Config, store Store, sess Sessions, consoles Consoles, log logrus.F
 }
 
 // ParsePublicURL checks a public URL: http or https, a host, nothing but
-// an optional "/" after it.
+// an optional "/" after it. The scheme's default port is dropped, as a
+// browser drops it from the Origin it sends.
 func ParsePublicURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, errors.New("web.public_url must be http(s)://host[:port]")
+	}
+	if p := u.Port(); (u.Scheme == "http" && p == "80") || (u.Scheme == "https" && p == "443") {
+		u.Host = strings.TrimSuffix(u.Host, ":"+p)
 	}
 	u.Path = ""
 	return u, nil
@@ -219,7 +228,8 @@ func policy(ancestors []string) (string, error) {
 		"img-src 'self' data:; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors " + fa, nil
 }
 
-// Handler serves the door, with its security headers on every answer.
+// Handler serves the door, with its security headers on every answer, to
+// the client a trusted proxy names (Config.TrustedProxies).
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -235,6 +245,11 @@ func (s *Server) Handler() http.Handler {
 			h.Set("Strict-Transport-Security", "max-age=31536000")
 		}
 		h.Set("Cache-Control", "no-store")
+		r, err := realip.Request(r, s.cfg.TrustedProxies)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		s.mux.ServeHTTP(w, r)
 	})
 }

@@ -57,6 +57,12 @@ func TestOrigin(t *testing.T) {
 		t.Fatal(err)
 	}
 	withPublic := &Server{public: pub}
+	// A browser's Origin leaves out the scheme's default port.
+	pub443, err := ParsePublicURL("https://console.example.com:443/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withPort := &Server{public: pub443}
 	for _, tc := range []struct {
 		s      *Server
 		origin string
@@ -73,6 +79,8 @@ func TestOrigin(t *testing.T) {
 		{withPublic, "https://console.example.com", true},
 		{withPublic, "http://console.example.com", false},
 		{withPublic, "http://obmd.test:8081", true},
+		{withPort, "https://console.example.com", true},
+		{withPort, "https://console.example.com:8443", false},
 	} {
 		r := httptest.NewRequest("GET", "http://obmd.test:8081/nodes/n1/ws", nil)
 		if got := tc.s.originOK(r, tc.origin); got != tc.want {
@@ -114,9 +122,11 @@ func TestSettings(t *testing.T) {
 		{Addr: "a:1", TLSCert: "c.pem"},
 		{Addr: "a:1", PublicURL: "ftp://x"},
 		{Addr: "a:1", PublicURL: "https://x/path"},
+		{Addr: "a:1", PublicURL: "https://:443"},
 		{Addr: "a:1", MaxMessage: 100},
 		{Addr: "a:1", PreAuthTimeout: -1},
 		{Addr: "a:1", FrameAncestors: []string{"x; y"}},
+		{Addr: "a:1", TrustedProxies: []string{"10.0.0.1/8"}},
 	} {
 		if _, err := bad.WithDefaults("", ""); err == nil {
 			t.Errorf("%+v: accepted", bad)

@@ -26,23 +26,27 @@ func loadConfig(cmd string, args []string, getenv func(string) string, out io.Wr
 	fs := flag.NewFlagSet("obmd "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
 	file := fs.String("config", getenv("OBMD_CONFIG"), "YAML configuration file (env OBMD_CONFIG)")
-	// The flags: the setting each sets, and its variable (the setting's
-	// own OBMD_SECTION_KEY, or a shorter one kept from before the sections).
+	// The flags: the setting each sets (its key, if it has one), and its
+	// variable (the key's own OBMD_SECTION_KEY, or a shorter one kept from
+	// before the sections).
 	flags := []struct {
-		name, env, usage string
-		set              func(string) error
+		name, key, env, usage string
+		set                   func(string) error
 	}{
-		{"ssh-addr", "OBMD_SSH_ADDR", "ssh.addr: SSH listen address (default 127.0.0.1:2222)", str(&cfg.SSH.Addr)},
-		{"admin-addr", "OBMD_ADMIN_ADDR", "admin.addr: admin HTTP listen address (default 127.0.0.1:8080)", str(&cfg.Admin.Addr)},
-		{"state-dir", "OBMD_STATE_DIR", "daemon.state_dir: keys, admin token, default database (default ./obmd-state)", str(&cfg.Daemon.StateDir)},
-		{"db", "OBMD_DB", "db.dsn: SQLite path, mysql://user:pass@tcp(host:port)/db or postgres://user:pass@host:port/db (default STATE_DIR/obmd.db)", str(&cfg.DB.DSN)},
-		{"demo", "OBMD_DEMO", "daemon.demo: register node \"demo\" on the built-in simulator and print its token", boolean(&cfg.Daemon.Demo)},
-		{"log-level", "OBMD_LOG_LEVEL", "debug, info, warn, error (default info)", str(&lo.level)},
-		{"log-format", "OBMD_LOG_FORMAT", "auto, text or json (default auto: text on a terminal)", str(&lo.format)},
+		{"ssh-addr", "ssh.addr", "OBMD_SSH_ADDR", "SSH listen address (default 127.0.0.1:2222)", str(&cfg.SSH.Addr)},
+		{"admin-addr", "admin.addr", "OBMD_ADMIN_ADDR", "admin HTTP listen address (default 127.0.0.1:8080)", str(&cfg.Admin.Addr)},
+		{"state-dir", "daemon.state_dir", "OBMD_STATE_DIR", "keys, admin token, default database (default ./obmd-state)", str(&cfg.Daemon.StateDir)},
+		{"db", "db.dsn", "OBMD_DB", "SQLite path, mysql://user:pass@tcp(host:port)/db or postgres://user:pass@host:port/db (default STATE_DIR/obmd.db)", str(&cfg.DB.DSN)},
+		{"demo", "daemon.demo", "OBMD_DEMO", "register node \"demo\" on the built-in simulator and print its token", boolean(&cfg.Daemon.Demo)},
+		{"log-level", "", "OBMD_LOG_LEVEL", "debug, info, warn, error (default info)", str(&lo.level)},
+		{"log-format", "", "OBMD_LOG_FORMAT", "auto, text or json (default auto: text on a terminal)", str(&lo.format)},
 	}
 	given := map[string]*string{}
 	for _, f := range flags {
 		usage := fmt.Sprintf("%s (env %s)", f.usage, f.env)
+		if f.key != "" {
+			usage = f.key + ": " + usage
+		}
 		if f.name == "demo" {
 			given[f.name] = new(string)
 			fs.BoolFunc(f.name, usage, func(v string) error { *given[f.name] = v; return nil })
@@ -76,6 +80,12 @@ func loadConfig(cmd string, args []string, getenv func(string) string, out io.Wr
 		return cfg, lo, err
 	}
 	for _, f := range flags {
+		// A flag's two variables (OBMD_DB and OBMD_DB_DSN) name one
+		// setting: set to different values, neither is taken. The values
+		// stay out of the message (a DSN holds a password).
+		if long := envName(f.key); f.key != "" && long != f.env && getenv(long) != "" && getenv(f.env) != "" && getenv(long) != getenv(f.env) {
+			return cfg, lo, fmt.Errorf("%s and %s are both set, to different values: set one", f.env, long)
+		}
 		if v := getenv(f.env); v != "" {
 			if err := f.set(v); err != nil {
 				return cfg, lo, fmt.Errorf("%s: %w", f.env, err)

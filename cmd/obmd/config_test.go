@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -200,6 +201,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "old login_grace_time", yaml: "login_grace_time: 5s\n", wantErr: []string{"line 1: login_grace_time is now ssh.login_grace_time"}},
 		{name: "old fail_delay", yaml: "fail_delay: 1s\n", wantErr: []string{"line 1: fail_delay is now ssh.fail_delay and admin.fail_delay"}},
 		{name: "old alias", yaml: "max_sessions_per_node: 3\n", wantErr: []string{"line 1: max_sessions_per_node is now sessions.max_per_node"}},
+		{name: "old key in a merge", yaml: "<<: {ssh_addr: 127.0.0.1:22}\n", wantErr: []string{"line 1: ssh_addr is now ssh.addr"}},
+		{name: "misspelt key in a merge", yaml: "x: &x {adr: 127.0.0.1:1}\nssh:\n  <<: [*x]\n",
+			wantErr: []string{`unknown key "x"`, `line 1: unknown key "adr" in section "ssh" (did you mean "addr"?)`}},
 		{name: "old variable", env: map[string]string{"OBMD_LOGIN_GRACE_TIME": "5s"},
 			wantErr: []string{"OBMD_LOGIN_GRACE_TIME is now OBMD_SSH_LOGIN_GRACE_TIME (ssh.login_grace_time)"}},
 		{name: "old tls variable", env: map[string]string{"OBMD_TLS_CERT": "c.pem"},
@@ -375,6 +379,33 @@ func TestMovedKeysRefused(t *testing.T) {
 	}
 }
 
+// TestFlagVariablesAgree: a flag's short variable and its key's
+// (OBMD_DB and OBMD_DB_DSN) name one setting; set to different values,
+// obmd refuses to guess which is meant, without echoing either (a DSN
+// holds a password). Set to the same value, or one of them, it is taken.
+func TestFlagVariablesAgree(t *testing.T) {
+	for _, pair := range [][2]string{{"OBMD_DB", "OBMD_DB_DSN"}, {"OBMD_STATE_DIR", "OBMD_DAEMON_STATE_DIR"}, {"OBMD_DEMO", "OBMD_DAEMON_DEMO"}} {
+		short, long := pair[0], pair[1]
+		a, b := "mysql://obmd:hunter2@tcp(db1:3306)/obmd", "/var/lib/obmd/obmd.db"
+		if short == "OBMD_DEMO" {
+			a, b = "true", "false"
+		}
+		_, _, err := loadConfig("serve", nil, fakeEnv(map[string]string{short: a, long: b}), io.Discard)
+		if want := short + " and " + long + " are both set, to different values"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s and %s differ: got %v, want an error mentioning %q", short, long, err, want)
+		} else if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), b) {
+			t.Errorf("%s and %s differ: the error %q shows a value", short, long, err)
+		}
+		for _, env := range []map[string]string{{short: a, long: a}, {short: a}, {long: a}} {
+			cfg, _, err := loadConfig("serve", nil, fakeEnv(env), io.Discard)
+			got := map[string]string{"OBMD_DB": cfg.DB.DSN, "OBMD_STATE_DIR": cfg.Daemon.StateDir, "OBMD_DEMO": fmt.Sprint(cfg.Daemon.Demo)}[short]
+			if err != nil || got != a {
+				t.Errorf("%v: got %q, %v; want %q", env, got, err, a)
+			}
+		}
+	}
+}
+
 // TestMovedKeysExist: every key a moved key points to is a key.
 func TestMovedKeysExist(t *testing.T) {
 	for old, moved := range movedKeys() {
@@ -391,6 +422,42 @@ func TestMovedKeysExist(t *testing.T) {
 		}
 		if _, ok := yamlKeys(reflect.TypeOf(daemon.Config{}))[old]; ok && old != "db" {
 			t.Errorf("%s moved, but is still a key", old)
+		}
+	}
+}
+
+// TestDocsNameNoMovedKey: the docs name no key of the flat schema as if
+// obmd read it (`linger`, `console_capture: always`), but where they say
+// it is refused (the table of configuration.md that lists them, and lines
+// that say so). "db" and "demo" are also a section and a node.
+func TestDocsNameNoMovedKey(t *testing.T) {
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, page := range append(pages, "../../README.md", "../../bench/README.md") {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		if before, rest, ok := strings.Cut(text, "## Keys from before the sections"); ok {
+			_, after, _ := strings.Cut(rest, "\n## ")
+			text = before + after
+		}
+		for n, line := range strings.Split(text, "\n") {
+			if strings.Contains(line, "Before the sections") || strings.Contains(line, "refuse") {
+				continue
+			}
+			for old := range movedKeys() {
+				if old == "db" || old == "demo" {
+					continue
+				}
+				if strings.Contains(line, "`"+old+"`") || strings.Contains(line, "`"+old+":") {
+					t.Errorf("%s, line %d of the page as checked: names %s, which obmd refuses (now %s)",
+						strings.TrimPrefix(page, "../../"), n+1, old, strings.Join(movedKeys()[old], " and "))
+				}
+			}
 		}
 	}
 }

@@ -50,6 +50,13 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Value == "<<" { // a merge key: its keys are the section's own
+				if v.Kind == yaml.SequenceNode { // <<: [*a, *b]
+					for _, m := range v.Content {
+						walkKeys(m, t, path, errs)
+					}
+				} else {
+					walkKeys(v, t, path, errs)
+				}
 				continue
 			}
 			f, ok := keys[k.Value]

@@ -195,17 +195,25 @@ func TestBinaryAdminToken(t *testing.T) {
 }
 
 // TestBinaryRefusesBadStart checks that obmd refuses to start, cleanly and
-// at once, when an address is taken or plain HTTP would leave loopback; it
-// leaves nothing behind (the state directory is not even created).
+// at once, when an address is taken, plain HTTP would leave loopback or a
+// setting of the console hub or of a driver is one they refuse; it leaves
+// nothing behind (the state directory is not even created, no admin token
+// generated).
 func TestBinaryRefusesBadStart(t *testing.T) {
 	t.Parallel()
 	taken := listenLoopback(t)
+	loopback := []string{"--ssh-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}
 	tests := []struct {
 		name string
+		env  map[string]string
 		args []string
 		code int
 		want []string
 	}{
+		{name: "console setting", env: map[string]string{"OBMD_CONSOLE_CAPTURE": "sometimes"}, args: loopback, code: 2,
+			want: []string{"obmd_config_invalid", `console: capture \"sometimes\"`}},
+		{name: "driver setting", env: map[string]string{"OBMD_IPMI_OPTIONS_CIPHER_ORDER": "17,99"}, args: loopback, code: 2,
+			want: []string{"obmd_config_invalid", "unsupported cipher suite 99"}},
 		{name: "ssh port taken", args: []string{"--ssh-addr", taken, "--admin-addr", "127.0.0.1:0"}, code: 1,
 			want: []string{"obmd_start_failed", "listen for SSH", "address already in use"}},
 		{name: "admin port taken", args: []string{"--ssh-addr", "127.0.0.1:0", "--admin-addr", taken}, code: 1,
@@ -216,7 +224,7 @@ func TestBinaryRefusesBadStart(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "state")
-			code, _, errOut := runObmd(t, nil, append([]string{"serve", "--state-dir", state}, tt.args...)...)
+			code, _, errOut := runObmd(t, tt.env, append([]string{"serve", "--state-dir", state}, tt.args...)...)
 			if code != tt.code {
 				t.Errorf("got exit %d, want %d; stderr:\n%s", code, tt.code, errOut)
 			}

@@ -22,6 +22,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/obmd/obmd/internal/testenv"
 )
 
 // Environment variables read by this package.
@@ -35,7 +37,7 @@ const (
 	PostgresEnv = "OBMD_TEST_POSTGRES_DSN"
 	// RequireEnv set to 1 turns a skip for a missing MySQLEnv or
 	// PostgresEnv into a failure.
-	RequireEnv = "OBMD_REQUIRE_INTEGRATION"
+	RequireEnv = testenv.RequireEnv
 )
 
 // Engine is one database engine tests can run against.
@@ -65,23 +67,19 @@ func SQLiteDSN(t testing.TB) string {
 }
 
 // Missing skips t for want of what the message names, or fails it when
-// OBMD_REQUIRE_INTEGRATION=1 (CI), where nothing may be skipped silently.
+// OBMD_REQUIRE_INTEGRATION=1 (CI), where nothing may be skipped silently
+// (testenv.Missing).
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
-	if os.Getenv(RequireEnv) == "1" {
-		t.Fatalf(format+" and "+RequireEnv+"=1", args...)
-	}
-	t.Skipf(format, args...)
+	testenv.Missing(t, format, args...)
 }
 
 // External marks t as needing what, a database server or tool outside Go
 // (MariaDB, PostgreSQL, fsfreeze): go test -short, the fast tier, skips
-// it. Without -short, a missing one is Missing's business.
+// it (testenv.External).
 func External(t testing.TB, what string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skipf("needs %s: skipped by -short (the fast tier)", what)
-	}
+	testenv.External(t, what)
 }
 
 // MySQLDSN creates a database named obmd_test_<random> on the server of

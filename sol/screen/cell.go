@@ -82,7 +82,6 @@ func indexed(i int) Color { return Color(colorIndexed | uint32(i&0xff)) }
 func rgb(r, g, b int) Color {
 	return Color(colorRGB | uint32(r&0xff)<<16 | uint32(g&0xff)<<8 | uint32(b&0xff))
 }
-func (c Color) isDefault() bool { return c == 0 }
 
 // String is "" for the default, the index for an indexed colour ("1",
 // "196"), "#rrggbb" for an RGB one.

@@ -10,33 +10,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obmd/obmd/internal/testenv"
 	"github.com/obmd/obmd/sol"
 )
 
 // RequireEnv is the variable that turns a missing dependency from a skip
 // into a failure (CI sets it to 1).
-const RequireEnv = "OBMD_REQUIRE_INTEGRATION"
+const RequireEnv = testenv.RequireEnv
 
 // Missing skips t because a dependency is missing, or fails it when
-// RequireEnv is 1.
+// RequireEnv is 1 (testenv.Missing).
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv(RequireEnv) == "1" {
-		t.Fatal(msg)
-		return
-	}
-	t.Skip(msg)
+	testenv.Missing(t, format, args...)
 }
 
 // External marks t as needing what, a program or server outside Go (the
 // real OpenSSH client, ipmi_sim, ...): go test -short, the fast tier,
-// skips it. Without -short, a missing one is Missing's business.
+// skips it (testenv.External).
 func External(t testing.TB, what string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skipf("needs %s: skipped by -short (the fast tier)", what)
-	}
+	testenv.External(t, what)
 }
 
 // Unpinned is info with no cipher suite: the driver negotiates one.

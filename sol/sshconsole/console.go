@@ -45,6 +45,7 @@ const (
 	echoWait    = 300 * time.Millisecond // how long the CLI's echo of a typed command may take
 	maxBanner   = 64 << 10               // CLI output read while attaching, at most
 	breakLength = 500                    // ms, as OpenSSH's ~B sends
+	readBuf     = 32 << 10               // the most output one read takes
 )
 
 // Console is one node's host console over its BMC's SSH service. It
@@ -152,16 +153,17 @@ func (con *Console) newSession(ctx context.Context) (*session, error) {
 }
 
 // pump reads the session's output into s.out until it ends or the console
-// closes.
+// closes. Each read is sent as a copy of its size: a console's output
+// comes a few bytes a packet, and a buffer a read would be mostly waste.
 func (con *Console) pump(s *session, r io.Reader) {
 	defer con.wg.Done()
 	defer close(s.out)
+	buf := make([]byte, readBuf)
 	for {
-		buf := make([]byte, 4096)
 		n, err := r.Read(buf)
 		if n > 0 {
 			select {
-			case s.out <- buf[:n]:
+			case s.out <- bytes.Clone(buf[:n]):
 			case <-con.done:
 				s.pumpErr = ErrClosed
 				return
@@ -285,11 +287,10 @@ func promptOf(out []byte) string {
 // ErrBusy; the CLI's prompt again (prompt: the one it showed before the
 // command) is the command refused.
 func (con *Console) waitReady(ctx context.Context, s *session, prompt string) ([]byte, error) {
-	var seen []byte
-	ready := strings.ToLower(con.t.Preset.Ready)
+	var seen, low []byte // low: seen, its ASCII letters lowered
+	ready := foldASCII(nil, []byte(con.t.Preset.Ready))
 	for {
-		low := strings.ToLower(string(seen))
-		if i := strings.Index(low, ready); i >= 0 {
+		if i := bytes.Index(low, ready); i >= 0 {
 			rest := seen[i+len(ready):]
 			if j := bytes.IndexByte(rest, '\n'); j >= 0 {
 				return bytes.Clone(rest[j+1:]), nil
@@ -308,15 +309,16 @@ func (con *Console) waitReady(ctx context.Context, s *session, prompt string) ([
 		if err != nil {
 			return nil, con.attachError(ctx, "wait for the console ("+strconv.Quote(con.t.Preset.Ready)+")", seen, err)
 		}
-		if seen = append(seen, b...); len(seen) > maxBanner {
+		seen, low = append(seen, b...), foldASCII(low, b)
+		if len(seen) > maxBanner {
 			return nil, con.attachError(ctx, "wait for the console", seen, errors.New("too much output"))
 		}
 	}
 }
 
 // skipEcho drops the CLI's echo of a typed command (its first line, if it
-// holds the command) from what follows within echoWait; a Busy text there
-// is ErrBusy. The rest is host output.
+// holds the command) from what follows within echoWait (at most about
+// maxBanner of it); a Busy text there is ErrBusy. The rest is host output.
 func (con *Console) skipEcho(ctx context.Context, s *session) ([]byte, error) {
 	var seen []byte
 	deadline := time.Now().Add(echoWait)
@@ -326,7 +328,7 @@ func (con *Console) skipEcho(ctx context.Context, s *session) ([]byte, error) {
 			break
 		}
 		left := time.Until(deadline)
-		if left <= 0 {
+		if left <= 0 || len(seen) > maxBanner { // the rest waits in the session's output
 			break
 		}
 		b, err := con.next(ctx, s, left)
@@ -338,19 +340,35 @@ func (con *Console) skipEcho(ctx context.Context, s *session) ([]byte, error) {
 		}
 		seen = append(seen, b...)
 	}
-	if con.busy(strings.ToLower(string(seen))) {
+	if con.busy(foldASCII(nil, seen)) {
 		return nil, sol.NewError(sol.FaultRejected, fmt.Errorf("attach the console of %s: %w (%s)", con.t.Addr(), ErrBusy, shown(seen)))
 	}
 	return bytes.Clone(seen), nil
 }
 
-func (con *Console) busy(low string) bool {
+// busy reports whether the CLI's output (low: foldASCII'ed) says another
+// session holds the console.
+func (con *Console) busy(low []byte) bool {
 	for _, b := range con.t.Preset.Busy {
-		if strings.Contains(low, strings.ToLower(b)) {
+		if bytes.Contains(low, foldASCII(nil, []byte(b))) {
 			return true
 		}
 	}
 	return false
+}
+
+// foldASCII appends b to dst with its ASCII letters lowered, byte for
+// byte, so that an index in the result is one in b. (strings.ToLower is
+// not: it changes the length of text that is not UTF-8, which a BMC's
+// banner may be.) Presets' texts are ASCII.
+func foldASCII(dst, b []byte) []byte {
+	for _, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
 
 // shown is the CLI's output in an error: its last line but a prompt,

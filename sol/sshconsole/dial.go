@@ -130,6 +130,7 @@ func (c *Client) checkKey(ctx context.Context, t Target, k *keyCheck, key ssh.Pu
 		}
 		if got.Key == KeyLine(key) {
 			k.recorded = true
+			c.Forget(t.Node) // a change reported was against the old pin
 			c.log.WithFields(logrus.Fields{"node": t.Node, "addr": t.Addr(), "fingerprint": ssh.FingerprintSHA256(key)}).
 				Info("ssh_host_key_pinned")
 			c.tell(ctx, HostKeyEvent{Node: t.Node, Addr: t.Addr(), Offered: ssh.FingerprintSHA256(key)})
@@ -155,7 +156,8 @@ func (c *Client) checkKey(ctx context.Context, t Target, k *keyCheck, key ssh.Pu
 }
 
 // changed reports a refused key: logged at error level and told (notify)
-// once per key offered, at debug level after that.
+// once per key offered against the pin this client last made (Forget),
+// at debug level after that.
 func (c *Client) changed(ctx context.Context, t Target, e *HostKeyError) {
 	c.mu.Lock()
 	first := c.reported[t.Node] != e.Offered

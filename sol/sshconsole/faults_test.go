@@ -152,3 +152,19 @@ func TestKeepalive(t *testing.T) {
 		t.Errorf("dropped connection: got %v, want ErrLinkLost", err)
 	}
 }
+
+// TestBannerNotASCII: CLI output before the Ready text that is not ASCII
+// (a Latin-1 sign, bytes that are not UTF-8) neither shifts where the
+// host's output starts nor panics: the host's output alone reaches the
+// console.
+func TestBannerNotASCII(t *testing.T) {
+	greeting := "\xa9 Hewlett Packard Enterprise \xa9\xa9 " + strings.Repeat("\xff", 200) + " \u0130LO\r\n"
+	b, _, r := attached(t, sshbmc.Options{Vendor: "ilo", Greeting: greeting})
+	if err := b.WriteSerial([]byte("hello\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitOutput(t, []byte("hello\r\n"), wait)
+	if got := string(r.Output()); got != "hello\r\n" {
+		t.Errorf("output: got %q, want the host's alone", got)
+	}
+}

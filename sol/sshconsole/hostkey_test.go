@@ -140,3 +140,85 @@ func TestHostKeyOtherAddress(t *testing.T) {
 		t.Errorf("pin: got %+v, want the second BMC's", p)
 	}
 }
+
+// lostRace is a host-key store where another replica pins its key between
+// this one's read (nothing pinned) and its pin.
+type lostRace struct {
+	*sshbmc.Keys
+	other sshconsole.PinnedKey
+}
+
+func (l lostRace) PinnedHostKey(context.Context, string) (sshconsole.PinnedKey, bool, error) {
+	return sshconsole.PinnedKey{}, false, nil
+}
+
+func (l lostRace) PinHostKey(ctx context.Context, label string, _ sshconsole.PinnedKey) (sshconsole.PinnedKey, error) {
+	return l.Keys.PinHostKey(ctx, label, l.other)
+}
+
+// TestHostKeyPinRaceLost: when another replica pinned another key for the
+// node first, this one's first contact is refused as a changed key (its
+// BMC may be the impostor), reported, and nothing is attached.
+func TestHostKeyPinRaceLost(t *testing.T) {
+	b := sshbmc.Start(t, sshbmc.Options{Vendor: "ilo"})
+	other := sshbmc.Start(t, sshbmc.Options{}).HostKey()
+	var ev events
+	c := newClient(t, lostRace{sshbmc.NewKeys(), sshconsole.PinnedKey{Key: sshconsole.KeyLine(other), Addr: b.Addr()}}, ev.add)
+	con, err := c.Open(ctxWait(t), target(t, "n1", b))
+	if err == nil {
+		con.Close()
+	}
+	var he *sshconsole.HostKeyError
+	if !errors.As(err, &he) || he.Pinned != ssh.FingerprintSHA256(other) || he.Offered != ssh.FingerprintSHA256(b.HostKey()) {
+		t.Fatalf("got %v, want the other replica's pin to refuse this key", err)
+	}
+	if got := ev.all(); len(got) != 1 || !got[0].Changed {
+		t.Errorf("events: %+v, want one change (no pin reported)", got)
+	}
+	if s := b.Stats(); s.Logins != 0 || s.Attaches != 0 {
+		t.Errorf("stats: %+v, want no login and nothing attached past the refused key", s)
+	}
+}
+
+// TestHostKeyChangeReportedAfterRepin: a key refused once, then shown
+// again after an administrator's reset and a new pin, is reported again:
+// "once per key" holds per pin, not for the client's life.
+func TestHostKeyChangeReportedAfterRepin(t *testing.T) {
+	b := sshbmc.Start(t, sshbmc.Options{Vendor: "openbmc"})
+	impostor, replacement := sshbmc.Start(t, sshbmc.Options{}), sshbmc.Start(t, sshbmc.Options{})
+	keys := sshbmc.NewKeys()
+	var ev events
+	c := newClient(t, keys, ev.add)
+	open := func() error {
+		con, err := c.Open(ctxWait(t), target(t, "n1", b))
+		if err == nil {
+			con.Close()
+		}
+		return err
+	}
+	if err := open(); err != nil {
+		t.Fatal(err)
+	}
+	b.ShowHostKeyOf(impostor)
+	if err := open(); !errors.As(err, new(*sshconsole.HostKeyError)) {
+		t.Fatalf("impostor: got %v, want a changed key", err)
+	}
+	keys.Reset("n1")
+	b.ShowHostKeyOf(replacement)
+	if err := open(); err != nil {
+		t.Fatalf("after the reset: %v", err)
+	}
+	b.ShowHostKeyOf(impostor)
+	if err := open(); !errors.As(err, new(*sshconsole.HostKeyError)) {
+		t.Fatalf("impostor again: got %v, want a changed key", err)
+	}
+	var changed []string
+	for _, e := range ev.all() {
+		if e.Changed {
+			changed = append(changed, e.Pinned+" -> "+e.Offered)
+		}
+	}
+	if len(changed) != 2 {
+		t.Errorf("changes reported: %q, want the impostor's key reported against each pin", changed)
+	}
+}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/obmd/obmd/keys"
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/printable"
 )
 
 // Config tunes the transport (the YAML section ssh_console). Zero values
@@ -267,12 +268,7 @@ func checkText(field, v string, max int, show bool) error {
 }
 
 // quote echoes a value in an error, bounded and printable.
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "..."
-	}
-	return strconv.QuoteToASCII(s)
-}
+func quote(s string) string { return printable.Quote(s, 64) }
 
 // parseHostKey reads an authorized_keys line of a plain host key (no
 // options, no certificate: keys.ParseAuthorizedKey's rules).

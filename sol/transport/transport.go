@@ -28,6 +28,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/obmd/obmd/sol"
+	"github.com/obmd/obmd/sol/printable"
 	"github.com/obmd/obmd/sol/sshconsole"
 )
 
@@ -64,12 +65,7 @@ func CheckInfo(ci sol.ConsoleInfo) (sol.ConsoleInfo, error) {
 	return sshconsole.Canonical(ci), nil
 }
 
-func quote(s string) string {
-	if len(s) > 32 {
-		s = s[:32] + "..."
-	}
-	return fmt.Sprintf("%q", s)
-}
+func quote(s string) string { return printable.Quote(s, 32) }
 
 // Discoverer can tell which console services a BMC has enabled
 // (sol/redfish: the system's SerialConsole): a Redfish node's driver, or

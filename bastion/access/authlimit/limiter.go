@@ -13,6 +13,7 @@ package authlimit
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -45,10 +46,14 @@ type Config struct {
 	Lockout time.Duration `yaml:"lockout"`
 }
 
-// WithDefaults returns c with its unset fields at their defaults.
-func (c Config) WithDefaults() Config {
+// WithDefaults returns c with its unset fields at their defaults, or an
+// error for a negative one (there is no "none": guessing is always bounded).
+func (c Config) WithDefaults() (Config, error) {
+	if c.PerSource < 0 || c.PerNode < 0 || c.Window < 0 || c.Lockout < 0 {
+		return c, errors.New("per_source, per_node, window and lockout must not be negative")
+	}
 	c.defaults()
-	return c
+	return c, nil
 }
 
 func (c *Config) defaults() {

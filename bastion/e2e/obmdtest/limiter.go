@@ -2,8 +2,6 @@ package obmdtest
 
 import (
 	"fmt"
-	"net/http"
-	"time"
 )
 
 // GhostsUnderAttack returns a probe of o's ?token= route with a wrong
@@ -12,19 +10,12 @@ import (
 // three) have put the shared limiter entry of such names under attack (20
 // failures; AuthLimits PerSource 5, PerNode 20). A probe that met the
 // database unable to answer (503: it counts against nobody, whatever the
-// name) is made again, so that each probe is judged: on a loaded machine a
-// write held past access.WriteStall makes the database count as stuck for
-// a moment.
+// name) is made again, so that each probe is judged (judgedStatus): on a
+// loaded machine a write held past access.WriteStall makes the database
+// count as stuck for a moment.
 func (o *Daemon) GhostsUnderAttack(onReal, onGhost string, helpers int) (probe func(src, label string) int) {
-	base := "http://" + o.AdminAddr()
 	probe = func(src, label string) int {
-		for deadline := time.Now().Add(Timeout); ; time.Sleep(100 * time.Millisecond) {
-			status, _ := RequestFrom(o.T, base, src, "GET", "/node/"+label+"/power_status?token=wrong", "", "", nil)
-			if status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-				return status
-			}
-			o.T.Logf("probe of %s from %s: the database could not verify it; again", label, src)
-		}
+		return o.judgedStatus(src, "/node/"+label+"/power_status?token=wrong")
 	}
 	probe(onReal, "nothing-0")
 	probe(onGhost, "nothing-1")

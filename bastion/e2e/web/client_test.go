@@ -62,12 +62,18 @@ func dialWeb(t testing.TB, o *obmdtest.Daemon, label, origin string) (*webClient
 	if origin == "" {
 		origin = "http://" + o.WebAddr()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), obmdtest.Timeout)
-	defer cancel()
 	h := http.Header{}
 	if origin != "-" {
 		h.Set("Origin", origin)
 	}
+	return dialWebWith(t, o, label, h)
+}
+
+// dialWebWith opens label's socket with the request headers h.
+func dialWebWith(t testing.TB, o *obmdtest.Daemon, label string, h http.Header) (*webClient, *http.Response, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), obmdtest.Timeout)
+	defer cancel()
 	c, resp, err := websocket.Dial(ctx, "ws://"+o.WebAddr()+"/nodes/"+url.PathEscape(label)+"/ws",
 		&websocket.DialOptions{HTTPHeader: h})
 	if err != nil {

@@ -4,6 +4,7 @@ package web
 // sizes, the guessing limiter, the session and connection caps.
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,6 +26,7 @@ import (
 func TestRefusals(t *testing.T) {
 	o := startWeb(t, func(c *daemon.Config) {
 		c.Web.PreAuthTimeout = 300 * time.Millisecond
+		c.Web.ReadHeaderTimeout = 600 * time.Millisecond
 		c.Web.MaxMessage = 8 << 10
 		c.Sessions.MaxPerNode = 2
 	})
@@ -76,6 +78,40 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("refused after %v, before the deadline", took)
 		}
 		w.waitClosed()
+	})
+	t.Run("slow headers", func(t *testing.T) {
+		// A slowloris trickling the upgrade request's headers is cut at
+		// web.read_header_timeout, before the socket exists.
+		c, err := obmdtest.DialTCPFrom("127.0.0.1", o.WebAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		if _, err := io.WriteString(c, "GET /nodes/r1/ws HTTP/1.1\r\nHost: obmd\r\nX-Slow: "); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() { // ends with stop or the connection
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte("x")); err != nil {
+					return
+				}
+			}
+		}()
+		at, err := obmdtest.ClosedAt(c, obmdtest.Timeout)
+		if err != nil {
+			t.Fatalf("got %v, want the connection cut", err)
+		}
+		if took := at.Sub(start); took < 480*time.Millisecond || took > 5*time.Second {
+			t.Errorf("cut after %v, want after about 600ms", took)
+		}
 	})
 	t.Run("origin", func(t *testing.T) {
 		for _, origin := range []string{"http://evil.example", "http://127.0.0.1:1", "-", "null"} {
@@ -135,6 +171,59 @@ func TestLimiter(t *testing.T) {
 		t.Errorf("right token from a locked-out source: got %+v, want the same refusal", m)
 	}
 	o.MustAPI(200, "GET", "/v1/nodes/l1", nil) // the admin credential is never locked out
+}
+
+// TestLimiterBehindProxy: behind a listed reverse proxy the guessing
+// limits count the browser X-Forwarded-For names, not the proxy: one
+// guesser is locked out, the next browser through the same proxy is not,
+// and the audit names the guesser. An unlisted peer's X-Forwarded-For is
+// not believed.
+func TestLimiterBehindProxy(t *testing.T) {
+	limits := func(c *daemon.Config) {
+		c.AuthLimits = authlimit.Config{PerSource: 3, PerNode: 1 << 20, Window: time.Minute, Lockout: time.Minute}
+	}
+	login := func(o *obmdtest.Daemon, from string, first map[string]any) wsMsg {
+		t.Helper()
+		h := http.Header{"Origin": {"http://" + o.WebAddr()}, "X-Forwarded-For": {from}}
+		w, _, err := dialWebWith(t, o, "p1", h)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		w.sendJSON(first)
+		return w.next(func(m wsMsg) bool { return !m.Binary })
+	}
+	for _, tc := range []struct {
+		name    string
+		trusted []string
+		wantOK  bool // the second browser logs in
+	}{
+		{"listed proxy", []string{"127.0.0.1"}, true},
+		{"unlisted peer", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := startWeb(t, limits, func(c *daemon.Config) { c.Web.TrustedProxies = tc.trusted })
+			tok := o.AddSimNode("p1")
+			for range 3 {
+				if m := login(o, "192.0.2.1", map[string]any{"token": "guess"}); m.Type != "error" {
+					t.Fatalf("guess: got %+v", m)
+				}
+			}
+			if m := login(o, "192.0.2.1", map[string]any{"token": tok}); m.Type != "error" {
+				t.Errorf("the guesser with the right token: got %+v, want it locked out", m)
+			}
+			if m := login(o, "192.0.2.2", map[string]any{"token": tok}); (m.Type == "hello") != tc.wantOK {
+				t.Errorf("another browser through the proxy: got %+v, want hello %v", m, tc.wantOK)
+			}
+			if tc.wantOK {
+				waitAudit(t, o, "p1", "web auth denied wrong token")
+				for _, e := range o.Audit("p1") {
+					if e.Detail == "wrong token" && e.Source != "192.0.2.1" {
+						t.Errorf("audit: a guess from %q, want 192.0.2.1", e.Source)
+					}
+				}
+			}
+		})
+	}
 }
 
 // TestConnCaps: sockets that never log in cannot hold the web

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -115,6 +116,29 @@ func Forwarded(peer netip.Addr, xff []string, t Trusted) (netip.Addr, error) {
 		}
 	}
 	return client, nil
+}
+
+// Request returns r as its client sent it: when r came from a proxy t
+// lists, a copy whose RemoteAddr is the client's address from
+// X-Forwarded-For (Forwarded; without port: the header gives none); else
+// r itself. The HTTP doors (admin, web) call it before anything uses
+// RemoteAddr.
+func Request(r *http.Request, t Trusted) (*http.Request, error) {
+	if len(t) == 0 {
+		return r, nil
+	}
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil || !t.Contains(peer.Addr()) {
+		return r, nil
+	}
+	c, err := Forwarded(peer.Addr(), r.Header.Values("X-Forwarded-For"), t)
+	if err != nil {
+		return nil, err
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.RemoteAddr = c.String()
+	return r2, nil
 }
 
 // parseEntry reads one X-Forwarded-For entry: an address, optionally with a

@@ -287,7 +287,7 @@ func (s *session) attach(echo string) bool {
 	// on (output), never in the middle of the CLI's words.
 	s.mu.Lock()
 	s.attached, s.esc = true, escState{}
-	s.ch.Write([]byte(echo + b.v.banner))
+	s.ch.Write([]byte(echo + b.o.Greeting + b.v.banner))
 	s.mu.Unlock()
 	return true
 }

@@ -69,6 +69,9 @@ type Options struct {
 	// StaleFor is how long a console left without the escape keeps the
 	// slot (default: until freed or taken over).
 	StaleFor time.Duration
+	// Greeting is CLI output written before the vendor's banner when a
+	// console attaches (a hostile or odd BMC's words).
+	Greeting string
 }
 
 // vendor is what the emulator does for one vendor.
@@ -251,6 +254,17 @@ func (b *BMC) HostKey() ssh.PublicKey {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.signer.PublicKey()
+}
+
+// ShowHostKeyOf gives the BMC o's host key for the connections to come,
+// as an impostor at its address (or o's replacement) would show.
+func (b *BMC) ShowHostKeyOf(o *BMC) {
+	o.mu.Lock()
+	s := o.signer
+	o.mu.Unlock()
+	b.mu.Lock()
+	b.signer = s
+	b.mu.Unlock()
 }
 
 // RotateHostKey gives the BMC a new host key for the connections to come.
