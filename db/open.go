@@ -135,14 +135,22 @@ func dialectOf(dsn string) (dialect, rest string, err error) {
 	if strings.Contains(base, "@tcp(") || strings.Contains(base, "@unix(") {
 		return "", "", fmt.Errorf("a MySQL DSN needs the mysql:// scheme (%s)", dsnForms)
 	}
-	if first, _, _ := strings.Cut(base, "/"); strings.Contains(first, "@") && !strings.HasPrefix(base, "file:") {
-		// user[:pass]@host[:port]/dbname: a server's URL without its scheme.
+	if serverURL(base) {
 		return "", "", fmt.Errorf("a DSN of a database server needs its scheme (%s)", dsnForms)
 	}
 	if pgKeywords(dsn) {
 		return "", "", fmt.Errorf("a PostgreSQL DSN must be a postgres:// URL, not keyword=value settings (%s)", dsnForms)
 	}
 	return DialectSQLite, dsn, nil
+}
+
+// serverURL reports whether a DSN without a scheme reads as a server's URL
+// without it, user[:pass]@host[:port]/dbname or user:pass@host, rather than
+// a relative SQLite path (a file may be named "obmd@site.db").
+func serverURL(base string) bool {
+	first, _, slash := strings.Cut(base, "/")
+	user, _, at := strings.Cut(first, "@")
+	return at && !strings.HasPrefix(base, "file:") && (slash || strings.Contains(user, ":"))
 }
 
 // validScheme reports whether s is a URL scheme (RFC 3986): a letter, then

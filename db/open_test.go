@@ -142,6 +142,7 @@ func TestOpenRefusesUnknownDSN(t *testing.T) {
 		{"mysql without scheme", "obmd:" + pass + "@tcp(127.0.0.1:3306)/obmd", "mysql://"},
 		{"postgres without scheme", "obmd:" + pass + "@db.example:5432/obmd?sslmode=require", "needs its scheme"},
 		{"user without scheme", "obmd@db.example/obmd", "needs its scheme"},
+		{"no database without scheme", "obmd:" + pass + "@db.example:5432", "needs its scheme"},
 		{"postgres keywords", "host=127.0.0.1 user=obmd password=" + pass + " dbname=obmd", "postgres://"},
 	}
 	for _, tt := range tests {
@@ -170,6 +171,18 @@ func TestOpenRefusesUnknownDSN(t *testing.T) {
 			}
 		})
 	}
+	t.Run("sqlite file with @", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		log, _ := logtest.NewNullLogger()
+		s, err := Open(ctx, "obmd@site.db", log)
+		if err != nil {
+			t.Fatalf("open a SQLite file named obmd@site.db: %v", err)
+		}
+		if got := s.Dialect(); got != DialectSQLite {
+			t.Errorf("dialect: got %s, want %s", got, DialectSQLite)
+		}
+		_ = s.Close()
+	})
 }
 
 // TestOpenPostgresEncoding: a PostgreSQL database whose encoding is not
