@@ -42,17 +42,19 @@ func (s *Store) EndTenancies(ctx context.Context, node string, epoch int64, rete
 }
 
 // sqlRecordEnd raises node's end watermark to epoch (never lowers it).
+// SQLite and PostgreSQL share the upsert; the greater of two values is
+// SQLite's two-argument MAX, PostgreSQL's GREATEST.
 func (s *Store) sqlRecordEnd() string {
-	switch s.dialect {
-	case DialectMySQL:
+	if s.dialect == DialectMySQL {
 		return `INSERT INTO console_ends (node, epoch) VALUES (?, ?)
 			ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))`
-	case DialectPostgres:
-		return `INSERT INTO console_ends (node, epoch) VALUES (?, ?)
-			ON CONFLICT (node) DO UPDATE SET epoch = GREATEST(console_ends.epoch, excluded.epoch)`
+	}
+	greatest := "GREATEST"
+	if s.dialect == DialectSQLite {
+		greatest = "MAX"
 	}
 	return `INSERT INTO console_ends (node, epoch) VALUES (?, ?)
-		ON CONFLICT (node) DO UPDATE SET epoch = MAX(epoch, excluded.epoch)`
+		ON CONFLICT (node) DO UPDATE SET epoch = ` + greatest + `(console_ends.epoch, excluded.epoch)`
 }
 
 // openTenancies lists node's open tenancies that began before epoch, with

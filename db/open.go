@@ -113,9 +113,9 @@ const dsnForms = "want a SQLite path, a file: URI, mysql://user:pass@tcp(host:po
 // takes: a MySQL DSN without its scheme, a postgres:// URL (postgresql://
 // and capitals accepted), or the SQLite path or URI itself. A URL of any
 // other scheme is refused, as is a MySQL or PostgreSQL DSN that lacks its
-// scheme: taken as a SQLite path, it would create a file named after the
-// server and log its password. Errors never quote more of dsn than a
-// scheme.
+// scheme (user:pass@host/dbname, or MySQL's @tcp(...)): taken as a SQLite
+// path, it would create a file named after the server and log its
+// password. Errors never quote more of dsn than a scheme.
 func dialectOf(dsn string) (dialect, rest string, err error) {
 	if scheme, after, ok := strings.Cut(dsn, "://"); ok {
 		switch strings.ToLower(scheme) {
@@ -135,10 +135,22 @@ func dialectOf(dsn string) (dialect, rest string, err error) {
 	if strings.Contains(base, "@tcp(") || strings.Contains(base, "@unix(") {
 		return "", "", fmt.Errorf("a MySQL DSN needs the mysql:// scheme (%s)", dsnForms)
 	}
+	if serverURL(base) {
+		return "", "", fmt.Errorf("a DSN of a database server needs its scheme (%s)", dsnForms)
+	}
 	if pgKeywords(dsn) {
 		return "", "", fmt.Errorf("a PostgreSQL DSN must be a postgres:// URL, not keyword=value settings (%s)", dsnForms)
 	}
 	return DialectSQLite, dsn, nil
+}
+
+// serverURL reports whether a DSN without a scheme reads as a server's URL
+// without it, user[:pass]@host[:port]/dbname or user:pass@host, rather than
+// a relative SQLite path (a file may be named "obmd@site.db").
+func serverURL(base string) bool {
+	first, _, slash := strings.Cut(base, "/")
+	user, _, at := strings.Cut(first, "@")
+	return at && !strings.HasPrefix(base, "file:") && (slash || strings.Contains(user, ":"))
 }
 
 // validScheme reports whether s is a URL scheme (RFC 3986): a letter, then

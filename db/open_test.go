@@ -56,10 +56,13 @@ func TestOpenHidesPassword(t *testing.T) {
 		{"postgres bad sslmode", "postgres://obmd:" + pass + "@127.0.0.1:1/obmd?sslmode=maybe"},
 		{"postgres password parameter", "postgresql://obmd@127.0.0.1:1/obmd?sslmode=disable&password=" + pass},
 		{"postgres no database", "postgres://obmd:" + pass + "@127.0.0.1:1"},
-		{"postgres wrong password", wrongPassword(t, pass)},
+		{"postgres wrong password", ""}, // wrongPassword
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.dsn == "" {
+				tt.dsn = wrongPassword(t, pass)
+			}
 			log, hook := logtest.NewNullLogger()
 			s, err := Open(ctx, tt.dsn, log)
 			if err == nil {
@@ -109,13 +112,13 @@ func TestOpenHidesPassword(t *testing.T) {
 	}
 }
 
-// wrongPassword is the DSN of OBMD_TEST_POSTGRES_DSN's server and user
-// with password pass, which the server refuses; a DSN of a closed port
-// when it is not set (the case then tests what "unreachable" does).
+// wrongPassword is the DSN of a scratch database of
+// OBMD_TEST_POSTGRES_DSN's server and user with password pass, which the
+// server refuses (Missing without one).
 func wrongPassword(t *testing.T, pass string) string {
-	u, err := url.Parse(os.Getenv(dbtest.PostgresEnv))
-	if err != nil || u.Host == "" {
-		return "postgres://obmd:" + pass + "@127.0.0.1:1/obmd"
+	u, err := url.Parse(dbtest.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
 	}
 	u.User = url.UserPassword(u.User.Username(), pass)
 	return u.String()
@@ -137,6 +140,9 @@ func TestOpenRefusesUnknownDSN(t *testing.T) {
 		{"sqlite scheme", "sqlite:///var/lib/obmd/obmd.db", `unknown DSN scheme "sqlite"`},
 		{"no scheme", "obmd:" + pass + "@db.example://x", "unknown form"},
 		{"mysql without scheme", "obmd:" + pass + "@tcp(127.0.0.1:3306)/obmd", "mysql://"},
+		{"postgres without scheme", "obmd:" + pass + "@db.example:5432/obmd?sslmode=require", "needs its scheme"},
+		{"user without scheme", "obmd@db.example/obmd", "needs its scheme"},
+		{"no database without scheme", "obmd:" + pass + "@db.example:5432", "needs its scheme"},
 		{"postgres keywords", "host=127.0.0.1 user=obmd password=" + pass + " dbname=obmd", "postgres://"},
 	}
 	for _, tt := range tests {
@@ -165,6 +171,18 @@ func TestOpenRefusesUnknownDSN(t *testing.T) {
 			}
 		})
 	}
+	t.Run("sqlite file with @", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		log, _ := logtest.NewNullLogger()
+		s, err := Open(ctx, "obmd@site.db", log)
+		if err != nil {
+			t.Fatalf("open a SQLite file named obmd@site.db: %v", err)
+		}
+		if got := s.Dialect(); got != DialectSQLite {
+			t.Errorf("dialect: got %s, want %s", got, DialectSQLite)
+		}
+		_ = s.Close()
+	})
 }
 
 // TestOpenPostgresEncoding: a PostgreSQL database whose encoding is not

@@ -77,7 +77,7 @@ func redirect(t testing.TB, dsn, addr string) (target, redirected string) {
 		return target, "mysql://" + cfg.FormatDSN()
 	}
 	u, err := url.Parse(dsn)
-	if err != nil || u.Scheme != "postgres" || u.Host == "" {
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
 		t.Fatalf("proxy a DSN that is neither mysql:// nor postgres:// on TCP")
 	}
 	target, u.Host = u.Host, addr

@@ -22,7 +22,6 @@ type batch struct {
 	held   []*node // held off by readers: their last reader asks again
 	rest   []*node // over maxBatchBytes: next, at once
 	bytes  int
-	output int // bytes of output chunks (bytes less the markers' text)
 }
 
 // flushOnce writes every dirty node's pending chunks in one transaction
@@ -74,9 +73,6 @@ func collect(nodes []*node, force bool) *batch {
 			c := it.chunk(notRecorded)
 			b.chunks = append(b.chunks, c)
 			b.bytes += len(c.Data)
-			if c.Kind == KindOutput {
-				b.output += len(c.Data)
-			}
 		}
 	}
 	return b
@@ -131,7 +127,13 @@ func (r *Recorder) noteFlush(b *batch, took time.Duration, err error) {
 		log.Info("history_flush_recovered")
 	}
 	r.stats.stored.Add(uint64(len(b.chunks)))
-	r.stats.storedBytes.Add(uint64(b.output))
+	var output uint64 // kept: a chunk the Store dropped has no Seq
+	for _, c := range b.chunks {
+		if c.Kind == KindOutput && c.Seq != 0 {
+			output += uint64(len(c.Data))
+		}
+	}
+	r.stats.storedBytes.Add(output)
 }
 
 // lastErrNil reports whether the previous flush succeeded.

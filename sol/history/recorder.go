@@ -149,7 +149,7 @@ type Stats struct {
 	Written     uint64 // output bytes given to Write
 	Dropped     uint64 // output bytes that gave way before they were stored
 	Stored      uint64 // chunks the Store took
-	StoredBytes uint64 // output bytes in them (markers not counted)
+	StoredBytes uint64 // output bytes in the chunks it kept (markers not counted)
 	Flushes     uint64 // transactions
 	FlushErrors uint64
 }

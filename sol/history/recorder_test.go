@@ -24,6 +24,7 @@ type memStore struct {
 	block    chan struct{} // when set, AppendHistory waits for it to close
 	fail     int           // the next fail appends fail
 	discard  bool          // keep nothing (benchmarks)
+	drop     bool          // drop every chunk, Seq left 0, as for an ended tenancy
 	ends     []string      // EndTenancies calls
 	purges   []time.Duration
 	appended chan struct{} // cap 1: an append returned
@@ -56,6 +57,9 @@ func (m *memStore) AppendHistory(ctx context.Context, chunks []history.Chunk, _ 
 	}
 	var batch []history.Chunk
 	for i := range chunks {
+		if m.drop {
+			continue
+		}
 		m.seq++
 		chunks[i].Seq = m.seq
 		if m.discard {
@@ -299,9 +303,30 @@ func TestRecorderFailingStoreRetries(t *testing.T) {
 		rec.Write(p)
 		time.Sleep(time.Millisecond)
 	}
-	eventually(t, "the store to take it all", func() bool { got, _ := st.stored(); return output(got) == string(written) })
+	// The flush that stored the last bytes counts them once the store has
+	// returned: wait for the count too, not only for the store.
+	eventually(t, "the store to take it all, and the stats to count it", func() bool {
+		got, _ := st.stored()
+		return output(got) == string(written) && r.Stats().StoredBytes >= uint64(len(written))
+	})
 	if s := r.Stats(); s.FlushErrors != 3 || s.Dropped != 0 || s.StoredBytes != uint64(len(written)) {
 		t.Errorf("stats %+v: want 3 flush errors, nothing dropped, %d output bytes stored (not those of failed flushes)", s, len(written))
+	}
+}
+
+// TestRecorderStoredBytesDropped: output the Store dropped (a late flush
+// to a tenancy that has ended: Seq left 0) is not counted as stored.
+func TestRecorderStoredBytesDropped(t *testing.T) {
+	st := newMemStore()
+	st.drop = true
+	r := newRecorder(t, st, history.Config{FlushInterval: time.Hour})
+	rec := mustOpen(t, r, "n", 1)
+	rec.Write([]byte("printed before the change\r\n"))
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if s := r.Stats(); s.Flushes != 1 || s.FlushErrors != 0 || s.StoredBytes != 0 {
+		t.Errorf("stats %+v: want one flush that stored no output bytes", s)
 	}
 }
 
